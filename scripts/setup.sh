@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Idempotent set-up for imgctl development, tests and CI.
+#
+# - installs torch==2.7.0 (and the Python test dependencies) into a virtual
+#   environment in a cache directory outside the repository, reused when present;
+# - points the repository's stable `.libtorch` symlink at that torch, so that
+#   plain `cargo build|test|run` find libtorch through `.cargo/config.toml`;
+# - installs and starts a Docker engine when none answers;
+# - installs the host tools the tests use (debootstrap, busybox-static, ssh).
+#
+# Environment: IMGCTL_CACHE (default ~/.cache/imgctl), IMGCTL_SKIP_DOCKER=1.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${IMGCTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imgctl}"
+# Pinned: torch 2.7.0 is the release tch 0.20.0 binds (tch's README).
+torch_version="2.7.0"
+venv="$cache/venv-torch-$torch_version"
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ $apt_updated = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  log "apt-get install ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# --- host tools ------------------------------------------------------------
+apt_install ca-certificates debootstrap busybox-static openssh-client curl binutils python3-venv
+
+# --- Python environment with torch 2.7.0 -----------------------------------
+py="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+  log "creating $venv (torch==$torch_version, about 5 GB)"
+  mkdir -p "$cache"
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q "torch==$torch_version"
+fi
+# Test dependencies: pinned to the image spec's versions where they overlap.
+if ! "$venv/bin/python" -c "import diffusers, safetensors, tensorboard, PIL" 2>/dev/null; then
+  log "installing Python test dependencies"
+  "$venv/bin/pip" install -q -r "$repo/scripts/requirements-test.txt"
+fi
+
+# Stable symlink: .cargo/config.toml sets LIBTORCH=.libtorch (relative = true).
+torch_dir="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+ln -sfn "$torch_dir" "$repo/.libtorch"
+ln -sfn "$venv" "$repo/.venv"
+log "libtorch: $torch_dir"
+
+# --- Docker engine ----------------------------------------------------------
+docker_answers() {
+  if command -v docker >/dev/null 2>&1; then docker version --format '{{.Server.Version}}' >/dev/null 2>&1; else
+    curl -sf --unix-socket /var/run/docker.sock http://localhost/_ping >/dev/null 2>&1; fi
+}
+if [ "${IMGCTL_SKIP_DOCKER:-0}" != 1 ] && ! docker_answers; then
+  if ! command -v dockerd >/dev/null 2>&1; then apt_install docker.io; fi
+  log "starting dockerd in the background (log: /var/log/imgctl-dockerd.log)"
+  as_root bash -c 'setsid nohup dockerd >/var/log/imgctl-dockerd.log 2>&1 < /dev/null &'
+  for _ in $(seq 1 60); do docker_answers && break; sleep 1; done
+  docker_answers || { log "error: dockerd did not answer within 60 s; see /var/log/imgctl-dockerd.log"; exit 1; }
+fi
+log "ready"

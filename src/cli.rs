@@ -1,0 +1,271 @@
+//! Command-line types (clap derive) and nothing else.
+//!
+//! Commands turn these into typed options in `commands/`; core modules never
+//! see clap types.
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Build, verify and exercise pinned PyTorch / CUDA GPU images.
+#[derive(Debug, Parser)]
+#[command(name = "imgctl", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Flags every command takes.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command takes.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// More output (full build logs, per-step details).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors and requested data.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Colour: auto, always or never (NO_COLOR is honoured).
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Render and build an image through the Docker Engine API.
+    Build(BuildArgs),
+    /// Print the Dockerfile for a spec.
+    Render(RenderArgs),
+    /// Check GPUs, driver and libraries (here, or inside an image with --image).
+    Verify(VerifyArgs),
+    /// Train the bundled UNet DDPM (smoke run or --benchmark).
+    TrainDemo(TrainArgs),
+    /// Generate images from a train-demo checkpoint.
+    Sample(SampleArgs),
+    /// List the bundled image specs.
+    Specs(SpecsArgs),
+}
+
+/// Which spec to use, and the build-time options that shape the Dockerfile.
+#[derive(Debug, Args, Clone)]
+pub struct ImageArgs {
+    /// CUDA version of a bundled profile (12.4, 12.6, 12.8); default 12.4.
+    #[arg(long, conflicts_with = "spec")]
+    pub cuda: Option<String>,
+    /// A spec file of your own instead of a bundled profile.
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// Replace the spec's base image (mirrors, offline engines).
+    #[arg(long, value_name = "IMAGE")]
+    pub base_image: Option<String>,
+    /// A proxy CA certificate that apt and pip inside the build must trust.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// pip index URL to use inside the build.
+    #[arg(long, value_name = "URL")]
+    pub pip_index_url: Option<String>,
+    /// UID of the non-root user (match the host user for mounted files).
+    #[arg(long)]
+    pub uid: Option<String>,
+    /// GID of the non-root user.
+    #[arg(long)]
+    pub gid: Option<String>,
+    /// Give the non-root user passwordless sudo.
+    #[arg(long)]
+    pub sudo: bool,
+}
+
+/// `imgctl build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Spec selection and Dockerfile options.
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Name and optionally a tag (name:tag); repeatable.
+    #[arg(short, long = "tag", value_name = "NAME[:TAG]")]
+    pub tags: Vec<String>,
+    /// Do not use the build cache.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Always attempt to pull a newer version of the base image.
+    #[arg(long)]
+    pub pull: bool,
+    /// Build-time variables (K=V); repeatable.
+    #[arg(long = "build-arg", value_name = "K=V")]
+    pub build_args: Vec<String>,
+    /// Extra image labels (K=V); repeatable.
+    #[arg(long = "label", value_name = "K=V")]
+    pub labels: Vec<String>,
+    /// Print the Dockerfile and the context listing; build nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Push the tags after a successful build (credentials from the docker config).
+    #[arg(long)]
+    pub push: bool,
+    /// Print the build report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to write the JSON build report (default: imgctl-build.json in the cwd is NOT written unless set).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// The imgctl binary to put in the image (default: this executable).
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub imgctl_binary: Option<PathBuf>,
+}
+
+/// `imgctl render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// Spec selection and Dockerfile options.
+    #[command(flatten)]
+    pub image: ImageArgs,
+    /// Write the Dockerfile here instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `imgctl specs`.
+#[derive(Debug, Args)]
+pub struct SpecsArgs {
+    /// Print as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `imgctl verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Run the checks inside a container of this image instead of here.
+    #[arg(long, value_name = "TAG")]
+    pub image: Option<String>,
+    /// GPUs for the container: all, a count, or device ids (0,2).
+    #[arg(long, default_value = "all", value_name = "all|N|IDS")]
+    pub gpus: String,
+    /// quick (NVML and library facts) or full (adds functional checks).
+    #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]
+    pub level: String,
+    /// How many GPUs must be present: a number, or any (at least one).
+    #[arg(long, default_value = "any", value_name = "N|any")]
+    pub expect_gpus: String,
+    /// Run only these checks (ids or id prefixes); repeatable.
+    #[arg(long, value_name = "ID", num_args = 1..)]
+    pub only: Vec<String>,
+    /// Skip these checks (ids or id prefixes); repeatable.
+    #[arg(long, value_name = "ID", num_args = 1..)]
+    pub skip: Vec<String>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a JUnit XML report here.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Per-check deadline in seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub check_timeout: f64,
+}
+
+/// `imgctl train-demo`.
+#[derive(Debug, Args, Clone)]
+pub struct TrainArgs {
+    /// Model preset: default (diffusers train_unconditional) or tiny.
+    #[arg(long, default_value = "default")]
+    pub preset: String,
+    /// YAML file with model and training settings (flags override it).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Number of optimizer steps.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Batch size per process.
+    #[arg(long)]
+    pub batch_size: Option<i64>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Random seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Output directory for checkpoints, samples and metrics.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// A folder of PNG/JPEG images instead of the synthetic dataset.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// fp32, fp16 or bf16.
+    #[arg(long)]
+    pub precision: Option<String>,
+    /// cpu, cuda, or cuda:N (default: cuda when available).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Initialise from a diffusers UNet2DModel safetensors state dict.
+    #[arg(long, value_name = "FILE")]
+    pub init_from: Option<PathBuf>,
+    /// Continue from the latest checkpoint in --out.
+    #[arg(long)]
+    pub resume: bool,
+    /// Save a checkpoint every N steps.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Keep the last K checkpoints.
+    #[arg(long)]
+    pub keep: Option<usize>,
+    /// Write a sample grid every N steps (0: never).
+    #[arg(long)]
+    pub sample_every: Option<u64>,
+    /// Data loader worker threads.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// GPUs to train on: all, a count, or device ids (0,2,5); one worker each.
+    #[arg(long, value_name = "all|N|IDS")]
+    pub gpus: Option<String>,
+    /// Measure throughput instead of training for results.
+    #[arg(long)]
+    pub benchmark: bool,
+    /// With --benchmark: efficiency at 1, 2, 4 … N GPUs.
+    #[arg(long)]
+    pub scaling: bool,
+    /// With --benchmark: also run the PyTorch reference and print the ratio.
+    #[arg(long)]
+    pub compare: bool,
+    /// Warm-up steps before timing (benchmark).
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Seconds to wait for all ranks at rendezvous.
+    #[arg(long, env = "IMGCTL_RENDEZVOUS_TIMEOUT", value_name = "SECS")]
+    pub rendezvous_timeout: Option<f64>,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `imgctl sample`.
+#[derive(Debug, Args)]
+pub struct SampleArgs {
+    /// Checkpoint directory (a step-N folder, or a train-demo --out folder for the latest).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: PathBuf,
+    /// Denoising steps.
+    #[arg(long, default_value_t = 50)]
+    pub steps: usize,
+    /// ddim or ddpm.
+    #[arg(long, default_value = "ddim")]
+    pub sampler: String,
+    /// Number of images in the grid.
+    #[arg(long, default_value_t = 16)]
+    pub num: i64,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Use the raw weights instead of the EMA weights.
+    #[arg(long)]
+    pub no_ema: bool,
+    /// cpu, cuda, or cuda:N.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Output PNG.
+    #[arg(long, default_value = "samples.png", value_name = "FILE")]
+    pub out: PathBuf,
+}

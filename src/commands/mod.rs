@@ -1,0 +1,31 @@
+//! One file per subcommand: turn clap args into typed options, call the core,
+//! print through [`crate::output`].
+use crate::cli::{Cli, Command};
+use crate::ExitStatus;
+
+pub mod build;
+pub mod render;
+pub mod sample;
+pub mod specs;
+pub mod train;
+pub mod verify;
+
+/// Runs the parsed command.
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
+    match cli.command {
+        Command::Build(args) => build::run(args),
+        Command::Render(args) => render::run(args),
+        Command::Specs(args) => specs::run(args),
+        Command::Verify(args) => verify::run(args),
+        Command::TrainDemo(args) => train::run(args),
+        Command::Sample(args) => sample::run(args),
+    }
+}
+
+/// The error a torch-only command gives in a binary built without the `torch` feature.
+#[cfg(not(feature = "torch"))]
+pub(crate) fn torch_missing(command: &str) -> anyhow::Error {
+    crate::CliError::usage(format!("`imgctl {command}` needs libtorch, and this imgctl was built without the `torch` feature"))
+        .with_hint("use the imgctl inside an image built by `imgctl build`, or build with default features (`cargo build --release`)")
+        .into()
+}

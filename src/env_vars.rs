@@ -1,0 +1,32 @@
+//! Every environment variable imgctl reads, declared once.
+
+/// Docker engine address (`unix:///var/run/docker.sock`, `tcp://host:2375`).
+pub const DOCKER_HOST: &str = "DOCKER_HOST";
+/// Directory holding the docker client `config.json` (registry credentials).
+pub const DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+/// Disables colour when set to any value (<https://no-color.org>).
+pub const NO_COLOR: &str = "NO_COLOR";
+/// Global rank of a worker (torchrun).
+pub const RANK: &str = "RANK";
+/// Rank of a worker on its node (torchrun).
+pub const LOCAL_RANK: &str = "LOCAL_RANK";
+/// Number of workers in the job (torchrun).
+pub const WORLD_SIZE: &str = "WORLD_SIZE";
+/// Number of workers on this node (torchrun).
+pub const LOCAL_WORLD_SIZE: &str = "LOCAL_WORLD_SIZE";
+/// Host of rank 0's rendezvous server (torchrun).
+pub const MASTER_ADDR: &str = "MASTER_ADDR";
+/// Port of rank 0's rendezvous server (torchrun).
+pub const MASTER_PORT: &str = "MASTER_PORT";
+/// Global rank under SLURM.
+pub const SLURM_PROCID: &str = "SLURM_PROCID";
+/// Node-local rank under SLURM.
+pub const SLURM_LOCALID: &str = "SLURM_LOCALID";
+/// Number of tasks under SLURM.
+pub const SLURM_NTASKS: &str = "SLURM_NTASKS";
+/// Tasks on this node under SLURM.
+pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
+/// Rendezvous timeout in seconds (also `--rendezvous-timeout`).
+pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
+/// GPU visibility as set by the container runtime or the user.
+pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";

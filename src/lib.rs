@@ -1,0 +1,36 @@
+//! imgctl builds, verifies and exercises pinned PyTorch / CUDA GPU images.
+//!
+//! It does three jobs, each behind one subcommand:
+//! 1. **build** (`imgctl build`, `imgctl render`): validated image specs
+//!    ([`spec`]) are rendered to Dockerfiles ([`render`]) and built through the
+//!    Docker Engine API ([`docker`]).
+//! 2. **verify** (`imgctl verify`): GPU, driver and library checks through NVML
+//!    and libtorch ([`verify`]), run inside a container or on a host.
+//! 3. **train-demo** (`imgctl train-demo`, `imgctl sample`): a diffusers-compatible
+//!    UNet DDPM training run and benchmark through tch (`train`, `bench`; the
+//!    `torch` feature).
+//!
+//! [`cli`] holds the clap types only; [`commands`] turns them into typed options
+//! and calls the core; [`output`] decides what goes to stdout and stderr.
+#![warn(missing_docs)]
+
+#[cfg(feature = "torch")]
+pub mod bench;
+pub mod cli;
+pub mod commands;
+pub mod docker;
+pub mod env_vars;
+pub mod error;
+pub mod output;
+pub mod render;
+pub mod spec;
+#[cfg(feature = "torch")]
+pub mod train;
+pub mod verify;
+
+pub use error::{exit, CliError, ExitStatus};
+
+/// Runs one parsed command line and returns its status.
+pub fn run(cli: cli::Cli) -> anyhow::Result<ExitStatus> {
+    commands::dispatch(cli)
+}

@@ -1,0 +1,1 @@
+//! image_e2e tests.

@@ -1,0 +1,1 @@
+//! linking tests.

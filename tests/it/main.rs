@@ -1,0 +1,12 @@
+//! imgctl's integration tests: one binary (libtorch links once), one module per area.
+mod common;
+
+mod build;
+mod cli;
+mod image_e2e;
+mod linking;
+mod parallel;
+mod render;
+mod spec;
+mod train;
+mod verify;
