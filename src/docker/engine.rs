@@ -1,0 +1,26 @@
+//! Connecting to the engine: DOCKER_HOST honoured, API version negotiated.
+use crate::env_vars::DOCKER_HOST;
+use crate::CliError;
+
+/// The address imgctl will try: DOCKER_HOST, else the local socket.
+pub fn engine_address() -> String {
+    std::env::var(DOCKER_HOST).unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
+}
+
+/// Connects to the engine and negotiates the API version, so that Docker 20.10
+/// (API 1.41) and current engines both work. Fails with one line naming the
+/// address tried when nothing answers (exit 1).
+pub async fn connect() -> anyhow::Result<bollard::Docker> {
+    let address = engine_address();
+    let unreachable = |e: &dyn std::fmt::Display| {
+        CliError::failure(format!("cannot connect to the Docker engine at {address}: {e}"))
+            .with_hint("start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or point DOCKER_HOST at a running one")
+    };
+    let docker = bollard::Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
+    // negotiate_version pings /version and lowers the client version to the engine's.
+    let docker = docker
+        .negotiate_version()
+        .await
+        .map_err(|e| unreachable(&e))?;
+    Ok(docker)
+}
