@@ -1,0 +1,23 @@
+# imgctl: the two commands of the README, and the usual targets.
+.PHONY: setup build image test lint
+
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	cargo build --release
+
+# Set up, then build the default image (PyTorch 2.7 / CUDA 12.4 profile).
+image: build
+	./target/release/imgctl build --cuda 12.4 --tag imgctl/pytorch:2.7.0-cu124
+
+# Set up, then run the whole test suite (CI runs exactly this).
+test: setup
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+	cargo build --no-default-features
+	cargo test --release
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
