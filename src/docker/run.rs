@@ -243,6 +243,10 @@ pub async fn run_to_completion(docker: &bollard::Docker, req: RunRequest) -> any
         host_config: Some(host_config),
         ..Default::default()
     };
+    // Listen for Ctrl-C from before the container exists, so none slips between
+    // its creation and the wait below.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| anyhow::anyhow!("installing the Ctrl-C handler: {e}"))?;
     let created = docker
         .create_container(Some(CreateContainerOptions::default()), body)
         .await
@@ -261,7 +265,7 @@ pub async fn run_to_completion(docker: &bollard::Docker, req: RunRequest) -> any
     let mut guard = ContainerGuard::new(created.id.clone());
     let outcome = tokio::select! {
         r = drive(docker, &created.id, &req) => r,
-        _ = tokio::signal::ctrl_c() => Err(CliError::interrupted("interrupted; the container was removed").into()),
+        _ = interrupt.recv() => Err(CliError::interrupted("interrupted; the container was removed").into()),
     };
     let removed = guard.remove(docker).await;
     let out = outcome?;

@@ -277,6 +277,10 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
                         .threshold(format!("--gpus {gpus_text}"))
                         .hint("install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or pass --expect-gpus 0 to run without GPUs"),
                 );
+            } else if e.to_string().contains("executable file not found") {
+                return Err(crate::CliError::failure(format!("the image {} has no imgctl on its PATH: {e}", run.image))
+                    .with_hint("use an image built by `imgctl build` (it installs /usr/local/bin/imgctl), or mount one with --mount /path/to/imgctl:/usr/local/bin/imgctl:ro")
+                    .into());
             } else {
                 return Err(e);
             }

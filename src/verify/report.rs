@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn table_has_thresholds_and_plain_labels() {
         let t = table(&sample(), false, false);
-        assert!(t.contains("| FAIL"), "{t}");
+        assert!(t.contains(" FAIL "), "{t}");
         assert!(t.contains("0 errors"));
         assert!(t.contains("hint (nvml.ecc gpu1): drain"));
         assert!(!t.contains('\x1b'));
