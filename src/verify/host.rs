@@ -77,7 +77,7 @@ pub struct HostGpus {
 pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
     let b = match nvml {
         NvmlState::Ready(b) => b.clone(),
-        NvmlState::Unavailable(e) => {
+        NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
             return HostGpus {
                 unavailable: Some(e.clone()),
                 ..Default::default()
@@ -340,7 +340,7 @@ pub fn no_driver_line(report: &Report) -> Option<String> {
         .results
         .iter()
         .find(|r| r.id == "nvml.driver" && r.status == Status::Fail && r.message.starts_with("no NVIDIA driver"))
-        .map(|r| r.message.clone())
+        .map(|r| r.message.split(" (reported although").next().unwrap_or_default().to_string())
 }
 
 #[cfg(test)]

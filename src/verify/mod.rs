@@ -84,6 +84,9 @@ pub enum NvmlState {
     Ready(Arc<dyn nvml::NvmlBackend>),
     /// Not loaded; the one-line reason ("no NVIDIA driver: libnvidia-ml.so.1 not found").
     Unavailable(String),
+    /// nvmlInit did not return within the deadline: a driver is there but
+    /// wedged. Always an ERROR (the verdict is unknown), whatever is expected.
+    Hung(String),
 }
 
 /// What every check can see.
@@ -104,7 +107,9 @@ impl Context {
     pub fn nvml_backend(&self, id: &str) -> Result<Arc<dyn nvml::NvmlBackend>, CheckResult> {
         match &self.nvml {
             NvmlState::Ready(b) => Ok(b.clone()),
-            NvmlState::Unavailable(e) => Err(CheckResult::skip(id, format!("NVML not available ({e}); see nvml.driver"))),
+            NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
+                Err(CheckResult::skip(id, format!("NVML not available ({e}); see nvml.driver")))
+            }
         }
     }
 }
@@ -179,7 +184,7 @@ pub fn load_real_nvml(timeout: Duration) -> NvmlState {
     match check::run_with_deadline(timeout, nvml::RealNvml::load) {
         Ok(Ok(real)) => NvmlState::Ready(Arc::new(real)),
         Ok(Err(e)) => NvmlState::Unavailable(e.to_string()),
-        Err(e) => NvmlState::Unavailable(format!("NVML initialisation {e}")),
+        Err(e) => NvmlState::Hung(format!("NVML initialisation {e}")),
     }
 }
 
@@ -195,7 +200,7 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
                 Err(e) => Err(format!("GPU count unknown (device count {e}); see nvml.device_count")),
             }
         }
-        NvmlState::Unavailable(e) => Err(format!("NVML not available ({e}); see nvml.driver")),
+        NvmlState::Unavailable(e) | NvmlState::Hung(e) => Err(format!("NVML not available ({e}); see nvml.driver")),
     };
     let mut results = Vec::new();
     for c in registry() {
@@ -213,6 +218,22 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
                 }
                 Err(why) => results.push(CheckResult::skip(c.id(), why.clone())),
             },
+        }
+    }
+    // The NVML verdict is never left out: without it, a run whose NVML did not
+    // load could pass on SKIPs alone (the DCGM trap).
+    let nvml_missing = match &ctx.nvml {
+        NvmlState::Ready(_) => false,
+        NvmlState::Unavailable(_) => !ctx.expect.allows_none(),
+        NvmlState::Hung(_) => true,
+    };
+    if nvml_missing && !results.iter().any(|r| r.id == "nvml.driver") {
+        if let Some(driver) = registry().into_iter().find(|c| c.id() == "nvml.driver") {
+            let mut verdict = check::run_check(driver, ctx.clone(), None, opts.timeout);
+            for r in &mut verdict {
+                r.message = format!("{} (reported although not selected: NVML is required)", r.message);
+            }
+            results.splice(0..0, verdict);
         }
     }
     apply_node_median(&mut results);

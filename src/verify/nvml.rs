@@ -769,6 +769,11 @@ fn check_driver(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
     const ID: &str = "nvml.driver";
     let nvml = match &ctx.nvml {
         super::NvmlState::Ready(b) => b.clone(),
+        super::NvmlState::Hung(e) => {
+            return vec![CheckResult::error(ID, e.to_string()).hint(
+                "the driver did not answer nvmlInit in time: check `nvidia-smi` and dmesg for Xid errors; raise --check-timeout if the system is merely slow",
+            )];
+        }
         super::NvmlState::Unavailable(e) => {
             return vec![if ctx.expect.allows_none() {
                 CheckResult::skip(ID, format!("{e}; none expected (--expect-gpus 0)"))

@@ -287,3 +287,26 @@ fn torch_count_mismatch_names_cuda_visible_devices() {
     assert!(c.message.contains("CUDA_VISIBLE_DEVICES"), "{}", c.message);
     assert_eq!(c.measured.as_deref(), Some("torch 0, NVML 2"));
 }
+
+#[test]
+fn nvml_verdict_is_reported_even_when_not_selected() {
+    // Seen on an H200 with --check-timeout 0.0005: nvmlInit outran the deadline,
+    // every selected check was SKIP, and the run must not pass.
+    let hung = NvmlState::Hung("NVML initialisation timed out after 0.0005s".into());
+    let r = run_local(hung, &opts(ExpectGpus::Any, &["nvml.ecc"]), Pins::default());
+    let d = find(&r, "nvml.driver", None);
+    assert_eq!(d.status, Status::Error);
+    assert!(d.message.contains("timed out"), "{}", d.message);
+    assert!(!r.passed);
+    let hung = NvmlState::Hung("NVML initialisation timed out after 0.0005s".into());
+    let r = run_local(hung, &opts(ExpectGpus::Exactly(0), &["nvml.ecc"]), Pins::default());
+    assert!(!r.passed, "a wedged driver is an unknown verdict even with --expect-gpus 0");
+    let none = NvmlState::Unavailable("no NVIDIA driver: libnvidia-ml.so.1 not found".into());
+    let r = run_local(none, &opts(ExpectGpus::Any, &["nvml.ecc"]), Pins::default());
+    assert_eq!(find(&r, "nvml.driver", None).status, Status::Fail);
+    assert!(!r.passed);
+    let none = NvmlState::Unavailable("no NVIDIA driver: libnvidia-ml.so.1 not found".into());
+    let r = run_local(none, &opts(ExpectGpus::Exactly(0), &["nvml.ecc"]), Pins::default());
+    assert!(r.passed);
+    assert!(r.results.iter().all(|x| x.id != "nvml.driver"));
+}

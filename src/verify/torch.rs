@@ -298,7 +298,7 @@ mod imp {
     fn nvml_count(ctx: &Context) -> Option<u32> {
         match &ctx.nvml {
             super::super::NvmlState::Ready(b) => b.device_count().ok(),
-            super::super::NvmlState::Unavailable(_) => None,
+            super::super::NvmlState::Unavailable(_) | super::super::NvmlState::Hung(_) => None,
         }
     }
 
