@@ -30,3 +30,9 @@ pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// Pins (JSON) that `imgctl verify` checks torch and its CUDA libraries
+/// against; `verify --image` sets it inside the container from the image labels.
+pub const IMGCTL_VERIFY_PINS: &str = "IMGCTL_VERIFY_PINS";
+/// CUDA device enumeration order; verify sets `PCI_BUS_ID` when unset so CUDA
+/// ordinals follow NVML's (PCI) order.
+pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";

@@ -1,8 +1,96 @@
-//! `imgctl verify`.
+//! `imgctl verify`: turns [`VerifyArgs`] into [`verify::Options`], runs the
+//! checks here or inside a container of `--image`, and prints the report
+//! (table on stderr, `--json` on stdout, `--junit FILE`).
+use std::time::Duration;
+
 use crate::cli::VerifyArgs;
-use crate::ExitStatus;
+use crate::docker::run::GpuRequest;
+use crate::output::printer;
+use crate::verify::{self, ExpectGpus, Level, Options, Report};
+use crate::{CliError, ExitStatus};
+
+/// The hint under "no NVIDIA driver".
+const NO_DRIVER_HINT: &str = "install the NVIDIA driver (or run the container with the GPU: `--gpus all` and the NVIDIA Container Toolkit); on a CPU-only host pass --expect-gpus 0";
+
+/// Parses and checks the arguments; every problem is a usage error (exit 2).
+pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
+    let expect = ExpectGpus::parse(&args.expect_gpus).map_err(|m| {
+        CliError::usage(m).with_hint("--expect-gpus 8 requires exactly 8 GPUs; `any` at least one; 0 a CPU-only host")
+    })?;
+    let level = if args.level == "full" { Level::Full } else { Level::Quick };
+    let mut unknown = verify::unknown_patterns(&args.only);
+    unknown.extend(verify::unknown_patterns(&args.skip));
+    if !unknown.is_empty() {
+        return Err(CliError::usage(format!("unknown check id(s): {}", unknown.join(", ")))
+            .with_hint(format!("valid ids (or their prefixes such as `nvml`): {}", verify::all_ids().join(", ")))
+            .into());
+    }
+    if !(args.check_timeout.is_finite() && args.check_timeout > 0.0 && args.check_timeout <= 3600.0) {
+        return Err(CliError::usage(format!("--check-timeout {} is not a number of seconds in (0, 3600]", args.check_timeout))
+            .with_hint("e.g. --check-timeout 30")
+            .into());
+    }
+    Ok(Options {
+        level,
+        expect,
+        only: args.only.clone(),
+        skip: args.skip.clone(),
+        timeout: Duration::from_secs_f64(args.check_timeout),
+    })
+}
 
 /// Runs `imgctl verify`.
-pub fn run(_args: VerifyArgs) -> anyhow::Result<ExitStatus> {
-    Err(crate::CliError::failure("not implemented in this build").into())
+pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
+    let opts = options(&args)?;
+    if let Some(image) = &args.image {
+        let gpus = GpuRequest::parse(&args.gpus).map_err(|m| CliError::usage(m).with_hint("--gpus all | 2 | 0,2 | device=0"))?;
+        let run = verify::host::ImageRun {
+            image: image.clone(),
+            gpus,
+            opts: opts.clone(),
+            mounts: args.mounts.clone(),
+            labels: Default::default(),
+        };
+        let nvml = verify::load_real_nvml(opts.timeout);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let report = rt.block_on(verify::host::verify_image(run, nvml))?;
+        return emit(&report, &args);
+    }
+    // CUDA numbers devices fastest-first unless told otherwise; NVML uses PCI
+    // order. Make them agree before anything initialises CUDA.
+    if std::env::var_os(crate::env_vars::CUDA_DEVICE_ORDER).is_none() {
+        std::env::set_var(crate::env_vars::CUDA_DEVICE_ORDER, "PCI_BUS_ID");
+    }
+    let nvml = verify::load_real_nvml(opts.timeout);
+    let pins = verify::Pins::resolve(verify::torch::loaded_torch_dir().as_deref())
+        .map_err(|m| CliError::usage(m).with_hint("IMGCTL_VERIFY_PINS holds a JSON object like {\"torch\":\"2.7.0\",\"cudnn\":\"9.5.1.17\"}"))?;
+    printer().verbose(format!("pins from {}", pins.source));
+    let report = verify::run_local(nvml, &opts, pins);
+    emit(&report, &args)
+}
+
+/// Prints the report and maps it to an exit status: 0 when nothing failed,
+/// 1 when any check is FAIL or ERROR (an ERROR leaves the verdict unknown).
+pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
+    let p = printer();
+    if args.json {
+        p.json(report)?;
+    }
+    if let Some(path) = &args.junit {
+        std::fs::write(path, verify::report::junit(report)).map_err(|e| {
+            CliError::failure(format!("cannot write the JUnit report to {}: {e}", path.display()))
+                .with_hint("check that the folder exists and is writable")
+        })?;
+    }
+    // No driver while GPUs are expected: one clear line, not a table of SKIPs.
+    if let Some(line) = verify::host::no_driver_line(report) {
+        return Err(CliError::failure(line).with_hint(NO_DRIVER_HINT).into());
+    }
+    if !p.quiet {
+        eprint!("{}", verify::report::table(report, p.color, p.interactive));
+    }
+    Ok(if report.passed { ExitStatus::Success } else { ExitStatus::Failure })
 }

@@ -1,1 +1,365 @@
-//! Running a container to completion with GPU requests (owned by the verify work).
+//! Running a container to completion, with GPU device requests (the Engine API
+//! equivalent of `docker run --gpus`), and removing it on every path.
+//!
+//! It owns [`GpuRequest`] (parsing `all`, `N`, `0,2`, `GPU-uuid…`),
+//! [`run_to_completion`] and the [`ContainerGuard`] that force-removes the
+//! container when dropped (error, panic) or on Ctrl-C. It knows nothing of
+//! verify's checks: callers pass the command and read stdout/stderr back.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, KillContainerOptions, LogsOptions, RemoveContainerOptions, WaitContainerOptions,
+};
+use futures_util::StreamExt;
+
+use crate::CliError;
+
+/// Which GPUs a container gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuRequest {
+    /// Every GPU (`--gpus all`, count −1).
+    All,
+    /// Any N GPUs.
+    Count(u32),
+    /// These device indices or UUIDs.
+    Ids(Vec<String>),
+}
+
+impl GpuRequest {
+    /// Parses `all`, a count, or a comma-separated list of indices / UUIDs
+    /// (`0,2`, `GPU-8f3c…`; `device=0` for the single device 0, as docker spells it). The message of an error names the bad part.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Err("--gpus is empty; use all, a count (2) or device ids (0,2)".into());
+        }
+        if t.eq_ignore_ascii_case("all") {
+            return Ok(GpuRequest::All);
+        }
+        // `device=0` (docker's spelling) names device 0 rather than a count.
+        let (t, explicit_ids) = match t.strip_prefix("device=") {
+            Some(rest) => (rest.trim_matches('"'), true),
+            None => (t, false),
+        };
+        if !t.contains(',') && !explicit_ids {
+            if let Ok(n) = t.parse::<u32>() {
+                return if n == 0 {
+                    Err("--gpus 0 requests no GPU: pass --expect-gpus 0 to run without GPUs, or device=0 for GPU 0".into())
+                } else {
+                    Ok(GpuRequest::Count(n))
+                };
+            }
+        }
+        let mut ids = Vec::new();
+        for part in t.split(',') {
+            let p = part.trim();
+            let ok_index = !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
+            let ok_uuid = (p.starts_with("GPU-") || p.starts_with("MIG-")) && p.len() > 4;
+            if !ok_index && !ok_uuid {
+                return Err(format!(
+                    "--gpus `{s}`: `{p}` is not a device index or a GPU-/MIG- UUID; use all, a count (2) or ids (0,2)"
+                ));
+            }
+            if ids.iter().any(|x| x == p) {
+                return Err(format!("--gpus `{s}` names device `{p}` twice"));
+            }
+            ids.push(p.to_string());
+        }
+        Ok(GpuRequest::Ids(ids))
+    }
+
+    /// The Engine API device request: driver `nvidia`, capabilities `[["gpu"]]`,
+    /// with count −1 (all), N, or the device ids (as the docker CLI sends for `--gpus`).
+    pub fn device_request(&self) -> DeviceRequest {
+        let (count, device_ids) = match self {
+            GpuRequest::All => (Some(-1), None),
+            GpuRequest::Count(n) => (Some(i64::from(*n)), None),
+            GpuRequest::Ids(ids) => (None, Some(ids.clone())),
+        };
+        DeviceRequest {
+            driver: Some("nvidia".into()),
+            count,
+            device_ids,
+            capabilities: Some(vec![vec!["gpu".into()]]),
+            options: None,
+        }
+    }
+
+    /// `all`, `2`, `0,2`.
+    pub fn describe(&self) -> String {
+        match self {
+            GpuRequest::All => "all".into(),
+            GpuRequest::Count(n) => n.to_string(),
+            GpuRequest::Ids(ids) => ids.join(","),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// Image reference.
+    pub image: String,
+    /// Entrypoint override (None: the image's).
+    pub entrypoint: Option<Vec<String>>,
+    /// Command (arguments after the entrypoint).
+    pub cmd: Vec<String>,
+    /// `K=V` environment entries.
+    pub env: Vec<String>,
+    /// GPUs to request; None requests none.
+    pub gpus: Option<GpuRequest>,
+    /// Bind mounts (`/host:/container:ro`).
+    pub binds: Vec<String>,
+    /// Container labels (tests find leftovers by them).
+    pub labels: HashMap<String, String>,
+    /// How long the container may run before it is killed.
+    pub timeout: Duration,
+}
+
+/// What a finished container left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutput {
+    /// Exit code of its main process.
+    pub exit_code: i64,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+/// The engine refused the GPU request (no nvidia runtime / container toolkit).
+#[derive(Debug)]
+pub struct GpuRequestRejected(pub String);
+
+impl std::fmt::Display for GpuRequestRejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the Docker engine cannot give the container GPUs: {}", self.0)
+    }
+}
+
+impl std::error::Error for GpuRequestRejected {}
+
+/// Label every container imgctl starts carries.
+pub const LABEL_MANAGED: &str = "io.imgctl.managed";
+
+/// Force-removes a container when dropped, unless [`ContainerGuard::removed`]
+/// says it is already gone. Drop runs on error returns and panics; it uses its
+/// own thread and runtime, because it may run inside (or after) the caller's.
+pub struct ContainerGuard {
+    id: Option<String>,
+}
+
+impl ContainerGuard {
+    /// Guards container `id`.
+    pub fn new(id: String) -> Self {
+        Self { id: Some(id) }
+    }
+    /// Removes the container now (force) and disarms the guard.
+    pub async fn remove(&mut self, docker: &bollard::Docker) -> anyhow::Result<()> {
+        if let Some(id) = self.id.take() {
+            remove_container(docker, &id).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(id, Some(opts)).await {
+        Ok(()) => Ok(()),
+        // Already gone.
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("removing container {id}: {e}")),
+    }
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let handle = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            rt.block_on(async {
+                let docker = super::connect().await.ok()?;
+                remove_container(&docker, &id).await.ok()
+            })
+        });
+        let _ = handle.join();
+    }
+}
+
+/// The labels of a local image; an image the engine does not have is a usage
+/// error (exit 2) naming it.
+pub async fn image_labels(docker: &bollard::Docker, image: &str) -> anyhow::Result<HashMap<String, String>> {
+    match docker.inspect_image(image).await {
+        Ok(inspect) => Ok(inspect
+            .config
+            .and_then(|c| c.labels)
+            .unwrap_or_default()
+            .into_iter()
+            .collect()),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Err(CliError::usage(
+            format!("image `{image}` not found in the engine"),
+        )
+        .with_hint("build it with `imgctl build`, or check the tag with `docker images`")
+        .into()),
+        Err(e) => Err(anyhow::anyhow!("inspecting image {image}: {e}")),
+    }
+}
+
+/// Whether an engine error is the "no GPU runtime" refusal of a device request.
+fn is_gpu_rejection(msg: &str) -> bool {
+    let m = msg.to_ascii_lowercase();
+    m.contains("could not select device driver") || m.contains("nvidia-container-cli") || m.contains("unknown runtime")
+}
+
+/// Creates the container, starts it, waits for it (at most `req.timeout`),
+/// collects its output, and removes it, on every path: success, error, timeout,
+/// panic (the guard) and Ctrl-C (returns an interrupted error, exit 130).
+/// A GPU request the engine cannot serve fails with [`GpuRequestRejected`] in
+/// the error chain, so callers can retry without GPUs.
+pub async fn run_to_completion(docker: &bollard::Docker, req: RunRequest) -> anyhow::Result<RunOutput> {
+    let mut labels = req.labels.clone();
+    labels.insert(LABEL_MANAGED.into(), "true".into());
+    let host_config = HostConfig {
+        device_requests: req.gpus.as_ref().map(|g| vec![g.device_request()]),
+        binds: (!req.binds.is_empty()).then(|| req.binds.clone()),
+        ..Default::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(req.image.clone()),
+        entrypoint: req.entrypoint.clone(),
+        cmd: Some(req.cmd.clone()),
+        env: (!req.env.is_empty()).then(|| req.env.clone()),
+        labels: Some(labels),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        host_config: Some(host_config),
+        ..Default::default()
+    };
+    // Listen for Ctrl-C from before the container exists, so none slips between
+    // its creation and the wait below.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| anyhow::anyhow!("installing the Ctrl-C handler: {e}"))?;
+    let created = docker
+        .create_container(Some(CreateContainerOptions::default()), body)
+        .await
+        .map_err(|e| {
+            let msg = e.to_string();
+            if is_gpu_rejection(&msg) {
+                anyhow::Error::new(GpuRequestRejected(msg))
+            } else if msg.contains("No such image") || msg.contains("404") {
+                CliError::usage(format!("image `{}` not found in the engine", req.image))
+                    .with_hint("build it with `imgctl build`, or check `docker images`")
+                    .into()
+            } else {
+                anyhow::anyhow!("creating a container of {}: {msg}", req.image)
+            }
+        })?;
+    let mut guard = ContainerGuard::new(created.id.clone());
+    let outcome = tokio::select! {
+        r = drive(docker, &created.id, &req) => r,
+        _ = interrupt.recv() => Err(CliError::interrupted("interrupted; the container was removed").into()),
+    };
+    let removed = guard.remove(docker).await;
+    let out = outcome?;
+    removed?;
+    Ok(out)
+}
+
+async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::Result<RunOutput> {
+    if let Err(e) = docker.start_container(id, None).await {
+        let msg = e.to_string();
+        if is_gpu_rejection(&msg) {
+            return Err(GpuRequestRejected(msg).into());
+        }
+        return Err(anyhow::anyhow!("starting the container of {}: {msg}", req.image));
+    }
+    let wait = async {
+        let mut s = docker.wait_container(id, Some(WaitContainerOptions::default()));
+        match s.next().await {
+            Some(Ok(r)) => Ok(r.status_code),
+            // bollard reports a non-zero exit as this error; it is still an exit code.
+            Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
+            Some(Err(e)) => Err(anyhow::anyhow!("waiting for the container: {e}")),
+            None => Err(anyhow::anyhow!("the engine closed the wait stream")),
+        }
+    };
+    let exit_code = match tokio::time::timeout(req.timeout, wait).await {
+        Ok(code) => code?,
+        Err(_) => {
+            let _ = docker
+                .kill_container(id, Some(KillContainerOptions { signal: "KILL".into() }))
+                .await;
+            return Err(CliError::failure(format!(
+                "the container did not finish within {}s and was killed",
+                req.timeout.as_secs()
+            ))
+            .with_hint("raise --check-timeout, or look for a hung GPU (nvidia-smi, dmesg)")
+            .into());
+        }
+    };
+    let mut logs = docker.logs(
+        id,
+        Some(LogsOptions {
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        }),
+    );
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    while let Some(chunk) = logs.next().await {
+        match chunk.map_err(|e| anyhow::anyhow!("reading the container's output: {e}"))? {
+            bollard::container::LogOutput::StdOut { message } => stdout.extend_from_slice(&message),
+            bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+            bollard::container::LogOutput::Console { message } => stdout.extend_from_slice(&message),
+            bollard::container::LogOutput::StdIn { .. } => {}
+        }
+    }
+    Ok(RunOutput {
+        exit_code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_request_parsing() {
+        assert_eq!(GpuRequest::parse("all"), Ok(GpuRequest::All));
+        assert_eq!(GpuRequest::parse("4"), Ok(GpuRequest::Count(4)));
+        assert_eq!(GpuRequest::parse("0,2"), Ok(GpuRequest::Ids(vec!["0".into(), "2".into()])));
+        assert_eq!(
+            GpuRequest::parse("GPU-8f3c0000-1111"),
+            Ok(GpuRequest::Ids(vec!["GPU-8f3c0000-1111".into()]))
+        );
+        assert!(GpuRequest::parse("").unwrap_err().contains("empty"));
+        assert!(GpuRequest::parse("0").unwrap_err().contains("--expect-gpus 0"));
+        assert!(GpuRequest::parse("0,,1").unwrap_err().contains("``"));
+        assert!(GpuRequest::parse("0,x").unwrap_err().contains("`x`"));
+        assert!(GpuRequest::parse("1,1").unwrap_err().contains("twice"));
+        assert!(GpuRequest::parse("-1").is_err());
+        assert_eq!(GpuRequest::parse("device=0"), Ok(GpuRequest::Ids(vec!["0".into()])));
+    }
+
+    #[test]
+    fn device_request_matches_docker_cli() {
+        let all = GpuRequest::All.device_request();
+        assert_eq!(all.driver.as_deref(), Some("nvidia"));
+        assert_eq!(all.count, Some(-1));
+        assert_eq!(all.capabilities, Some(vec![vec!["gpu".to_string()]]));
+        let ids = GpuRequest::Ids(vec!["0".into(), "2".into()]).device_request();
+        assert_eq!(ids.count, None);
+        assert_eq!(ids.device_ids, Some(vec!["0".to_string(), "2".to_string()]));
+        assert_eq!(GpuRequest::Count(2).device_request().count, Some(2));
+    }
+}

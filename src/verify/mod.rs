@@ -1,1 +1,395 @@
-//! verify (being written).
+//! `imgctl verify`: is this machine (or this image on this machine) fit to train on?
+//!
+//! This module owns the check registry and the runner. Each check is an
+//! independent unit with a stable dotted id ([`check::Check`]); families live
+//! in [`nvml`] (NVML through nvml-wrapper, behind the [`nvml::NvmlBackend`]
+//! seam), [`torch`] (libtorch facts and loaded-library provenance),
+//! [`functional`] (matrix products, bandwidths, NCCL; `--level full`) and
+//! [`host`] (the host side of `verify --image`). [`report`] renders results
+//! as a table, JSON and JUnit. It must not parse CLI arguments (see
+//! `commands/verify.rs`) nor talk to the Docker engine except through
+//! `crate::docker`.
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub mod check;
+pub mod fatbin;
+pub mod functional;
+pub mod host;
+pub mod nvml;
+pub mod pins;
+pub mod provenance;
+pub mod report;
+pub mod torch;
+
+pub use check::{Check, CheckResult, Level, Scope, Status};
+pub use pins::Pins;
+
+/// Version of the JSON report layout (`--json`); bump on incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// How many GPUs the run requires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExpectGpus {
+    /// At least one.
+    Any,
+    /// Exactly this many (0: a CPU-only host; GPU checks are SKIP).
+    Exactly(u32),
+}
+
+impl ExpectGpus {
+    /// Parses `any` or a count.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("any") {
+            return Ok(ExpectGpus::Any);
+        }
+        t.parse::<u32>()
+            .map(ExpectGpus::Exactly)
+            .map_err(|_| format!("--expect-gpus takes a number or `any`, not `{s}`"))
+    }
+    /// Whether `count` GPUs satisfy the expectation.
+    pub fn accepts(self, count: u32) -> bool {
+        match self {
+            ExpectGpus::Any => count >= 1,
+            ExpectGpus::Exactly(n) => count == n,
+        }
+    }
+    /// Whether no GPU is an acceptable outcome.
+    pub fn allows_none(self) -> bool {
+        self == ExpectGpus::Exactly(0)
+    }
+    /// `≥ 1 GPU` / `= 4 GPU(s)`.
+    pub fn describe(self) -> String {
+        match self {
+            ExpectGpus::Any => "≥ 1 GPU".to_string(),
+            ExpectGpus::Exactly(n) => format!("= {n} GPU(s)"),
+        }
+    }
+    /// The CLI spelling (`any`, `4`).
+    pub fn as_arg(self) -> String {
+        match self {
+            ExpectGpus::Any => "any".to_string(),
+            ExpectGpus::Exactly(n) => n.to_string(),
+        }
+    }
+}
+
+/// Whether NVML could be loaded.
+#[derive(Clone)]
+pub enum NvmlState {
+    /// Loaded; the backend to use.
+    Ready(Arc<dyn nvml::NvmlBackend>),
+    /// Not loaded; the one-line reason ("no NVIDIA driver: libnvidia-ml.so.1 not found").
+    Unavailable(String),
+    /// nvmlInit did not return within the deadline: a driver is there but
+    /// wedged. Always an ERROR (the verdict is unknown), whatever is expected.
+    Hung(String),
+}
+
+/// What every check can see.
+pub struct Context {
+    /// NVML, or why not.
+    pub nvml: NvmlState,
+    /// How many GPUs must be present.
+    pub expect: ExpectGpus,
+    /// quick or full.
+    pub level: Level,
+    /// Expected versions of torch and its CUDA libraries.
+    pub pins: Pins,
+}
+
+impl Context {
+    /// The NVML backend, or the SKIP result a check returns when NVML is not
+    /// loaded (`nvml.driver` carries the verdict for that).
+    pub fn nvml_backend(&self, id: &str) -> Result<Arc<dyn nvml::NvmlBackend>, CheckResult> {
+        match &self.nvml {
+            NvmlState::Ready(b) => Ok(b.clone()),
+            NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
+                Err(CheckResult::skip(id, format!("NVML not available ({e}); see nvml.driver")))
+            }
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// quick or full.
+    pub level: Level,
+    /// GPU expectation.
+    pub expect: ExpectGpus,
+    /// Ids or id prefixes to run (empty: all at the level).
+    pub only: Vec<String>,
+    /// Ids or id prefixes to leave out.
+    pub skip: Vec<String>,
+    /// Deadline per check and subject.
+    pub timeout: Duration,
+}
+
+/// Every check imgctl knows, in run order.
+pub fn registry() -> Vec<Arc<dyn Check>> {
+    let mut all: Vec<Arc<dyn Check>> = Vec::new();
+    for c in nvml::checks() {
+        all.push(Arc::new(c));
+    }
+    for c in torch::checks() {
+        all.push(Arc::new(c));
+    }
+    for c in functional::checks() {
+        all.push(Arc::new(c));
+    }
+    all
+}
+
+/// All check ids, in run order (host-side checks included).
+pub fn all_ids() -> Vec<&'static str> {
+    let mut ids: Vec<&'static str> = registry().iter().map(|c| c.id()).collect();
+    ids.extend(host::IDS);
+    ids
+}
+
+fn matches(id: &str, pattern: &str) -> bool {
+    let p = pattern.trim_end_matches(".*").trim_end_matches('.');
+    id == p || id.starts_with(&format!("{p}."))
+}
+
+/// Checks `--only` / `--skip` patterns against the known ids: each must name
+/// an id or an id prefix (`nvml`, `torch.cudnn_loaded`). Returns the unknown ones.
+pub fn unknown_patterns(patterns: &[String]) -> Vec<String> {
+    let ids = all_ids();
+    patterns
+        .iter()
+        .filter(|p| !ids.iter().any(|id| matches(id, p)))
+        .cloned()
+        .collect()
+}
+
+/// Whether check `id` is selected by `only` / `skip` at `level`. A check named
+/// by `--only` runs whatever its level.
+pub fn selected(id: &str, check_level: Level, opts: &Options) -> bool {
+    if opts.skip.iter().any(|p| matches(id, p)) {
+        return false;
+    }
+    if !opts.only.is_empty() {
+        return opts.only.iter().any(|p| matches(id, p));
+    }
+    check_level == Level::Quick || opts.level == Level::Full
+}
+
+/// Loads the real NVML under the deadline (a wedged driver can hang nvmlInit).
+pub fn load_real_nvml(timeout: Duration) -> NvmlState {
+    match check::run_with_deadline(timeout, nvml::RealNvml::load) {
+        Ok(Ok(real)) => NvmlState::Ready(Arc::new(real)),
+        Ok(Err(e)) => NvmlState::Unavailable(e.to_string()),
+        Err(e) => NvmlState::Hung(format!("NVML initialisation {e}")),
+    }
+}
+
+/// Runs the selected checks in order, each subject under its own deadline,
+/// then applies the node-median rule.
+pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
+    let count = match &ctx.nvml {
+        NvmlState::Ready(b) => {
+            let b = b.clone();
+            match check::run_with_deadline(opts.timeout, move || b.device_count()) {
+                Ok(Ok(n)) => Ok(n),
+                Ok(Err(e)) => Err(format!("GPU count unknown ({e}); see nvml.device_count")),
+                Err(e) => Err(format!("GPU count unknown (device count {e}); see nvml.device_count")),
+            }
+        }
+        NvmlState::Unavailable(e) | NvmlState::Hung(e) => Err(format!("NVML not available ({e}); see nvml.driver")),
+    };
+    let mut results = Vec::new();
+    for c in registry() {
+        if !selected(c.id(), c.level(), opts) {
+            continue;
+        }
+        match c.scope() {
+            Scope::Node => results.extend(check::run_check(c.clone(), ctx.clone(), None, opts.timeout)),
+            Scope::PerGpu => match &count {
+                Ok(0) => results.push(CheckResult::skip(c.id(), "no GPU found")),
+                Ok(n) => {
+                    for g in 0..*n {
+                        results.extend(check::run_check(c.clone(), ctx.clone(), Some(g), opts.timeout));
+                    }
+                }
+                Err(why) => results.push(CheckResult::skip(c.id(), why.clone())),
+            },
+        }
+    }
+    // The NVML verdict is never left out: without it, a run whose NVML did not
+    // load could pass on SKIPs alone (the DCGM trap).
+    let nvml_missing = match &ctx.nvml {
+        NvmlState::Ready(_) => false,
+        NvmlState::Unavailable(_) => !ctx.expect.allows_none(),
+        NvmlState::Hung(_) => true,
+    };
+    if nvml_missing && !results.iter().any(|r| r.id == "nvml.driver") {
+        if let Some(driver) = registry().into_iter().find(|c| c.id() == "nvml.driver") {
+            let mut verdict = check::run_check(driver, ctx.clone(), None, opts.timeout);
+            for r in &mut verdict {
+                r.message = format!("{} (reported although not selected: NVML is required)", r.message);
+            }
+            results.splice(0..0, verdict);
+        }
+    }
+    apply_node_median(&mut results);
+    results
+}
+
+/// Ids whose per-GPU `value` is a rate where higher is better; the 90 %
+/// node-median rule applies to them.
+pub const MEDIAN_RULE_IDS: &[&str] = &[
+    "func.matmul_bf16",
+    "func.matmul_fp32",
+    "func.mem_bandwidth",
+    "func.h2d_bandwidth",
+    "func.d2h_bandwidth",
+    "func.p2p_bandwidth",
+];
+
+/// Fraction of the node median under which a GPU is a WARN (the issue: "any
+/// GPU below 90 % of the node median on a metric is a WARN").
+pub const MEDIAN_FRACTION: f64 = 0.9;
+
+/// Marks PASS results below [`MEDIAN_FRACTION`] of the node median of their
+/// metric as WARN, even above the absolute floor.
+pub fn apply_node_median(results: &mut [CheckResult]) {
+    for id in MEDIAN_RULE_IDS {
+        let mut values: Vec<f64> = results
+            .iter()
+            .filter(|r| r.id == *id && r.gpu.is_some())
+            .filter(|r| matches!(r.status, Status::Pass | Status::Warn))
+            .filter_map(|r| r.value)
+            .collect();
+        if values.len() < 2 {
+            continue;
+        }
+        values.sort_by(|a, b| a.total_cmp(b));
+        let mid = values.len() / 2;
+        let median = if values.len() % 2 == 0 {
+            (values[mid - 1] + values[mid]) / 2.0
+        } else {
+            values[mid]
+        };
+        for r in results.iter_mut().filter(|r| r.id == *id && r.gpu.is_some()) {
+            let (Some(v), Status::Pass) = (r.value, r.status) else {
+                continue;
+            };
+            if v < MEDIAN_FRACTION * median {
+                let unit = r.unit.clone().unwrap_or_default();
+                r.status = Status::Warn;
+                r.message = format!(
+                    "{}; below 90% of the node median {median:.1} {unit}",
+                    r.message
+                );
+                let floor = format!("≥ {:.1} {unit} (90% of node median)", MEDIAN_FRACTION * median);
+                r.threshold = Some(match &r.threshold {
+                    Some(t) => format!("{t}; {floor}"),
+                    None => floor,
+                });
+                r.hint.get_or_insert_with(|| {
+                    "this GPU is slower than its peers: check nvml.throttle, nvml.pcie and nvml.temperature".to_string()
+                });
+            }
+        }
+    }
+}
+
+/// A whole verify run: what the JSON report holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The imgctl that produced it.
+    pub imgctl_version: String,
+    /// Where the checks ran: `host`, or `container` (of `image`).
+    pub context: String,
+    /// The image, for `verify --image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// quick or full.
+    pub level: Level,
+    /// `any` or a count.
+    pub expect_gpus: String,
+    /// Every result, in run order.
+    pub results: Vec<CheckResult>,
+    /// Counts per status.
+    pub summary: Summary,
+    /// True when no result is FAIL or ERROR.
+    pub passed: bool,
+}
+
+/// Counts per status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// PASS results.
+    pub pass: usize,
+    /// WARN results.
+    pub warn: usize,
+    /// FAIL results.
+    pub fail: usize,
+    /// SKIP results.
+    pub skip: usize,
+    /// ERROR results.
+    pub error: usize,
+}
+
+impl Report {
+    /// Builds a report from results, computing the summary and verdict.
+    pub fn new(context: &str, image: Option<String>, level: Level, expect: ExpectGpus, results: Vec<CheckResult>) -> Self {
+        let mut r = Self {
+            schema_version: SCHEMA_VERSION,
+            imgctl_version: env!("CARGO_PKG_VERSION").to_string(),
+            context: context.to_string(),
+            image,
+            level,
+            expect_gpus: expect.as_arg(),
+            results,
+            summary: Summary::default(),
+            passed: true,
+        };
+        r.recount();
+        r
+    }
+    /// Recomputes the summary and verdict after results changed.
+    pub fn recount(&mut self) {
+        let mut s = Summary::default();
+        for r in &self.results {
+            match r.status {
+                Status::Pass => s.pass += 1,
+                Status::Warn => s.warn += 1,
+                Status::Fail => s.fail += 1,
+                Status::Skip => s.skip += 1,
+                Status::Error => s.error += 1,
+            }
+        }
+        self.passed = s.fail == 0 && s.error == 0;
+        self.summary = s;
+    }
+}
+
+/// Runs verify on this machine with the given NVML state (the real one from
+/// [`load_real_nvml`], or a fake in tests).
+pub fn run_local(nvml: NvmlState, opts: &Options, pins: Pins) -> Report {
+    let ctx = Arc::new(Context {
+        nvml,
+        expect: opts.expect,
+        level: opts.level,
+        pins,
+    });
+    let results = run_checks(ctx, opts);
+    // The container runtimes create these files; `verify --image` shows "container".
+    let context = if std::path::Path::new("/.dockerenv").exists() || std::path::Path::new("/run/.containerenv").exists() {
+        "container"
+    } else {
+        "host"
+    };
+    Report::new(context, None, opts.level, opts.expect, results)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,439 @@
-//! verify tests.
+//! verify tests: the real no-GPU path on this machine, usage errors, the
+//! report formats, and `verify --image` against the real Docker engine (a
+//! small image with this imgctl inside, the host's libtorch mounted read-only).
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::{imgctl, imgctl_bin, texts};
+
+/// Whether this machine has an NVIDIA driver (then the no-GPU tests do not apply).
+fn has_nvidia_driver() -> bool {
+    // SAFETY: loading (and immediately unloading) the NVML library, as verify does.
+    unsafe { libloading::Library::new("libnvidia-ml.so.1") }.is_ok()
+}
+
+fn json_of(stdout: &str) -> serde_json::Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{stdout}"))
+}
+
+fn results<'a>(report: &'a serde_json::Value, id: &str) -> Vec<&'a serde_json::Value> {
+    report["results"]
+        .as_array()
+        .expect("results array")
+        .iter()
+        .filter(|r| r["id"] == id)
+        .collect()
+}
+
+fn status(report: &serde_json::Value, id: &str) -> String {
+    let r = results(report, id);
+    assert!(!r.is_empty(), "no result {id} in {report:#}");
+    r[0]["status"].as_str().unwrap().to_string()
+}
+
+/// Checks an XML file is well-formed with Python's parser (the venv or the system's).
+fn assert_well_formed_xml(path: &Path) {
+    let venv = std::env::var("IMGCTL_VENV").map(|v| PathBuf::from(v).join("bin/python3"));
+    let python = venv.ok().filter(|p| p.exists()).unwrap_or_else(|| PathBuf::from("python3"));
+    let out = Command::new(python)
+        .args(["-c", "import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])"])
+        .arg(path)
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "JUnit XML is not well-formed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn no_gpu_default_fails_with_one_clear_line() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let out = imgctl(&["verify"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let first = stderr.lines().next().unwrap_or("");
+    assert_eq!(first, "error: no NVIDIA driver: libnvidia-ml.so.1 not found");
+    assert!(stderr.contains("hint: "), "{stderr}");
+    assert!(stderr.contains("--expect-gpus 0"), "{stderr}");
+    // No table of SKIPs that could be read as a pass.
+    assert!(!stderr.contains("PASS"), "{stderr}");
+}
+
+#[test]
+fn no_gpu_default_json_still_reports_the_failure() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let out = imgctl(&["verify", "--json", "--only", "nvml"]);
+    let (stdout, _) = texts(&out);
+    assert_eq!(out.status.code(), Some(1));
+    let report = json_of(&stdout);
+    assert_eq!(report["passed"], false);
+    assert_eq!(status(&report, "nvml.driver"), "fail");
+    assert_eq!(results(&report, "nvml.driver")[0]["message"], "no NVIDIA driver: libnvidia-ml.so.1 not found");
+}
+
+#[test]
+fn expect_zero_passes_with_skips_json_and_junit() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("verify.xml");
+    let out = imgctl(&["verify", "--expect-gpus", "0", "--json", "--junit", junit.to_str().unwrap()]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report = json_of(&stdout);
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["expect_gpus"], "0");
+    assert_eq!(report["level"], "quick");
+    // Every NVML check is SKIP with a reason; none is PASS.
+    for r in report["results"].as_array().unwrap() {
+        let id = r["id"].as_str().unwrap();
+        if id.starts_with("nvml.") {
+            assert_eq!(r["status"], "skip", "{r}");
+            assert!(r["message"].as_str().unwrap().contains("libnvidia-ml.so.1"), "{r}");
+        }
+    }
+    assert_eq!(report["summary"]["fail"], 0);
+    assert_eq!(report["summary"]["error"], 0);
+    // The table went to stderr, with its summary.
+    assert!(stderr.contains("| nvml.driver"), "{stderr}");
+    assert!(stderr.contains("verify passed:"), "{stderr}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_well_formed_xml(&junit);
+    assert!(xml.contains("name=\"nvml.ecc[node]\""), "{xml}");
+    assert!(xml.contains("<skipped message="), "{xml}");
+    assert!(!xml.contains("<failure"), "{xml}");
+    let cases = xml.matches("<testcase ").count();
+    assert_eq!(cases, report["results"].as_array().unwrap().len());
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn torch_facts_and_library_provenance_on_cpu() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let out = imgctl(&["verify", "--expect-gpus", "0", "--json", "--only", "torch"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report = json_of(&stdout);
+    let version = &results(&report, "torch.version")[0];
+    assert_eq!(version["status"], "pass", "{version}");
+    assert!(version["measured"].as_str().unwrap().starts_with("2.7.0"), "{version}");
+    // No GPU and none expected: honest SKIP, not PASS.
+    assert_eq!(status(&report, "torch.cuda_available"), "skip");
+    // The libraries libtorch_cuda.so maps, with the versions they report, from
+    // the wheel folders of the venv torch lives in.
+    for (id, lib, version) in [
+        ("torch.cudart_loaded", "libcudart.so.12", "12.6"),
+        ("torch.cublas_loaded", "libcublas.so.12", "12.6.4"),
+        ("torch.cudnn_loaded", "libcudnn.so.9", "9.5.1"),
+        ("torch.nccl_loaded", "libnccl.so.2", "2.26.2"),
+    ] {
+        let r = &results(&report, id)[0];
+        assert_eq!(r["status"], "pass", "{r}");
+        let measured = r["measured"].as_str().unwrap();
+        assert!(measured.starts_with(version), "{measured}");
+        assert!(measured.contains(&format!("/site-packages/nvidia/")) && measured.ends_with(lib), "{measured}");
+    }
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn pin_mismatch_from_the_environment_fails() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let out = Command::new(imgctl_bin())
+        .args(["verify", "--expect-gpus", "0", "--json", "--only", "torch.version", "torch.cudnn_loaded"])
+        .env("NO_COLOR", "1")
+        .env("IMGCTL_VERIFY_PINS", r#"{"torch":"2.6.0","cudnn":"9.1.0.70"}"#)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let report = json_of(&stdout);
+    assert_eq!(status(&report, "torch.version"), "fail");
+    let cudnn = &results(&report, "torch.cudnn_loaded")[0];
+    assert_eq!(cudnn["status"], "fail");
+    assert!(cudnn["threshold"].as_str().unwrap().contains("9.1.0.70"), "{cudnn}");
+    assert!(stderr.contains("verify FAILED"), "{stderr}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = imgctl(&["verify", "--expect-gpus", "two"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: --expect-gpus takes a number or `any`, not `two`"), "{stderr}");
+
+    let out = imgctl(&["verify", "--only", "nvml.eccc"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: unknown check id(s): nvml.eccc"), "{stderr}");
+    assert!(stderr.contains("valid ids"), "{stderr}");
+    assert!(stderr.contains("nvml.ecc,"), "{stderr}");
+    assert!(stderr.contains("torch.cudnn_loaded"), "{stderr}");
+
+    let out = imgctl(&["verify", "--skip", "bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = imgctl(&["verify", "--check-timeout", "0"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--check-timeout"), "{stderr}");
+
+    let out = imgctl(&["verify", "--image", "imgctl-test/none:x", "--gpus", "0,x"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`x` is not a device index"), "{stderr}");
+
+    // --level is checked by clap.
+    assert_eq!(imgctl(&["verify", "--level", "slow"]).status.code(), Some(2));
+}
+
+#[test]
+fn selection_runs_only_what_was_asked() {
+    let out = imgctl(&["verify", "--expect-gpus", "0", "--json", "--only", "nvml", "--skip", "nvml.ecc"]);
+    let report = json_of(&texts(&out).0);
+    let ids: Vec<&str> = report["results"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert!(ids.iter().all(|i| i.starts_with("nvml.")), "{ids:?}");
+    assert!(!ids.contains(&"nvml.ecc"));
+    assert!(ids.contains(&"nvml.pcie"));
+}
+
+// ---------------------------------------------------------------------------
+// verify --image against the real engine
+
+const BASE: &str = "imgctl-test/debian:bookworm";
+const TEST_IMAGE: &str = "imgctl-test/verify:latest";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+async fn engine() -> Option<bollard::Docker> {
+    imgctl::docker::connect().await.ok()
+}
+
+/// Builds FROM the local debian base an image holding this imgctl at
+/// /usr/local/bin/imgctl (classic builder, context tar made in memory).
+async fn build_test_image(docker: &bollard::Docker) -> Result<(), String> {
+    use futures_util::StreamExt;
+    let bin = std::fs::read(imgctl_bin()).map_err(|e| e.to_string())?;
+    let dockerfile = format!("FROM {BASE}\nCOPY imgctl /usr/local/bin/imgctl\nLABEL io.imgctl.test=verify\n");
+    let mut tar = tar::Builder::new(Vec::new());
+    for (name, data, mode) in [("Dockerfile", dockerfile.into_bytes(), 0o644), ("imgctl", bin, 0o755)] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(mode);
+        h.set_cksum();
+        tar.append_data(&mut h, name, data.as_slice()).map_err(|e| e.to_string())?;
+    }
+    let context = tar.into_inner().map_err(|e| e.to_string())?;
+    let options = bollard::query_parameters::BuildImageOptions {
+        dockerfile: "Dockerfile".into(),
+        t: Some(TEST_IMAGE.into()),
+        rm: true,
+        forcerm: true,
+        version: bollard::query_parameters::BuilderVersion::BuilderV1,
+        ..Default::default()
+    };
+    let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|e| e.to_string())?;
+        if let Some(err) = info.error_detail.and_then(|d| d.message) {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Containers (running or not) that mount `source`: each test mounts a
+/// fresh temporary folder, so only its own containers match.
+async fn containers_mounting(docker: &bollard::Docker, source: &Path) -> Vec<String> {
+    let opts = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        ..Default::default()
+    };
+    let want = source.to_string_lossy().into_owned();
+    docker
+        .list_containers(Some(opts))
+        .await
+        .expect("list containers")
+        .into_iter()
+        .filter(|c| {
+            c.mounts
+                .as_ref()
+                .is_some_and(|ms| ms.iter().any(|m| m.source.as_deref() == Some(want.as_str())))
+        })
+        .filter_map(|c| c.id)
+        .collect()
+}
+
+fn probe_arg(dir: &Path) -> String {
+    format!("{}:/probe:ro", dir.display())
+}
+
+/// The folder holding torch and the nvidia wheels this imgctl links against,
+/// mounted at the same path so the binary's RUNPATH resolves in the container.
+fn site_packages() -> PathBuf {
+    let libtorch = std::env::var("LIBTORCH").unwrap_or_else(|_| format!("{}/.libtorch", env!("CARGO_MANIFEST_DIR")));
+    let root = crate::common::repo_root();
+    let p = root.join(&libtorch);
+    let p = if Path::new(&libtorch).is_absolute() { PathBuf::from(&libtorch) } else { p };
+    p.canonicalize().expect("LIBTORCH resolves").parent().unwrap().to_path_buf()
+}
+
+/// Sets up the engine side once per test; None (with a note) when the engine
+/// or the debian base is missing, which CI's set-up provides.
+fn image_setup() -> Option<(tokio::runtime::Runtime, bollard::Docker)> {
+    let rt = runtime();
+    let docker = rt.block_on(engine())?;
+    if rt.block_on(docker.inspect_image(BASE)).is_err() {
+        panic!("the base image {BASE} is missing: run scripts/test-bases.sh first");
+    }
+    rt.block_on(build_test_image(&docker)).expect("build the verify test image");
+    Some((rt, docker))
+}
+
+fn mount_arg() -> String {
+    let sp = site_packages();
+    format!("{0}:{0}:ro", sp.display())
+}
+
+#[test]
+fn verify_image_reports_back_and_removes_the_container() {
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine at DOCKER_HOST / /var/run/docker.sock");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("image.xml");
+    let mount = mount_arg();
+    let probe = probe_arg(dir.path());
+    let out = imgctl(&[
+        "verify",
+        "--image",
+        TEST_IMAGE,
+        "--expect-gpus",
+        "0",
+        "--json",
+        "--junit",
+        junit.to_str().unwrap(),
+        "--mount",
+        &mount,
+        "--mount",
+        &probe,
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report = json_of(&stdout);
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["context"], "container");
+    assert_eq!(report["image"], TEST_IMAGE);
+    assert_eq!(status(&report, "host.container"), "pass");
+    assert!(results(&report, "host.container")[0]["message"].as_str().unwrap().contains("no GPU requested"));
+    // The container's own results came back: NVML is absent in there too.
+    assert_eq!(status(&report, "nvml.driver"), "skip");
+    assert_eq!(status(&report, "host.gpu_uuids"), "skip");
+    #[cfg(feature = "torch")]
+    {
+        assert_eq!(status(&report, "torch.version"), "pass");
+        assert_eq!(status(&report, "torch.cudnn_loaded"), "pass");
+    }
+    // The same table is printed on stderr.
+    assert!(stderr.contains("| host.container"), "{stderr}");
+    assert!(stderr.contains("verify passed:"), "{stderr}");
+    assert_well_formed_xml(&junit);
+    assert!(rt.block_on(containers_mounting(&docker, dir.path())).is_empty(), "the verify container was left behind");
+}
+
+#[test]
+fn verify_image_without_gpu_fails_with_the_driver_line_and_cleans_up() {
+    if has_nvidia_driver() {
+        eprintln!("skipped: this machine has an NVIDIA driver");
+        return;
+    }
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mount, probe) = (mount_arg(), probe_arg(dir.path()));
+    let out = imgctl(&["verify", "--image", TEST_IMAGE, "--only", "nvml", "--mount", &mount, "--mount", &probe]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().next(), Some("error: no NVIDIA driver: libnvidia-ml.so.1 not found"), "{stderr}");
+    assert!(rt.block_on(containers_mounting(&docker, dir.path())).is_empty(), "container left behind");
+}
+
+#[test]
+fn verify_image_without_imgctl_is_an_error_and_cleans_up() {
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let probe = probe_arg(dir.path());
+    let out = imgctl(&["verify", "--image", BASE, "--expect-gpus", "0", "--json", "--mount", &probe]);
+    let (stdout, stderr) = texts(&out);
+    // Either the engine refuses to start a missing entrypoint (an error line), or
+    // the report says the image gave no JSON; both exit 1 and leave nothing behind.
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("imgctl"), "{stderr}");
+    assert!(rt.block_on(containers_mounting(&docker, dir.path())).is_empty(), "container left behind");
+}
+
+#[test]
+fn verify_image_unknown_image_is_a_usage_error() {
+    if runtime().block_on(engine()).is_none() {
+        panic!("no Docker engine");
+    }
+    let out = imgctl(&["verify", "--image", "imgctl-test/does-not-exist:nope", "--expect-gpus", "0"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.starts_with("error: image `imgctl-test/does-not-exist:nope` not found"), "{stderr}");
+}
+
+#[test]
+fn verify_image_ctrl_c_removes_the_container() {
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    // An "imgctl" that hangs, so the container is still running at Ctrl-C.
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = dir.path().join("imgctl");
+    std::fs::write(&sleeper, "#!/bin/sh\nexec sleep 120\n").unwrap();
+    std::fs::set_permissions(&sleeper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let child = Command::new(imgctl_bin())
+        .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
+        .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if !rt.block_on(containers_mounting(&docker, &sleeper)).is_empty() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the container never appeared");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SAFETY: signalling the child we started, by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(rt.block_on(containers_mounting(&docker, &sleeper)).is_empty(), "container left behind after Ctrl-C");
+}

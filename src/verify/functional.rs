@@ -1,0 +1,611 @@
+//! Functional checks (`func.*`, `--level full`): per GPU a bf16 and an fp32
+//! matrix product checked against a float64 CPU reference, with achieved
+//! TFLOP/s; device-memory bandwidth; host↔device copy bandwidth; P2P copy
+//! bandwidth per pair; and an NCCL all-reduce across all GPUs with its result
+//! checked and its bus bandwidth.
+//!
+//! Bodies need tch (the `torch` feature); without it the ids report SKIP.
+//! NCCL is reached through a small libloading shim over the very
+//! `libnccl.so.2` torch mapped (found in /proc/self/maps), never by soname
+//! search. Thresholds are stated in every result. This file renders nothing.
+use super::check::{CheckResult, FnCheck, Level, Scope};
+use super::Context;
+
+/// The functional checks, in run order.
+pub fn checks() -> Vec<FnCheck> {
+    let per_gpu = |id, description, run| FnCheck {
+        id,
+        description,
+        level: Level::Full,
+        scope: Scope::PerGpu,
+        needs_gpu: true,
+        run,
+    };
+    vec![
+        per_gpu("func.matmul_bf16", "bf16 matmul vs float64 CPU reference; TFLOP/s", imp::matmul_bf16),
+        per_gpu("func.matmul_fp32", "fp32 matmul vs float64 CPU reference; TFLOP/s", imp::matmul_fp32),
+        per_gpu("func.mem_bandwidth", "device-memory copy bandwidth", imp::mem_bandwidth),
+        per_gpu("func.h2d_bandwidth", "host-to-device copy bandwidth (pinned)", imp::h2d_bandwidth),
+        per_gpu("func.d2h_bandwidth", "device-to-host copy bandwidth (pinned)", imp::d2h_bandwidth),
+        FnCheck {
+            id: "func.p2p_bandwidth",
+            description: "P2P copy bandwidth for each GPU pair with P2P",
+            level: Level::Full,
+            scope: Scope::Node,
+            needs_gpu: true,
+            run: imp::p2p_bandwidth,
+        },
+        FnCheck {
+            id: "func.nccl_allreduce",
+            description: "NCCL all-reduce across all GPUs: result and bus bandwidth",
+            level: Level::Full,
+            scope: Scope::Node,
+            needs_gpu: true,
+            run: imp::nccl_allreduce,
+        },
+    ]
+}
+
+/// Datasheet peaks of known GPUs, for absolute floors.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Peaks {
+    /// Dense bf16 tensor-core TFLOP/s.
+    pub bf16_tflops: f64,
+    /// fp32 (non-tensor-core) TFLOP/s.
+    pub fp32_tflops: f64,
+    /// Memory bandwidth, TB/s.
+    pub mem_tbs: f64,
+}
+
+/// Peaks by product name. Sources: NVIDIA H100 datasheet (SXM: 989 bf16
+/// dense, 67 fp32, 3.35 TB/s), H200 datasheet (same compute, 4.8 TB/s),
+/// A100 datasheet (312 bf16 dense, 19.5 fp32, 2.039 TB/s for 80 GB SXM,
+/// 1.555 TB/s for 40 GB).
+pub fn peaks_for(name: &str) -> Option<Peaks> {
+    let n = name.to_ascii_uppercase();
+    if n.contains("H200") {
+        Some(Peaks { bf16_tflops: 989.0, fp32_tflops: 67.0, mem_tbs: 4.8 })
+    } else if n.contains("H100") && (n.contains("PCIE") || n.contains("NVL")) {
+        // H100 PCIe: 756 bf16 dense, 51 fp32, 2.0 TB/s (datasheet).
+        Some(Peaks { bf16_tflops: 756.0, fp32_tflops: 51.0, mem_tbs: 2.0 })
+    } else if n.contains("H100") {
+        Some(Peaks { bf16_tflops: 989.0, fp32_tflops: 67.0, mem_tbs: 3.35 })
+    } else if n.contains("A100") && n.contains("80GB") {
+        Some(Peaks { bf16_tflops: 312.0, fp32_tflops: 19.5, mem_tbs: 2.039 })
+    } else if n.contains("A100") {
+        Some(Peaks { bf16_tflops: 312.0, fp32_tflops: 19.5, mem_tbs: 1.555 })
+    } else {
+        None
+    }
+}
+
+/// Fraction of the datasheet peak below which a GPU FAILs: half the peak.
+/// Healthy parts reach 75-85 % (H200 here: ~790 of 989 TFLOP/s bf16, ~4.3 of
+/// 4.8 TB/s); half is far below any healthy result and catches a GPU stuck at
+/// low clocks.
+pub const FLOOR_FRACTION: f64 = 0.5;
+
+/// Relative Frobenius error allowed for a bf16 matmul with fp32 accumulation
+/// against float64: the bf16 output rounding alone is up to 2^-8 ≈ 3.9e-3
+/// per element (8 significand bits), so 1e-2 leaves margin while catching
+/// wrong results (which are O(1)).
+pub const BF16_REL_ERR: f64 = 1e-2;
+/// Relative error allowed for an fp32 matmul (TF32 off, libtorch's default
+/// `float32_matmul_precision = highest`): fp32 accumulation over k = 1024
+/// gives ~1e-6; TF32 would give ~1e-3. 1e-4 sits between.
+pub const FP32_REL_ERR: f64 = 1e-4;
+
+/// PCIe payload bandwidth per lane and direction in GB/s, by generation
+/// (PCI-SIG: Gen3 8 GT/s, Gen4 16 GT/s, Gen5 32 GT/s, 128b/130b encoding).
+pub fn pcie_lane_gbs(gen: u32) -> Option<f64> {
+    match gen {
+        3 => Some(8.0 * 128.0 / 130.0 / 8.0),
+        4 => Some(16.0 * 128.0 / 130.0 / 8.0),
+        5 => Some(32.0 * 128.0 / 130.0 / 8.0),
+        6 => Some(64.0 * 242.0 / 256.0 / 8.0),
+        _ => None,
+    }
+}
+
+/// Bus bandwidth of an all-reduce from its algorithm bandwidth (nccl-tests
+/// PERFORMANCE.md: busbw = algbw × 2(n−1)/n).
+pub fn allreduce_busbw(algbw: f64, ranks: u32) -> f64 {
+    if ranks == 0 {
+        return 0.0;
+    }
+    algbw * 2.0 * (ranks as f64 - 1.0) / ranks as f64
+}
+
+/// A judged throughput: FAIL below `floor` (when known), else PASS; the
+/// node-median rule is applied later by the runner.
+pub fn judge_rate(id: &str, what: &str, value: f64, unit: &str, floor: Option<(f64, String)>) -> CheckResult {
+    let measured = format!("{value:.1} {unit}");
+    match floor {
+        Some((f, why)) if value < f => CheckResult::fail(id, format!("{what} {measured} is below the floor"))
+            .measured(measured)
+            .threshold(format!("≥ {f:.1} {unit} ({why})"))
+            .value(value, unit)
+            .hint("check nvml.throttle, nvml.temperature, nvml.power and nvml.pcie for this GPU"),
+        Some((f, why)) => CheckResult::pass(id, format!("{what} {measured}"))
+            .measured(measured)
+            .threshold(format!("≥ {f:.1} {unit} ({why})"))
+            .value(value, unit),
+        None => CheckResult::pass(id, format!("{what} {measured}"))
+            .measured(measured)
+            .threshold("no datasheet floor for this GPU; 90% of node median")
+            .value(value, unit),
+    }
+}
+
+#[cfg(not(feature = "torch"))]
+mod imp {
+    use super::*;
+
+    fn without_torch(id: &str) -> Vec<CheckResult> {
+        vec![CheckResult::skip(id, "this imgctl was built without the torch feature")]
+    }
+    /// The body of `func.matmul_bf16`.
+    pub fn matmul_bf16(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.matmul_bf16")
+    }
+    /// The body of `func.matmul_fp32`.
+    pub fn matmul_fp32(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.matmul_fp32")
+    }
+    /// The body of `func.mem_bandwidth`.
+    pub fn mem_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.mem_bandwidth")
+    }
+    /// The body of `func.h2d_bandwidth`.
+    pub fn h2d_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.h2d_bandwidth")
+    }
+    /// The body of `func.d2h_bandwidth`.
+    pub fn d2h_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.d2h_bandwidth")
+    }
+    /// The body of `func.p2p_bandwidth`.
+    pub fn p2p_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.p2p_bandwidth")
+    }
+    /// The body of `func.nccl_allreduce`.
+    pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        without_torch("func.nccl_allreduce")
+    }
+}
+
+#[cfg(feature = "torch")]
+pub mod imp {
+    //! The tch bodies of the functional checks.
+    use std::time::Instant;
+
+    use tch::{Device, Kind, TchError, Tensor};
+
+    use super::*;
+
+    fn gpu_name(ctx: &Context, g: u32) -> Option<String> {
+        ctx.nvml_backend("func").ok()?.name(g).ok()
+    }
+
+    /// SKIP when torch cannot use GPU `g` (torch.cuda_available / torch.device_count carry that verdict).
+    fn device_or_skip(id: &str, g: u32) -> Result<Device, CheckResult> {
+        if !super::super::torch::cuda_available() {
+            return Err(CheckResult::skip(id, "CUDA not available to torch (see torch.cuda_available)"));
+        }
+        let n = tch::Cuda::device_count();
+        if i64::from(g) >= n {
+            return Err(CheckResult::skip(id, format!("torch sees only {n} GPU(s) (see torch.device_count)")));
+        }
+        Ok(Device::Cuda(g as usize))
+    }
+
+    fn sync(device: Device) {
+        if let Device::Cuda(i) = device {
+            tch::Cuda::synchronize(i as i64);
+        }
+    }
+
+    /// Relative Frobenius error of `kind` matmul on `device` against float64 on
+    /// the CPU, for n×n inputs rounded to `kind` first (so only the product's
+    /// error is measured).
+    pub fn matmul_rel_error(device: Device, kind: Kind, n: i64) -> Result<f64, TchError> {
+        tch::manual_seed(1234);
+        let a = Tensor::f_randn([n, n], (Kind::Float, Device::Cpu))?.f_to_kind(kind)?;
+        let b = Tensor::f_randn([n, n], (Kind::Float, Device::Cpu))?.f_to_kind(kind)?;
+        let reference = a.f_to_kind(Kind::Double)?.f_matmul(&b.f_to_kind(Kind::Double)?)?;
+        let c = a
+            .f_to_device(device)?
+            .f_matmul(&b.f_to_device(device)?)?
+            .f_to_device(Device::Cpu)?
+            .f_to_kind(Kind::Double)?;
+        let err = (&c - &reference).f_norm()?.f_double_value(&[])?;
+        let norm = reference.f_norm()?.f_double_value(&[])?;
+        Ok(err / norm)
+    }
+
+    /// Achieved TFLOP/s of an n×n×n matmul (2n³ flops each), timed over
+    /// `iters` products after 3 warm-ups.
+    pub fn matmul_tflops(device: Device, kind: Kind, n: i64, iters: usize) -> Result<f64, TchError> {
+        let a = Tensor::f_randn([n, n], (kind, device))?;
+        let b = Tensor::f_randn([n, n], (kind, device))?;
+        for _ in 0..3 {
+            let _ = a.f_matmul(&b)?;
+        }
+        sync(device);
+        let start = Instant::now();
+        for _ in 0..iters {
+            let _ = a.f_matmul(&b)?;
+        }
+        sync(device);
+        let secs = start.elapsed().as_secs_f64();
+        Ok(2.0 * (n as f64).powi(3) * iters as f64 / secs / 1e12)
+    }
+
+    fn matmul(ctx: &Context, gpu: Option<u32>, id: &str, kind: Kind) -> Vec<CheckResult> {
+        let g = gpu.unwrap_or(0);
+        let device = match device_or_skip(id, g) {
+            Ok(d) => d,
+            Err(r) => return vec![r],
+        };
+        let (limit, label) = if kind == Kind::BFloat16 { (BF16_REL_ERR, "bf16") } else { (FP32_REL_ERR, "fp32") };
+        // 1024: the float64 CPU reference costs 2 GFLOP, well under a second.
+        let err = match matmul_rel_error(device, kind, 1024) {
+            Ok(e) => e,
+            Err(e) => return vec![CheckResult::error(id, format!("{label} matmul failed: {e}"))],
+        };
+        if !(err <= limit) {
+            return vec![CheckResult::fail(id, format!("{label} matmul is wrong: relative error {err:.2e}"))
+                .measured(format!("rel. error {err:.2e}"))
+                .threshold(format!("≤ {limit:.0e} rel. error"))
+                .hint("a GPU computing wrong results must be drained; check nvml.ecc and dmesg for Xid 13/31/43")];
+        }
+        // 8192³ bf16 is ~1.4 ms on an H200; fp32 at 67 TFLOP/s ~16 ms.
+        let (n, iters) = if kind == Kind::BFloat16 { (8192, 20) } else { (8192, 5) };
+        let tflops = match matmul_tflops(device, kind, n, iters) {
+            Ok(t) => t,
+            Err(e) => return vec![CheckResult::error(id, format!("{label} matmul timing failed: {e}"))],
+        };
+        let peak = gpu_name(ctx, g).and_then(|name| peaks_for(&name).map(|p| (name, p)));
+        let floor = peak.map(|(name, p)| {
+            let peak = if kind == Kind::BFloat16 { p.bf16_tflops } else { p.fp32_tflops };
+            (FLOOR_FRACTION * peak, format!("50% of {name} datasheet {peak} TFLOP/s"))
+        });
+        let mut r = judge_rate(id, &format!("{label} {n}³ matmul"), tflops, "TFLOP/s", floor);
+        r.measured = Some(format!("{tflops:.1} TFLOP/s, rel. error {err:.1e} (≤ {limit:.0e})"));
+        vec![r]
+    }
+
+    /// The body of `func.matmul_bf16`.
+    pub fn matmul_bf16(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
+        matmul(ctx, gpu, "func.matmul_bf16", Kind::BFloat16)
+    }
+
+    /// The body of `func.matmul_fp32`.
+    pub fn matmul_fp32(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
+        matmul(ctx, gpu, "func.matmul_fp32", Kind::Float)
+    }
+
+    /// GB/s of `dst.copy_(src)` repeated `iters` times, counting `bytes_per_copy`.
+    fn copy_rate(dst: &mut Tensor, src: &Tensor, devices: &[Device], bytes_per_copy: f64, iters: usize) -> Result<f64, TchError> {
+        dst.f_copy_(src)?;
+        for d in devices {
+            sync(*d);
+        }
+        let start = Instant::now();
+        for _ in 0..iters {
+            dst.f_copy_(src)?;
+        }
+        for d in devices {
+            sync(*d);
+        }
+        Ok(bytes_per_copy * iters as f64 / start.elapsed().as_secs_f64() / 1e9)
+    }
+
+    /// 1 GiB buffers: several times any L2 (H200: 60 MB) so DRAM is measured.
+    const BUF_BYTES: i64 = 1 << 30;
+
+    /// The body of `func.mem_bandwidth`.
+    pub fn mem_bandwidth(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
+        const ID: &str = "func.mem_bandwidth";
+        let g = gpu.unwrap_or(0);
+        let device = match device_or_skip(ID, g) {
+            Ok(d) => d,
+            Err(r) => return vec![r],
+        };
+        let run = || -> Result<f64, TchError> {
+            let src = Tensor::f_ones([BUF_BYTES], (Kind::Uint8, device))?;
+            let mut dst = Tensor::f_empty([BUF_BYTES], (Kind::Uint8, device))?;
+            // A device copy reads and writes every byte: 2 × size moved.
+            copy_rate(&mut dst, &src, &[device], 2.0 * BUF_BYTES as f64, 20)
+        };
+        let gbs = match run() {
+            Ok(v) => v,
+            Err(e) => return vec![CheckResult::error(ID, format!("device copy failed: {e}"))],
+        };
+        let tbs = gbs / 1e3;
+        let floor = gpu_name(ctx, g).and_then(|name| {
+            peaks_for(&name).map(|p| (FLOOR_FRACTION * p.mem_tbs, format!("50% of {name} datasheet {} TB/s", p.mem_tbs)))
+        });
+        let mut r = judge_rate(ID, "device copy (read+write)", tbs, "TB/s", floor);
+        r.measured = Some(format!("{tbs:.2} TB/s (read+write)"));
+        vec![r]
+    }
+
+    fn host_copy(ctx: &Context, gpu: Option<u32>, id: &str, to_device: bool) -> Vec<CheckResult> {
+        let g = gpu.unwrap_or(0);
+        let device = match device_or_skip(id, g) {
+            Ok(d) => d,
+            Err(r) => return vec![r],
+        };
+        let run = || -> Result<f64, TchError> {
+            let host = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, Device::Cpu))?.f_pin_memory(device)?;
+            let dev = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, device))?;
+            if to_device {
+                let mut d = dev;
+                copy_rate(&mut d, &host, &[device], (BUF_BYTES / 4) as f64, 10)
+            } else {
+                let mut h = host;
+                copy_rate(&mut h, &dev, &[device], (BUF_BYTES / 4) as f64, 10)
+            }
+        };
+        let what = if to_device { "host→device" } else { "device→host" };
+        let gbs = match run() {
+            Ok(v) => v,
+            Err(e) => return vec![CheckResult::error(id, format!("{what} copy failed: {e}"))],
+        };
+        // Floor: half the payload rate of the link NVML says the GPU can train at.
+        let floor = ctx
+            .nvml_backend(id)
+            .ok()
+            .and_then(|b| b.pcie_link(g).ok())
+            .and_then(|l| pcie_lane_gbs(l.max_gen).map(|lane| (l, lane)))
+            .map(|(l, lane)| {
+                let full = lane * l.max_width as f64;
+                (FLOOR_FRACTION * full, format!("50% of PCIe Gen{} x{} {full:.1} GB/s", l.max_gen, l.max_width))
+            });
+        let mut r = judge_rate(id, &format!("{what} (pinned, 256 MiB)"), gbs, "GB/s", floor);
+        if r.status == super::super::Status::Fail {
+            // Host copies also depend on NUMA placement and the IOMMU: a WARN, not a verdict on the GPU.
+            r.status = super::super::Status::Warn;
+            r.hint = Some("check NUMA affinity (`nvidia-smi topo -m`), the IOMMU setting and nvml.pcie".into());
+        }
+        vec![r]
+    }
+
+    /// The body of `func.h2d_bandwidth`.
+    pub fn h2d_bandwidth(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
+        host_copy(ctx, gpu, "func.h2d_bandwidth", true)
+    }
+
+    /// The body of `func.d2h_bandwidth`.
+    pub fn d2h_bandwidth(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
+        host_copy(ctx, gpu, "func.d2h_bandwidth", false)
+    }
+
+    /// The body of `func.p2p_bandwidth`.
+    pub fn p2p_bandwidth(ctx: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        const ID: &str = "func.p2p_bandwidth";
+        if !super::super::torch::cuda_available() {
+            return vec![CheckResult::skip(ID, "CUDA not available to torch (see torch.cuda_available)")];
+        }
+        let n = tch::Cuda::device_count() as u32;
+        if n < 2 {
+            return vec![CheckResult::skip(ID, format!("{n} GPU(s): no pairs"))];
+        }
+        let nvml = ctx.nvml_backend(ID).ok();
+        let mut out = Vec::new();
+        for a in 0..n {
+            for b in 0..n {
+                if a == b {
+                    continue;
+                }
+                if let Some(Ok(Err(why))) = nvml.as_ref().map(|x| x.p2p_read(a, b)) {
+                    out.push(CheckResult::skip(ID, format!("no P2P between GPU {a} and {b} ({why})")).gpu(a).peer(b));
+                    continue;
+                }
+                let (da, db) = (Device::Cuda(a as usize), Device::Cuda(b as usize));
+                let run = || -> Result<f64, TchError> {
+                    let src = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, da))?;
+                    let mut dst = Tensor::f_empty([BUF_BYTES / 4], (Kind::Uint8, db))?;
+                    copy_rate(&mut dst, &src, &[da, db], (BUF_BYTES / 4) as f64, 10)
+                };
+                out.push(match run() {
+                    Ok(gbs) => judge_rate(ID, &format!("GPU {a} → GPU {b}"), gbs, "GB/s", None).gpu(a).peer(b),
+                    Err(e) => CheckResult::error(ID, format!("copy GPU {a} → {b} failed: {e}")).gpu(a).peer(b),
+                });
+            }
+        }
+        out
+    }
+
+    /// The body of `func.nccl_allreduce`.
+    pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+        const ID: &str = "func.nccl_allreduce";
+        if !super::super::torch::cuda_available() {
+            return vec![CheckResult::skip(ID, "CUDA not available to torch (see torch.cuda_available)")];
+        }
+        let n = tch::Cuda::device_count() as u32;
+        match nccl::allreduce_check(n) {
+            Ok(m) => {
+                let busbw = allreduce_busbw(m.algbw_gbs, n);
+                let mut r = if m.wrong_values > 0 {
+                    CheckResult::fail(ID, format!("all-reduce result wrong in {} element(s): expected {}", m.wrong_values, m.expected))
+                        .hint("NCCL produced wrong sums: check P2P/NVLink health (nvml.nvlink), NCCL_P2P_DISABLE=1 to bisect")
+                } else if n == 1 {
+                    CheckResult::pass(ID, "1 rank: result checked; bus bandwidth is 0 by definition (2(n-1)/n)")
+                } else {
+                    CheckResult::pass(ID, format!("{n} ranks, result checked"))
+                };
+                r = r
+                    .measured(format!(
+                        "busbw {busbw:.1} GB/s, algbw {:.1} GB/s, {} MiB, NCCL {}",
+                        m.algbw_gbs,
+                        m.bytes >> 20,
+                        m.version
+                    ))
+                    .threshold(format!("every element = {}", m.expected))
+                    .value(busbw, "GB/s");
+                vec![r]
+            }
+            Err(e) => vec![CheckResult::error(ID, e)],
+        }
+    }
+
+    /// The NCCL shim: ncclCommInitAll over every GPU from one thread.
+    pub mod nccl {
+        use std::ffi::c_void;
+        use std::time::Instant;
+
+        use tch::{Device, Kind, Tensor};
+
+        use super::super::super::provenance::{self, LibKind};
+
+        /// ncclDataType_t ncclFloat32 (nccl.h).
+        const NCCL_FLOAT32: i32 = 7;
+        /// ncclRedOp_t ncclSum (nccl.h).
+        const NCCL_SUM: i32 = 0;
+
+        /// What one all-reduce run measured.
+        pub struct Measured {
+            /// Algorithm bandwidth, GB/s (bytes per rank / time).
+            pub algbw_gbs: f64,
+            /// Elements that differ from the expected sum, over all ranks.
+            pub wrong_values: i64,
+            /// The expected value of every element.
+            pub expected: f64,
+            /// Bytes per rank.
+            pub bytes: i64,
+            /// NCCL's version.
+            pub version: String,
+        }
+
+        type InitAll = unsafe extern "C" fn(*mut *mut c_void, i32, *const i32) -> i32;
+        type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, i32, i32, *mut c_void, *mut c_void) -> i32;
+        type Group = unsafe extern "C" fn() -> i32;
+        type Destroy = unsafe extern "C" fn(*mut c_void) -> i32;
+        type ErrStr = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
+
+        fn err_string(lib: &libloading::Library, rc: i32) -> String {
+            // SAFETY: const char* ncclGetErrorString(ncclResult_t) (nccl.h).
+            match unsafe { lib.get::<ErrStr>(b"ncclGetErrorString\0") } {
+                Ok(f) => {
+                    let p = unsafe { f(rc) };
+                    if p.is_null() {
+                        format!("error {rc}")
+                    } else {
+                        // SAFETY: NCCL returns a static NUL-terminated string.
+                        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                    }
+                }
+                Err(_) => format!("error {rc}"),
+            }
+        }
+
+        /// Runs a float32 all-reduce (sum) of 256 MiB per rank over GPUs
+        /// 0..n, rank r contributing r+1, and checks every element.
+        pub fn allreduce_check(n: u32) -> Result<Measured, String> {
+            let files = provenance::mapped_files().map_err(|e| format!("reading /proc/self/maps: {e}"))?;
+            let path = provenance::find_mapped(LibKind::Nccl, &files)
+                .into_iter()
+                .next()
+                .ok_or("libnccl is not mapped in this process (torch did not load it)")?;
+            let version = provenance::query_version(LibKind::Nccl, &path).unwrap_or_else(|e| e);
+            // SAFETY: the libnccl.so.2 torch already mapped; dlopen returns that copy.
+            let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+            // SAFETY: signatures from nccl.h (2.x).
+            let (init_all, all_reduce, group_start, group_end, destroy) = unsafe {
+                (
+                    lib.get::<InitAll>(b"ncclCommInitAll\0").map_err(|e| e.to_string())?,
+                    lib.get::<AllReduce>(b"ncclAllReduce\0").map_err(|e| e.to_string())?,
+                    lib.get::<Group>(b"ncclGroupStart\0").map_err(|e| e.to_string())?,
+                    lib.get::<Group>(b"ncclGroupEnd\0").map_err(|e| e.to_string())?,
+                    lib.get::<Destroy>(b"ncclCommDestroy\0").map_err(|e| e.to_string())?,
+                )
+            };
+            let devs: Vec<i32> = (0..n as i32).collect();
+            let mut comms = vec![std::ptr::null_mut::<c_void>(); n as usize];
+            // SAFETY: n out-slots and n device ids.
+            let rc = unsafe { init_all(comms.as_mut_ptr(), n as i32, devs.as_ptr()) };
+            if rc != 0 {
+                return Err(format!("ncclCommInitAll failed: {}", err_string(&lib, rc)));
+            }
+            // 64 Mi floats = 256 MiB per rank: large enough to reach bus bandwidth.
+            const COUNT: i64 = 64 << 20;
+            let result = (|| -> Result<Measured, String> {
+                let bufs: Vec<Tensor> = (0..n)
+                    .map(|r| {
+                        Tensor::f_full([COUNT], (r + 1) as f64, (Kind::Float, Device::Cuda(r as usize)))
+                            .map_err(|e| e.to_string())
+                    })
+                    .collect::<Result<_, _>>()?;
+                let outs: Vec<Tensor> = (0..n)
+                    .map(|r| Tensor::f_empty([COUNT], (Kind::Float, Device::Cuda(r as usize))).map_err(|e| e.to_string()))
+                    .collect::<Result<_, _>>()?;
+                for r in 0..n {
+                    tch::Cuda::synchronize(r as i64);
+                }
+                let once = || -> Result<(), String> {
+                    // SAFETY: device pointers of live tensors of COUNT floats on each comm's
+                    // device; the null stream is each device's legacy default stream, which
+                    // orders NCCL after torch's kernels.
+                    unsafe {
+                        group_start();
+                        for r in 0..n as usize {
+                            let rc = all_reduce(
+                                bufs[r].data_ptr(),
+                                outs[r].data_ptr(),
+                                COUNT as usize,
+                                NCCL_FLOAT32,
+                                NCCL_SUM,
+                                comms[r],
+                                std::ptr::null_mut(),
+                            );
+                            if rc != 0 {
+                                group_end();
+                                return Err(format!("ncclAllReduce failed: {}", err_string(&lib, rc)));
+                            }
+                        }
+                        let rc = group_end();
+                        if rc != 0 {
+                            return Err(format!("ncclGroupEnd failed: {}", err_string(&lib, rc)));
+                        }
+                    }
+                    for r in 0..n {
+                        tch::Cuda::synchronize(r as i64);
+                    }
+                    Ok(())
+                };
+                once()?; // warm-up (connection setup)
+                const ITERS: u32 = 5;
+                let start = Instant::now();
+                for _ in 0..ITERS {
+                    once()?;
+                }
+                let secs = start.elapsed().as_secs_f64() / ITERS as f64;
+                let expected = (n * (n + 1) / 2) as f64;
+                let mut wrong = 0i64;
+                for o in &outs {
+                    let bad = o
+                        .f_ne(expected)
+                        .and_then(|t| t.f_sum(Kind::Int64))
+                        .and_then(|t| t.f_int64_value(&[]))
+                        .map_err(|e| e.to_string())?;
+                    wrong += bad;
+                }
+                let bytes = COUNT * 4;
+                Ok(Measured {
+                    algbw_gbs: bytes as f64 / secs / 1e9,
+                    wrong_values: wrong,
+                    expected,
+                    bytes,
+                    version: version.clone(),
+                })
+            })();
+            for c in comms {
+                // SAFETY: communicators created above.
+                unsafe { destroy(c) };
+            }
+            result
+        }
+    }
+}

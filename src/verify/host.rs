@@ -1,0 +1,416 @@
+//! The host side of `imgctl verify --image TAG`: start a container of the
+//! image with GPU device requests, run the image's own `imgctl verify --json`
+//! inside, read its report back, and add host-side checks (`host.*`): the
+//! container ran and reported; GPU UUIDs on the host against those in the
+//! container; the host driver against the image's CUDA requirement.
+//!
+//! It talks to the engine only through `crate::docker` and never prints.
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use super::check::CheckResult;
+use super::{NvmlState, Options, Pins, Report, Status};
+use crate::docker::run::{GpuRequest, GpuRequestRejected, RunRequest};
+
+/// Ids of the host-side checks.
+pub const IDS: [&str; 3] = ["host.container", "host.gpu_uuids", "host.driver_image_cuda"];
+
+/// Image labels `imgctl build` writes (mirrors `render::labels`).
+pub mod label {
+    /// torch version.
+    pub const TORCH: &str = "io.imgctl.torch";
+    /// CUDA runtime wheel version torch brings (`12.6.77`).
+    pub const CUDA_RUNTIME: &str = "io.imgctl.cuda.runtime";
+    /// CUDA toolkit version of the base image (`12.4.1`).
+    pub const CUDA_BASE: &str = "io.imgctl.cuda.base";
+    /// cuDNN wheel version.
+    pub const CUDNN: &str = "io.imgctl.cudnn";
+    /// NCCL wheel version.
+    pub const NCCL: &str = "io.imgctl.nccl";
+    /// Lowest driver that runs the wheel's CUDA (minor-version compatibility).
+    pub const DRIVER_MIN: &str = "io.imgctl.driver.min";
+}
+
+/// Pins from the image's labels; None when the image carries none (not built by imgctl).
+pub fn pins_from_labels(image: &str, labels: &HashMap<String, String>) -> Option<Pins> {
+    let get = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
+    let pins = Pins {
+        torch: get(label::TORCH),
+        cudart: get(label::CUDA_RUNTIME),
+        cublas: None,
+        cudnn: get(label::CUDNN),
+        nccl: get(label::NCCL),
+        source: format!("labels of {image}"),
+    };
+    (pins.torch.is_some() || pins.cudart.is_some() || pins.cudnn.is_some() || pins.nccl.is_some()).then_some(pins)
+}
+
+/// What `verify --image` runs.
+#[derive(Debug, Clone)]
+pub struct ImageRun {
+    /// The image.
+    pub image: String,
+    /// GPUs to give the container.
+    pub gpus: GpuRequest,
+    /// Checks, level, expectation and deadline (forwarded into the container).
+    pub opts: Options,
+    /// Extra bind mounts (`SRC:DST[:ro]`).
+    pub mounts: Vec<String>,
+    /// Extra container labels.
+    pub labels: HashMap<String, String>,
+}
+
+/// The host's GPUs as NVML reports them.
+#[derive(Debug, Clone, Default)]
+pub struct HostGpus {
+    /// UUIDs in NVML index order.
+    pub uuids: Vec<String>,
+    /// Driver version.
+    pub driver: Option<String>,
+    /// CUDA driver version (NVML encoding).
+    pub cuda_driver: Option<i32>,
+    /// Why NVML gave nothing, if it did not.
+    pub unavailable: Option<String>,
+}
+
+/// Reads the host's GPUs through NVML, under `timeout` per call.
+pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
+    let b = match nvml {
+        NvmlState::Ready(b) => b.clone(),
+        NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
+            return HostGpus {
+                unavailable: Some(e.clone()),
+                ..Default::default()
+            }
+        }
+    };
+    let r = super::check::run_with_deadline(timeout, move || {
+        let n = b.device_count().unwrap_or(0);
+        HostGpus {
+            uuids: (0..n).filter_map(|i| b.uuid(i).ok()).collect(),
+            driver: b.driver_version().ok(),
+            cuda_driver: b.cuda_driver_version().ok(),
+            unavailable: None,
+        }
+    });
+    r.unwrap_or_else(|e| HostGpus {
+        unavailable: Some(format!("host NVML {e}")),
+        ..Default::default()
+    })
+}
+
+/// The command line run inside the container (after the `imgctl` entrypoint).
+pub fn container_args(opts: &Options) -> Vec<String> {
+    let level = match opts.level {
+        super::Level::Quick => "quick",
+        super::Level::Full => "full",
+    };
+    let mut args: Vec<String> = vec![
+        "verify".into(),
+        "--json".into(),
+        "--level".into(),
+        level.into(),
+        "--expect-gpus".into(),
+        opts.expect.as_arg(),
+        "--check-timeout".into(),
+        opts.timeout.as_secs_f64().to_string(),
+    ];
+    let not_host = |p: &&String| !p.starts_with("host");
+    let only: Vec<String> = opts.only.iter().filter(not_host).cloned().collect();
+    if !only.is_empty() {
+        args.push("--only".into());
+        args.extend(only);
+    } else if !opts.only.is_empty() {
+        // Only host checks asked for: the container still reports its driver.
+        args.extend(["--only".to_string(), "nvml.driver".to_string()]);
+    }
+    let skip: Vec<String> = opts.skip.iter().filter(not_host).cloned().collect();
+    if !skip.is_empty() {
+        args.push("--skip".into());
+        args.extend(skip);
+    }
+    args
+}
+
+/// The UUIDs the container's `nvml.identity` results report.
+pub fn container_uuids(report: &Report) -> Vec<String> {
+    report
+        .results
+        .iter()
+        .filter(|r| r.id == "nvml.identity")
+        .filter_map(|r| r.facts.get("uuid").cloned())
+        .collect()
+}
+
+/// `host.gpu_uuids`: the GPUs the container saw against those requested on the host.
+pub fn uuid_verdict(host: &HostGpus, requested: Option<&GpuRequest>, container: &[String]) -> CheckResult {
+    const ID: &str = "host.gpu_uuids";
+    if let Some(why) = &host.unavailable {
+        return CheckResult::skip(ID, format!("host has no NVML ({why})"));
+    }
+    let Some(req) = requested else {
+        return CheckResult::skip(ID, "no GPU was requested for the container");
+    };
+    let host_set: BTreeSet<&String> = host.uuids.iter().collect();
+    let seen: BTreeSet<&String> = container.iter().collect();
+    let measured = format!("container {} GPU(s), host {}", seen.len(), host_set.len());
+    let foreign: Vec<&&String> = seen.difference(&host_set).collect();
+    if !foreign.is_empty() {
+        return CheckResult::fail(ID, format!("the container sees GPU(s) the host does not: {foreign:?}"))
+            .measured(measured)
+            .hint("the container reports a different machine's GPUs: check DOCKER_HOST");
+    }
+    let expected: Result<BTreeSet<String>, String> = match req {
+        GpuRequest::All => Ok(host.uuids.iter().cloned().collect()),
+        GpuRequest::Count(n) => {
+            if seen.len() as u32 == *n {
+                Ok(seen.iter().map(|s| (*s).clone()).collect())
+            } else {
+                Err(format!("{n} GPU(s) requested, the container sees {}", seen.len()))
+            }
+        }
+        GpuRequest::Ids(ids) => ids
+            .iter()
+            .map(|id| match id.parse::<usize>() {
+                Ok(i) => host.uuids.get(i).cloned().ok_or_else(|| format!("host has no GPU {i}")),
+                Err(_) => Ok(id.clone()),
+            })
+            .collect(),
+    };
+    let threshold = format!("the GPUs of --gpus {}", req.describe());
+    match expected {
+        Err(e) => CheckResult::fail(ID, e)
+            .measured(measured)
+            .threshold(threshold)
+            .hint("the engine mapped other GPUs than requested: check the nvidia container runtime and NVIDIA_VISIBLE_DEVICES in the image"),
+        Ok(exp) => {
+            let seen_owned: BTreeSet<String> = seen.iter().map(|s| (*s).clone()).collect();
+            if exp == seen_owned {
+                CheckResult::pass(ID, "the container sees exactly the requested GPUs")
+                    .measured(measured)
+                    .threshold(threshold)
+            } else {
+                let missing: Vec<&String> = exp.difference(&seen_owned).collect();
+                let extra: Vec<&String> = seen_owned.difference(&exp).collect();
+                CheckResult::fail(ID, format!("missing in the container: {missing:?}; not requested: {extra:?}"))
+                    .measured(measured)
+                    .threshold(threshold)
+                    .hint("the engine mapped other GPUs than requested: check the nvidia container runtime and NVIDIA_VISIBLE_DEVICES in the image")
+            }
+        }
+    }
+}
+
+/// `host.driver_image_cuda`: the host driver against the image's CUDA runtime
+/// (label `io.imgctl.cuda.runtime`) and minimum driver (`io.imgctl.driver.min`).
+pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> CheckResult {
+    const ID: &str = "host.driver_image_cuda";
+    if let Some(why) = &host.unavailable {
+        return CheckResult::skip(ID, format!("host has no NVML ({why})"));
+    }
+    let (Some(driver), Some(dcuda)) = (&host.driver, host.cuda_driver) else {
+        return CheckResult::error(ID, "host NVML gave no driver version");
+    };
+    let Some(runtime) = labels.get(label::CUDA_RUNTIME) else {
+        return CheckResult::skip(ID, format!("the image has no {} label (not built by imgctl)", label::CUDA_RUNTIME));
+    };
+    let major_minor: String = runtime.split('.').take(2).collect::<Vec<_>>().join(".");
+    let mut r = super::torch::driver_compat_verdict(driver, dcuda, &major_minor);
+    r.id = ID.to_string();
+    if let Some(min) = labels.get(label::DRIVER_MIN) {
+        if r.status == Status::Pass && !super::torch::version_ge(driver, min) {
+            r = CheckResult::fail(ID, format!("host driver {driver} is older than the image's minimum {min}"))
+                .measured(format!("driver {driver}"))
+                .threshold(format!("≥ {min} ({})", label::DRIVER_MIN))
+                .hint("upgrade the host's NVIDIA driver");
+        }
+    }
+    if let Some(base) = labels.get(label::CUDA_BASE) {
+        r.message = format!("{} (image: CUDA base {base}, torch runtime {runtime})", r.message);
+    }
+    r
+}
+
+/// Runs `imgctl verify` inside a container of the image and returns the
+/// merged report (host checks around the container's results).
+pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result<Report> {
+    let docker = crate::docker::connect().await?;
+    let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
+    let host = host_gpus(&host_nvml, run.opts.timeout);
+    let mut env = vec!["NO_COLOR=1".to_string()];
+    if let Some(p) = pins_from_labels(&run.image, &labels) {
+        env.push(format!("{}={}", crate::env_vars::IMGCTL_VERIFY_PINS, serde_json::to_string(&p)?));
+    }
+    // No GPU request when none is expected or the host has no driver: an engine
+    // without the nvidia runtime rejects any GPU request.
+    let (gpus, why_none) = if run.opts.expect.allows_none() {
+        (None, Some("none expected (--expect-gpus 0)".to_string()))
+    } else if let Some(why) = &host.unavailable {
+        (None, Some(format!("the host has no GPU driver ({why})")))
+    } else {
+        (Some(run.gpus.clone()), None)
+    };
+    let n_checks = super::registry().len() as f64;
+    let gpu_factor = host.uuids.len().max(1) as f64;
+    // Every check of every GPU may use its full deadline, plus a minute to start.
+    let timeout = Duration::from_secs_f64(60.0 + run.opts.timeout.as_secs_f64() * n_checks * gpu_factor);
+    let req = RunRequest {
+        image: run.image.clone(),
+        entrypoint: Some(vec!["imgctl".into()]),
+        cmd: container_args(&run.opts),
+        env,
+        gpus: gpus.clone(),
+        binds: run.mounts.clone(),
+        labels: run.labels.clone(),
+        timeout,
+    };
+    let started = std::time::Instant::now();
+    let outcome = crate::docker::run::run_to_completion(&docker, req).await;
+    let mut results = Vec::new();
+    let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.describe());
+    let mut container_report: Option<Report> = None;
+    match outcome {
+        Err(e) => {
+            if let Some(rej) = e.chain().find_map(|c| c.downcast_ref::<GpuRequestRejected>()) {
+                results.push(
+                    CheckResult::fail("host.container", rej.to_string())
+                        .threshold(format!("--gpus {gpus_text}"))
+                        .hint("install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or pass --expect-gpus 0 to run without GPUs"),
+                );
+            } else if e.to_string().contains("executable file not found") {
+                return Err(crate::CliError::failure(format!("the image {} has no imgctl on its PATH: {e}", run.image))
+                    .with_hint("use an image built by `imgctl build` (it installs /usr/local/bin/imgctl), or mount one with --mount /path/to/imgctl:/usr/local/bin/imgctl:ro")
+                    .into());
+            } else {
+                return Err(e);
+            }
+        }
+        Ok(out) => {
+            crate::output::printer().verbose(format!("container stderr:\n{}", out.stderr));
+            match serde_json::from_str::<Report>(out.stdout.trim()) {
+                Ok(rep) => {
+                    let mut r = CheckResult::pass(
+                        "host.container",
+                        format!("imgctl verify ran in a container of {} (GPUs: {gpus_text})", run.image),
+                    )
+                    .measured(format!("exit code {}, {} results", out.exit_code, rep.results.len()));
+                    if let Some(why) = &why_none {
+                        r.message = format!("{}; no GPU requested: {why}", r.message);
+                    }
+                    r.duration_ms = started.elapsed().as_millis() as u64;
+                    results.push(r);
+                    container_report = Some(rep);
+                }
+                Err(parse) => {
+                    let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    results.push(
+                        CheckResult::error(
+                            "host.container",
+                            format!("the image's imgctl gave no JSON report (exit code {}): {}", out.exit_code, tail.join(" | ")),
+                        )
+                        .measured(format!("exit code {}", out.exit_code))
+                        .hint(format!("is imgctl on the image's PATH? `docker run --rm --entrypoint imgctl {} verify` shows its output ({parse})", run.image)),
+                    );
+                }
+            }
+        }
+    }
+    let seen = container_report.as_ref().map(container_uuids).unwrap_or_default();
+    let (level, expect) = (run.opts.level, run.opts.expect);
+    if let Some(rep) = container_report {
+        results.extend(rep.results);
+    }
+    let want = |id: &str| super::selected(id, super::Level::Quick, &run.opts);
+    if want("host.gpu_uuids") {
+        results.push(uuid_verdict(&host, gpus.as_ref(), &seen));
+    }
+    if want("host.driver_image_cuda") {
+        results.push(driver_verdict(&host, &labels));
+    }
+    let mut report = Report::new("container", Some(run.image.clone()), level, expect, results);
+    report.recount();
+    Ok(report)
+}
+
+/// The container's "no NVIDIA driver: …" line, when its `nvml.driver` failed
+/// for that reason (the command prints it as the one-line error).
+pub fn no_driver_line(report: &Report) -> Option<String> {
+    report
+        .results
+        .iter()
+        .find(|r| r.id == "nvml.driver" && r.status == Status::Fail && r.message.starts_with("no NVIDIA driver"))
+        .map(|r| r.message.split(" (reported although").next().unwrap_or_default().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::ExpectGpus;
+
+    fn host(uuids: &[&str]) -> HostGpus {
+        HostGpus {
+            uuids: uuids.iter().map(|s| s.to_string()).collect(),
+            driver: Some("550.54.15".into()),
+            cuda_driver: Some(12040),
+            unavailable: None,
+        }
+    }
+
+    #[test]
+    fn uuid_comparison() {
+        let h = host(&["GPU-a", "GPU-b", "GPU-c"]);
+        let all: Vec<String> = h.uuids.clone();
+        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::All), &all).status, Status::Pass);
+        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::All), &all[..2]).status, Status::Fail);
+        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::Count(2)), &all[..2]).status, Status::Pass);
+        let ids = GpuRequest::Ids(vec!["0".into(), "2".into()]);
+        assert_eq!(uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-c".into()]).status, Status::Pass);
+        assert_eq!(uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-b".into()]).status, Status::Fail);
+        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::All), &["GPU-z".into()]).status, Status::Fail);
+        assert_eq!(uuid_verdict(&h, None, &[]).status, Status::Skip);
+    }
+
+    #[test]
+    fn driver_against_image_labels() {
+        let mut labels = HashMap::new();
+        labels.insert(label::CUDA_RUNTIME.to_string(), "12.6.77".to_string());
+        labels.insert(label::CUDA_BASE.to_string(), "12.4.1".to_string());
+        labels.insert(label::DRIVER_MIN.to_string(), "525.60.13".to_string());
+        let r = driver_verdict(&host(&["GPU-a"]), &labels);
+        assert_eq!(r.status, Status::Pass, "{r:?}");
+        assert!(r.message.contains("minor-version"));
+        let mut old = host(&["GPU-a"]);
+        old.driver = Some("470.82.01".into());
+        old.cuda_driver = Some(11040);
+        assert_eq!(driver_verdict(&old, &labels).status, Status::Fail);
+        assert_eq!(driver_verdict(&host(&[]), &HashMap::new()).status, Status::Skip);
+    }
+
+    #[test]
+    fn args_forward_selection_without_host_ids() {
+        let opts = Options {
+            level: super::super::Level::Full,
+            expect: ExpectGpus::Exactly(0),
+            only: vec!["nvml".into(), "host.gpu_uuids".into()],
+            skip: vec!["nvml.ecc".into()],
+            timeout: Duration::from_secs(5),
+        };
+        let a = container_args(&opts);
+        assert_eq!(
+            a,
+            vec!["verify", "--json", "--level", "full", "--expect-gpus", "0", "--check-timeout", "5", "--only", "nvml", "--skip", "nvml.ecc"]
+        );
+    }
+
+    #[test]
+    fn pins_from_image_labels() {
+        let mut labels = HashMap::new();
+        labels.insert(label::TORCH.to_string(), "2.7.0".to_string());
+        labels.insert(label::CUDNN.to_string(), "9.5.1.17".to_string());
+        let p = pins_from_labels("img", &labels).unwrap();
+        assert_eq!(p.torch.as_deref(), Some("2.7.0"));
+        assert_eq!(p.cudnn.as_deref(), Some("9.5.1.17"));
+        assert!(pins_from_labels("img", &HashMap::new()).is_none());
+    }
+}

@@ -1,0 +1,337 @@
+//! Loaded-library provenance: which libcudart, libcublas, libcudnn and libnccl
+//! files this process has mapped, which versions those very files report, and
+//! which other copies on disk they shadow.
+//!
+//! It reads /proc/self/maps, dlopens the exact mapped path (dlopen of a loaded
+//! path returns the loaded copy; nothing new is loaded) and calls the
+//! libraries' own version functions. It renders no verdicts; the
+//! `torch.*_loaded` checks in [`super::torch`] do.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// A CUDA library whose provenance verify reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LibKind {
+    /// The CUDA runtime.
+    Cudart,
+    /// cuBLAS.
+    Cublas,
+    /// cuDNN.
+    Cudnn,
+    /// NCCL.
+    Nccl,
+}
+
+impl LibKind {
+    /// All four, in report order.
+    pub const ALL: [LibKind; 4] = [LibKind::Cudart, LibKind::Cublas, LibKind::Cudnn, LibKind::Nccl];
+
+    /// The file-name stem (`libcudnn.so`); sublibraries like
+    /// `libcudnn_ops.so` and `libcublasLt.so` do not match it.
+    pub fn stem(self) -> &'static str {
+        match self {
+            LibKind::Cudart => "libcudart.so",
+            LibKind::Cublas => "libcublas.so",
+            LibKind::Cudnn => "libcudnn.so",
+            LibKind::Nccl => "libnccl.so",
+        }
+    }
+    /// Short name (`cudnn`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LibKind::Cudart => "cudart",
+            LibKind::Cublas => "cublas",
+            LibKind::Cudnn => "cudnn",
+            LibKind::Nccl => "nccl",
+        }
+    }
+    /// The pip distribution prefix of the NVIDIA wheel that ships it.
+    pub fn wheel_prefix(self) -> &'static str {
+        match self {
+            LibKind::Cudart => "nvidia_cuda_runtime_cu",
+            LibKind::Cublas => "nvidia_cublas_cu",
+            LibKind::Cudnn => "nvidia_cudnn_cu",
+            LibKind::Nccl => "nvidia_nccl_cu",
+        }
+    }
+    /// Whether a file name is this library (`libcudnn.so`, `libcudnn.so.9`, `libcudnn.so.9.1.0`).
+    pub fn matches_file(self, file_name: &str) -> bool {
+        match file_name.strip_prefix(self.stem()) {
+            Some("") => true,
+            Some(rest) => rest.starts_with('.') && rest[1..].chars().next().is_some_and(|c| c.is_ascii_digit()),
+            None => false,
+        }
+    }
+    /// Asks the library at `path` for its version (see [`query_version`]).
+    pub fn query_version(self, path: &Path) -> Result<String, String> {
+        query_version(self, path)
+    }
+}
+
+/// The distinct file paths mapped in a `/proc/<pid>/maps` text, in order.
+pub fn parse_maps(text: &str) -> Vec<PathBuf> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        // address perms offset dev inode [path]; the path may contain spaces.
+        let mut fields = line.splitn(6, ' ');
+        let (Some(_), Some(_), Some(_), Some(_), Some(_)) =
+            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let path = fields.next().unwrap_or("").trim_start();
+        if !path.starts_with('/') {
+            continue; // [heap], [stack], anonymous
+        }
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+        if seen.insert(path.to_string()) {
+            out.push(PathBuf::from(path));
+        }
+    }
+    out
+}
+
+/// The files mapped in this process.
+pub fn mapped_files() -> std::io::Result<Vec<PathBuf>> {
+    Ok(parse_maps(&std::fs::read_to_string("/proc/self/maps")?))
+}
+
+/// The mapped files that are `kind`.
+pub fn find_mapped(kind: LibKind, mapped: &[PathBuf]) -> Vec<PathBuf> {
+    mapped
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| kind.matches_file(&n.to_string_lossy())))
+        .cloned()
+        .collect()
+}
+
+/// `libraryPropertyType` values (library_types.h: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL).
+const LIBRARY_PROPERTIES: [i32; 3] = [0, 1, 2];
+
+/// Calls the library's own version function on the copy at `path`:
+/// cudaRuntimeGetVersion, cublasGetProperty (no handle needed), cudnnGetVersion,
+/// ncclGetVersion. The library must already be mapped (dlopen of its path then
+/// returns that same copy).
+pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
+    // SAFETY: dlopen of a CUDA library that is already mapped in this process
+    // (or, in tests, a wheel's copy); its initialisers are side-effect free.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+    match kind {
+        LibKind::Cudart => {
+            type F = unsafe extern "C" fn(*mut i32) -> i32;
+            // SAFETY: cudaError_t cudaRuntimeGetVersion(int*) (cuda_runtime_api.h).
+            let f = unsafe { lib.get::<F>(b"cudaRuntimeGetVersion\0") }.map_err(|e| e.to_string())?;
+            let mut v = 0i32;
+            // SAFETY: one out-pointer.
+            let rc = unsafe { f(&mut v) };
+            if rc != 0 {
+                return Err(format!("cudaRuntimeGetVersion returned error {rc}"));
+            }
+            // CUDART_VERSION = 1000 * major + 10 * minor (cuda_runtime_api.h).
+            Ok(format!("{}.{}", v / 1000, (v % 1000) / 10))
+        }
+        LibKind::Cublas => {
+            type F = unsafe extern "C" fn(i32, *mut i32) -> i32;
+            // SAFETY: cublasStatus_t cublasGetProperty(libraryPropertyType, int*) (cublas_api.h).
+            let f = unsafe { lib.get::<F>(b"cublasGetProperty\0") }.map_err(|e| e.to_string())?;
+            let mut parts = Vec::new();
+            for prop in LIBRARY_PROPERTIES {
+                let mut v = 0i32;
+                // SAFETY: a valid property and an out-pointer.
+                let rc = unsafe { f(prop, &mut v) };
+                if rc != 0 {
+                    return Err(format!("cublasGetProperty({prop}) returned status {rc}"));
+                }
+                parts.push(v.to_string());
+            }
+            Ok(parts.join("."))
+        }
+        LibKind::Cudnn => {
+            type F = unsafe extern "C" fn() -> usize;
+            // SAFETY: size_t cudnnGetVersion(void) (cudnn_graph.h / cudnn.h).
+            let f = unsafe { lib.get::<F>(b"cudnnGetVersion\0") }.map_err(|e| e.to_string())?;
+            // SAFETY: no arguments.
+            Ok(decode_cudnn_version(unsafe { f() }))
+        }
+        LibKind::Nccl => {
+            type F = unsafe extern "C" fn(*mut i32) -> i32;
+            // SAFETY: ncclResult_t ncclGetVersion(int*) (nccl.h).
+            let f = unsafe { lib.get::<F>(b"ncclGetVersion\0") }.map_err(|e| e.to_string())?;
+            let mut v = 0i32;
+            // SAFETY: one out-pointer.
+            let rc = unsafe { f(&mut v) };
+            if rc != 0 {
+                return Err(format!("ncclGetVersion returned error {rc}"));
+            }
+            Ok(decode_nccl_version(v))
+        }
+    }
+}
+
+/// cudnnGetVersion's encoding: 9.x is `major*10000 + minor*100 + patch`
+/// (cudnn_version.h, CUDNN_VERSION since 9.0); 8.x and older `major*1000 + minor*100 + patch`.
+pub fn decode_cudnn_version(v: usize) -> String {
+    if v >= 90000 {
+        format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
+    }
+}
+
+/// NCCL_VERSION_CODE: `X*10000 + Y*100 + Z` from 2.9 on, `X*1000 + Y*100 + Z` before (nccl.h).
+pub fn decode_nccl_version(v: i32) -> String {
+    if v >= 20900 {
+        format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
+    } else {
+        format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
+    }
+}
+
+/// The version of the pip wheel a library file came from, if it sits in a
+/// `site-packages/nvidia/<pkg>/lib/` folder next to the wheel's dist-info
+/// (`nvidia_cudnn_cu12-9.5.1.17.dist-info` → `9.5.1.17`).
+pub fn wheel_version(kind: LibKind, lib_path: &Path) -> Option<String> {
+    let site = lib_path.parent()?.parent()?.parent()?.parent()?;
+    if lib_path.parent()?.parent()?.parent()?.file_name()? != "nvidia" {
+        return None;
+    }
+    for e in std::fs::read_dir(site).ok()?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(rest) = name.strip_prefix(kind.wheel_prefix()) {
+            // `12-9.5.1.17.dist-info`
+            if let Some((_, v)) = rest.strip_suffix(".dist-info").and_then(|r| r.split_once('-')) {
+                return Some(v.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// The folders the dynamic linker and CUDA images commonly use, plus
+/// LD_LIBRARY_PATH: where a second copy of a library would sit.
+pub fn system_lib_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(ld) = std::env::var("LD_LIBRARY_PATH") {
+        dirs.extend(ld.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
+    }
+    for d in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/lib",
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/local/cuda/targets/sbsa-linux/lib",
+        "/usr/local/nvidia/lib64",
+        "/usr/local/nvidia/lib",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs
+}
+
+/// Another copy of a library on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shadowed {
+    /// Its path (after resolving symlinks).
+    pub path: PathBuf,
+    /// Its version, from the file name when it carries one (`libcudnn.so.9.1.0`).
+    pub version: Option<String>,
+}
+
+/// Files of `kind` in `dirs` that are not the mapped copy (compared after
+/// resolving symlinks). They are shadowed: present, but not what runs.
+pub fn shadowed_copies(kind: LibKind, mapped: &Path, dirs: &[PathBuf]) -> Vec<Shadowed> {
+    let mapped_real = mapped.canonicalize().unwrap_or_else(|_| mapped.to_path_buf());
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let mut names: Vec<_> = entries.flatten().collect();
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !kind.matches_file(&name) {
+                continue;
+            }
+            let real = e.path().canonicalize().unwrap_or_else(|_| e.path());
+            if real == mapped_real || !real.is_file() || !seen.insert(real.clone()) {
+                continue;
+            }
+            let real_name = real.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let version = real_name
+                .strip_prefix(kind.stem())
+                .and_then(|r| r.strip_prefix('.'))
+                .filter(|v| v.contains('.'))
+                .map(str::to_string);
+            out.push(Shadowed { path: real, version });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d4c0a00000-55d4c0a21000 r--p 00000000 08:01 1234 /usr/bin/imgctl
+7f1a2b000000-7f1a2c000000 r-xp 00000000 08:01 42 /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9
+7f1a2c000000-7f1a2c100000 r--p 00100000 08:01 42 /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9
+7f1a2d000000-7f1a2d100000 r-xp 00000000 08:01 43 /opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn_ops.so.9
+7f1a2e000000-7f1a2e100000 r-xp 00000000 08:01 44 /opt/venv/lib/python3.11/site-packages/nvidia/cublas/lib/libcublasLt.so.12
+7f1a2f000000-7f1a2f100000 r-xp 00000000 08:01 45 /opt/venv/lib/python3.11/site-packages/nvidia/cublas/lib/libcublas.so.12
+7f1a30000000-7f1a30100000 rw-p 00000000 00:00 0 
+7f1a31000000-7f1a31100000 r-xp 00000000 08:01 46 /tmp/dir with space/libnccl.so.2 (deleted)
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+";
+
+    #[test]
+    fn maps_parser_finds_each_library_once() {
+        let files = parse_maps(MAPS);
+        assert_eq!(files.len(), 6);
+        let cudnn = find_mapped(LibKind::Cudnn, &files);
+        assert_eq!(cudnn, vec![PathBuf::from("/opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9")]);
+        let cublas = find_mapped(LibKind::Cublas, &files);
+        assert_eq!(cublas.len(), 1, "libcublasLt must not count as libcublas");
+        assert_eq!(find_mapped(LibKind::Nccl, &files), vec![PathBuf::from("/tmp/dir with space/libnccl.so.2")]);
+        assert!(find_mapped(LibKind::Cudart, &files).is_empty());
+    }
+
+    #[test]
+    fn file_name_matching() {
+        assert!(LibKind::Cudnn.matches_file("libcudnn.so.9.1.0"));
+        assert!(LibKind::Cudnn.matches_file("libcudnn.so"));
+        assert!(!LibKind::Cudnn.matches_file("libcudnn_ops.so.9"));
+        assert!(!LibKind::Cublas.matches_file("libcublasLt.so.12"));
+        assert!(!LibKind::Cudnn.matches_file("libcudnn.so.bak"));
+    }
+
+    #[test]
+    fn version_decoding() {
+        assert_eq!(decode_cudnn_version(90501), "9.5.1");
+        assert_eq!(decode_cudnn_version(8907), "8.9.7");
+        assert_eq!(decode_nccl_version(22602), "2.26.2");
+        assert_eq!(decode_nccl_version(2804), "2.8.4");
+    }
+
+    #[test]
+    fn shadowed_copy_found_and_mapped_copy_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let wheel = dir.path().join("wheel");
+        let sys = dir.path().join("sys");
+        std::fs::create_dir_all(&wheel).unwrap();
+        std::fs::create_dir_all(&sys).unwrap();
+        let mapped = wheel.join("libcudnn.so.9");
+        std::fs::write(&mapped, b"wheel").unwrap();
+        std::fs::write(sys.join("libcudnn.so.9.1.0"), b"base image").unwrap();
+        std::os::unix::fs::symlink(sys.join("libcudnn.so.9.1.0"), sys.join("libcudnn.so.9")).unwrap();
+        std::os::unix::fs::symlink(&mapped, sys.join("libcudnn.so")).unwrap();
+        std::fs::write(sys.join("libcudnn_ops.so.9.1.0"), b"sub").unwrap();
+        let found = shadowed_copies(LibKind::Cudnn, &mapped, &[sys.clone(), wheel.clone()]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].version.as_deref(), Some("9.1.0"));
+    }
+}
