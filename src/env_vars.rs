@@ -30,3 +30,6 @@ pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// Unix time to use as the image's `org.opencontainers.image.created` label
+/// (<https://reproducible-builds.org/specs/source-date-epoch/>).
+pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
