@@ -74,6 +74,11 @@ impl BuildContext {
         Ok(())
     }
 
+    /// Replaces the Dockerfile text.
+    pub fn set_dockerfile(&mut self, dockerfile: &str) {
+        self.entries[0].contents = dockerfile.as_bytes().to_vec();
+    }
+
     /// The Dockerfile text.
     pub fn dockerfile(&self) -> &str {
         std::str::from_utf8(&self.entries[0].contents).unwrap_or_default()
