@@ -1,8 +1,40 @@
-//! `imgctl render`.
+//! `imgctl render`: print (or write) the Dockerfile for a spec.
+//!
+//! Turns the clap args into a spec source and render options, renders, and
+//! writes the Dockerfile to stdout or `-o FILE`; notes go to stderr.
 use crate::cli::RenderArgs;
-use crate::ExitStatus;
+use crate::output::printer;
+use crate::render::{self, RenderOptions};
+use crate::spec::{self, SpecSource};
+use crate::{CliError, ExitStatus};
 
 /// Runs `imgctl render`.
-pub fn run(_args: RenderArgs) -> anyhow::Result<ExitStatus> {
-    Err(crate::CliError::failure("not implemented in this build").into())
+pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
+    let src = SpecSource::from_args(args.image.cuda.as_deref(), args.image.spec.as_deref());
+    let opts = RenderOptions::from_args(&args.image)?;
+    let loaded = spec::load(&src)?;
+    let rendered = render::render(&loaded, &opts)?;
+    let p = printer();
+    for note in &rendered.notes {
+        p.info(format!("note: {note}"));
+    }
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, &rendered.dockerfile)
+                .map_err(|e| CliError::failure(format!("cannot write {}: {e}", path.display())))?;
+            p.info(format!(
+                "wrote {} ({} profile)",
+                path.display(),
+                loaded.name
+            ));
+        }
+        None => {
+            // The Dockerfile ends with a newline already; print it byte for byte.
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(rendered.dockerfile.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(ExitStatus::Success)
 }

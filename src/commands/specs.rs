@@ -1,8 +1,139 @@
-//! `imgctl specs`.
+//! `imgctl specs`: the bundled image profiles and their pins, as a table or JSON.
+//!
+//! Reads the embedded specs and the compatibility table; prints through
+//! [`crate::output`] (the table and the JSON are the command's data, on stdout).
+use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
+use serde::Serialize;
+
 use crate::cli::SpecsArgs;
+use crate::output::printer;
+use crate::spec::{self, compat, SpecSource};
 use crate::ExitStatus;
 
+/// One bundled profile with its pins.
+#[derive(Debug, Serialize)]
+pub struct ProfileRow {
+    /// Profile name (`cu124`).
+    pub name: String,
+    /// The `--cuda` value that selects it.
+    pub cuda_flag: String,
+    /// Whether `imgctl build` uses it without flags.
+    pub default: bool,
+    /// Base image.
+    pub base_image: String,
+    /// CUDA toolkit of the base.
+    pub cuda: String,
+    /// Python minor.
+    pub python: String,
+    /// torch version.
+    pub torch: String,
+    /// torch wheel CUDA variant.
+    pub torch_variant: String,
+    /// Index serving the wheel.
+    pub torch_index: String,
+    /// CUDA runtime bundled by the wheel.
+    pub cuda_runtime: String,
+    /// cuDNN bundled by the wheel.
+    pub cudnn: String,
+    /// NCCL bundled by the wheel.
+    pub nccl: String,
+    /// Lowest driver (CUDA minor-version compatibility).
+    pub driver_min: String,
+    /// Lowest driver for the wheel's CUDA natively.
+    pub driver_native: String,
+    /// exact, minor-version-compatibility or older-wheel.
+    pub compat: String,
+    /// Pinned pip packages (`name==version`).
+    pub pip: Vec<String>,
+    /// sha256 of the spec text.
+    pub spec_sha256: String,
+}
+
+/// The rows for every bundled profile.
+pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
+    let mut rows = Vec::new();
+    for (name, _) in spec::bundled() {
+        let loaded = spec::load(&SpecSource::Bundled {
+            cuda: name.to_string(),
+        })?;
+        let s = &loaded.spec;
+        let wheel = compat::lookup(&s.torch.version, &s.torch.variant);
+        let driver = wheel.and_then(|w| compat::min_driver(w.cuda));
+        let fit = wheel.map(|w| compat::fit(w.cuda, &s.cuda));
+        rows.push(ProfileRow {
+            name: loaded.name.clone(),
+            cuda_flag: compat::major_minor(&s.cuda),
+            default: compat::major_minor(&s.cuda) == spec::DEFAULT_CUDA,
+            base_image: s.base_image.to_string(),
+            cuda: s.cuda.clone(),
+            python: s.python.clone(),
+            torch: s.torch.version.clone(),
+            torch_variant: s.torch.variant.clone(),
+            torch_index: s.torch.index.clone(),
+            cuda_runtime: wheel.map_or("?", |w| w.cuda_runtime).to_string(),
+            cudnn: wheel.map_or("?", |w| w.cudnn).to_string(),
+            nccl: wheel.map_or("?", |w| w.nccl).to_string(),
+            driver_min: driver.map_or("?", |d| d.minor_compat_driver).to_string(),
+            driver_native: driver.map_or("?", |d| d.native_driver).to_string(),
+            compat: match fit {
+                Some(compat::Fit::Exact) => "exact",
+                Some(compat::Fit::MinorCompat) => "minor-version-compatibility",
+                Some(compat::Fit::Older) => "older-wheel",
+                _ => "?",
+            }
+            .to_string(),
+            pip: s.pip.iter().map(|p| p.requirement()).collect(),
+            spec_sha256: loaded.sha256.clone(),
+        });
+    }
+    Ok(rows)
+}
+
 /// Runs `imgctl specs`.
-pub fn run(_args: SpecsArgs) -> anyhow::Result<ExitStatus> {
-    Err(crate::CliError::failure("not implemented in this build").into())
+pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
+    let rows = rows()?;
+    let p = printer();
+    if args.json {
+        p.json(&serde_json::json!({ "schema_version": 1, "profiles": rows }))?;
+        return Ok(ExitStatus::Success);
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(vec![
+            "profile",
+            "--cuda",
+            "base image",
+            "torch",
+            "CUDA runtime",
+            "cuDNN",
+            "NCCL",
+            "python",
+            "min driver",
+        ]);
+    for r in &rows {
+        table.add_row(vec![
+            format!("{}{}", r.name, if r.default { " (default)" } else { "" }),
+            r.cuda_flag.clone(),
+            r.base_image.clone(),
+            format!("{}+{}", r.torch, r.torch_variant),
+            r.cuda_runtime.clone(),
+            r.cudnn.clone(),
+            r.nccl.clone(),
+            r.python.clone(),
+            format!("{} ({} native)", r.driver_min, r.driver_native),
+        ]);
+    }
+    p.data(table.to_string());
+    for r in rows
+        .iter()
+        .filter(|r| r.compat == "minor-version-compatibility")
+    {
+        p.info(format!(
+            "note: {} carries the {} wheel on a CUDA {} base (torch {} has no build for it); it runs by CUDA minor-version compatibility",
+            r.name, r.torch_variant, r.cuda, r.torch
+        ));
+    }
+    Ok(ExitStatus::Success)
 }

@@ -1,1 +1,159 @@
-//! spec (being written).
+//! Image specs: `images/*.yaml` (bundled, embedded in the binary) or a user's
+//! spec file → a validated [`ImageSpec`], plus the compatibility table
+//! ([`compat`]) that validation and the image labels draw their pins from.
+//!
+//! This module reads spec files and nothing else; it renders nothing (see
+//! [`crate::render`]) and never talks to Docker. Every problem in a spec is
+//! reported at once as a usage error (exit 2), one `field.path: message` line
+//! each.
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::CliError;
+
+pub mod compat;
+pub mod schema;
+pub mod validate;
+
+pub use schema::{ImageRef, ImageSpec, PipPin, TorchSpec, UserSpec};
+pub use validate::Problem;
+
+/// The profile `imgctl build` uses without `--cuda`/`--spec`.
+pub const DEFAULT_CUDA: &str = "12.4";
+
+/// The bundled specs: (profile name, CUDA `major.minor` accepted by `--cuda`, YAML).
+const BUNDLED: &[(&str, &str, &str)] = &[
+    ("cu124", "12.4", include_str!("../../images/cu124.yaml")),
+    ("cu126", "12.6", include_str!("../../images/cu126.yaml")),
+    ("cu128", "12.8", include_str!("../../images/cu128.yaml")),
+];
+
+/// Where a spec comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpecSource {
+    /// A bundled profile chosen by CUDA version (`12.4`, also `12.4.1` or `cu124`).
+    Bundled {
+        /// The `--cuda` value.
+        cuda: String,
+    },
+    /// A user's spec file (`--spec FILE`).
+    File(PathBuf),
+}
+
+impl SpecSource {
+    /// `--spec` wins; else `--cuda`, defaulting to [`DEFAULT_CUDA`].
+    pub fn from_args(cuda: Option<&str>, spec: Option<&Path>) -> SpecSource {
+        match spec {
+            Some(p) => SpecSource::File(p.to_path_buf()),
+            None => SpecSource::Bundled {
+                cuda: cuda.unwrap_or(DEFAULT_CUDA).to_string(),
+            },
+        }
+    }
+}
+
+/// A validated spec with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedSpec {
+    /// The spec.
+    pub spec: ImageSpec,
+    /// Profile name (`cu124`), the spec's `name`.
+    pub name: String,
+    /// sha256 (hex) of the spec text, recorded in the image labels.
+    pub sha256: String,
+    /// The folder of a user spec (its `template` is relative to it); `None` when bundled.
+    pub dir: Option<PathBuf>,
+    /// Where the spec was read, for messages (`images/cu124.yaml` when bundled).
+    pub origin: String,
+}
+
+/// The embedded copies of the bundled specs: (profile name, YAML text).
+pub fn bundled() -> Vec<(&'static str, &'static str)> {
+    BUNDLED.iter().map(|(n, _, y)| (*n, *y)).collect()
+}
+
+/// The profile name for a `--cuda` value (`12.4`, `12.4.1`, `cu124` → `cu124`).
+pub fn profile_for_cuda(cuda: &str) -> Option<&'static str> {
+    let c = cuda.trim();
+    BUNDLED
+        .iter()
+        .find(|(name, mm, _)| {
+            c == *name || c == *mm || (c.starts_with(mm) && c[mm.len()..].starts_with('.'))
+        })
+        .map(|(name, _, _)| *name)
+}
+
+/// Loads and validates a spec. Bad input is a usage error (exit 2) listing
+/// every problem.
+pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
+    let (text, origin, dir) = match src {
+        SpecSource::Bundled { cuda } => {
+            let name = profile_for_cuda(cuda).ok_or_else(|| {
+                let valid: Vec<&str> = BUNDLED.iter().map(|(_, mm, _)| *mm).collect();
+                let msg = format!(
+                    "unknown --cuda '{cuda}': no bundled profile for it (valid: {})",
+                    valid.join(", ")
+                );
+                CliError::usage(msg).with_hint(
+                    "`imgctl specs` lists the bundled profiles; --spec FILE takes a spec of your own",
+                )
+            })?;
+            let (_, _, yaml) = BUNDLED
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .copied()
+                .unwrap_or(BUNDLED[0]);
+            (yaml.to_string(), format!("images/{name}.yaml"), None)
+        }
+        SpecSource::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                CliError::usage(format!("cannot read spec {}: {e}", path.display()))
+                    .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
+            })?;
+            let dir = path
+                .parent()
+                .map(|p| {
+                    if p.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        p
+                    }
+                })
+                .unwrap_or(Path::new("."))
+                .to_path_buf();
+            (text, path.display().to_string(), Some(dir))
+        }
+    };
+    let spec = validate::validate(&text, dir.as_deref())
+        .map_err(|problems| problems_error(&origin, &problems))?;
+    Ok(LoadedSpec {
+        name: spec.name.clone(),
+        sha256: sha256_hex(text.as_bytes()),
+        spec,
+        dir,
+        origin,
+    })
+}
+
+/// The usage error for a spec with problems: `spec X has N problems` and one
+/// indented line per problem.
+pub fn problems_error(origin: &str, problems: &[Problem]) -> anyhow::Error {
+    let n = problems.len();
+    let mut msg = format!(
+        "spec {origin} has {n} problem{}",
+        if n == 1 { "" } else { "s" }
+    );
+    for p in problems {
+        msg.push_str(&format!("\n  {p}"));
+    }
+    CliError::usage(msg)
+        .with_hint("fix the fields above; examples/custom-spec.yaml shows every field, and `imgctl specs` lists the bundled profiles")
+        .into()
+}
+
+/// Lowercase hex sha256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

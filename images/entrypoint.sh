@@ -1,0 +1,259 @@
+#!/bin/sh
+# imgctl-entrypoint: the entrypoint of images built by imgctl.
+#
+# PID 1 is tini (ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/imgctl-entrypoint"]),
+# which reaps zombies and forwards signals to this script.
+#
+#   docker run IMAGE                  start the services named by IMGCTL_MODE
+#   docker run IMAGE python train.py  run that command as the image's user, nothing else
+#
+# Environment:
+#   IMGCTL_MODE           jupyter | ssh | both | none (default both)
+#   JUPYTER_TOKEN         JupyterLab's token; generated and printed once when unset.
+#                         Set but empty is refused: JupyterLab never runs without one.
+#   JUPYTER_PASSWORD      optional password (in addition to the token); never empty.
+#   SSH_AUTHORIZED_KEYS   public keys for the user, one per line. Also read:
+#                         /etc/imgctl/authorized_keys and ~USER/.ssh/authorized_keys
+#                         (mount either). No key: sshd is not started, and the log says why.
+#   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
+#
+# Everything is validated before anything starts; bad settings exit 2 with one
+# line naming the problem. `docker stop` (SIGTERM) stops every service within a
+# few seconds (they get SIGTERM, then SIGKILL after STOP_GRACE seconds).
+set -eu
+
+PROG=imgctl-entrypoint
+IMGCTL_USER="${IMGCTL_USER:-dev}"
+RUN_DIR="${IMGCTL_RUN_DIR:-/run/imgctl}"
+SSHD_CONFIG="${IMGCTL_SSHD_CONFIG:-/etc/imgctl/sshd_config}"
+MOUNTED_KEYS="${IMGCTL_AUTHORIZED_KEYS_FILE:-/etc/imgctl/authorized_keys}"
+JUPYTER_PORT=8888
+WORKSPACE="${IMGCTL_WORKSPACE:-/workspace}"
+# docker stop waits 10 s before SIGKILL (its default --time); stop ours well before.
+STOP_GRACE=6
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() {
+    code=$1
+    shift
+    printf '%s: error: %s\n' "$PROG" "$*" >&2
+    exit "$code"
+}
+
+# ---------------------------------------------------------------- validation
+if [ "${IMGCTL_MODE+set}" = set ]; then mode=$IMGCTL_MODE; else mode=both; fi
+case "$mode" in
+    jupyter | ssh | both | none) ;;
+    *) die 2 "IMGCTL_MODE='$mode' is not a mode; use one of: jupyter, ssh, both, none" ;;
+esac
+
+want_jupyter=no
+want_ssh=no
+if [ $# -eq 0 ]; then
+    case "$mode" in
+        jupyter) want_jupyter=yes ;;
+        ssh) want_ssh=yes ;;
+        both) want_jupyter=yes want_ssh=yes ;;
+    esac
+fi
+
+user_home() {
+    h=""
+    if command -v getent >/dev/null 2>&1; then
+        h=$(getent passwd "$IMGCTL_USER" 2>/dev/null | cut -d: -f6) || h=""
+    fi
+    [ -n "$h" ] || h="/home/$IMGCTL_USER"
+    printf '%s\n' "$h"
+}
+HOME_DIR=$(user_home)
+
+token=""
+token_generated=no
+if [ "$want_jupyter" = yes ]; then
+    if [ "${JUPYTER_TOKEN+set}" = set ]; then
+        [ -n "$JUPYTER_TOKEN" ] ||
+            die 2 "JUPYTER_TOKEN is set but empty, which would open JupyterLab to anyone; unset it to get a generated token, or set a non-empty one"
+        case "$JUPYTER_TOKEN" in
+            *[!A-Za-z0-9._~-]*) die 2 "JUPYTER_TOKEN may only hold letters, digits and . _ ~ - (it goes into URLs)" ;;
+        esac
+        token=$JUPYTER_TOKEN
+    else
+        # 24 random bytes, hex: 192 bits.
+        token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+        token_generated=yes
+    fi
+    if [ "${JUPYTER_PASSWORD+set}" = set ] && [ -z "$JUPYTER_PASSWORD" ]; then
+        die 2 "JUPYTER_PASSWORD is set but empty; unset it (the token is enough) or set a real password"
+    fi
+fi
+
+# Collects the authorized keys into $keys, validating every line with ssh-keygen.
+keys=""
+key_sources=""
+add_keys() { # $1: source name, stdin: the keys
+    n=0
+    tmp=$(mktemp)
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        line=$(printf '%s' "$line" | tr -d '\r')
+        case "$line" in
+            '' | '#'*) continue ;;
+            *'PRIVATE KEY'*)
+                rm -f "$tmp"
+                die 2 "$1 line $n is a PRIVATE key; give the public key (the .pub file) instead"
+                ;;
+        esac
+        printf '%s\n' "$line" >"$tmp"
+        if ! ssh-keygen -l -f "$tmp" >/dev/null 2>&1; then
+            rm -f "$tmp"
+            shown=$(printf '%s' "$line" | cut -c1-40)
+            die 2 "$1 line $n is not a valid SSH public key: '$shown…' (check it with: ssh-keygen -l -f FILE)"
+        fi
+        keys="$keys$line
+"
+    done
+    rm -f "$tmp"
+    key_sources="$key_sources $1"
+}
+
+ssh_skip_reason=""
+if [ "$want_ssh" = yes ]; then
+    command -v ssh-keygen >/dev/null 2>&1 || die 2 "IMGCTL_MODE=$mode needs ssh-keygen, which this image lacks"
+    if [ -n "${SSH_AUTHORIZED_KEYS:-}" ]; then
+        # A here-document, not a pipe: add_keys must run in this shell.
+        add_keys SSH_AUTHORIZED_KEYS <<KEYS
+$SSH_AUTHORIZED_KEYS
+KEYS
+    fi
+    for f in "$MOUNTED_KEYS" "$HOME_DIR/.ssh/authorized_keys"; do
+        if [ -e "$f" ]; then
+            [ -r "$f" ] || die 2 "$f exists but is not readable"
+            add_keys "$f" <"$f"
+        fi
+    done
+    if [ -z "$keys" ]; then
+        ssh_skip_reason="no authorized key given (set SSH_AUTHORIZED_KEYS, or mount a key file at $MOUNTED_KEYS or $HOME_DIR/.ssh/authorized_keys)"
+    elif [ "$(id -u)" != 0 ]; then
+        ssh_skip_reason="sshd needs root, and the container runs as uid $(id -u) (drop --user)"
+    fi
+    if [ -n "$ssh_skip_reason" ]; then
+        [ "$mode" != ssh ] || die 2 "IMGCTL_MODE=ssh but sshd cannot start: $ssh_skip_reason"
+        want_ssh=no
+    fi
+fi
+
+if [ "${IMGCTL_ENTRYPOINT_CHECK_ONLY:-}" = 1 ]; then
+    if [ $# -gt 0 ]; then
+        log "ok: would run: $*"
+    else
+        log "ok: mode=$mode jupyter=$want_jupyter ssh=$want_ssh${ssh_skip_reason:+ (sshd not started: $ssh_skip_reason)}"
+    fi
+    exit 0
+fi
+
+# ------------------------------------------------------------------- helpers
+# Runs "$@" as the image's user (when we are root and the user exists).
+as_user() {
+    if [ "$(id -u)" = 0 ] && id "$IMGCTL_USER" >/dev/null 2>&1; then
+        exec_uid=$(id -u "$IMGCTL_USER")
+        exec_gid=$(id -g "$IMGCTL_USER")
+        exec setpriv --reuid="$exec_uid" --regid="$exec_gid" --init-groups \
+            env HOME="$HOME_DIR" USER="$IMGCTL_USER" LOGNAME="$IMGCTL_USER" "$@"
+    fi
+    exec "$@"
+}
+
+# ------------------------------------------------------------- pass-through
+if [ $# -gt 0 ]; then
+    rm -f "$RUN_DIR/services" 2>/dev/null || true
+    as_user "$@"
+fi
+
+# ------------------------------------------------------------------ services
+started=""
+mkdir -p "$RUN_DIR"
+# The healthcheck probes exactly the services listed here.
+: >"$RUN_DIR/services"
+[ "$want_ssh" = no ] || echo sshd >>"$RUN_DIR/services"
+[ "$want_jupyter" = no ] || echo jupyter >>"$RUN_DIR/services"
+
+pids=""
+stop_all() { # $1: why
+    trap '' TERM INT
+    log "stopping ($1)"
+    for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+    # Anything still running after STOP_GRACE seconds is killed.
+    (
+        sleep "$STOP_GRACE"
+        for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+    ) &
+    killer=$!
+    for p in $pids; do wait "$p" 2>/dev/null || true; done
+    kill "$killer" 2>/dev/null || true
+}
+trap 'stop_all SIGTERM; exit 0' TERM
+trap 'stop_all SIGINT; exit 130' INT
+
+if [ "$want_ssh" = yes ]; then
+    # Host keys: made at the first start of each container, never in an image layer.
+    ssh-keygen -A >/dev/null
+    mkdir -p /run/sshd
+    chmod 0755 /run/sshd
+    umask 022
+    printf '%s' "$keys" >"$RUN_DIR/authorized_keys"
+    chmod 0644 "$RUN_DIR/authorized_keys"
+    /usr/sbin/sshd -t -f "$SSHD_CONFIG" -o "AllowUsers=$IMGCTL_USER" ||
+        die 1 "sshd rejected its configuration $SSHD_CONFIG"
+    /usr/sbin/sshd -D -e -f "$SSHD_CONFIG" -o "AllowUsers=$IMGCTL_USER" &
+    pids="$pids $!"
+    started="$started sshd"
+    log "sshd: listening on port 22 for user $IMGCTL_USER (keys only) with keys from:$key_sources"
+elif [ "$mode" = both ] || [ "$mode" = ssh ]; then
+    log "sshd: not started: $ssh_skip_reason"
+fi
+
+if [ "$want_jupyter" = yes ]; then
+    set -- --ip=0.0.0.0 --port="$JUPYTER_PORT" --no-browser \
+        --ServerApp.root_dir="$WORKSPACE" --ServerApp.allow_remote_access=True
+    if [ -n "${JUPYTER_PASSWORD:-}" ]; then
+        hashed=$(python -c 'import os; from jupyter_server.auth import passwd; print(passwd(os.environ["JUPYTER_PASSWORD"]))') ||
+            die 1 "could not hash JUPYTER_PASSWORD with jupyter_server.auth.passwd"
+        set -- "$@" --PasswordIdentityProvider.hashed_password="$hashed"
+    fi
+    # jupyter_server reads the token from JUPYTER_TOKEN (kept out of argv and ps).
+    (
+        unset JUPYTER_PASSWORD
+        JUPYTER_TOKEN=$token
+        export JUPYTER_TOKEN
+        cd "$WORKSPACE"
+        as_user jupyter lab "$@"
+    ) &
+    pids="$pids $!"
+    started="$started jupyter"
+    if [ "$token_generated" = yes ]; then
+        log "JupyterLab token (generated, shown once): $token"
+        log "open http://127.0.0.1:$JUPYTER_PORT/lab?token=$token (with -p $JUPYTER_PORT:$JUPYTER_PORT)"
+    else
+        log "JupyterLab: port $JUPYTER_PORT, token from JUPYTER_TOKEN"
+    fi
+fi
+
+if [ -z "$started" ]; then
+    log "no services started (IMGCTL_MODE=$mode); waiting for docker stop. Use docker exec, or pass a command"
+fi
+
+# Wait; when a service exits, stop the others and exit with its status.
+set +e
+while :; do
+    for p in $pids; do
+        if ! kill -0 "$p" 2>/dev/null; then
+            wait "$p"
+            rc=$?
+            pids=$(printf '%s\n' $pids | grep -v "^$p\$" | tr '\n' ' ')
+            stop_all "a service (pid $p) exited with status $rc"
+            exit "$rc"
+        fi
+    done
+    sleep 1 &
+    wait $! 2>/dev/null
+done

@@ -1,0 +1,751 @@
+//! Spec validation: YAML text → [`ImageSpec`], or every problem at once.
+//!
+//! The validator walks the parsed YAML itself instead of deserializing with
+//! serde, because serde stops at the first error and users should see all of
+//! them. Each [`Problem`] names its field path (`torch.variant`, `pip[2]`), says
+//! what is wrong and lists the valid choices. This module does no I/O besides
+//! checking that a user spec's `template` file exists.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_yaml::Value;
+
+use super::compat;
+use super::schema::{
+    ImageRef, ImageSpec, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION, TOP_LEVEL_KEYS, TORCH_KEYS,
+    USER_KEYS,
+};
+
+/// One thing wrong with a spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted field path (`torch.variant`, `pip[2]`, `(file)` for syntax errors).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// The valid choices, when there is a short list of them.
+    pub valid: Option<String>,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)?;
+        if let Some(v) = &self.valid {
+            write!(f, " (valid: {v})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects problems while walking the YAML.
+#[derive(Default)]
+struct Walker {
+    problems: Vec<Problem>,
+}
+
+impl Walker {
+    fn problem(&mut self, path: &str, message: impl Into<String>, valid: Option<String>) {
+        self.problems.push(Problem {
+            path: path.to_string(),
+            message: message.into(),
+            valid,
+        });
+    }
+
+    /// The known entries of a mapping; unknown keys and missing required keys
+    /// become problems.
+    fn mapping<'a>(
+        &mut self,
+        value: &'a Value,
+        path: &str,
+        allowed: &[&str],
+        required: &[&str],
+    ) -> Option<BTreeMap<String, &'a Value>> {
+        let Value::Mapping(map) = value else {
+            self.problem(
+                path,
+                format!("expected a mapping, found {}", kind(value)),
+                None,
+            );
+            return None;
+        };
+        let mut known = BTreeMap::new();
+        for (k, v) in map {
+            let Some(key) = k.as_str() else {
+                self.problem(
+                    path,
+                    format!("keys must be strings, found {}", kind(k)),
+                    None,
+                );
+                continue;
+            };
+            let field = join(path, key);
+            if allowed.contains(&key) {
+                known.insert(key.to_string(), v);
+            } else {
+                let message = match did_you_mean(key, allowed) {
+                    Some(s) => format!("unknown key; did you mean `{s}`?"),
+                    None => "unknown key".to_string(),
+                };
+                self.problem(&field, message, Some(allowed.join(", ")));
+            }
+        }
+        for r in required {
+            if !known.contains_key(*r) {
+                self.problem(&join(path, r), "missing", None);
+            }
+        }
+        Some(known)
+    }
+
+    /// A string field. Numbers get a hint to quote them (YAML reads `3.10` as 3.1).
+    fn string(&mut self, map: &BTreeMap<String, &Value>, key: &str, path: &str) -> Option<String> {
+        let v = map.get(key)?;
+        let field = join(path, key);
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => {
+                self.problem(
+                    &field,
+                    format!("expected a string, found the number {n} (YAML reads an unquoted 3.10 as 3.1); quote it as written, e.g. {key}: \"3.10\""),
+                    None,
+                );
+                None
+            }
+            other => {
+                self.problem(
+                    &field,
+                    format!("expected a string, found {}", kind(other)),
+                    None,
+                );
+                None
+            }
+        }
+    }
+
+    fn list<'a>(
+        &mut self,
+        map: &BTreeMap<String, &'a Value>,
+        key: &str,
+        path: &str,
+    ) -> Vec<&'a Value> {
+        match map.get(key) {
+            None => Vec::new(),
+            Some(Value::Sequence(items)) => items.iter().collect(),
+            Some(other) => {
+                self.problem(
+                    &join(path, key),
+                    format!("expected a list, found {}", kind(other)),
+                    None,
+                );
+                Vec::new()
+            }
+        }
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// The closest of `choices` to `word`, when close enough to be a likely typo.
+pub fn did_you_mean<'a>(word: &str, choices: &[&'a str]) -> Option<&'a str> {
+    choices
+        .iter()
+        .map(|c| (strsim::jaro_winkler(word, c), *c))
+        .filter(|(score, _)| *score >= 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+fn is_name(s: &str, max: usize) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.len() <= max
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+}
+
+/// Debian package names: lowercase alphanumerics and `+ - .`, at least two
+/// characters, starting with an alphanumeric (Debian Policy §5.6.1).
+fn is_apt_name(s: &str) -> bool {
+    s.len() >= 2
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
+}
+
+/// A URL that can be pasted into a shell command and a pip option as is.
+fn is_url(s: &str) -> bool {
+    (s.starts_with("https://") || s.starts_with("http://"))
+        && s.len() > "https://".len()
+        && s.chars()
+            .all(|c| c.is_ascii_graphic() && !"\"'`$\\;&|<>(){}".contains(c))
+}
+
+/// Parses `name==version`; `Err` explains what is wrong.
+fn parse_pin(s: &str) -> Result<PipPin, String> {
+    let ops = ["===", "==", ">=", "<=", "~=", "!=", ">", "<"];
+    let cut = ops
+        .iter()
+        .filter_map(|op| s.find(op).map(|i| (i, *op)))
+        .min_by_key(|(i, op)| (*i, std::cmp::Reverse(op.len())));
+    let name_part = cut.map_or(s, |(i, _)| &s[..i]).trim();
+    let name_re_ok = {
+        let (base, extras) = match name_part.split_once('[') {
+            Some((b, e)) => (b, Some(e)),
+            None => (name_part, None),
+        };
+        let base_ok = !base.is_empty()
+            && base
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && base
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && base
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        let extras_ok = extras.map_or(true, |e| {
+            e.ends_with(']')
+                && e[..e.len() - 1]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ",._-".contains(c))
+        });
+        base_ok && extras_ok
+    };
+    if !name_re_ok {
+        return Err(format!(
+            "'{s}' is not a package requirement (name==version)"
+        ));
+    }
+    match cut {
+        Some((i, "==")) => {
+            let version = s[i + 2..].trim();
+            let version_ok = !version.is_empty()
+                && !version.contains('*')
+                && version
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".+!_-".contains(c));
+            if !version_ok {
+                return Err(format!(
+                    "'{s}' is not pinned to one version; use an exact version (e.g. {name_part}==1.2.3)"
+                ));
+            }
+            Ok(PipPin {
+                name: name_part.to_string(),
+                version: version.to_string(),
+            })
+        }
+        Some((_, op)) => Err(format!(
+            "'{s}' is not pinned ({op}); use == with one exact version (e.g. {name_part}==1.2.3)"
+        )),
+        None => Err(format!(
+            "'{s}' is not pinned; use == with one exact version (e.g. {name_part}==1.2.3)"
+        )),
+    }
+}
+
+/// Validates spec `text`. `spec_dir` is the folder of a user spec (used to
+/// check that `template` exists); `None` for bundled specs, which may not name
+/// a template.
+pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Problem>> {
+    let mut w = Walker::default();
+    let root: Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            let at = e
+                .location()
+                .map(|l| format!("line {} column {}", l.line(), l.column()))
+                .unwrap_or_else(|| "the file".to_string());
+            w.problem(&format!("({at})"), format!("not valid YAML: {e}"), None);
+            return Err(w.problems);
+        }
+    };
+    let required = [
+        "schema_version",
+        "name",
+        "base_image",
+        "cuda",
+        "python",
+        "torch",
+        "pip",
+        "apt",
+        "user",
+        "ports",
+    ];
+
+    // The schema version decides how to read the rest: check it alone first.
+    if let Value::Mapping(m) = &root {
+        match m.get("schema_version") {
+            None => {}
+            Some(Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION) => {}
+            Some(other) => {
+                let shown = match other {
+                    Value::Number(n) => n.to_string(),
+                    Value::String(s) => format!("'{s}'"),
+                    v => kind(v).to_string(),
+                };
+                w.problem(
+                    "schema_version",
+                    format!("unknown schema version {shown}; this imgctl reads version {SCHEMA_VERSION} (a newer imgctl may read this spec)"),
+                    Some(SCHEMA_VERSION.to_string()),
+                );
+                return Err(w.problems);
+            }
+        }
+    }
+    let Some(top) = w.mapping(&root, "", TOP_LEVEL_KEYS, &required) else {
+        return Err(w.problems);
+    };
+
+    let name = w.string(&top, "name", "");
+    if let Some(n) = &name {
+        if !is_name(n, 63) {
+            w.problem(
+                "name",
+                format!(
+                    "'{n}' is not a profile name (lowercase letters, digits, . _ -; at most 63)"
+                ),
+                None,
+            );
+        }
+    }
+    let description = w.string(&top, "description", "").unwrap_or_default();
+    if description.contains('\n') {
+        w.problem("description", "must be one line", None);
+    }
+
+    // cuda
+    let cuda = w.string(&top, "cuda", "");
+    let known_cuda = compat::toolkit_versions().join(", ");
+    if let Some(c) = &cuda {
+        if compat::toolkit(c).is_none() {
+            let hint = compat::toolkit_versions()
+                .into_iter()
+                .filter(|t| compat::major_minor(t) == *c)
+                .last();
+            let message = match hint {
+                Some(full) => {
+                    format!("'{c}' is not a full toolkit version; did you mean `{full}`?")
+                }
+                None => format!("unknown CUDA toolkit '{c}'"),
+            };
+            w.problem("cuda", message, Some(known_cuda.clone()));
+        }
+    }
+
+    // base_image
+    let base = w
+        .string(&top, "base_image", "")
+        .and_then(|b| match ImageRef::parse(&b) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                w.problem("base_image", e, None);
+                None
+            }
+        });
+    if let (Some(b), Some(c)) = (&base, &cuda) {
+        if b.name == "nvidia/cuda" && !b.tag.starts_with(&format!("{c}-")) {
+            let tag_cuda = b.tag.split('-').next().unwrap_or("");
+            w.problem(
+                "base_image",
+                format!(
+                    "tag '{}' is CUDA {tag_cuda} but `cuda` says {c}; make them agree",
+                    b.tag
+                ),
+                None,
+            );
+        }
+    }
+
+    // torch
+    let mut torch = None;
+    let mut wheel = None;
+    if let Some(t) = top.get("torch") {
+        if let Some(tm) = w.mapping(t, "torch", TORCH_KEYS, TORCH_KEYS) {
+            let version = w.string(&tm, "version", "torch");
+            let variant = w.string(&tm, "variant", "torch");
+            let index = w.string(&tm, "index", "torch");
+            if let Some(v) = &version {
+                if compat::variants(v).is_empty() {
+                    w.problem(
+                        "torch.version",
+                        format!("unknown torch version '{v}'"),
+                        Some(compat::torch_versions().join(", ")),
+                    );
+                } else if let Some(var) = &variant {
+                    match compat::lookup(v, var) {
+                        Some(found) => wheel = Some(found),
+                        None => {
+                            let extra = if v == "2.7.0" && var == "cu124" {
+                                "; torch 2.7.0 was never built for CUDA 12.4: use cu126, which runs on a 12.4 base by minor-version compatibility"
+                            } else {
+                                ""
+                            };
+                            w.problem(
+                                "torch.variant",
+                                format!("no torch {v} wheel for {var}{extra}"),
+                                Some(compat::variants(v).join(", ")),
+                            );
+                        }
+                    }
+                }
+            }
+            if let Some(i) = &index {
+                if !is_url(i) {
+                    w.problem("torch.index", format!("'{i}' is not an http(s) URL"), None);
+                } else if let Some(wh) = wheel {
+                    let i = i.trim_end_matches('/');
+                    let expected = compat::default_index(wh);
+                    let on_pypi = i == compat::PYPI_INDEX;
+                    let on_pytorch = i.starts_with(compat::PYTORCH_INDEX_ROOT);
+                    if on_pypi && !wh.pypi_default {
+                        w.problem(
+                            "torch.index",
+                            format!(
+                                "PyPI serves torch {}'s {} wheel, not {}; use {expected}",
+                                wh.torch,
+                                compat::pypi_default(wh.torch).map_or("?", |d| d.variant),
+                                wh.variant
+                            ),
+                            Some(format!("{expected}, or a mirror of it")),
+                        );
+                    } else if on_pytorch
+                        && i != format!("{}/{}", compat::PYTORCH_INDEX_ROOT, wh.variant)
+                    {
+                        w.problem(
+                            "torch.index",
+                            format!("'{i}' does not serve the {} wheel", wh.variant),
+                            Some(format!("{expected}, or a mirror of it")),
+                        );
+                    }
+                }
+            }
+            if let (Some(version), Some(variant), Some(index)) = (version, variant, index) {
+                torch = Some(TorchSpec {
+                    version,
+                    variant,
+                    index: index.trim_end_matches('/').to_string(),
+                });
+            }
+        }
+    }
+    if let (Some(wh), Some(c)) = (wheel, &cuda) {
+        if compat::toolkit(c).is_some() && compat::fit(wh.cuda, c) == compat::Fit::Incompatible {
+            w.problem(
+                "torch.variant",
+                format!(
+                    "the {} wheel needs CUDA {} drivers; a CUDA {c} base cannot run it",
+                    wh.variant, wh.cuda
+                ),
+                Some(
+                    compat::variants(wh.torch)
+                        .into_iter()
+                        .filter(|v| {
+                            compat::lookup(wh.torch, v).is_some_and(|x| {
+                                compat::fit(x.cuda, c) != compat::Fit::Incompatible
+                            })
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+            );
+        }
+    }
+
+    // python
+    let python = w.string(&top, "python", "");
+    if let Some(p) = &python {
+        let ok = p.split_once('.').is_some_and(|(a, b)| {
+            a == "3" && !b.is_empty() && b.chars().all(|c| c.is_ascii_digit())
+        });
+        if !ok {
+            w.problem(
+                "python",
+                format!("'{p}' is not a Python minor version like 3.10"),
+                None,
+            );
+        } else {
+            if let Some(wh) = wheel {
+                let k = compat::version_key(p);
+                if k < compat::version_key(wh.python_min) || k > compat::version_key(wh.python_max)
+                {
+                    w.problem(
+                        "python",
+                        format!("torch {} publishes no wheel for Python {p}", wh.torch),
+                        Some(format!("{} to {}", wh.python_min, wh.python_max)),
+                    );
+                }
+            }
+            if let Some((distro, py)) = base.as_ref().and_then(|b| compat::distro_python(&b.tag)) {
+                if py != p {
+                    w.problem(
+                        "python",
+                        format!("the base is {distro}, whose python3 is {py}; the image builds its venv from the distro python3"),
+                        Some(py.to_string()),
+                    );
+                }
+            }
+        }
+    }
+
+    // pip
+    let mut pip = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, item) in w.list(&top, "pip", "").into_iter().enumerate() {
+        let field = format!("pip[{i}]");
+        let Some(s) = item.as_str() else {
+            w.problem(
+                &field,
+                format!("expected a string like name==1.2.3, found {}", kind(item)),
+                None,
+            );
+            continue;
+        };
+        match parse_pin(s) {
+            Ok(pin) => {
+                let n = pin.normalized_name();
+                if n == "torch" {
+                    w.problem(
+                        &field,
+                        "torch is chosen by the `torch` mapping, not listed under pip",
+                        None,
+                    );
+                } else if !seen.insert(n.clone()) {
+                    w.problem(&field, format!("'{n}' is listed twice"), None);
+                } else {
+                    pip.push(pin);
+                }
+            }
+            Err(e) => w.problem(&field, e, None),
+        }
+    }
+
+    // apt
+    let mut apt = Vec::new();
+    for (i, item) in w.list(&top, "apt", "").into_iter().enumerate() {
+        let field = format!("apt[{i}]");
+        match item.as_str() {
+            Some(s) if is_apt_name(s) => {
+                if apt.iter().any(|a| a == s) {
+                    w.problem(&field, format!("'{s}' is listed twice"), None);
+                } else {
+                    apt.push(s.to_string());
+                }
+            }
+            Some(s) => w.problem(&field, format!("'{s}' is not a Debian package name (lowercase letters, digits, + - .; versions are the distro's)"), None),
+            None => w.problem(&field, format!("expected a package name, found {}", kind(item)), None),
+        }
+    }
+
+    // user
+    let mut user = None;
+    if let Some(u) = top.get("user") {
+        if let Some(um) = w.mapping(u, "user", USER_KEYS, USER_KEYS) {
+            if let Some(n) = w.string(&um, "name", "user") {
+                let ok = n.len() <= 32
+                    && n.chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                    && n.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_-".contains(c));
+                if !ok {
+                    w.problem("user.name", format!("'{n}' is not a login name (lowercase letters, digits, _ -; at most 32)"), None);
+                } else if n == "root" {
+                    w.problem("user.name", "the image's user must not be root", None);
+                } else {
+                    user = Some(UserSpec { name: n });
+                }
+            }
+        }
+    }
+
+    // ports
+    let mut ports: Vec<u16> = Vec::new();
+    for (i, item) in w.list(&top, "ports", "").into_iter().enumerate() {
+        let field = format!("ports[{i}]");
+        match item.as_u64() {
+            Some(p) if (1..=65535).contains(&p) => {
+                let p = p as u16;
+                if ports.contains(&p) {
+                    w.problem(&field, format!("{p} is listed twice"), None);
+                } else {
+                    ports.push(p);
+                }
+            }
+            _ => w.problem(
+                &field,
+                format!("expected a port number 1-65535, found {}", show(item)),
+                None,
+            ),
+        }
+    }
+
+    // labels
+    let mut labels = BTreeMap::new();
+    match top.get("labels") {
+        None => {}
+        Some(Value::Mapping(m)) => {
+            for (k, v) in m {
+                let Some(key) = k.as_str() else {
+                    w.problem(
+                        "labels",
+                        format!("label keys must be strings, found {}", kind(k)),
+                        None,
+                    );
+                    continue;
+                };
+                let field = format!("labels.{key}");
+                let key_ok = key
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphanumeric())
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c));
+                if !key_ok {
+                    w.problem(&field, "label keys are letters, digits and . _ - / (reverse-DNS, e.g. org.example.team)", None);
+                    continue;
+                }
+                match v {
+                    Value::String(s) if !s.contains('\n') => {
+                        labels.insert(key.to_string(), s.clone());
+                    }
+                    Value::String(_) => w.problem(&field, "label values must be one line", None),
+                    other => w.problem(
+                        &field,
+                        format!("expected a string, found {}", kind(other)),
+                        None,
+                    ),
+                }
+            }
+        }
+        Some(other) => w.problem(
+            "labels",
+            format!("expected a mapping, found {}", kind(other)),
+            None,
+        ),
+    }
+
+    // template
+    let template = w.string(&top, "template", "");
+    if let Some(t) = &template {
+        match spec_dir {
+            None => w.problem("template", "bundled specs use the bundled template; only a spec file (--spec) may name its own", None),
+            Some(dir) => {
+                let p = Path::new(t);
+                if p.is_absolute() || t.is_empty() {
+                    w.problem("template", format!("'{t}' must be a path relative to the spec file"), None);
+                } else if !dir.join(p).is_file() {
+                    w.problem("template", format!("'{t}' does not exist next to the spec (looked for {})", dir.join(p).display()), None);
+                }
+            }
+        }
+    }
+
+    let schema_version = top.get("schema_version").and_then(|v| v.as_u64());
+    if !w.problems.is_empty() {
+        // In the order of the schema's fields (unknown keys last), stable within a field.
+        let rank = |p: &Problem| {
+            let head = p.path.split(['.', '[']).next().unwrap_or("");
+            TOP_LEVEL_KEYS
+                .iter()
+                .position(|k| *k == head)
+                .unwrap_or(TOP_LEVEL_KEYS.len())
+        };
+        w.problems.sort_by_key(rank);
+        return Err(w.problems);
+    }
+    match (schema_version, name, base, cuda, python, torch, user) {
+        (
+            Some(schema_version),
+            Some(name),
+            Some(base_image),
+            Some(cuda),
+            Some(python),
+            Some(torch),
+            Some(user),
+        ) => Ok(ImageSpec {
+            schema_version,
+            name,
+            description,
+            base_image,
+            cuda,
+            python,
+            torch,
+            pip,
+            apt,
+            user,
+            ports,
+            labels,
+            template,
+        }),
+        // Every None above was recorded as a problem, so this is unreachable in
+        // practice; report it rather than panic.
+        _ => Err(vec![Problem {
+            path: "(spec)".to_string(),
+            message: "incomplete spec".to_string(),
+            valid: None,
+        }]),
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("'{s}'"),
+        other => kind(other).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins() {
+        assert_eq!(parse_pin("diffusers==0.33.1").unwrap().version, "0.33.1");
+        assert_eq!(
+            parse_pin("uvicorn[standard]==0.30.0").unwrap().name,
+            "uvicorn[standard]"
+        );
+        assert!(parse_pin("diffusers").unwrap_err().contains("not pinned"));
+        assert!(parse_pin("diffusers>=0.33").unwrap_err().contains("(>=)"));
+        assert!(parse_pin("diffusers==0.*").is_err());
+        assert!(parse_pin("diffusers==0.33; rm -rf /").is_err());
+    }
+
+    #[test]
+    fn typos() {
+        assert_eq!(did_you_mean("tempalte", TOP_LEVEL_KEYS), Some("template"));
+        assert_eq!(did_you_mean("zzz", TOP_LEVEL_KEYS), None);
+    }
+
+    #[test]
+    fn bundled_specs_are_valid() {
+        for (name, text) in crate::spec::bundled() {
+            let spec = validate(text, None).unwrap_or_else(|p| panic!("{name}: {p:?}"));
+            assert_eq!(spec.name, name);
+        }
+    }
+}
