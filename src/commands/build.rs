@@ -529,14 +529,22 @@ fn build_failure(err: BuildError) -> anyhow::Error {
                 text.push_str(&format!("  | {line}\n"));
             }
             eprint!("{text}");
-            let code = exit_code.map_or(String::new(), |c| format!(" with exit code {c}"));
+            let (code, hint) = match exit_code {
+                Some(c) => (
+                    format!(" with exit code {c}"),
+                    "the step's last output lines are above; rerun with -v for the full build log"
+                        .to_string(),
+                ),
+                None => (
+                    String::new(),
+                    format!("the engine said: {message}; rerun with -v for the full build log"),
+                ),
+            };
             CliError::failure(format!(
                 "build failed at step {n}/{total}{code}: {}",
                 cut(&instruction, 300)
             ))
-            .with_hint(format!(
-                "the engine said: {message}; rerun with -v for the full build log"
-            ))
+            .with_hint(hint)
             .into()
         }
         BuildError::Engine(message) => CliError::failure(format!("the build failed: {message}"))

@@ -299,56 +299,41 @@ fn rebuild_hits_the_cache() {
     );
 }
 
-#[test]
-fn failing_run_step_reports_step_instruction_and_tail() {
-    ensure_bases();
-    let mut guard = EngineGuard::default();
-    let tag = test_tag("fail");
-    guard.image(&tag);
-    // The real cu124 template on a base without apt: its first RUN fails.
-    let out = imgctl_env(
-        &[
-            "build",
-            "-v",
-            "--cuda",
-            "12.4",
-            "--base-image",
-            BUSYBOX_BASE,
-            "--tag",
-            &tag,
-        ],
-        &[],
-    );
+/// Runs a build expected to fail at a RUN step and checks the error: exit 1,
+/// one `error:` line naming the step, the instruction and the exit code, the
+/// step's last output lines (at most 20) before it, a hint, and no container
+/// or tag left behind. Returns the tail lines.
+fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> Vec<String> {
+    let mut full: Vec<&str> = vec!["build", "-v", "--tag", tag];
+    full.extend_from_slice(args);
+    let out = imgctl_env(&full, &[]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let error = stderr
+    let errors: Vec<&str> = stderr
         .lines()
-        .find(|l| l.starts_with("error: "))
-        .unwrap_or_else(|| panic!("no error line:\n{stderr}"));
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = errors[0];
     assert!(error.contains("build failed at step "), "{error}");
     assert!(
         error.contains(": RUN "),
         "the instruction is not named: {error}"
     );
-    assert!(error.contains("exit code 127"), "{error}");
-    // The step's last output lines come before the error, at most 20 of them.
+    assert!(error.contains(&format!("exit code {exit_code}")), "{error}");
     let tail_header = stderr
         .lines()
         .position(|l| l.starts_with("output of step "))
         .unwrap_or_else(|| panic!("no output tail:\n{stderr}"));
-    let tail: Vec<&str> = stderr
+    let tail: Vec<String> = stderr
         .lines()
         .skip(tail_header + 1)
         .take_while(|l| l.starts_with("  | "))
+        .map(|l| l.trim_start_matches("  | ").to_string())
         .collect();
     assert!(!tail.is_empty() && tail.len() <= 20, "{tail:?}");
-    assert!(
-        tail.iter()
-            .any(|l| l.contains("apt-get") && l.contains("not found")),
-        "{tail:?}"
-    );
-    assert!(stderr.contains("hint: "), "{stderr}");
-    // The failed step's container was removed (forcerm).
+    assert!(stderr.contains("\nhint: "), "{stderr}");
+    // The failed step's container was removed (forcerm), and nothing was tagged.
     for id in running_in_ids(&stderr) {
         assert!(
             !docker(&["inspect", &id]).status.success(),
@@ -356,8 +341,41 @@ fn failing_run_step_reports_step_instruction_and_tail() {
         );
     }
     assert!(
-        !docker(&["image", "inspect", &tag]).status.success(),
+        !docker(&["image", "inspect", tag]).status.success(),
         "a failed build was tagged"
+    );
+    tail
+}
+
+#[test]
+fn failing_run_step_reports_step_instruction_and_tail() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("fail");
+    guard.image(&tag);
+
+    // 31 lines of output then exit 3: the tail is the last 20, no more.
+    let spec = busybox_spec();
+    let tail = check_failing_build(
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--build-arg",
+            "IMGCTL_TEST_FAIL=1",
+        ],
+        &tag,
+        3,
+    );
+    assert_eq!(tail.len(), 20, "{tail:?}");
+    assert!(tail.iter().any(|l| l == "test output line 30"), "{tail:?}");
+    assert!(!tail.iter().any(|l| l == "test output line 10"), "{tail:?}");
+
+    // The real cu124 template on a base without apt: its first RUN fails.
+    let tail = check_failing_build(&["--cuda", "12.4", "--base-image", BUSYBOX_BASE], &tag, 127);
+    assert!(
+        tail.iter()
+            .any(|l| l.contains("apt-get") && l.contains("not found")),
+        "{tail:?}"
     );
 }
 
