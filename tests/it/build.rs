@@ -468,6 +468,26 @@ fn ctrl_c_cancels_the_build_and_leaves_nothing() {
         !docker(&["image", "inspect", &tag]).status.success(),
         "a cancelled build was tagged"
     );
+    // The steps committed before the interruption stay as build cache (as with
+    // `docker build`); --no-cache made them new, so remove them (the base stays).
+    let base = docker_ok(&["image", "inspect", "--format", "{{.Id}}", DEBIAN_BASE]);
+    for layer in layer_ids(&log).iter().rev() {
+        if !base
+            .trim_start_matches("sha256:")
+            .starts_with(layer.as_str())
+        {
+            let _ = docker(&["rmi", layer]);
+        }
+    }
+}
+
+/// The layer ids (` ---> 0123abcd`) in a `-v` build log.
+fn layer_ids(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.trim().strip_prefix("---> "))
+        .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect()
 }
 
 #[test]
