@@ -36,3 +36,6 @@ pub const IMGCTL_VERIFY_PINS: &str = "IMGCTL_VERIFY_PINS";
 /// CUDA device enumeration order; verify sets `PCI_BUS_ID` when unset so CUDA
 /// ordinals follow NVML's (PCI) order.
 pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";
+/// Unix time to use as the image's `org.opencontainers.image.created` label
+/// (<https://reproducible-builds.org/specs/source-date-epoch/>).
+pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";

@@ -1,8 +1,720 @@
-//! `imgctl build`.
+//! `imgctl build`: render a spec, assemble the build context in memory and
+//! build it through the Docker Engine API (never the docker CLI).
+//!
+//! This command turns [`BuildArgs`] into a [`BuildPlan`] (Dockerfile, context,
+//! tags, labels, build args), then either prints it (`--dry-run`, no engine
+//! needed) or builds it on a tokio runtime of its own, racing the build against
+//! Ctrl-C. It shows progress (a bar on a terminal, plain `Step N/M` lines
+//! otherwise, the full log with `-v`), and writes the JSON build report
+//! (`--report FILE`, `--json`). It holds no engine logic: that is
+//! [`crate::docker`].
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use serde::Serialize;
+
 use crate::cli::BuildArgs;
-use crate::ExitStatus;
+use crate::docker::build::{BuildError, BuildEvent, BuildOutcome, BuildRequest, BuildTracker};
+use crate::docker::context::{BuildContext, ContextListing};
+use crate::docker::image::{self, BaseImage};
+use crate::env_vars::SOURCE_DATE_EPOCH;
+use crate::output::printer;
+use crate::{CliError, ExitStatus};
+
+/// Version of the JSON build report (and of the `--dry-run --json` plan).
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// How long the engine gets to remove a cancelled build's intermediate
+/// containers itself before imgctl force-removes them (our choice: the
+/// engine's own container stop timeout is 10 s).
+const CANCEL_GRACE: Duration = Duration::from_secs(15);
+
+/// Instructions are cut to this many characters in progress lines (a long
+/// `RUN a && b && …` would wrap over many terminal rows).
+const INSTRUCTION_DISPLAY_CHARS: usize = 160;
+
+/// Everything needed to build, independent of where it came from.
+#[derive(Debug, Clone)]
+pub struct BuildPlan {
+    /// The spec's name (`cu124`, or the file stem of `--spec`).
+    pub spec_name: String,
+    /// SHA-256 of the spec file.
+    pub spec_sha256: String,
+    /// The Dockerfile as rendered (`imgctl render`).
+    pub rendered_dockerfile: String,
+    /// The context: the Dockerfile to build, the files it COPYs, and imgctl.
+    pub context: BuildContext,
+    /// Tags to apply.
+    pub tags: Vec<String>,
+    /// All labels the image gets: the spec's pins, OCI labels, then `--label`.
+    pub labels: BTreeMap<String, String>,
+    /// The labels the rendered Dockerfile does not already set (with these
+    /// values): appended as one `LABEL` instruction, a single cheap step.
+    pub build_labels: BTreeMap<String, String>,
+    /// `--build-arg` values.
+    pub build_args: BTreeMap<String, String>,
+    /// Lines the renderer wants the user to read (e.g. the cu124 wheel note).
+    pub notes: Vec<String>,
+    /// `--no-cache`.
+    pub no_cache: bool,
+    /// `--pull`.
+    pub pull: bool,
+}
+
+impl BuildPlan {
+    /// Adds a label known only at build time (the resolved base digest), unless
+    /// the spec or `--label` set it, and updates the Dockerfile to build.
+    pub fn add_label(&mut self, key: &str, value: &str) {
+        if !self.labels.contains_key(key) {
+            self.labels.insert(key.to_string(), value.to_string());
+            self.build_labels.insert(key.to_string(), value.to_string());
+            self.context
+                .set_dockerfile(&with_labels(&self.rendered_dockerfile, &self.build_labels));
+        }
+    }
+}
+
+/// The rendered Dockerfile plus one `LABEL` instruction holding `labels`
+/// (values quoted; `$` escaped, since LABEL values are expanded).
+pub fn with_labels(dockerfile: &str, labels: &BTreeMap<String, String>) -> String {
+    let mut out = dockerfile.trim_end().to_string();
+    out.push('\n');
+    if labels.is_empty() {
+        return out;
+    }
+    out.push_str(
+        "\n# Added by `imgctl build`: OCI annotations, the resolved base, --label.\nLABEL",
+    );
+    let n = labels.len();
+    for (i, (key, value)) in labels.iter().enumerate() {
+        out.push_str(&format!(" {}={}", quote(key), quote(value)));
+        if i + 1 < n {
+            out.push_str(" \\\n     ");
+        }
+    }
+    out.push('\n');
+    out
+}
+
+fn quote(text: &str) -> String {
+    let mut q = String::with_capacity(text.len() + 2);
+    q.push('"');
+    for c in text.chars() {
+        if matches!(c, '"' | '\\' | '$') {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q.push('"');
+    q
+}
+
+/// The JSON build report (schema_version 1).
+#[derive(Debug, Serialize)]
+pub struct BuildReport {
+    /// Always [`REPORT_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The built image id (`sha256:…`).
+    pub image_id: String,
+    /// The tags applied.
+    pub tags: Vec<String>,
+    /// Uncompressed image size in bytes, as the engine reports it.
+    pub size_bytes: u64,
+    /// Wall time of the build (without the push) in seconds.
+    pub duration_s: f64,
+    /// The spec the image was rendered from.
+    pub spec: SpecRef,
+    /// The base image(s) and their resolved digests.
+    pub base_images: Vec<BaseImage>,
+    /// The digest of the first base image (`name@sha256:…`, or its local id).
+    pub base_digest: Option<String>,
+    /// Every label of the built image: the pins (torch, CUDA, cuDNN, NCCL,
+    /// python, imgctl version, spec hash) and the OCI labels.
+    pub pins: BTreeMap<String, String>,
+    /// Step counts.
+    pub steps: StepCounts,
+    /// The renderer's notes.
+    pub notes: Vec<String>,
+    /// Tags pushed (`--push`).
+    pub pushed: Vec<String>,
+}
+
+/// Which spec.
+#[derive(Debug, Serialize)]
+pub struct SpecRef {
+    /// Spec name.
+    pub name: String,
+    /// SHA-256 of the spec file.
+    pub sha256: String,
+}
+
+/// Step counts of a build.
+#[derive(Debug, Serialize)]
+pub struct StepCounts {
+    /// Steps the builder ran in total.
+    pub total: usize,
+    /// Steps satisfied from the layer cache.
+    pub cached: usize,
+    /// Steps that ran (neither cached nor `FROM`).
+    pub executed: usize,
+    /// Each step.
+    pub detail: Vec<crate::docker::build::StepRecord>,
+}
+
+/// `--dry-run --json` output.
+#[derive(Debug, Serialize)]
+struct DryRun<'a> {
+    schema_version: u32,
+    dockerfile: &'a str,
+    context: Vec<ContextListing>,
+    tags: &'a [String],
+    labels: &'a BTreeMap<String, String>,
+    build_args: &'a BTreeMap<String, String>,
+    notes: &'a [String],
+}
 
 /// Runs `imgctl build`.
-pub fn run(_args: BuildArgs) -> anyhow::Result<ExitStatus> {
-    Err(crate::CliError::failure("not implemented in this build").into())
+pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
+    let plan = plan(&args)?;
+    for note in &plan.notes {
+        printer().info(format!("note: {note}"));
+    }
+    if args.dry_run {
+        return dry_run(&plan, args.json);
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime.block_on(build(plan, args.push))?;
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.report {
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("writing the build report to {}", path.display()))?;
+        printer().info(format!("build report: {}", path.display()));
+    }
+    if args.json {
+        printer().data(json);
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// Turns the arguments into a [`BuildPlan`]: parses K=V lists and tags, loads
+/// and renders the spec, assembles the context and the labels.
+pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
+    let build_args = parse_pairs(&args.build_args, "--build-arg")?;
+    let user_labels = parse_pairs(&args.labels, "--label")?;
+    if let Some((k, _)) = user_labels.iter().find(|(_, v)| v.contains('\n')) {
+        return Err(
+            CliError::usage(format!("invalid --label {k}: the value holds a newline"))
+                .with_hint(
+                    "label values are single lines; encode structured values (JSON) on one line",
+                )
+                .into(),
+        );
+    }
+    for tag in &args.tags {
+        image::validate_tag(tag)?;
+    }
+
+    let source =
+        crate::spec::SpecSource::from_args(args.image.cuda.as_deref(), args.image.spec.as_deref());
+    let loaded = crate::spec::load(&source)?;
+    let options = crate::render::RenderOptions::from_args(&args.image)?;
+    let rendered = crate::render::render(&loaded, &options)?;
+
+    let tags = if args.tags.is_empty() {
+        vec![format!("imgctl/{}:latest", loaded.name)]
+    } else {
+        args.tags.clone()
+    };
+
+    let mut labels = rendered.labels.clone();
+    let bases = image::from_images(&rendered.dockerfile);
+    for (key, value) in oci_labels(&loaded.name, bases.first()) {
+        labels.entry(key).or_insert(value);
+    }
+    labels.extend(user_labels);
+    let build_labels: BTreeMap<String, String> = labels
+        .iter()
+        // Labels of the spec the template already writes are left out; a spec
+        // label the Dockerfile does not mention is added, never dropped.
+        .filter(|(k, v)| {
+            rendered.labels.get(*k) != Some(*v) || !rendered.dockerfile.contains(k.as_str())
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+
+    let mut context = BuildContext::new(&with_labels(&rendered.dockerfile, &build_labels));
+    for file in &rendered.files {
+        context.add(&file.path, file.mode, file.contents.clone())?;
+    }
+    let binary = imgctl_binary(args.imgctl_binary.as_ref())?;
+    let bytes = std::fs::read(&binary).map_err(|e| {
+        CliError::failure(format!(
+            "cannot read the imgctl binary {}: {e}",
+            binary.display()
+        ))
+        .with_hint("pass a readable imgctl executable with --imgctl-binary FILE")
+    })?;
+    context.add(crate::render::IMGCTL_BINARY_PATH, 0o755, bytes)?;
+
+    Ok(BuildPlan {
+        spec_name: loaded.name.clone(),
+        spec_sha256: loaded.sha256.clone(),
+        rendered_dockerfile: rendered.dockerfile.clone(),
+        context,
+        tags,
+        labels,
+        build_labels,
+        build_args,
+        notes: rendered.notes.clone(),
+        no_cache: args.no_cache,
+        pull: args.pull,
+    })
+}
+
+/// Parses repeated `K=V` flags; a missing `=` or an empty key is a usage error.
+pub fn parse_pairs(values: &[String], flag: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for value in values {
+        match value.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() && !k.contains(char::is_whitespace) => {
+                out.insert(k.to_string(), v.to_string());
+            }
+            _ => {
+                return Err(CliError::usage(format!(
+                    "invalid {flag} {value:?}: expected KEY=VALUE"
+                ))
+                .with_hint(format!(
+                    "write it as `{flag} NAME=value` (no spaces in NAME)"
+                ))
+                .into())
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The imgctl to put in the image: `--imgctl-binary`, else this executable.
+fn imgctl_binary(flag: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+    match flag {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_exe().context("finding the running imgctl executable"),
+    }
+}
+
+/// OCI annotations (github.com/opencontainers/image-spec, annotations.md).
+/// `created` honours SOURCE_DATE_EPOCH (reproducible-builds.org) so that
+/// identical rebuilds can give identical images.
+fn oci_labels(spec_name: &str, base: Option<&String>) -> BTreeMap<String, String> {
+    let created = std::env::var(SOURCE_DATE_EPOCH)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or_else(SystemTime::now, |secs| {
+            UNIX_EPOCH + Duration::from_secs(secs)
+        });
+    let mut labels = BTreeMap::from([
+        (
+            "org.opencontainers.image.created".to_string(),
+            humantime::format_rfc3339_seconds(created).to_string(),
+        ),
+        (
+            "org.opencontainers.image.title".to_string(),
+            format!("imgctl {spec_name}"),
+        ),
+        (
+            "org.opencontainers.image.description".to_string(),
+            "PyTorch GPU image built by imgctl".to_string(),
+        ),
+        (
+            "org.opencontainers.image.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+        (
+            "org.opencontainers.image.licenses".to_string(),
+            env!("CARGO_PKG_LICENSE").to_string(),
+        ),
+    ]);
+    if let Some(base) = base {
+        labels.insert(
+            "org.opencontainers.image.base.name".to_string(),
+            base.clone(),
+        );
+    }
+    labels
+}
+
+fn dry_run(plan: &BuildPlan, json: bool) -> anyhow::Result<ExitStatus> {
+    let listing = plan.context.listing();
+    if json {
+        printer().json(&DryRun {
+            schema_version: REPORT_SCHEMA_VERSION,
+            dockerfile: plan.context.dockerfile(),
+            context: listing,
+            tags: &plan.tags,
+            labels: &plan.labels,
+            build_args: &plan.build_args,
+            notes: &plan.notes,
+        })?;
+        return Ok(ExitStatus::Success);
+    }
+    printer().data(plan.context.dockerfile().trim_end());
+    let p = printer();
+    p.info(format!(
+        "build context ({} files, {}):",
+        listing.len(),
+        human_bytes(plan.context.size())
+    ));
+    for row in &listing {
+        p.info(format!(
+            "  {} {:>10}  {}",
+            row.mode,
+            human_bytes(row.size),
+            row.path
+        ));
+    }
+    p.info(format!("tags: {}", plan.tags.join(", ")));
+    p.info("dry run: nothing was built");
+    Ok(ExitStatus::Success)
+}
+
+/// Builds the plan on the engine; Ctrl-C cancels it (exit 130).
+async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
+    let p = printer();
+    // A build can stream for an hour without new headers; bollard's default
+    // request timeout (120 s) only covers the response headers, but the
+    // context upload of a large binary counts too.
+    let docker = crate::docker::connect()
+        .await?
+        .with_timeout(Duration::from_secs(3600));
+    let base_refs = image::from_images(plan.context.dockerfile());
+    let bases = image::resolve_bases(&docker, &base_refs).await?;
+    let mut plan = plan;
+    if let Some(digest) = bases.first().and_then(|b| b.digest.clone()) {
+        plan.add_label("org.opencontainers.image.base.digest", &digest);
+    }
+    for base in &bases {
+        if base.id.is_none() && !plan.pull {
+            p.info(format!(
+                "base image {} is not on the engine; the engine will try to pull it",
+                base.reference
+            ));
+        }
+    }
+
+    let request = BuildRequest {
+        tags: plan.tags.clone(),
+        no_cache: plan.no_cache,
+        pull: plan.pull,
+        build_args: plan.build_args.clone(),
+        // In the Dockerfile instead (one step, not one per label).
+        labels: BTreeMap::new(),
+    };
+    let tar = plan.context.to_tar()?;
+    p.info(format!(
+        "building {} from spec {} (context {})",
+        plan.tags.join(", "),
+        plan.spec_name,
+        human_bytes(tar.len() as u64)
+    ));
+    let tracker = BuildTracker::default();
+    let mut view = ProgressView::new();
+    let started = Instant::now();
+    let outcome = {
+        let mut on_event = |ev: &BuildEvent| view.event(ev);
+        let build =
+            crate::docker::build::build_image(&docker, tar, &request, &tracker, &mut on_event);
+        tokio::select! {
+            res = build => Some(res),
+            _ = tokio::signal::ctrl_c() => None,
+        }
+    };
+    view.finish();
+    let outcome: BuildOutcome = match outcome {
+        None => {
+            p.info("interrupted: cancelling the build on the engine…");
+            let forced =
+                crate::docker::build::remove_leftovers(&docker, &tracker, CANCEL_GRACE).await;
+            if !forced.is_empty() {
+                p.info(format!(
+                    "removed {} intermediate container(s) left by the build",
+                    forced.len()
+                ));
+            }
+            return Err(CliError::interrupted("build interrupted by Ctrl-C; the build was cancelled and its intermediate containers removed").into());
+        }
+        Some(Err(err)) => return Err(build_failure(err)),
+        Some(Ok(outcome)) => outcome,
+    };
+    for extra in plan.tags.iter().skip(1) {
+        image::tag(&docker, &outcome.image_id, extra).await?;
+    }
+    let facts = image::inspect(&docker, &outcome.image_id)
+        .await?
+        .ok_or_else(|| {
+            CliError::failure(format!(
+                "the built image {} vanished from the engine",
+                outcome.image_id
+            ))
+        })?;
+    let duration = started.elapsed().as_secs_f64();
+    p.info(format!(
+        "built {} ({}) in {}: {} of {} steps cached, {} ran",
+        short_id(&outcome.image_id),
+        human_bytes(facts.size),
+        humantime::format_duration(Duration::from_secs(duration.round() as u64)),
+        outcome.cached_steps(),
+        outcome.steps.len(),
+        outcome.executed_steps(),
+    ));
+    for tag in &plan.tags {
+        p.info(format!("tagged {tag}"));
+    }
+
+    let mut pushed = Vec::new();
+    if push {
+        for tag in &plan.tags {
+            p.info(format!("pushing {tag}"));
+            let spinner = p.spinner(format!("pushing {tag}"));
+            image::push(&docker, tag, &mut |status| {
+                spinner.set_message(format!("pushing {tag}: {status}"));
+                printer().verbose(status);
+            })
+            .await?;
+            spinner.finish_and_clear();
+            pushed.push(tag.clone());
+        }
+    }
+
+    Ok(BuildReport {
+        schema_version: REPORT_SCHEMA_VERSION,
+        image_id: outcome.image_id.clone(),
+        tags: plan.tags.clone(),
+        size_bytes: facts.size,
+        duration_s: (duration * 1000.0).round() / 1000.0,
+        spec: SpecRef {
+            name: plan.spec_name.clone(),
+            sha256: plan.spec_sha256.clone(),
+        },
+        base_digest: bases.first().and_then(|b| b.digest.clone()),
+        base_images: bases,
+        pins: facts.labels,
+        steps: StepCounts {
+            total: outcome.steps.len(),
+            cached: outcome.cached_steps(),
+            executed: outcome.executed_steps(),
+            detail: outcome.steps.clone(),
+        },
+        notes: plan.notes.clone(),
+        pushed,
+    })
+}
+
+/// The error of a failed build; a failed step first prints its last lines.
+fn build_failure(err: BuildError) -> anyhow::Error {
+    match err {
+        BuildError::StepFailed {
+            n,
+            total,
+            instruction,
+            message,
+            exit_code,
+            tail,
+        } => {
+            let mut text = format!("output of step {n}/{total} (last {} lines):\n", tail.len());
+            for line in &tail {
+                text.push_str(&format!("  | {line}\n"));
+            }
+            eprint!("{text}");
+            let (code, hint) = match exit_code {
+                Some(c) => (
+                    format!(" with exit code {c}"),
+                    "the step's last output lines are above; rerun with -v for the full build log"
+                        .to_string(),
+                ),
+                None => (
+                    String::new(),
+                    format!("the engine said: {message}; rerun with -v for the full build log"),
+                ),
+            };
+            CliError::failure(format!(
+                "build failed at step {n}/{total}{code}: {}",
+                cut(&instruction, 300)
+            ))
+            .with_hint(hint)
+            .into()
+        }
+        BuildError::Engine(message) => CliError::failure(format!("the build failed: {message}"))
+            .with_hint("check the base image exists on the engine (no registry is needed for a local base; see --base-image)")
+            .into(),
+    }
+}
+
+/// Progress display: a bar on a terminal, plain lines otherwise, the full log with -v.
+struct ProgressView {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+    verbose: bool,
+}
+
+impl ProgressView {
+    fn new() -> Self {
+        let p = printer();
+        Self {
+            bar: None,
+            plain: !p.interactive,
+            verbose: p.verbose > 0,
+        }
+    }
+
+    fn line(&self, text: &str) {
+        match &self.bar {
+            Some(bar) if !bar.is_hidden() => bar.println(text),
+            _ => printer().info(text),
+        }
+    }
+
+    fn event(&mut self, ev: &BuildEvent) {
+        if let BuildEvent::Step {
+            n,
+            total,
+            instruction,
+        } = ev
+        {
+            if self.bar.is_none() {
+                let bar = printer().progress(
+                    u64::from(*total),
+                    "{spinner} [{elapsed_precise}] [{bar:25}] step {pos}/{len} {wide_msg}",
+                );
+                bar.enable_steady_tick(Duration::from_millis(120));
+                self.bar = Some(bar);
+            }
+            if let Some(bar) = &self.bar {
+                bar.set_position(u64::from(*n));
+                bar.set_message(cut(instruction, INSTRUCTION_DISPLAY_CHARS));
+            }
+        }
+        if self.verbose {
+            self.line(&raw_line(ev));
+            return;
+        }
+        if self.plain {
+            match ev {
+                BuildEvent::Step {
+                    n,
+                    total,
+                    instruction,
+                } => printer().info(format!(
+                    "Step {n}/{total} : {}",
+                    cut(instruction, INSTRUCTION_DISPLAY_CHARS)
+                )),
+                BuildEvent::Cached => printer().info(" ---> Using cache"),
+                _ => {}
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// The builder's line for an event, as `docker build` shows it.
+fn raw_line(ev: &BuildEvent) -> String {
+    match ev {
+        BuildEvent::Step {
+            n,
+            total,
+            instruction,
+        } => format!("Step {n}/{total} : {instruction}"),
+        BuildEvent::Cached => " ---> Using cache".to_string(),
+        BuildEvent::Running(id) => format!(" ---> Running in {id}"),
+        BuildEvent::Output(line) => line.clone(),
+        BuildEvent::Layer(id) => format!(" ---> {id}"),
+        BuildEvent::Removed(id) => format!("Removing intermediate container {id}"),
+    }
+}
+
+/// Collapses whitespace (the builder joins continuation lines with their
+/// indentation) and cuts to `max` characters.
+fn cut(text: &str, max: usize) -> String {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.chars().count() <= max {
+        text
+    } else {
+        let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+fn short_id(id: &str) -> &str {
+    let hex = id.strip_prefix("sha256:").unwrap_or(id);
+    &hex[..hex.len().min(12)]
+}
+
+/// Bytes in decimal units (the engine's `docker images` uses 1000-based units).
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1000.0 && unit < UNITS.len() - 1 {
+        value /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_parse_and_reject_missing_equals() {
+        let ok = parse_pairs(&["A=1".into(), "B=x=y".into(), "C=".into()], "--label").unwrap();
+        assert_eq!(ok["A"], "1");
+        assert_eq!(ok["B"], "x=y");
+        assert_eq!(ok["C"], "");
+        let err = parse_pairs(&["NOPE".into()], "--build-arg").unwrap_err();
+        assert_eq!(crate::error::status_of(&err), ExitStatus::Usage);
+        assert!(err.to_string().contains("--build-arg \"NOPE\""));
+        assert!(parse_pairs(&["=v".into()], "--label").is_err());
+    }
+
+    #[test]
+    fn labels_become_one_quoted_instruction() {
+        let labels = BTreeMap::from([
+            ("a.b".to_string(), "x y".to_string()),
+            ("c".to_string(), "say \"$HOME\" \\ ok".to_string()),
+        ]);
+        let df = with_labels("FROM scratch\n\n", &labels);
+        assert!(
+            df.starts_with("FROM scratch\n\n# Added by `imgctl build`"),
+            "{df}"
+        );
+        assert!(
+            df.ends_with("LABEL \"a.b\"=\"x y\" \\\n      \"c\"=\"say \\\"\\$HOME\\\" \\\\ ok\"\n"),
+            "{df}"
+        );
+        assert_eq!(
+            with_labels("FROM scratch\n", &BTreeMap::new()),
+            "FROM scratch\n"
+        );
+    }
+
+    #[test]
+    fn sizes_are_human() {
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(8_100_000_000), "8.1 GB");
+        assert_eq!(cut("abcdef", 4), "abc…");
+    }
 }

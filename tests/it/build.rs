@@ -1,1 +1,650 @@
-//! build tests.
+//! `imgctl build` against the real Docker engine (no mocks): a fast build
+//! FROM a local busybox base, labels and the JSON report, a rebuild that hits
+//! the layer cache, the failing-step error, Ctrl-C, the no-engine error,
+//! `--dry-run`, and bad flags. Every image and container a test creates is
+//! removed by an [`EngineGuard`], also when an assertion fails.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{imgctl_bin, repo_root, texts};
+
+/// The local base images made by scripts/test-bases.sh.
+pub const BUSYBOX_BASE: &str = "imgctl-test/busybox:latest";
+/// The Debian bookworm minbase made by scripts/test-bases.sh.
+pub const DEBIAN_BASE: &str = "imgctl-test/debian:bookworm";
+/// Repository of the images these tests build (pid-suffixed tags).
+const TEST_REPO: &str = "imgctl-test/it-build";
+/// A socket nothing listens on.
+const DEAD_SOCKET: &str = "unix:///tmp/nonexistent.sock";
+
+/// The docker CLI, for inspection only (imgctl itself never calls it). The
+/// CLI may be newer than the engine (Docker 20.10 speaks API 1.41).
+pub fn docker(args: &[&str]) -> Output {
+    Command::new("docker")
+        .args(args)
+        .env("DOCKER_API_VERSION", "1.41")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the docker CLI")
+}
+
+/// Runs the docker CLI and returns its trimmed stdout; panics on failure.
+pub fn docker_ok(args: &[&str]) -> String {
+    let out = docker(args);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "docker {args:?} failed: {stderr}");
+    stdout.trim().to_string()
+}
+
+/// Makes the local base images once per test process (idempotent script).
+pub fn ensure_bases() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let script = repo_root().join("scripts/test-bases.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .expect("run scripts/test-bases.sh");
+        let (_, stderr) = texts(&out);
+        assert!(
+            out.status.success(),
+            "scripts/test-bases.sh failed:\n{stderr}"
+        );
+        sweep_stale_test_images();
+    });
+}
+
+/// Removes images of earlier test processes that died before their guards ran
+/// (their tags carry the pid), keeping the engine's disk use bounded.
+fn sweep_stale_test_images() {
+    let listing = docker_ok(&["images", TEST_REPO, "--format", "{{.Repository}}:{{.Tag}}"]);
+    for reference in listing.lines() {
+        let pid = reference
+            .rsplit(':')
+            .next()
+            .and_then(|t| t.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
+        if !alive {
+            let _ = docker(&["rmi", "-f", reference]);
+        }
+    }
+}
+
+/// Removes the images and containers it was told about when dropped.
+#[derive(Default)]
+pub struct EngineGuard {
+    images: Vec<String>,
+    containers: Vec<String>,
+}
+
+impl EngineGuard {
+    /// Registers an image (tag or id) for removal.
+    pub fn image(&mut self, name: &str) {
+        self.images.push(name.to_string());
+    }
+    /// Registers a container (name or id) for removal.
+    pub fn container(&mut self, name: &str) {
+        self.containers.push(name.to_string());
+    }
+}
+
+impl Drop for EngineGuard {
+    fn drop(&mut self) {
+        for c in &self.containers {
+            let _ = docker(&["rm", "-f", "-v", c]);
+        }
+        for i in self.images.iter().rev() {
+            let _ = docker(&["rmi", "-f", i]);
+        }
+    }
+}
+
+/// A tag unique to this process and test.
+fn test_tag(name: &str) -> String {
+    format!("{TEST_REPO}:{}-{name}", std::process::id())
+}
+
+/// The busybox fixture spec (its template builds FROM [`BUSYBOX_BASE`]).
+fn busybox_spec() -> PathBuf {
+    repo_root().join("tests/fixtures/specs/busybox.yaml")
+}
+
+/// Runs imgctl with extra environment variables.
+fn imgctl_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(imgctl_bin());
+    cmd.args(args).env("NO_COLOR", "1").stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run imgctl")
+}
+
+fn labels_of(image: &str) -> BTreeMap<String, String> {
+    let json = docker_ok(&[
+        "image",
+        "inspect",
+        "--format",
+        "{{json .Config.Labels}}",
+        image,
+    ]);
+    serde_json::from_str(&json).expect("labels JSON")
+}
+
+#[test]
+fn busybox_build_has_labels_and_report() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("labels");
+    let tag2 = test_tag("labels2");
+    guard.image(&tag);
+    guard.image(&tag2);
+    let dir = tempfile::tempdir().unwrap();
+    let report_path = dir.path().join("report.json");
+    let spec = busybox_spec();
+    let spec = spec.to_str().unwrap();
+
+    // The plan's labels (the spec's pins plus OCI labels), without an engine.
+    let out = imgctl_env(
+        &[
+            "build",
+            "--spec",
+            spec,
+            "--dry-run",
+            "--json",
+            "--label",
+            "team=vision",
+        ],
+        &[("DOCKER_HOST", DEAD_SOCKET)],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "dry run failed: {stderr}");
+    let plan: Value = serde_json::from_str(&stdout).expect("dry-run JSON");
+    let planned: BTreeMap<String, String> = serde_json::from_value(plan["labels"].clone()).unwrap();
+
+    let out = imgctl_env(
+        &[
+            "build",
+            "--spec",
+            spec,
+            "--tag",
+            &tag,
+            "--tag",
+            &tag2,
+            "--label",
+            "team=vision",
+            "--build-arg",
+            "IMGCTL_TEST_ARG=1",
+            "--report",
+            report_path.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "build failed:\n{stderr}");
+    // Plain progress lines when stderr is not a terminal.
+    assert!(stderr.contains("Step 1/"), "no plain step lines:\n{stderr}");
+
+    let report: Value =
+        serde_json::from_str(&stdout).expect("--json prints the report alone on stdout");
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    assert_eq!(report, on_disk, "--report and --json differ");
+    assert_eq!(report["schema_version"], 1);
+
+    // The report against the engine's own view of the image.
+    let id = docker_ok(&["image", "inspect", "--format", "{{.Id}}", &tag]);
+    assert_eq!(report["image_id"], id.as_str());
+    assert_eq!(
+        docker_ok(&["image", "inspect", "--format", "{{.Id}}", &tag2]),
+        id
+    );
+    assert_eq!(report["tags"], serde_json::json!([tag, tag2]));
+    let size: u64 = docker_ok(&["image", "inspect", "--format", "{{.Size}}", &tag])
+        .parse()
+        .unwrap();
+    assert!(size > 0);
+    assert_eq!(report["size_bytes"].as_u64(), Some(size));
+    assert!(report["duration_s"].as_f64().unwrap() > 0.0);
+    let base_id = docker_ok(&["image", "inspect", "--format", "{{.Id}}", BUSYBOX_BASE]);
+    // An imported base has no registry digest: the report names its local id.
+    assert_eq!(report["base_digest"], base_id.as_str());
+    assert_eq!(report["base_images"][0]["reference"], BUSYBOX_BASE);
+
+    // Every planned label and pin is on the image, and the report's pins are the image's labels.
+    let labels = labels_of(&tag);
+    for (key, value) in &planned {
+        if key == "org.opencontainers.image.created" {
+            continue; // a timestamp: the dry run was earlier
+        }
+        assert_eq!(
+            labels.get(key),
+            Some(value),
+            "label {key} missing or different"
+        );
+    }
+    assert_eq!(labels.get("team").map(String::as_str), Some("vision"));
+    assert_eq!(
+        labels.get("org.opencontainers.image.base.digest"),
+        Some(&base_id)
+    );
+    assert!(labels.contains_key("org.opencontainers.image.created"));
+    let pins: BTreeMap<String, String> = serde_json::from_value(report["pins"].clone()).unwrap();
+    assert_eq!(pins, labels);
+    assert!(
+        pins.iter()
+            .any(|(k, v)| k.contains("torch") && v.contains("2.7.0")),
+        "no torch pin among the labels: {pins:?}"
+    );
+    assert!(report["spec"]["sha256"].as_str().unwrap().len() == 64);
+
+    // The image holds the imgctl binary the context carried.
+    let version = docker_ok(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "/bin/sh",
+        &tag,
+        "-c",
+        "ls -l /usr/local/bin/imgctl",
+    ]);
+    assert!(version.contains("imgctl"), "{version}");
+}
+
+#[test]
+fn rebuild_hits_the_cache() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("cache");
+    guard.image(&tag);
+    let spec = busybox_spec();
+    let spec = spec.to_str().unwrap();
+    // A fixed creation time (SOURCE_DATE_EPOCH) makes an unchanged rebuild identical.
+    let env = [("SOURCE_DATE_EPOCH", "1700000000")];
+    let args = ["build", "--spec", spec, "--tag", &tag, "--json"];
+    let first = imgctl_env(&args, &env);
+    let (stdout, stderr) = texts(&first);
+    assert!(first.status.success(), "first build failed:\n{stderr}");
+    let first: Value = serde_json::from_str(&stdout).unwrap();
+
+    let started = Instant::now();
+    let second = imgctl_env(&args, &env);
+    let elapsed = started.elapsed();
+    let (stdout, stderr) = texts(&second);
+    assert!(second.status.success(), "rebuild failed:\n{stderr}");
+    let second: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        second["image_id"], first["image_id"],
+        "an unchanged rebuild gave a new image"
+    );
+    assert_eq!(
+        second["steps"]["executed"], 0,
+        "steps ran again: {}",
+        second["steps"]
+    );
+    let total = second["steps"]["total"].as_u64().unwrap();
+    let cached = second["steps"]["cached"].as_u64().unwrap();
+    assert!(cached > 0 && cached < total, "cached {cached} of {total}");
+    assert!(stderr.contains("Using cache"), "{stderr}");
+    // Cached steps cost no container runs: seconds, not the first build's time.
+    assert!(
+        elapsed < Duration::from_secs(30),
+        "cached rebuild took {elapsed:?}"
+    );
+}
+
+/// Runs a build expected to fail at a RUN step and checks the error: exit 1,
+/// one `error:` line naming the step, the instruction and the exit code, the
+/// step's last output lines (at most 20) before it, a hint, and no container
+/// or tag left behind. Returns the tail lines.
+fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> Vec<String> {
+    let mut full: Vec<&str> = vec!["build", "-v", "--tag", tag];
+    full.extend_from_slice(args);
+    let out = imgctl_env(&full, &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = errors[0];
+    assert!(error.contains("build failed at step "), "{error}");
+    assert!(
+        error.contains(": RUN "),
+        "the instruction is not named: {error}"
+    );
+    assert!(error.contains(&format!("exit code {exit_code}")), "{error}");
+    let tail_header = stderr
+        .lines()
+        .position(|l| l.starts_with("output of step "))
+        .unwrap_or_else(|| panic!("no output tail:\n{stderr}"));
+    let tail: Vec<String> = stderr
+        .lines()
+        .skip(tail_header + 1)
+        .take_while(|l| l.starts_with("  | "))
+        .map(|l| l.trim_start_matches("  | ").to_string())
+        .collect();
+    assert!(!tail.is_empty() && tail.len() <= 20, "{tail:?}");
+    assert!(stderr.contains("\nhint: "), "{stderr}");
+    // The failed step's container was removed (forcerm), and nothing was tagged.
+    for id in running_in_ids(&stderr) {
+        assert!(
+            !docker(&["inspect", &id]).status.success(),
+            "container {id} left behind"
+        );
+    }
+    assert!(
+        !docker(&["image", "inspect", tag]).status.success(),
+        "a failed build was tagged"
+    );
+    tail
+}
+
+#[test]
+fn failing_run_step_reports_step_instruction_and_tail() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("fail");
+    guard.image(&tag);
+
+    // 31 lines of output then exit 3: the tail is the last 20, no more.
+    let spec = busybox_spec();
+    let tail = check_failing_build(
+        &[
+            "--spec",
+            spec.to_str().unwrap(),
+            "--build-arg",
+            "IMGCTL_TEST_FAIL=1",
+        ],
+        &tag,
+        3,
+    );
+    assert_eq!(tail.len(), 20, "{tail:?}");
+    assert!(tail.iter().any(|l| l == "test output line 30"), "{tail:?}");
+    assert!(!tail.iter().any(|l| l == "test output line 10"), "{tail:?}");
+
+    // The real cu124 template on a base without apt: its first RUN fails.
+    let tail = check_failing_build(&["--cuda", "12.4", "--base-image", BUSYBOX_BASE], &tag, 127);
+    assert!(
+        tail.iter()
+            .any(|l| l.contains("apt-get") && l.contains("not found")),
+        "{tail:?}"
+    );
+}
+
+/// The intermediate container ids in a `-v` build log.
+fn running_in_ids(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.trim().strip_prefix("---> Running in "))
+        .map(|id| id.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn ctrl_c_cancels_the_build_and_leaves_nothing() {
+    ensure_bases();
+    let _guard = EngineGuard::default();
+    let tag = test_tag("cancel");
+    let ca = "/etc/ssl/certs/ca-certificates.crt";
+    // --no-cache: the apt step runs (seconds of network), so there is a step to interrupt.
+    let mut child = Command::new(imgctl_bin())
+        .args([
+            "build",
+            "-v",
+            "--no-cache",
+            "--cuda",
+            "12.4",
+            "--base-image",
+            DEBIAN_BASE,
+            "--ca-cert",
+            ca,
+            "--tag",
+            &tag,
+        ])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start imgctl build");
+    let stderr = child.stderr.take().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = Vec::new();
+        let mut signalled = None;
+        let mut in_run_step = false;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap_or_default();
+            if line.starts_with("Step ") {
+                in_run_step = line.contains(" : RUN ");
+            }
+            if signalled.is_none() && in_run_step && line.trim().starts_with("---> Running in ") {
+                // SIGINT, as Ctrl-C in a terminal sends, while a RUN container works.
+                // SAFETY: kill(2) on our own child's pid has no memory effects.
+                unsafe { libc::kill(pid, libc::SIGINT) };
+                signalled = Some(Instant::now());
+            }
+            lines.push(line);
+        }
+        (lines, signalled)
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("imgctl build did not end within 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (lines, signalled) = reader.join().unwrap();
+    let log = lines.join("\n");
+    let signalled = signalled.unwrap_or_else(|| panic!("no step started:\n{log}"));
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(
+        signalled.elapsed() < Duration::from_secs(30),
+        "cancelling took {:?}",
+        signalled.elapsed()
+    );
+    assert!(log.contains("interrupted"), "{log}");
+    let ids = running_in_ids(&log);
+    assert!(!ids.is_empty());
+    for id in ids {
+        assert!(
+            !docker(&["inspect", &id]).status.success(),
+            "container {id} left dangling:\n{log}"
+        );
+    }
+    assert!(
+        !docker(&["image", "inspect", &tag]).status.success(),
+        "a cancelled build was tagged"
+    );
+    // The steps committed before the interruption stay as build cache (as with
+    // `docker build`); --no-cache made them new, so remove them (the base stays).
+    let base = docker_ok(&["image", "inspect", "--format", "{{.Id}}", DEBIAN_BASE]);
+    for layer in layer_ids(&log).iter().rev() {
+        if !base
+            .trim_start_matches("sha256:")
+            .starts_with(layer.as_str())
+        {
+            let _ = docker(&["rmi", layer]);
+        }
+    }
+}
+
+/// The layer ids (` ---> 0123abcd`) in a `-v` build log.
+fn layer_ids(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.trim().strip_prefix("---> "))
+        .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn no_engine_names_the_socket_in_one_line() {
+    let out = imgctl_env(
+        &["build", "--spec", busybox_spec().to_str().unwrap()],
+        &[("DOCKER_HOST", DEAD_SOCKET)],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty());
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("/tmp/nonexistent.sock"), "{}", errors[0]);
+    assert!(stderr.contains("\nhint: "), "{stderr}");
+    assert!(
+        !stderr.contains("caused by"),
+        "more than one line of error: {stderr}"
+    );
+}
+
+#[test]
+fn dry_run_prints_dockerfile_and_context_without_an_engine() {
+    let spec = busybox_spec();
+    let out = imgctl_env(
+        &[
+            "build",
+            "--spec",
+            spec.to_str().unwrap(),
+            "--dry-run",
+            "--tag",
+            "imgctl-test/dry:run",
+        ],
+        &[("DOCKER_HOST", DEAD_SOCKET)],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.lines().any(|l| l.starts_with("FROM ")), "{stdout}");
+    // The listing: the Dockerfile and the imgctl binary with its real size.
+    let size = std::fs::metadata(imgctl_bin()).unwrap().len();
+    assert!(stderr.contains("build context ("), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.trim_end().ends_with(" Dockerfile")),
+        "{stderr}"
+    );
+    let bin_line = stderr
+        .lines()
+        .find(|l| l.trim_end().ends_with(" imgctl"))
+        .unwrap_or_else(|| panic!("imgctl not listed:\n{stderr}"));
+    assert!(bin_line.trim_start().starts_with("0755"), "{bin_line}");
+    assert!(stderr.contains("nothing was built"), "{stderr}");
+    assert!(!docker(&["image", "inspect", "imgctl-test/dry:run"])
+        .status
+        .success());
+
+    let out = imgctl_env(
+        &[
+            "build",
+            "--spec",
+            spec.to_str().unwrap(),
+            "--dry-run",
+            "--json",
+            "--build-arg",
+            "A=1",
+        ],
+        &[("DOCKER_HOST", DEAD_SOCKET)],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(plan["schema_version"], 1);
+    assert_eq!(plan["build_args"]["A"], "1");
+    assert!(plan["dockerfile"].as_str().unwrap().contains("FROM "));
+    let listed: Vec<&str> = plan["context"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.first(), Some(&"Dockerfile"));
+    assert!(listed.contains(&"imgctl"), "{listed:?}");
+    let bin = plan["context"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "imgctl")
+        .unwrap();
+    assert_eq!(bin["size"].as_u64(), Some(size));
+}
+
+#[test]
+fn bad_flags_are_usage_errors_before_any_engine_work() {
+    let spec = busybox_spec();
+    let spec = spec.to_str().unwrap();
+    for (flag, value, needle) in [
+        ("--build-arg", "NOVALUE", "--build-arg"),
+        ("--label", "=x", "--label"),
+        ("--tag", "Not A Tag", "--tag"),
+    ] {
+        // A dead socket: reaching the engine would be exit 1, not 2.
+        let out = imgctl_env(
+            &["build", "--spec", spec, flag, value],
+            &[("DOCKER_HOST", DEAD_SOCKET)],
+        );
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        let error = stderr.lines().next().unwrap_or_default();
+        assert!(
+            error.starts_with("error: ") && error.contains(needle),
+            "{error}"
+        );
+        assert!(stderr.contains("hint: "), "{stderr}");
+    }
+}
+
+#[test]
+fn push_to_an_unreachable_registry_fails_clearly() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    // Port 9 (discard) on loopback: nothing listens, the engine is refused at once.
+    let tag = format!("127.0.0.1:9/imgctl-test/push:{}", std::process::id());
+    guard.image(&tag);
+    let config = tempfile::tempdir().unwrap();
+    // "user:pass" in base64, for the registry of the tag.
+    std::fs::write(
+        config.path().join("config.json"),
+        r#"{"auths": {"127.0.0.1:9": {"auth": "dXNlcjpwYXNz"}}}"#,
+    )
+    .unwrap();
+    let out = imgctl_env(
+        &[
+            "build",
+            "--spec",
+            busybox_spec().to_str().unwrap(),
+            "--tag",
+            &tag,
+            "--push",
+        ],
+        &[("DOCKER_CONFIG", config.path().to_str().unwrap())],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default();
+    assert!(
+        error.contains(&format!("pushing {tag} to 127.0.0.1:9 failed")),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("dXNlcjpwYXNz") && !stderr.contains("pass"),
+        "a secret leaked: {stderr}"
+    );
+}

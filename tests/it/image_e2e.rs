@@ -1,1 +1,467 @@
-//! image_e2e tests.
+//! End to end on a real image (issue 3): `imgctl build` of the real templates
+//! (those of Dockerfile.cuda124, only with `--base-image` pointing at a Debian
+//! bookworm minbase made locally, and the host's CA bundle for the proxy),
+//! with torch 2.7.0 really installed from PyPI; then JupyterLab and SSH in a
+//! container, the healthcheck, `imgctl --version` inside, a clean stop, and
+//! the bad inputs that must stop a container at once.
+//!
+//! The image's tag ([`E2E_TAG`]) is kept between runs on purpose: with the
+//! classic builder the layer cache *is* the chain of parent images, so it is
+//! what makes a second run fast. Superseded images (an earlier id of the tag,
+//! other tags in the repository) are removed, keeping disk use bounded.
+//! Containers and keys are removed by guards, also on assertion failure.
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::build::{docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE};
+use crate::common::{imgctl, imgctl_bin, texts};
+
+/// The end-to-end image: one stable tag, the warm layer cache of the next run.
+const E2E_REPO: &str = "imgctl-test/e2e";
+const E2E_TAG: &str = "imgctl-test/e2e:cu124";
+/// The host's CA bundle: a TLS-intercepting proxy sits between us and PyPI.
+const HOST_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// A cold build installs about 2.5 GB of wheels; warm builds take seconds.
+const BUILD_DEADLINE: Duration = Duration::from_secs(40 * 60);
+/// Issue 3: "stops within 10 s of docker stop".
+const STOP_LIMIT: Duration = Duration::from_secs(10);
+/// The HEALTHCHECK's start period is 60 s; JupyterLab's first start compiles
+/// nothing but imports a lot. Twice that is the test's patience.
+const HEALTHY_DEADLINE: Duration = Duration::from_secs(120);
+/// "Exit at once" for bad settings: validation runs before anything starts.
+const BAD_INPUT_DEADLINE: Duration = Duration::from_secs(15);
+const TOKEN: &str = "e2e-token-0123456789abcdef";
+
+/// Builds (or rebuilds from the cache) the end-to-end image and returns its id.
+fn build_image(work: &Path) -> String {
+    ensure_bases();
+    let previous = docker(&["image", "inspect", "--format", "{{.Id}}", E2E_TAG]);
+    let previous = previous
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&previous.stdout).trim().to_string());
+
+    // The debug imgctl of this test run, stripped (debug info is most of it).
+    let binary = work.join("imgctl");
+    std::fs::copy(imgctl_bin(), &binary).unwrap();
+    let strip = Command::new("strip")
+        .arg(&binary)
+        .status()
+        .expect("run strip");
+    assert!(strip.success(), "strip failed");
+
+    let report = work.join("report.json");
+    let started = Instant::now();
+    let mut child = Command::new(imgctl_bin())
+        .args([
+            "build",
+            "--cuda",
+            "12.4",
+            "--base-image",
+            DEBIAN_BASE,
+            "--ca-cert",
+            HOST_CA,
+            "--tag",
+            E2E_TAG,
+            "--report",
+        ])
+        .arg(&report)
+        .arg("--imgctl-binary")
+        .arg(&binary)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start imgctl build");
+    let mut log = String::new();
+    let reader = {
+        let mut stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        })
+    };
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > BUILD_DEADLINE {
+            let _ = child.kill();
+            panic!("imgctl build took over {BUILD_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    log.push_str(&reader.join().unwrap());
+    let elapsed = started.elapsed();
+    assert!(
+        status.success(),
+        "imgctl build failed after {elapsed:?}:\n{log}"
+    );
+    // The cu124 note: no torch 2.7.0 wheel for CUDA 12.4, said in the output.
+    assert!(
+        log.contains("cu126"),
+        "the cu124/cu126 note is missing:\n{log}"
+    );
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let id = report["image_id"].as_str().unwrap().to_string();
+    eprintln!(
+        "e2e: build {:.1} s ({} of {} steps cached), image {} bytes",
+        elapsed.as_secs_f64(),
+        report["steps"]["cached"],
+        report["steps"]["total"],
+        report["size_bytes"]
+    );
+    eprintln!(
+        "e2e: largest layers:\n{}",
+        docker_ok(&["history", "--format", "{{.Size}}\t{{.CreatedBy}}", E2E_TAG])
+            .lines()
+            .map(|l| format!("  {}", l.chars().take(140).collect::<String>()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // Keep the disk bounded: drop what this build superseded (its cached parent
+    // layers stay, as the new image's parents).
+    if let Some(old) = previous.filter(|old| *old != id) {
+        let _ = docker(&["rmi", &old]);
+    }
+    for other in docker_ok(&["images", E2E_REPO, "--format", "{{.Repository}}:{{.Tag}}"]).lines() {
+        if other != E2E_TAG && !other.ends_with(":<none>") {
+            let _ = docker(&["rmi", other]);
+        }
+    }
+    id
+}
+
+/// A fresh ed25519 key pair in `dir` (private key path, public key text).
+fn keypair(dir: &Path) -> (PathBuf, String) {
+    let key = dir.join("id_ed25519");
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "imgctl-e2e", "-f"])
+        .arg(&key)
+        .output()
+        .expect("run ssh-keygen");
+    assert!(out.status.success(), "ssh-keygen failed: {}", texts(&out).1);
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    (key, public.trim().to_string())
+}
+
+/// `127.0.0.1:PORT` published for a container port.
+fn host_port(container: &str, port: &str) -> u16 {
+    let mapping = docker_ok(&["port", container, port]);
+    let first = mapping
+        .lines()
+        .find(|l| l.starts_with("127.0.0.1:"))
+        .unwrap_or_else(|| panic!("{port} not published: {mapping}"));
+    first.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// A minimal HTTP/1.1 GET; returns the status code.
+fn http_status(port: u16, path: &str, token: Option<&str>) -> u16 {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to JupyterLab");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: token {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status_line = response.lines().next().unwrap_or_default();
+    status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+}
+
+fn ssh(key: &Path, port: u16, extra: &[&str], command: &str) -> Output {
+    Command::new("ssh")
+        .arg("-i")
+        .arg(key)
+        .args(["-p", &port.to_string()])
+        .args([
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "ConnectTimeout=15",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "IdentitiesOnly=yes",
+        ])
+        .args(extra)
+        .arg("dev@127.0.0.1")
+        .arg(command)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ssh")
+}
+
+fn inspect(container: &str, format: &str) -> String {
+    docker_ok(&["inspect", "--format", format, container])
+}
+
+/// Runs a detached container with `env` that must exit non-zero at once;
+/// returns (exit code, logs).
+fn run_bad(guard: &mut EngineGuard, image: &str, name: &str, env: &[&str]) -> (i64, String) {
+    let mut args = vec!["run", "-d", "--name", name];
+    for e in env {
+        args.extend(["-e", e]);
+    }
+    args.push(image);
+    guard.container(name);
+    docker_ok(&args);
+    let started = Instant::now();
+    while inspect(name, "{{.State.Running}}") == "true" {
+        assert!(
+            started.elapsed() < BAD_INPUT_DEADLINE,
+            "{env:?}: the container still runs after {BAD_INPUT_DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let code: i64 = inspect(name, "{{.State.ExitCode}}").parse().unwrap();
+    let logs = docker(&["logs", name]);
+    let (out, err) = texts(&logs);
+    (code, format!("{out}{err}"))
+}
+
+#[test]
+fn real_image_end_to_end() {
+    let work = tempfile::tempdir().unwrap();
+    let image = build_image(work.path());
+    let mut guard = EngineGuard::default();
+    let pid = std::process::id();
+
+    // torch 2.7.0 is installed, and a given command passes straight through.
+    let version = docker_ok(&[
+        "run",
+        "--rm",
+        &image,
+        "python",
+        "-c",
+        "import torch; print(torch.__version__)",
+    ]);
+    assert!(
+        version
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .starts_with("2.7.0"),
+        "{version}"
+    );
+    // imgctl runs inside, on the image's glibc and its own libtorch.
+    let imgctl_version = docker_ok(&["run", "--rm", &image, "imgctl", "--version"]);
+    assert_eq!(
+        imgctl_version.lines().last().unwrap_or_default(),
+        format!("imgctl {}", env!("CARGO_PKG_VERSION"))
+    );
+    // No host key baked into a layer.
+    let etc_ssh = docker_ok(&["run", "--rm", "--entrypoint", "ls", &image, "/etc/ssh"]);
+    assert!(
+        !etc_ssh.contains("ssh_host_"),
+        "host keys in the image: {etc_ssh}"
+    );
+
+    // Both services, ports on loopback only.
+    let (key, public) = keypair(work.path());
+    let name = format!("imgctl-e2e-{pid}");
+    guard.container(&name);
+    let started = Instant::now();
+    docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "-e",
+        &format!("SSH_AUTHORIZED_KEYS={public}"),
+        "-e",
+        &format!("JUPYTER_TOKEN={TOKEN}"),
+        "-p",
+        "127.0.0.1::22",
+        "-p",
+        "127.0.0.1::8888",
+        &image,
+    ]);
+    loop {
+        let health = inspect(
+            &name,
+            "{{if .State.Health}}{{.State.Health.Status}}{{end}} {{.State.Status}}",
+        );
+        if health.starts_with("healthy") {
+            break;
+        }
+        if started.elapsed() > HEALTHY_DEADLINE
+            || health.contains("exited")
+            || health.starts_with("unhealthy")
+        {
+            let logs = docker(&["logs", &name]);
+            panic!(
+                "not healthy after {:?} ({health}):\n{}{}",
+                started.elapsed(),
+                texts(&logs).0,
+                texts(&logs).1
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let to_healthy = started.elapsed();
+    eprintln!(
+        "e2e: docker run to healthy: {:.1} s",
+        to_healthy.as_secs_f64()
+    );
+
+    // SSH with the fresh key, as the non-root user.
+    let ssh_port = host_port(&name, "22/tcp");
+    let out = ssh(
+        &key,
+        ssh_port,
+        &[],
+        "id -un; id -u; python -c 'import torch; print(torch.__version__)'; imgctl --version",
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "ssh login failed: {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"dev"), "{stdout}");
+    assert_ne!(lines.get(1), Some(&"0"), "logged in as root: {stdout}");
+    assert!(
+        stdout.contains("2.7.0") && stdout.contains("imgctl "),
+        "{stdout}"
+    );
+    // Password login is refused: the server offers public keys only.
+    let out = ssh(
+        &key,
+        ssh_port,
+        &[
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+            "-o",
+            "PubkeyAuthentication=no",
+        ],
+        "true",
+    );
+    let (_, stderr) = texts(&out);
+    assert!(!out.status.success(), "password login was not refused");
+    assert!(stderr.contains("Permission denied"), "{stderr}");
+    let offered = stderr.split("Permission denied").nth(1).unwrap_or_default();
+    assert!(
+        !offered.contains("password") && !offered.contains("keyboard"),
+        "{stderr}"
+    );
+    // Root may not log in, even with the right key.
+    let root = Command::new("ssh")
+        .arg("-i")
+        .arg(&key)
+        .args([
+            "-p",
+            &ssh_port.to_string(),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+        ])
+        .args([
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "IdentitiesOnly=yes",
+            "root@127.0.0.1",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!root.status.success(), "root login was accepted");
+
+    // JupyterLab's API: 403 without the token, 200 with it.
+    let jupyter_port = host_port(&name, "8888/tcp");
+    assert_eq!(http_status(jupyter_port, "/api/status", None), 403);
+    assert_eq!(
+        http_status(jupyter_port, "/api/status", Some("wrong-token")),
+        403
+    );
+    assert_eq!(http_status(jupyter_port, "/api/status", Some(TOKEN)), 200);
+    assert_eq!(http_status(jupyter_port, "/api/contents", Some(TOKEN)), 200);
+
+    // imgctl inside the running container.
+    let exec = docker_ok(&["exec", &name, "imgctl", "--version"]);
+    assert!(exec.starts_with("imgctl "), "{exec}");
+
+    // docker stop: services end on SIGTERM well within the 10 s before SIGKILL.
+    let stop_started = Instant::now();
+    docker_ok(&["stop", &name]);
+    let stop = stop_started.elapsed();
+    eprintln!("e2e: docker stop: {:.1} s", stop.as_secs_f64());
+    assert!(stop < STOP_LIMIT, "docker stop took {stop:?}");
+    let exit = inspect(&name, "{{.State.ExitCode}}");
+    assert_ne!(exit, "137", "the container had to be killed");
+
+    // Bad settings stop the container at once, with a line naming the cause.
+    for (env, needle) in [
+        (vec!["IMGCTL_MODE=bogus"], "IMGCTL_MODE"),
+        (vec!["JUPYTER_TOKEN="], "JUPYTER_TOKEN"),
+        (
+            vec!["SSH_AUTHORIZED_KEYS=ssh-ed25519 AAAAnot-a-key user@host"],
+            "SSH_AUTHORIZED_KEYS",
+        ),
+    ] {
+        let bad = format!("imgctl-e2e-bad-{pid}-{}", needle.to_ascii_lowercase());
+        let (code, logs) = run_bad(&mut guard, &image, &bad, &env);
+        assert_ne!(code, 0, "{env:?} was accepted:\n{logs}");
+        let line = logs
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or_else(|| panic!("{env:?}: no error line:\n{logs}"));
+        assert!(line.contains(needle), "{env:?}: {line}");
+    }
+    drop(guard);
+    // The guard removed the containers it was given.
+    assert!(
+        !docker(&["inspect", &name]).status.success(),
+        "container {name} was left"
+    );
+}
+
+#[test]
+fn invalid_uid_is_refused_before_building() {
+    // A dead engine socket: reaching the engine would fail with exit 1.
+    for uid in ["abc", "-5", "4294967296"] {
+        let out = Command::new(imgctl_bin())
+            .args([
+                "build",
+                "--cuda",
+                "12.4",
+                "--base-image",
+                DEBIAN_BASE,
+                &format!("--uid={uid}"),
+            ])
+            .env("DOCKER_HOST", "unix:///tmp/nonexistent.sock")
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "--uid {uid}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.lines().next().unwrap().contains("uid"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("Step "), "{stderr}");
+    }
+    // And `imgctl render` agrees (same validation).
+    let out = imgctl(&["render", "--cuda", "12.4", "--uid", "abc"]);
+    assert_eq!(out.status.code(), Some(2));
+}

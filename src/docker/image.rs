@@ -1,0 +1,278 @@
+//! Images on the engine: inspect, tag, push, remove.
+//!
+//! It owns reading an image's id, size, labels and digests, resolving the
+//! base images a Dockerfile names (`FROM`) to their digests for the build
+//! report, tagging, and pushing with credentials from [`super::auth`]. It
+//! prints nothing.
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use bollard::query_parameters::{PushImageOptions, RemoveImageOptions, TagImageOptions};
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use super::auth;
+use super::build::engine_message;
+use crate::CliError;
+
+/// What the build report needs of an image.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ImageFacts {
+    /// The image id (`sha256:…`).
+    pub id: String,
+    /// Its tags.
+    pub tags: Vec<String>,
+    /// Registry digests (`name@sha256:…`), empty for a local-only image.
+    pub repo_digests: Vec<String>,
+    /// Uncompressed size in bytes.
+    pub size: u64,
+    /// Config labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Inspects an image; `Ok(None)` when the engine has no such image.
+pub async fn inspect(docker: &bollard::Docker, name: &str) -> anyhow::Result<Option<ImageFacts>> {
+    match docker.inspect_image(name).await {
+        Ok(img) => Ok(Some(ImageFacts {
+            id: img.id.unwrap_or_default(),
+            tags: img.repo_tags.unwrap_or_default(),
+            repo_digests: img.repo_digests.unwrap_or_default(),
+            size: img.size.unwrap_or(0).max(0) as u64,
+            labels: img
+                .config
+                .and_then(|c| c.labels)
+                .map(|l| l.into_iter().collect())
+                .unwrap_or_default(),
+        })),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("inspecting image {name}"))),
+    }
+}
+
+/// A base image named by a `FROM` line, resolved on the engine.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BaseImage {
+    /// The reference as the Dockerfile names it.
+    pub reference: String,
+    /// `name@sha256:…` from the registry when the engine knows one, else the
+    /// local image id (an imported or locally built base has no registry digest).
+    pub digest: Option<String>,
+    /// The local image id, when present.
+    pub id: Option<String>,
+}
+
+/// The external images a Dockerfile builds `FROM`, in order, without stage
+/// names, `scratch` and references built from build args.
+pub fn from_images(dockerfile: &str) -> Vec<String> {
+    let mut stages: Vec<String> = Vec::new();
+    let mut images: Vec<String> = Vec::new();
+    for line in dockerfile.lines() {
+        let mut words = line.split_whitespace();
+        if !words.next().is_some_and(|w| w.eq_ignore_ascii_case("FROM")) {
+            continue;
+        }
+        let rest: Vec<&str> = words.filter(|w| !w.starts_with("--")).collect();
+        let Some(reference) = rest.first() else {
+            continue;
+        };
+        let reference = reference.to_string();
+        let external = !(reference.eq_ignore_ascii_case("scratch")
+            || reference.contains('$')
+            || stages.contains(&reference.to_ascii_lowercase())
+            || images.contains(&reference));
+        if let (Some(kw), Some(name)) = (rest.get(1), rest.get(2)) {
+            if kw.eq_ignore_ascii_case("AS") {
+                stages.push(name.to_ascii_lowercase());
+            }
+        }
+        if external {
+            images.push(reference);
+        }
+    }
+    images
+}
+
+/// Resolves each base image to its digest (see [`BaseImage::digest`]).
+pub async fn resolve_bases(
+    docker: &bollard::Docker,
+    references: &[String],
+) -> anyhow::Result<Vec<BaseImage>> {
+    let mut out = Vec::new();
+    for reference in references {
+        let facts = inspect(docker, reference).await?;
+        out.push(BaseImage {
+            reference: reference.clone(),
+            digest: facts.as_ref().map(|f| {
+                f.repo_digests
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| f.id.clone())
+            }),
+            id: facts.map(|f| f.id),
+        });
+    }
+    Ok(out)
+}
+
+/// Splits `name[:tag]` (a registry port is not a tag) into name and tag.
+pub fn split_tag(reference: &str) -> (&str, &str) {
+    let last_slash = reference.rfind('/').map_or(0, |i| i + 1);
+    match reference[last_slash..].rfind(':') {
+        Some(i) => (
+            &reference[..last_slash + i],
+            &reference[last_slash + i + 1..],
+        ),
+        None => (reference, "latest"),
+    }
+}
+
+/// Checks a `--tag` value the way the engine's reference grammar does (a
+/// lower-case name of `/`-separated components, an optional tag of up to 128
+/// word characters, `.` and `-`); returns a usage error otherwise.
+pub fn validate_tag(reference: &str) -> anyhow::Result<()> {
+    // Grammar: github.com/distribution/reference (regexp.go), simplified to the
+    // parts a tag given to `docker build -t` can have.
+    let re = regex::Regex::new(
+        r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?$",
+    )
+    .expect("static regex");
+    if re.is_match(reference) {
+        Ok(())
+    } else {
+        Err(CliError::usage(format!(
+            "invalid --tag {reference:?}: not a valid image reference"
+        ))
+        .with_hint("use NAME[:TAG] with a lower-case name, e.g. `--tag imgctl/cu124:dev`")
+        .into())
+    }
+}
+
+/// Adds `reference` as a tag of `image_id`.
+pub async fn tag(docker: &bollard::Docker, image_id: &str, reference: &str) -> anyhow::Result<()> {
+    let (repo, tag) = split_tag(reference);
+    docker
+        .tag_image(
+            image_id,
+            Some(TagImageOptions {
+                repo: Some(repo.to_string()),
+                tag: Some(tag.to_string()),
+            }),
+        )
+        .await
+        .with_context(|| format!("tagging {image_id} as {reference}"))
+}
+
+/// Removes an image (by id or tag), forcing when containers still use it;
+/// a missing image is not an error.
+pub async fn remove(docker: &bollard::Docker, name: &str) -> anyhow::Result<()> {
+    let opts = RemoveImageOptions {
+        force: true,
+        noprune: false,
+        ..Default::default()
+    };
+    match docker.remove_image(name, Some(opts), None).await {
+        Ok(_)
+        | Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("removing image {name}"))),
+    }
+}
+
+/// Pushes `reference` with the docker config's credentials for its registry;
+/// `on_status` receives the engine's progress lines.
+pub async fn push(
+    docker: &bollard::Docker,
+    reference: &str,
+    on_status: &mut (dyn FnMut(&str) + Send),
+) -> anyhow::Result<()> {
+    let registry = auth::registry_of(reference);
+    let config_path = auth::config_path();
+    let config = match &config_path {
+        Some(p) => auth::load_config(p)?,
+        None => auth::DockerConfig::default(),
+    };
+    let credentials = config.credentials_for(&registry)?;
+    let (name, tag) = split_tag(reference);
+    let mut stream = docker.push_image(
+        name,
+        Some(PushImageOptions {
+            tag: Some(tag.to_string()),
+            platform: None,
+        }),
+        credentials.clone(),
+    );
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(status) = info.status {
+                    on_status(&status);
+                }
+            }
+            Err(e) => {
+                let hint = if credentials.is_none() {
+                    format!(
+                        "no credentials for {registry} in {}; log in with `docker login {registry}` or add an `auths` entry",
+                        config_path.map_or("the docker config".to_string(), |p| p.display().to_string())
+                    )
+                } else {
+                    format!("check that {registry} is reachable from the engine and that the credentials in the docker config may push {name}")
+                };
+                return Err(CliError::failure(format!(
+                    "pushing {reference} to {registry} failed: {}",
+                    engine_message(&e)
+                ))
+                .with_hint(hint)
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_external_from_images() {
+        let df = "# comment\nFROM --platform=linux/amd64 nvidia/cuda:12.4.1-base AS base\n\
+                  RUN true\nFROM base AS final\nfrom scratch\nFROM ${BASE}\n\
+                  FROM imgctl-test/busybox:latest\n";
+        assert_eq!(
+            from_images(df),
+            vec!["nvidia/cuda:12.4.1-base", "imgctl-test/busybox:latest"]
+        );
+    }
+
+    #[test]
+    fn splits_tags_without_confusing_registry_ports() {
+        assert_eq!(split_tag("imgctl:dev"), ("imgctl", "dev"));
+        assert_eq!(split_tag("imgctl"), ("imgctl", "latest"));
+        assert_eq!(
+            split_tag("localhost:5000/me/imgctl"),
+            ("localhost:5000/me/imgctl", "latest")
+        );
+        assert_eq!(
+            split_tag("localhost:5000/me/imgctl:1.0"),
+            ("localhost:5000/me/imgctl", "1.0")
+        );
+    }
+
+    #[test]
+    fn validates_tags() {
+        for ok in [
+            "imgctl",
+            "imgctl/cu124:dev",
+            "localhost:5000/a/b:1.0",
+            "a-b_c.d:x.Y-z",
+        ] {
+            assert!(validate_tag(ok).is_ok(), "{ok}");
+        }
+        for bad in ["Imgctl", "a:b:c", "", "a b", "a:-x", "-a"] {
+            assert!(validate_tag(bad).is_err(), "{bad}");
+        }
+    }
+}
