@@ -30,3 +30,7 @@ pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// Test knob (train-demo): make the loss NaN at this step (1-based) to exercise the NaN guard.
+pub const IMGCTL_TEST_INJECT_NAN_AT_STEP: &str = "IMGCTL_TEST_INJECT_NAN_AT_STEP";
+/// Test knob (train-demo): act as if Ctrl-C arrived right after this step (1-based).
+pub const IMGCTL_TEST_INTERRUPT_AFTER_STEP: &str = "IMGCTL_TEST_INTERRUPT_AFTER_STEP";

@@ -847,6 +847,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         let batch = loader
             .next_batch()
             .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+        let data_wait = step_start.elapsed().as_secs_f64();
         let stats = match trainer.train_step(&batch) {
             Ok(s) => s,
             Err(e) => {
@@ -907,6 +908,11 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                     stats.grad_norm,
                     avg_ips,
                     human_duration(left)
+                ));
+                let t = stats.times;
+                p.verbose(format!(
+                    "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
+                    stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
                 ));
             }
         }
