@@ -39,3 +39,7 @@ pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";
 /// Unix time to use as the image's `org.opencontainers.image.created` label
 /// (<https://reproducible-builds.org/specs/source-date-epoch/>).
 pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
+/// Test knob (train-demo): make the loss NaN at this step (1-based) to exercise the NaN guard.
+pub const IMGCTL_TEST_INJECT_NAN_AT_STEP: &str = "IMGCTL_TEST_INJECT_NAN_AT_STEP";
+/// Test knob (train-demo): act as if Ctrl-C arrived right after this step (1-based).
+pub const IMGCTL_TEST_INTERRUPT_AFTER_STEP: &str = "IMGCTL_TEST_INTERRUPT_AFTER_STEP";
