@@ -30,3 +30,21 @@ pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// IP address of the node that ran `srun` under SLURM (rank 0's host by default).
+pub const SLURM_LAUNCH_NODE_IPADDR: &str = "SLURM_LAUNCH_NODE_IPADDR";
+/// Compressed host list of a SLURM job (`node[01-04],gpu7`); its first host is
+/// the rendezvous host when neither `MASTER_ADDR` nor `SLURM_LAUNCH_NODE_IPADDR` is set.
+pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
+/// Tasks per node under SLURM in its compressed form (`4(x2),2`).
+pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
+/// Hidden test/CPU launcher: `IMGCTL_CPU_RANKS=N imgctl train-demo …` supervises
+/// N CPU worker processes on this machine, as `--gpus N` does with GPUs.
+pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
+/// Python interpreter for `train-demo --benchmark --compare` (default `python3`).
+pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
+/// Set by the `--gpus` supervisor in each worker it starts, so the worker knows
+/// that its output is prefixed and collected.
+pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
+/// Debug/test hook: a directory where every rank writes one line per optimizer
+/// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
+pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";

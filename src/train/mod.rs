@@ -1,1 +1,3 @@
 //! train (being written).
+
+pub mod parallel;
