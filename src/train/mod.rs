@@ -1,3 +1,27 @@
-//! train (being written).
-
+//! Training a diffusers-compatible UNet DDPM on tch (`imgctl train-demo`,
+//! `imgctl sample`).
+//!
+//! [`model`] is the UNet and its weights I/O, [`schedule`] the DDPM noise
+//! schedule and samplers, [`images`] the PNG sample grids. Only this module
+//! tree, `bench/` and verify's torch checks import tch.
+//!
+//! The run around the model: [`config`] (presets, YAML, flags), [`data`]
+//! (synthetic set, image folders, background loader), [`flat`] (flat
+//! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
+//! scaling), [`ema`], [`checkpoint`], [`metrics`] and [`tensorboard`], and
+//! [`trainer`] (the step, the loop, the [`trainer::GradSync`] hook for data
+//! parallelism), and [`parallel`] (launch, rendezvous, NCCL/CPU collectives,
+//! gradient buckets, the `--gpus` supervisor).
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod ema;
+pub mod flat;
+pub mod images;
+pub mod metrics;
+pub mod model;
+pub mod optim;
 pub mod parallel;
+pub mod schedule;
+pub mod tensorboard;
+pub mod trainer;

@@ -1,0 +1,258 @@
+//! Checkpoint directories: naming, atomic publication, retention, discovery
+//! and the `state.json` record.
+//!
+//! A checkpoint is `OUT/checkpoints/step-000100/` holding `model.safetensors`
+//! (diffusers `UNet2DModel` keys), `ema.safetensors`, `optimizer.safetensors`
+//! (`exp_avg.<key>`, `exp_avg_sq.<key>`), `config.json` (diffusers model
+//! config) and `state.json` ([`State`]). It is written into
+//! `step-000100.tmp-<pid>`, every file and the directory fsynced, then renamed
+//! into place, so a crash never leaves a half-written `step-*` directory.
+//! Owns file layout only; the trainer decides what the tensors are.
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::config::TrainConfig;
+use super::optim::GradScaler;
+use crate::CliError;
+
+/// Directory of the checkpoints inside an output directory.
+pub const CHECKPOINTS: &str = "checkpoints";
+/// The weights file (diffusers names).
+pub const MODEL_FILE: &str = "model.safetensors";
+/// The EMA weights file (diffusers names).
+pub const EMA_FILE: &str = "ema.safetensors";
+/// The optimizer moments file.
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+/// The run state file.
+pub const STATE_FILE: &str = "state.json";
+/// The diffusers model config file.
+pub const CONFIG_FILE: &str = "config.json";
+
+/// Version of the `state.json` layout.
+pub const STATE_VERSION: u32 = 1;
+
+/// Everything besides tensors needed to continue a run exactly.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct State {
+    /// Layout version ([`STATE_VERSION`]).
+    pub schema_version: u32,
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// Epoch the next sample comes from.
+    pub epoch: u64,
+    /// Global samples consumed: the data, noise and timestep streams are pure
+    /// functions of `(seed, sample position)`, so this and the seed are the
+    /// whole RNG state.
+    pub samples_seen: u64,
+    /// The run's seed.
+    pub seed: u64,
+    /// AdamW step count.
+    pub optimizer_step: u64,
+    /// EMA update count.
+    pub ema_step: u64,
+    /// Loss scaler state (fp16 runs).
+    pub scaler: Option<GradScaler>,
+    /// Ranks that trained this checkpoint.
+    pub world_size: usize,
+    /// Images per rank per step.
+    pub batch_size: usize,
+    /// The precision used.
+    pub precision: String,
+    /// The last step's loss.
+    pub last_loss: Option<f64>,
+    /// The full run configuration.
+    pub config: TrainConfig,
+    /// Seconds since the Unix epoch when written.
+    pub written_at: f64,
+}
+
+/// `step-000100`.
+pub fn step_dir_name(step: u64) -> String {
+    format!("step-{step:06}")
+}
+
+/// The step of a `step-NNNNNN` directory name.
+pub fn parse_step_dir(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("step-")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Complete checkpoints (those with a `state.json`) under `out`, oldest first.
+pub fn list(out: &Path) -> Vec<(u64, PathBuf)> {
+    let dir = out.join(CHECKPOINTS);
+    let mut found: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = parse_step_dir(&name)?;
+            let path = e.path();
+            path.join(STATE_FILE).is_file().then_some((step, path))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The newest complete checkpoint under `out`.
+pub fn latest(out: &Path) -> Option<PathBuf> {
+    list(out).pop().map(|(_, p)| p)
+}
+
+/// A checkpoint directory from a user path: a `step-*` directory itself, or an
+/// output directory (its latest checkpoint). Exit 2 when neither.
+pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
+    if path.join(STATE_FILE).is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(p) = latest(path) {
+        return Ok(p);
+    }
+    if path.is_dir() {
+        return Err(CliError::usage(format!("no checkpoint in {}", path.display()))
+            .with_hint("pass a train-demo --out directory with checkpoints/step-*/, or one step-* directory")
+            .into());
+    }
+    Err(CliError::usage(format!("checkpoint path {} does not exist", path.display()))
+        .with_hint("pass a train-demo --out directory or one of its checkpoints/step-* directories")
+        .into())
+}
+
+/// Reads a checkpoint's `state.json`.
+pub fn read_state(dir: &Path) -> anyhow::Result<State> {
+    let path = dir.join(STATE_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CliError::usage(format!("cannot read {}: {e}", path.display()))
+            .with_hint("the checkpoint is incomplete; pick another step directory")
+    })?;
+    let state: State = serde_json::from_str(&text).map_err(|e| {
+        CliError::usage(format!("{} is not a valid imgctl checkpoint state: {e}", path.display()))
+            .with_hint("it was written by a different imgctl version, or damaged")
+    })?;
+    if state.schema_version != STATE_VERSION {
+        return Err(CliError::usage(format!(
+            "{} has schema_version {}, this imgctl reads {STATE_VERSION}",
+            path.display(),
+            state.schema_version
+        ))
+        .with_hint("use the imgctl version that wrote the checkpoint")
+        .into());
+    }
+    Ok(state)
+}
+
+fn fsync_path(path: &Path) -> std::io::Result<()> {
+    File::open(path)?.sync_all()
+}
+
+/// Writes a checkpoint for `step` atomically: `fill` writes the files into a
+/// temporary directory, which is fsynced and renamed to `step-NNNNNN`. An
+/// older directory of the same step is replaced. Returns the final path.
+pub fn write_atomic(
+    out: &Path,
+    step: u64,
+    fill: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<PathBuf> {
+    let root = out.join(CHECKPOINTS);
+    std::fs::create_dir_all(&root)?;
+    let name = step_dir_name(step);
+    let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)?;
+    }
+    std::fs::create_dir(&tmp)?;
+    let result = fill(&tmp).and_then(|()| {
+        for entry in std::fs::read_dir(&tmp)? {
+            fsync_path(&entry?.path())?;
+        }
+        fsync_path(&tmp)?;
+        Ok(())
+    });
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let dest = root.join(&name);
+    if dest.exists() {
+        // Same step written again (a resumed run re-saving): move the old one
+        // aside first so a complete checkpoint exists at every instant.
+        let old = root.join(format!("{name}.old-{}", std::process::id()));
+        std::fs::rename(&dest, &old)?;
+        std::fs::rename(&tmp, &dest)?;
+        std::fs::remove_dir_all(&old)?;
+    } else {
+        std::fs::rename(&tmp, &dest)?;
+    }
+    fsync_path(&root)?;
+    Ok(dest)
+}
+
+/// Deletes all but the newest `keep` checkpoints, and temporary directories
+/// left by this process. Returns the removed paths.
+pub fn prune(out: &Path, keep: usize) -> std::io::Result<Vec<PathBuf>> {
+    let all = list(out);
+    let mut removed = Vec::new();
+    if all.len() > keep {
+        for (_, p) in &all[..all.len() - keep] {
+            std::fs::remove_dir_all(p)?;
+            removed.push(p.clone());
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes `*.tmp-*` / `*.old-*` directories that crashed runs left behind.
+pub fn remove_stale_temporaries(out: &Path) {
+    let root = out.join(CHECKPOINTS);
+    for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("step-") && (name.contains(".tmp-") || name.contains(".old-")) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(step_dir_name(100), "step-000100");
+        assert_eq!(parse_step_dir("step-000100"), Some(100));
+        assert_eq!(parse_step_dir("step-1234567"), Some(1_234_567));
+        assert_eq!(parse_step_dir("step-000100.tmp-5"), None);
+    }
+
+    #[test]
+    fn atomic_write_keep_and_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        for step in [1, 2, 3, 4] {
+            write_atomic(dir.path(), step, |d| {
+                std::fs::write(d.join(STATE_FILE), "{}")?;
+                Ok(())
+            })
+            .unwrap();
+        }
+        // A failed write leaves nothing behind.
+        let err = write_atomic(dir.path(), 5, |_| Err(anyhow::anyhow!("disk full")));
+        assert!(err.is_err());
+        assert_eq!(latest(dir.path()).unwrap().file_name().unwrap(), "step-000004");
+        let removed = prune(dir.path(), 2).unwrap();
+        assert_eq!(removed.len(), 2);
+        let left: Vec<u64> = list(dir.path()).into_iter().map(|(s, _)| s).collect();
+        assert_eq!(left, vec![3, 4]);
+        let names: Vec<String> = std::fs::read_dir(dir.path().join(CHECKPOINTS))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains("tmp")), "{names:?}");
+        assert_eq!(resolve(dir.path()).unwrap(), dir.path().join(CHECKPOINTS).join("step-000004"));
+    }
+}

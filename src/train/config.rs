@@ -1,0 +1,406 @@
+//! The settings of a training run: the model architecture, the training
+//! hyper-parameters, the precision, and how presets, a YAML file and flags
+//! combine into them.
+//!
+//! Order of precedence: preset < checkpoint (on `--resume`) < `--config` file <
+//! flags. A config file has three optional top-level keys, `preset`, `model`
+//! (fields of diffusers' `UNet2DModel` config, merged over the preset's) and
+//! `training` (fields of [`TrainingConfig`], merged over the preset's); every
+//! unknown key is an error naming its path. Owns parsing and validation only;
+//! must not touch tensors or files other than the config file.
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::ema::EmaConfig;
+use super::model::UNetConfig;
+use super::optim::AdamWConfig;
+use crate::CliError;
+
+/// Numeric precision of the forward and backward passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything in fp32.
+    Fp32,
+    /// fp16 autocast (CUDA) with dynamic loss scaling; fp32 weights.
+    Fp16,
+    /// The model runs in bf16 (weights, activations, gradients); the optimizer
+    /// keeps fp32 master weights and moments.
+    Bf16,
+}
+
+impl Precision {
+    /// The accepted names.
+    pub const NAMES: &'static [&'static str] = &["fp32", "fp16", "bf16"];
+
+    /// Parses `fp32`, `fp16` or `bf16` (exit 2 otherwise).
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp32" | "float32" | "no" => Ok(Self::Fp32),
+            "fp16" | "float16" | "half" => Ok(Self::Fp16),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            _ => Err(CliError::usage(format!("unknown precision `{s}`"))
+                .with_hint("use --precision fp32, fp16 or bf16")
+                .into()),
+        }
+    }
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fp32 => "fp32",
+            Self::Fp16 => "fp16",
+            Self::Bf16 => "bf16",
+        }
+    }
+}
+
+/// Training hyper-parameters and output cadence. Every field is optional in a
+/// file; missing ones keep the preset's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingConfig {
+    /// Optimizer steps of the whole run.
+    pub steps: u64,
+    /// Images per process per step.
+    pub batch_size: usize,
+    /// Peak learning rate (train_unconditional.py `--learning_rate 1e-4`).
+    pub lr: f64,
+    /// Linear warm-up steps (train_unconditional.py `--lr_warmup_steps 500`),
+    /// capped at a tenth of `steps` so short runs reach the peak rate.
+    pub lr_warmup_steps: u64,
+    /// AdamW hyper-parameters.
+    pub adam: AdamWConfig,
+    /// Global gradient-norm clip (train_unconditional.py: `clip_grad_norm_(…, 1.0)`).
+    pub max_grad_norm: f64,
+    /// EMA hyper-parameters.
+    pub ema: EmaConfig,
+    /// Random seed for weights, data, noise and timesteps.
+    pub seed: u64,
+    /// Precision; `None` means bf16 on CUDA and fp32 on CPU.
+    pub precision: Option<Precision>,
+    /// Checkpoint every N steps (0: only at the end).
+    pub checkpoint_every: u64,
+    /// Checkpoints to keep.
+    pub keep: usize,
+    /// Sample grid every N steps (0: never).
+    pub sample_every: u64,
+    /// Images in a sample grid.
+    pub sample_num: i64,
+    /// DDIM steps for the grids written during training.
+    pub sample_steps: usize,
+    /// Plain progress line every N steps when stderr is not a terminal (0: about 20 lines per run).
+    pub log_every: u64,
+    /// Data loader threads.
+    pub workers: usize,
+    /// Batches queued per loader thread.
+    pub prefetch: usize,
+    /// Images in the synthetic dataset.
+    pub synthetic_images: usize,
+}
+
+impl TrainingConfig {
+    /// The training settings of a preset.
+    pub fn preset(name: &str) -> anyhow::Result<Self> {
+        // Defaults from diffusers' train_unconditional.py: batch 16, lr 1e-4, warm-up 500.
+        let default = Self {
+            steps: 1000,
+            batch_size: 16,
+            lr: 1e-4,
+            lr_warmup_steps: 500,
+            adam: AdamWConfig::default(),
+            max_grad_norm: 1.0,
+            ema: EmaConfig::default(),
+            seed: 0,
+            precision: None,
+            checkpoint_every: 500,
+            keep: 3,
+            sample_every: 500,
+            sample_num: 16,
+            sample_steps: 50,
+            log_every: 0,
+            workers: 4,
+            prefetch: 2,
+            synthetic_images: 4096,
+        };
+        match name {
+            "default" => Ok(default),
+            // The tiny model learns the synthetic set in a few hundred steps on a CPU at a
+            // higher rate (measured: see tests/it/trainer.rs `train_tiny_loss_falls`).
+            "tiny" => Ok(Self {
+                steps: 200,
+                batch_size: 8,
+                lr: 1e-3,
+                lr_warmup_steps: 10,
+                checkpoint_every: 100,
+                sample_every: 100,
+                sample_num: 8,
+                sample_steps: 20,
+                workers: 2,
+                synthetic_images: 512,
+                ..default
+            }),
+            other => UNetConfig::preset(other).map(|_| default),
+        }
+    }
+
+    /// Warm-up actually used: `lr_warmup_steps`, at most a tenth of the run.
+    pub fn effective_warmup(&self) -> u64 {
+        self.lr_warmup_steps.min(self.steps / 10)
+    }
+
+    /// Checks ranges (exit 2 on a bad value).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let bad = |what: String, hint: &str| -> anyhow::Result<()> {
+            Err(CliError::usage(format!("invalid training setting: {what}"))
+                .with_hint(hint.to_string())
+                .into())
+        };
+        if self.steps == 0 {
+            return bad("steps is 0".into(), "train at least one step (--steps N)");
+        }
+        if self.batch_size == 0 {
+            return bad("batch_size is 0".into(), "use --batch-size 1 or more");
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("lr is {}", self.lr), "use a positive learning rate such as 1e-4");
+        }
+        let a = self.adam;
+        if !(0.0..1.0).contains(&a.beta1) || !(0.0..1.0).contains(&a.beta2) {
+            return bad(format!("adam betas {} / {}", a.beta1, a.beta2), "betas lie in [0, 1)");
+        }
+        if !(a.eps > 0.0) || a.weight_decay < 0.0 {
+            return bad(format!("adam eps {} / weight_decay {}", a.eps, a.weight_decay), "eps > 0, weight_decay >= 0");
+        }
+        if !(self.max_grad_norm > 0.0) {
+            return bad(format!("max_grad_norm is {}", self.max_grad_norm), "use a positive norm such as 1.0");
+        }
+        if !(0.0..1.0).contains(&self.ema.max_decay) || !(self.ema.inv_gamma > 0.0) {
+            return bad("ema settings".into(), "max_decay in [0, 1), inv_gamma > 0");
+        }
+        if self.keep == 0 {
+            return bad("keep is 0".into(), "keep at least one checkpoint (--keep 1)");
+        }
+        if self.sample_every > 0 && (self.sample_num <= 0 || self.sample_steps == 0) {
+            return bad("sample_num / sample_steps".into(), "sample grids need at least one image and one step");
+        }
+        if self.synthetic_images == 0 {
+            return bad("synthetic_images is 0".into(), "use a positive dataset size");
+        }
+        Ok(())
+    }
+}
+
+/// Everything that shapes a run's numbers: stored in every checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// The preset this config started from.
+    pub preset: String,
+    /// The model architecture.
+    pub model: UNetConfig,
+    /// The training settings.
+    pub training: TrainingConfig,
+}
+
+/// Values given on the command line (each overrides the file and the preset).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--steps`.
+    pub steps: Option<u64>,
+    /// `--batch-size`.
+    pub batch_size: Option<usize>,
+    /// `--lr`.
+    pub lr: Option<f64>,
+    /// `--seed`.
+    pub seed: Option<u64>,
+    /// `--precision`.
+    pub precision: Option<Precision>,
+    /// `--checkpoint-every`.
+    pub checkpoint_every: Option<u64>,
+    /// `--keep`.
+    pub keep: Option<usize>,
+    /// `--sample-every`.
+    pub sample_every: Option<u64>,
+    /// `--workers`.
+    pub workers: Option<usize>,
+}
+
+/// Recursively merges mapping `over` into `base` (scalars and lists replace).
+fn merge(base: &mut serde_yaml::Value, over: serde_yaml::Value) {
+    match (base, over) {
+        (serde_yaml::Value::Mapping(b), serde_yaml::Value::Mapping(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+fn config_error(source: &str, e: impl std::fmt::Display) -> anyhow::Error {
+    CliError::usage(format!("invalid training config {source}: {e}"))
+        .with_hint("top-level keys are preset, model (diffusers UNet2DModel fields) and training; unknown keys are rejected")
+        .into()
+}
+
+impl TrainConfig {
+    /// The config of a preset.
+    pub fn preset(name: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            preset: name.to_string(),
+            model: UNetConfig::preset(name)?,
+            training: TrainingConfig::preset(name)?,
+        })
+    }
+
+    /// Applies a YAML document over `self` (see the module docs). A `preset`
+    /// key in the file replaces the base when `preset_from_flag` is false.
+    pub fn apply_yaml(&mut self, text: &str, source: &str, preset_from_flag: bool) -> anyhow::Result<()> {
+        let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| config_error(source, e))?;
+        let mut map = match doc {
+            serde_yaml::Value::Mapping(m) => m,
+            serde_yaml::Value::Null => return Ok(()),
+            _ => return Err(config_error(source, "the document is not a mapping")),
+        };
+        if let Some(p) = map.remove("preset") {
+            let name = p
+                .as_str()
+                .ok_or_else(|| config_error(source, "preset: expected a string"))?;
+            if !preset_from_flag {
+                *self = Self::preset(name)?;
+            }
+        }
+        let mut base = serde_yaml::to_value(&*self).map_err(|e| config_error(source, e))?;
+        let mut over = serde_yaml::Mapping::new();
+        for (k, v) in map {
+            match k.as_str() {
+                Some("model") | Some("training") => {
+                    over.insert(k, v);
+                }
+                _ => {
+                    return Err(config_error(
+                        source,
+                        format!(
+                            "unknown top-level key `{}` (expected preset, model, training)",
+                            serde_yaml::to_string(&k).unwrap_or_default().trim()
+                        ),
+                    ))
+                }
+            }
+        }
+        merge(&mut base, serde_yaml::Value::Mapping(over));
+        let merged: Self = serde_path_to_error::deserialize(base).map_err(|e| config_error(source, e))?;
+        *self = merged;
+        Ok(())
+    }
+
+    /// Reads and applies a config file.
+    pub fn apply_file(&mut self, path: &Path, preset_from_flag: bool) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::usage(format!("cannot read config file {}: {e}", path.display()))
+                .with_hint("pass a readable YAML file to --config")
+        })?;
+        self.apply_yaml(&text, &path.display().to_string(), preset_from_flag)
+    }
+
+    /// Applies command-line overrides.
+    pub fn apply(&mut self, o: &Overrides) {
+        let t = &mut self.training;
+        if let Some(v) = o.steps {
+            t.steps = v;
+        }
+        if let Some(v) = o.batch_size {
+            t.batch_size = v;
+        }
+        if let Some(v) = o.lr {
+            t.lr = v;
+        }
+        if let Some(v) = o.seed {
+            t.seed = v;
+        }
+        if let Some(v) = o.precision {
+            t.precision = Some(v);
+        }
+        if let Some(v) = o.checkpoint_every {
+            t.checkpoint_every = v;
+        }
+        if let Some(v) = o.keep {
+            t.keep = v;
+        }
+        if let Some(v) = o.sample_every {
+            t.sample_every = v;
+        }
+        if let Some(v) = o.workers {
+            t.workers = v;
+        }
+    }
+
+    /// Validates the model and the training settings.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.model.validate()?;
+        self.training.validate()
+    }
+
+    /// Side length of the (square) training images.
+    pub fn image_size(&self) -> anyhow::Result<u32> {
+        let (h, w) = self.model.sample_size.hw();
+        if h != w {
+            return Err(CliError::usage(format!("sample_size {h}x{w} is not square"))
+                .with_hint("train-demo trains on square images; set sample_size to one number")
+                .into());
+        }
+        Ok(h as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_merges_over_the_preset_and_flags_win() {
+        let mut c = TrainConfig::preset("tiny").unwrap();
+        c.apply_yaml("training:\n  lr: 0.01\n  steps: 7\nmodel:\n  norm_num_groups: 4\n", "t.yaml", true)
+            .unwrap();
+        assert_eq!(c.training.lr, 0.01);
+        assert_eq!(c.training.steps, 7);
+        assert_eq!(c.training.batch_size, 8);
+        assert_eq!(c.model.norm_num_groups, 4);
+        c.apply(&Overrides {
+            steps: Some(3),
+            ..Default::default()
+        });
+        assert_eq!(c.training.steps, 3);
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path() {
+        let mut c = TrainConfig::preset("tiny").unwrap();
+        let e = c.apply_yaml("training:\n  stepz: 7\n", "t.yaml", true).unwrap_err();
+        assert!(e.to_string().contains("stepz"), "{e}");
+        assert!(e.to_string().contains("training"), "{e}");
+        let e = c.apply_yaml("optimizer: {}\n", "t.yaml", true).unwrap_err();
+        assert!(e.to_string().contains("optimizer"), "{e}");
+    }
+
+    #[test]
+    fn preset_key_in_file_selects_the_base() {
+        let mut c = TrainConfig::preset("default").unwrap();
+        c.apply_yaml("preset: tiny\n", "t.yaml", false).unwrap();
+        assert_eq!(c.preset, "tiny");
+        assert_eq!(c.training.batch_size, 8);
+    }
+
+    #[test]
+    fn precision_names() {
+        assert_eq!(Precision::parse("BF16").unwrap(), Precision::Bf16);
+        assert!(Precision::parse("fp8").is_err());
+    }
+}

@@ -1,0 +1,993 @@
+//! The training step and the training run: model and optimizer state on one
+//! device, the step (forward, loss, backward, gradient sync, clipping, AdamW,
+//! EMA), and the loop around it with checkpoints, metrics, sample grids,
+//! progress, Ctrl-C and the NaN guard.
+//!
+//! Data parallelism plugs in through [`GradSync`]: the loop calls
+//! [`GradSync::broadcast_params`] once before the first step and
+//! [`GradSync::sync_grads`] after every backward pass, on the flat gradient
+//! buffer (one contiguous tensor; all-reduce it in buckets of any size). Each
+//! rank reads its own block of every global batch ([`super::data`]); only rank
+//! 0 writes files or prints. Owns the orchestration; the model, the schedule,
+//! the optimizer math and the file formats live in their own modules.
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+use tch::nn::VarStore;
+use tch::{Device, Kind, Reduction, Tensor};
+
+use super::checkpoint::{self, State};
+use super::config::{Precision, TrainConfig};
+use super::data::{Dataset, Loader, Source, StreamSpec};
+use super::ema::Ema;
+use super::flat::FlatLayout;
+use super::images;
+use super::metrics::{MetricsWriter, StepRecord};
+use super::model::{weights, UNet2DModel};
+use super::optim::{clip_grad_norm, lr_at, AdamW, GradScaler};
+use super::schedule::{DdpmSchedule, Sampler};
+use crate::output::printer;
+use crate::CliError;
+
+/// Version of the summary JSON.
+pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
+
+/// fp16 steps skipped in a row before the run is declared diverged: at a
+/// back-off of 0.5 per skip, 64 skips take the initial 2^16 scale to 2^-48.
+const MAX_CONSECUTIVE_SKIPS: u64 = 64;
+
+/// The collective operations data-parallel training needs. The single-process
+/// implementation ([`SingleProcess`]) does nothing.
+pub trait GradSync {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn world_size(&self) -> usize;
+    /// Makes every rank's flat parameters equal to rank 0's (called once, before training).
+    fn broadcast_params(&mut self, flat_params: &Tensor) -> anyhow::Result<()>;
+    /// Averages the flat gradient buffer across ranks, in place (called after
+    /// every backward pass, before clipping and the update).
+    fn sync_grads(&mut self, flat_grads: &Tensor) -> anyhow::Result<()>;
+    /// Averages host scalars across ranks in place (the logged loss).
+    fn mean_scalars(&mut self, _values: &mut [f64]) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// One process, no communication.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SingleProcess;
+
+impl GradSync for SingleProcess {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        1
+    }
+    fn broadcast_params(&mut self, _flat_params: &Tensor) -> anyhow::Result<()> {
+        Ok(())
+    }
+    fn sync_grads(&mut self, _flat_grads: &Tensor) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Seconds spent in each phase of a step. Without `profile` the phases are
+/// timed on the host only (kernels are asynchronous on CUDA, so most time
+/// shows up where the host waits: the loss read-back after the optimizer).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PhaseTimes {
+    /// Host-to-device copies and the forward pass with the loss.
+    pub forward: f64,
+    /// The backward pass.
+    pub backward: f64,
+    /// [`GradSync::sync_grads`].
+    pub grad_sync: f64,
+    /// Unscaling, clipping, the loss read-back, AdamW and EMA.
+    pub optimizer: f64,
+}
+
+/// What one step produced.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StepStats {
+    /// Step number (1-based).
+    pub step: u64,
+    /// Loss (mean over ranks).
+    pub loss: f64,
+    /// Gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+    /// Loss scale used (1 outside fp16).
+    pub loss_scale: f64,
+    /// The update was skipped (fp16 overflow).
+    pub skipped: bool,
+    /// Phase timings.
+    pub times: PhaseTimes,
+}
+
+/// Ways a step can stop the run.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// The loss or the gradients were NaN or infinite (fp32/bf16), or fp16
+    /// kept overflowing.
+    #[error("the loss became {what} at step {step} (loss {loss}, gradient norm {grad_norm}, {precision}); training stopped")]
+    NonFinite {
+        /// The step that produced it (1-based).
+        step: u64,
+        /// "NaN" or "infinite".
+        what: &'static str,
+        /// The loss read back.
+        loss: f64,
+        /// The gradient norm read back.
+        grad_norm: f64,
+        /// The run's precision.
+        precision: &'static str,
+    },
+}
+
+/// Model, optimizer and EMA state of a run on one device.
+pub struct Trainer {
+    /// The run configuration.
+    pub config: TrainConfig,
+    /// The device.
+    pub device: Device,
+    /// The precision.
+    pub precision: Precision,
+    master_vs: VarStore,
+    model: UNet2DModel,
+    compute: Option<(VarStore, UNet2DModel)>,
+    layout: FlatLayout,
+    master: Tensor,
+    compute_flat: Option<Tensor>,
+    grads: Tensor,
+    opt: AdamW,
+    ema: Ema,
+    scaler: Option<GradScaler>,
+    schedule: DdpmSchedule,
+    sync: Box<dyn GradSync>,
+    consecutive_skips: u64,
+    /// Optimizer steps completed (skipped fp16 steps included).
+    pub step: u64,
+    /// Global samples consumed.
+    pub samples_seen: u64,
+    /// Synchronise the device between phases so [`PhaseTimes`] is exact.
+    pub profile: bool,
+    /// Test knob: make the loss NaN at this step.
+    pub inject_nan_at: Option<u64>,
+}
+
+/// Checks that `device` can run `precision` (exit 2 before training if not).
+pub fn check_precision(device: Device, precision: Precision) -> anyhow::Result<()> {
+    match (device, precision) {
+        (_, Precision::Fp32) => Ok(()),
+        (Device::Cpu, Precision::Fp16) => Err(CliError::usage(
+            "fp16 needs a CUDA device: tch's autocast is CUDA-only, so fp16 on the CPU would silently train in fp32",
+        )
+        .with_hint("use --precision fp32 or bf16 on the CPU, or --device cuda")
+        .into()),
+        (d, p) => {
+            let kind = if p == Precision::Bf16 { Kind::BFloat16 } else { Kind::Half };
+            let probe = Tensor::f_ones([8, 8], (kind, d))
+                .and_then(|a| a.f_matmul(&a))
+                .and_then(|m| m.f_sum(Kind::Float))
+                .and_then(|s| f64::try_from(s).map_err(Into::into));
+            match probe {
+                Ok(v) if v == 512.0 => Ok(()),
+                other => Err(CliError::usage(format!(
+                    "{} is not supported on {d:?} ({})",
+                    p.name(),
+                    match other {
+                        Ok(v) => format!("a test matmul returned {v}"),
+                        Err(e) => e.to_string().lines().next().unwrap_or_default().to_string(),
+                    }
+                ))
+                .with_hint("use --precision fp32")
+                .into()),
+            }
+        }
+    }
+}
+
+fn sync_device(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+impl Trainer {
+    /// Builds the model (seeded init on the CPU, then moved to `device`), the
+    /// flat buffers, AdamW, the EMA and the loss scaler. `init_from` loads a
+    /// diffusers state dict strictly (exit 2 listing mismatched keys).
+    pub fn new(
+        config: TrainConfig,
+        device: Device,
+        precision: Precision,
+        init_from: Option<&Path>,
+        sync: Box<dyn GradSync>,
+    ) -> anyhow::Result<Self> {
+        config.validate()?;
+        tch::manual_seed(config.training.seed as i64);
+        let mut master_vs = VarStore::new(Device::Cpu);
+        let model = UNet2DModel::try_new(&master_vs.root(), &config.model)?;
+        if let Some(path) = init_from {
+            weights::load_diffusers_state_dict(&master_vs, path)?;
+        }
+        master_vs.set_device(device);
+        let layout = FlatLayout::of(&master_vs);
+        let master = layout.bind_params(&master_vs, Kind::Float);
+        let (compute, compute_flat, grads) = if precision == Precision::Bf16 {
+            let mut vs = VarStore::new(device);
+            let m = UNet2DModel::try_new(&vs.root(), &config.model)?;
+            vs.bfloat16();
+            let flat = layout.bind_params(&vs, Kind::BFloat16);
+            tch::no_grad(|| flat.shallow_clone().copy_(&master));
+            let grads = layout.bind_grads(&vs, Kind::BFloat16);
+            (Some((vs, m)), Some(flat), grads)
+        } else {
+            let grads = layout.bind_grads(&master_vs, Kind::Float);
+            (None, None, grads)
+        };
+        let opt = AdamW::new(config.training.adam, &master);
+        let ema = Ema::new(config.training.ema, &master);
+        let scaler = (precision == Precision::Fp16).then(GradScaler::default);
+        Ok(Self {
+            schedule: DdpmSchedule::new(device),
+            config,
+            device,
+            precision,
+            master_vs,
+            model,
+            compute,
+            layout,
+            master,
+            compute_flat,
+            grads,
+            opt,
+            ema,
+            scaler,
+            sync,
+            consecutive_skips: 0,
+            step: 0,
+            samples_seen: 0,
+            profile: false,
+            inject_nan_at: None,
+        })
+    }
+
+    /// Number of trainable parameters.
+    pub fn param_count(&self) -> i64 {
+        self.layout.numel
+    }
+
+    /// The flat fp32 master weights (layout: [`Trainer::layout`]).
+    pub fn master_params(&self) -> &Tensor {
+        &self.master
+    }
+
+    /// The flat EMA weights.
+    pub fn ema_params(&self) -> &Tensor {
+        &self.ema.shadow
+    }
+
+    /// The flat buffers' layout.
+    pub fn layout(&self) -> &FlatLayout {
+        &self.layout
+    }
+
+    /// The rank of this process.
+    pub fn rank(&self) -> usize {
+        self.sync.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.sync.world_size()
+    }
+
+    /// The fp32 VarStore whose variables are views of the master weights.
+    pub fn master_var_store(&self) -> &VarStore {
+        &self.master_vs
+    }
+
+    /// Broadcasts rank 0's weights and EMA to every rank.
+    pub fn broadcast(&mut self) -> anyhow::Result<()> {
+        self.sync.broadcast_params(&self.master)?;
+        self.sync.broadcast_params(&self.ema.shadow)?;
+        self.refresh_compute();
+        Ok(())
+    }
+
+    fn refresh_compute(&mut self) {
+        if let Some(flat) = &self.compute_flat {
+            tch::no_grad(|| flat.shallow_clone().copy_(&self.master));
+        }
+    }
+
+    fn compute_model(&self) -> &UNet2DModel {
+        self.compute.as_ref().map(|(_, m)| m).unwrap_or(&self.model)
+    }
+
+    fn mark(&self, t: &mut Instant) -> f64 {
+        if self.profile {
+            sync_device(self.device);
+        }
+        let dt = t.elapsed().as_secs_f64();
+        *t = Instant::now();
+        dt
+    }
+
+    /// One optimizer step on `batch` (this rank's block of the global batch).
+    pub fn train_step(&mut self, batch: &super::data::Batch) -> anyhow::Result<StepStats> {
+        let mut times = PhaseTimes::default();
+        let mut t = Instant::now();
+        let b = batch.batch as i64;
+        let s = batch.size as i64;
+        let shape = [b, 3, s, s];
+        let x0 = Tensor::from_slice(&batch.images).view(shape).to_device(self.device);
+        let noise = Tensor::from_slice(&batch.noise).view(shape).to_device(self.device);
+        let ts = Tensor::from_slice(&batch.timesteps).to_device(self.device);
+        let noisy = self.schedule.add_noise(&x0, &noise, &ts);
+        let _ = self.grads.zero_();
+        let pred = match self.precision {
+            Precision::Fp16 => tch::autocast(true, || self.model.forward_t(&noisy, &ts, true)),
+            _ => self.compute_model().forward_t(&noisy, &ts, true),
+        };
+        let mut loss = pred.to_kind(Kind::Float).mse_loss(&noise, Reduction::Mean);
+        if self.inject_nan_at == Some(self.step + 1) {
+            loss = loss * f64::NAN;
+        }
+        let scale = self.scaler.map_or(1.0, |s| s.scale);
+        times.forward = self.mark(&mut t);
+        if scale != 1.0 {
+            (&loss * scale).backward();
+        } else {
+            loss.backward();
+        }
+        times.backward = self.mark(&mut t);
+        self.sync.sync_grads(&self.grads)?;
+        times.grad_sync = self.mark(&mut t);
+
+        let mut g = if self.precision == Precision::Bf16 {
+            self.grads.to_kind(Kind::Float)
+        } else {
+            self.grads.shallow_clone()
+        };
+        if scale != 1.0 {
+            tch::no_grad(|| {
+                let _ = g.g_mul_scalar_(1.0 / scale);
+            });
+        }
+        let norm = clip_grad_norm(&mut g, self.config.training.max_grad_norm);
+        let mut host = [f64::try_from(&loss)?, f64::try_from(&norm)?];
+        let local_loss_finite = host[0].is_finite();
+        self.sync.mean_scalars(&mut host[..1])?;
+        let [loss_v, norm_v] = host;
+        let tr = &self.config.training;
+        let lr = lr_at(tr.lr, self.step, tr.effective_warmup(), tr.steps);
+        let finite = local_loss_finite && loss_v.is_finite() && norm_v.is_finite();
+        let mut skipped = false;
+        if !finite {
+            let is_fp16 = self.scaler.is_some();
+            if is_fp16 && self.consecutive_skips < MAX_CONSECUTIVE_SKIPS {
+                if let Some(s) = self.scaler.as_mut() {
+                    s.update(true);
+                }
+                self.consecutive_skips += 1;
+                skipped = true;
+            } else {
+                return Err(StepError::NonFinite {
+                    step: self.step + 1,
+                    what: if loss_v.is_nan() || norm_v.is_nan() { "NaN" } else { "infinite" },
+                    loss: loss_v,
+                    grad_norm: norm_v,
+                    precision: self.precision.name(),
+                }
+                .into());
+            }
+        } else {
+            if let Some(s) = self.scaler.as_mut() {
+                s.update(false);
+            }
+            self.consecutive_skips = 0;
+            self.opt.update(&mut self.master, &g, lr);
+            self.refresh_compute();
+            self.ema.update(&self.master);
+        }
+        times.optimizer = self.mark(&mut t);
+        self.step += 1;
+        self.samples_seen += (batch.batch * self.sync.world_size()) as u64;
+        Ok(StepStats {
+            step: self.step,
+            loss: loss_v,
+            grad_norm: norm_v,
+            lr,
+            loss_scale: scale,
+            skipped,
+            times,
+        })
+    }
+
+    /// Generates `n` images with the EMA weights (or the raw ones) through
+    /// `steps` steps of `sampler`; the training weights are restored exactly.
+    pub fn sample(&mut self, n: i64, steps: usize, sampler: Sampler, seed: u64, use_ema: bool) -> anyhow::Result<Tensor> {
+        let target = self.compute_flat.as_ref().unwrap_or(&self.master).shallow_clone();
+        let backup = use_ema.then(|| tch::no_grad(|| target.copy()));
+        if use_ema {
+            tch::no_grad(|| target.shallow_clone().copy_(&self.ema.shadow));
+        }
+        let size = self.config.image_size()? as i64;
+        let c = self.config.model.in_channels;
+        let fp16 = self.precision == Precision::Fp16;
+        let model = self.compute_model();
+        let result = self.schedule.sample(
+            |x, t| {
+                if fp16 {
+                    tch::autocast(true, || model.forward(x, t))
+                } else {
+                    model.forward(x, t)
+                }
+            },
+            n,
+            [c, size, size],
+            sampler,
+            steps as i64,
+            seed,
+            self.device,
+        );
+        if let Some(backup) = backup {
+            tch::no_grad(|| target.shallow_clone().copy_(&backup));
+        }
+        result
+    }
+
+    /// Writes a checkpoint of the current step under `out` atomically and
+    /// prunes to `keep`. Returns its directory.
+    pub fn save_checkpoint(&self, out: &Path, epoch: u64, last_loss: Option<f64>) -> anyhow::Result<PathBuf> {
+        let state = State {
+            schema_version: checkpoint::STATE_VERSION,
+            step: self.step,
+            epoch,
+            samples_seen: self.samples_seen,
+            seed: self.config.training.seed,
+            optimizer_step: self.opt.step,
+            ema_step: self.ema.step,
+            scaler: self.scaler,
+            world_size: self.sync.world_size(),
+            batch_size: self.config.training.batch_size,
+            precision: self.precision.name().to_string(),
+            last_loss,
+            config: self.config.clone(),
+            written_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+        };
+        let meta = std::collections::HashMap::from([("format".to_string(), "pt".to_string())]);
+        let dir = checkpoint::write_atomic(out, self.step, |dir| {
+            weights::save_safetensors(&self.master_vs, &dir.join(checkpoint::MODEL_FILE))?;
+            weights::write_tensors(
+                &dir.join(checkpoint::EMA_FILE),
+                &self.layout.named_views(&self.ema.shadow),
+                Some(meta.clone()),
+            )?;
+            let mut moments = Vec::with_capacity(2 * self.layout.entries.len());
+            for (name, v) in self.layout.named_views(&self.opt.exp_avg) {
+                moments.push((format!("exp_avg.{name}"), v));
+            }
+            for (name, v) in self.layout.named_views(&self.opt.exp_avg_sq) {
+                moments.push((format!("exp_avg_sq.{name}"), v));
+            }
+            weights::write_tensors(&dir.join(checkpoint::OPTIMIZER_FILE), &moments, None)?;
+            std::fs::write(
+                dir.join(checkpoint::CONFIG_FILE),
+                serde_json::to_string_pretty(&self.config.model.to_diffusers_json())?,
+            )?;
+            std::fs::write(dir.join(checkpoint::STATE_FILE), serde_json::to_string_pretty(&state)?)?;
+            Ok(())
+        })
+        .with_context(|| format!("writing the checkpoint of step {} under {}", self.step, out.display()))?;
+        checkpoint::prune(out, self.config.training.keep)?;
+        Ok(dir)
+    }
+
+    /// Restores weights, EMA, optimizer moments, counters and the loss scale
+    /// from a checkpoint directory. The model config must match.
+    pub fn load_checkpoint(&mut self, dir: &Path) -> anyhow::Result<State> {
+        let state = checkpoint::read_state(dir)?;
+        if state.config.model != self.config.model {
+            return Err(CliError::usage(format!(
+                "the checkpoint {} was trained with a different model config",
+                dir.display()
+            ))
+            .with_hint("resume with the same --preset / --config model section, or start a new --out directory")
+            .into());
+        }
+        weights::load_diffusers_state_dict(&self.master_vs, &dir.join(checkpoint::MODEL_FILE))?;
+        let ema = weights::read_tensors(&dir.join(checkpoint::EMA_FILE))?;
+        let opt = weights::read_tensors(&dir.join(checkpoint::OPTIMIZER_FILE))?;
+        let ema: std::collections::HashMap<String, Tensor> = ema.into_iter().collect();
+        let opt: std::collections::HashMap<String, Tensor> = opt.into_iter().collect();
+        tch::no_grad(|| -> anyhow::Result<()> {
+            for e in &self.layout.entries {
+                let find = |map: &std::collections::HashMap<String, Tensor>, key: &str, file: &str| {
+                    map.get(key).map(|t| t.shallow_clone()).ok_or_else(|| {
+                        anyhow::Error::from(
+                            CliError::usage(format!("checkpoint {} lacks `{key}` in {file}", dir.display()))
+                                .with_hint("the checkpoint is damaged or from another model"),
+                        )
+                    })
+                };
+                let src = find(&ema, &e.name, checkpoint::EMA_FILE)?;
+                self.layout.view(&self.ema.shadow, e).copy_(&src.to_kind(Kind::Float).to_device(self.device));
+                let m = find(&opt, &format!("exp_avg.{}", e.name), checkpoint::OPTIMIZER_FILE)?;
+                self.layout.view(&self.opt.exp_avg, e).copy_(&m.to_device(self.device));
+                let v = find(&opt, &format!("exp_avg_sq.{}", e.name), checkpoint::OPTIMIZER_FILE)?;
+                self.layout.view(&self.opt.exp_avg_sq, e).copy_(&v.to_device(self.device));
+            }
+            Ok(())
+        })?;
+        self.opt.step = state.optimizer_step;
+        self.ema.step = state.ema_step;
+        if self.scaler.is_some() {
+            self.scaler = Some(state.scaler.unwrap_or_default());
+        }
+        self.step = state.step;
+        self.samples_seen = state.samples_seen;
+        self.refresh_compute();
+        Ok(state)
+    }
+}
+
+/// The process-wide Ctrl-C flag; the handler is installed on first use.
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        if let Err(e) = ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)) {
+            printer().warn(format!("cannot install the Ctrl-C handler ({e}); Ctrl-C will not write a checkpoint"));
+        }
+        flag
+    })
+    .clone()
+}
+
+/// Where training data comes from.
+#[derive(Debug, Clone)]
+pub enum DataChoice {
+    /// The embedded synthetic dataset.
+    Synthetic,
+    /// A folder of PNG/JPEG images.
+    Folder(PathBuf),
+}
+
+/// Everything a training run needs besides the config.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Model and training settings.
+    pub config: TrainConfig,
+    /// The device.
+    pub device: Device,
+    /// The precision (already checked against the device).
+    pub precision: Precision,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Training data.
+    pub data: DataChoice,
+    /// diffusers state dict to start from.
+    pub init_from: Option<PathBuf>,
+    /// Checkpoint to resume from.
+    pub resume: Option<PathBuf>,
+    /// Test knob: NaN loss at this step.
+    pub inject_nan_at: Option<u64>,
+    /// Test knob: behave as if Ctrl-C came right after this step.
+    pub interrupt_after: Option<u64>,
+}
+
+/// Data facts for the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct DataSummary {
+    /// `synthetic` or `folder`.
+    pub source: String,
+    /// The folder, if any.
+    pub path: Option<PathBuf>,
+    /// Images in one epoch.
+    pub images: usize,
+    /// Files skipped as unreadable (at scan time and during training).
+    pub unreadable_files: usize,
+    /// The first unreadable files with the reason.
+    pub unreadable: Vec<UnreadableFile>,
+}
+
+/// One skipped file.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnreadableFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was skipped.
+    pub error: String,
+}
+
+/// The final report of a run (summary.json, `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainSummary {
+    /// Version of this layout.
+    pub schema_version: u32,
+    /// `completed`.
+    pub status: String,
+    /// The preset the config started from.
+    pub preset: String,
+    /// The device.
+    pub device: String,
+    /// The precision.
+    pub precision: String,
+    /// Ranks.
+    pub world_size: usize,
+    /// Images per rank per step.
+    pub batch_size: usize,
+    /// Trainable parameters.
+    pub params: i64,
+    /// The step the run started at (non-zero after --resume).
+    pub start_step: u64,
+    /// The last step completed.
+    pub final_step: u64,
+    /// Steps skipped for fp16 overflow.
+    pub skipped_steps: u64,
+    /// Loss of the first step of this process.
+    pub first_loss: Option<f64>,
+    /// Mean loss of the last (up to) 10 steps.
+    pub final_loss: Option<f64>,
+    /// Images per second over the run, all ranks, excluding the first step.
+    pub img_per_s: Option<f64>,
+    /// Training FLOPs per image (forward + backward, from the config).
+    pub train_flops_per_image: f64,
+    /// Wall-clock seconds of the training loop.
+    pub elapsed_s: f64,
+    /// The data.
+    pub data: DataSummary,
+    /// The output directory.
+    pub out_dir: PathBuf,
+    /// The last checkpoint written.
+    pub checkpoint: Option<PathBuf>,
+    /// metrics.jsonl.
+    pub metrics: PathBuf,
+    /// The TensorBoard event file.
+    pub tensorboard: PathBuf,
+    /// Sample grids written.
+    pub samples: Vec<PathBuf>,
+}
+
+/// Checks that `out` can be created and written (exit 2 otherwise).
+pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
+    let fail = |e: std::io::Error| -> anyhow::Error {
+        CliError::usage(format!("cannot write to the output directory {}: {e}", out.display()))
+            .with_hint("choose a writable --out directory")
+            .into()
+    };
+    std::fs::create_dir_all(out).map_err(fail)?;
+    let probe = out.join(format!(".imgctl-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"ok").map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)?;
+    Ok(())
+}
+
+/// Opens the dataset (exit 2 for an unreadable or empty folder).
+pub fn open_dataset(choice: &DataChoice, config: &TrainConfig) -> anyhow::Result<Dataset> {
+    let size = config.image_size()?;
+    match choice {
+        DataChoice::Synthetic => Ok(Dataset::synthetic(config.training.synthetic_images, size)),
+        DataChoice::Folder(dir) => {
+            let data = Dataset::folder(dir, size).map_err(|e| {
+                CliError::usage(format!("cannot read the data folder {}: {e}", dir.display()))
+                    .with_hint("pass a readable directory of PNG or JPEG images to --data")
+            })?;
+            if data.is_empty() {
+                let msg = if data.skipped.is_empty() {
+                    format!("the data folder {} holds no PNG or JPEG images", dir.display())
+                } else {
+                    format!(
+                        "the data folder {} holds no readable images ({} unreadable, e.g. {}: {})",
+                        dir.display(),
+                        data.skipped.len(),
+                        data.skipped[0].0.display(),
+                        data.skipped[0].1
+                    )
+                };
+                return Err(CliError::usage(msg)
+                    .with_hint("put .png/.jpg/.jpeg files directly in the folder (subfolders are not searched), or omit --data for the synthetic set")
+                    .into());
+            }
+            Ok(data)
+        }
+    }
+}
+
+fn device_name(d: Device) -> String {
+    match d {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(i) => format!("cuda:{i}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+fn human_duration(secs: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(secs.max(0.0).round() as u64)).to_string()
+}
+
+/// Runs a whole training: preflight checks, model, optional resume, the loop
+/// with outputs on rank 0, and the summary. Ctrl-C writes a checkpoint and
+/// ends with an interrupted error (exit 130); a non-finite loss ends with a
+/// failure (exit 1) that names the last good checkpoint.
+pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSummary> {
+    let rank = sync.rank();
+    let world = sync.world_size();
+    let lead = rank == 0;
+    let p = printer();
+    let cfg = opts.config.clone();
+    let tr = cfg.training.clone();
+
+    // Everything that can be wrong with the input, before any training.
+    check_precision(opts.device, opts.precision)?;
+    let data = open_dataset(&opts.data, &cfg)?;
+    if lead {
+        check_out_dir(&opts.out)?;
+    }
+    let mut trainer = Trainer::new(cfg.clone(), opts.device, opts.precision, opts.init_from.as_deref(), sync)?;
+    trainer.inject_nan_at = opts.inject_nan_at;
+    if let Some(dir) = &opts.resume {
+        let state = trainer.load_checkpoint(dir)?;
+        if lead {
+            p.info(format!("resuming from {} (step {})", dir.display(), state.step));
+        }
+    }
+    trainer.broadcast()?;
+    let start_step = trainer.step;
+    if start_step >= tr.steps {
+        return Err(CliError::usage(format!(
+            "the checkpoint is at step {start_step}, and the run has {} steps",
+            tr.steps
+        ))
+        .with_hint("pass a larger --steps to train further")
+        .into());
+    }
+
+    let data = Arc::new(data);
+    if lead {
+        for (path, why) in &data.skipped {
+            p.warn(format!("skipping unreadable {}: {why}", path.display()));
+        }
+        let src = match &opts.data {
+            DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
+            DataChoice::Folder(d) => format!("{} ({} images)", d.display(), data.len()),
+        };
+        p.info(format!(
+            "training {} ({} params) on {} in {}, batch {}×{}, {} steps, data {src}",
+            cfg.preset,
+            trainer.param_count(),
+            device_name(opts.device),
+            opts.precision.name(),
+            tr.batch_size,
+            world,
+            tr.steps,
+        ));
+    }
+    let spec = StreamSpec {
+        seed: tr.seed,
+        batch_size: tr.batch_size,
+        rank,
+        world_size: world,
+        start_position: trainer.samples_seen,
+    };
+    let mut loader = Loader::start(data.clone(), spec, tr.workers, tr.prefetch);
+
+    let mut metrics = if lead {
+        checkpoint::remove_stale_temporaries(&opts.out);
+        Some(
+            MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
+                .with_context(|| format!("opening metrics files in {}", opts.out.display()))?,
+        )
+    } else {
+        None
+    };
+    let interrupt = interrupt_flag();
+    let log_every = if tr.log_every > 0 { tr.log_every } else { (tr.steps / 20).clamp(1, 100) };
+    let bar = if lead {
+        p.progress(tr.steps, "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_position(start_step);
+
+    let global_batch = (tr.batch_size * world) as f64;
+    let started = Instant::now();
+    let mut timed_images = 0.0;
+    let mut timed_secs = 0.0;
+    let mut first_loss = None;
+    let mut recent: std::collections::VecDeque<f64> = Default::default();
+    let mut last_checkpoint: Option<PathBuf> = opts.resume.clone();
+    let mut last_checkpoint_step = opts.resume.as_ref().map(|_| start_step);
+    let mut samples = Vec::new();
+    let mut skipped_steps = 0;
+    let mut last_loss = None;
+    let epoch_len = data.len() as u64;
+
+    let write_checkpoint = |trainer: &Trainer, last_loss: Option<f64>| -> anyhow::Result<PathBuf> {
+        trainer.save_checkpoint(&opts.out, trainer.samples_seen / epoch_len, last_loss)
+    };
+
+    while trainer.step < tr.steps {
+        if interrupt.load(Ordering::SeqCst) {
+            bar.finish_and_clear();
+            let mut where_ = String::new();
+            if lead {
+                if let Some(m) = metrics.as_mut() {
+                    m.flush()?;
+                }
+                let dir = if last_checkpoint_step == Some(trainer.step) {
+                    last_checkpoint.clone().expect("checkpoint path")
+                } else {
+                    write_checkpoint(&trainer, last_loss)?
+                };
+                where_ = format!("; checkpoint {}", dir.display());
+            }
+            return Err(CliError::interrupted(format!("interrupted at step {}{where_}", trainer.step))
+                .with_hint(format!(
+                    "continue with `imgctl train-demo --resume --out {}`",
+                    opts.out.display()
+                ))
+                .into());
+        }
+        let step_start = Instant::now();
+        let batch = loader
+            .next_batch()
+            .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+        let stats = match trainer.train_step(&batch) {
+            Ok(s) => s,
+            Err(e) => {
+                bar.finish_and_clear();
+                if let Some(m) = metrics.as_mut() {
+                    let _ = m.flush();
+                }
+                if e.downcast_ref::<StepError>().is_some() {
+                    let kept = match &last_checkpoint {
+                        Some(d) => format!("the last good checkpoint is {}", d.display()),
+                        None => "no checkpoint was written before it".to_string(),
+                    };
+                    return Err(CliError::failure(format!("{e}; {kept}"))
+                        .with_hint("lower --lr, use --precision fp32, or resume from the last good checkpoint")
+                        .into());
+                }
+                return Err(e);
+            }
+        };
+        let dt = step_start.elapsed().as_secs_f64();
+        if stats.step > start_step + 1 {
+            timed_images += global_batch;
+            timed_secs += dt;
+        }
+        if stats.skipped {
+            skipped_steps += 1;
+        }
+        first_loss.get_or_insert(stats.loss);
+        last_loss = Some(stats.loss);
+        recent.push_back(stats.loss);
+        if recent.len() > 10 {
+            recent.pop_front();
+        }
+        let img_per_s = global_batch / dt.max(1e-9);
+        if let Some(m) = metrics.as_mut() {
+            m.record(&StepRecord {
+                step: stats.step,
+                loss: stats.loss,
+                lr: stats.lr,
+                grad_norm: stats.grad_norm,
+                loss_scale: stats.loss_scale,
+                img_per_s,
+                skipped: stats.skipped,
+            })?;
+        }
+        if lead {
+            let avg_ips = if timed_secs > 0.0 { timed_images / timed_secs } else { img_per_s };
+            bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
+            bar.set_position(stats.step);
+            if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
+                let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
+                p.info(format!(
+                    "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
+                    stats.step,
+                    tr.steps,
+                    stats.loss,
+                    stats.lr,
+                    stats.grad_norm,
+                    avg_ips,
+                    human_duration(left)
+                ));
+            }
+        }
+        let done = trainer.step == tr.steps;
+        if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
+            let imgs = trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
+            let dir = opts.out.join("samples");
+            std::fs::create_dir_all(&dir)?;
+            let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
+            let png = images::encode_grid_png(&imgs, None)?;
+            std::fs::write(&path, &png).with_context(|| format!("writing {}", path.display()))?;
+            if let Some(m) = metrics.as_mut() {
+                m.image(trainer.step, &png)?;
+            }
+            samples.push(path);
+        }
+        if lead && ((tr.checkpoint_every > 0 && trainer.step % tr.checkpoint_every == 0) || done) {
+            if let Some(m) = metrics.as_mut() {
+                m.flush()?;
+            }
+            let dir = write_checkpoint(&trainer, last_loss)?;
+            last_checkpoint = Some(dir);
+            last_checkpoint_step = Some(trainer.step);
+        }
+        if opts.interrupt_after == Some(trainer.step) {
+            interrupt.store(true, Ordering::SeqCst);
+        }
+    }
+    bar.finish_and_clear();
+    let elapsed = started.elapsed().as_secs_f64();
+    let (metrics_path, tb_path) = match metrics.as_mut() {
+        Some(m) => {
+            m.flush()?;
+            (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
+        }
+        None => (PathBuf::new(), PathBuf::new()),
+    };
+    let mut unreadable: Vec<UnreadableFile> = data
+        .skipped
+        .iter()
+        .map(|(p, e)| (p.clone(), e.clone()))
+        .chain(loader.skipped().iter().map(|(p, e)| (p.clone(), e.clone())))
+        .map(|(path, error)| UnreadableFile { path, error })
+        .collect();
+    let unreadable_files = unreadable.len();
+    unreadable.truncate(20);
+    drop(loader);
+    Ok(TrainSummary {
+        schema_version: SUMMARY_SCHEMA_VERSION,
+        status: "completed".into(),
+        preset: cfg.preset.clone(),
+        device: device_name(opts.device),
+        precision: opts.precision.name().into(),
+        world_size: world,
+        batch_size: tr.batch_size,
+        params: trainer.param_count(),
+        start_step,
+        final_step: trainer.step,
+        skipped_steps,
+        first_loss,
+        final_loss: (!recent.is_empty()).then(|| recent.iter().sum::<f64>() / recent.len() as f64),
+        img_per_s: (timed_secs > 0.0).then(|| timed_images / timed_secs),
+        train_flops_per_image: cfg.model.train_flops_per_image(),
+        elapsed_s: elapsed,
+        data: DataSummary {
+            source: match data.source {
+                Source::Synthetic { .. } => "synthetic".into(),
+                Source::Folder { .. } => "folder".into(),
+            },
+            path: match &opts.data {
+                DataChoice::Folder(d) => Some(d.clone()),
+                DataChoice::Synthetic => None,
+            },
+            images: data.len(),
+            unreadable_files,
+            unreadable,
+        },
+        out_dir: opts.out.clone(),
+        checkpoint: last_checkpoint,
+        metrics: metrics_path,
+        tensorboard: tb_path,
+        samples,
+    })
+}
