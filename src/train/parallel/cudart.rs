@@ -16,12 +16,18 @@ pub const CUDART_SONAME: &str = "libcudart.so.12";
 
 type SetDeviceFn = unsafe extern "C" fn(c_int) -> c_int;
 type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
+type GetDevicePropertiesFn = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
+
+/// Bytes reserved for `cudaDeviceProp` (1032 bytes in CUDA 12.x's
+/// driver_types.h; generous so a newer, larger struct still fits).
+const DEVICE_PROP_BYTES: usize = 8192;
 
 /// The loaded CUDA runtime.
 pub struct CudaRuntime {
     path: PathBuf,
     set_device: SetDeviceFn,
     mem_get_info: MemGetInfoFn,
+    get_device_properties: Option<GetDevicePropertiesFn>,
     _lib: libloading::Library,
 }
 
@@ -52,10 +58,17 @@ impl CudaRuntime {
         unsafe {
             let set_device = *lib.get::<SetDeviceFn>(b"cudaSetDevice")?;
             let mem_get_info = *lib.get::<MemGetInfoFn>(b"cudaMemGetInfo")?;
+            // CUDA 12 renamed the entry point (the header maps the old name to _v2).
+            let get_device_properties = lib
+                .get::<GetDevicePropertiesFn>(b"cudaGetDeviceProperties_v2")
+                .or_else(|_| lib.get::<GetDevicePropertiesFn>(b"cudaGetDeviceProperties"))
+                .ok()
+                .map(|s| *s);
             Ok(Self {
                 path,
                 set_device,
                 mem_get_info,
+                get_device_properties,
                 _lib: lib,
             })
         }
@@ -87,5 +100,22 @@ impl CudaRuntime {
             );
         }
         Ok((free as u64, total as u64))
+    }
+
+    /// The device's marketing name (`cudaDeviceProp::name`, the struct's
+    /// first field: `char name[256]`), e.g. "NVIDIA H200".
+    pub fn device_name(&self, index: usize) -> anyhow::Result<String> {
+        let f = self
+            .get_device_properties
+            .ok_or_else(|| anyhow::anyhow!("cudaGetDeviceProperties is not exported"))?;
+        let mut buf = vec![0u8; DEVICE_PROP_BYTES];
+        // SAFETY: the buffer is larger than cudaDeviceProp.
+        let r = unsafe { f(buf.as_mut_ptr(), index as c_int) };
+        if r != 0 {
+            anyhow::bail!("cudaGetDeviceProperties({index}) failed with CUDA error {r}");
+        }
+        let name = &buf[..256];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(256);
+        Ok(String::from_utf8_lossy(&name[..end]).trim().to_string())
     }
 }

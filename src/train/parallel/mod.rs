@@ -7,10 +7,10 @@
 //! - [`collective`]: the [`Collective`] trait; backends [`nccl`] (GPUs) and [`cpu`] (TCP).
 //! - [`buckets`]: gradient bucketing and the start-of-run parameter broadcast.
 //!
-//! [`DataParallel`] ties them together for the trainer: build it once per
-//! process with [`DataParallel::init`], call [`DataParallel::broadcast_parameters`]
-//! before the first step and [`DataParallel::sync_gradients`] after each
-//! backward. This module must not own the training loop, the data pipeline or
+//! [`DataParallel`] ties them together for the trainer: built once per
+//! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
+//! (parameters broadcast from rank 0 before the first step, flat gradients
+//! averaged in buckets after every backward). This module must not own the training loop, the data pipeline or
 //! any output file besides the opt-in parameter-hash log.
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use tch::{Device, Tensor};
 
 use crate::env_vars as ev;
+use crate::train::trainer::GradSync;
 use crate::CliError;
 
 pub mod buckets;
@@ -31,7 +32,7 @@ pub mod nccl;
 pub mod rendezvous;
 pub mod supervisor;
 
-pub use buckets::{GradBuckets, DEFAULT_BUCKET_BYTES};
+pub use buckets::DEFAULT_BUCKET_BYTES;
 pub use collective::{Backend, Collective, Solo};
 pub use launch::{LaunchInfo, LaunchSource};
 
@@ -55,22 +56,27 @@ pub fn worker_device(launch: &LaunchInfo, visible_gpus: usize) -> anyhow::Result
 /// Cumulative time spent in gradient synchronisation.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct SyncStats {
-    /// Number of [`DataParallel::sync_gradients`] calls.
+    /// Number of gradient syncs.
     pub calls: u64,
-    /// Host time spent in them (enqueue time only on GPUs unless the caller synchronises).
+    /// Collective calls they made (buckets).
+    pub buckets: u64,
+    /// Host time spent in them (on GPUs only the enqueue time, unless the
+    /// caller synchronises the device around them).
     pub seconds: f64,
-    /// Bytes all-reduced per call.
-    pub bytes_per_call: usize,
+    /// Bytes all-reduced per sync.
+    pub bytes_per_sync: usize,
 }
 
-/// The data-parallel context of one process.
+/// The data-parallel context of one process; the trainer's [`GradSync`].
 pub struct DataParallel {
     launch: LaunchInfo,
     device: Device,
     collective: Box<dyn Collective>,
-    buckets: Option<GradBuckets>,
     bucket_bytes: usize,
     hash_log: Option<std::fs::File>,
+    /// The flat parameters seen at the first broadcast (shares storage with
+    /// the trainer's master weights), for the parameter-hash log.
+    params: Option<Tensor>,
     stats: SyncStats,
 }
 
@@ -104,9 +110,9 @@ impl DataParallel {
             launch,
             device,
             collective,
-            buckets: None,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             hash_log,
+            params: None,
             stats: SyncStats::default(),
         }
     }
@@ -121,8 +127,11 @@ impl DataParallel {
                 rt.set_device(index)?;
                 let lib = Arc::new(nccl::NcclLibrary::locate()?);
                 let l = lib.clone();
-                let session =
-                    rendezvous::rendezvous(&launch, move || Ok(l.unique_id()?.to_vec()), timeout)?;
+                let session = rendezvous::rendezvous(
+                    &launch,
+                    move || Ok(l.unique_id()?.to_vec()),
+                    timeout,
+                )?;
                 let coll = nccl::NcclCollective::init(
                     lib,
                     &session.payload,
@@ -144,24 +153,14 @@ impl DataParallel {
         }
     }
 
-    /// Sets the gradient bucket cap (default [`DEFAULT_BUCKET_BYTES`]); takes
-    /// effect before the first [`DataParallel::sync_gradients`].
+    /// Sets the gradient bucket cap (default [`DEFAULT_BUCKET_BYTES`]).
     pub fn set_bucket_bytes(&mut self, bytes: usize) {
         self.bucket_bytes = bytes.max(1);
-        self.buckets = None;
     }
 
     /// The launch information.
     pub fn launch(&self) -> &LaunchInfo {
         &self.launch
-    }
-    /// This process's rank.
-    pub fn rank(&self) -> usize {
-        self.launch.rank
-    }
-    /// Number of ranks.
-    pub fn world_size(&self) -> usize {
-        self.launch.world_size
     }
     /// Whether this rank writes outputs (rank 0).
     pub fn is_primary(&self) -> bool {
@@ -183,61 +182,79 @@ impl DataParallel {
     pub fn stats(&self) -> SyncStats {
         self.stats
     }
-    /// Bytes per gradient bucket (empty before the first sync).
-    pub fn bucket_layout(&self) -> Vec<usize> {
-        self.buckets
-            .as_ref()
-            .map(|b| b.bucket_bytes())
-            .unwrap_or_default()
-    }
-
-    fn layout(&mut self, params: &[Tensor]) -> &mut GradBuckets {
-        let cap = self.bucket_bytes;
-        self.buckets
-            .get_or_insert_with(|| GradBuckets::new(params, cap))
-    }
-
-    /// Copies rank 0's parameters (and any other state tensors, e.g. EMA
-    /// weights or optimizer moments after a resume) to every rank.
-    pub fn broadcast_parameters(&mut self, params: &[Tensor]) -> anyhow::Result<()> {
-        if self.world_size() == 1 {
-            return Ok(());
-        }
-        let mut b = GradBuckets::new(params, self.bucket_bytes);
-        b.broadcast_params(params, self.collective.as_mut())
-    }
-
-    /// Averages the gradients of `params` over all ranks (after backward,
-    /// before clipping and the optimizer step). The same list, in the same
-    /// order, on every rank and every step.
-    pub fn sync_gradients(&mut self, params: &[Tensor]) -> anyhow::Result<()> {
-        if self.world_size() == 1 {
-            return Ok(());
-        }
-        let t = Instant::now();
-        // Take the layout out to borrow the collective alongside it.
-        self.layout(params);
-        let mut buckets = self.buckets.take().expect("layout just built");
-        let res = buckets.all_reduce_avg(params, self.collective.as_mut());
-        self.stats.bytes_per_call = buckets.bucket_bytes().iter().sum();
-        self.buckets = Some(buckets);
-        self.stats.calls += 1;
-        self.stats.seconds += t.elapsed().as_secs_f64();
-        res
-    }
 
     /// Waits until every rank gets here.
     pub fn barrier(&mut self) -> anyhow::Result<()> {
         self.collective.barrier()
     }
 
-    /// With `IMGCTL_PARAM_HASH_DIR` set: appends `step <hash>` to this rank's
-    /// `rank-N.txt` there, so tests can prove every rank holds the same bits.
-    pub fn record_param_hash(&mut self, step: u64, params: &[Tensor]) -> anyhow::Result<()> {
+    fn log_hash(&mut self, label: &str, t: &Tensor) {
         if let Some(f) = &mut self.hash_log {
-            writeln!(f, "{step} {}", buckets::tensors_hash(params))?;
+            let _ = writeln!(f, "{label} {}", buckets::tensors_hash(&[t.shallow_clone()]));
+        }
+    }
+}
+
+impl GradSync for DataParallel {
+    fn rank(&self) -> usize {
+        self.launch.rank
+    }
+    fn world_size(&self) -> usize {
+        self.launch.world_size
+    }
+    fn broadcast_params(&mut self, flat_params: &Tensor) -> anyhow::Result<()> {
+        // The first broadcast carries the master weights (the trainer then
+        // broadcasts the EMA): remember them for the hash log.
+        let first = self.params.is_none();
+        if first {
+            self.params = Some(flat_params.shallow_clone());
+        }
+        buckets::broadcast_flat(flat_params, self.bucket_bytes, self.collective.as_mut())?;
+        if first {
+            self.log_hash("start params", &flat_params.shallow_clone());
         }
         Ok(())
+    }
+    fn sync_grads(&mut self, flat_grads: &Tensor) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let n = buckets::all_reduce_avg_flat(flat_grads, self.bucket_bytes, self.collective.as_mut())?;
+        self.stats.calls += 1;
+        self.stats.buckets += n as u64;
+        self.stats.seconds += t.elapsed().as_secs_f64();
+        self.stats.bytes_per_sync = flat_grads.numel() * flat_grads.kind().elt_size_in_bytes();
+        if self.hash_log.is_some() {
+            // Step k's averaged gradients, and the parameters they update
+            // (the result of step k-1): equal on every rank, bit for bit.
+            let step = self.stats.calls;
+            self.log_hash(&format!("step {step} grads"), flat_grads);
+            if let Some(p) = self.params.as_ref().map(|p| p.shallow_clone()) {
+                self.log_hash(&format!("step {step} params-before"), &p);
+            }
+        }
+        Ok(())
+    }
+    fn mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {
+        if self.launch.world_size == 1 || values.is_empty() {
+            return Ok(());
+        }
+        let host: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        let t = Tensor::from_slice(&host).to_device(self.device);
+        self.collective.all_reduce_avg(&t)?;
+        let back = Vec::<f32>::try_from(&t.to_device(Device::Cpu))?;
+        for (v, b) in values.iter_mut().zip(back) {
+            *v = b as f64;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DataParallel {
+    fn drop(&mut self) {
+        if self.hash_log.is_some() {
+            if let Some(p) = self.params.as_ref().map(|p| p.shallow_clone()) {
+                self.log_hash("final params", &p);
+            }
+        }
     }
 }
 
