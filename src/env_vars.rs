@@ -42,6 +42,8 @@ pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
 pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
 /// Python interpreter for `train-demo --benchmark --compare` (default `python3`).
 pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
+/// OpenMP threads per process; the `--gpus` supervisor sets it for its workers when unset.
+pub const OMP_NUM_THREADS: &str = "OMP_NUM_THREADS";
 /// Set by the `--gpus` supervisor in each worker it starts, so the worker knows
 /// that its output is prefixed and collected.
 pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";

@@ -11,7 +11,7 @@
 //! optimizer (it averages: the loss is a per-rank mean).
 use tch::Tensor;
 
-use super::collective::Collective;
+use super::collective::{Backend, Collective};
 
 /// DDP's default bucket size, 25 MiB (`bucket_cap_mb=25`).
 pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
@@ -41,7 +41,9 @@ pub fn all_reduce_avg_flat(
     cap_bytes: usize,
     coll: &mut dyn Collective,
 ) -> anyhow::Result<usize> {
-    if coll.world_size() == 1 {
+    // NCCL with one rank still runs (so `--gpus 1` exercises the real path
+    // and is the honest baseline of a scaling run); only Solo skips.
+    if coll.backend() == Backend::Single {
         return Ok(0);
     }
     let v = flat_view(flat)?;
@@ -58,7 +60,7 @@ pub fn broadcast_flat(
     cap_bytes: usize,
     coll: &mut dyn Collective,
 ) -> anyhow::Result<usize> {
-    if coll.world_size() == 1 {
+    if coll.backend() == Backend::Single {
         return Ok(0);
     }
     let v = flat_view(flat)?;

@@ -234,7 +234,7 @@ impl GradSync for DataParallel {
         Ok(())
     }
     fn mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {
-        if self.launch.world_size == 1 || values.is_empty() {
+        if self.collective.world_size() == 1 || values.is_empty() {
             return Ok(());
         }
         let host: Vec<f32> = values.iter().map(|&v| v as f32).collect();

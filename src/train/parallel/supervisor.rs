@@ -141,6 +141,21 @@ pub fn gpu_slots(devices: &[usize], parent_visible: Option<&str>) -> Vec<WorkerS
         .collect()
 }
 
+/// Intra-op threads per worker when `OMP_NUM_THREADS` is unset. torchrun sets
+/// 1 per process "to avoid your system being overloaded" (torch/distributed/
+/// run.py); GPU workers keep that. CPU ranks compute on the CPU, so they split
+/// the cores instead: OpenMP's spin-waiting makes oversubscribed ranks many
+/// times slower (measured: 15× on 2 shared cores).
+pub fn omp_threads(slot: &WorkerSlot, workers: usize) -> usize {
+    match slot {
+        WorkerSlot::Gpu(_) => 1,
+        WorkerSlot::Cpu => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / workers.max(1)).max(1)
+        }
+    }
+}
+
 struct Worker {
     rank: usize,
     child: Child,
@@ -242,6 +257,9 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
             WorkerSlot::Gpu(v) => cmd.env(ev::CUDA_VISIBLE_DEVICES, v),
             WorkerSlot::Cpu => cmd.env(ev::CUDA_VISIBLE_DEVICES, ""),
         };
+        if std::env::var_os(ev::OMP_NUM_THREADS).is_none() {
+            cmd.env(ev::OMP_NUM_THREADS, omp_threads(slot, n).to_string());
+        }
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
@@ -313,28 +331,38 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
             forwarded = presses;
         }
         let mut all_done = true;
-        for i in 0..workers.len() {
-            if workers[i].end.is_some() {
+        let mut newly_failed = Vec::new();
+        for (i, w) in workers.iter_mut().enumerate() {
+            if w.end.is_some() {
                 continue;
             }
-            match workers[i].child.try_wait()? {
+            match w.child.try_wait()? {
                 Some(st) => {
                     let end = match (st.code(), st.signal()) {
                         (Some(c), _) => WorkerEnd::Code(c),
                         (None, Some(s)) => WorkerEnd::Signal(s),
                         (None, None) => WorkerEnd::Code(-1),
                     };
-                    let bad = end != WorkerEnd::Code(0);
-                    workers[i].end = Some(end);
-                    if bad && failed.is_none() && presses == started {
-                        failed = Some(i);
-                        stop_at = Some(Instant::now());
-                        for w in workers.iter().filter(|w| w.end.is_none()) {
-                            signal(&w.child, libc::SIGTERM);
-                        }
+                    if end != WorkerEnd::Code(0) {
+                        newly_failed.push(i);
                     }
+                    w.end = Some(end);
                 }
                 None => all_done = false,
+            }
+        }
+        if failed.is_none() && !newly_failed.is_empty() && presses == started {
+            // When several ranks end in the same poll, blame one killed by a
+            // signal: the others most likely failed because it vanished.
+            let first = newly_failed
+                .iter()
+                .copied()
+                .find(|&i| matches!(workers[i].end, Some(WorkerEnd::Signal(_))))
+                .unwrap_or(newly_failed[0]);
+            failed = Some(first);
+            stop_at = Some(Instant::now());
+            for w in workers.iter().filter(|w| w.end.is_none()) {
+                signal(&w.child, libc::SIGTERM);
             }
         }
         if all_done {
