@@ -43,3 +43,23 @@ pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
 pub const IMGCTL_TEST_INJECT_NAN_AT_STEP: &str = "IMGCTL_TEST_INJECT_NAN_AT_STEP";
 /// Test knob (train-demo): act as if Ctrl-C arrived right after this step (1-based).
 pub const IMGCTL_TEST_INTERRUPT_AFTER_STEP: &str = "IMGCTL_TEST_INTERRUPT_AFTER_STEP";
+/// IP address of the node that ran `srun` under SLURM (rank 0's host by default).
+pub const SLURM_LAUNCH_NODE_IPADDR: &str = "SLURM_LAUNCH_NODE_IPADDR";
+/// Compressed host list of a SLURM job (`node[01-04],gpu7`); its first host is
+/// the rendezvous host when neither `MASTER_ADDR` nor `SLURM_LAUNCH_NODE_IPADDR` is set.
+pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
+/// Tasks per node under SLURM in its compressed form (`4(x2),2`).
+pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
+/// Hidden test/CPU launcher: `IMGCTL_CPU_RANKS=N imgctl train-demo …` supervises
+/// N CPU worker processes on this machine, as `--gpus N` does with GPUs.
+pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
+/// Python interpreter for `train-demo --benchmark --compare` (default `python3`).
+pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
+/// OpenMP threads per process; the `--gpus` supervisor sets it for its workers when unset.
+pub const OMP_NUM_THREADS: &str = "OMP_NUM_THREADS";
+/// Set by the `--gpus` supervisor in each worker it starts, so the worker knows
+/// that its output is prefixed and collected.
+pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
+/// Debug/test hook: a directory where every rank writes one line per optimizer
+/// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
+pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";

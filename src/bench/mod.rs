@@ -1,1 +1,462 @@
-//! bench (being written).
+//! The training benchmark (`imgctl train-demo --benchmark`): throughput,
+//! step-time breakdown, peak device memory and MFU of the trainer's own step,
+//! scaling over 1, 2, 4 … N ranks, and the comparison with the PyTorch
+//! reference script.
+//!
+//! Method: warm-up steps, then timed steps run exactly as in training (the
+//! trainer reads the loss back every step, nothing else synchronises), then a
+//! separate set of profiled steps that synchronise the device between phases
+//! for the breakdown, so the synchronisation never distorts the throughput
+//! figure. Memory on CUDA is `cudaMemGetInfo` (device used = total − free)
+//! sampled after every timed step: it includes the CUDA context and torch's
+//! caching-allocator reserve, so it is an upper bound of live tensors. This
+//! module measures and reports; it must not change how the trainer steps.
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tch::Device;
+
+use crate::train::data::{Loader, StreamSpec};
+use crate::train::parallel::cudart::CudaRuntime;
+use crate::train::trainer::{self, GradSync, RunOptions, Trainer};
+
+pub mod peak;
+pub mod reference;
+pub mod report;
+
+/// Version of every benchmark JSON document.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Model, batch, precision, device and data, as for training.
+    pub run: RunOptions,
+    /// Untimed steps first (allocator warm-up, cuDNN algorithm search).
+    pub warmup: u64,
+    /// Timed steps.
+    pub steps: u64,
+    /// Steps with device synchronisation between phases, for the breakdown.
+    pub profile_steps: u64,
+}
+
+/// Step-time statistics in milliseconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepStatsMs {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub median: f64,
+    /// Fastest step.
+    pub min: f64,
+    /// Slowest step.
+    pub max: f64,
+}
+
+impl StepStatsMs {
+    fn of(secs: &[f64]) -> Self {
+        let mut v: Vec<f64> = secs.iter().map(|s| s * 1e3).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len().max(1) as f64;
+        let median = if v.is_empty() {
+            0.0
+        } else if v.len() % 2 == 1 {
+            v[v.len() / 2]
+        } else {
+            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+        };
+        Self {
+            mean: v.iter().sum::<f64>() / n,
+            median,
+            min: v.first().copied().unwrap_or(0.0),
+            max: v.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+/// Mean milliseconds per phase over the profiled steps.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Breakdown {
+    /// Waiting for the data loader.
+    pub data: f64,
+    /// Host-to-device copies, noising and the forward pass with the loss.
+    pub forward: f64,
+    /// The backward pass.
+    pub backward: f64,
+    /// The gradient all-reduce (0 for one rank).
+    pub all_reduce: f64,
+    /// Unscale, clipping, loss read-back, AdamW and EMA.
+    pub optimizer: f64,
+    /// Sum of the phases.
+    pub total: f64,
+    /// Steps averaged.
+    pub steps: u64,
+}
+
+/// Device memory.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Memory {
+    /// How it was measured.
+    pub method: String,
+    /// Peak device memory in use during the timed steps.
+    pub peak_used_bytes: u64,
+    /// In use before the model was built (CUDA context, other processes).
+    pub baseline_used_bytes: u64,
+    /// The device's total memory.
+    pub total_bytes: u64,
+}
+
+/// Model FLOPs utilisation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Flops {
+    /// Training FLOPs per image (forward + backward, from the model config).
+    pub train_flops_per_image: f64,
+    /// Achieved TFLOP/s per device.
+    pub achieved_tflops_per_device: f64,
+    /// The device's datasheet peak for this precision, if known.
+    pub peak_tflops: Option<f64>,
+    /// Which peak (bf16 dense, tf32 dense).
+    pub peak_kind: Option<String>,
+    /// Where the peak comes from.
+    pub peak_source: Option<String>,
+    /// achieved / peak, if a peak is known.
+    pub mfu: Option<f64>,
+    /// Why MFU is missing, when it is.
+    pub mfu_note: Option<String>,
+}
+
+/// One benchmark run (one world size).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BenchReport {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `imgctl.train_benchmark`.
+    pub kind: String,
+    /// Model preset.
+    pub preset: String,
+    /// Trainable parameters.
+    pub params: i64,
+    /// Image side in pixels.
+    pub image_size: u32,
+    /// fp32, fp16 or bf16.
+    pub precision: String,
+    /// cpu or cuda:N (as this rank saw it).
+    pub device: String,
+    /// GPU name, or "cpu".
+    pub device_name: String,
+    /// single, nccl or cpu.
+    pub backend: String,
+    /// Ranks.
+    pub world_size: usize,
+    /// Images per rank per step.
+    pub batch_per_rank: usize,
+    /// Images per step over all ranks.
+    pub global_batch: usize,
+    /// Warm-up steps.
+    pub warmup_steps: u64,
+    /// Timed steps.
+    pub timed_steps: u64,
+    /// Images per second, all ranks.
+    pub img_per_s: f64,
+    /// Images per second per device.
+    pub img_per_s_per_device: f64,
+    /// Timed step wall times.
+    pub step_ms: StepStatsMs,
+    /// Profiled phase times.
+    pub breakdown_ms: Breakdown,
+    /// all-reduce / phase total of the profiled steps.
+    pub all_reduce_share: f64,
+    /// Device memory (CUDA only).
+    pub memory: Option<Memory>,
+    /// FLOPs and MFU.
+    pub flops: Flops,
+    /// Final loss (sanity: finite).
+    pub last_loss: f64,
+}
+
+fn device_label(d: Device) -> String {
+    match d {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(i) => format!("cuda:{i}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+fn sync(d: Device) {
+    if let Device::Cuda(i) = d {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+/// Runs the benchmark on this rank (every rank of a data-parallel job calls
+/// it; rank 0's report is the one to print).
+pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Result<BenchReport> {
+    let run = &opts.run;
+    let device = run.device;
+    trainer::check_precision(device, run.precision)?;
+    let cfg = run.config.clone();
+    let data = trainer::open_dataset(&run.data, &cfg)?;
+    let backend = sync_backend_label(sync_impl.as_ref(), device);
+    let rt = match device {
+        Device::Cuda(_) => Some(CudaRuntime::locate()?),
+        _ => None,
+    };
+    let used = |rt: &CudaRuntime| rt.mem_get_info().map(|(free, total)| (total - free, total));
+    let baseline = rt.as_ref().map(used).transpose()?;
+
+    let mut trainer = Trainer::new(cfg.clone(), device, run.precision, None, sync_impl)?;
+    trainer.broadcast()?;
+    let world = trainer.world_size();
+    let rank = trainer.rank();
+    let tr = &cfg.training;
+    let spec = StreamSpec {
+        seed: tr.seed,
+        batch_size: tr.batch_size,
+        rank,
+        world_size: world,
+        start_position: 0,
+    };
+    let mut loader = Loader::start(Arc::new(data), spec, tr.workers, tr.prefetch);
+    let mut last_loss = f64::NAN;
+    let mut step = |trainer: &mut Trainer| -> anyhow::Result<(f64, trainer::StepStats)> {
+        let t = Instant::now();
+        let batch = loader
+            .next_batch()
+            .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+        let data_s = t.elapsed().as_secs_f64();
+        let stats = trainer.train_step(&batch)?;
+        Ok((data_s, stats))
+    };
+
+    for _ in 0..opts.warmup {
+        step(&mut trainer)?;
+    }
+    sync(device);
+    let mut walls = Vec::with_capacity(opts.steps as usize);
+    let mut peak_used = baseline.map_or(0, |b| b.0);
+    let t0 = Instant::now();
+    for _ in 0..opts.steps {
+        let t = Instant::now();
+        let (_, s) = step(&mut trainer)?;
+        walls.push(t.elapsed().as_secs_f64());
+        last_loss = s.loss;
+        if let Some(rt) = &rt {
+            peak_used = peak_used.max(used(rt)?.0);
+        }
+    }
+    sync(device);
+    let elapsed = t0.elapsed().as_secs_f64();
+
+    trainer.profile = true;
+    let mut acc = [0.0f64; 5];
+    for _ in 0..opts.profile_steps {
+        let (data_s, s) = step(&mut trainer)?;
+        acc[0] += data_s;
+        acc[1] += s.times.forward;
+        acc[2] += s.times.backward;
+        acc[3] += s.times.grad_sync;
+        acc[4] += s.times.optimizer;
+        last_loss = s.loss;
+    }
+    trainer.profile = false;
+    drop(loader);
+
+    let n = opts.profile_steps.max(1) as f64;
+    let ms = |v: f64| v / n * 1e3;
+    let breakdown = Breakdown {
+        data: ms(acc[0]),
+        forward: ms(acc[1]),
+        backward: ms(acc[2]),
+        all_reduce: ms(acc[3]),
+        optimizer: ms(acc[4]),
+        total: ms(acc.iter().sum()),
+        steps: opts.profile_steps,
+    };
+    let global_batch = tr.batch_size * world;
+    let img_per_s = if elapsed > 0.0 {
+        (global_batch as f64 * opts.steps as f64) / elapsed
+    } else {
+        0.0
+    };
+    let per_device = img_per_s / world as f64;
+    let flops_per_image = cfg.model.train_flops_per_image();
+    let achieved = per_device * flops_per_image / 1e12;
+    let device_name = match (&rt, device) {
+        (Some(rt), Device::Cuda(i)) => rt.device_name(i).unwrap_or_else(|_| "unknown GPU".into()),
+        _ => "cpu".into(),
+    };
+    let flops = match (device, peak::lookup(&device_name)) {
+        (Device::Cuda(_), Some(p)) => {
+            let (peak, kind) = peak::peak_for(p, run.precision);
+            Flops {
+                train_flops_per_image: flops_per_image,
+                achieved_tflops_per_device: achieved,
+                peak_tflops: Some(peak),
+                peak_kind: Some(kind.into()),
+                peak_source: Some(p.source.into()),
+                mfu: Some(achieved / peak),
+                mfu_note: None,
+            }
+        }
+        (Device::Cuda(_), None) => Flops {
+            train_flops_per_image: flops_per_image,
+            achieved_tflops_per_device: achieved,
+            peak_tflops: None,
+            peak_kind: None,
+            peak_source: None,
+            mfu: None,
+            mfu_note: Some(format!("no datasheet peak for {device_name} in imgctl's table")),
+        },
+        _ => Flops {
+            train_flops_per_image: flops_per_image,
+            achieved_tflops_per_device: achieved,
+            peak_tflops: None,
+            peak_kind: None,
+            peak_source: None,
+            mfu: None,
+            mfu_note: Some("n/a on the CPU (no datasheet peak)".into()),
+        },
+    };
+    let memory = match (baseline, &rt) {
+        (Some((base, total)), Some(_)) => Some(Memory {
+            method: "cudaMemGetInfo (total - free) sampled after every timed step; includes the CUDA context and torch's caching-allocator reserve".into(),
+            peak_used_bytes: peak_used,
+            baseline_used_bytes: base,
+            total_bytes: total,
+        }),
+        _ => None,
+    };
+    Ok(BenchReport {
+        schema_version: SCHEMA_VERSION,
+        kind: "imgctl.train_benchmark".into(),
+        preset: cfg.preset.clone(),
+        params: trainer.param_count(),
+        image_size: cfg.image_size()?,
+        precision: run.precision.name().into(),
+        device: device_label(device),
+        device_name,
+        backend,
+        world_size: world,
+        batch_per_rank: tr.batch_size,
+        global_batch,
+        warmup_steps: opts.warmup,
+        timed_steps: opts.steps,
+        img_per_s,
+        img_per_s_per_device: per_device,
+        step_ms: StepStatsMs::of(&walls),
+        all_reduce_share: if breakdown.total > 0.0 {
+            breakdown.all_reduce / breakdown.total
+        } else {
+            0.0
+        },
+        breakdown_ms: breakdown,
+        memory,
+        flops,
+        last_loss,
+    })
+}
+
+fn sync_backend_label(s: &dyn GradSync, device: Device) -> String {
+    match (s.world_size(), device) {
+        (1, _) => "single".into(),
+        (_, Device::Cuda(_)) => "nccl".into(),
+        _ => "cpu".into(),
+    }
+}
+
+/// Default warm-up and timed steps for a device: GPUs need more warm-up
+/// (cuDNN autotuning, allocator growth); CPU steps are slow.
+pub fn default_steps(device: Device) -> (u64, u64) {
+    match device {
+        Device::Cuda(_) => (10, 50),
+        _ => (2, 10),
+    }
+}
+
+/// One row of a scaling table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScalingRow {
+    /// Ranks.
+    pub ranks: usize,
+    /// Images per second, all ranks.
+    pub img_per_s: f64,
+    /// Images per second per rank.
+    pub img_per_s_per_device: f64,
+    /// img/s / (ranks × img/s at 1 rank).
+    pub efficiency: f64,
+    /// Share of the profiled step spent in all-reduce.
+    pub all_reduce_share: f64,
+}
+
+/// `--scaling`: the runs at 1, 2, 4 … N ranks.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ScalingReport {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `imgctl.train_scaling`.
+    pub kind: String,
+    /// One row per world size.
+    pub rows: Vec<ScalingRow>,
+    /// The full reports.
+    pub runs: Vec<BenchReport>,
+}
+
+/// World sizes for `--scaling` up to `n`: 1, 2, 4, … and n itself.
+pub fn scaling_sizes(n: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut k = 1;
+    while k < n {
+        v.push(k);
+        k *= 2;
+    }
+    v.push(n.max(1));
+    v
+}
+
+/// Builds the scaling table from runs ordered by world size (the first is the baseline).
+pub fn scaling_report(runs: Vec<BenchReport>) -> ScalingReport {
+    let base = runs.first().map_or(0.0, |r| r.img_per_s_per_device);
+    let rows = runs
+        .iter()
+        .map(|r| ScalingRow {
+            ranks: r.world_size,
+            img_per_s: r.img_per_s,
+            img_per_s_per_device: r.img_per_s_per_device,
+            efficiency: if base > 0.0 {
+                r.img_per_s_per_device / base
+            } else {
+                0.0
+            },
+            all_reduce_share: r.all_reduce_share,
+        })
+        .collect();
+    ScalingReport {
+        schema_version: SCHEMA_VERSION,
+        kind: "imgctl.train_scaling".into(),
+        rows,
+        runs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_double_up_to_n() {
+        assert_eq!(scaling_sizes(1), vec![1]);
+        assert_eq!(scaling_sizes(2), vec![1, 2]);
+        assert_eq!(scaling_sizes(8), vec![1, 2, 4, 8]);
+        assert_eq!(scaling_sizes(6), vec![1, 2, 4, 6]);
+    }
+
+    #[test]
+    fn step_stats() {
+        let s = StepStatsMs::of(&[0.003, 0.001, 0.002, 0.010]);
+        assert_eq!(s.median, 2.5);
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.max, 10.0);
+        assert_eq!(s.mean, 4.0);
+    }
+}

@@ -8,6 +8,7 @@ pub mod render;
 pub mod sample;
 pub mod specs;
 pub mod train;
+pub mod train_parallel;
 pub mod verify;
 
 /// Runs the parsed command.

@@ -10,7 +10,8 @@
 //! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
 //! scaling), [`ema`], [`checkpoint`], [`metrics`] and [`tensorboard`], and
 //! [`trainer`] (the step, the loop, the [`trainer::GradSync`] hook for data
-//! parallelism).
+//! parallelism), and [`parallel`] (launch, rendezvous, NCCL/CPU collectives,
+//! gradient buckets, the `--gpus` supervisor).
 pub mod checkpoint;
 pub mod config;
 pub mod data;
@@ -20,6 +21,7 @@ pub mod images;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod parallel;
 pub mod schedule;
 pub mod tensorboard;
 pub mod trainer;

@@ -1,0 +1,266 @@
+//! The PyTorch reference run for `--compare`: the embedded
+//! `scripts/bench_reference.py`, fed with imgctl's own model config and
+//! batches, run by `$IMGCTL_PYTHON` (default `python3`).
+//!
+//! The script is compiled into the binary (`include_str!`) and written to a
+//! temporary directory, so `--compare` works from an installed binary or inside
+//! an image, not only from a checkout. This module owns the hand-off (config
+//! file, batch file, the JSON the script prints); it must not time anything
+//! itself.
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::env_vars as ev;
+use crate::train::data::{build_batch, PermCache, StreamSpec};
+use crate::train::trainer::{open_dataset, RunOptions};
+use crate::CliError;
+
+/// The reference script, as shipped in the repository.
+pub const SCRIPT: &str = include_str!("../../scripts/bench_reference.py");
+
+/// Distinct batches handed to the reference (cycled through; enough that the
+/// data is not one repeated batch, small enough to write quickly).
+pub const REFERENCE_BATCHES: usize = 4;
+
+/// How long one reference run may take before it is stopped (the default
+/// model's first torch.compile takes minutes; 30 min bounds a stuck run).
+pub const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// What the script reports (its JSON, one object).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReferenceRun {
+    /// `eager` or `compile`.
+    pub mode: String,
+    /// Whether it ran.
+    pub ok: bool,
+    /// Why not.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Images per second.
+    #[serde(default)]
+    pub img_per_s: Option<f64>,
+    /// Mean step wall time.
+    #[serde(default)]
+    pub step_ms_mean: Option<f64>,
+    /// Median step wall time.
+    #[serde(default)]
+    pub step_ms_median: Option<f64>,
+    /// torch.cuda.max_memory_allocated.
+    #[serde(default)]
+    pub peak_allocated_bytes: Option<u64>,
+    /// torch.cuda.max_memory_reserved.
+    #[serde(default)]
+    pub peak_reserved_bytes: Option<u64>,
+    /// torch.cuda.mem_get_info (total − free), the same measure imgctl reports.
+    #[serde(default)]
+    pub device_used_peak_bytes: Option<u64>,
+    /// Parameters of the diffusers model (must equal imgctl's).
+    #[serde(default)]
+    pub params: Option<i64>,
+    /// torch.__version__.
+    #[serde(default)]
+    pub torch_version: Option<String>,
+    /// diffusers.__version__.
+    #[serde(default)]
+    pub diffusers_version: Option<String>,
+    /// The device name torch reports.
+    #[serde(default)]
+    pub device_name: Option<String>,
+    /// Warm-up seconds (includes torch.compile's compilation).
+    #[serde(default)]
+    pub warmup_s: Option<f64>,
+    /// Loss of the last timed step.
+    #[serde(default)]
+    pub last_loss: Option<f64>,
+}
+
+/// The interpreter: `$IMGCTL_PYTHON`, else `python3`.
+pub fn python() -> String {
+    std::env::var(ev::IMGCTL_PYTHON)
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "python3".into())
+}
+
+/// Writes the script, the diffusers config and `REFERENCE_BATCHES` batches of
+/// `batch` images from the run's data (same stream as imgctl's rank 0 of a
+/// one-rank run) into `dir`.
+pub fn prepare(dir: &Path, run: &RunOptions, batch: usize) -> anyhow::Result<()> {
+    std::fs::write(dir.join("bench_reference.py"), SCRIPT)?;
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_string_pretty(&run.config.model.to_diffusers_json())?,
+    )?;
+    let data = open_dataset(&run.data, &run.config)?;
+    let spec = StreamSpec {
+        seed: run.config.training.seed,
+        batch_size: batch,
+        rank: 0,
+        world_size: 1,
+        start_position: 0,
+    };
+    let mut cache = PermCache::default();
+    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("batches.bin"))?);
+    for k in 0..REFERENCE_BATCHES as u64 {
+        let b = build_batch(&data, &spec, k, &mut cache);
+        for v in &b.images {
+            f.write_all(&v.to_le_bytes())?;
+        }
+        for v in &b.noise {
+            f.write_all(&v.to_le_bytes())?;
+        }
+        for v in &b.timesteps {
+            f.write_all(&v.to_le_bytes())?;
+        }
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Settings of one reference run.
+#[derive(Debug, Clone)]
+pub struct ReferenceArgs {
+    /// Images per step.
+    pub batch: usize,
+    /// Image side.
+    pub image_size: u32,
+    /// Input channels.
+    pub channels: i64,
+    /// fp32, fp16, bf16.
+    pub precision: String,
+    /// `cuda` or `cpu`.
+    pub device: String,
+    /// Warm-up steps.
+    pub warmup: u64,
+    /// Timed steps.
+    pub steps: u64,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Seed.
+    pub seed: u64,
+    /// Wrap the model in torch.compile.
+    pub compile: bool,
+}
+
+/// Runs the script prepared in `dir` and parses its JSON. A missing
+/// interpreter is an error (exit 2); a script that ran but could not train
+/// (no diffusers, compile unavailable) comes back as `ok: false` with the reason.
+pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
+    let py = python();
+    let mut cmd = Command::new(&py);
+    cmd.arg(dir.join("bench_reference.py"))
+        .arg("--unet-config")
+        .arg(dir.join("config.json"))
+        .arg("--data")
+        .arg(dir.join("batches.bin"))
+        .args(["--batches", &REFERENCE_BATCHES.to_string()])
+        .args(["--batch-size", &a.batch.to_string()])
+        .args(["--image-size", &a.image_size.to_string()])
+        .args(["--channels", &a.channels.to_string()])
+        .args(["--precision", &a.precision])
+        .args(["--device", &a.device])
+        .args(["--warmup", &a.warmup.to_string()])
+        .args(["--steps", &a.steps.to_string()])
+        .args(["--lr", &a.lr.to_string()])
+        .args(["--seed", &a.seed.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if a.compile {
+        cmd.arg("--compile");
+    }
+    let child = cmd.spawn().map_err(|e| {
+        anyhow::Error::from(
+            CliError::usage(format!(
+                "cannot run the PyTorch reference with `{py}`: {e}"
+            ))
+            .with_hint("install Python 3 with torch and diffusers (scripts/setup.sh does), or point IMGCTL_PYTHON at such an interpreter"),
+        )
+    })?;
+    let pid = child.id();
+    let deadline = Instant::now() + REFERENCE_TIMEOUT;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(r) => break r?,
+            Err(_) if Instant::now() >= deadline => {
+                // SAFETY: kill(2) on our own child.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+                return Err(CliError::failure(format!(
+                    "the PyTorch reference ({}) did not finish within {} min",
+                    if a.compile { "compile" } else { "eager" },
+                    REFERENCE_TIMEOUT.as_secs() / 60
+                ))
+                .into());
+            }
+            Err(_) => {}
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
+    match line.map(serde_json::from_str::<ReferenceRun>) {
+        Some(Ok(r)) => Ok(r),
+        _ => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+            Err(CliError::failure(format!(
+                "the PyTorch reference printed no result ({}): {}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ))
+            .with_hint("run scripts/bench_reference.py by hand to see the whole error")
+            .into())
+        }
+    }
+}
+
+/// `--compare`: imgctl's report, the reference runs and the ratios.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CompareReport {
+    /// [`super::SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `imgctl.train_compare`.
+    pub kind: String,
+    /// imgctl's run.
+    pub imgctl: super::BenchReport,
+    /// The reference runs (eager, and compile where it was attempted).
+    pub pytorch: Vec<ReferenceRun>,
+    /// imgctl img/s per device ÷ PyTorch eager img/s.
+    pub ratio_vs_eager: Option<f64>,
+    /// imgctl img/s per device ÷ PyTorch torch.compile img/s.
+    pub ratio_vs_compile: Option<f64>,
+    /// Why torch.compile was not run, when it was not.
+    pub compile_note: Option<String>,
+}
+
+impl CompareReport {
+    /// Assembles the report and its ratios (per device: the reference runs on one device).
+    pub fn new(imgctl: super::BenchReport, pytorch: Vec<ReferenceRun>, compile_note: Option<String>) -> Self {
+        let ratio = |mode: &str| {
+            pytorch
+                .iter()
+                .find(|r| r.mode == mode && r.ok)
+                .and_then(|r| r.img_per_s)
+                .filter(|v| *v > 0.0)
+                .map(|v| imgctl.img_per_s_per_device / v)
+        };
+        Self {
+            schema_version: super::SCHEMA_VERSION,
+            kind: "imgctl.train_compare".into(),
+            ratio_vs_eager: ratio("eager"),
+            ratio_vs_compile: ratio("compile"),
+            imgctl,
+            pytorch,
+            compile_note,
+        }
+    }
+}

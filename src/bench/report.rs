@@ -1,0 +1,154 @@
+//! Human tables (comfy-table) for the benchmark, scaling and comparison
+//! reports. Every number carries its unit. Owns formatting only.
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+
+use super::reference::CompareReport;
+use super::{BenchReport, ScalingReport};
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED);
+    t.set_header(header.iter().map(|h| Cell::new(*h)));
+    t
+}
+
+fn right(s: String) -> Cell {
+    Cell::new(s).set_alignment(CellAlignment::Right)
+}
+
+/// `1.23 GiB`.
+pub fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1} %", 100.0 * x)
+}
+
+/// The benchmark of one world size.
+pub fn bench_table(r: &BenchReport) -> String {
+    let mut t = table(&["metric", "value"]);
+    let mut row = |k: &str, v: String| {
+        t.add_row(vec![Cell::new(k), right(v)]);
+    };
+    row(
+        "model",
+        format!("{} ({} params, {}×{})", r.preset, r.params, r.image_size, r.image_size),
+    );
+    row(
+        "device",
+        format!("{} × {} ({}, {})", r.world_size, r.device_name, r.precision, r.backend),
+    );
+    row(
+        "batch",
+        format!("{} per rank, {} global", r.batch_per_rank, r.global_batch),
+    );
+    row(
+        "steps",
+        format!("{} warm-up, {} timed, {} profiled", r.warmup_steps, r.timed_steps, r.breakdown_ms.steps),
+    );
+    row("throughput", format!("{:.1} img/s", r.img_per_s));
+    row("per device", format!("{:.1} img/s", r.img_per_s_per_device));
+    row(
+        "step time",
+        format!(
+            "{:.1} ms median ({:.1} mean, {:.1}–{:.1})",
+            r.step_ms.median, r.step_ms.mean, r.step_ms.min, r.step_ms.max
+        ),
+    );
+    let b = &r.breakdown_ms;
+    for (name, v) in [
+        ("  data", b.data),
+        ("  forward", b.forward),
+        ("  backward", b.backward),
+        ("  all-reduce", b.all_reduce),
+        ("  optimizer", b.optimizer),
+    ] {
+        let share = if b.total > 0.0 { v / b.total } else { 0.0 };
+        row(name, format!("{v:.2} ms ({})", pct(share)));
+    }
+    row("  profiled total", format!("{:.2} ms", b.total));
+    match &r.memory {
+        Some(m) => row(
+            "peak device memory",
+            format!(
+                "{} of {} (baseline {})",
+                gib(m.peak_used_bytes),
+                gib(m.total_bytes),
+                gib(m.baseline_used_bytes)
+            ),
+        ),
+        None => row("peak device memory", "n/a (CPU)".into()),
+    }
+    let f = &r.flops;
+    row(
+        "FLOPs",
+        format!(
+            "{:.1} GFLOP/img, {:.2} TFLOP/s per device",
+            f.train_flops_per_image / 1e9,
+            f.achieved_tflops_per_device
+        ),
+    );
+    match (f.mfu, f.peak_tflops) {
+        (Some(m), Some(p)) => row(
+            "MFU",
+            format!("{} of {p:.1} TFLOP/s ({})", pct(m), f.peak_kind.as_deref().unwrap_or("")),
+        ),
+        _ => row("MFU", f.mfu_note.clone().unwrap_or_else(|| "n/a".into())),
+    }
+    t.to_string()
+}
+
+/// `--scaling`.
+pub fn scaling_table(s: &ScalingReport) -> String {
+    let mut t = table(&["ranks", "img/s", "img/s per rank", "efficiency", "all-reduce share"]);
+    for r in &s.rows {
+        t.add_row(vec![
+            right(r.ranks.to_string()),
+            right(format!("{:.1}", r.img_per_s)),
+            right(format!("{:.1}", r.img_per_s_per_device)),
+            right(pct(r.efficiency)),
+            right(pct(r.all_reduce_share)),
+        ]);
+    }
+    t.to_string()
+}
+
+/// `--compare`.
+pub fn compare_table(c: &CompareReport) -> String {
+    let mut t = table(&["run", "img/s per device", "step ms (median)", "peak memory", "imgctl ÷ this"]);
+    let i = &c.imgctl;
+    t.add_row(vec![
+        Cell::new(format!("imgctl ({})", i.precision)),
+        right(format!("{:.1}", i.img_per_s_per_device)),
+        right(format!("{:.1}", i.step_ms.median)),
+        right(i.memory.as_ref().map_or("n/a".into(), |m| gib(m.peak_used_bytes))),
+        right("1.00×".into()),
+    ]);
+    for r in &c.pytorch {
+        let label = format!("PyTorch {} ({})", r.mode, r.torch_version.as_deref().unwrap_or("?"));
+        if r.ok {
+            let ratio = if r.mode == "compile" { c.ratio_vs_compile } else { c.ratio_vs_eager };
+            t.add_row(vec![
+                Cell::new(label),
+                right(format!("{:.1}", r.img_per_s.unwrap_or(0.0))),
+                right(format!("{:.1}", r.step_ms_median.unwrap_or(0.0))),
+                right(r.device_used_peak_bytes.map_or("n/a".into(), gib)),
+                right(ratio.map_or("n/a".into(), |x| format!("{x:.2}×"))),
+            ]);
+        } else {
+            t.add_row(vec![
+                Cell::new(label),
+                Cell::new(format!("did not run: {}", r.error.as_deref().unwrap_or("unknown error"))),
+                Cell::new(""),
+                Cell::new(""),
+                Cell::new(""),
+            ]);
+        }
+    }
+    let mut s = t.to_string();
+    if let Some(n) = &c.compile_note {
+        s.push_str(&format!("\ntorch.compile: {n}"));
+    }
+    s
+}

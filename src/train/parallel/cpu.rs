@@ -1,0 +1,386 @@
+//! The CPU collective backend: ranks on CPUs, connected over the rendezvous
+//! sockets in a star around rank 0.
+//!
+//! All-reduce: every rank sends its buffer to rank 0, which sums the buffers
+//! in rank order (0, 1, 2, …, always the same order, so the result does not
+//! depend on arrival times) and sends the sum back; every rank therefore holds
+//! bit-identical results. It exists so that the data-parallel code path runs
+//! in tests and on machines without GPUs; NCCL is the engine on GPUs. This
+//! module owns the wire format of the operations; it must not know about
+//! models or gradients.
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tch::{Device, Tensor};
+
+use super::collective::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
+use super::rendezvous::{is_timeout, Links, Session};
+use crate::CliError;
+
+/// How long one collective waits for the other ranks: 30 minutes, torch.distributed's
+/// default process-group timeout (`default_pg_timeout`, torch/distributed/constants.py).
+/// Long because rank 0 may be writing a checkpoint or a sample grid meanwhile.
+pub const COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+const OP_ALL_REDUCE: u8 = 1;
+const OP_BROADCAST: u8 = 2;
+const OP_BARRIER: u8 = 3;
+
+fn op_name(op: u8) -> &'static str {
+    match op {
+        OP_ALL_REDUCE => "all-reduce",
+        OP_BROADCAST => "broadcast",
+        _ => "barrier",
+    }
+}
+
+/// CPU ranks connected to rank 0 over TCP.
+#[derive(Debug)]
+pub struct CpuCollective {
+    rank: usize,
+    world_size: usize,
+    links: Links,
+    timeout: Duration,
+    /// Receive buffer reused across calls (one bucket of bytes).
+    scratch: Vec<u8>,
+    /// Accumulator reused across calls.
+    acc: Vec<f32>,
+}
+
+impl CpuCollective {
+    /// Takes over a rendezvous session's sockets; `timeout` bounds every wait.
+    pub fn new(session: Session, timeout: Duration) -> anyhow::Result<Self> {
+        match &session.links {
+            Links::Root(v) => {
+                for s in v {
+                    s.set_read_timeout(Some(timeout))?;
+                    s.set_write_timeout(Some(timeout))?;
+                }
+            }
+            Links::Leaf(s) => {
+                s.set_read_timeout(Some(timeout))?;
+                s.set_write_timeout(Some(timeout))?;
+            }
+            Links::Alone => {}
+        }
+        Ok(Self {
+            rank: session.rank,
+            world_size: session.world_size,
+            links: session.links,
+            timeout,
+            scratch: Vec::new(),
+            acc: Vec::new(),
+        })
+    }
+
+    fn peer_error(&self, peer: usize, op: u8, e: std::io::Error) -> anyhow::Error {
+        if is_timeout(&e) {
+            CliError::failure(format!(
+                "rank {} waited {} for rank {peer} in a CPU {} and gave up",
+                self.rank,
+                super::rendezvous::fmt_secs(self.timeout),
+                op_name(op)
+            ))
+            .with_hint("another rank is stuck or much slower; check its output")
+            .into()
+        } else {
+            anyhow::Error::from(e).context(format!(
+                "rank {}: the connection to rank {peer} broke during a CPU {} (did rank {peer} exit?)",
+                self.rank,
+                op_name(op)
+            ))
+        }
+    }
+
+    /// Runs one operation; `bytes` is this rank's buffer (empty for a barrier).
+    fn run(&mut self, op: u8, elem: Elem, bytes: &mut [u8]) -> anyhow::Result<()> {
+        let header = header(op, elem, bytes.len());
+        match &mut self.links {
+            Links::Alone => Ok(()),
+            Links::Leaf(s) => {
+                let res = (|| -> std::io::Result<()> {
+                    let mut msg = Vec::with_capacity(16 + bytes.len());
+                    msg.extend_from_slice(&header);
+                    if op != OP_BROADCAST {
+                        msg.extend_from_slice(bytes);
+                    }
+                    s.write_all(&msg)?;
+                    // Rank 0 answers with a status byte, then the result.
+                    let mut status = [0u8; 1];
+                    s.read_exact(&mut status)?;
+                    if status[0] != 0 {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "rank 0 reported mismatched collective calls",
+                        ));
+                    }
+                    if op != OP_BARRIER {
+                        s.read_exact(bytes)?;
+                    }
+                    Ok(())
+                })();
+                res.map_err(|e| self.peer_error(0, op, e))
+            }
+            Links::Root(peers) => {
+                let n = bytes.len();
+                if op == OP_ALL_REDUCE {
+                    self.acc.clear();
+                    self.acc.extend(decode(elem, bytes));
+                }
+                self.scratch.resize(n, 0);
+                let mut mismatch = None;
+                for (i, s) in peers.iter_mut().enumerate() {
+                    let peer = i + 1;
+                    let mut h = [0u8; 16];
+                    if let Err(e) = s.read_exact(&mut h) {
+                        let err = if is_timeout(&e) {
+                            CliError::failure(format!(
+                                "rank 0 waited {} for rank {peer} in a CPU {} and gave up",
+                                super::rendezvous::fmt_secs(self.timeout),
+                                op_name(op)
+                            ))
+                            .with_hint("another rank is stuck or much slower; check its output")
+                            .into()
+                        } else {
+                            anyhow::Error::from(e).context(format!(
+                                "rank 0: the connection to rank {peer} broke during a CPU {} (did rank {peer} exit?)",
+                                op_name(op)
+                            ))
+                        };
+                        return Err(err);
+                    }
+                    if h != header {
+                        mismatch = Some((peer, describe(&h)));
+                        break;
+                    }
+                    if op == OP_ALL_REDUCE {
+                        s.read_exact(&mut self.scratch)
+                            .with_context(|| format!("rank 0: receiving from rank {peer}"))?;
+                        // Sum in rank order: acc = ((r0 + r1) + r2) + …
+                        match elem {
+                            Elem::F32 => {
+                                for (a, c) in self.acc.iter_mut().zip(self.scratch.chunks_exact(4))
+                                {
+                                    *a += f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                                }
+                            }
+                            Elem::Bf16 => {
+                                for (a, c) in self.acc.iter_mut().zip(self.scratch.chunks_exact(2))
+                                {
+                                    *a += bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some((peer, theirs)) = mismatch {
+                    for s in peers.iter_mut() {
+                        let _ = s.write_all(&[1u8]);
+                    }
+                    return Err(CliError::failure(format!(
+                        "ranks diverged: rank 0 called {}, rank {peer} called {theirs}",
+                        describe(&header)
+                    ))
+                    .into());
+                }
+                if op == OP_ALL_REDUCE {
+                    encode(elem, &self.acc, bytes);
+                }
+                for (i, s) in peers.iter_mut().enumerate() {
+                    let res = s.write_all(&[0u8]).and_then(|_| {
+                        if op != OP_BARRIER {
+                            s.write_all(bytes)
+                        } else {
+                            Ok(())
+                        }
+                    });
+                    if let Err(e) = res {
+                        return Err(anyhow::Error::from(e).context(format!(
+                            "rank 0: sending the {} result to rank {} failed",
+                            op_name(op),
+                            i + 1
+                        )));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn header(op: u8, elem: Elem, len: usize) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[0] = op;
+    h[1] = elem.tag();
+    h[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+    h
+}
+
+fn describe(h: &[u8; 16]) -> String {
+    let len = u64::from_le_bytes(h[8..16].try_into().unwrap());
+    let (kind, size) = match h[1] {
+        1 => ("f32", 4),
+        2 => ("bf16", 2),
+        _ => ("?", 1),
+    };
+    match h[0] {
+        OP_BARRIER => "barrier".into(),
+        op => format!("{} of {} {kind}", op_name(op), len / size),
+    }
+}
+
+fn decode(elem: Elem, bytes: &[u8]) -> impl Iterator<Item = f32> + '_ {
+    let step = elem.size();
+    bytes.chunks_exact(step).map(move |c| match elem {
+        Elem::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+        Elem::Bf16 => bf16_to_f32(u16::from_le_bytes([c[0], c[1]])),
+    })
+}
+
+fn encode(elem: Elem, values: &[f32], out: &mut [u8]) {
+    match elem {
+        Elem::F32 => {
+            for (v, o) in values.iter().zip(out.chunks_exact_mut(4)) {
+                o.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        Elem::Bf16 => {
+            for (v, o) in values.iter().zip(out.chunks_exact_mut(2)) {
+                o.copy_from_slice(&f32_to_bf16(*v).to_le_bytes());
+            }
+        }
+    }
+}
+
+/// The bytes of a contiguous CPU tensor, writable in place.
+fn tensor_bytes(buf: &Tensor, elem: Elem) -> &mut [u8] {
+    let len = buf.numel() * elem.size();
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: `check_buffer` established a contiguous CPU tensor of `numel`
+    // elements of `elem`; the slice lives no longer than the borrow of `buf`,
+    // and no other Rust reference reads the storage during the collective.
+    unsafe { std::slice::from_raw_parts_mut(buf.data_ptr() as *mut u8, len) }
+}
+
+impl Collective for CpuCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+    fn backend(&self) -> Backend {
+        Backend::Cpu
+    }
+    fn all_reduce_sum(&mut self, buf: &Tensor) -> anyhow::Result<()> {
+        let elem = check_buffer(buf, Some(Device::Cpu))?;
+        self.run(OP_ALL_REDUCE, elem, tensor_bytes(buf, elem))
+    }
+    fn broadcast(&mut self, buf: &Tensor) -> anyhow::Result<()> {
+        let elem = check_buffer(buf, Some(Device::Cpu))?;
+        self.run(OP_BROADCAST, elem, tensor_bytes(buf, elem))
+    }
+    fn barrier(&mut self) -> anyhow::Result<()> {
+        self.run(OP_BARRIER, Elem::F32, &mut [])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::launch::{LaunchInfo, LaunchSource};
+    use super::super::rendezvous::{free_port, rendezvous};
+    use super::*;
+    use tch::Kind;
+
+    fn group(world: usize) -> Vec<CpuCollective> {
+        let port = free_port().unwrap();
+        let t = Duration::from_secs(20);
+        let handles: Vec<_> = (0..world)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let info = LaunchInfo {
+                        rank,
+                        local_rank: rank,
+                        world_size: world,
+                        local_world_size: world,
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                        source: LaunchSource::Torchrun,
+                    };
+                    let s = rendezvous(&info, || Ok(vec![]), t).unwrap();
+                    CpuCollective::new(s, Duration::from_secs(20)).unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn all_reduce_broadcast_barrier_across_three_ranks() {
+        let ranks = group(3);
+        let outs: Vec<_> = ranks
+            .into_iter()
+            .map(|mut c| {
+                std::thread::spawn(move || {
+                    let r = c.rank() as f32;
+                    let t = Tensor::from_slice(&[r, 1.0, 0.1 * r]);
+                    c.all_reduce_sum(&t).unwrap();
+                    let avg = Tensor::from_slice(&[r, 3.0]).to_kind(Kind::BFloat16);
+                    c.all_reduce_avg(&avg).unwrap();
+                    let b = Tensor::from_slice(&[r + 10.0]);
+                    c.broadcast(&b).unwrap();
+                    c.barrier().unwrap();
+                    (
+                        Vec::<f32>::try_from(&t).unwrap(),
+                        Vec::<f32>::try_from(&avg.to_kind(Kind::Float)).unwrap(),
+                        Vec::<f32>::try_from(&b).unwrap(),
+                    )
+                })
+            })
+            .collect();
+        let results: Vec<_> = outs.into_iter().map(|h| h.join().unwrap()).collect();
+        let expect_sum = vec![3.0f32, 3.0, (0.0f32 + 0.1) + 0.2];
+        for (sum, avg, b) in &results {
+            assert_eq!(sum, &expect_sum);
+            assert_eq!(avg, &vec![1.0, 3.0]);
+            assert_eq!(b, &vec![10.0]);
+        }
+        // Bit-identical on every rank.
+        assert!(results.windows(2).all(|w| w[0] == w[1]));
+    }
+
+    #[test]
+    fn mismatched_calls_are_reported() {
+        let ranks = group(2);
+        let hs: Vec<_> = ranks
+            .into_iter()
+            .map(|mut c| {
+                std::thread::spawn(move || {
+                    let n = 2 + c.rank();
+                    c.all_reduce_sum(&Tensor::zeros([n as i64], (Kind::Float, Device::Cpu)))
+                })
+            })
+            .collect();
+        let errs: Vec<String> = hs
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap_err().to_string())
+            .collect();
+        assert!(errs[0].contains("ranks diverged"), "{}", errs[0]);
+        assert!(errs[0].contains("all-reduce of 3 f32"), "{}", errs[0]);
+    }
+
+    #[test]
+    fn a_dead_peer_is_named() {
+        let mut ranks = group(2);
+        let leaf = ranks.pop().unwrap();
+        drop(leaf);
+        let mut root = ranks.pop().unwrap();
+        let e = root
+            .all_reduce_sum(&Tensor::from_slice(&[1.0f32]))
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("rank 1"), "{e:#}");
+    }
+}

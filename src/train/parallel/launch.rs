@@ -1,0 +1,549 @@
+//! Who am I in the job: rank and world size from the launcher's environment,
+//! and the `--gpus` selection.
+//!
+//! Owns the parsing of torchrun / Kubernetes PyTorchJob variables (`RANK`,
+//! `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`),
+//! SLURM variables (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, …) and of
+//! `--gpus all|N|0,2,5`. It reads the environment through a lookup function so
+//! tests can hand it a map; it must not open sockets or start processes.
+use std::fmt;
+
+use crate::env_vars as ev;
+use crate::CliError;
+
+/// torchrun's default rendezvous port (`--master-port`, default 29500:
+/// <https://pytorch.org/docs/stable/elastic/run.html>); used under SLURM when
+/// `MASTER_PORT` is not set.
+pub const DEFAULT_MASTER_PORT: u16 = 29500;
+
+/// Which launcher set up this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchSource {
+    /// No launcher: one process, world size 1.
+    Single,
+    /// torchrun, a Kubernetes PyTorchJob, or imgctl's own `--gpus` supervisor
+    /// (all set the torchrun variables).
+    Torchrun,
+    /// `srun` under SLURM.
+    Slurm,
+}
+
+/// This process's place in a data-parallel job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LaunchInfo {
+    /// Global rank, 0-based.
+    pub rank: usize,
+    /// Rank on this node (selects the GPU when several are visible).
+    pub local_rank: usize,
+    /// Number of ranks in the job.
+    pub world_size: usize,
+    /// Number of ranks on this node.
+    pub local_world_size: usize,
+    /// Host of rank 0's rendezvous server.
+    pub master_addr: String,
+    /// Port of rank 0's rendezvous server.
+    pub master_port: u16,
+    /// Where the values came from.
+    pub source: LaunchSource,
+}
+
+impl LaunchInfo {
+    /// A single process: rank 0 of 1.
+    pub fn single() -> Self {
+        Self {
+            rank: 0,
+            local_rank: 0,
+            world_size: 1,
+            local_world_size: 1,
+            master_addr: "127.0.0.1".into(),
+            master_port: DEFAULT_MASTER_PORT,
+            source: LaunchSource::Single,
+        }
+    }
+
+    /// Whether this process writes outputs (checkpoints, samples, metrics).
+    pub fn is_primary(&self) -> bool {
+        self.rank == 0
+    }
+
+    /// Reads the launch environment of this process.
+    pub fn from_process_env() -> anyhow::Result<Self> {
+        Self::from_env(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the launch environment through `get` (torchrun variables win over
+    /// SLURM's, because torchrun under SLURM sets both; none of them: single).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        if get(ev::RANK).is_some() || get(ev::WORLD_SIZE).is_some() {
+            return torchrun(&get);
+        }
+        if get(ev::SLURM_PROCID).is_some() && get(ev::SLURM_NTASKS).is_some() {
+            return slurm(&get);
+        }
+        Ok(Self::single())
+    }
+}
+
+fn env_usize(get: &impl Fn(&str) -> Option<String>, key: &str) -> anyhow::Result<Option<usize>> {
+    match get(key) {
+        None => Ok(None),
+        Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
+            CliError::usage(format!("{key}={v:?} is not a non-negative integer"))
+                .with_hint(format!("set {key} to a number, as torchrun and SLURM do"))
+                .into()
+        }),
+    }
+}
+
+fn env_port(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<u16>> {
+    match get(ev::MASTER_PORT) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<u16>() {
+            Ok(p) if p > 0 => Ok(Some(p)),
+            _ => Err(
+                CliError::usage(format!("MASTER_PORT={v:?} is not a TCP port (1-65535)"))
+                    .with_hint("set MASTER_PORT to a free port on rank 0's host, e.g. 29500")
+                    .into(),
+            ),
+        },
+    }
+}
+
+fn check_ranks(info: &LaunchInfo, rank_var: &str, size_var: &str) -> anyhow::Result<()> {
+    if info.world_size == 0 {
+        return Err(
+            CliError::usage(format!("{size_var}=0: a job needs at least one rank"))
+                .with_hint(format!("set {size_var} to the number of processes"))
+                .into(),
+        );
+    }
+    if info.rank >= info.world_size {
+        return Err(CliError::usage(format!(
+            "{rank_var}={} is out of range for {size_var}={} (ranks are 0..{})",
+            info.rank,
+            info.world_size,
+            info.world_size - 1
+        ))
+        .with_hint("every process needs a distinct rank below the world size")
+        .into());
+    }
+    if info.local_world_size == 0 || info.local_rank >= info.local_world_size {
+        return Err(CliError::usage(format!(
+            "local rank {} is out of range for {} ranks on this node",
+            info.local_rank, info.local_world_size
+        ))
+        .with_hint("check LOCAL_RANK/LOCAL_WORLD_SIZE (or SLURM_LOCALID/SLURM_NTASKS_PER_NODE)")
+        .into());
+    }
+    Ok(())
+}
+
+fn torchrun(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
+    let missing = |k: &str| -> anyhow::Error {
+        CliError::usage(format!("{k} is not set, but RANK/WORLD_SIZE are"))
+            .with_hint(
+                "a data-parallel launch needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT \
+                 (torchrun and Kubernetes PyTorchJob set them all)",
+            )
+            .into()
+    };
+    let rank = env_usize(get, ev::RANK)?.ok_or_else(|| missing(ev::RANK))?;
+    let world_size = env_usize(get, ev::WORLD_SIZE)?.ok_or_else(|| missing(ev::WORLD_SIZE))?;
+    // A PyTorchJob without torchrun sets no LOCAL_*: one process per pod.
+    let local_rank = env_usize(get, ev::LOCAL_RANK)?.unwrap_or(0);
+    let local_world_size = env_usize(get, ev::LOCAL_WORLD_SIZE)?.unwrap_or(local_rank + 1);
+    let (master_addr, master_port) = if world_size > 1 {
+        (
+            get(ev::MASTER_ADDR).ok_or_else(|| missing(ev::MASTER_ADDR))?,
+            env_port(get)?.ok_or_else(|| missing(ev::MASTER_PORT))?,
+        )
+    } else {
+        (
+            get(ev::MASTER_ADDR).unwrap_or_else(|| "127.0.0.1".into()),
+            env_port(get)?.unwrap_or(DEFAULT_MASTER_PORT),
+        )
+    };
+    let info = LaunchInfo {
+        rank,
+        local_rank,
+        world_size,
+        local_world_size,
+        master_addr: master_addr.trim().to_string(),
+        master_port,
+        source: LaunchSource::Torchrun,
+    };
+    check_ranks(&info, ev::RANK, ev::WORLD_SIZE)?;
+    Ok(info)
+}
+
+fn slurm(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
+    let rank = env_usize(get, ev::SLURM_PROCID)?.unwrap_or(0);
+    let world_size = env_usize(get, ev::SLURM_NTASKS)?.unwrap_or(1);
+    let local_rank = env_usize(get, ev::SLURM_LOCALID)?.unwrap_or(0);
+    // SLURM_NTASKS_PER_NODE is only set with --ntasks-per-node; otherwise the
+    // first entry of SLURM_TASKS_PER_NODE ("4(x2),2") gives this layout's width.
+    let local_world_size = match env_usize(get, ev::SLURM_NTASKS_PER_NODE) {
+        Ok(Some(n)) => n,
+        _ => get(ev::SLURM_TASKS_PER_NODE)
+            .and_then(|s| first_tasks_per_node(&s))
+            .unwrap_or(local_rank + 1),
+    }
+    .max(local_rank + 1);
+    let master_addr = match get(ev::MASTER_ADDR).or_else(|| get(ev::SLURM_LAUNCH_NODE_IPADDR)) {
+        Some(a) => a,
+        None => match get(ev::SLURM_JOB_NODELIST).map(|l| first_host(&l)) {
+            Some(Ok(h)) => h,
+            Some(Err(e)) => return Err(e),
+            None if world_size == 1 => "127.0.0.1".into(),
+            None => {
+                return Err(CliError::usage(
+                    "cannot find rank 0's host under SLURM: MASTER_ADDR, \
+                     SLURM_LAUNCH_NODE_IPADDR and SLURM_JOB_NODELIST are all unset",
+                )
+                .with_hint("export MASTER_ADDR=<first node> in the batch script")
+                .into())
+            }
+        },
+    };
+    let master_port = env_port(get)?.unwrap_or(DEFAULT_MASTER_PORT);
+    let info = LaunchInfo {
+        rank,
+        local_rank,
+        world_size,
+        local_world_size,
+        master_addr: master_addr.trim().to_string(),
+        master_port,
+        source: LaunchSource::Slurm,
+    };
+    check_ranks(&info, ev::SLURM_PROCID, ev::SLURM_NTASKS)?;
+    Ok(info)
+}
+
+/// The first count of a SLURM tasks-per-node string (`"4(x2),2"` → 4).
+fn first_tasks_per_node(s: &str) -> Option<usize> {
+    let first = s.split(',').next()?;
+    first.split('(').next()?.trim().parse().ok()
+}
+
+/// The first host of a SLURM compressed host list: `node[01-04,07],gpu5` →
+/// `node01`; `a1,b2` → `a1`; `gpu-[3,5]` → `gpu-3` (format: `scontrol show hostnames`).
+pub fn first_host(nodelist: &str) -> anyhow::Result<String> {
+    let bad = || -> anyhow::Error {
+        CliError::usage(format!(
+            "SLURM_JOB_NODELIST={nodelist:?} is not a SLURM host list"
+        ))
+        .with_hint("export MASTER_ADDR=<first node> in the batch script")
+        .into()
+    };
+    let s = nodelist.trim();
+    // The first entry ends at the first comma outside brackets.
+    let mut depth = 0i32;
+    let mut end = s.len();
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let entry = &s[..end];
+    if entry.is_empty() || depth < 0 {
+        return Err(bad());
+    }
+    match entry.find('[') {
+        None => Ok(entry.to_string()),
+        Some(open) => {
+            let close = entry[open..].find(']').ok_or_else(bad)? + open;
+            let prefix = &entry[..open];
+            let suffix = &entry[close + 1..];
+            let range = entry[open + 1..close].split(',').next().ok_or_else(bad)?;
+            let lo = range.split('-').next().ok_or_else(bad)?.trim();
+            if lo.is_empty() || !lo.chars().all(|c| c.is_ascii_digit()) || prefix.is_empty() {
+                return Err(bad());
+            }
+            Ok(format!("{prefix}{lo}{suffix}"))
+        }
+    }
+}
+
+/// What `--gpus` asked for, before it is matched against the visible devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuRequest {
+    /// Every visible GPU.
+    All,
+    /// The first N visible GPUs.
+    Count(usize),
+    /// These device indices (among the visible ones).
+    Ids(Vec<usize>),
+}
+
+impl fmt::Display for GpuRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuRequest::All => f.write_str("all"),
+            GpuRequest::Count(n) => write!(f, "{n}"),
+            GpuRequest::Ids(ids) => {
+                let s: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                f.write_str(&s.join(","))
+            }
+        }
+    }
+}
+
+const GPUS_HINT: &str = "use --gpus all, a count (--gpus 4) or device ids (--gpus 0,2,5)";
+
+/// Parses `--gpus all|N|0,2,5`. A bare number is a count; a list with a comma
+/// (or a single id written `--gpus 3,`) is device ids.
+pub fn parse_gpus(text: &str) -> anyhow::Result<GpuRequest> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("all") {
+        return Ok(GpuRequest::All);
+    }
+    if t.is_empty() {
+        return Err(CliError::usage("--gpus is empty")
+            .with_hint(GPUS_HINT)
+            .into());
+    }
+    if !t.contains(',') {
+        return match t.parse::<usize>() {
+            Ok(0) => Err(CliError::usage("--gpus 0 asks for no GPU")
+                .with_hint("omit --gpus to train on one device, or ask for at least 1 GPU")
+                .into()),
+            Ok(n) => Ok(GpuRequest::Count(n)),
+            Err(_) => Err(CliError::usage(format!(
+                "--gpus {t:?} is not `all`, a count or a list of device ids"
+            ))
+            .with_hint(GPUS_HINT)
+            .into()),
+        };
+    }
+    let mut ids = Vec::new();
+    for (i, part) in t.split(',').enumerate() {
+        let p = part.trim();
+        if p.is_empty() {
+            // Tolerate one trailing comma ("3,") as a single-id list.
+            if i > 0 && i == t.split(',').count() - 1 && !ids.is_empty() {
+                continue;
+            }
+            return Err(CliError::usage(format!(
+                "--gpus {t:?} is a malformed GPU list: entry {} is empty",
+                i + 1
+            ))
+            .with_hint(GPUS_HINT)
+            .into());
+        }
+        let id: usize = p.parse().map_err(|_| {
+            anyhow::Error::from(
+                CliError::usage(format!(
+                    "--gpus {t:?} is a malformed GPU list: {p:?} is not a device id"
+                ))
+                .with_hint(GPUS_HINT),
+            )
+        })?;
+        if ids.contains(&id) {
+            return Err(
+                CliError::usage(format!("--gpus {t:?} lists GPU {id} twice"))
+                    .with_hint("list each device id once")
+                    .into(),
+            );
+        }
+        ids.push(id);
+    }
+    Ok(GpuRequest::Ids(ids))
+}
+
+/// Matches a request against `visible` CUDA devices and returns the device
+/// indices to use, one worker each.
+pub fn resolve_gpus(req: &GpuRequest, visible: usize) -> anyhow::Result<Vec<usize>> {
+    if visible == 0 {
+        return Err(CliError::usage(format!(
+            "--gpus {req} needs CUDA GPUs, but no CUDA device is visible to libtorch"
+        ))
+        .with_hint(
+            "omit --gpus to train on the CPU, or start CPU ranks through the environment \
+             (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); in a container, run it with --gpus all",
+        )
+        .into());
+    }
+    match req {
+        GpuRequest::All => Ok((0..visible).collect()),
+        GpuRequest::Count(n) if *n <= visible => Ok((0..*n).collect()),
+        GpuRequest::Count(n) => Err(CliError::usage(format!(
+            "requested {n} GPUs but only {visible} {} visible",
+            if visible == 1 { "is" } else { "are" }
+        ))
+        .with_hint(format!(
+            "use --gpus all or a count up to {visible}; check CUDA_VISIBLE_DEVICES"
+        ))
+        .into()),
+        GpuRequest::Ids(ids) => {
+            if let Some(bad) = ids.iter().find(|&&i| i >= visible) {
+                return Err(CliError::usage(format!(
+                    "GPU {bad} requested but only {visible} {} visible (ids 0..{})",
+                    if visible == 1 { "is" } else { "are" },
+                    visible - 1
+                ))
+                .with_hint("device ids count from 0 among the visible GPUs (CUDA_VISIBLE_DEVICES)")
+                .into());
+            }
+            Ok(ids.clone())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn torchrun_vars() {
+        let i = LaunchInfo::from_env(env(&[
+            ("RANK", "5"),
+            ("LOCAL_RANK", "1"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("MASTER_PORT", "29400"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (i.rank, i.local_rank, i.world_size, i.local_world_size),
+            (5, 1, 8, 4)
+        );
+        assert_eq!((i.master_addr.as_str(), i.master_port), ("10.0.0.1", 29400));
+        assert_eq!(i.source, LaunchSource::Torchrun);
+    }
+
+    #[test]
+    fn pytorchjob_without_local_vars() {
+        let i = LaunchInfo::from_env(env(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "job-master-0"),
+            ("MASTER_PORT", "23456"),
+        ]))
+        .unwrap();
+        assert_eq!((i.rank, i.local_rank, i.local_world_size), (1, 0, 1));
+    }
+
+    #[test]
+    fn torchrun_errors() {
+        let e = LaunchInfo::from_env(env(&[("RANK", "2"), ("WORLD_SIZE", "2")])).unwrap_err();
+        assert!(e.to_string().contains("MASTER_ADDR is not set"), "{e}");
+        let e = LaunchInfo::from_env(env(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("RANK=2 is out of range"), "{e}");
+        let e = LaunchInfo::from_env(env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).unwrap_err();
+        assert!(e.to_string().contains("RANK=\"x\""), "{e}");
+        let e = LaunchInfo::from_env(env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "70000"),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("MASTER_PORT"), "{e}");
+    }
+
+    #[test]
+    fn slurm_vars() {
+        let i = LaunchInfo::from_env(env(&[
+            ("SLURM_PROCID", "3"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_TASKS_PER_NODE", "2(x2)"),
+            ("SLURM_JOB_NODELIST", "gpu[07-08]"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (i.rank, i.local_rank, i.world_size, i.local_world_size),
+            (3, 1, 4, 2)
+        );
+        assert_eq!(i.master_addr, "gpu07");
+        assert_eq!(i.master_port, DEFAULT_MASTER_PORT);
+        let i = LaunchInfo::from_env(env(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_NTASKS_PER_NODE", "1"),
+            ("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"),
+            ("SLURM_JOB_NODELIST", "a,b"),
+            ("MASTER_PORT", "29600"),
+        ]))
+        .unwrap();
+        assert_eq!((i.master_addr.as_str(), i.master_port), ("10.1.2.3", 29600));
+    }
+
+    #[test]
+    fn nodelists() {
+        assert_eq!(first_host("node[01-04,07],gpu5").unwrap(), "node01");
+        assert_eq!(first_host("a1,b2").unwrap(), "a1");
+        assert_eq!(first_host("gpu-[3,5]").unwrap(), "gpu-3");
+        assert_eq!(first_host("rack[2-3]-n1").unwrap(), "rack2-n1");
+        assert!(first_host("[1-2]").is_err());
+        assert!(first_host("").is_err());
+    }
+
+    #[test]
+    fn no_launcher_is_single() {
+        assert_eq!(
+            LaunchInfo::from_env(env(&[])).unwrap(),
+            LaunchInfo::single()
+        );
+    }
+
+    #[test]
+    fn gpus_parsing() {
+        assert_eq!(parse_gpus("all").unwrap(), GpuRequest::All);
+        assert_eq!(parse_gpus("4").unwrap(), GpuRequest::Count(4));
+        assert_eq!(parse_gpus("0,2,5").unwrap(), GpuRequest::Ids(vec![0, 2, 5]));
+        assert_eq!(parse_gpus("3,").unwrap(), GpuRequest::Ids(vec![3]));
+        for (bad, needle) in [
+            ("0,,2", "entry 2 is empty"),
+            ("0,x", "\"x\" is not a device id"),
+            ("0,2,0", "lists GPU 0 twice"),
+            ("many", "is not `all`"),
+            ("0", "asks for no GPU"),
+            ("", "is empty"),
+        ] {
+            let e = parse_gpus(bad).unwrap_err();
+            assert!(e.to_string().contains(needle), "{bad}: {e}");
+            assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Usage);
+        }
+    }
+
+    #[test]
+    fn gpus_resolution() {
+        assert_eq!(resolve_gpus(&GpuRequest::All, 2).unwrap(), vec![0, 1]);
+        assert_eq!(resolve_gpus(&GpuRequest::Count(1), 8).unwrap(), vec![0]);
+        let e = resolve_gpus(&GpuRequest::Count(9), 1).unwrap_err();
+        assert_eq!(e.to_string(), "requested 9 GPUs but only 1 is visible");
+        let e = resolve_gpus(&GpuRequest::Ids(vec![0, 5]), 2).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("GPU 5 requested but only 2 are visible"),
+            "{e}"
+        );
+        let e = resolve_gpus(&GpuRequest::Count(1), 0).unwrap_err();
+        assert!(e.to_string().contains("no CUDA device is visible"), "{e}");
+    }
+}

@@ -1,0 +1,272 @@
+//! Data parallelism: one process per GPU (or CPU rank), gradients averaged
+//! over large flat buckets after backward, parameters broadcast from rank 0.
+//!
+//! - [`launch`]: rank/world size from torchrun, SLURM or Kubernetes variables; `--gpus`.
+//! - [`supervisor`]: `--gpus` starts one worker per GPU from this executable.
+//! - [`rendezvous`]: ranks meet at rank 0's TCP server (NCCL unique id, CPU links).
+//! - [`collective`]: the [`Collective`] trait; backends [`nccl`] (GPUs) and [`cpu`] (TCP).
+//! - [`buckets`]: gradient bucketing and the start-of-run parameter broadcast.
+//!
+//! [`DataParallel`] ties them together for the trainer: built once per
+//! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
+//! (parameters broadcast from rank 0 before the first step, flat gradients
+//! averaged in buckets after every backward). This module must not own the training loop, the data pipeline or
+//! any output file besides the opt-in parameter-hash log.
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tch::{Device, Tensor};
+
+use crate::env_vars as ev;
+use crate::train::trainer::GradSync;
+use crate::CliError;
+
+pub mod buckets;
+pub mod collective;
+pub mod cpu;
+pub mod cudart;
+pub mod launch;
+pub mod nccl;
+pub mod rendezvous;
+pub mod supervisor;
+
+pub use buckets::DEFAULT_BUCKET_BYTES;
+pub use collective::{Backend, Collective, Solo};
+pub use launch::{LaunchInfo, LaunchSource};
+
+/// The device a worker trains on, from its launch info and the visible GPUs:
+/// none visible → CPU; one visible (a launcher pinned it, e.g. the `--gpus`
+/// supervisor or SLURM `--gpus-per-task=1`) → `cuda:0`; several → `cuda:LOCAL_RANK`.
+pub fn worker_device(launch: &LaunchInfo, visible_gpus: usize) -> anyhow::Result<Device> {
+    match visible_gpus {
+        0 => Ok(Device::Cpu),
+        1 => Ok(Device::Cuda(0)),
+        n if launch.local_rank < n => Ok(Device::Cuda(launch.local_rank)),
+        n => Err(CliError::usage(format!(
+            "local rank {} needs GPU {} but only {n} GPUs are visible on this node",
+            launch.local_rank, launch.local_rank
+        ))
+        .with_hint("start at most one rank per visible GPU on each node (LOCAL_WORLD_SIZE)")
+        .into()),
+    }
+}
+
+/// Cumulative time spent in gradient synchronisation.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct SyncStats {
+    /// Number of gradient syncs.
+    pub calls: u64,
+    /// Collective calls they made (buckets).
+    pub buckets: u64,
+    /// Host time spent in them (on GPUs only the enqueue time, unless the
+    /// caller synchronises the device around them).
+    pub seconds: f64,
+    /// Bytes all-reduced per sync.
+    pub bytes_per_sync: usize,
+}
+
+/// The data-parallel context of one process; the trainer's [`GradSync`].
+pub struct DataParallel {
+    launch: LaunchInfo,
+    device: Device,
+    collective: Box<dyn Collective>,
+    bucket_bytes: usize,
+    hash_log: Option<std::fs::File>,
+    /// The flat parameters seen at the first broadcast (shares storage with
+    /// the trainer's master weights), for the parameter-hash log.
+    params: Option<Tensor>,
+    stats: SyncStats,
+}
+
+impl std::fmt::Debug for DataParallel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataParallel")
+            .field("launch", &self.launch)
+            .field("device", &self.device)
+            .field("backend", &self.collective.backend())
+            .finish()
+    }
+}
+
+impl DataParallel {
+    /// A world of one (no communication).
+    pub fn single(device: Device) -> Self {
+        Self::with_collective(LaunchInfo::single(), device, Box::new(Solo))
+    }
+
+    /// Wraps an existing collective (tests, custom launchers).
+    pub fn with_collective(
+        launch: LaunchInfo,
+        device: Device,
+        collective: Box<dyn Collective>,
+    ) -> Self {
+        let hash_log = std::env::var_os(ev::IMGCTL_PARAM_HASH_DIR).and_then(|d| {
+            let p = PathBuf::from(d).join(format!("rank-{}.txt", launch.rank));
+            std::fs::File::create(p).ok()
+        });
+        Self {
+            launch,
+            device,
+            collective,
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+            hash_log,
+            params: None,
+            stats: SyncStats::default(),
+        }
+    }
+
+    /// Joins the job described by `launch` on `device`: NCCL for a CUDA
+    /// device (also for a world of one), the CPU backend over TCP for CPU
+    /// ranks, nothing for a single CPU process. Every wait is bounded by `timeout`.
+    pub fn init(launch: LaunchInfo, device: Device, timeout: Duration) -> anyhow::Result<Self> {
+        match device {
+            Device::Cuda(index) => {
+                let rt = cudart::CudaRuntime::locate()?;
+                rt.set_device(index)?;
+                let lib = Arc::new(nccl::NcclLibrary::locate()?);
+                let l = lib.clone();
+                let session = rendezvous::rendezvous(
+                    &launch,
+                    move || Ok(l.unique_id()?.to_vec()),
+                    timeout,
+                )?;
+                let coll = nccl::NcclCollective::init(
+                    lib,
+                    &session.payload,
+                    session.rank,
+                    session.world_size,
+                    device,
+                    timeout,
+                )?;
+                Ok(Self::with_collective(launch, device, Box::new(coll)))
+            }
+            _ if launch.world_size == 1 => {
+                Ok(Self::with_collective(launch, device, Box::new(Solo)))
+            }
+            _ => {
+                let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
+                let coll = cpu::CpuCollective::new(session, cpu::COLLECTIVE_TIMEOUT)?;
+                Ok(Self::with_collective(launch, device, Box::new(coll)))
+            }
+        }
+    }
+
+    /// Sets the gradient bucket cap (default [`DEFAULT_BUCKET_BYTES`]).
+    pub fn set_bucket_bytes(&mut self, bytes: usize) {
+        self.bucket_bytes = bytes.max(1);
+    }
+
+    /// The launch information.
+    pub fn launch(&self) -> &LaunchInfo {
+        &self.launch
+    }
+    /// Whether this rank writes outputs (rank 0).
+    pub fn is_primary(&self) -> bool {
+        self.launch.rank == 0
+    }
+    /// The device this rank trains on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    /// The collective engine.
+    pub fn backend(&self) -> Backend {
+        self.collective.backend()
+    }
+    /// The collective itself (benchmarks, custom reductions).
+    pub fn collective(&mut self) -> &mut dyn Collective {
+        self.collective.as_mut()
+    }
+    /// Gradient-sync statistics so far.
+    pub fn stats(&self) -> SyncStats {
+        self.stats
+    }
+
+    /// Waits until every rank gets here.
+    pub fn barrier(&mut self) -> anyhow::Result<()> {
+        self.collective.barrier()
+    }
+
+    fn log_hash(&mut self, label: &str, t: &Tensor) {
+        if let Some(f) = &mut self.hash_log {
+            let _ = writeln!(f, "{label} {}", buckets::tensors_hash(&[t.shallow_clone()]));
+        }
+    }
+}
+
+impl GradSync for DataParallel {
+    fn rank(&self) -> usize {
+        self.launch.rank
+    }
+    fn world_size(&self) -> usize {
+        self.launch.world_size
+    }
+    fn broadcast_params(&mut self, flat_params: &Tensor) -> anyhow::Result<()> {
+        // The first broadcast carries the master weights (the trainer then
+        // broadcasts the EMA): remember them for the hash log.
+        let first = self.params.is_none();
+        if first {
+            self.params = Some(flat_params.shallow_clone());
+        }
+        buckets::broadcast_flat(flat_params, self.bucket_bytes, self.collective.as_mut())?;
+        if first {
+            self.log_hash("start params", &flat_params.shallow_clone());
+        }
+        Ok(())
+    }
+    fn sync_grads(&mut self, flat_grads: &Tensor) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let n = buckets::all_reduce_avg_flat(flat_grads, self.bucket_bytes, self.collective.as_mut())?;
+        self.stats.calls += 1;
+        self.stats.buckets += n as u64;
+        self.stats.seconds += t.elapsed().as_secs_f64();
+        self.stats.bytes_per_sync = flat_grads.numel() * flat_grads.kind().elt_size_in_bytes();
+        if self.hash_log.is_some() {
+            // Step k's averaged gradients, and the parameters they update
+            // (the result of step k-1): equal on every rank, bit for bit.
+            let step = self.stats.calls;
+            self.log_hash(&format!("step {step} grads"), flat_grads);
+            if let Some(p) = self.params.as_ref().map(|p| p.shallow_clone()) {
+                self.log_hash(&format!("step {step} params-before"), &p);
+            }
+        }
+        Ok(())
+    }
+    fn mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {
+        if self.collective.world_size() == 1 || values.is_empty() {
+            return Ok(());
+        }
+        let host: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        let t = Tensor::from_slice(&host).to_device(self.device);
+        self.collective.all_reduce_avg(&t)?;
+        let back = Vec::<f32>::try_from(&t.to_device(Device::Cpu))?;
+        for (v, b) in values.iter_mut().zip(back) {
+            *v = b as f64;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DataParallel {
+    fn drop(&mut self) {
+        if self.hash_log.is_some() {
+            if let Some(p) = self.params.as_ref().map(|p| p.shallow_clone()) {
+                self.log_hash("final params", &p);
+            }
+        }
+    }
+}
+
+/// The rendezvous timeout from `--rendezvous-timeout` (seconds), else the default.
+pub fn rendezvous_timeout(secs: Option<f64>) -> anyhow::Result<Duration> {
+    match secs {
+        None => Ok(rendezvous::DEFAULT_TIMEOUT),
+        Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(CliError::usage(format!(
+            "--rendezvous-timeout {s} is not a positive number of seconds"
+        ))
+        .with_hint("e.g. --rendezvous-timeout 300 (or IMGCTL_RENDEZVOUS_TIMEOUT=300)")
+        .into()),
+    }
+}

@@ -1,0 +1,522 @@
+//! The `--gpus` supervisor: one worker process per GPU (or per CPU rank),
+//! started from this very executable with torchrun-style rank variables.
+//!
+//! It prefixes every worker's stderr line with `[rank N]`, passes rank 0's
+//! stdout through (the data channel), forwards Ctrl-C once (workers run in
+//! their own process group, so the terminal signals only the supervisor), and
+//! when a worker dies it stops the others (SIGTERM, then SIGKILL after a grace
+//! period) and reports which rank failed and how. Workers get
+//! `PR_SET_PDEATHSIG`, so they do not outlive a killed supervisor. This module
+//! must not know what the workers compute.
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::env_vars as ev;
+use crate::output::printer;
+use crate::{CliError, ExitStatus};
+
+/// How many of a worker's last stderr lines a failure report shows.
+pub const TAIL_LINES: usize = 20;
+/// How long stopped workers get between SIGTERM and SIGKILL (10 s: enough to
+/// flush a log line, short enough that a failed job ends promptly).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// Ctrl-C presses seen by this process (set by the handler).
+static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Where one worker runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerSlot {
+    /// A GPU, given as the `CUDA_VISIBLE_DEVICES` value that shows the worker only it.
+    Gpu(String),
+    /// A CPU rank (`CUDA_VISIBLE_DEVICES` set empty: no GPU).
+    Cpu,
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SupervisorOptions {
+    /// The executable (normally `std::env::current_exe()`).
+    pub program: PathBuf,
+    /// Its arguments (without `--gpus`).
+    pub args: Vec<OsString>,
+    /// One entry per worker; index = rank.
+    pub slots: Vec<WorkerSlot>,
+    /// SIGTERM → SIGKILL grace period for stopped workers.
+    pub grace: Duration,
+    /// Keep rank 0's stdout instead of passing it through.
+    pub capture_stdout: bool,
+    /// Extra environment for every worker.
+    pub env: Vec<(String, String)>,
+}
+
+/// How a worker ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerEnd {
+    /// Exit code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl std::fmt::Display for WorkerEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerEnd::Code(c) => write!(f, "exited with code {c}"),
+            WorkerEnd::Signal(s) => write!(f, "was killed by signal {s} ({})", signal_name(*s)),
+        }
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGHUP => "SIGHUP",
+        _ => "signal",
+    }
+}
+
+/// The result of a supervised run.
+#[derive(Debug)]
+pub struct SupervisorReport {
+    /// How each rank ended.
+    pub ends: Vec<WorkerEnd>,
+    /// Rank 0's stdout when `capture_stdout` was set.
+    pub stdout: String,
+}
+
+/// Removes `--gpus X` / `--gpus=X` from an argument list.
+pub fn strip_flag(args: &[OsString], flag: &str, takes_value: bool) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut skip_next = false;
+    let with_eq = format!("{flag}=");
+    for a in args {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        let s = a.to_string_lossy();
+        if s == flag {
+            skip_next = takes_value;
+            continue;
+        }
+        if takes_value && s.starts_with(&with_eq) {
+            continue;
+        }
+        out.push(a.clone());
+    }
+    out
+}
+
+/// Maps selected device indices to the `CUDA_VISIBLE_DEVICES` value each
+/// worker gets: entries of the parent's own `CUDA_VISIBLE_DEVICES` when set
+/// (indices count among the visible devices), else the indices themselves.
+pub fn gpu_slots(devices: &[usize], parent_visible: Option<&str>) -> Vec<WorkerSlot> {
+    let parent: Option<Vec<String>> = parent_visible
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    devices
+        .iter()
+        .map(|&d| {
+            WorkerSlot::Gpu(match &parent {
+                Some(list) if d < list.len() => list[d].clone(),
+                _ => d.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Intra-op threads per worker when `OMP_NUM_THREADS` is unset. torchrun sets
+/// 1 per process "to avoid your system being overloaded" (torch/distributed/
+/// run.py); GPU workers keep that. CPU ranks compute on the CPU, so they split
+/// the cores instead: OpenMP's spin-waiting makes oversubscribed ranks many
+/// times slower (measured: 15× on 2 shared cores).
+pub fn omp_threads(slot: &WorkerSlot, workers: usize) -> usize {
+    match slot {
+        WorkerSlot::Gpu(_) => 1,
+        WorkerSlot::Cpu => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            (cores / workers.max(1)).max(1)
+        }
+    }
+}
+
+struct Worker {
+    rank: usize,
+    child: Child,
+    end: Option<WorkerEnd>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+fn spawn_pump<R: Read + Send + 'static>(
+    reader: R,
+    prefix: String,
+    tail: Option<Arc<Mutex<VecDeque<String>>>>,
+    to_stdout: bool,
+    capture: Option<Arc<Mutex<String>>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(reader);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            if let Some(c) = &capture {
+                let mut c = c.lock().unwrap();
+                c.push_str(text);
+                c.push('\n');
+                continue;
+            }
+            if to_stdout {
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{text}");
+                let _ = o.flush();
+            } else {
+                // Progress-bar redraws end in '\r': keep the last frame only.
+                let shown = text.rsplit('\r').next().unwrap_or(text);
+                let _ = writeln!(std::io::stderr().lock(), "{prefix}{shown}");
+            }
+            if let Some(t) = &tail {
+                let mut t = t.lock().unwrap();
+                if t.len() == TAIL_LINES {
+                    t.pop_front();
+                }
+                t.push_back(text.to_string());
+            }
+        }
+    })
+}
+
+/// Signals a worker's whole process group (it leads its own group), so that
+/// anything it started goes too.
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on the process group of our own child.
+    unsafe {
+        libc::kill(-(child.id() as libc::pid_t), sig);
+    }
+}
+
+/// Installs the Ctrl-C handler once (a second install attempt is harmless).
+fn install_interrupt_handler() {
+    let _ = ctrlc::set_handler(|| {
+        INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+    });
+}
+
+/// Starts the workers, waits for them, and returns how each ended. Errors:
+/// a worker failed (naming its rank, its end and its last stderr lines;
+/// exit status 2 when it failed on bad input), or Ctrl-C (exit 130).
+pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
+    install_interrupt_handler();
+    let n = opts.slots.len();
+    let port = super::rendezvous::free_port()?;
+    let captured = Arc::new(Mutex::new(String::new()));
+    let mut workers: Vec<Worker> = Vec::with_capacity(n);
+    let mut pumps = Vec::new();
+    let started = INTERRUPTS.load(Ordering::SeqCst);
+    for (rank, slot) in opts.slots.iter().enumerate() {
+        let mut cmd = Command::new(&opts.program);
+        cmd.args(&opts.args)
+            .env_remove(ev::IMGCTL_CPU_RANKS)
+            .env_remove(ev::SLURM_PROCID)
+            .env_remove(ev::SLURM_NTASKS)
+            .env(ev::RANK, rank.to_string())
+            .env(ev::LOCAL_RANK, rank.to_string())
+            .env(ev::WORLD_SIZE, n.to_string())
+            .env(ev::LOCAL_WORLD_SIZE, n.to_string())
+            .env(ev::MASTER_ADDR, "127.0.0.1")
+            .env(ev::MASTER_PORT, port.to_string())
+            .env(ev::IMGCTL_SUPERVISED, "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Own process group: a terminal Ctrl-C reaches only the
+            // supervisor, which forwards it exactly once.
+            .process_group(0);
+        match slot {
+            WorkerSlot::Gpu(v) => cmd.env(ev::CUDA_VISIBLE_DEVICES, v),
+            WorkerSlot::Cpu => cmd.env(ev::CUDA_VISIBLE_DEVICES, ""),
+        };
+        if std::env::var_os(ev::OMP_NUM_THREADS).is_none() {
+            cmd.env(ev::OMP_NUM_THREADS, omp_threads(slot, n).to_string());
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        // SAFETY: prctl is async-signal-safe; runs in the child before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                for w in &mut workers {
+                    signal(&w.child, libc::SIGKILL);
+                    let _ = w.child.wait();
+                }
+                return Err(anyhow::Error::from(e).context(format!(
+                    "cannot start worker rank {rank} ({})",
+                    opts.program.display()
+                )));
+            }
+        };
+        printer().verbose(format!(
+            "started rank {rank} of {n} (pid {}, {})",
+            child.id(),
+            match slot {
+                WorkerSlot::Gpu(v) => format!("CUDA_VISIBLE_DEVICES={v}"),
+                WorkerSlot::Cpu => "CPU".into(),
+            }
+        ));
+        let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
+        let prefix = format!("[rank {rank}] ");
+        if let Some(out) = child.stdout.take() {
+            let capture = (rank == 0 && opts.capture_stdout).then(|| captured.clone());
+            pumps.push(spawn_pump(out, prefix.clone(), None, rank == 0, capture));
+        }
+        if let Some(err) = child.stderr.take() {
+            pumps.push(spawn_pump(err, prefix, Some(tail.clone()), false, None));
+        }
+        workers.push(Worker {
+            rank,
+            child,
+            end: None,
+            tail,
+        });
+    }
+
+    let mut failed: Option<usize> = None;
+    let mut stop_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut forwarded = started;
+    loop {
+        let presses = INTERRUPTS.load(Ordering::SeqCst);
+        if presses > forwarded {
+            let live = workers.iter().filter(|w| w.end.is_none());
+            if presses - started == 1 {
+                printer().warn(
+                    "interrupted: asking every worker to save and stop (Ctrl-C again to kill them)",
+                );
+                for w in live {
+                    signal(&w.child, libc::SIGINT);
+                }
+            } else {
+                for w in live {
+                    signal(&w.child, libc::SIGKILL);
+                }
+            }
+            forwarded = presses;
+        }
+        let mut all_done = true;
+        let mut newly_failed = Vec::new();
+        for (i, w) in workers.iter_mut().enumerate() {
+            if w.end.is_some() {
+                continue;
+            }
+            match w.child.try_wait()? {
+                Some(st) => {
+                    let end = match (st.code(), st.signal()) {
+                        (Some(c), _) => WorkerEnd::Code(c),
+                        (None, Some(s)) => WorkerEnd::Signal(s),
+                        (None, None) => WorkerEnd::Code(-1),
+                    };
+                    if end != WorkerEnd::Code(0) {
+                        newly_failed.push(i);
+                    }
+                    w.end = Some(end);
+                }
+                None => all_done = false,
+            }
+        }
+        if failed.is_none() && !newly_failed.is_empty() && presses == started {
+            // When several ranks end in the same poll, blame one killed by a
+            // signal: the others most likely failed because it vanished.
+            let first = newly_failed
+                .iter()
+                .copied()
+                .find(|&i| matches!(workers[i].end, Some(WorkerEnd::Signal(_))))
+                .unwrap_or(newly_failed[0]);
+            failed = Some(first);
+            stop_at = Some(Instant::now());
+            for w in workers.iter().filter(|w| w.end.is_none()) {
+                signal(&w.child, libc::SIGTERM);
+            }
+        }
+        if all_done {
+            break;
+        }
+        if let Some(t) = stop_at {
+            if !killed && t.elapsed() >= opts.grace {
+                for w in workers.iter().filter(|w| w.end.is_none()) {
+                    signal(&w.child, libc::SIGKILL);
+                }
+                killed = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for p in pumps {
+        let _ = p.join();
+    }
+    let ends: Vec<WorkerEnd> = workers.iter().map(|w| w.end.clone().unwrap()).collect();
+    if INTERRUPTS.load(Ordering::SeqCst) > started {
+        return Err(CliError::interrupted(format!(
+            "interrupted: {n} worker{} stopped ({})",
+            if n == 1 { "" } else { "s" },
+            ends.iter()
+                .enumerate()
+                .map(|(r, e)| format!("rank {r} {e}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .into());
+    }
+    if let Some(i) = failed {
+        let w = &workers[i];
+        let end = w.end.clone().unwrap();
+        let tail: Vec<String> = w.tail.lock().unwrap().iter().cloned().collect();
+        let others: Vec<String> = workers
+            .iter()
+            .filter(|o| o.rank != w.rank)
+            .map(|o| format!("rank {} {}", o.rank, o.end.clone().unwrap()))
+            .collect();
+        let mut msg = format!("worker rank {} of {n} failed: it {end}", w.rank);
+        if !others.is_empty() {
+            msg.push_str(&format!("; stopped the others ({})", others.join(", ")));
+        }
+        // The tail goes to stderr as a block (the live lines interleave with
+        // the other ranks'); the error itself stays one line.
+        if tail.is_empty() {
+            printer().info(format!("rank {} wrote nothing to stderr", w.rank));
+        } else {
+            printer().info(format!(
+                "last lines of rank {}'s stderr:\n    {}",
+                w.rank,
+                tail.join("\n    ")
+            ));
+        }
+        let err = match end {
+            WorkerEnd::Code(2) => CliError::usage(msg),
+            _ => CliError::failure(msg),
+        }
+        .with_hint(format!(
+            "the lines prefixed [rank {}] above are that worker's own output",
+            w.rank
+        ));
+        return Err(err.into());
+    }
+    let stdout = captured.lock().unwrap().clone();
+    Ok(SupervisorReport { ends, stdout })
+}
+
+/// Runs [`supervise`] and maps a clean end to [`ExitStatus::Success`].
+pub fn supervise_status(opts: &SupervisorOptions) -> anyhow::Result<ExitStatus> {
+    supervise(opts).map(|_| ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, n: usize) -> SupervisorOptions {
+        SupervisorOptions {
+            program: PathBuf::from("/bin/sh"),
+            args: vec!["-c".into(), script.into()],
+            slots: vec![WorkerSlot::Cpu; n],
+            grace: Duration::from_secs(2),
+            capture_stdout: true,
+            env: vec![],
+        }
+    }
+
+    #[test]
+    fn strips_the_flag() {
+        let a: Vec<OsString> = ["train-demo", "--gpus", "all", "--steps", "3", "--gpus=2"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let s = strip_flag(&a, "--gpus", true);
+        assert_eq!(s, vec!["train-demo", "--steps", "3"]);
+    }
+
+    #[test]
+    fn maps_parent_visible_devices() {
+        assert_eq!(
+            gpu_slots(&[0, 2], Some("4,5,6")),
+            vec![WorkerSlot::Gpu("4".into()), WorkerSlot::Gpu("6".into())]
+        );
+        assert_eq!(gpu_slots(&[1], None), vec![WorkerSlot::Gpu("1".into())]);
+    }
+
+    #[test]
+    fn workers_get_rank_variables() {
+        let r = supervise(&sh(
+            "echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_ADDR/${CUDA_VISIBLE_DEVICES:-none}\"",
+            3,
+        ))
+        .unwrap();
+        assert_eq!(r.stdout.trim(), "0/3/0/127.0.0.1/none");
+        assert_eq!(r.ends, vec![WorkerEnd::Code(0); 3]);
+    }
+
+    #[test]
+    fn a_dying_worker_stops_the_rest() {
+        let t = Instant::now();
+        let e = supervise(&sh(
+            "if [ \"$RANK\" = 1 ]; then echo 'boom: disk on fire' >&2; exit 3; fi; exec sleep 60",
+            3,
+        ))
+        .unwrap_err();
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "others were not stopped"
+        );
+        let full = format!("{e:#}");
+        assert!(
+            full.contains("worker rank 1 of 3 failed: it exited with code 3"),
+            "{full}"
+        );
+        assert!(
+            full.contains("rank 0 was killed by signal 15 (SIGTERM)"),
+            "{full}"
+        );
+    }
+
+    #[test]
+    fn a_worker_ignoring_sigterm_is_killed() {
+        let e = supervise(&sh(
+            "if [ \"$RANK\" = 0 ]; then sleep 1; exit 2; fi; trap '' TERM; sleep 30 & wait; sleep 30",
+            2,
+        ))
+        .unwrap_err();
+        let full = format!("{e:#}");
+        assert!(
+            full.contains("rank 1 was killed by signal 9 (SIGKILL)"),
+            "{full}"
+        );
+        assert_eq!(crate::error::status_of(&e), ExitStatus::Usage);
+    }
+}
