@@ -222,6 +222,27 @@ fn model_default_param_count_is_113_673_219() {
 }
 
 #[test]
+fn model_default_forward_runs_on_cpu() {
+    let cfg = UNetConfig::default();
+    let (_vs, model) = seeded_model(&cfg, 2);
+    let x = Tensor::randn([1, 3, 64, 64], (Kind::Float, Device::Cpu));
+    let t = Tensor::from_slice(&[500i64]);
+    let out = tch::no_grad(|| model.forward(&x, &t)); // warm-up
+    let runs = 3;
+    let start = std::time::Instant::now();
+    for _ in 0..runs {
+        let _ = tch::no_grad(|| model.forward(&x, &t));
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3 / runs as f64;
+    eprintln!(
+        "default config, batch 1, CPU f32 forward: {ms:.1} ms ({} threads)",
+        tch::get_num_threads()
+    );
+    assert_eq!(out.size(), vec![1, 3, 64, 64]);
+    assert!(bool::try_from(out.isfinite().all()).unwrap());
+}
+
+#[test]
 fn model_param_count_matches_built_model_for_every_preset_and_config() {
     for cfg in [UNetConfig::tiny(), other_config(), scale_shift_config()] {
         let vs = VarStore::new(Device::Cpu);
@@ -390,6 +411,19 @@ fn model_forward_broadcasts_a_scalar_timestep() {
         !a.allclose(&c, 1e-3, 1e-3, false),
         "timesteps must change the output"
     );
+}
+
+#[test]
+fn model_channels_last_gives_the_same_output() {
+    let cfg = UNetConfig::tiny();
+    let (_vs, mut model) = seeded_model(&cfg, 12);
+    let x = Tensor::randn([2, 3, 32, 32], (Kind::Float, Device::Cpu));
+    let t = Tensor::from_slice(&[4i64, 400]);
+    let a = tch::no_grad(|| model.forward(&x, &t));
+    model.set_channels_last(true);
+    let b = tch::no_grad(|| model.forward(&x, &t));
+    let err = rel_err(&b, &a);
+    assert!(err < 1e-5, "channels-last rel err {err}");
 }
 
 #[test]
