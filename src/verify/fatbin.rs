@@ -53,7 +53,12 @@ impl ArchList {
         if self.sass.contains(&cc) {
             return Coverage::Exact;
         }
-        if let Some(a) = self.sass.iter().rev().find(|a| **a / 10 == major as u32 && **a <= cc) {
+        if let Some(a) = self
+            .sass
+            .iter()
+            .rev()
+            .find(|a| **a / 10 == major as u32 && **a <= cc)
+        {
             return Coverage::SameMajor(*a);
         }
         if let Some(a) = self.ptx.iter().rev().find(|a| **a <= cc) {
@@ -91,7 +96,10 @@ pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u
     let mut eh = [0u8; 64];
     file.read_exact_at(&mut eh, 0)?;
     if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a 64-bit little-endian ELF file"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a 64-bit little-endian ELF file",
+        ));
     }
     let shoff = u64_at(&eh, 0x28);
     let shentsize = u16_at(&eh, 0x3A) as u64;
@@ -107,7 +115,10 @@ pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u
     for i in 0..shnum {
         let s = sec(i);
         let name_off = u32_at(s, 0) as usize;
-        let end = names[name_off..].iter().position(|c| *c == 0).map_or(names.len(), |p| name_off + p);
+        let end = names[name_off..]
+            .iter()
+            .position(|c| *c == 0)
+            .map_or(names.len(), |p| name_off + p);
         if &names[name_off..end] == wanted.as_bytes() {
             return Ok(Some((u64_at(s, 0x18), u64_at(s, 0x20))));
         }
