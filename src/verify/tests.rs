@@ -419,3 +419,44 @@ fn nvml_verdict_is_reported_even_when_not_selected() {
     assert!(r.passed);
     assert!(r.results.iter().all(|x| x.id != "nvml.driver"));
 }
+
+#[cfg(feature = "torch")]
+#[test]
+fn torch_arch_against_the_real_libtorch_cuda() {
+    // The venv's cu126 wheel carries sm_50 … sm_90 (torch._C._cuda_getArchFlags()
+    // prints "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90").
+    let mut f = FakeNvml::healthy(3);
+    f.gpus[1].cc = (8, 9); // Ada: runs sm_86 code
+    f.gpus[2].cc = (10, 0); // Blackwell: nothing in a cu126 wheel runs on it
+    let r = run_fake(f, ExpectGpus::Any, &["torch.arch"]);
+    let h200 = find(&r, "torch.arch", Some(0));
+    assert_eq!(h200.status, Status::Pass, "{h200:?}");
+    assert_eq!(
+        h200.threshold.as_deref(),
+        Some("in [sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90]")
+    );
+    let ada = find(&r, "torch.arch", Some(1));
+    assert_eq!(ada.status, Status::Pass);
+    assert!(ada.message.contains("sm_86"), "{}", ada.message);
+    let blackwell = find(&r, "torch.arch", Some(2));
+    assert_eq!(blackwell.status, Status::Fail, "{blackwell:?}");
+    assert!(blackwell.message.contains("sm_100"));
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn torch_driver_compat_with_the_real_torch_cuda_version() {
+    // The loaded torch targets CUDA 12.6 (its version.py).
+    let mut f = FakeNvml::healthy(1);
+    f.driver = "550.54.15".into();
+    f.cuda_driver = 12040;
+    let r = run_fake(f, ExpectGpus::Any, &["torch.driver_compat"]);
+    let c = find(&r, "torch.driver_compat", None);
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    assert!(c.message.contains("minor-version compatibility"));
+    let mut old = FakeNvml::healthy(1);
+    old.driver = "470.82.01".into();
+    old.cuda_driver = 11040;
+    let r = run_fake(old, ExpectGpus::Any, &["torch.driver_compat"]);
+    assert_eq!(find(&r, "torch.driver_compat", None).status, Status::Fail);
+}

@@ -463,10 +463,16 @@ mod imp {
             )];
         }
         let threshold = format!("in [{}]", list.describe());
+        let partial = if list.partial.is_empty() {
+            String::new()
+        } else {
+            let p: Vec<String> = list.partial.iter().map(|a| format!("sm_{a}")).collect();
+            format!(" (a few kernels also for {})", p.join(" "))
+        };
         let measured = format!("sm_{major}{minor}");
         let r = match list.coverage(major, minor) {
-            Coverage::Exact => CheckResult::pass(ID, format!("torch ships sm_{major}{minor} code")),
-            Coverage::SameMajor(a) => CheckResult::pass(ID, format!("runs sm_{a} code (binary compatible within major {major})")),
+            Coverage::Exact => CheckResult::pass(ID, format!("torch ships sm_{major}{minor} code{partial}")),
+            Coverage::SameMajor(a) => CheckResult::pass(ID, format!("runs sm_{a} code (binary compatible within major {major}){partial}")),
             Coverage::Ptx(a) => CheckResult::warn(ID, format!("only PTX for compute_{a}: JIT-compiled at start, slower, and not under minor-version compatibility"))
                 .hint("use a torch build whose arch list includes this GPU (newer CUDA wheel)"),
             Coverage::None => CheckResult::fail(ID, format!("torch has no code for sm_{major}{minor}: kernels will fail with 'no kernel image is available'"))

@@ -578,3 +578,65 @@ fn verify_image_ctrl_c_removes_the_container() {
         "container left behind after Ctrl-C"
     );
 }
+
+#[test]
+fn gpu_request_on_an_engine_without_the_nvidia_runtime_is_rejected_and_cleaned_up() {
+    use imgctl::docker::run::{run_to_completion, GpuRequest, GpuRequestRejected, RunRequest};
+    let rt = runtime();
+    let Some(docker) = rt.block_on(engine()) else {
+        panic!("no Docker engine");
+    };
+    let info = rt.block_on(docker.info()).expect("engine info");
+    let has_nvidia = info
+        .runtimes
+        .as_ref()
+        .is_some_and(|r| r.contains_key("nvidia"));
+    if has_nvidia {
+        eprintln!("skipped: this engine has the nvidia runtime");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let req = RunRequest {
+        image: BASE.into(),
+        entrypoint: Some(vec!["true".into()]),
+        cmd: vec![],
+        gpus: Some(GpuRequest::All),
+        binds: vec![probe_arg(dir.path())],
+        timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let err = rt
+        .block_on(run_to_completion(&docker, req))
+        .expect_err("no GPU runtime here");
+    assert!(
+        err.chain()
+            .any(|c| c.downcast_ref::<GpuRequestRejected>().is_some()),
+        "not recognised as a GPU rejection: {err:#}"
+    );
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
+    // The same request without GPUs runs and reports its exit code and output.
+    let req = RunRequest {
+        image: BASE.into(),
+        entrypoint: Some(vec!["sh".into(), "-c".into()]),
+        cmd: vec!["echo out; echo err >&2; exit 3".into()],
+        binds: vec![probe_arg(dir.path())],
+        timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let out = rt
+        .block_on(run_to_completion(&docker, req))
+        .expect("plain run");
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str(), out.stderr.as_str()),
+        (3, "out\n", "err\n")
+    );
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
+}
