@@ -15,20 +15,35 @@ const NO_DRIVER_HINT: &str = "install the NVIDIA driver (or run the container wi
 /// Parses and checks the arguments; every problem is a usage error (exit 2).
 pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
     let expect = ExpectGpus::parse(&args.expect_gpus).map_err(|m| {
-        CliError::usage(m).with_hint("--expect-gpus 8 requires exactly 8 GPUs; `any` at least one; 0 a CPU-only host")
+        CliError::usage(m).with_hint(
+            "--expect-gpus 8 requires exactly 8 GPUs; `any` at least one; 0 a CPU-only host",
+        )
     })?;
-    let level = if args.level == "full" { Level::Full } else { Level::Quick };
+    let level = if args.level == "full" {
+        Level::Full
+    } else {
+        Level::Quick
+    };
     let mut unknown = verify::unknown_patterns(&args.only);
     unknown.extend(verify::unknown_patterns(&args.skip));
     if !unknown.is_empty() {
-        return Err(CliError::usage(format!("unknown check id(s): {}", unknown.join(", ")))
-            .with_hint(format!("valid ids (or their prefixes such as `nvml`): {}", verify::all_ids().join(", ")))
-            .into());
+        return Err(
+            CliError::usage(format!("unknown check id(s): {}", unknown.join(", ")))
+                .with_hint(format!(
+                    "valid ids (or their prefixes such as `nvml`): {}",
+                    verify::all_ids().join(", ")
+                ))
+                .into(),
+        );
     }
-    if !(args.check_timeout.is_finite() && args.check_timeout > 0.0 && args.check_timeout <= 3600.0) {
-        return Err(CliError::usage(format!("--check-timeout {} is not a number of seconds in (0, 3600]", args.check_timeout))
-            .with_hint("e.g. --check-timeout 30")
-            .into());
+    if !(args.check_timeout.is_finite() && args.check_timeout > 0.0 && args.check_timeout <= 3600.0)
+    {
+        return Err(CliError::usage(format!(
+            "--check-timeout {} is not a number of seconds in (0, 3600]",
+            args.check_timeout
+        ))
+        .with_hint("e.g. --check-timeout 30")
+        .into());
     }
     Ok(Options {
         level,
@@ -43,7 +58,8 @@ pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     let opts = options(&args)?;
     if let Some(image) = &args.image {
-        let gpus = GpuRequest::parse(&args.gpus).map_err(|m| CliError::usage(m).with_hint("--gpus all | 2 | 0,2 | device=0"))?;
+        let gpus = GpuRequest::parse(&args.gpus)
+            .map_err(|m| CliError::usage(m).with_hint("--gpus all | 2 | 0,2 | device=0"))?;
         let run = verify::host::ImageRun {
             image: image.clone(),
             gpus,
@@ -81,8 +97,11 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     if let Some(path) = &args.junit {
         std::fs::write(path, verify::report::junit(report)).map_err(|e| {
-            CliError::failure(format!("cannot write the JUnit report to {}: {e}", path.display()))
-                .with_hint("check that the folder exists and is writable")
+            CliError::failure(format!(
+                "cannot write the JUnit report to {}: {e}",
+                path.display()
+            ))
+            .with_hint("check that the folder exists and is writable")
         })?;
     }
     // No driver while GPUs are expected: one clear line, not a table of SKIPs.
@@ -92,5 +111,9 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
     if !p.quiet {
         eprint!("{}", verify::report::table(report, p.color, p.interactive));
     }
-    Ok(if report.passed { ExitStatus::Success } else { ExitStatus::Failure })
+    Ok(if report.passed {
+        ExitStatus::Success
+    } else {
+        ExitStatus::Failure
+    })
 }

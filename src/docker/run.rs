@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, KillContainerOptions, LogsOptions, RemoveContainerOptions, WaitContainerOptions,
+    CreateContainerOptions, KillContainerOptions, LogsOptions, RemoveContainerOptions,
+    WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -135,7 +136,11 @@ pub struct GpuRequestRejected(pub String);
 
 impl std::fmt::Display for GpuRequestRejected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the Docker engine cannot give the container GPUs: {}", self.0)
+        write!(
+            f,
+            "the Docker engine cannot give the container GPUs: {}",
+            self.0
+        )
     }
 }
 
@@ -174,7 +179,9 @@ async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<
     match docker.remove_container(id, Some(opts)).await {
         Ok(()) => Ok(()),
         // Already gone.
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
         Err(e) => Err(anyhow::anyhow!("removing container {id}: {e}")),
     }
 }
@@ -183,7 +190,10 @@ impl Drop for ContainerGuard {
     fn drop(&mut self) {
         let Some(id) = self.id.take() else { return };
         let handle = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             rt.block_on(async {
                 let docker = super::connect().await.ok()?;
                 remove_container(&docker, &id).await.ok()
@@ -195,7 +205,10 @@ impl Drop for ContainerGuard {
 
 /// The labels of a local image; an image the engine does not have is a usage
 /// error (exit 2) naming it.
-pub async fn image_labels(docker: &bollard::Docker, image: &str) -> anyhow::Result<HashMap<String, String>> {
+pub async fn image_labels(
+    docker: &bollard::Docker,
+    image: &str,
+) -> anyhow::Result<HashMap<String, String>> {
     match docker.inspect_image(image).await {
         Ok(inspect) => Ok(inspect
             .config
@@ -203,11 +216,13 @@ pub async fn image_labels(docker: &bollard::Docker, image: &str) -> anyhow::Resu
             .unwrap_or_default()
             .into_iter()
             .collect()),
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => Err(CliError::usage(
-            format!("image `{image}` not found in the engine"),
-        )
-        .with_hint("build it with `imgctl build`, or check the tag with `docker images`")
-        .into()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Err(
+            CliError::usage(format!("image `{image}` not found in the engine"))
+                .with_hint("build it with `imgctl build`, or check the tag with `docker images`")
+                .into(),
+        ),
         Err(e) => Err(anyhow::anyhow!("inspecting image {image}: {e}")),
     }
 }
@@ -215,7 +230,9 @@ pub async fn image_labels(docker: &bollard::Docker, image: &str) -> anyhow::Resu
 /// Whether an engine error is the "no GPU runtime" refusal of a device request.
 fn is_gpu_rejection(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
-    m.contains("could not select device driver") || m.contains("nvidia-container-cli") || m.contains("unknown runtime")
+    m.contains("could not select device driver")
+        || m.contains("nvidia-container-cli")
+        || m.contains("unknown runtime")
 }
 
 /// Creates the container, starts it, waits for it (at most `req.timeout`),
@@ -223,7 +240,10 @@ fn is_gpu_rejection(msg: &str) -> bool {
 /// panic (the guard) and Ctrl-C (returns an interrupted error, exit 130).
 /// A GPU request the engine cannot serve fails with [`GpuRequestRejected`] in
 /// the error chain, so callers can retry without GPUs.
-pub async fn run_to_completion(docker: &bollard::Docker, req: RunRequest) -> anyhow::Result<RunOutput> {
+pub async fn run_to_completion(
+    docker: &bollard::Docker,
+    req: RunRequest,
+) -> anyhow::Result<RunOutput> {
     let mut labels = req.labels.clone();
     labels.insert(LABEL_MANAGED.into(), "true".into());
     let host_config = HostConfig {
@@ -279,7 +299,10 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
         if is_gpu_rejection(&msg) {
             return Err(GpuRequestRejected(msg).into());
         }
-        return Err(anyhow::anyhow!("starting the container of {}: {msg}", req.image));
+        return Err(anyhow::anyhow!(
+            "starting the container of {}: {msg}",
+            req.image
+        ));
     }
     let wait = async {
         let mut s = docker.wait_container(id, Some(WaitContainerOptions::default()));
@@ -295,7 +318,12 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
         Ok(code) => code?,
         Err(_) => {
             let _ = docker
-                .kill_container(id, Some(KillContainerOptions { signal: "KILL".into() }))
+                .kill_container(
+                    id,
+                    Some(KillContainerOptions {
+                        signal: "KILL".into(),
+                    }),
+                )
                 .await;
             return Err(CliError::failure(format!(
                 "the container did not finish within {}s and was killed",
@@ -318,7 +346,9 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
         match chunk.map_err(|e| anyhow::anyhow!("reading the container's output: {e}"))? {
             bollard::container::LogOutput::StdOut { message } => stdout.extend_from_slice(&message),
             bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
-            bollard::container::LogOutput::Console { message } => stdout.extend_from_slice(&message),
+            bollard::container::LogOutput::Console { message } => {
+                stdout.extend_from_slice(&message)
+            }
             bollard::container::LogOutput::StdIn { .. } => {}
         }
     }
@@ -337,18 +367,26 @@ mod tests {
     fn gpu_request_parsing() {
         assert_eq!(GpuRequest::parse("all"), Ok(GpuRequest::All));
         assert_eq!(GpuRequest::parse("4"), Ok(GpuRequest::Count(4)));
-        assert_eq!(GpuRequest::parse("0,2"), Ok(GpuRequest::Ids(vec!["0".into(), "2".into()])));
+        assert_eq!(
+            GpuRequest::parse("0,2"),
+            Ok(GpuRequest::Ids(vec!["0".into(), "2".into()]))
+        );
         assert_eq!(
             GpuRequest::parse("GPU-8f3c0000-1111"),
             Ok(GpuRequest::Ids(vec!["GPU-8f3c0000-1111".into()]))
         );
         assert!(GpuRequest::parse("").unwrap_err().contains("empty"));
-        assert!(GpuRequest::parse("0").unwrap_err().contains("--expect-gpus 0"));
+        assert!(GpuRequest::parse("0")
+            .unwrap_err()
+            .contains("--expect-gpus 0"));
         assert!(GpuRequest::parse("0,,1").unwrap_err().contains("``"));
         assert!(GpuRequest::parse("0,x").unwrap_err().contains("`x`"));
         assert!(GpuRequest::parse("1,1").unwrap_err().contains("twice"));
         assert!(GpuRequest::parse("-1").is_err());
-        assert_eq!(GpuRequest::parse("device=0"), Ok(GpuRequest::Ids(vec!["0".into()])));
+        assert_eq!(
+            GpuRequest::parse("device=0"),
+            Ok(GpuRequest::Ids(vec!["0".into()]))
+        );
     }
 
     #[test]

@@ -289,15 +289,17 @@ where
             let _ = tx.send(out);
         });
     if let Err(e) = spawned {
-        return Err(DeadlineError::Panicked(format!("could not start a thread: {e}")));
+        return Err(DeadlineError::Panicked(format!(
+            "could not start a thread: {e}"
+        )));
     }
     match rx.recv_timeout(timeout) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(panic)) => Err(DeadlineError::Panicked(panic_message(&panic))),
         Err(mpsc::RecvTimeoutError::Timeout) => Err(DeadlineError::TimedOut(timeout)),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            Err(DeadlineError::Panicked("the check thread ended without a result".into()))
-        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(DeadlineError::Panicked(
+            "the check thread ended without a result".into(),
+        )),
     }
 }
 

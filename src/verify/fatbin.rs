@@ -14,8 +14,14 @@
 //! - entry header: kind u16 (1 = PTX, 2 = ELF/SASS), version u16, header size
 //!   u32, padded payload size u64, …, SM arch u32 at offset 28.
 //!
+//! A few specialised kernels may be built for extra archs (the cu126 wheel
+//! of torch 2.7.0 has sm_89 code in 2 of its 378 fatbin containers, against
+//! 378 for each arch of its `TORCH_CUDA_ARCH_LIST`); an arch counts as
+//! *built for* only when it has code in at least half as many entries as the
+//! most common arch, and the rest are reported as partial.
+//!
 //! It must not load or execute the library.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -30,10 +36,39 @@ const KIND_ELF: u16 = 2;
 /// The code a library carries, by SM version (`90` = sm_90).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ArchList {
-    /// SM versions with machine code (SASS).
+    /// SM versions the library is built for with machine code (SASS).
     pub sass: BTreeSet<u32>,
     /// SM versions with PTX (JIT-compilable for that and newer GPUs).
     pub ptx: BTreeSet<u32>,
+    /// SM versions with machine code in only a few entries (specialised kernels).
+    pub partial: BTreeSet<u32>,
+}
+
+/// Raw counts of fatbin entries per (kind, arch), before classification.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EntryCounts {
+    /// SASS entries per arch.
+    pub sass: BTreeMap<u32, usize>,
+    /// PTX entries per arch.
+    pub ptx: BTreeMap<u32, usize>,
+}
+
+impl EntryCounts {
+    /// Splits archs into built-for (≥ half the entries of the most common
+    /// arch of the same kind) and partial.
+    pub fn classify(&self) -> ArchList {
+        let main = |m: &BTreeMap<u32, usize>| -> (BTreeSet<u32>, BTreeSet<u32>) {
+            let max = m.values().copied().max().unwrap_or(0);
+            let (full, part): (Vec<_>, Vec<_>) = m.iter().partition(|(_, n)| 2 * **n >= max);
+            (
+                full.into_iter().map(|(a, _)| *a).collect(),
+                part.into_iter().map(|(a, _)| *a).collect(),
+            )
+        };
+        let (sass, partial) = main(&self.sass);
+        let (ptx, _) = main(&self.ptx);
+        ArchList { sass, ptx, partial }
+    }
 }
 
 impl ArchList {
@@ -53,7 +88,12 @@ impl ArchList {
         if self.sass.contains(&cc) {
             return Coverage::Exact;
         }
-        if let Some(a) = self.sass.iter().rev().find(|a| **a / 10 == major as u32 && **a <= cc) {
+        if let Some(a) = self
+            .sass
+            .iter()
+            .rev()
+            .find(|a| **a / 10 == major as u32 && **a <= cc)
+        {
             return Coverage::SameMajor(*a);
         }
         if let Some(a) = self.ptx.iter().rev().find(|a| **a <= cc) {
@@ -91,7 +131,10 @@ pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u
     let mut eh = [0u8; 64];
     file.read_exact_at(&mut eh, 0)?;
     if &eh[0..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a 64-bit little-endian ELF file"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a 64-bit little-endian ELF file",
+        ));
     }
     let shoff = u64_at(&eh, 0x28);
     let shentsize = u16_at(&eh, 0x3A) as u64;
@@ -107,7 +150,10 @@ pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u
     for i in 0..shnum {
         let s = sec(i);
         let name_off = u32_at(s, 0) as usize;
-        let end = names[name_off..].iter().position(|c| *c == 0).map_or(names.len(), |p| name_off + p);
+        let end = names[name_off..]
+            .iter()
+            .position(|c| *c == 0)
+            .map_or(names.len(), |p| name_off + p);
         if &names[name_off..end] == wanted.as_bytes() {
             return Ok(Some((u64_at(s, 0x18), u64_at(s, 0x20))));
         }
@@ -116,8 +162,8 @@ pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u
 }
 
 /// Walks the fatbin containers in `[start, start+len)` of `file`.
-pub fn scan_region(file: &File, start: u64, len: u64) -> std::io::Result<ArchList> {
-    let mut out = ArchList::default();
+pub fn scan_region(file: &File, start: u64, len: u64) -> std::io::Result<EntryCounts> {
+    let mut out = EntryCounts::default();
     let end = start + len;
     let mut pos = start;
     let mut hdr = [0u8; 16];
@@ -140,12 +186,8 @@ pub fn scan_region(file: &File, start: u64, len: u64) -> std::io::Result<ArchLis
             let payload = u64_at(&entry, 8);
             let arch = u32_at(&entry, 28);
             match kind {
-                KIND_ELF => {
-                    out.sass.insert(arch);
-                }
-                KIND_PTX => {
-                    out.ptx.insert(arch);
-                }
+                KIND_ELF => *out.sass.entry(arch).or_default() += 1,
+                KIND_PTX => *out.ptx.entry(arch).or_default() += 1,
                 _ => {}
             }
             if ehdr == 0 {
@@ -162,7 +204,7 @@ pub fn scan_region(file: &File, start: u64, len: u64) -> std::io::Result<ArchLis
 pub fn arch_list(path: &Path) -> std::io::Result<ArchList> {
     let file = File::open(path)?;
     match find_section(&file, ".nv_fatbin")? {
-        Some((off, size)) => scan_region(&file, off, size),
+        Some((off, size)) => Ok(scan_region(&file, off, size)?.classify()),
         None => Ok(ArchList::default()),
     }
 }
@@ -199,17 +241,34 @@ mod tests {
         data.extend(container(&[(2, 70, 8)]));
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&data).unwrap();
-        let list = scan_region(&f, 0, data.len() as u64).unwrap();
-        assert_eq!(list.sass, [70, 80, 90].into_iter().collect());
-        assert_eq!(list.ptx, [90].into_iter().collect());
+        let counts = scan_region(&f, 0, data.len() as u64).unwrap();
+        assert_eq!(
+            counts.sass,
+            [(70, 1), (80, 1), (90, 1)].into_iter().collect()
+        );
+        assert_eq!(counts.ptx, [(90, 1)].into_iter().collect());
+        let list = counts.classify();
         assert_eq!(list.describe(), "sm_70 sm_80 sm_90 compute_90");
+    }
+
+    #[test]
+    fn a_few_specialised_kernels_do_not_make_an_arch() {
+        let counts = EntryCounts {
+            sass: [(80, 378), (86, 378), (89, 2), (90, 381)]
+                .into_iter()
+                .collect(),
+            ptx: BTreeMap::new(),
+        };
+        let list = counts.classify();
+        assert_eq!(list.sass, [80, 86, 90].into_iter().collect());
+        assert_eq!(list.partial, [89].into_iter().collect());
     }
 
     #[test]
     fn coverage_rules() {
         let list = ArchList {
             sass: [50, 60, 70, 75, 80, 86, 90].into_iter().collect(),
-            ptx: BTreeSet::new(),
+            ..Default::default()
         };
         assert_eq!(list.coverage(9, 0), Coverage::Exact);
         assert_eq!(list.coverage(8, 9), Coverage::SameMajor(86));

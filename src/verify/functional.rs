@@ -22,11 +22,31 @@ pub fn checks() -> Vec<FnCheck> {
         run,
     };
     vec![
-        per_gpu("func.matmul_bf16", "bf16 matmul vs float64 CPU reference; TFLOP/s", imp::matmul_bf16),
-        per_gpu("func.matmul_fp32", "fp32 matmul vs float64 CPU reference; TFLOP/s", imp::matmul_fp32),
-        per_gpu("func.mem_bandwidth", "device-memory copy bandwidth", imp::mem_bandwidth),
-        per_gpu("func.h2d_bandwidth", "host-to-device copy bandwidth (pinned)", imp::h2d_bandwidth),
-        per_gpu("func.d2h_bandwidth", "device-to-host copy bandwidth (pinned)", imp::d2h_bandwidth),
+        per_gpu(
+            "func.matmul_bf16",
+            "bf16 matmul vs float64 CPU reference; TFLOP/s",
+            imp::matmul_bf16,
+        ),
+        per_gpu(
+            "func.matmul_fp32",
+            "fp32 matmul vs float64 CPU reference; TFLOP/s",
+            imp::matmul_fp32,
+        ),
+        per_gpu(
+            "func.mem_bandwidth",
+            "device-memory copy bandwidth",
+            imp::mem_bandwidth,
+        ),
+        per_gpu(
+            "func.h2d_bandwidth",
+            "host-to-device copy bandwidth (pinned)",
+            imp::h2d_bandwidth,
+        ),
+        per_gpu(
+            "func.d2h_bandwidth",
+            "device-to-host copy bandwidth (pinned)",
+            imp::d2h_bandwidth,
+        ),
         FnCheck {
             id: "func.p2p_bandwidth",
             description: "P2P copy bandwidth for each GPU pair with P2P",
@@ -64,16 +84,36 @@ pub struct Peaks {
 pub fn peaks_for(name: &str) -> Option<Peaks> {
     let n = name.to_ascii_uppercase();
     if n.contains("H200") {
-        Some(Peaks { bf16_tflops: 989.0, fp32_tflops: 67.0, mem_tbs: 4.8 })
+        Some(Peaks {
+            bf16_tflops: 989.0,
+            fp32_tflops: 67.0,
+            mem_tbs: 4.8,
+        })
     } else if n.contains("H100") && (n.contains("PCIE") || n.contains("NVL")) {
         // H100 PCIe: 756 bf16 dense, 51 fp32, 2.0 TB/s (datasheet).
-        Some(Peaks { bf16_tflops: 756.0, fp32_tflops: 51.0, mem_tbs: 2.0 })
+        Some(Peaks {
+            bf16_tflops: 756.0,
+            fp32_tflops: 51.0,
+            mem_tbs: 2.0,
+        })
     } else if n.contains("H100") {
-        Some(Peaks { bf16_tflops: 989.0, fp32_tflops: 67.0, mem_tbs: 3.35 })
+        Some(Peaks {
+            bf16_tflops: 989.0,
+            fp32_tflops: 67.0,
+            mem_tbs: 3.35,
+        })
     } else if n.contains("A100") && n.contains("80GB") {
-        Some(Peaks { bf16_tflops: 312.0, fp32_tflops: 19.5, mem_tbs: 2.039 })
+        Some(Peaks {
+            bf16_tflops: 312.0,
+            fp32_tflops: 19.5,
+            mem_tbs: 2.039,
+        })
     } else if n.contains("A100") {
-        Some(Peaks { bf16_tflops: 312.0, fp32_tflops: 19.5, mem_tbs: 1.555 })
+        Some(Peaks {
+            bf16_tflops: 312.0,
+            fp32_tflops: 19.5,
+            mem_tbs: 1.555,
+        })
     } else {
         None
     }
@@ -118,14 +158,24 @@ pub fn allreduce_busbw(algbw: f64, ranks: u32) -> f64 {
 
 /// A judged throughput: FAIL below `floor` (when known), else PASS; the
 /// node-median rule is applied later by the runner.
-pub fn judge_rate(id: &str, what: &str, value: f64, unit: &str, floor: Option<(f64, String)>) -> CheckResult {
+pub fn judge_rate(
+    id: &str,
+    what: &str,
+    value: f64,
+    unit: &str,
+    floor: Option<(f64, String)>,
+) -> CheckResult {
     let measured = format!("{value:.1} {unit}");
     match floor {
-        Some((f, why)) if value < f => CheckResult::fail(id, format!("{what} {measured} is below the floor"))
-            .measured(measured)
-            .threshold(format!("≥ {f:.1} {unit} ({why})"))
-            .value(value, unit)
-            .hint("check nvml.throttle, nvml.temperature, nvml.power and nvml.pcie for this GPU"),
+        Some((f, why)) if value < f => {
+            CheckResult::fail(id, format!("{what} {measured} is below the floor"))
+                .measured(measured)
+                .threshold(format!("≥ {f:.1} {unit} ({why})"))
+                .value(value, unit)
+                .hint(
+                    "check nvml.throttle, nvml.temperature, nvml.power and nvml.pcie for this GPU",
+                )
+        }
         Some((f, why)) => CheckResult::pass(id, format!("{what} {measured}"))
             .measured(measured)
             .threshold(format!("≥ {f:.1} {unit} ({why})"))
@@ -142,7 +192,10 @@ mod imp {
     use super::*;
 
     fn without_torch(id: &str) -> Vec<CheckResult> {
-        vec![CheckResult::skip(id, "this imgctl was built without the torch feature")]
+        vec![CheckResult::skip(
+            id,
+            "this imgctl was built without the torch feature",
+        )]
     }
     /// The body of `func.matmul_bf16`.
     pub fn matmul_bf16(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
@@ -188,13 +241,19 @@ pub mod imp {
     }
 
     /// SKIP when torch cannot use GPU `g` (torch.cuda_available / torch.device_count carry that verdict).
-    fn device_or_skip(id: &str, g: u32) -> Result<Device, CheckResult> {
+    fn device_or_skip(id: &str, g: u32) -> Result<Device, Box<CheckResult>> {
         if !super::super::torch::cuda_available() {
-            return Err(CheckResult::skip(id, "CUDA not available to torch (see torch.cuda_available)"));
+            return Err(Box::new(CheckResult::skip(
+                id,
+                "CUDA not available to torch (see torch.cuda_available)",
+            )));
         }
         let n = tch::Cuda::device_count();
         if i64::from(g) >= n {
-            return Err(CheckResult::skip(id, format!("torch sees only {n} GPU(s) (see torch.device_count)")));
+            return Err(Box::new(CheckResult::skip(
+                id,
+                format!("torch sees only {n} GPU(s) (see torch.device_count)"),
+            )));
         }
         Ok(Device::Cuda(g as usize))
     }
@@ -212,7 +271,9 @@ pub mod imp {
         tch::manual_seed(1234);
         let a = Tensor::f_randn([n, n], (Kind::Float, Device::Cpu))?.f_to_kind(kind)?;
         let b = Tensor::f_randn([n, n], (Kind::Float, Device::Cpu))?.f_to_kind(kind)?;
-        let reference = a.f_to_kind(Kind::Double)?.f_matmul(&b.f_to_kind(Kind::Double)?)?;
+        let reference = a
+            .f_to_kind(Kind::Double)?
+            .f_matmul(&b.f_to_kind(Kind::Double)?)?;
         let c = a
             .f_to_device(device)?
             .f_matmul(&b.f_to_device(device)?)?
@@ -225,7 +286,12 @@ pub mod imp {
 
     /// Achieved TFLOP/s of an n×n×n matmul (2n³ flops each), timed over
     /// `iters` products after 3 warm-ups.
-    pub fn matmul_tflops(device: Device, kind: Kind, n: i64, iters: usize) -> Result<f64, TchError> {
+    pub fn matmul_tflops(
+        device: Device,
+        kind: Kind,
+        n: i64,
+        iters: usize,
+    ) -> Result<f64, TchError> {
         let a = Tensor::f_randn([n, n], (kind, device))?;
         let b = Tensor::f_randn([n, n], (kind, device))?;
         for _ in 0..3 {
@@ -245,33 +311,66 @@ pub mod imp {
         let g = gpu.unwrap_or(0);
         let device = match device_or_skip(id, g) {
             Ok(d) => d,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         };
-        let (limit, label) = if kind == Kind::BFloat16 { (BF16_REL_ERR, "bf16") } else { (FP32_REL_ERR, "fp32") };
+        let (limit, label) = if kind == Kind::BFloat16 {
+            (BF16_REL_ERR, "bf16")
+        } else {
+            (FP32_REL_ERR, "fp32")
+        };
         // 1024: the float64 CPU reference costs 2 GFLOP, well under a second.
         let err = match matmul_rel_error(device, kind, 1024) {
             Ok(e) => e,
-            Err(e) => return vec![CheckResult::error(id, format!("{label} matmul failed: {e}"))],
+            Err(e) => {
+                return vec![CheckResult::error(
+                    id,
+                    format!("{label} matmul failed: {e}"),
+                )]
+            }
         };
-        if !(err <= limit) {
+        if err.is_nan() || err > limit {
             return vec![CheckResult::fail(id, format!("{label} matmul is wrong: relative error {err:.2e}"))
                 .measured(format!("rel. error {err:.2e}"))
                 .threshold(format!("≤ {limit:.0e} rel. error"))
                 .hint("a GPU computing wrong results must be drained; check nvml.ecc and dmesg for Xid 13/31/43")];
         }
         // 8192³ bf16 is ~1.4 ms on an H200; fp32 at 67 TFLOP/s ~16 ms.
-        let (n, iters) = if kind == Kind::BFloat16 { (8192, 20) } else { (8192, 5) };
+        let (n, iters) = if kind == Kind::BFloat16 {
+            (8192, 20)
+        } else {
+            (8192, 5)
+        };
         let tflops = match matmul_tflops(device, kind, n, iters) {
             Ok(t) => t,
-            Err(e) => return vec![CheckResult::error(id, format!("{label} matmul timing failed: {e}"))],
+            Err(e) => {
+                return vec![CheckResult::error(
+                    id,
+                    format!("{label} matmul timing failed: {e}"),
+                )]
+            }
         };
         let peak = gpu_name(ctx, g).and_then(|name| peaks_for(&name).map(|p| (name, p)));
         let floor = peak.map(|(name, p)| {
-            let peak = if kind == Kind::BFloat16 { p.bf16_tflops } else { p.fp32_tflops };
-            (FLOOR_FRACTION * peak, format!("50% of {name} datasheet {peak} TFLOP/s"))
+            let peak = if kind == Kind::BFloat16 {
+                p.bf16_tflops
+            } else {
+                p.fp32_tflops
+            };
+            (
+                FLOOR_FRACTION * peak,
+                format!("50% of {name} datasheet {peak} TFLOP/s"),
+            )
         });
-        let mut r = judge_rate(id, &format!("{label} {n}³ matmul"), tflops, "TFLOP/s", floor);
-        r.measured = Some(format!("{tflops:.1} TFLOP/s, rel. error {err:.1e} (≤ {limit:.0e})"));
+        let mut r = judge_rate(
+            id,
+            &format!("{label} {n}³ matmul"),
+            tflops,
+            "TFLOP/s",
+            floor,
+        );
+        r.measured = Some(format!(
+            "{tflops:.1} TFLOP/s, rel. error {err:.1e} (≤ {limit:.0e})"
+        ));
         vec![r]
     }
 
@@ -286,7 +385,13 @@ pub mod imp {
     }
 
     /// GB/s of `dst.copy_(src)` repeated `iters` times, counting `bytes_per_copy`.
-    fn copy_rate(dst: &mut Tensor, src: &Tensor, devices: &[Device], bytes_per_copy: f64, iters: usize) -> Result<f64, TchError> {
+    fn copy_rate(
+        dst: &mut Tensor,
+        src: &Tensor,
+        devices: &[Device],
+        bytes_per_copy: f64,
+        iters: usize,
+    ) -> Result<f64, TchError> {
         dst.f_copy_(src)?;
         for d in devices {
             sync(*d);
@@ -310,7 +415,7 @@ pub mod imp {
         let g = gpu.unwrap_or(0);
         let device = match device_or_skip(ID, g) {
             Ok(d) => d,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         };
         let run = || -> Result<f64, TchError> {
             let src = Tensor::f_ones([BUF_BYTES], (Kind::Uint8, device))?;
@@ -324,7 +429,12 @@ pub mod imp {
         };
         let tbs = gbs / 1e3;
         let floor = gpu_name(ctx, g).and_then(|name| {
-            peaks_for(&name).map(|p| (FLOOR_FRACTION * p.mem_tbs, format!("50% of {name} datasheet {} TB/s", p.mem_tbs)))
+            peaks_for(&name).map(|p| {
+                (
+                    FLOOR_FRACTION * p.mem_tbs,
+                    format!("50% of {name} datasheet {} TB/s", p.mem_tbs),
+                )
+            })
         });
         let mut r = judge_rate(ID, "device copy (read+write)", tbs, "TB/s", floor);
         r.measured = Some(format!("{tbs:.2} TB/s (read+write)"));
@@ -335,10 +445,11 @@ pub mod imp {
         let g = gpu.unwrap_or(0);
         let device = match device_or_skip(id, g) {
             Ok(d) => d,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         };
         let run = || -> Result<f64, TchError> {
-            let host = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, Device::Cpu))?.f_pin_memory(device)?;
+            let host = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, Device::Cpu))?
+                .f_pin_memory(device)?;
             let dev = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, device))?;
             if to_device {
                 let mut d = dev;
@@ -348,7 +459,11 @@ pub mod imp {
                 copy_rate(&mut h, &dev, &[device], (BUF_BYTES / 4) as f64, 10)
             }
         };
-        let what = if to_device { "host→device" } else { "device→host" };
+        let what = if to_device {
+            "host→device"
+        } else {
+            "device→host"
+        };
         let gbs = match run() {
             Ok(v) => v,
             Err(e) => return vec![CheckResult::error(id, format!("{what} copy failed: {e}"))],
@@ -361,13 +476,22 @@ pub mod imp {
             .and_then(|l| pcie_lane_gbs(l.max_gen).map(|lane| (l, lane)))
             .map(|(l, lane)| {
                 let full = lane * l.max_width as f64;
-                (FLOOR_FRACTION * full, format!("50% of PCIe Gen{} x{} {full:.1} GB/s", l.max_gen, l.max_width))
+                (
+                    FLOOR_FRACTION * full,
+                    format!(
+                        "50% of PCIe Gen{} x{} {full:.1} GB/s",
+                        l.max_gen, l.max_width
+                    ),
+                )
             });
         let mut r = judge_rate(id, &format!("{what} (pinned, 256 MiB)"), gbs, "GB/s", floor);
         if r.status == super::super::Status::Fail {
             // Host copies also depend on NUMA placement and the IOMMU: a WARN, not a verdict on the GPU.
             r.status = super::super::Status::Warn;
-            r.hint = Some("check NUMA affinity (`nvidia-smi topo -m`), the IOMMU setting and nvml.pcie".into());
+            r.hint = Some(
+                "check NUMA affinity (`nvidia-smi topo -m`), the IOMMU setting and nvml.pcie"
+                    .into(),
+            );
         }
         vec![r]
     }
@@ -386,7 +510,10 @@ pub mod imp {
     pub fn p2p_bandwidth(ctx: &Context, _: Option<u32>) -> Vec<CheckResult> {
         const ID: &str = "func.p2p_bandwidth";
         if !super::super::torch::cuda_available() {
-            return vec![CheckResult::skip(ID, "CUDA not available to torch (see torch.cuda_available)")];
+            return vec![CheckResult::skip(
+                ID,
+                "CUDA not available to torch (see torch.cuda_available)",
+            )];
         }
         let n = tch::Cuda::device_count() as u32;
         if n < 2 {
@@ -400,7 +527,11 @@ pub mod imp {
                     continue;
                 }
                 if let Some(Ok(Err(why))) = nvml.as_ref().map(|x| x.p2p_read(a, b)) {
-                    out.push(CheckResult::skip(ID, format!("no P2P between GPU {a} and {b} ({why})")).gpu(a).peer(b));
+                    out.push(
+                        CheckResult::skip(ID, format!("no P2P between GPU {a} and {b} ({why})"))
+                            .gpu(a)
+                            .peer(b),
+                    );
                     continue;
                 }
                 let (da, db) = (Device::Cuda(a as usize), Device::Cuda(b as usize));
@@ -410,8 +541,12 @@ pub mod imp {
                     copy_rate(&mut dst, &src, &[da, db], (BUF_BYTES / 4) as f64, 10)
                 };
                 out.push(match run() {
-                    Ok(gbs) => judge_rate(ID, &format!("GPU {a} → GPU {b}"), gbs, "GB/s", None).gpu(a).peer(b),
-                    Err(e) => CheckResult::error(ID, format!("copy GPU {a} → {b} failed: {e}")).gpu(a).peer(b),
+                    Ok(gbs) => judge_rate(ID, &format!("GPU {a} → GPU {b}"), gbs, "GB/s", None)
+                        .gpu(a)
+                        .peer(b),
+                    Err(e) => CheckResult::error(ID, format!("copy GPU {a} → {b} failed: {e}"))
+                        .gpu(a)
+                        .peer(b),
                 });
             }
         }
@@ -422,7 +557,10 @@ pub mod imp {
     pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
         const ID: &str = "func.nccl_allreduce";
         if !super::super::torch::cuda_available() {
-            return vec![CheckResult::skip(ID, "CUDA not available to torch (see torch.cuda_available)")];
+            return vec![CheckResult::skip(
+                ID,
+                "CUDA not available to torch (see torch.cuda_available)",
+            )];
         }
         let n = tch::Cuda::device_count() as u32;
         match nccl::allreduce_check(n) {
@@ -432,7 +570,10 @@ pub mod imp {
                     CheckResult::fail(ID, format!("all-reduce result wrong in {} element(s): expected {}", m.wrong_values, m.expected))
                         .hint("NCCL produced wrong sums: check P2P/NVLink health (nvml.nvlink), NCCL_P2P_DISABLE=1 to bisect")
                 } else if n == 1 {
-                    CheckResult::pass(ID, "1 rank: result checked; bus bandwidth is 0 by definition (2(n-1)/n)")
+                    CheckResult::pass(
+                        ID,
+                        "1 rank: result checked; bus bandwidth is 0 by definition (2(n-1)/n)",
+                    )
                 } else {
                     CheckResult::pass(ID, format!("{n} ranks, result checked"))
                 };
@@ -480,7 +621,15 @@ pub mod imp {
         }
 
         type InitAll = unsafe extern "C" fn(*mut *mut c_void, i32, *const i32) -> i32;
-        type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, i32, i32, *mut c_void, *mut c_void) -> i32;
+        type AllReduce = unsafe extern "C" fn(
+            *const c_void,
+            *mut c_void,
+            usize,
+            i32,
+            i32,
+            *mut c_void,
+            *mut c_void,
+        ) -> i32;
         type Group = unsafe extern "C" fn() -> i32;
         type Destroy = unsafe extern "C" fn(*mut c_void) -> i32;
         type ErrStr = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
@@ -494,7 +643,9 @@ pub mod imp {
                         format!("error {rc}")
                     } else {
                         // SAFETY: NCCL returns a static NUL-terminated string.
-                        unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                        unsafe { std::ffi::CStr::from_ptr(p) }
+                            .to_string_lossy()
+                            .into_owned()
                     }
                 }
                 Err(_) => format!("error {rc}"),
@@ -504,22 +655,29 @@ pub mod imp {
         /// Runs a float32 all-reduce (sum) of 256 MiB per rank over GPUs
         /// 0..n, rank r contributing r+1, and checks every element.
         pub fn allreduce_check(n: u32) -> Result<Measured, String> {
-            let files = provenance::mapped_files().map_err(|e| format!("reading /proc/self/maps: {e}"))?;
+            let files =
+                provenance::mapped_files().map_err(|e| format!("reading /proc/self/maps: {e}"))?;
             let path = provenance::find_mapped(LibKind::Nccl, &files)
                 .into_iter()
                 .next()
                 .ok_or("libnccl is not mapped in this process (torch did not load it)")?;
             let version = provenance::query_version(LibKind::Nccl, &path).unwrap_or_else(|e| e);
             // SAFETY: the libnccl.so.2 torch already mapped; dlopen returns that copy.
-            let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+            let lib = unsafe { libloading::Library::new(&path) }
+                .map_err(|e| format!("dlopen {}: {e}", path.display()))?;
             // SAFETY: signatures from nccl.h (2.x).
             let (init_all, all_reduce, group_start, group_end, destroy) = unsafe {
                 (
-                    lib.get::<InitAll>(b"ncclCommInitAll\0").map_err(|e| e.to_string())?,
-                    lib.get::<AllReduce>(b"ncclAllReduce\0").map_err(|e| e.to_string())?,
-                    lib.get::<Group>(b"ncclGroupStart\0").map_err(|e| e.to_string())?,
-                    lib.get::<Group>(b"ncclGroupEnd\0").map_err(|e| e.to_string())?,
-                    lib.get::<Destroy>(b"ncclCommDestroy\0").map_err(|e| e.to_string())?,
+                    lib.get::<InitAll>(b"ncclCommInitAll\0")
+                        .map_err(|e| e.to_string())?,
+                    lib.get::<AllReduce>(b"ncclAllReduce\0")
+                        .map_err(|e| e.to_string())?,
+                    lib.get::<Group>(b"ncclGroupStart\0")
+                        .map_err(|e| e.to_string())?,
+                    lib.get::<Group>(b"ncclGroupEnd\0")
+                        .map_err(|e| e.to_string())?,
+                    lib.get::<Destroy>(b"ncclCommDestroy\0")
+                        .map_err(|e| e.to_string())?,
                 )
             };
             let devs: Vec<i32> = (0..n as i32).collect();
@@ -534,12 +692,19 @@ pub mod imp {
             let result = (|| -> Result<Measured, String> {
                 let bufs: Vec<Tensor> = (0..n)
                     .map(|r| {
-                        Tensor::f_full([COUNT], (r + 1) as f64, (Kind::Float, Device::Cuda(r as usize)))
-                            .map_err(|e| e.to_string())
+                        Tensor::f_full(
+                            [COUNT],
+                            (r + 1) as f64,
+                            (Kind::Float, Device::Cuda(r as usize)),
+                        )
+                        .map_err(|e| e.to_string())
                     })
                     .collect::<Result<_, _>>()?;
                 let outs: Vec<Tensor> = (0..n)
-                    .map(|r| Tensor::f_empty([COUNT], (Kind::Float, Device::Cuda(r as usize))).map_err(|e| e.to_string()))
+                    .map(|r| {
+                        Tensor::f_empty([COUNT], (Kind::Float, Device::Cuda(r as usize)))
+                            .map_err(|e| e.to_string())
+                    })
                     .collect::<Result<_, _>>()?;
                 for r in 0..n {
                     tch::Cuda::synchronize(r as i64);
@@ -562,7 +727,10 @@ pub mod imp {
                             );
                             if rc != 0 {
                                 group_end();
-                                return Err(format!("ncclAllReduce failed: {}", err_string(&lib, rc)));
+                                return Err(format!(
+                                    "ncclAllReduce failed: {}",
+                                    err_string(&lib, rc)
+                                ));
                             }
                         }
                         let rc = group_end();
@@ -607,5 +775,51 @@ pub mod imp {
             }
             result
         }
+    }
+}
+
+#[cfg(all(test, feature = "torch"))]
+mod tests {
+    use super::imp::{matmul_rel_error, matmul_tflops, nccl};
+    use super::*;
+    use tch::{Device, Kind};
+
+    #[test]
+    fn matmul_reference_errors_on_cpu_are_within_the_stated_thresholds() {
+        // The same code path the GPU check runs, on the CPU device.
+        let bf16 = matmul_rel_error(Device::Cpu, Kind::BFloat16, 256).unwrap();
+        assert!(bf16 > 0.0 && bf16 <= BF16_REL_ERR, "bf16 rel. error {bf16}");
+        let fp32 = matmul_rel_error(Device::Cpu, Kind::Float, 256).unwrap();
+        assert!(fp32 <= FP32_REL_ERR, "fp32 rel. error {fp32}");
+        // bf16 really is coarser than fp32: the check can tell them apart.
+        assert!(bf16 > 100.0 * fp32, "bf16 {bf16} vs fp32 {fp32}");
+        assert!(matmul_tflops(Device::Cpu, Kind::Float, 128, 2).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn rates_floors_and_busbw() {
+        assert_eq!(
+            judge_rate("func.x", "copy", 1.0, "TB/s", Some((2.4, "50%".into()))).status,
+            super::super::Status::Fail
+        );
+        assert_eq!(
+            judge_rate("func.x", "copy", 4.3, "TB/s", Some((2.4, "50%".into()))).status,
+            super::super::Status::Pass
+        );
+        assert_eq!(allreduce_busbw(100.0, 8), 175.0);
+        assert_eq!(allreduce_busbw(100.0, 1), 0.0);
+        assert!((pcie_lane_gbs(5).unwrap() * 16.0 - 63.0).abs() < 0.1);
+        assert_eq!(peaks_for("NVIDIA H200").unwrap().mem_tbs, 4.8);
+        assert_eq!(peaks_for("NVIDIA GeForce RTX 4090"), None);
+    }
+
+    #[test]
+    fn nccl_shim_loads_torchs_own_libnccl() {
+        // No GPU here: the shim finds the libnccl.so.2 torch mapped, resolves
+        // its symbols, and reports NCCL's own refusal instead of crashing.
+        let err = nccl::allreduce_check(0)
+            .err()
+            .expect("no communicator without GPUs");
+        assert!(err.contains("ncclCommInitAll failed"), "{err}");
     }
 }

@@ -42,7 +42,8 @@ pub fn pins_from_labels(image: &str, labels: &HashMap<String, String>) -> Option
         nccl: get(label::NCCL),
         source: format!("labels of {image}"),
     };
-    (pins.torch.is_some() || pins.cudart.is_some() || pins.cudnn.is_some() || pins.nccl.is_some()).then_some(pins)
+    (pins.torch.is_some() || pins.cudart.is_some() || pins.cudnn.is_some() || pins.nccl.is_some())
+        .then_some(pins)
 }
 
 /// What `verify --image` runs.
@@ -143,7 +144,11 @@ pub fn container_uuids(report: &Report) -> Vec<String> {
 }
 
 /// `host.gpu_uuids`: the GPUs the container saw against those requested on the host.
-pub fn uuid_verdict(host: &HostGpus, requested: Option<&GpuRequest>, container: &[String]) -> CheckResult {
+pub fn uuid_verdict(
+    host: &HostGpus,
+    requested: Option<&GpuRequest>,
+    container: &[String],
+) -> CheckResult {
     const ID: &str = "host.gpu_uuids";
     if let Some(why) = &host.unavailable {
         return CheckResult::skip(ID, format!("host has no NVML ({why})"));
@@ -156,9 +161,12 @@ pub fn uuid_verdict(host: &HostGpus, requested: Option<&GpuRequest>, container: 
     let measured = format!("container {} GPU(s), host {}", seen.len(), host_set.len());
     let foreign: Vec<&&String> = seen.difference(&host_set).collect();
     if !foreign.is_empty() {
-        return CheckResult::fail(ID, format!("the container sees GPU(s) the host does not: {foreign:?}"))
-            .measured(measured)
-            .hint("the container reports a different machine's GPUs: check DOCKER_HOST");
+        return CheckResult::fail(
+            ID,
+            format!("the container sees GPU(s) the host does not: {foreign:?}"),
+        )
+        .measured(measured)
+        .hint("the container reports a different machine's GPUs: check DOCKER_HOST");
     }
     let expected: Result<BTreeSet<String>, String> = match req {
         GpuRequest::All => Ok(host.uuids.iter().cloned().collect()),
@@ -166,13 +174,20 @@ pub fn uuid_verdict(host: &HostGpus, requested: Option<&GpuRequest>, container: 
             if seen.len() as u32 == *n {
                 Ok(seen.iter().map(|s| (*s).clone()).collect())
             } else {
-                Err(format!("{n} GPU(s) requested, the container sees {}", seen.len()))
+                Err(format!(
+                    "{n} GPU(s) requested, the container sees {}",
+                    seen.len()
+                ))
             }
         }
         GpuRequest::Ids(ids) => ids
             .iter()
             .map(|id| match id.parse::<usize>() {
-                Ok(i) => host.uuids.get(i).cloned().ok_or_else(|| format!("host has no GPU {i}")),
+                Ok(i) => host
+                    .uuids
+                    .get(i)
+                    .cloned()
+                    .ok_or_else(|| format!("host has no GPU {i}")),
                 Err(_) => Ok(id.clone()),
             })
             .collect(),
@@ -212,21 +227,33 @@ pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> Chec
         return CheckResult::error(ID, "host NVML gave no driver version");
     };
     let Some(runtime) = labels.get(label::CUDA_RUNTIME) else {
-        return CheckResult::skip(ID, format!("the image has no {} label (not built by imgctl)", label::CUDA_RUNTIME));
+        return CheckResult::skip(
+            ID,
+            format!(
+                "the image has no {} label (not built by imgctl)",
+                label::CUDA_RUNTIME
+            ),
+        );
     };
     let major_minor: String = runtime.split('.').take(2).collect::<Vec<_>>().join(".");
     let mut r = super::torch::driver_compat_verdict(driver, dcuda, &major_minor);
     r.id = ID.to_string();
     if let Some(min) = labels.get(label::DRIVER_MIN) {
         if r.status == Status::Pass && !super::torch::version_ge(driver, min) {
-            r = CheckResult::fail(ID, format!("host driver {driver} is older than the image's minimum {min}"))
-                .measured(format!("driver {driver}"))
-                .threshold(format!("≥ {min} ({})", label::DRIVER_MIN))
-                .hint("upgrade the host's NVIDIA driver");
+            r = CheckResult::fail(
+                ID,
+                format!("host driver {driver} is older than the image's minimum {min}"),
+            )
+            .measured(format!("driver {driver}"))
+            .threshold(format!("≥ {min} ({})", label::DRIVER_MIN))
+            .hint("upgrade the host's NVIDIA driver");
         }
     }
     if let Some(base) = labels.get(label::CUDA_BASE) {
-        r.message = format!("{} (image: CUDA base {base}, torch runtime {runtime})", r.message);
+        r.message = format!(
+            "{} (image: CUDA base {base}, torch runtime {runtime})",
+            r.message
+        );
     }
     r
 }
@@ -239,7 +266,11 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
     let host = host_gpus(&host_nvml, run.opts.timeout);
     let mut env = vec!["NO_COLOR=1".to_string()];
     if let Some(p) = pins_from_labels(&run.image, &labels) {
-        env.push(format!("{}={}", crate::env_vars::IMGCTL_VERIFY_PINS, serde_json::to_string(&p)?));
+        env.push(format!(
+            "{}={}",
+            crate::env_vars::IMGCTL_VERIFY_PINS,
+            serde_json::to_string(&p)?
+        ));
     }
     // No GPU request when none is expected or the host has no driver: an engine
     // without the nvidia runtime rejects any GPU request.
@@ -253,7 +284,8 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
     let n_checks = super::registry().len() as f64;
     let gpu_factor = host.uuids.len().max(1) as f64;
     // Every check of every GPU may use its full deadline, plus a minute to start.
-    let timeout = Duration::from_secs_f64(60.0 + run.opts.timeout.as_secs_f64() * n_checks * gpu_factor);
+    let timeout =
+        Duration::from_secs_f64(60.0 + run.opts.timeout.as_secs_f64() * n_checks * gpu_factor);
     let req = RunRequest {
         image: run.image.clone(),
         entrypoint: Some(vec!["imgctl".into()]),
@@ -271,7 +303,10 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
     let mut container_report: Option<Report> = None;
     match outcome {
         Err(e) => {
-            if let Some(rej) = e.chain().find_map(|c| c.downcast_ref::<GpuRequestRejected>()) {
+            if let Some(rej) = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<GpuRequestRejected>())
+            {
                 results.push(
                     CheckResult::fail("host.container", rej.to_string())
                         .threshold(format!("--gpus {gpus_text}"))
@@ -291,9 +326,16 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
                 Ok(rep) => {
                     let mut r = CheckResult::pass(
                         "host.container",
-                        format!("imgctl verify ran in a container of {} (GPUs: {gpus_text})", run.image),
+                        format!(
+                            "imgctl verify ran in a container of {} (GPUs: {gpus_text})",
+                            run.image
+                        ),
                     )
-                    .measured(format!("exit code {}, {} results", out.exit_code, rep.results.len()));
+                    .measured(format!(
+                        "exit code {}, {} results",
+                        out.exit_code,
+                        rep.results.len()
+                    ));
                     if let Some(why) = &why_none {
                         r.message = format!("{}; no GPU requested: {why}", r.message);
                     }
@@ -316,7 +358,10 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
             }
         }
     }
-    let seen = container_report.as_ref().map(container_uuids).unwrap_or_default();
+    let seen = container_report
+        .as_ref()
+        .map(container_uuids)
+        .unwrap_or_default();
     let (level, expect) = (run.opts.level, run.opts.expect);
     if let Some(rep) = container_report {
         results.extend(rep.results);
@@ -339,8 +384,18 @@ pub fn no_driver_line(report: &Report) -> Option<String> {
     report
         .results
         .iter()
-        .find(|r| r.id == "nvml.driver" && r.status == Status::Fail && r.message.starts_with("no NVIDIA driver"))
-        .map(|r| r.message.split(" (reported although").next().unwrap_or_default().to_string())
+        .find(|r| {
+            r.id == "nvml.driver"
+                && r.status == Status::Fail
+                && r.message.starts_with("no NVIDIA driver")
+        })
+        .map(|r| {
+            r.message
+                .split(" (reported although")
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
 }
 
 #[cfg(test)]
@@ -361,13 +416,31 @@ mod tests {
     fn uuid_comparison() {
         let h = host(&["GPU-a", "GPU-b", "GPU-c"]);
         let all: Vec<String> = h.uuids.clone();
-        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::All), &all).status, Status::Pass);
-        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::All), &all[..2]).status, Status::Fail);
-        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::Count(2)), &all[..2]).status, Status::Pass);
+        assert_eq!(
+            uuid_verdict(&h, Some(&GpuRequest::All), &all).status,
+            Status::Pass
+        );
+        assert_eq!(
+            uuid_verdict(&h, Some(&GpuRequest::All), &all[..2]).status,
+            Status::Fail
+        );
+        assert_eq!(
+            uuid_verdict(&h, Some(&GpuRequest::Count(2)), &all[..2]).status,
+            Status::Pass
+        );
         let ids = GpuRequest::Ids(vec!["0".into(), "2".into()]);
-        assert_eq!(uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-c".into()]).status, Status::Pass);
-        assert_eq!(uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-b".into()]).status, Status::Fail);
-        assert_eq!(uuid_verdict(&h, Some(&GpuRequest::All), &["GPU-z".into()]).status, Status::Fail);
+        assert_eq!(
+            uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-c".into()]).status,
+            Status::Pass
+        );
+        assert_eq!(
+            uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-b".into()]).status,
+            Status::Fail
+        );
+        assert_eq!(
+            uuid_verdict(&h, Some(&GpuRequest::All), &["GPU-z".into()]).status,
+            Status::Fail
+        );
         assert_eq!(uuid_verdict(&h, None, &[]).status, Status::Skip);
     }
 
@@ -384,7 +457,10 @@ mod tests {
         old.driver = Some("470.82.01".into());
         old.cuda_driver = Some(11040);
         assert_eq!(driver_verdict(&old, &labels).status, Status::Fail);
-        assert_eq!(driver_verdict(&host(&[]), &HashMap::new()).status, Status::Skip);
+        assert_eq!(
+            driver_verdict(&host(&[]), &HashMap::new()).status,
+            Status::Skip
+        );
     }
 
     #[test]
@@ -399,7 +475,20 @@ mod tests {
         let a = container_args(&opts);
         assert_eq!(
             a,
-            vec!["verify", "--json", "--level", "full", "--expect-gpus", "0", "--check-timeout", "5", "--only", "nvml", "--skip", "nvml.ecc"]
+            vec![
+                "verify",
+                "--json",
+                "--level",
+                "full",
+                "--expect-gpus",
+                "0",
+                "--check-timeout",
+                "5",
+                "--only",
+                "nvml",
+                "--skip",
+                "nvml.ecc"
+            ]
         );
     }
 

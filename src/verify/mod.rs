@@ -104,12 +104,13 @@ pub struct Context {
 impl Context {
     /// The NVML backend, or the SKIP result a check returns when NVML is not
     /// loaded (`nvml.driver` carries the verdict for that).
-    pub fn nvml_backend(&self, id: &str) -> Result<Arc<dyn nvml::NvmlBackend>, CheckResult> {
+    pub fn nvml_backend(&self, id: &str) -> Result<Arc<dyn nvml::NvmlBackend>, Box<CheckResult>> {
         match &self.nvml {
             NvmlState::Ready(b) => Ok(b.clone()),
-            NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
-                Err(CheckResult::skip(id, format!("NVML not available ({e}); see nvml.driver")))
-            }
+            NvmlState::Unavailable(e) | NvmlState::Hung(e) => Err(Box::new(CheckResult::skip(
+                id,
+                format!("NVML not available ({e}); see nvml.driver"),
+            ))),
         }
     }
 }
@@ -197,10 +198,14 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
             match check::run_with_deadline(opts.timeout, move || b.device_count()) {
                 Ok(Ok(n)) => Ok(n),
                 Ok(Err(e)) => Err(format!("GPU count unknown ({e}); see nvml.device_count")),
-                Err(e) => Err(format!("GPU count unknown (device count {e}); see nvml.device_count")),
+                Err(e) => Err(format!(
+                    "GPU count unknown (device count {e}); see nvml.device_count"
+                )),
             }
         }
-        NvmlState::Unavailable(e) | NvmlState::Hung(e) => Err(format!("NVML not available ({e}); see nvml.driver")),
+        NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
+            Err(format!("NVML not available ({e}); see nvml.driver"))
+        }
     };
     let mut results = Vec::new();
     for c in registry() {
@@ -208,12 +213,19 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
             continue;
         }
         match c.scope() {
-            Scope::Node => results.extend(check::run_check(c.clone(), ctx.clone(), None, opts.timeout)),
+            Scope::Node => {
+                results.extend(check::run_check(c.clone(), ctx.clone(), None, opts.timeout))
+            }
             Scope::PerGpu => match &count {
                 Ok(0) => results.push(CheckResult::skip(c.id(), "no GPU found")),
                 Ok(n) => {
                     for g in 0..*n {
-                        results.extend(check::run_check(c.clone(), ctx.clone(), Some(g), opts.timeout));
+                        results.extend(check::run_check(
+                            c.clone(),
+                            ctx.clone(),
+                            Some(g),
+                            opts.timeout,
+                        ));
                     }
                 }
                 Err(why) => results.push(CheckResult::skip(c.id(), why.clone())),
@@ -231,7 +243,10 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
         if let Some(driver) = registry().into_iter().find(|c| c.id() == "nvml.driver") {
             let mut verdict = check::run_check(driver, ctx.clone(), None, opts.timeout);
             for r in &mut verdict {
-                r.message = format!("{} (reported although not selected: NVML is required)", r.message);
+                r.message = format!(
+                    "{} (reported although not selected: NVML is required)",
+                    r.message
+                );
             }
             results.splice(0..0, verdict);
         }
@@ -275,7 +290,10 @@ pub fn apply_node_median(results: &mut [CheckResult]) {
         } else {
             values[mid]
         };
-        for r in results.iter_mut().filter(|r| r.id == *id && r.gpu.is_some()) {
+        for r in results
+            .iter_mut()
+            .filter(|r| r.id == *id && r.gpu.is_some())
+        {
             let (Some(v), Status::Pass) = (r.value, r.status) else {
                 continue;
             };
@@ -286,7 +304,10 @@ pub fn apply_node_median(results: &mut [CheckResult]) {
                     "{}; below 90% of the node median {median:.1} {unit}",
                     r.message
                 );
-                let floor = format!("≥ {:.1} {unit} (90% of node median)", MEDIAN_FRACTION * median);
+                let floor = format!(
+                    "≥ {:.1} {unit} (90% of node median)",
+                    MEDIAN_FRACTION * median
+                );
                 r.threshold = Some(match &r.threshold {
                     Some(t) => format!("{t}; {floor}"),
                     None => floor,
@@ -340,7 +361,13 @@ pub struct Summary {
 
 impl Report {
     /// Builds a report from results, computing the summary and verdict.
-    pub fn new(context: &str, image: Option<String>, level: Level, expect: ExpectGpus, results: Vec<CheckResult>) -> Self {
+    pub fn new(
+        context: &str,
+        image: Option<String>,
+        level: Level,
+        expect: ExpectGpus,
+        results: Vec<CheckResult>,
+    ) -> Self {
         let mut r = Self {
             schema_version: SCHEMA_VERSION,
             imgctl_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -383,7 +410,9 @@ pub fn run_local(nvml: NvmlState, opts: &Options, pins: Pins) -> Report {
     });
     let results = run_checks(ctx, opts);
     // The container runtimes create these files; `verify --image` shows "container".
-    let context = if std::path::Path::new("/.dockerenv").exists() || std::path::Path::new("/run/.containerenv").exists() {
+    let context = if std::path::Path::new("/.dockerenv").exists()
+        || std::path::Path::new("/run/.containerenv").exists()
+    {
         "container"
     } else {
         "host"

@@ -234,7 +234,9 @@ impl RealNvml {
                 Ok(Self { nvml, raw })
             }
             Err(E::LibloadingError(e)) => Err(NvmlLoadError::NoLibrary(e.to_string())),
-            Err(E::LibraryNotFound) => Err(NvmlLoadError::NoLibrary("NVML_ERROR_LIBRARY_NOT_FOUND".into())),
+            Err(E::LibraryNotFound) => Err(NvmlLoadError::NoLibrary(
+                "NVML_ERROR_LIBRARY_NOT_FOUND".into(),
+            )),
             Err(E::DriverNotLoaded) => Err(NvmlLoadError::InitFailed(
                 "the NVIDIA kernel driver is not loaded".into(),
             )),
@@ -251,7 +253,9 @@ fn map_err(e: nvml_wrapper::error::NvmlError) -> NvmlErr {
     use nvml_wrapper::error::NvmlError as E;
     match e {
         E::NotSupported => NvmlErr::NotSupported("NVML_ERROR_NOT_SUPPORTED".into()),
-        E::FailedToLoadSymbol(s) => NvmlErr::NotSupported(format!("this driver's NVML lacks the call: {s}")),
+        E::FailedToLoadSymbol(s) => {
+            NvmlErr::NotSupported(format!("this driver's NVML lacks the call: {s}"))
+        }
         E::NoPermission => NvmlErr::NoPermission,
         E::GpuLost => NvmlErr::GpuLost,
         other => NvmlErr::Other(other.to_string()),
@@ -285,7 +289,10 @@ impl NvmlBackend for RealNvml {
         self.dev(gpu)?.pci_info().map(|p| p.bus_id).map_err(map_err)
     }
     fn memory_total(&self, gpu: u32) -> NvmlResult<u64> {
-        self.dev(gpu)?.memory_info().map(|m| m.total).map_err(map_err)
+        self.dev(gpu)?
+            .memory_info()
+            .map(|m| m.total)
+            .map_err(map_err)
     }
     fn compute_capability(&self, gpu: u32) -> NvmlResult<(i32, i32)> {
         self.dev(gpu)?
@@ -343,9 +350,10 @@ impl NvmlBackend for RealNvml {
     }
     fn remapped_rows(&self, gpu: u32) -> NvmlResult<RemappedRows> {
         let dev = self.dev(gpu)?;
-        let lib = self.raw.as_ref().ok_or_else(|| {
-            NvmlErr::Other(format!("could not open {NVML_LIB} a second time"))
-        })?;
+        let lib = self
+            .raw
+            .as_ref()
+            .ok_or_else(|| NvmlErr::Other(format!("could not open {NVML_LIB} a second time")))?;
         type GetRemappedRows = unsafe extern "C" fn(
             *mut std::ffi::c_void,
             *mut u32,
@@ -381,7 +389,9 @@ impl NvmlBackend for RealNvml {
                 "NVML_ERROR_NOT_SUPPORTED (row remapping exists on Ampere and later)".into(),
             )),
             NVML_ERROR_GPU_IS_LOST => Err(NvmlErr::GpuLost),
-            other => Err(NvmlErr::Other(format!("nvmlDeviceGetRemappedRows returned {other}"))),
+            other => Err(NvmlErr::Other(format!(
+                "nvmlDeviceGetRemappedRows returned {other}"
+            ))),
         }
     }
     fn temperature(&self, gpu: u32) -> NvmlResult<u32> {
@@ -437,9 +447,12 @@ impl NvmlBackend for RealNvml {
         Ok(states)
     }
     fn p2p_read(&self, a: u32, b: u32) -> NvmlResult<Result<(), String>> {
-        use nvml_wrapper::enum_wrappers::device::{P2pStatus, P2pCapabilitiesIndex};
+        use nvml_wrapper::enum_wrappers::device::{P2pCapabilitiesIndex, P2pStatus};
         let (da, db) = (self.dev(a)?, self.dev(b)?);
-        match da.p2p_status(&db, P2pCapabilitiesIndex::Read).map_err(map_err)? {
+        match da
+            .p2p_status(&db, P2pCapabilitiesIndex::Read)
+            .map_err(map_err)?
+        {
             P2pStatus::Ok => Ok(Ok(())),
             other => Ok(Err(format!("{other:?}"))),
         }
@@ -452,7 +465,10 @@ impl NvmlBackend for RealNvml {
     }
     fn processes(&self, gpu: u32) -> NvmlResult<Vec<GpuProcess>> {
         use nvml_wrapper::enums::device::UsedGpuMemory;
-        let procs = self.dev(gpu)?.running_compute_processes().map_err(map_err)?;
+        let procs = self
+            .dev(gpu)?
+            .running_compute_processes()
+            .map_err(map_err)?;
         Ok(procs
             .into_iter()
             .map(|p| GpuProcess {
@@ -664,7 +680,9 @@ impl NvmlBackend for FakeNvml {
         Ok(self.gpu(gpu, "power_limit_mw")?.power_limit_mw)
     }
     fn power_limit_default_mw(&self, gpu: u32) -> NvmlResult<u32> {
-        Ok(self.gpu(gpu, "power_limit_default_mw")?.power_limit_default_mw)
+        Ok(self
+            .gpu(gpu, "power_limit_default_mw")?
+            .power_limit_default_mw)
     }
     fn throttle_reasons(&self, gpu: u32) -> NvmlResult<u64> {
         self.gpu(gpu, "throttle_reasons")?.throttle.clone()
@@ -712,20 +730,68 @@ pub fn checks() -> Vec<FnCheck> {
         run,
     };
     vec![
-        node("nvml.driver", "NVML loads; driver and CUDA driver versions", check_driver),
-        node("nvml.device_count", "GPU count against --expect-gpus; every GPU reachable", check_device_count),
-        per_gpu("nvml.identity", "name, UUID, PCI bus id, memory, compute capability", check_identity),
-        per_gpu("nvml.modes", "persistence, compute and MIG modes", check_modes),
+        node(
+            "nvml.driver",
+            "NVML loads; driver and CUDA driver versions",
+            check_driver,
+        ),
+        node(
+            "nvml.device_count",
+            "GPU count against --expect-gpus; every GPU reachable",
+            check_device_count,
+        ),
+        per_gpu(
+            "nvml.identity",
+            "name, UUID, PCI bus id, memory, compute capability",
+            check_identity,
+        ),
+        per_gpu(
+            "nvml.modes",
+            "persistence, compute and MIG modes",
+            check_modes,
+        ),
         per_gpu("nvml.ecc", "ECC mode and uncorrectable errors", check_ecc),
-        per_gpu("nvml.retired_pages", "pages pending retirement (pre-Ampere)", check_retired_pages),
-        per_gpu("nvml.remapped_rows", "row remapping pending or failed (Ampere+)", check_remapped_rows),
-        per_gpu("nvml.temperature", "temperature against the slowdown threshold", check_temperature),
-        per_gpu("nvml.power", "power draw against the enforced limit", check_power),
-        per_gpu("nvml.throttle", "active clock-event (throttle) reasons", check_throttle),
-        per_gpu("nvml.pcie", "PCIe generation and width, current against max", check_pcie),
+        per_gpu(
+            "nvml.retired_pages",
+            "pages pending retirement (pre-Ampere)",
+            check_retired_pages,
+        ),
+        per_gpu(
+            "nvml.remapped_rows",
+            "row remapping pending or failed (Ampere+)",
+            check_remapped_rows,
+        ),
+        per_gpu(
+            "nvml.temperature",
+            "temperature against the slowdown threshold",
+            check_temperature,
+        ),
+        per_gpu(
+            "nvml.power",
+            "power draw against the enforced limit",
+            check_power,
+        ),
+        per_gpu(
+            "nvml.throttle",
+            "active clock-event (throttle) reasons",
+            check_throttle,
+        ),
+        per_gpu(
+            "nvml.pcie",
+            "PCIe generation and width, current against max",
+            check_pcie,
+        ),
         per_gpu("nvml.nvlink", "NVLink link states", check_nvlink),
-        node("nvml.topology", "P2P and topology matrix between GPUs", check_topology),
-        per_gpu("nvml.processes", "processes holding the GPU", check_processes),
+        node(
+            "nvml.topology",
+            "P2P and topology matrix between GPUs",
+            check_topology,
+        ),
+        per_gpu(
+            "nvml.processes",
+            "processes holding the GPU",
+            check_processes,
+        ),
     ]
 }
 
@@ -733,11 +799,19 @@ pub fn checks() -> Vec<FnCheck> {
 /// reason), GpuLost => FAIL, anything else => ERROR.
 pub fn from_err(id: &str, what: &str, e: &NvmlErr) -> CheckResult {
     match e {
-        NvmlErr::NotSupported(why) => CheckResult::skip(id, format!("{what}: not supported here ({why})")),
-        NvmlErr::GpuLost => CheckResult::fail(id, format!("{what}: the GPU has fallen off the bus or is inaccessible"))
-            .hint("check `nvidia-smi` and dmesg for Xid 79; the node needs a GPU reset or a reboot"),
-        NvmlErr::NoPermission => CheckResult::error(id, format!("{what}: NVML refused (no permission)"))
-            .hint("run as a user that may open /dev/nvidia*, or in a container started with the GPU"),
+        NvmlErr::NotSupported(why) => {
+            CheckResult::skip(id, format!("{what}: not supported here ({why})"))
+        }
+        NvmlErr::GpuLost => CheckResult::fail(
+            id,
+            format!("{what}: the GPU has fallen off the bus or is inaccessible"),
+        )
+        .hint("check `nvidia-smi` and dmesg for Xid 79; the node needs a GPU reset or a reboot"),
+        NvmlErr::NoPermission => {
+            CheckResult::error(id, format!("{what}: NVML refused (no permission)")).hint(
+                "run as a user that may open /dev/nvidia*, or in a container started with the GPU",
+            )
+        }
         NvmlErr::Other(m) => CheckResult::error(id, format!("{what}: {m}")),
     }
 }
@@ -746,7 +820,7 @@ macro_rules! nvml_or_return {
     ($ctx:expr, $id:expr) => {
         match $ctx.nvml_backend($id) {
             Ok(b) => b,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         }
     };
 }
@@ -786,8 +860,14 @@ fn check_driver(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
     };
     let driver = tri!(nvml.driver_version(), ID, "driver version");
     let cuda = tri!(nvml.cuda_driver_version(), ID, "CUDA driver version");
-    vec![CheckResult::pass(ID, format!("driver {driver}, supports CUDA up to {}", fmt_cuda_version(cuda)))
-        .measured(format!("driver {driver} / CUDA {}", fmt_cuda_version(cuda)))]
+    vec![CheckResult::pass(
+        ID,
+        format!(
+            "driver {driver}, supports CUDA up to {}",
+            fmt_cuda_version(cuda)
+        ),
+    )
+    .measured(format!("driver {driver} / CUDA {}", fmt_cuda_version(cuda)))]
 }
 
 fn check_device_count(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
@@ -864,15 +944,20 @@ fn check_modes(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
     };
     let measured = format!("compute {compute}, persistence {persistence}, MIG {mig_text}");
     let r = if compute == "Prohibited" {
-        CheckResult::fail(ID, "compute mode is Prohibited: no CUDA context can be created")
-            .hint("`nvidia-smi -i N -c DEFAULT` (as root)")
+        CheckResult::fail(
+            ID,
+            "compute mode is Prohibited: no CUDA context can be created",
+        )
+        .hint("`nvidia-smi -i N -c DEFAULT` (as root)")
     } else if matches!(mig, Some((true, _))) {
         CheckResult::warn(ID, "MIG is enabled: CUDA sees MIG instances, not the whole GPU")
             .hint("disable MIG for whole-GPU training (`nvidia-smi -i N -mig 0`), or address instances by their MIG UUIDs")
     } else {
         CheckResult::pass(ID, "modes allow whole-GPU CUDA work")
     };
-    vec![r.measured(measured).threshold("compute not Prohibited, MIG off")]
+    vec![r
+        .measured(measured)
+        .threshold("compute not Prohibited, MIG off")]
 }
 
 fn onoff(b: bool) -> &'static str {
@@ -900,8 +985,14 @@ fn check_ecc(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
         CheckResult::warn(ID, "ECC is disabled: memory errors go undetected")
             .hint("enable ECC (`nvidia-smi -e 1`, then reboot)")
     } else if ecc.uncorrected_aggregate > 0 {
-        CheckResult::warn(ID, format!("{} uncorrectable ECC error(s) in the GPU's lifetime, none since the driver loaded", ecc.uncorrected_aggregate))
-            .hint("watch this GPU: check remapped rows / retired pages")
+        CheckResult::warn(
+            ID,
+            format!(
+                "{} uncorrectable ECC error(s) in the GPU's lifetime, none since the driver loaded",
+                ecc.uncorrected_aggregate
+            ),
+        )
+        .hint("watch this GPU: check remapped rows / retired pages")
     } else {
         CheckResult::pass(ID, "ECC on, no uncorrectable errors")
     };
@@ -922,8 +1013,11 @@ fn check_retired_pages(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
         if p.pending { "yes" } else { "no" }
     );
     let r = if p.pending {
-        CheckResult::fail(ID, "pages are pending retirement: the GPU must be reset before it is reliable")
-            .hint("drain the node and reset the GPU (`nvidia-smi -r`) or reboot")
+        CheckResult::fail(
+            ID,
+            "pages are pending retirement: the GPU must be reset before it is reliable",
+        )
+        .hint("drain the node and reset the GPU (`nvidia-smi -r`) or reboot")
     } else {
         CheckResult::pass(ID, "no page retirement pending")
     };
@@ -965,14 +1059,20 @@ fn check_temperature(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
         CheckResult::fail(ID, "at or above the hardware slowdown temperature")
             .hint("check cooling (fans, airflow, inlet temperature)")
     } else if t + MARGIN_C >= slow {
-        CheckResult::warn(ID, format!("within {MARGIN_C} °C of the slowdown temperature"))
-            .hint("check cooling before a long run")
+        CheckResult::warn(
+            ID,
+            format!("within {MARGIN_C} °C of the slowdown temperature"),
+        )
+        .hint("check cooling before a long run")
     } else {
         CheckResult::pass(ID, "well below slowdown")
     };
     vec![r
         .measured(format!("{t} °C"))
-        .threshold(format!("< {} °C (slowdown {slow} °C − {MARGIN_C})", slow.saturating_sub(MARGIN_C)))
+        .threshold(format!(
+            "< {} °C (slowdown {slow} °C − {MARGIN_C})",
+            slow.saturating_sub(MARGIN_C)
+        ))
         .value(t as f64, "°C")]
 }
 
@@ -988,8 +1088,11 @@ fn check_power(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
         CheckResult::warn(ID, "drawing at the enforced power limit")
             .hint("clocks will be capped; check nvml.throttle")
     } else if let Some(d) = default.filter(|d| limit < *d) {
-        CheckResult::warn(ID, format!("power limit lowered below the default {}", w(d)))
-            .hint("restore it with `nvidia-smi -i N -pl <default>` unless capped on purpose")
+        CheckResult::warn(
+            ID,
+            format!("power limit lowered below the default {}", w(d)),
+        )
+        .hint("restore it with `nvidia-smi -i N -pl <default>` unless capped on purpose")
     } else {
         CheckResult::pass(ID, "below the enforced limit")
     };
@@ -1002,7 +1105,11 @@ fn check_power(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
 fn check_throttle(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
     const ID: &str = "nvml.throttle";
     let nvml = nvml_or_return!(ctx, ID);
-    let mask = tri!(nvml.throttle_reasons(gpu.unwrap_or(0)), ID, "clock-event reasons");
+    let mask = tri!(
+        nvml.throttle_reasons(gpu.unwrap_or(0)),
+        ID,
+        "clock-event reasons"
+    );
     let names = throttle_names(mask);
     let measured = if names.is_empty() {
         "none".to_string()
@@ -1017,7 +1124,9 @@ fn check_throttle(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
             "thermal or power-brake slowdown points at cooling or the power supply; applications clocks at `nvidia-smi -rac`",
         )
     };
-    vec![r.measured(measured).threshold("only gpu_idle / sw_power_cap")]
+    vec![r
+        .measured(measured)
+        .threshold("only gpu_idle / sw_power_cap")]
 }
 
 fn check_pcie(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
@@ -1031,13 +1140,22 @@ fn check_pcie(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
     let measured = format!("Gen{} x{}", link.gen, link.width);
     let threshold = format!("Gen{} x{}", link.max_gen, link.max_width);
     let r = if link.width < link.max_width {
-        CheckResult::warn(ID, format!("link trained at x{} of x{}", link.width, link.max_width))
-            .hint("reseat the GPU or riser; check the slot and BIOS PCIe settings")
+        CheckResult::warn(
+            ID,
+            format!("link trained at x{} of x{}", link.width, link.max_width),
+        )
+        .hint("reseat the GPU or riser; check the slot and BIOS PCIe settings")
     } else if link.gen < link.max_gen && !idle {
-        CheckResult::warn(ID, format!("link at Gen{} of Gen{} while busy", link.gen, link.max_gen))
-            .hint("check BIOS PCIe speed settings and the riser")
+        CheckResult::warn(
+            ID,
+            format!("link at Gen{} of Gen{} while busy", link.gen, link.max_gen),
+        )
+        .hint("check BIOS PCIe speed settings and the riser")
     } else if link.gen < link.max_gen {
-        CheckResult::pass(ID, format!("full width; Gen{} while idle (power saving)", link.gen))
+        CheckResult::pass(
+            ID,
+            format!("full width; Gen{} while idle (power saving)", link.gen),
+        )
     } else {
         CheckResult::pass(ID, "link at full generation and width")
     };
@@ -1059,7 +1177,13 @@ fn check_nvlink(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
         .map(|(i, _)| i.to_string())
         .collect();
     let r = if active == 0 {
-        CheckResult::skip(ID, format!("{} NVLink link(s), none active (no NVLink peers, e.g. a PCIe card)", states.len()))
+        CheckResult::skip(
+            ID,
+            format!(
+                "{} NVLink link(s), none active (no NVLink peers, e.g. a PCIe card)",
+                states.len()
+            ),
+        )
     } else if !down.is_empty() {
         CheckResult::warn(ID, format!("link(s) {} down while {active} are up", down.join(",")))
             .hint("a down NVLink halves or worse P2P bandwidth; check `nvidia-smi nvlink -s` and the fabric manager")
@@ -1076,7 +1200,10 @@ fn check_topology(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
     let nvml = nvml_or_return!(ctx, ID);
     let n = tri!(nvml.device_count(), ID, "device count");
     if n < 2 {
-        return vec![CheckResult::skip(ID, format!("{n} GPU(s): no pairs to check"))];
+        return vec![CheckResult::skip(
+            ID,
+            format!("{n} GPU(s): no pairs to check"),
+        )];
     }
     let mut cells = Vec::new();
     let mut no_p2p = Vec::new();
@@ -1100,7 +1227,10 @@ fn check_topology(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
         }
     }
     let r = if no_p2p.is_empty() {
-        CheckResult::pass(ID, format!("P2P available between all {} ordered pairs", ok_pairs))
+        CheckResult::pass(
+            ID,
+            format!("P2P available between all {} ordered pairs", ok_pairs),
+        )
     } else if ok_pairs > 0 {
         CheckResult::warn(ID, format!("P2P unavailable for some pairs: {}", no_p2p.join(", ")))
             .hint("mixed P2P usually means a GPU behind another PCIe root or a disabled NVLink; NCCL will route those pairs through host memory")
@@ -1108,7 +1238,9 @@ fn check_topology(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
         CheckResult::warn(ID, "no GPU pair supports P2P: NCCL will go through host memory")
             .hint("expected on PCIe cards behind different root complexes or VMs without P2P; slow for data-parallel training")
     };
-    vec![r.measured(cells.join(" ")).threshold("P2P between all pairs")]
+    vec![r
+        .measured(cells.join(" "))
+        .threshold("P2P between all pairs")]
 }
 
 fn check_processes(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {

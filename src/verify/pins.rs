@@ -51,8 +51,12 @@ impl Pins {
 
     /// Pins from a JSON object (the `IMGCTL_VERIFY_PINS` value).
     pub fn from_json(text: &str) -> Result<Self, String> {
-        let mut p: Pins = serde_json::from_str(text)
-            .map_err(|e| format!("{} is not valid pins JSON: {e}", crate::env_vars::IMGCTL_VERIFY_PINS))?;
+        let mut p: Pins = serde_json::from_str(text).map_err(|e| {
+            format!(
+                "{} is not valid pins JSON: {e}",
+                crate::env_vars::IMGCTL_VERIFY_PINS
+            )
+        })?;
         if p.source.is_empty() {
             p.source = crate::env_vars::IMGCTL_VERIFY_PINS.to_string();
         }
@@ -99,7 +103,10 @@ impl Pins {
             if name.starts_with("torch-") && name.ends_with(".dist-info") {
                 let meta = e.path().join("METADATA");
                 if let Ok(text) = std::fs::read_to_string(&meta) {
-                    return Some(Self::from_wheel_metadata(&text, &format!("{name}/METADATA")));
+                    return Some(Self::from_wheel_metadata(
+                        &text,
+                        &format!("{name}/METADATA"),
+                    ));
                 }
             }
         }

@@ -24,7 +24,12 @@ pub enum LibKind {
 
 impl LibKind {
     /// All four, in report order.
-    pub const ALL: [LibKind; 4] = [LibKind::Cudart, LibKind::Cublas, LibKind::Cudnn, LibKind::Nccl];
+    pub const ALL: [LibKind; 4] = [
+        LibKind::Cudart,
+        LibKind::Cublas,
+        LibKind::Cudnn,
+        LibKind::Nccl,
+    ];
 
     /// The file-name stem (`libcudnn.so`); sublibraries like
     /// `libcudnn_ops.so` and `libcublasLt.so` do not match it.
@@ -58,7 +63,10 @@ impl LibKind {
     pub fn matches_file(self, file_name: &str) -> bool {
         match file_name.strip_prefix(self.stem()) {
             Some("") => true,
-            Some(rest) => rest.starts_with('.') && rest[1..].chars().next().is_some_and(|c| c.is_ascii_digit()),
+            Some(rest) => {
+                rest.starts_with('.')
+                    && rest[1..].chars().next().is_some_and(|c| c.is_ascii_digit())
+            }
             None => false,
         }
     }
@@ -75,9 +83,13 @@ pub fn parse_maps(text: &str) -> Vec<PathBuf> {
     for line in text.lines() {
         // address perms offset dev inode [path]; the path may contain spaces.
         let mut fields = line.splitn(6, ' ');
-        let (Some(_), Some(_), Some(_), Some(_), Some(_)) =
-            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
-        else {
+        let (Some(_), Some(_), Some(_), Some(_), Some(_)) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
             continue;
         };
         let path = fields.next().unwrap_or("").trim_start();
@@ -101,7 +113,10 @@ pub fn mapped_files() -> std::io::Result<Vec<PathBuf>> {
 pub fn find_mapped(kind: LibKind, mapped: &[PathBuf]) -> Vec<PathBuf> {
     mapped
         .iter()
-        .filter(|p| p.file_name().is_some_and(|n| kind.matches_file(&n.to_string_lossy())))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| kind.matches_file(&n.to_string_lossy()))
+        })
         .cloned()
         .collect()
 }
@@ -116,12 +131,14 @@ const LIBRARY_PROPERTIES: [i32; 3] = [0, 1, 2];
 pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
     // SAFETY: dlopen of a CUDA library that is already mapped in this process
     // (or, in tests, a wheel's copy); its initialisers are side-effect free.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+    let lib = unsafe { libloading::Library::new(path) }
+        .map_err(|e| format!("dlopen {}: {e}", path.display()))?;
     match kind {
         LibKind::Cudart => {
             type F = unsafe extern "C" fn(*mut i32) -> i32;
             // SAFETY: cudaError_t cudaRuntimeGetVersion(int*) (cuda_runtime_api.h).
-            let f = unsafe { lib.get::<F>(b"cudaRuntimeGetVersion\0") }.map_err(|e| e.to_string())?;
+            let f =
+                unsafe { lib.get::<F>(b"cudaRuntimeGetVersion\0") }.map_err(|e| e.to_string())?;
             let mut v = 0i32;
             // SAFETY: one out-pointer.
             let rc = unsafe { f(&mut v) };
@@ -200,7 +217,10 @@ pub fn wheel_version(kind: LibKind, lib_path: &Path) -> Option<String> {
         let name = e.file_name().to_string_lossy().into_owned();
         if let Some(rest) = name.strip_prefix(kind.wheel_prefix()) {
             // `12-9.5.1.17.dist-info`
-            if let Some((_, v)) = rest.strip_suffix(".dist-info").and_then(|r| r.split_once('-')) {
+            if let Some((_, v)) = rest
+                .strip_suffix(".dist-info")
+                .and_then(|r| r.split_once('-'))
+            {
                 return Some(v.to_string());
             }
         }
@@ -244,11 +264,15 @@ pub struct Shadowed {
 /// Files of `kind` in `dirs` that are not the mapped copy (compared after
 /// resolving symlinks). They are shadowed: present, but not what runs.
 pub fn shadowed_copies(kind: LibKind, mapped: &Path, dirs: &[PathBuf]) -> Vec<Shadowed> {
-    let mapped_real = mapped.canonicalize().unwrap_or_else(|_| mapped.to_path_buf());
+    let mapped_real = mapped
+        .canonicalize()
+        .unwrap_or_else(|_| mapped.to_path_buf());
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for dir in dirs {
-        let Ok(entries) = std::fs::read_dir(dir) else { continue };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            continue;
+        };
         let mut names: Vec<_> = entries.flatten().collect();
         names.sort_by_key(|e| e.file_name());
         for e in names {
@@ -260,13 +284,19 @@ pub fn shadowed_copies(kind: LibKind, mapped: &Path, dirs: &[PathBuf]) -> Vec<Sh
             if real == mapped_real || !real.is_file() || !seen.insert(real.clone()) {
                 continue;
             }
-            let real_name = real.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let real_name = real
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let version = real_name
                 .strip_prefix(kind.stem())
                 .and_then(|r| r.strip_prefix('.'))
                 .filter(|v| v.contains('.'))
                 .map(str::to_string);
-            out.push(Shadowed { path: real, version });
+            out.push(Shadowed {
+                path: real,
+                version,
+            });
         }
     }
     out
@@ -293,10 +323,18 @@ mod tests {
         let files = parse_maps(MAPS);
         assert_eq!(files.len(), 6);
         let cudnn = find_mapped(LibKind::Cudnn, &files);
-        assert_eq!(cudnn, vec![PathBuf::from("/opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9")]);
+        assert_eq!(
+            cudnn,
+            vec![PathBuf::from(
+                "/opt/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9"
+            )]
+        );
         let cublas = find_mapped(LibKind::Cublas, &files);
         assert_eq!(cublas.len(), 1, "libcublasLt must not count as libcublas");
-        assert_eq!(find_mapped(LibKind::Nccl, &files), vec![PathBuf::from("/tmp/dir with space/libnccl.so.2")]);
+        assert_eq!(
+            find_mapped(LibKind::Nccl, &files),
+            vec![PathBuf::from("/tmp/dir with space/libnccl.so.2")]
+        );
         assert!(find_mapped(LibKind::Cudart, &files).is_empty());
     }
 
@@ -327,7 +365,8 @@ mod tests {
         let mapped = wheel.join("libcudnn.so.9");
         std::fs::write(&mapped, b"wheel").unwrap();
         std::fs::write(sys.join("libcudnn.so.9.1.0"), b"base image").unwrap();
-        std::os::unix::fs::symlink(sys.join("libcudnn.so.9.1.0"), sys.join("libcudnn.so.9")).unwrap();
+        std::os::unix::fs::symlink(sys.join("libcudnn.so.9.1.0"), sys.join("libcudnn.so.9"))
+            .unwrap();
         std::os::unix::fs::symlink(&mapped, sys.join("libcudnn.so")).unwrap();
         std::fs::write(sys.join("libcudnn_ops.so.9.1.0"), b"sub").unwrap();
         let found = shadowed_copies(LibKind::Cudnn, &mapped, &[sys.clone(), wheel.clone()]);

@@ -12,11 +12,22 @@ use super::{CheckResult, Report, Status};
 /// table to the terminal's width.
 pub fn table(report: &Report, color: bool, wrap: bool) -> String {
     let mut t = Table::new();
-    t.load_preset(if color { presets::UTF8_FULL_CONDENSED } else { presets::ASCII_FULL_CONDENSED });
+    t.load_preset(if color {
+        presets::UTF8_FULL_CONDENSED
+    } else {
+        presets::ASCII_FULL_CONDENSED
+    });
     if wrap {
         t.set_content_arrangement(ContentArrangement::Dynamic);
     }
-    t.set_header(vec!["check", "on", "status", "measured", "threshold", "details"]);
+    t.set_header(vec![
+        "check",
+        "on",
+        "status",
+        "measured",
+        "threshold",
+        "details",
+    ]);
     for r in &report.results {
         let status = if color {
             let code = match r.status {
@@ -147,7 +158,9 @@ pub fn junit(report: &Report) -> String {
                 ">\n      <system-out>WARN: {}</system-out>\n    </testcase>\n",
                 xml_escape(&details(r))
             )),
-            Status::Skip => out.push_str(&format!(">\n      <skipped message=\"{msg}\"/>\n    </testcase>\n")),
+            Status::Skip => out.push_str(&format!(
+                ">\n      <skipped message=\"{msg}\"/>\n    </testcase>\n"
+            )),
             Status::Fail => out.push_str(&format!(
                 ">\n      <failure message=\"{msg}\" type=\"FAIL\">{}</failure>\n    </testcase>\n",
                 xml_escape(&details(r))
@@ -174,7 +187,8 @@ mod tests {
             Level::Quick,
             ExpectGpus::Any,
             vec![
-                CheckResult::pass("nvml.driver", "driver 580.159.03").measured("driver 580.159.03 / CUDA 13.0"),
+                CheckResult::pass("nvml.driver", "driver 580.159.03")
+                    .measured("driver 580.159.03 / CUDA 13.0"),
                 CheckResult::fail("nvml.ecc", "2 uncorrectable <errors> & more")
                     .gpu(1)
                     .measured("2 errors")
@@ -182,7 +196,9 @@ mod tests {
                     .hint("drain"),
                 CheckResult::skip("nvml.nvlink", "no NVLink").gpu(0),
                 CheckResult::error("nvml.throttle", "timed out after 2s").gpu(0),
-                CheckResult::warn("nvml.pcie", "x8 of x16").gpu(0).hint("reseat"),
+                CheckResult::warn("nvml.pcie", "x8 of x16")
+                    .gpu(0)
+                    .hint("reseat"),
             ],
         )
     }

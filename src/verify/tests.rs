@@ -15,7 +15,11 @@ fn opts(expect: ExpectGpus, only: &[&str]) -> Options {
 }
 
 fn run_fake(fake: FakeNvml, expect: ExpectGpus, only: &[&str]) -> Report {
-    run_local(NvmlState::Ready(nvml::fake(fake)), &opts(expect, only), Pins::torch_2_7_0_cu126())
+    run_local(
+        NvmlState::Ready(nvml::fake(fake)),
+        &opts(expect, only),
+        Pins::torch_2_7_0_cu126(),
+    )
 }
 
 fn find<'a>(r: &'a Report, id: &str, gpu: Option<u32>) -> &'a CheckResult {
@@ -107,11 +111,26 @@ fn pending_page_retirement_fails() {
 fn degraded_pcie_link_warns() {
     let mut f = FakeNvml::healthy(3);
     // Width x8 of x16: never a power-saving state.
-    f.gpus[0].pcie = Ok(PcieLink { gen: 5, max_gen: 5, width: 8, max_width: 16 });
+    f.gpus[0].pcie = Ok(PcieLink {
+        gen: 5,
+        max_gen: 5,
+        width: 8,
+        max_width: 16,
+    });
     // Gen1 while idle: ASPM power saving, not a fault.
-    f.gpus[1].pcie = Ok(PcieLink { gen: 1, max_gen: 5, width: 16, max_width: 16 });
+    f.gpus[1].pcie = Ok(PcieLink {
+        gen: 1,
+        max_gen: 5,
+        width: 16,
+        max_width: 16,
+    });
     // Gen3 while busy (not idle): degraded.
-    f.gpus[2].pcie = Ok(PcieLink { gen: 3, max_gen: 5, width: 16, max_width: 16 });
+    f.gpus[2].pcie = Ok(PcieLink {
+        gen: 3,
+        max_gen: 5,
+        width: 16,
+        max_width: 16,
+    });
     f.gpus[2].throttle = Ok(0);
     let r = run_fake(f, ExpectGpus::Any, &["nvml.pcie"]);
     let w = find(&r, "nvml.pcie", Some(0));
@@ -141,10 +160,18 @@ fn throttle_beyond_idle_and_power_cap_warns() {
 
 #[test]
 fn missing_gpu_fails_the_count() {
-    let r = run_fake(FakeNvml::healthy(7), ExpectGpus::Exactly(8), &["nvml.device_count"]);
+    let r = run_fake(
+        FakeNvml::healthy(7),
+        ExpectGpus::Exactly(8),
+        &["nvml.device_count"],
+    );
     let c = find(&r, "nvml.device_count", None);
     assert_eq!(c.status, Status::Fail);
-    assert!(c.message.contains("found 7 GPU(s), expected = 8"), "{}", c.message);
+    assert!(
+        c.message.contains("found 7 GPU(s), expected = 8"),
+        "{}",
+        c.message
+    );
     assert_eq!(c.threshold.as_deref(), Some("= 8 GPU(s)"));
     assert!(!r.passed);
 }
@@ -153,21 +180,41 @@ fn missing_gpu_fails_the_count() {
 fn lost_gpu_fails_count_and_its_own_checks() {
     let mut f = FakeNvml::healthy(2);
     f.gpus[1].lost = true;
-    let r = run_fake(f, ExpectGpus::Exactly(2), &["nvml.device_count", "nvml.ecc"]);
+    let r = run_fake(
+        f,
+        ExpectGpus::Exactly(2),
+        &["nvml.device_count", "nvml.ecc"],
+    );
     let c = find(&r, "nvml.device_count", None);
     assert_eq!(c.status, Status::Fail);
-    assert!(c.message.contains("1 of 2 GPUs unreachable"), "{}", c.message);
+    assert!(
+        c.message.contains("1 of 2 GPUs unreachable"),
+        "{}",
+        c.message
+    );
     assert_eq!(find(&r, "nvml.ecc", Some(1)).status, Status::Fail);
     assert_eq!(find(&r, "nvml.ecc", Some(0)).status, Status::Pass);
 }
 
 #[test]
 fn count_mismatch_with_expectation_fails_any_accepts_one() {
-    let r = run_fake(FakeNvml::healthy(2), ExpectGpus::Exactly(4), &["nvml.device_count"]);
+    let r = run_fake(
+        FakeNvml::healthy(2),
+        ExpectGpus::Exactly(4),
+        &["nvml.device_count"],
+    );
     assert_eq!(find(&r, "nvml.device_count", None).status, Status::Fail);
-    let r = run_fake(FakeNvml::healthy(1), ExpectGpus::Any, &["nvml.device_count"]);
+    let r = run_fake(
+        FakeNvml::healthy(1),
+        ExpectGpus::Any,
+        &["nvml.device_count"],
+    );
     assert_eq!(find(&r, "nvml.device_count", None).status, Status::Pass);
-    let r = run_fake(FakeNvml::healthy(0), ExpectGpus::Any, &["nvml.device_count"]);
+    let r = run_fake(
+        FakeNvml::healthy(0),
+        ExpectGpus::Any,
+        &["nvml.device_count"],
+    );
     assert_eq!(find(&r, "nvml.device_count", None).status, Status::Fail);
 }
 
@@ -179,7 +226,11 @@ fn hung_call_hits_its_deadline_and_verify_moves_on() {
     o.timeout = Duration::from_millis(200);
     let start = Instant::now();
     let r = run_local(NvmlState::Ready(nvml::fake(f)), &o, Pins::default());
-    assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
     for g in 0..2 {
         let e = find(&r, "nvml.ecc", Some(g));
         assert_eq!(e.status, Status::Error);
@@ -192,15 +243,31 @@ fn hung_call_hits_its_deadline_and_verify_moves_on() {
 #[test]
 fn no_driver_fails_with_one_clear_line_unless_none_expected() {
     let state = NvmlState::Unavailable("no NVIDIA driver: libnvidia-ml.so.1 not found".into());
-    let r = run_local(state.clone(), &opts(ExpectGpus::Any, &["nvml"]), Pins::default());
+    let r = run_local(
+        state.clone(),
+        &opts(ExpectGpus::Any, &["nvml"]),
+        Pins::default(),
+    );
     let d = find(&r, "nvml.driver", None);
     assert_eq!(d.status, Status::Fail);
     assert_eq!(d.message, "no NVIDIA driver: libnvidia-ml.so.1 not found");
     assert!(!r.passed);
-    assert!(r.results.iter().filter(|x| x.id != "nvml.driver").all(|x| x.status == Status::Skip));
-    let r = run_local(state, &opts(ExpectGpus::Exactly(0), &["nvml"]), Pins::default());
+    assert!(r
+        .results
+        .iter()
+        .filter(|x| x.id != "nvml.driver")
+        .all(|x| x.status == Status::Skip));
+    let r = run_local(
+        state,
+        &opts(ExpectGpus::Exactly(0), &["nvml"]),
+        Pins::default(),
+    );
     assert!(r.passed);
-    assert!(r.results.iter().all(|x| x.status == Status::Skip), "{:#?}", r.results);
+    assert!(
+        r.results.iter().all(|x| x.status == Status::Skip),
+        "{:#?}",
+        r.results
+    );
 }
 
 #[test]
@@ -210,7 +277,10 @@ fn hot_gpu_power_cap_processes_mig_nvlink_topology() {
     f.gpus[1].temperature = 80; // within 10 °C
     f.gpus[0].power_mw = 700_000; // at the limit
     f.gpus[1].power_limit_mw = 500_000; // lowered below default
-    f.gpus[0].processes = vec![nvml::GpuProcess { pid: 4242, used_bytes: Some(1 << 30) }];
+    f.gpus[0].processes = vec![nvml::GpuProcess {
+        pid: 4242,
+        used_bytes: Some(1 << 30),
+    }];
     f.gpus[1].mig = Ok((true, true));
     f.gpus[1].nvlink = Ok(vec![true, true, false, true]);
     f.p2p.insert((0, 1), Err("ChipsetNotSupported".into()));
@@ -231,13 +301,23 @@ fn hot_gpu_power_cap_processes_mig_nvlink_topology() {
 
 #[test]
 fn median_rule_warns_a_slow_gpu_above_the_floor() {
-    let mk = |g: u32, v: f64| CheckResult::pass("func.matmul_bf16", "ok").gpu(g).value(v, "TFLOP/s");
+    let mk = |g: u32, v: f64| {
+        CheckResult::pass("func.matmul_bf16", "ok")
+            .gpu(g)
+            .value(v, "TFLOP/s")
+    };
     let mut results = vec![mk(0, 790.0), mk(1, 785.0), mk(2, 700.0), mk(3, 795.0)];
     apply_node_median(&mut results);
     assert_eq!(results[0].status, Status::Pass);
     assert_eq!(results[2].status, Status::Warn);
-    assert!(results[2].message.contains("below 90% of the node median 787.5 TFLOP/s"));
-    assert!(results[2].threshold.as_deref().unwrap().contains("708.8 TFLOP/s"));
+    assert!(results[2]
+        .message
+        .contains("below 90% of the node median 787.5 TFLOP/s"));
+    assert!(results[2]
+        .threshold
+        .as_deref()
+        .unwrap()
+        .contains("708.8 TFLOP/s"));
 }
 
 #[test]
@@ -252,11 +332,25 @@ fn selection_by_id_prefix_and_unknown_ids() {
     assert!(selected("nvml.pcie", Level::Quick, &o));
     assert!(!selected("nvml.ecc", Level::Quick, &o));
     assert!(!selected("torch.version", Level::Quick, &o));
-    let quick = Options { only: vec![], skip: vec![], ..o.clone() };
+    let quick = Options {
+        only: vec![],
+        skip: vec![],
+        ..o.clone()
+    };
     assert!(!selected("func.matmul_bf16", Level::Full, &quick));
-    let named = Options { only: vec!["func.matmul_bf16".into()], ..quick };
+    let named = Options {
+        only: vec!["func.matmul_bf16".into()],
+        ..quick
+    };
     assert!(selected("func.matmul_bf16", Level::Full, &named));
-    assert_eq!(unknown_patterns(&["nvml".into(), "nvml.eccc".into(), "torch.cudnn_loaded".into()]), vec!["nvml.eccc".to_string()]);
+    assert_eq!(
+        unknown_patterns(&[
+            "nvml".into(),
+            "nvml.eccc".into(),
+            "torch.cudnn_loaded".into()
+        ]),
+        vec!["nvml.eccc".to_string()]
+    );
 }
 
 #[test]
@@ -281,7 +375,11 @@ fn expect_parsing() {
 #[test]
 fn torch_count_mismatch_names_cuda_visible_devices() {
     // Real libtorch on this CPU machine sees 0 GPUs; the fake NVML says 2.
-    let r = run_fake(FakeNvml::healthy(2), ExpectGpus::Any, &["torch.device_count"]);
+    let r = run_fake(
+        FakeNvml::healthy(2),
+        ExpectGpus::Any,
+        &["torch.device_count"],
+    );
     let c = find(&r, "torch.device_count", None);
     assert_eq!(c.status, Status::Fail, "{c:?}");
     assert!(c.message.contains("CUDA_VISIBLE_DEVICES"), "{}", c.message);
@@ -299,14 +397,66 @@ fn nvml_verdict_is_reported_even_when_not_selected() {
     assert!(d.message.contains("timed out"), "{}", d.message);
     assert!(!r.passed);
     let hung = NvmlState::Hung("NVML initialisation timed out after 0.0005s".into());
-    let r = run_local(hung, &opts(ExpectGpus::Exactly(0), &["nvml.ecc"]), Pins::default());
-    assert!(!r.passed, "a wedged driver is an unknown verdict even with --expect-gpus 0");
+    let r = run_local(
+        hung,
+        &opts(ExpectGpus::Exactly(0), &["nvml.ecc"]),
+        Pins::default(),
+    );
+    assert!(
+        !r.passed,
+        "a wedged driver is an unknown verdict even with --expect-gpus 0"
+    );
     let none = NvmlState::Unavailable("no NVIDIA driver: libnvidia-ml.so.1 not found".into());
     let r = run_local(none, &opts(ExpectGpus::Any, &["nvml.ecc"]), Pins::default());
     assert_eq!(find(&r, "nvml.driver", None).status, Status::Fail);
     assert!(!r.passed);
     let none = NvmlState::Unavailable("no NVIDIA driver: libnvidia-ml.so.1 not found".into());
-    let r = run_local(none, &opts(ExpectGpus::Exactly(0), &["nvml.ecc"]), Pins::default());
+    let r = run_local(
+        none,
+        &opts(ExpectGpus::Exactly(0), &["nvml.ecc"]),
+        Pins::default(),
+    );
     assert!(r.passed);
     assert!(r.results.iter().all(|x| x.id != "nvml.driver"));
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn torch_arch_against_the_real_libtorch_cuda() {
+    // The venv's cu126 wheel carries sm_50 … sm_90 (torch._C._cuda_getArchFlags()
+    // prints "sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90").
+    let mut f = FakeNvml::healthy(3);
+    f.gpus[1].cc = (8, 9); // Ada: runs sm_86 code
+    f.gpus[2].cc = (10, 0); // Blackwell: nothing in a cu126 wheel runs on it
+    let r = run_fake(f, ExpectGpus::Any, &["torch.arch"]);
+    let h200 = find(&r, "torch.arch", Some(0));
+    assert_eq!(h200.status, Status::Pass, "{h200:?}");
+    assert_eq!(
+        h200.threshold.as_deref(),
+        Some("in [sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_90]")
+    );
+    let ada = find(&r, "torch.arch", Some(1));
+    assert_eq!(ada.status, Status::Pass);
+    assert!(ada.message.contains("sm_86"), "{}", ada.message);
+    let blackwell = find(&r, "torch.arch", Some(2));
+    assert_eq!(blackwell.status, Status::Fail, "{blackwell:?}");
+    assert!(blackwell.message.contains("sm_100"));
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn torch_driver_compat_with_the_real_torch_cuda_version() {
+    // The loaded torch targets CUDA 12.6 (its version.py).
+    let mut f = FakeNvml::healthy(1);
+    f.driver = "550.54.15".into();
+    f.cuda_driver = 12040;
+    let r = run_fake(f, ExpectGpus::Any, &["torch.driver_compat"]);
+    let c = find(&r, "torch.driver_compat", None);
+    assert_eq!(c.status, Status::Pass, "{c:?}");
+    assert!(c.message.contains("minor-version compatibility"));
+    let mut old = FakeNvml::healthy(1);
+    old.driver = "470.82.01".into();
+    old.cuda_driver = 11040;
+    let r = run_fake(old, ExpectGpus::Any, &["torch.driver_compat"]);
+    assert_eq!(find(&r, "torch.driver_compat", None).status, Status::Fail);
 }

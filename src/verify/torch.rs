@@ -23,9 +23,24 @@ pub fn checks() -> Vec<FnCheck> {
         run,
     };
     vec![
-        node("torch.version", "torch version against the pins", false, imp::check_version),
-        node("torch.cuda_available", "torch can use CUDA", true, imp::check_cuda_available),
-        node("torch.device_count", "torch's device count equals NVML's", true, imp::check_device_count),
+        node(
+            "torch.version",
+            "torch version against the pins",
+            false,
+            imp::check_version,
+        ),
+        node(
+            "torch.cuda_available",
+            "torch can use CUDA",
+            true,
+            imp::check_cuda_available,
+        ),
+        node(
+            "torch.device_count",
+            "torch's device count equals NVML's",
+            true,
+            imp::check_device_count,
+        ),
         FnCheck {
             id: "torch.arch",
             description: "compute capability covered by the code in libtorch_cuda.so",
@@ -34,11 +49,36 @@ pub fn checks() -> Vec<FnCheck> {
             needs_gpu: true,
             run: imp::check_arch,
         },
-        node("torch.driver_compat", "driver supports torch's CUDA runtime", true, imp::check_driver_compat),
-        node("torch.cudart_loaded", "loaded libcudart: path, version, pin, shadowed copies", false, |c, g| imp::check_loaded(c, g, LibKind::Cudart)),
-        node("torch.cublas_loaded", "loaded libcublas: path, version, pin, shadowed copies", false, |c, g| imp::check_loaded(c, g, LibKind::Cublas)),
-        node("torch.cudnn_loaded", "loaded libcudnn: path, version, pin, shadowed copies", false, |c, g| imp::check_loaded(c, g, LibKind::Cudnn)),
-        node("torch.nccl_loaded", "loaded libnccl: path, version, pin, shadowed copies", false, |c, g| imp::check_loaded(c, g, LibKind::Nccl)),
+        node(
+            "torch.driver_compat",
+            "driver supports torch's CUDA runtime",
+            true,
+            imp::check_driver_compat,
+        ),
+        node(
+            "torch.cudart_loaded",
+            "loaded libcudart: path, version, pin, shadowed copies",
+            false,
+            |c, g| imp::check_loaded(c, g, LibKind::Cudart),
+        ),
+        node(
+            "torch.cublas_loaded",
+            "loaded libcublas: path, version, pin, shadowed copies",
+            false,
+            |c, g| imp::check_loaded(c, g, LibKind::Cublas),
+        ),
+        node(
+            "torch.cudnn_loaded",
+            "loaded libcudnn: path, version, pin, shadowed copies",
+            false,
+            |c, g| imp::check_loaded(c, g, LibKind::Cudnn),
+        ),
+        node(
+            "torch.nccl_loaded",
+            "loaded libnccl: path, version, pin, shadowed copies",
+            false,
+            |c, g| imp::check_loaded(c, g, LibKind::Nccl),
+        ),
     ]
 }
 
@@ -79,7 +119,9 @@ pub fn torch_version_info(torch_dir: &Path) -> Option<(String, Option<String>)> 
             text.lines().find_map(|l| {
                 let l = l.trim();
                 let rest = l.strip_prefix(key)?;
-                let rest = rest.trim_start_matches(|c: char| c == ' ' || c == ':' || c.is_alphabetic() || c == '[' || c == ']');
+                let rest = rest.trim_start_matches(|c: char| {
+                    c == ' ' || c == ':' || c.is_alphabetic() || c == '[' || c == ']'
+                });
                 let rest = rest.trim_start_matches([' ', '=']).trim();
                 let v = rest.trim_matches(|c| c == '\'' || c == '"');
                 (v != "None" && !v.is_empty()).then(|| v.to_string())
@@ -133,7 +175,10 @@ pub fn driver_compat_verdict(driver: &str, driver_cuda: i32, runtime: &str) -> C
     let Some(rt) = cuda_code(runtime) else {
         return CheckResult::error(ID, format!("cannot read torch's CUDA version `{runtime}`"));
     };
-    let measured = format!("driver {driver} (CUDA {})", super::nvml::fmt_cuda_version(driver_cuda));
+    let measured = format!(
+        "driver {driver} (CUDA {})",
+        super::nvml::fmt_cuda_version(driver_cuda)
+    );
     if driver_cuda >= rt {
         return CheckResult::pass(ID, format!("driver supports CUDA {runtime} natively"))
             .measured(measured)
@@ -177,13 +222,21 @@ pub fn loaded_verdict(
             .hint("two copies of one CUDA library in one process break in subtle ways: remove one from LD_LIBRARY_PATH / the image");
     }
     let Some(path) = mapped.first() else {
-        return CheckResult::fail(id, format!("{lib} is not mapped in this process after CUDA initialisation"))
-            .hint("torch was expected to load it through libtorch_cuda.so: check `ldd libtorch_cuda.so`");
+        return CheckResult::fail(
+            id,
+            format!("{lib} is not mapped in this process after CUDA initialisation"),
+        )
+        .hint(
+            "torch was expected to load it through libtorch_cuda.so: check `ldd libtorch_cuda.so`",
+        );
     };
     let version = match version {
         Ok(v) => v,
         Err(e) => {
-            return CheckResult::error(id, format!("{lib} at {}: version query failed: {e}", path.display()));
+            return CheckResult::error(
+                id,
+                format!("{lib} at {}: version query failed: {e}", path.display()),
+            );
         }
     };
     let found = match &wheel {
@@ -228,7 +281,10 @@ mod imp {
     use super::*;
 
     fn without_torch(id: &str) -> Vec<CheckResult> {
-        vec![CheckResult::skip(id, "this imgctl was built without the torch feature")]
+        vec![CheckResult::skip(
+            id,
+            "this imgctl was built without the torch feature",
+        )]
     }
     pub fn check_version(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
         without_torch("torch.version")
@@ -263,18 +319,26 @@ mod imp {
         *AVAILABLE.get_or_init(tch::Cuda::is_available)
     }
 
-    fn torch_dir_or_error(id: &str) -> Result<PathBuf, CheckResult> {
-        loaded_torch_dir().ok_or_else(|| CheckResult::error(id, "libtorch_cpu.so is not mapped in this process"))
+    fn torch_dir_or_error(id: &str) -> Result<PathBuf, Box<CheckResult>> {
+        loaded_torch_dir().ok_or_else(|| {
+            Box::new(CheckResult::error(
+                id,
+                "libtorch_cpu.so is not mapped in this process",
+            ))
+        })
     }
 
     pub fn check_version(ctx: &Context, _: Option<u32>) -> Vec<CheckResult> {
         const ID: &str = "torch.version";
         let dir = match torch_dir_or_error(ID) {
             Ok(d) => d,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         };
         let Some((version, cuda)) = torch_version_info(&dir) else {
-            return vec![CheckResult::error(ID, format!("no version.py or build-version in {}", dir.display()))];
+            return vec![CheckResult::error(
+                ID,
+                format!("no version.py or build-version in {}", dir.display()),
+            )];
         };
         let measured = match &cuda {
             Some(c) => format!("{version} (CUDA {c}) from {}", dir.display()),
@@ -314,12 +378,19 @@ mod imp {
             CheckResult::pass(ID, "torch can use CUDA")
         } else if loaded_torch_cuda().is_none() {
             if ctx.expect.allows_none() {
-                CheckResult::skip(ID, "this libtorch is CPU-only; no GPU expected (--expect-gpus 0)")
+                CheckResult::skip(
+                    ID,
+                    "this libtorch is CPU-only; no GPU expected (--expect-gpus 0)",
+                )
             } else {
-                CheckResult::fail(ID, "this libtorch is CPU-only").hint("install a CUDA build of torch (cu126 / cu128 wheels)")
+                CheckResult::fail(ID, "this libtorch is CPU-only")
+                    .hint("install a CUDA build of torch (cu126 / cu128 wheels)")
             }
         } else if ctx.expect.allows_none() && nvml.unwrap_or(0) == 0 {
-            CheckResult::skip(ID, "CUDA not available: no GPU here, none expected (--expect-gpus 0)")
+            CheckResult::skip(
+                ID,
+                "CUDA not available: no GPU here, none expected (--expect-gpus 0)",
+            )
         } else {
             CheckResult::fail(ID, "torch cannot use CUDA").hint(
                 "no GPU visible to this process: check the driver (nvml.driver), `docker run --gpus`, and CUDA_VISIBLE_DEVICES",
@@ -331,9 +402,16 @@ mod imp {
     pub fn check_device_count(ctx: &Context, _: Option<u32>) -> Vec<CheckResult> {
         const ID: &str = "torch.device_count";
         let Some(nvml) = nvml_count(ctx) else {
-            return vec![CheckResult::skip(ID, "NVML not available; nothing to compare with (see nvml.driver)")];
+            return vec![CheckResult::skip(
+                ID,
+                "NVML not available; nothing to compare with (see nvml.driver)",
+            )];
         };
-        let torch = if cuda_available() { tch::Cuda::device_count() } else { 0 };
+        let torch = if cuda_available() {
+            tch::Cuda::device_count()
+        } else {
+            0
+        };
         let cvd = std::env::var(crate::env_vars::CUDA_VISIBLE_DEVICES).ok();
         let measured = format!("torch {torch}, NVML {nvml}");
         let r = if torch as u32 == nvml {
@@ -357,7 +435,8 @@ mod imp {
     fn arch_list() -> Result<fatbin::ArchList, String> {
         static LIST: OnceLock<Result<fatbin::ArchList, String>> = OnceLock::new();
         LIST.get_or_init(|| {
-            let path = loaded_torch_cuda().ok_or_else(|| "libtorch_cuda.so is not mapped (CPU-only libtorch)".to_string())?;
+            let path = loaded_torch_cuda()
+                .ok_or_else(|| "libtorch_cuda.so is not mapped (CPU-only libtorch)".to_string())?;
             fatbin::arch_list(&path).map_err(|e| format!("reading {}: {e}", path.display()))
         })
         .clone()
@@ -367,7 +446,7 @@ mod imp {
         const ID: &str = "torch.arch";
         let nvml = match ctx.nvml_backend(ID) {
             Ok(b) => b,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         };
         let (major, minor) = match nvml.compute_capability(gpu.unwrap_or(0)) {
             Ok(cc) => cc,
@@ -378,13 +457,22 @@ mod imp {
             Err(e) => return vec![CheckResult::error(ID, e)],
         };
         if list.sass.is_empty() && list.ptx.is_empty() {
-            return vec![CheckResult::error(ID, "no GPU code found in libtorch_cuda.so's .nv_fatbin section")];
+            return vec![CheckResult::error(
+                ID,
+                "no GPU code found in libtorch_cuda.so's .nv_fatbin section",
+            )];
         }
         let threshold = format!("in [{}]", list.describe());
+        let partial = if list.partial.is_empty() {
+            String::new()
+        } else {
+            let p: Vec<String> = list.partial.iter().map(|a| format!("sm_{a}")).collect();
+            format!(" (a few kernels also for {})", p.join(" "))
+        };
         let measured = format!("sm_{major}{minor}");
         let r = match list.coverage(major, minor) {
-            Coverage::Exact => CheckResult::pass(ID, format!("torch ships sm_{major}{minor} code")),
-            Coverage::SameMajor(a) => CheckResult::pass(ID, format!("runs sm_{a} code (binary compatible within major {major})")),
+            Coverage::Exact => CheckResult::pass(ID, format!("torch ships sm_{major}{minor} code{partial}")),
+            Coverage::SameMajor(a) => CheckResult::pass(ID, format!("runs sm_{a} code (binary compatible within major {major}){partial}")),
             Coverage::Ptx(a) => CheckResult::warn(ID, format!("only PTX for compute_{a}: JIT-compiled at start, slower, and not under minor-version compatibility"))
                 .hint("use a torch build whose arch list includes this GPU (newer CUDA wheel)"),
             Coverage::None => CheckResult::fail(ID, format!("torch has no code for sm_{major}{minor}: kernels will fail with 'no kernel image is available'"))
@@ -397,13 +485,19 @@ mod imp {
         const ID: &str = "torch.driver_compat";
         let nvml = match ctx.nvml_backend(ID) {
             Ok(b) => b,
-            Err(r) => return vec![r],
+            Err(r) => return vec![*r],
         };
         let Some((_, cuda)) = loaded_torch_dir().and_then(|d| torch_version_info(&d)) else {
-            return vec![CheckResult::error(ID, "cannot find the loaded torch's version file")];
+            return vec![CheckResult::error(
+                ID,
+                "cannot find the loaded torch's version file",
+            )];
         };
         let Some(runtime) = cuda else {
-            return vec![CheckResult::skip(ID, "CPU-only torch: no CUDA runtime to support")];
+            return vec![CheckResult::skip(
+                ID,
+                "CPU-only torch: no CUDA runtime to support",
+            )];
         };
         let driver = match nvml.driver_version() {
             Ok(d) => d,
@@ -422,11 +516,19 @@ mod imp {
         // sublibraries, NCCL's plugins); query after it.
         let _ = cuda_available();
         if loaded_torch_cuda().is_none() {
-            return vec![CheckResult::skip(id, "CPU-only libtorch: no CUDA libraries to trace")];
+            return vec![CheckResult::skip(
+                id,
+                "CPU-only libtorch: no CUDA libraries to trace",
+            )];
         }
         let files = match provenance::mapped_files() {
             Ok(f) => f,
-            Err(e) => return vec![CheckResult::error(id, format!("reading /proc/self/maps: {e}"))],
+            Err(e) => {
+                return vec![CheckResult::error(
+                    id,
+                    format!("reading /proc/self/maps: {e}"),
+                )]
+            }
         };
         let mapped = provenance::find_mapped(kind, &files);
         let (version, wheel, shadowed) = match mapped.first() {
@@ -443,7 +545,15 @@ mod imp {
             LibKind::Cudnn => ctx.pins.cudnn.as_deref(),
             LibKind::Nccl => ctx.pins.nccl.as_deref(),
         };
-        vec![loaded_verdict(kind, &mapped, version, wheel, pin, &ctx.pins.source, &shadowed)]
+        vec![loaded_verdict(
+            kind,
+            &mapped,
+            version,
+            wheel,
+            pin,
+            &ctx.pins.source,
+            &shadowed,
+        )]
     }
 }
 
@@ -454,36 +564,87 @@ mod tests {
     #[test]
     fn driver_compat_paths() {
         // R580 (CUDA 13.0) runs a CUDA 12.6 torch natively.
-        assert_eq!(driver_compat_verdict("580.159.03", 13000, "12.6").status, super::super::Status::Pass);
+        assert_eq!(
+            driver_compat_verdict("580.159.03", 13000, "12.6").status,
+            super::super::Status::Pass
+        );
         // R550 (CUDA 12.4) runs 12.6 by minor-version compatibility.
         let r = driver_compat_verdict("550.54.15", 12040, "12.6");
         assert_eq!(r.status, super::super::Status::Pass);
         assert!(r.message.contains("minor-version"));
         // R470 (CUDA 11.4) cannot run 12.6.
-        assert_eq!(driver_compat_verdict("470.82.01", 11040, "12.6").status, super::super::Status::Fail);
+        assert_eq!(
+            driver_compat_verdict("470.82.01", 11040, "12.6").status,
+            super::super::Status::Fail
+        );
         // A 12.x driver older than 525.60.13 cannot use minor-version compatibility.
-        assert_eq!(driver_compat_verdict("520.61.05", 12000, "12.6").status, super::super::Status::Fail);
+        assert_eq!(
+            driver_compat_verdict("520.61.05", 12000, "12.6").status,
+            super::super::Status::Fail
+        );
     }
 
     #[test]
     fn provenance_verdicts() {
         use super::super::Status;
         let p = vec![PathBuf::from("/w/nvidia/cudnn/lib/libcudnn.so.9")];
-        let ok = loaded_verdict(LibKind::Cudnn, &p, Ok("9.5.1".into()), Some("9.5.1.17".into()), Some("9.5.1.17"), "pins", &[]);
+        let ok = loaded_verdict(
+            LibKind::Cudnn,
+            &p,
+            Ok("9.5.1".into()),
+            Some("9.5.1.17".into()),
+            Some("9.5.1.17"),
+            "pins",
+            &[],
+        );
         assert_eq!(ok.status, Status::Pass, "{ok:?}");
-        let bad = loaded_verdict(LibKind::Cudnn, &p, Ok("9.1.0".into()), None, Some("9.5.1.17"), "pins", &[]);
+        let bad = loaded_verdict(
+            LibKind::Cudnn,
+            &p,
+            Ok("9.1.0".into()),
+            None,
+            Some("9.5.1.17"),
+            "pins",
+            &[],
+        );
         assert_eq!(bad.status, Status::Fail);
         let shadow = provenance::Shadowed {
             path: PathBuf::from("/usr/lib/x86_64-linux-gnu/libcudnn.so.9.1.0"),
             version: Some("9.1.0".into()),
         };
-        let warn = loaded_verdict(LibKind::Cudnn, &p, Ok("9.5.1".into()), None, Some("9.5.1.17"), "pins", &[shadow]);
+        let warn = loaded_verdict(
+            LibKind::Cudnn,
+            &p,
+            Ok("9.5.1".into()),
+            None,
+            Some("9.5.1.17"),
+            "pins",
+            &[shadow],
+        );
         assert_eq!(warn.status, Status::Warn);
         assert!(warn.message.contains("9.1.0"));
         let two = vec![p[0].clone(), PathBuf::from("/usr/lib/libcudnn.so.9")];
-        assert_eq!(loaded_verdict(LibKind::Cudnn, &two, Ok("9.5.1".into()), None, None, "", &[]).status, Status::Fail);
-        assert_eq!(loaded_verdict(LibKind::Cudnn, &[], Err("x".into()), None, None, "", &[]).status, Status::Fail);
-        assert_eq!(loaded_verdict(LibKind::Cudnn, &p, Err("boom".into()), None, None, "", &[]).status, Status::Error);
+        assert_eq!(
+            loaded_verdict(
+                LibKind::Cudnn,
+                &two,
+                Ok("9.5.1".into()),
+                None,
+                None,
+                "",
+                &[]
+            )
+            .status,
+            Status::Fail
+        );
+        assert_eq!(
+            loaded_verdict(LibKind::Cudnn, &[], Err("x".into()), None, None, "", &[]).status,
+            Status::Fail
+        );
+        assert_eq!(
+            loaded_verdict(LibKind::Cudnn, &p, Err("boom".into()), None, None, "", &[]).status,
+            Status::Error
+        );
     }
 
     #[test]
@@ -499,8 +660,15 @@ mod tests {
             Some(("2.7.0+cu126".to_string(), Some("12.6".to_string())))
         );
         let cpu = tempfile::tempdir().unwrap();
-        std::fs::write(cpu.path().join("version.py"), "__version__ = '2.7.0+cpu'\ncuda: Optional[str] = None\n").unwrap();
-        assert_eq!(torch_version_info(cpu.path()), Some(("2.7.0+cpu".to_string(), None)));
+        std::fs::write(
+            cpu.path().join("version.py"),
+            "__version__ = '2.7.0+cpu'\ncuda: Optional[str] = None\n",
+        )
+        .unwrap();
+        assert_eq!(
+            torch_version_info(cpu.path()),
+            Some(("2.7.0+cpu".to_string(), None))
+        );
         let standalone = tempfile::tempdir().unwrap();
         std::fs::write(standalone.path().join("build-version"), "2.7.0+cu128\n").unwrap();
         assert_eq!(

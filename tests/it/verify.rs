@@ -35,13 +35,23 @@ fn status(report: &serde_json::Value, id: &str) -> String {
 /// Checks an XML file is well-formed with Python's parser (the venv or the system's).
 fn assert_well_formed_xml(path: &Path) {
     let venv = std::env::var("IMGCTL_VENV").map(|v| PathBuf::from(v).join("bin/python3"));
-    let python = venv.ok().filter(|p| p.exists()).unwrap_or_else(|| PathBuf::from("python3"));
+    let python = venv
+        .ok()
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("python3"));
     let out = Command::new(python)
-        .args(["-c", "import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])"])
+        .args([
+            "-c",
+            "import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])",
+        ])
         .arg(path)
         .output()
         .expect("run python3");
-    assert!(out.status.success(), "JUnit XML is not well-formed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "JUnit XML is not well-formed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -55,7 +65,10 @@ fn no_gpu_default_fails_with_one_clear_line() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stdout.is_empty(), "{stdout}");
     let first = stderr.lines().next().unwrap_or("");
-    assert_eq!(first, "error: no NVIDIA driver: libnvidia-ml.so.1 not found");
+    assert_eq!(
+        first,
+        "error: no NVIDIA driver: libnvidia-ml.so.1 not found"
+    );
     assert!(stderr.contains("hint: "), "{stderr}");
     assert!(stderr.contains("--expect-gpus 0"), "{stderr}");
     // No table of SKIPs that could be read as a pass.
@@ -74,7 +87,10 @@ fn no_gpu_default_json_still_reports_the_failure() {
     let report = json_of(&stdout);
     assert_eq!(report["passed"], false);
     assert_eq!(status(&report, "nvml.driver"), "fail");
-    assert_eq!(results(&report, "nvml.driver")[0]["message"], "no NVIDIA driver: libnvidia-ml.so.1 not found");
+    assert_eq!(
+        results(&report, "nvml.driver")[0]["message"],
+        "no NVIDIA driver: libnvidia-ml.so.1 not found"
+    );
 }
 
 #[test]
@@ -85,7 +101,14 @@ fn expect_zero_passes_with_skips_json_and_junit() {
     }
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("verify.xml");
-    let out = imgctl(&["verify", "--expect-gpus", "0", "--json", "--junit", junit.to_str().unwrap()]);
+    let out = imgctl(&[
+        "verify",
+        "--expect-gpus",
+        "0",
+        "--json",
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let report = json_of(&stdout);
@@ -98,7 +121,10 @@ fn expect_zero_passes_with_skips_json_and_junit() {
         let id = r["id"].as_str().unwrap();
         if id.starts_with("nvml.") {
             assert_eq!(r["status"], "skip", "{r}");
-            assert!(r["message"].as_str().unwrap().contains("libnvidia-ml.so.1"), "{r}");
+            assert!(
+                r["message"].as_str().unwrap().contains("libnvidia-ml.so.1"),
+                "{r}"
+            );
         }
     }
     assert_eq!(report["summary"]["fail"], 0);
@@ -128,7 +154,10 @@ fn torch_facts_and_library_provenance_on_cpu() {
     let report = json_of(&stdout);
     let version = &results(&report, "torch.version")[0];
     assert_eq!(version["status"], "pass", "{version}");
-    assert!(version["measured"].as_str().unwrap().starts_with("2.7.0"), "{version}");
+    assert!(
+        version["measured"].as_str().unwrap().starts_with("2.7.0"),
+        "{version}"
+    );
     // No GPU and none expected: honest SKIP, not PASS.
     assert_eq!(status(&report, "torch.cuda_available"), "skip");
     // The libraries libtorch_cuda.so maps, with the versions they report, from
@@ -143,7 +172,10 @@ fn torch_facts_and_library_provenance_on_cpu() {
         assert_eq!(r["status"], "pass", "{r}");
         let measured = r["measured"].as_str().unwrap();
         assert!(measured.starts_with(version), "{measured}");
-        assert!(measured.contains(&format!("/site-packages/nvidia/")) && measured.ends_with(lib), "{measured}");
+        assert!(
+            measured.contains("/site-packages/nvidia/") && measured.ends_with(lib),
+            "{measured}"
+        );
     }
 }
 
@@ -155,9 +187,20 @@ fn pin_mismatch_from_the_environment_fails() {
         return;
     }
     let out = Command::new(imgctl_bin())
-        .args(["verify", "--expect-gpus", "0", "--json", "--only", "torch.version", "torch.cudnn_loaded"])
+        .args([
+            "verify",
+            "--expect-gpus",
+            "0",
+            "--json",
+            "--only",
+            "torch.version",
+            "torch.cudnn_loaded",
+        ])
         .env("NO_COLOR", "1")
-        .env("IMGCTL_VERIFY_PINS", r#"{"torch":"2.6.0","cudnn":"9.1.0.70"}"#)
+        .env(
+            "IMGCTL_VERIFY_PINS",
+            r#"{"torch":"2.6.0","cudnn":"9.1.0.70"}"#,
+        )
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&out);
@@ -166,7 +209,10 @@ fn pin_mismatch_from_the_environment_fails() {
     assert_eq!(status(&report, "torch.version"), "fail");
     let cudnn = &results(&report, "torch.cudnn_loaded")[0];
     assert_eq!(cudnn["status"], "fail");
-    assert!(cudnn["threshold"].as_str().unwrap().contains("9.1.0.70"), "{cudnn}");
+    assert!(
+        cudnn["threshold"].as_str().unwrap().contains("9.1.0.70"),
+        "{cudnn}"
+    );
     assert!(stderr.contains("verify FAILED"), "{stderr}");
 }
 
@@ -175,12 +221,18 @@ fn usage_errors_exit_2() {
     let out = imgctl(&["verify", "--expect-gpus", "two"]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.starts_with("error: --expect-gpus takes a number or `any`, not `two`"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: --expect-gpus takes a number or `any`, not `two`"),
+        "{stderr}"
+    );
 
     let out = imgctl(&["verify", "--only", "nvml.eccc"]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.starts_with("error: unknown check id(s): nvml.eccc"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: unknown check id(s): nvml.eccc"),
+        "{stderr}"
+    );
     assert!(stderr.contains("valid ids"), "{stderr}");
     assert!(stderr.contains("nvml.ecc,"), "{stderr}");
     assert!(stderr.contains("torch.cudnn_loaded"), "{stderr}");
@@ -199,14 +251,31 @@ fn usage_errors_exit_2() {
     assert!(stderr.contains("`x` is not a device index"), "{stderr}");
 
     // --level is checked by clap.
-    assert_eq!(imgctl(&["verify", "--level", "slow"]).status.code(), Some(2));
+    assert_eq!(
+        imgctl(&["verify", "--level", "slow"]).status.code(),
+        Some(2)
+    );
 }
 
 #[test]
 fn selection_runs_only_what_was_asked() {
-    let out = imgctl(&["verify", "--expect-gpus", "0", "--json", "--only", "nvml", "--skip", "nvml.ecc"]);
+    let out = imgctl(&[
+        "verify",
+        "--expect-gpus",
+        "0",
+        "--json",
+        "--only",
+        "nvml",
+        "--skip",
+        "nvml.ecc",
+    ]);
     let report = json_of(&texts(&out).0);
-    let ids: Vec<&str> = report["results"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
     assert!(ids.iter().all(|i| i.starts_with("nvml.")), "{ids:?}");
     assert!(!ids.contains(&"nvml.ecc"));
     assert!(ids.contains(&"nvml.pcie"));
@@ -219,7 +288,10 @@ const BASE: &str = "imgctl-test/debian:bookworm";
 const TEST_IMAGE: &str = "imgctl-test/verify:latest";
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 async fn engine() -> Option<bollard::Docker> {
@@ -231,14 +303,19 @@ async fn engine() -> Option<bollard::Docker> {
 async fn build_test_image(docker: &bollard::Docker) -> Result<(), String> {
     use futures_util::StreamExt;
     let bin = std::fs::read(imgctl_bin()).map_err(|e| e.to_string())?;
-    let dockerfile = format!("FROM {BASE}\nCOPY imgctl /usr/local/bin/imgctl\nLABEL io.imgctl.test=verify\n");
+    let dockerfile =
+        format!("FROM {BASE}\nCOPY imgctl /usr/local/bin/imgctl\nLABEL io.imgctl.test=verify\n");
     let mut tar = tar::Builder::new(Vec::new());
-    for (name, data, mode) in [("Dockerfile", dockerfile.into_bytes(), 0o644), ("imgctl", bin, 0o755)] {
+    for (name, data, mode) in [
+        ("Dockerfile", dockerfile.into_bytes(), 0o644),
+        ("imgctl", bin, 0o755),
+    ] {
         let mut h = tar::Header::new_gnu();
         h.set_size(data.len() as u64);
         h.set_mode(mode);
         h.set_cksum();
-        tar.append_data(&mut h, name, data.as_slice()).map_err(|e| e.to_string())?;
+        tar.append_data(&mut h, name, data.as_slice())
+            .map_err(|e| e.to_string())?;
     }
     let context = tar.into_inner().map_err(|e| e.to_string())?;
     let options = bollard::query_parameters::BuildImageOptions {
@@ -273,9 +350,10 @@ async fn containers_mounting(docker: &bollard::Docker, source: &Path) -> Vec<Str
         .expect("list containers")
         .into_iter()
         .filter(|c| {
-            c.mounts
-                .as_ref()
-                .is_some_and(|ms| ms.iter().any(|m| m.source.as_deref() == Some(want.as_str())))
+            c.mounts.as_ref().is_some_and(|ms| {
+                ms.iter()
+                    .any(|m| m.source.as_deref() == Some(want.as_str()))
+            })
         })
         .filter_map(|c| c.id)
         .collect()
@@ -288,11 +366,20 @@ fn probe_arg(dir: &Path) -> String {
 /// The folder holding torch and the nvidia wheels this imgctl links against,
 /// mounted at the same path so the binary's RUNPATH resolves in the container.
 fn site_packages() -> PathBuf {
-    let libtorch = std::env::var("LIBTORCH").unwrap_or_else(|_| format!("{}/.libtorch", env!("CARGO_MANIFEST_DIR")));
+    let libtorch = std::env::var("LIBTORCH")
+        .unwrap_or_else(|_| format!("{}/.libtorch", env!("CARGO_MANIFEST_DIR")));
     let root = crate::common::repo_root();
     let p = root.join(&libtorch);
-    let p = if Path::new(&libtorch).is_absolute() { PathBuf::from(&libtorch) } else { p };
-    p.canonicalize().expect("LIBTORCH resolves").parent().unwrap().to_path_buf()
+    let p = if Path::new(&libtorch).is_absolute() {
+        PathBuf::from(&libtorch)
+    } else {
+        p
+    };
+    p.canonicalize()
+        .expect("LIBTORCH resolves")
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Sets up the engine side once per test; None (with a note) when the engine
@@ -303,7 +390,8 @@ fn image_setup() -> Option<(tokio::runtime::Runtime, bollard::Docker)> {
     if rt.block_on(docker.inspect_image(BASE)).is_err() {
         panic!("the base image {BASE} is missing: run scripts/test-bases.sh first");
     }
-    rt.block_on(build_test_image(&docker)).expect("build the verify test image");
+    rt.block_on(build_test_image(&docker))
+        .expect("build the verify test image");
     Some((rt, docker))
 }
 
@@ -342,7 +430,10 @@ fn verify_image_reports_back_and_removes_the_container() {
     assert_eq!(report["context"], "container");
     assert_eq!(report["image"], TEST_IMAGE);
     assert_eq!(status(&report, "host.container"), "pass");
-    assert!(results(&report, "host.container")[0]["message"].as_str().unwrap().contains("no GPU requested"));
+    assert!(results(&report, "host.container")[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no GPU requested"));
     // The container's own results came back: NVML is absent in there too.
     assert_eq!(status(&report, "nvml.driver"), "skip");
     assert_eq!(status(&report, "host.gpu_uuids"), "skip");
@@ -355,7 +446,11 @@ fn verify_image_reports_back_and_removes_the_container() {
     assert!(stderr.contains("| host.container"), "{stderr}");
     assert!(stderr.contains("verify passed:"), "{stderr}");
     assert_well_formed_xml(&junit);
-    assert!(rt.block_on(containers_mounting(&docker, dir.path())).is_empty(), "the verify container was left behind");
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "the verify container was left behind"
+    );
 }
 
 #[test]
@@ -369,11 +464,21 @@ fn verify_image_without_gpu_fails_with_the_driver_line_and_cleans_up() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (mount, probe) = (mount_arg(), probe_arg(dir.path()));
-    let out = imgctl(&["verify", "--image", TEST_IMAGE, "--only", "nvml", "--mount", &mount, "--mount", &probe]);
+    let out = imgctl(&[
+        "verify", "--image", TEST_IMAGE, "--only", "nvml", "--mount", &mount, "--mount", &probe,
+    ]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(stderr.lines().next(), Some("error: no NVIDIA driver: libnvidia-ml.so.1 not found"), "{stderr}");
-    assert!(rt.block_on(containers_mounting(&docker, dir.path())).is_empty(), "container left behind");
+    assert_eq!(
+        stderr.lines().next(),
+        Some("error: no NVIDIA driver: libnvidia-ml.so.1 not found"),
+        "{stderr}"
+    );
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
 }
 
 #[test]
@@ -383,13 +488,26 @@ fn verify_image_without_imgctl_is_an_error_and_cleans_up() {
     };
     let dir = tempfile::tempdir().unwrap();
     let probe = probe_arg(dir.path());
-    let out = imgctl(&["verify", "--image", BASE, "--expect-gpus", "0", "--json", "--mount", &probe]);
+    let out = imgctl(&[
+        "verify",
+        "--image",
+        BASE,
+        "--expect-gpus",
+        "0",
+        "--json",
+        "--mount",
+        &probe,
+    ]);
     let (stdout, stderr) = texts(&out);
     // Either the engine refuses to start a missing entrypoint (an error line), or
     // the report says the image gave no JSON; both exit 1 and leave nothing behind.
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stderr.contains("imgctl"), "{stderr}");
-    assert!(rt.block_on(containers_mounting(&docker, dir.path())).is_empty(), "container left behind");
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
 }
 
 #[test]
@@ -397,10 +515,19 @@ fn verify_image_unknown_image_is_a_usage_error() {
     if runtime().block_on(engine()).is_none() {
         panic!("no Docker engine");
     }
-    let out = imgctl(&["verify", "--image", "imgctl-test/does-not-exist:nope", "--expect-gpus", "0"]);
+    let out = imgctl(&[
+        "verify",
+        "--image",
+        "imgctl-test/does-not-exist:nope",
+        "--expect-gpus",
+        "0",
+    ]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.starts_with("error: image `imgctl-test/does-not-exist:nope` not found"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: image `imgctl-test/does-not-exist:nope` not found"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -412,7 +539,11 @@ fn verify_image_ctrl_c_removes_the_container() {
     let dir = tempfile::tempdir().unwrap();
     let sleeper = dir.path().join("imgctl");
     std::fs::write(&sleeper, "#!/bin/sh\nexec sleep 120\n").unwrap();
-    std::fs::set_permissions(&sleeper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        &sleeper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let child = Command::new(imgctl_bin())
         .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
         .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
@@ -423,10 +554,16 @@ fn verify_image_ctrl_c_removes_the_container() {
         .unwrap();
     let start = Instant::now();
     loop {
-        if !rt.block_on(containers_mounting(&docker, &sleeper)).is_empty() {
+        if !rt
+            .block_on(containers_mounting(&docker, &sleeper))
+            .is_empty()
+        {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "the container never appeared");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the container never appeared"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // SAFETY: signalling the child we started, by its pid.
@@ -435,5 +572,71 @@ fn verify_image_ctrl_c_removes_the_container() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    assert!(rt.block_on(containers_mounting(&docker, &sleeper)).is_empty(), "container left behind after Ctrl-C");
+    assert!(
+        rt.block_on(containers_mounting(&docker, &sleeper))
+            .is_empty(),
+        "container left behind after Ctrl-C"
+    );
+}
+
+#[test]
+fn gpu_request_on_an_engine_without_the_nvidia_runtime_is_rejected_and_cleaned_up() {
+    use imgctl::docker::run::{run_to_completion, GpuRequest, GpuRequestRejected, RunRequest};
+    let rt = runtime();
+    let Some(docker) = rt.block_on(engine()) else {
+        panic!("no Docker engine");
+    };
+    let info = rt.block_on(docker.info()).expect("engine info");
+    let has_nvidia = info
+        .runtimes
+        .as_ref()
+        .is_some_and(|r| r.contains_key("nvidia"));
+    if has_nvidia {
+        eprintln!("skipped: this engine has the nvidia runtime");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let req = RunRequest {
+        image: BASE.into(),
+        entrypoint: Some(vec!["true".into()]),
+        cmd: vec![],
+        gpus: Some(GpuRequest::All),
+        binds: vec![probe_arg(dir.path())],
+        timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let err = rt
+        .block_on(run_to_completion(&docker, req))
+        .expect_err("no GPU runtime here");
+    assert!(
+        err.chain()
+            .any(|c| c.downcast_ref::<GpuRequestRejected>().is_some()),
+        "not recognised as a GPU rejection: {err:#}"
+    );
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
+    // The same request without GPUs runs and reports its exit code and output.
+    let req = RunRequest {
+        image: BASE.into(),
+        entrypoint: Some(vec!["sh".into(), "-c".into()]),
+        cmd: vec!["echo out; echo err >&2; exit 3".into()],
+        binds: vec![probe_arg(dir.path())],
+        timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let out = rt
+        .block_on(run_to_completion(&docker, req))
+        .expect("plain run");
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str(), out.stderr.as_str()),
+        (3, "out\n", "err\n")
+    );
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
 }
