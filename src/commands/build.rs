@@ -231,7 +231,20 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
     let rendered = crate::render::render(&loaded, &options)?;
 
     let tags = if args.tags.is_empty() {
-        vec![format!("imgctl/{}:latest", loaded.name)]
+        // Reference names are lower-case [a-z0-9] with single separators.
+        let name: String = loaded
+            .name
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let name = name.trim_matches('-');
+        let tag = format!(
+            "imgctl/{}:latest",
+            if name.is_empty() { "image" } else { name }
+        );
+        image::validate_tag(&tag)?;
+        vec![tag]
     } else {
         args.tags.clone()
     };

@@ -761,7 +761,11 @@ fn push_uses_the_docker_config_credentials() {
     };
     use base64::Engine as _;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let env = [("DOCKER_CONFIG", config.path().to_str().unwrap())];
+    // A fixed creation time: both builds give one image, none is left dangling.
+    let env = [
+        ("DOCKER_CONFIG", config.path().to_str().unwrap()),
+        ("SOURCE_DATE_EPOCH", "1700000000"),
+    ];
 
     // Wrong password: refused by the registry, exit 1, and the secret is not shown.
     write_config(&b64("pusher:wrong-pw"));
