@@ -344,6 +344,7 @@ fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> Vec<String> 
         !docker(&["image", "inspect", tag]).status.success(),
         "a failed build was tagged"
     );
+    remove_step_images(&stderr);
     tail
 }
 
@@ -469,12 +470,24 @@ fn ctrl_c_cancels_the_build_and_leaves_nothing() {
         "a cancelled build was tagged"
     );
     // The steps committed before the interruption stay as build cache (as with
-    // `docker build`); --no-cache made them new, so remove them (the base stays).
-    let base = docker_ok(&["image", "inspect", "--format", "{{.Id}}", DEBIAN_BASE]);
-    for layer in layer_ids(&log).iter().rev() {
-        if !base
-            .trim_start_matches("sha256:")
-            .starts_with(layer.as_str())
+    // `docker build`); --no-cache made them new, so remove them.
+    remove_step_images(&log);
+}
+
+/// Removes the untagged step images a failed or cancelled build left (kept by
+/// the engine as build cache), newest first, never a base image; an image
+/// another build still uses is kept (no `-f`).
+fn remove_step_images(log: &str) {
+    let mut bases = Vec::new();
+    for base in [BUSYBOX_BASE, DEBIAN_BASE] {
+        bases.push(docker_ok(&[
+            "image", "inspect", "--format", "{{.Id}}", base,
+        ]));
+    }
+    for layer in layer_ids(log).iter().rev() {
+        if !bases
+            .iter()
+            .any(|b| b.trim_start_matches("sha256:").starts_with(layer.as_str()))
         {
             let _ = docker(&["rmi", layer]);
         }
