@@ -15,6 +15,7 @@
 #   SSH_AUTHORIZED_KEYS   public keys for the user, one per line. Also read:
 #                         /etc/imgctl/authorized_keys and ~USER/.ssh/authorized_keys
 #                         (mount either). No key: sshd is not started, and the log says why.
+#   IMGCTL_JUPYTER_PORT   JupyterLab's port (default 8888).
 #   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
 #
 # Everything is validated before anything starts; bad settings exit 2 with one
@@ -27,10 +28,10 @@ IMGCTL_USER="${IMGCTL_USER:-dev}"
 RUN_DIR="${IMGCTL_RUN_DIR:-/run/imgctl}"
 SSHD_CONFIG="${IMGCTL_SSHD_CONFIG:-/etc/imgctl/sshd_config}"
 MOUNTED_KEYS="${IMGCTL_AUTHORIZED_KEYS_FILE:-/etc/imgctl/authorized_keys}"
-JUPYTER_PORT=8888
+JUPYTER_PORT="${IMGCTL_JUPYTER_PORT:-8888}"
 WORKSPACE="${IMGCTL_WORKSPACE:-/workspace}"
 # docker stop waits 10 s before SIGKILL (its default --time); stop ours well before.
-STOP_GRACE=6
+STOP_GRACE=5
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 die() {
@@ -184,6 +185,7 @@ stop_all() { # $1: why
     for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
     # Anything still running after STOP_GRACE seconds is killed.
     (
+        trap - TERM
         sleep "$STOP_GRACE"
         for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
     ) &
@@ -231,8 +233,7 @@ if [ "$want_jupyter" = yes ]; then
     pids="$pids $!"
     started="$started jupyter"
     if [ "$token_generated" = yes ]; then
-        log "JupyterLab token (generated, shown once): $token"
-        log "open http://127.0.0.1:$JUPYTER_PORT/lab?token=$token (with -p $JUPYTER_PORT:$JUPYTER_PORT)"
+        log "JupyterLab: http://127.0.0.1:$JUPYTER_PORT/lab?token=$token (generated token, shown only here; set JUPYTER_TOKEN to choose one)"
     else
         log "JupyterLab: port $JUPYTER_PORT, token from JUPYTER_TOKEN"
     fi

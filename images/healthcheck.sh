@@ -3,27 +3,47 @@
 #
 # Probes exactly the services the entrypoint started, as listed in
 # /run/imgctl/services: `jupyter` (GET /api on port 8888 must answer 200; the
-# endpoint needs no token) and `sshd` (port 22 must greet with "SSH-"). No list
-# (a passed-through command) or an empty one (IMGCTL_MODE=none) is healthy.
+# endpoint needs no token) and `sshd` (a socket must LISTEN on port 22, read
+# from /proc/net/tcp{,6}: connecting would make sshd log an aborted handshake
+# every few seconds). No list (a passed-through command) or an empty one
+# (IMGCTL_MODE=none) is healthy. IMGCTL_JUPYTER_PORT and IMGCTL_SSH_PORT
+# override the ports.
 set -eu
 list="${IMGCTL_RUN_DIR:-/run/imgctl}/services"
 [ -s "$list" ] || exit 0
 exec python3 - "$list" <<'PY'
-import socket
+import os
 import sys
 import urllib.request
+
+
+def listening(port):
+    """Whether a TCP socket listens on `port` (state 0A is TCP_LISTEN)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for row in f:
+                    fields = row.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            continue
+    return False
+
 
 failed = []
 for service in open(sys.argv[1]).read().split():
     try:
         if service == "jupyter":
-            with urllib.request.urlopen("http://127.0.0.1:8888/api", timeout=3) as r:
+            port = os.environ.get("IMGCTL_JUPYTER_PORT", "8888")
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=3) as r:
                 if r.status != 200:
                     raise OSError(f"HTTP {r.status}")
         elif service == "sshd":
-            with socket.create_connection(("127.0.0.1", 22), timeout=3) as s:
-                if not s.recv(64).startswith(b"SSH-"):
-                    raise OSError("no SSH greeting")
+            port = int(os.environ.get("IMGCTL_SSH_PORT", "22"))
+            if not listening(port):
+                raise OSError(f"nothing listens on port {port}")
         else:
             raise OSError("unknown service")
         print(f"{service}: ok")

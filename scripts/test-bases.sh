@@ -32,12 +32,13 @@ flock 9
 
 make_busybox() {
   if exists "$busybox_image"; then log "$busybox_image exists"; return 0; fi
-  local bb
-  bb="$(command -v busybox || true)"
-  if [ -z "$bb" ] || ! file -L "$bb" 2>/dev/null | grep -q 'statically linked'; then
-    bb=/bin/busybox
+  # Debian's busybox-static installs /bin/busybox; a static binary has no
+  # program interpreter (PT_INTERP), which readelf (binutils) shows.
+  local bb=/bin/busybox
+  if [ ! -x "$bb" ] || readelf -l "$bb" 2>/dev/null | grep -q 'Requesting program interpreter'; then
+    log "error: no static busybox at $bb (apt-get install busybox-static)"
+    exit 1
   fi
-  [ -x "$bb" ] || { log "error: no static busybox (apt-get install busybox-static)"; exit 1; }
   local dir
   dir="$(mktemp -d)"
   trap 'rm -rf "$dir"' RETURN

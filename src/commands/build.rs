@@ -10,6 +10,7 @@
 //! [`crate::docker`].
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -34,6 +35,10 @@ const CANCEL_GRACE: Duration = Duration::from_secs(15);
 /// Instructions are cut to this many characters in progress lines (a long
 /// `RUN a && b && …` would wrap over many terminal rows).
 const INSTRUCTION_DISPLAY_CHARS: usize = 160;
+
+/// Interval of the "still running" lines without a terminal (our choice: CI
+/// services commonly kill jobs silent for 10 minutes).
+const HEARTBEAT: Duration = Duration::from_secs(60);
 
 /// Everything needed to build, independent of where it came from.
 #[derive(Debug, Clone)]
@@ -226,7 +231,20 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
     let rendered = crate::render::render(&loaded, &options)?;
 
     let tags = if args.tags.is_empty() {
-        vec![format!("imgctl/{}:latest", loaded.name)]
+        // Reference names are lower-case [a-z0-9] with single separators.
+        let name: String = loaded
+            .name
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let name = name.trim_matches('-');
+        let tag = format!(
+            "imgctl/{}:latest",
+            if name.is_empty() { "image" } else { name }
+        );
+        image::validate_tag(&tag)?;
+        vec![tag]
     } else {
         args.tags.clone()
     };
@@ -422,6 +440,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
     ));
     let tracker = BuildTracker::default();
     let mut view = ProgressView::new();
+    let heartbeat = view.heartbeat();
     let started = Instant::now();
     let outcome = {
         let mut on_event = |ev: &BuildEvent| view.event(ev);
@@ -430,6 +449,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
         tokio::select! {
             res = build => Some(res),
             _ = tokio::signal::ctrl_c() => None,
+            never = heartbeat => match never {},
         }
     };
     view.finish();
@@ -558,6 +578,8 @@ struct ProgressView {
     bar: Option<indicatif::ProgressBar>,
     plain: bool,
     verbose: bool,
+    /// The running step (`Step n/total`) and when it began, for the heartbeat.
+    current: Arc<Mutex<Option<(String, Instant)>>>,
 }
 
 impl ProgressView {
@@ -567,6 +589,33 @@ impl ProgressView {
             bar: None,
             plain: !p.interactive,
             verbose: p.verbose > 0,
+            current: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Without a terminal, a line every [`HEARTBEAT`] while one step runs
+    /// long (a torch install is minutes of silence), so logs show progress.
+    /// Never completes; race it against the build.
+    fn heartbeat(&self) -> impl std::future::Future<Output = std::convert::Infallible> + 'static {
+        let current = Arc::clone(&self.current);
+        let plain = self.plain;
+        async move {
+            loop {
+                tokio::time::sleep(HEARTBEAT).await;
+                if !plain {
+                    continue;
+                }
+                let step = current.lock().ok().and_then(|c| c.clone());
+                if let Some((label, since)) = step {
+                    if since.elapsed() >= HEARTBEAT {
+                        let secs = since.elapsed().as_secs();
+                        printer().info(format!(
+                            "  … {label} still running ({})",
+                            humantime::format_duration(Duration::from_secs(secs))
+                        ));
+                    }
+                }
+            }
         }
     }
 
@@ -595,6 +644,9 @@ impl ProgressView {
             if let Some(bar) = &self.bar {
                 bar.set_position(u64::from(*n));
                 bar.set_message(cut(instruction, INSTRUCTION_DISPLAY_CHARS));
+            }
+            if let Ok(mut current) = self.current.lock() {
+                *current = Some((format!("step {n}/{total}"), Instant::now()));
             }
         }
         if self.verbose {

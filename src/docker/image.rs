@@ -212,13 +212,15 @@ pub async fn push(
                 }
             }
             Err(e) => {
+                let config = config_path
+                    .as_ref()
+                    .map_or("the docker config".to_string(), |p| p.display().to_string());
                 let hint = if credentials.is_none() {
                     format!(
-                        "no credentials for {registry} in {}; log in with `docker login {registry}` or add an `auths` entry",
-                        config_path.map_or("the docker config".to_string(), |p| p.display().to_string())
+                        "no credentials for {registry} in {config}; log in with `docker login {registry}` or add an `auths` entry"
                     )
                 } else {
-                    format!("check that {registry} is reachable from the engine and that the credentials in the docker config may push {name}")
+                    format!("check that {registry} is reachable from the engine and that the credentials for it in {config} may push {name}")
                 };
                 return Err(CliError::failure(format!(
                     "pushing {reference} to {registry} failed: {}",

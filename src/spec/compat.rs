@@ -273,7 +273,7 @@ pub fn lookup(torch: &str, variant: &str) -> Option<&'static TorchWheel> {
 /// The torch versions in the table, oldest first.
 pub fn torch_versions() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = TORCH_WHEELS.iter().map(|w| w.torch).collect();
-    v.sort_by(|a, b| version_key(a).cmp(&version_key(b)));
+    v.sort_by_key(|a| version_key(a));
     v.dedup();
     v
 }

@@ -342,8 +342,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
         if compat::toolkit(c).is_none() {
             let hint = compat::toolkit_versions()
                 .into_iter()
-                .filter(|t| compat::major_minor(t) == *c)
-                .last();
+                .rfind(|t| compat::major_minor(t) == *c);
             let message = match hint {
                 Some(full) => {
                     format!("'{c}' is not a full toolkit version; did you mean `{full}`?")

@@ -344,6 +344,7 @@ fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> Vec<String> 
         !docker(&["image", "inspect", tag]).status.success(),
         "a failed build was tagged"
     );
+    remove_step_images(&stderr);
     tail
 }
 
@@ -469,12 +470,24 @@ fn ctrl_c_cancels_the_build_and_leaves_nothing() {
         "a cancelled build was tagged"
     );
     // The steps committed before the interruption stay as build cache (as with
-    // `docker build`); --no-cache made them new, so remove them (the base stays).
-    let base = docker_ok(&["image", "inspect", "--format", "{{.Id}}", DEBIAN_BASE]);
-    for layer in layer_ids(&log).iter().rev() {
-        if !base
-            .trim_start_matches("sha256:")
-            .starts_with(layer.as_str())
+    // `docker build`); --no-cache made them new, so remove them.
+    remove_step_images(&log);
+}
+
+/// Removes the untagged step images a failed or cancelled build left (kept by
+/// the engine as build cache), newest first, never a base image; an image
+/// another build still uses is kept (no `-f`).
+fn remove_step_images(log: &str) {
+    let mut bases = Vec::new();
+    for base in [BUSYBOX_BASE, DEBIAN_BASE] {
+        bases.push(docker_ok(&[
+            "image", "inspect", "--format", "{{.Id}}", base,
+        ]));
+    }
+    for layer in layer_ids(log).iter().rev() {
+        if !bases
+            .iter()
+            .any(|b| b.trim_start_matches("sha256:").starts_with(layer.as_str()))
         {
             let _ = docker(&["rmi", layer]);
         }
@@ -646,5 +659,159 @@ fn push_to_an_unreachable_registry_fails_clearly() {
     assert!(
         !stderr.contains("dXNlcjpwYXNz") && !stderr.contains("pass"),
         "a secret leaked: {stderr}"
+    );
+}
+
+/// A local registry (Debian's `docker-registry`, the CNCF distribution
+/// registry 2.8) with htpasswd auth, stopped when dropped.
+struct LocalRegistry {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl LocalRegistry {
+    fn start(user: &str, password: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let which = Command::new("sh")
+            .args(["-c", "command -v docker-registry && command -v htpasswd"])
+            .output()
+            .unwrap();
+        assert!(
+            which.status.success(),
+            "docker-registry and htpasswd are needed (scripts/setup.sh installs docker-registry and apache2-utils)"
+        );
+        // bcrypt is the only hash the registry's htpasswd auth accepts.
+        let htpasswd = Command::new("htpasswd")
+            .args(["-Bbn", user, password])
+            .output()
+            .unwrap();
+        assert!(htpasswd.status.success());
+        std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}\nhttp:\n  addr: 127.0.0.1:{port}\nauth:\n  htpasswd:\n    realm: imgctl-test\n    path: {root}/htpasswd\n",
+            root = dir.path().display()
+        );
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start docker-registry");
+        let registry = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the registry did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        registry
+    }
+
+    /// GET on the registry API with basic auth; returns (status, body).
+    fn get(&self, path: &str, user: &str, password: &str) -> (u16, String) {
+        use base64::Engine as _;
+        use std::io::{Read, Write};
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut response = String::new();
+        s.read_to_string(&mut response).unwrap();
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn push_uses_the_docker_config_credentials() {
+    ensure_bases();
+    let registry = LocalRegistry::start("pusher", "s3cret-pw");
+    let mut guard = EngineGuard::default();
+    let repo = format!("127.0.0.1:{}/imgctl-test/push", registry.port);
+    let tag = format!("{repo}:{}", std::process::id());
+    guard.image(&tag);
+    let spec = busybox_spec();
+    let spec = spec.to_str().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let write_config = |auth: &str| {
+        std::fs::write(
+            config.path().join("config.json"),
+            format!(
+                r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "{auth}"}}}}}}"#,
+                registry.port
+            ),
+        )
+        .unwrap();
+    };
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    // A fixed creation time: both builds give one image, none is left dangling.
+    let env = [
+        ("DOCKER_CONFIG", config.path().to_str().unwrap()),
+        ("SOURCE_DATE_EPOCH", "1700000000"),
+    ];
+
+    // Wrong password: refused by the registry, exit 1, and the secret is not shown.
+    write_config(&b64("pusher:wrong-pw"));
+    let out = imgctl_env(&["build", "--spec", spec, "--tag", &tag, "--push"], &env);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "pushing {tag} to 127.0.0.1:{} failed",
+            registry.port
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("wrong-pw"), "a secret leaked: {stderr}");
+
+    // The right credentials from $DOCKER_CONFIG/config.json: pushed, and the registry has it.
+    write_config(&b64("pusher:s3cret-pw"));
+    let out = imgctl_env(
+        &["build", "--spec", spec, "--tag", &tag, "--push", "--json"],
+        &env,
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "push failed:\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["pushed"], serde_json::json!([tag]));
+    let (status, body) = registry.get("/v2/imgctl-test/push/tags/list", "pusher", "s3cret-pw");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(&format!("\"{}\"", std::process::id())),
+        "{body}"
     );
 }

@@ -30,9 +30,10 @@ const HOST_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
 const BUILD_DEADLINE: Duration = Duration::from_secs(40 * 60);
 /// Issue 3: "stops within 10 s of docker stop".
 const STOP_LIMIT: Duration = Duration::from_secs(10);
-/// The HEALTHCHECK's start period is 60 s; JupyterLab's first start compiles
-/// nothing but imports a lot. Twice that is the test's patience.
-const HEALTHY_DEADLINE: Duration = Duration::from_secs(120);
+/// The template's HEALTHCHECK start period is 180 s (JupyterLab starts in
+/// seconds, in minutes on a loaded host); past it plus a margin, the
+/// container is not going to become healthy.
+const HEALTHY_DEADLINE: Duration = Duration::from_secs(240);
 /// "Exit at once" for bad settings: validation runs before anything starts.
 const BAD_INPUT_DEADLINE: Duration = Duration::from_secs(15);
 const TOKEN: &str = "e2e-token-0123456789abcdef";
@@ -118,11 +119,30 @@ fn build_image(work: &Path) -> String {
         report["steps"]["total"],
         report["size_bytes"]
     );
+    let history = docker_ok(&[
+        "history",
+        "--no-trunc",
+        "--format",
+        "{{.Size}}\t{{.CreatedBy}}",
+        E2E_TAG,
+    ]);
+    let mut layers: Vec<(f64, String)> = history
+        .lines()
+        .filter_map(|l| {
+            let (size, by) = l.split_once('\t')?;
+            Some((
+                parse_size(size),
+                format!("{size}\t{}", by.chars().take(110).collect::<String>()),
+            ))
+        })
+        .collect();
+    layers.sort_by(|a, b| b.0.total_cmp(&a.0));
     eprintln!(
         "e2e: largest layers:\n{}",
-        docker_ok(&["history", "--format", "{{.Size}}\t{{.CreatedBy}}", E2E_TAG])
-            .lines()
-            .map(|l| format!("  {}", l.chars().take(140).collect::<String>()))
+        layers
+            .iter()
+            .take(5)
+            .map(|(_, l)| format!("  {l}"))
             .collect::<Vec<_>>()
             .join("\n")
     );
@@ -138,6 +158,22 @@ fn build_image(work: &Path) -> String {
         }
     }
     id
+}
+
+/// `docker history` sizes (`5.47GB`, `768MB`, `12.4kB`, `0B`) in bytes.
+fn parse_size(text: &str) -> f64 {
+    let split = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(text.len());
+    let value: f64 = text[..split].parse().unwrap_or(0.0);
+    let unit = match &text[split..] {
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => 1.0,
+    };
+    value * unit
 }
 
 /// A fresh ed25519 key pair in `dir` (private key path, public key text).

@@ -1,1 +1,802 @@
-//! render tests.
+//! Rendering: golden Dockerfiles per profile (insta), the Dockerfile.cuda124
+//! drift test, layer order for the build cache, strict templates, the cu124
+//! note, the build options (--ca-cert, --uid/--gid, --sudo, --pip-index-url,
+//! --base-image), the embedded copies of images/, and the image's entrypoint
+//! and healthcheck scripts run for real with `sh` on this host.
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use imgctl::render::{self, RenderOptions};
+use imgctl::spec::{self, SpecSource};
+
+use crate::common::{imgctl, imgctl_bin, repo_root, texts};
+
+fn render_ok(args: &[&str]) -> String {
+    let mut all = vec!["render"];
+    all.extend_from_slice(args);
+    let out = imgctl(&all);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "imgctl {all:?} failed:\n{stderr}");
+    stdout
+}
+
+/// The Dockerfile's instructions (continuation lines joined, comments dropped).
+fn instructions(dockerfile: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in dockerfile.lines() {
+        let t = line.trim();
+        if cur.is_empty() && (t.is_empty() || t.starts_with('#')) {
+            continue;
+        }
+        if let Some(body) = t.strip_suffix('\\') {
+            cur.push_str(body);
+            cur.push(' ');
+        } else {
+            cur.push_str(t);
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    out
+}
+
+/// Index of the first instruction containing `needle`.
+fn position(ins: &[String], needle: &str) -> usize {
+    ins.iter()
+        .position(|i| i.contains(needle))
+        .unwrap_or_else(|| panic!("no instruction contains {needle:?}:\n{}", ins.join("\n")))
+}
+
+#[test]
+fn dockerfile_cuda124_is_exactly_render_cuda_124() {
+    let rendered = render_ok(&["--cuda", "12.4"]);
+    let on_disk = std::fs::read_to_string(repo_root().join("Dockerfile.cuda124")).unwrap();
+    assert!(
+        rendered == on_disk,
+        "Dockerfile.cuda124 drifted from `imgctl render --cuda 12.4`; regenerate it with:\n  cargo run -- render --cuda 12.4 -o Dockerfile.cuda124"
+    );
+}
+
+#[test]
+fn golden_dockerfiles_per_profile() {
+    insta::assert_snapshot!("render_cu124", render_ok(&["--cuda", "12.4"]));
+    insta::assert_snapshot!("render_cu126", render_ok(&["--cuda", "12.6"]));
+    insta::assert_snapshot!("render_cu128", render_ok(&["--cuda", "12.8"]));
+}
+
+#[test]
+fn output_file_holds_the_same_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("Dockerfile");
+    let out = imgctl(&["render", "--cuda", "12.6", "-o", path.to_str().unwrap()]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.is_empty(), "-o writes the file, not stdout");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        render_ok(&["--cuda", "12.6"])
+    );
+}
+
+#[test]
+fn layers_are_ordered_for_the_cache() {
+    for cuda in ["12.4", "12.6", "12.8"] {
+        let ins = instructions(&render_ok(&["--cuda", cuda]));
+        assert!(ins[0].starts_with("FROM "), "{cuda}: FROM first");
+        let order = [
+            position(&ins, "apt-get install"),
+            position(&ins, "python3 -m venv /opt/venv"),
+            position(&ins, "pip install --no-cache-dir --index-url"), // torch + nvidia wheels
+            position(&ins, "diffusers==0.33.1"),
+            position(&ins, "useradd"),
+            position(&ins, "COPY image/rootfs/ /"),
+            position(&ins, "COPY imgctl /usr/local/bin/imgctl"),
+        ];
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "{cuda}: layers out of order: {order:?}"
+        );
+        assert!(
+            ins[order[2]].contains("torch==2.7.0"),
+            "{cuda}: torch has its own layer"
+        );
+        assert!(
+            !ins[order[2]].contains("diffusers"),
+            "{cuda}: torch layer holds only torch"
+        );
+        // After the imgctl COPY: only its smoke run and metadata, which cost no rebuild.
+        let copy = order[6];
+        for i in &ins[copy + 1..] {
+            let keyword = i.split_whitespace().next().unwrap();
+            assert!(
+                i == "RUN imgctl --version"
+                    || [
+                        "ENV",
+                        "WORKDIR",
+                        "EXPOSE",
+                        "HEALTHCHECK",
+                        "STOPSIGNAL",
+                        "ENTRYPOINT",
+                        "CMD",
+                        "LABEL"
+                    ]
+                    .contains(&keyword),
+                "{cuda}: `{i}` after the imgctl COPY would rebuild with every imgctl change"
+            );
+        }
+        // Nothing before the imgctl COPY refers to the binary.
+        assert_eq!(ins.iter().filter(|i| i.contains(" imgctl /")).count(), 1);
+    }
+}
+
+#[test]
+fn image_shape_matches_issue_3() {
+    let d = render_ok(&["--cuda", "12.4"]);
+    for needle in [
+        "ENTRYPOINT [\"/usr/bin/tini\", \"--\", \"/usr/local/bin/imgctl-entrypoint\"]",
+        "WORKDIR /workspace",
+        "EXPOSE 8888 22",
+        "HEALTHCHECK --interval=5s",
+        "apt-get install -y --no-install-recommends",
+        "rm -rf /var/lib/apt/lists/*",
+        "rm -f /etc/ssh/ssh_host_*",
+        "ln -sfn \"$site/torch\" /opt/imgctl/libtorch",
+        "--shm-size=16g (or --ipc=host)",
+        "pip install --no-cache-dir --index-url https://pypi.org/simple torch==2.7.0;",
+    ] {
+        assert!(d.contains(needle), "missing {needle:?}");
+    }
+    // The base is the `base` flavour and the choice is explained.
+    assert!(d.contains("FROM nvidia/cuda:12.4.1-base-ubuntu22.04\n"));
+    assert!(d.contains("# Base flavour: `base`"));
+    // No sudo unless asked for; the shm size is left alone.
+    assert!(!d.contains("sudoers"));
+    assert!(!d.contains("--shm-size ") && !d.contains("/dev/shm "));
+}
+
+#[test]
+fn cu124_says_it_carries_the_cu126_wheel() {
+    let loaded = spec::load(&SpecSource::Bundled {
+        cuda: "12.4".into(),
+    })
+    .unwrap();
+    let r = render::render(&loaded, &RenderOptions::default()).unwrap();
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.contains("there is no cu124 build of torch 2.7.0"))
+        .expect("a note for the build output");
+    assert!(
+        note.contains("cu126 wheel") && note.contains("minor-version compatibility"),
+        "{note}"
+    );
+    assert!(note.contains("525.60.13"), "{note}");
+    assert!(r
+        .dockerfile
+        .contains("# NOTE: cu124: there is no cu124 build of torch 2.7.0"));
+    assert_eq!(r.labels["io.imgctl.compat"], "minor-version-compatibility");
+    assert_eq!(&r.labels["io.imgctl.compat.note"], note);
+    // Every pin is a label.
+    for (k, v) in [
+        ("io.imgctl.torch", "2.7.0"),
+        ("io.imgctl.torch.variant", "cu126"),
+        ("io.imgctl.cuda.base", "12.4.1"),
+        ("io.imgctl.cuda.runtime", "12.6.77"),
+        ("io.imgctl.cudnn", "9.5.1.17"),
+        ("io.imgctl.nccl", "2.26.2"),
+        ("io.imgctl.python", "3.10"),
+        ("io.imgctl.profile", "cu124"),
+        ("io.imgctl.version", env!("CARGO_PKG_VERSION")),
+        ("io.imgctl.pip.diffusers", "0.33.1"),
+        ("io.imgctl.pip.jupyterlab", "4.4.1"),
+        (
+            "org.opencontainers.image.base.name",
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+        ),
+    ] {
+        assert_eq!(r.labels.get(k).map(String::as_str), Some(v), "label {k}");
+    }
+    assert_eq!(r.labels["io.imgctl.spec.sha256"], loaded.sha256);
+    // The Dockerfile's LABEL carries them all.
+    for (k, v) in &r.labels {
+        assert!(
+            r.dockerfile.contains(&format!("    {k}=\"")),
+            "LABEL lacks {k}={v}"
+        );
+    }
+    // The build prints the note (imgctl render prints it on stderr).
+    let out = imgctl(&["render", "--cuda", "12.4"]);
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.contains("note: cu124: there is no cu124 build of torch 2.7.0"),
+        "{stderr}"
+    );
+
+    // A toolkit-exact profile has no such note.
+    let loaded = spec::load(&SpecSource::Bundled {
+        cuda: "12.6".into(),
+    })
+    .unwrap();
+    let r = render::render(&loaded, &RenderOptions::default()).unwrap();
+    assert!(r.notes.is_empty(), "{:?}", r.notes);
+    assert_eq!(r.labels["io.imgctl.compat"], "exact");
+    assert!(!r.labels.contains_key("io.imgctl.compat.note"));
+}
+
+#[test]
+fn build_options_shape_the_dockerfile() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("proxy-ca.crt");
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+    std::fs::write(&ca, pem).unwrap();
+    let d = render_ok(&[
+        "--cuda",
+        "12.4",
+        "--ca-cert",
+        ca.to_str().unwrap(),
+        "--uid",
+        "1234",
+        "--gid",
+        "2345",
+        "--sudo",
+        "--pip-index-url",
+        "https://pypi.example.com/simple",
+        "--base-image",
+        "imgctl-test/debian:bookworm",
+    ]);
+    let ins = instructions(&d);
+    // The CA is in before the first RUN, trusted by apt, then by the system store and pip.
+    let copy_ca = position(
+        &ins,
+        "COPY image/ca.crt /usr/local/share/ca-certificates/imgctl-proxy-ca.crt",
+    );
+    let apt = position(&ins, "apt-get install");
+    assert!(copy_ca < apt);
+    assert!(ins[apt].contains("Acquire::https::CaInfo"));
+    assert!(ins[apt].contains("update-ca-certificates"));
+    assert!(
+        ins[apt].contains(" sudo;"),
+        "sudo is installed with --sudo: {}",
+        ins[apt]
+    );
+    assert!(
+        position(&ins, "PIP_CERT=/etc/ssl/certs/ca-certificates.crt")
+            < position(&ins, "python3 -m venv")
+    );
+    // --uid/--gid/--sudo.
+    let user = &ins[position(&ins, "useradd")];
+    assert!(user.contains("useradd --uid 1234 --gid 2345"), "{user}");
+    assert!(user.contains("groupadd --gid 2345 dev"), "{user}");
+    assert!(user.contains("NOPASSWD:ALL"), "{user}");
+    assert!(
+        user.contains("chown 1234:2345 /workspace /home/dev/.ssh"),
+        "{user}"
+    );
+    // --pip-index-url is for the other packages; torch keeps the spec's index.
+    assert!(
+        ins[position(&ins, "diffusers==")].contains("--index-url https://pypi.example.com/simple")
+    );
+    assert!(ins[position(&ins, "torch==2.7.0;")].contains("--index-url https://pypi.org/simple"));
+    // --base-image: FROM changes, the python check becomes a record, and it is said.
+    assert!(d.contains("\nFROM imgctl-test/debian:bookworm\n"));
+    assert!(!d.contains("the spec expects 3.10\" >&2"));
+    assert!(d.contains("echo \"$found\" > /etc/imgctl/python-version"));
+    assert!(
+        d.contains("# NOTE: base image overridden with --base-image imgctl-test/debian:bookworm")
+    );
+    assert!(d.contains("io.imgctl.python.checked=\"false\""));
+    assert!(d.contains("io.imgctl.uid=\"1234\""));
+    assert!(d.contains("io.imgctl.sudo=\"true\""));
+
+    // The library view: the CA is a context file with the given bytes.
+    let args = imgctl::cli::ImageArgs {
+        cuda: None,
+        spec: None,
+        base_image: None,
+        ca_cert: Some(ca.clone()),
+        pip_index_url: None,
+        uid: None,
+        gid: None,
+        sudo: false,
+    };
+    let opts = RenderOptions::from_args(&args).unwrap();
+    assert_eq!((opts.uid, opts.gid), (1000, 1000));
+    let loaded = spec::load(&SpecSource::Bundled {
+        cuda: "12.4".into(),
+    })
+    .unwrap();
+    let r = render::render(&loaded, &opts).unwrap();
+    let f = r
+        .files
+        .iter()
+        .find(|f| f.path == render::CA_CERT_PATH)
+        .expect("ca file");
+    assert_eq!(f.contents, pem.as_bytes());
+    assert_eq!(
+        r.labels["io.imgctl.ca_cert.sha256"],
+        spec::sha256_hex(pem.as_bytes())
+    );
+    let entry = r
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("usr/local/bin/imgctl-entrypoint"))
+        .unwrap();
+    assert_eq!(entry.mode, 0o755);
+    assert!(r.files.iter().all(|f| f.path.starts_with("image/")));
+}
+
+#[test]
+fn bad_build_options_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not-a-cert.txt");
+    std::fs::write(&not_pem, "hello").unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (
+            &["--uid", "abc"],
+            "invalid --uid 'abc': expected an integer 1000-60000 (0 is root)",
+        ),
+        (
+            &["--uid", "0"],
+            "invalid --uid '0': expected an integer 1000-60000 (0 is root)",
+        ),
+        (&["--gid", "70000"], "invalid --gid '70000'"),
+        (
+            &["--ca-cert", not_pem.to_str().unwrap()],
+            "is not a PEM certificate",
+        ),
+        (
+            &["--ca-cert", "/nonexistent/ca.crt"],
+            "cannot read --ca-cert /nonexistent/ca.crt",
+        ),
+        (
+            &["--pip-index-url", "ftp://x"],
+            "invalid --pip-index-url 'ftp://x'",
+        ),
+        (
+            &["--base-image", "bad image"],
+            "invalid --base-image 'bad image'",
+        ),
+    ];
+    for (args, message) in cases {
+        let mut all = vec!["render"];
+        all.extend_from_slice(args);
+        let out = imgctl(&all);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(message),
+            "{args:?}: {stderr}"
+        );
+        assert!(stderr.contains("\nhint: "), "{args:?}: no hint: {stderr}");
+    }
+}
+
+#[test]
+fn templates_are_strict_about_undefined_variables() {
+    let out = Command::new(imgctl_bin())
+        .args([
+            "render",
+            "--spec",
+            "tests/fixtures/specs/undefined-variable.yaml",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    insta::assert_snapshot!("render_undefined_variable", stderr);
+
+    #[derive(serde::Serialize)]
+    struct Ctx {
+        defined: u8,
+    }
+    assert_eq!(
+        render::render_template("t", "{{ defined }}", &Ctx { defined: 7 }).unwrap(),
+        "7"
+    );
+    let err = render::render_template("t", "{{ defined }}\n{{ missing }}", &Ctx { defined: 7 })
+        .unwrap_err();
+    assert!(err.contains("line 2") && err.contains("undefined"), "{err}");
+}
+
+#[test]
+fn busybox_fixture_renders_with_the_same_labels() {
+    let out = Command::new(imgctl_bin())
+        .args(["render", "--spec", "tests/fixtures/specs/busybox.yaml"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let ins = instructions(&stdout);
+    assert_eq!(ins[0], "FROM imgctl-test/busybox:latest");
+    assert!(
+        position(&ins, "ARG IMGCTL_TEST_FAIL=0")
+            < position(&ins, "COPY imgctl /usr/local/bin/imgctl")
+    );
+    for label in [
+        "io.imgctl.torch=\"2.7.0\"",
+        "io.imgctl.cudnn=\"9.5.1.17\"",
+        "io.imgctl.profile=\"busybox-test\"",
+    ] {
+        assert!(stdout.contains(label), "{label}");
+    }
+}
+
+#[test]
+fn embedded_copies_equal_the_files() {
+    let mut seen = Vec::new();
+    for (path, embedded) in render::embedded_files() {
+        let on_disk = std::fs::read_to_string(repo_root().join(path)).unwrap();
+        assert!(
+            embedded == on_disk,
+            "{path}: the embedded copy differs; rebuild imgctl"
+        );
+        seen.push(path);
+    }
+    // Every file of images/ is embedded.
+    for entry in std::fs::read_dir(repo_root().join("images")).unwrap() {
+        let name = format!("images/{}", entry.unwrap().file_name().to_string_lossy());
+        assert!(seen.contains(&name.as_str()), "{name} is not embedded");
+    }
+    for (name, yaml) in spec::bundled() {
+        let on_disk =
+            std::fs::read_to_string(repo_root().join(format!("images/{name}.yaml"))).unwrap();
+        assert_eq!(yaml, on_disk);
+    }
+    // And it works from any directory.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(imgctl_bin())
+        .args(["render"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+// ---- the image's scripts, run with sh on this host -------------------------
+
+fn entrypoint() -> PathBuf {
+    repo_root().join("images/entrypoint.sh")
+}
+
+/// Runs the entrypoint in validation-only mode with `env` (and no inherited
+/// IMGCTL_/JUPYTER_/SSH_ variables).
+fn check_entrypoint(env: &[(&str, &str)], args: &[&str]) -> Output {
+    assert!(
+        Command::new("ssh-keygen").arg("-?").output().is_ok(),
+        "ssh-keygen is needed (scripts/setup.sh installs openssh-client)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("sh");
+    cmd.arg(entrypoint())
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("IMGCTL_ENTRYPOINT_CHECK_ONLY", "1")
+        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_AUTHORIZED_KEYS_FILE", dir.path().join("none"))
+        .current_dir(dir.path());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+fn fresh_public_key(dir: &Path) -> String {
+    let key = dir.join("id_ed25519");
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "imgctl-test", "-f"])
+        .arg(&key)
+        .output()
+        .expect("ssh-keygen");
+    assert!(out.status.success(), "{out:?}");
+    std::fs::read_to_string(dir.join("id_ed25519.pub"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn entrypoint_refuses_bad_settings_before_starting_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = fresh_public_key(dir.path());
+    let private = std::fs::read_to_string(dir.path().join("id_ed25519")).unwrap();
+    let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
+        (
+            vec![("IMGCTL_MODE", "bogus")],
+            "IMGCTL_MODE='bogus' is not a mode; use one of: jupyter, ssh, both, none",
+        ),
+        (vec![("IMGCTL_MODE", "")], "IMGCTL_MODE='' is not a mode"),
+        (
+            vec![("JUPYTER_TOKEN", "")],
+            "JUPYTER_TOKEN is set but empty",
+        ),
+        (
+            vec![("JUPYTER_TOKEN", "has space")],
+            "JUPYTER_TOKEN may only hold",
+        ),
+        (
+            vec![("JUPYTER_PASSWORD", "")],
+            "JUPYTER_PASSWORD is set but empty",
+        ),
+        (
+            vec![("SSH_AUTHORIZED_KEYS", "ssh-ed25519 AAAAnot-base64!! x")],
+            "SSH_AUTHORIZED_KEYS line 1 is not a valid SSH public key",
+        ),
+        (
+            vec![("SSH_AUTHORIZED_KEYS", private.as_str())],
+            "SSH_AUTHORIZED_KEYS line 1 is a PRIVATE key",
+        ),
+        (
+            vec![("IMGCTL_MODE", "ssh")],
+            "IMGCTL_MODE=ssh but sshd cannot start: no authorized key given",
+        ),
+    ];
+    for (env, message) in cases {
+        let out = check_entrypoint(&env, &[]);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{env:?}: {stderr}{stdout}");
+        assert!(
+            stderr.contains(&format!("imgctl-entrypoint: error: {message}")),
+            "{env:?}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{env:?}: one line: {stderr}");
+    }
+    // A malformed line after a good one is still caught, with its line number.
+    let two = format!("{key}\nssh-rsa AAAA-broken");
+    let out = check_entrypoint(&[("SSH_AUTHORIZED_KEYS", &two)], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(texts(&out)
+        .1
+        .contains("SSH_AUTHORIZED_KEYS line 2 is not a valid SSH public key"));
+    // A mounted key file is validated the same way.
+    let mounted = dir.path().join("authorized_keys");
+    std::fs::write(&mounted, "# comment\n\nnot a key at all\n").unwrap();
+    let out = check_entrypoint(
+        &[("IMGCTL_AUTHORIZED_KEYS_FILE", mounted.to_str().unwrap())],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(texts(&out).1.contains(&format!(
+        "{} line 3 is not a valid SSH public key",
+        mounted.display()
+    )));
+}
+
+#[test]
+fn entrypoint_accepts_good_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = fresh_public_key(dir.path());
+    let plan = |env: &[(&str, &str)], args: &[&str]| {
+        let out = check_entrypoint(env, args);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(0), "{env:?}: {stderr}");
+        stderr
+    };
+    assert!(plan(&[("SSH_AUTHORIZED_KEYS", &key)], &[]).contains("mode=both jupyter=yes ssh=yes"));
+    let keys = format!("# mine\n{key}\n\n{key}\r\n");
+    assert!(plan(
+        &[("SSH_AUTHORIZED_KEYS", &keys), ("IMGCTL_MODE", "ssh")],
+        &[]
+    )
+    .contains("jupyter=no ssh=yes"));
+    // No key: sshd is skipped, and the log says why.
+    let s = plan(&[], &[]);
+    assert!(
+        s.contains("ssh=no (sshd not started: no authorized key given"),
+        "{s}"
+    );
+    assert!(plan(&[("IMGCTL_MODE", "none")], &[]).contains("jupyter=no ssh=no"));
+    // A command passes through; service settings do not matter then.
+    let s = plan(&[("JUPYTER_TOKEN", "")], &["python", "train.py"]);
+    assert!(s.contains("would run: python train.py"), "{s}");
+    // But a bogus mode is refused even then.
+    assert_eq!(
+        check_entrypoint(&[("IMGCTL_MODE", "bogus")], &["true"])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+/// Starts the entrypoint for real with a stand-in `jupyter` on PATH, and
+/// checks the token handling, the services list, the healthcheck, and that
+/// SIGTERM stops everything promptly.
+#[test]
+fn entrypoint_runs_services_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let run = dir.path().join("run");
+    let ws = dir.path().join("workspace");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    let record = dir.path().join("jupyter.txt");
+    // The stand-in records how it was started, then waits to be stopped.
+    let fake = format!(
+        "#!/bin/sh\ntrap 'echo stand-in: TERM >&2; exit 0' TERM\nprintf 'args=%s\\ntoken=%s\\npwd=%s\\n' \"$*\" \"$JUPYTER_TOKEN\" \"$(pwd)\" > {}.tmp\nmv {}.tmp {}\nwhile :; do sleep 0.1; done\n",
+        record.display(), record.display(), record.display()
+    );
+    std::fs::write(bin.join("jupyter"), fake).unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("jupyter"))
+        .status()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = Command::new("sh")
+        .arg(entrypoint())
+        .env_clear()
+        .env("PATH", &path)
+        .env("IMGCTL_MODE", "jupyter")
+        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_RUN_DIR", &run)
+        .env("IMGCTL_WORKSPACE", &ws)
+        .env("IMGCTL_JUPYTER_PORT", port.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !record.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the stand-in jupyter never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rec = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        rec.contains(&format!("--ip=0.0.0.0 --port={port} --no-browser")),
+        "{rec}"
+    );
+    assert!(
+        rec.contains(&format!("--ServerApp.root_dir={}", ws.display())),
+        "{rec}"
+    );
+    let token = rec
+        .lines()
+        .find_map(|l| l.strip_prefix("token="))
+        .unwrap()
+        .to_string();
+    assert_eq!(token.len(), 48, "a generated 192-bit hex token: {rec}");
+    assert!(
+        !rec.lines().next().unwrap().contains(&token),
+        "the token stays out of argv"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("services")).unwrap(),
+        "jupyter\n"
+    );
+
+    // The healthcheck probes what was started: nothing listens on the port yet.
+    let health = |services: &Path| {
+        Command::new("sh")
+            .arg(repo_root().join("images/healthcheck.sh"))
+            .env("IMGCTL_RUN_DIR", services)
+            .env("IMGCTL_JUPYTER_PORT", port.to_string())
+            .output()
+            .unwrap()
+    };
+    let out = health(&run);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    // Something answering GET /api with 200 on that port makes it healthy.
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let server = std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = [0u8; 1024];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        }
+    });
+    let out = health(&run);
+    server.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // No services file (a passed-through command) is healthy.
+    assert_eq!(health(&dir.path().join("nothing")).status.code(), Some(0));
+    // sshd is healthy while a socket listens on its port (read from /proc, no connection).
+    let ssh_dir = dir.path().join("ssh-run");
+    std::fs::create_dir_all(&ssh_dir).unwrap();
+    std::fs::write(ssh_dir.join("services"), "sshd\n").unwrap();
+    let ssh_health = |port: u16| {
+        Command::new("sh")
+            .arg(repo_root().join("images/healthcheck.sh"))
+            .env("IMGCTL_RUN_DIR", &ssh_dir)
+            .env("IMGCTL_SSH_PORT", port.to_string())
+            .output()
+            .unwrap()
+    };
+    let ssh_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ssh_port = ssh_listener.local_addr().unwrap().port();
+    let out = ssh_health(ssh_port);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    drop(ssh_listener);
+    let out = ssh_health(ssh_port);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(texts(&out).0.contains(&format!("sshd: nothing listens on port {ssh_port}")));
+
+    // docker stop: SIGTERM to the entrypoint stops the service and exits 0, quickly.
+    let t0 = Instant::now();
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "not stopped within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stopped = t0.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = texts(&out);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stopped < Duration::from_secs(5),
+        "stopping took {stopped:?}:\n{stderr}"
+    );
+    // The generated token is printed exactly once.
+    assert_eq!(stderr.matches(&token).count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "http://127.0.0.1:{port}/lab?token={token} (generated token"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stopping (SIGTERM)"), "{stderr}");
+}
+
+/// When a service dies, the entrypoint stops and exits with its status.
+#[test]
+fn entrypoint_exits_when_a_service_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("jupyter"), "#!/bin/sh\nsleep 0.3\nexit 7\n").unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("jupyter"))
+        .status()
+        .unwrap();
+    let out = Command::new("sh")
+        .arg(entrypoint())
+        .env_clear()
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("IMGCTL_MODE", "jupyter")
+        .env("JUPYTER_TOKEN", "fixed-token")
+        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_RUN_DIR", dir.path().join("run"))
+        .env("IMGCTL_WORKSPACE", dir.path())
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("exited with status 7"), "{stderr}");
+    assert!(
+        !stderr.contains("fixed-token"),
+        "a given token is never printed: {stderr}"
+    );
+}

@@ -1,1 +1,332 @@
-//! spec tests.
+//! Image specs: the bundled profiles and their pins, the compatibility table,
+//! user specs, and the spec errors (every problem at once, exit 2) as insta
+//! snapshots of what `imgctl render --spec` prints.
+use std::path::Path;
+use std::process::{Command, Output};
+
+use imgctl::spec::{self, compat, SpecSource};
+
+use crate::common::{imgctl_bin, repo_root, texts};
+
+/// Runs imgctl from the repository root, so spec paths print as written.
+fn imgctl_at_root(args: &[&str]) -> Output {
+    Command::new(imgctl_bin())
+        .args(args)
+        .current_dir(repo_root())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run imgctl")
+}
+
+/// `imgctl render --spec FIXTURE` must fail with exit 2 and print nothing on stdout.
+fn spec_error(fixture: &str) -> String {
+    let path = format!("tests/fixtures/specs/{fixture}");
+    let out = imgctl_at_root(&["render", "--spec", &path]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{fixture}: expected exit 2\n{stderr}"
+    );
+    assert!(
+        stdout.is_empty(),
+        "{fixture}: stdout must stay empty on errors: {stdout}"
+    );
+    assert!(
+        stderr.starts_with(&format!("error: spec {path} has ")),
+        "{fixture}: first line names the spec and the count:\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn many_problems_are_reported_at_once() {
+    let stderr = spec_error("bad-many.yaml");
+    // Unknown CUDA, a torch/wheel pair that does not exist, unpinned pip
+    // packages and an unknown key with a typo: all in one run.
+    assert!(stderr.contains("has 5 problems"), "{stderr}");
+    for needle in [
+        "cuda: unknown CUDA toolkit '12.5.0'",
+        "torch.variant: no torch 2.7.0 wheel for cu124",
+        "(valid: cu118, cu126, cu128)",
+        "pip[1]: 'transformers>=4.51' is not pinned",
+        "pip[2]: 'accelerate' is not pinned",
+        "tempalte: unknown key; did you mean `template`?",
+    ] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+    insta::assert_snapshot!("spec_bad_many", stderr);
+}
+
+#[test]
+fn type_and_field_problems_have_paths_and_hints() {
+    let stderr = spec_error("bad-types.yaml");
+    for needle in [
+        "python: expected a string, found the number 3.1",
+        "torch.extra_index: unknown key (valid: version, variant, index)",
+        "torch.index: PyPI serves torch 2.7.0's cu126 wheel, not cu128",
+        "pip[0]: torch is chosen by the `torch` mapping",
+        "user: missing",
+        "ports[0]: expected a port number 1-65535, found '8888'",
+        "base_image: digest 'sha256:1234'",
+    ] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+    insta::assert_snapshot!("spec_bad_types", stderr);
+}
+
+#[test]
+fn unknown_schema_version_is_one_clear_error() {
+    let stderr = spec_error("bad-schema-version.yaml");
+    assert!(stderr.contains("has 1 problem\n"), "{stderr}");
+    insta::assert_snapshot!("spec_bad_schema_version", stderr);
+}
+
+#[test]
+fn yaml_syntax_error_names_the_line() {
+    let stderr = spec_error("bad-yaml.yaml");
+    assert!(stderr.contains("line 3 column 1"), "{stderr}");
+    insta::assert_snapshot!("spec_bad_yaml", stderr);
+}
+
+#[test]
+fn missing_spec_file_and_unknown_cuda_are_usage_errors() {
+    let out = imgctl_at_root(&["render", "--spec", "tests/fixtures/specs/no-such-spec.yaml"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read spec tests/fixtures/specs/no-such-spec.yaml"),
+        "{stderr}"
+    );
+
+    let out = imgctl_at_root(&["render", "--cuda", "12.5"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    insta::assert_snapshot!("spec_unknown_cuda", stderr);
+}
+
+#[test]
+fn bundled_profiles_carry_the_pins() {
+    let want_pip = [
+        "diffusers==0.33.1",
+        "transformers==4.51.3",
+        "accelerate==1.6.0",
+        "datasets==3.5.0",
+        "tensorboard==2.19.0",
+        "jupyterlab==4.4.1",
+    ];
+    for (cuda, name, base, variant, index) in [
+        (
+            "12.4",
+            "cu124",
+            "nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "cu126",
+            "https://pypi.org/simple",
+        ),
+        (
+            "12.6",
+            "cu126",
+            "nvidia/cuda:12.6.3-base-ubuntu22.04",
+            "cu126",
+            "https://pypi.org/simple",
+        ),
+        (
+            "12.8",
+            "cu128",
+            "nvidia/cuda:12.8.1-base-ubuntu22.04",
+            "cu128",
+            "https://download.pytorch.org/whl/cu128",
+        ),
+    ] {
+        let loaded = spec::load(&SpecSource::Bundled { cuda: cuda.into() }).unwrap();
+        let s = &loaded.spec;
+        assert_eq!(loaded.name, name);
+        assert_eq!(s.base_image.to_string(), base);
+        assert_eq!(s.torch.version, "2.7.0");
+        assert_eq!(s.torch.variant, variant);
+        assert_eq!(s.torch.index, index);
+        assert_eq!(s.python, "3.10");
+        assert_eq!(s.user.name, "dev");
+        assert_eq!(s.ports, vec![8888, 22]);
+        let pip: Vec<String> = s.pip.iter().map(|p| p.requirement()).collect();
+        assert_eq!(pip, want_pip, "{name}");
+        for pkg in [
+            "tini",
+            "openssh-server",
+            "python3",
+            "python3-venv",
+            "ca-certificates",
+        ] {
+            assert!(
+                s.apt.iter().any(|a| a == pkg),
+                "{name} lacks apt package {pkg}"
+            );
+        }
+        // The hash is of the embedded text, which equals the file (see render::embedded_*).
+        let on_disk = std::fs::read(repo_root().join(format!("images/{name}.yaml"))).unwrap();
+        assert_eq!(loaded.sha256, spec::sha256_hex(&on_disk));
+    }
+    // The default, and the other spellings of --cuda.
+    assert_eq!(
+        SpecSource::from_args(None, None),
+        SpecSource::Bundled {
+            cuda: "12.4".into()
+        }
+    );
+    for alias in ["12.4.1", "cu124"] {
+        assert_eq!(
+            spec::load(&SpecSource::Bundled { cuda: alias.into() })
+                .unwrap()
+                .name,
+            "cu124"
+        );
+    }
+    assert_eq!(
+        SpecSource::from_args(Some("12.6"), Some(Path::new("x.yaml"))),
+        SpecSource::File("x.yaml".into())
+    );
+}
+
+#[test]
+fn compat_table_knows_torch_270_wheels_and_drivers() {
+    // torch 2.7.0 was published for cu118, cu126 (PyPI) and cu128 only.
+    assert_eq!(compat::variants("2.7.0"), vec!["cu118", "cu126", "cu128"]);
+    assert!(compat::lookup("2.7.0", "cu124").is_none());
+    let cu126 = compat::lookup("2.7.0", "cu126").unwrap();
+    assert!(cu126.pypi_default);
+    assert_eq!(
+        (cu126.cudnn, cu126.nccl, cu126.cuda_runtime),
+        ("9.5.1.17", "2.26.2", "12.6.77")
+    );
+    let cu128 = compat::lookup("2.7.0", "cu128").unwrap();
+    assert_eq!(
+        (cu128.cudnn, cu128.nccl, cu128.cuda_runtime),
+        ("9.7.1.26", "2.26.2", "12.8.57")
+    );
+    // torch 2.6.0's PyPI wheel is the one that matches CUDA 12.4.1.
+    let t26 = compat::pypi_default("2.6.0").unwrap();
+    assert_eq!(
+        (t26.variant, t26.cudnn, t26.nccl),
+        ("cu124", "9.1.0.70", "2.21.5")
+    );
+    // Every row cites where it was read.
+    for w in compat::TORCH_WHEELS {
+        assert!(w.source.starts_with("https://"), "{w:?}");
+    }
+    for t in compat::CUDA_TOOLKITS {
+        assert!(t.source.starts_with("https://docs.nvidia.com/"), "{t:?}");
+    }
+    // Drivers from NVIDIA's release notes.
+    assert_eq!(
+        compat::min_driver("12.4").unwrap().native_driver,
+        "550.54.14"
+    );
+    assert_eq!(
+        compat::min_driver("12.6").unwrap().native_driver,
+        "560.28.03"
+    );
+    assert_eq!(compat::min_driver("12.8").unwrap().native_driver, "570.26");
+    assert_eq!(
+        compat::min_driver("11.8").unwrap().native_driver,
+        "520.61.05"
+    );
+    assert_eq!(
+        compat::min_driver("12.6").unwrap().minor_compat_driver,
+        "525.60.13"
+    );
+    assert_eq!(compat::fit("12.6", "12.4.1"), compat::Fit::MinorCompat);
+}
+
+#[test]
+fn the_example_spec_is_valid_and_renders() {
+    let out = imgctl_at_root(&["render", "--spec", "examples/custom-spec.yaml"]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("FROM nvidia/cuda:12.8.1-base-ubuntu22.04\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("--index-url https://download.pytorch.org/whl/cu128 torch==2.7.0+cu128")
+    );
+    assert!(stdout.contains("opencv-python-headless==4.11.0.86"));
+    assert!(stdout.contains("useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash vision"));
+    assert!(stdout.contains("org.example.team=\"vision\""));
+}
+
+#[test]
+fn user_template_paths_are_relative_to_the_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string(repo_root().join("tests/fixtures/specs/busybox.yaml")).unwrap();
+    // The template is missing next to this copy: a spec problem, not a crash.
+    std::fs::write(dir.path().join("s.yaml"), &text).unwrap();
+    let out = imgctl_at_root(&[
+        "render",
+        "--spec",
+        dir.path().join("s.yaml").to_str().unwrap(),
+    ]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("template: 'busybox.Dockerfile.j2' does not exist next to the spec"),
+        "{stderr}"
+    );
+    // With the template next to it, it renders from any working directory.
+    std::fs::copy(
+        repo_root().join("tests/fixtures/specs/busybox.Dockerfile.j2"),
+        dir.path().join("busybox.Dockerfile.j2"),
+    )
+    .unwrap();
+    let out = Command::new(imgctl_bin())
+        .args(["render", "--spec", "s.yaml"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("FROM imgctl-test/busybox:latest"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn specs_lists_the_profiles() {
+    let out = imgctl_at_root(&["specs", "--json"]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON alone on stdout");
+    assert_eq!(v["schema_version"], 1);
+    let profiles = v["profiles"].as_array().unwrap();
+    let names: Vec<&str> = profiles
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cu124", "cu126", "cu128"]);
+    assert_eq!(profiles[0]["default"], true);
+    assert_eq!(profiles[0]["torch_variant"], "cu126");
+    assert_eq!(profiles[0]["compat"], "minor-version-compatibility");
+    assert_eq!(profiles[0]["cudnn"], "9.5.1.17");
+    assert_eq!(profiles[1]["compat"], "exact");
+    assert_eq!(profiles[2]["cudnn"], "9.7.1.26");
+
+    let out = imgctl_at_root(&["specs"]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    for needle in [
+        "cu124 (default)",
+        "2.7.0+cu126",
+        "9.5.1.17",
+        "2.26.2",
+        "525.60.13",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "{needle:?} not in table:\n{stdout}"
+        );
+    }
+    // The cu124 caveat is said, on stderr.
+    assert!(stderr.contains("cu124 carries the cu126 wheel"), "{stderr}");
+}
