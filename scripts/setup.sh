@@ -31,7 +31,8 @@ apt_install() {
 }
 
 # --- host tools ------------------------------------------------------------
-apt_install ca-certificates debootstrap busybox-static openssh-client curl binutils python3-venv
+# docker-registry + apache2-utils (htpasswd): the `--push` test runs a local registry with auth.
+apt_install ca-certificates debootstrap busybox-static openssh-client curl binutils python3-venv docker-registry apache2-utils
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"
