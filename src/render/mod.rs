@@ -70,7 +70,8 @@ pub struct RenderOptions {
     pub base_image: Option<String>,
     /// A proxy CA certificate (PEM) that apt and pip must trust (`--ca-cert`).
     pub ca_cert: Option<Vec<u8>>,
-    /// pip index for the non-torch packages (`--pip-index-url`).
+    /// pip index for the other packages (`--pip-index-url`); also for torch
+    /// when the spec takes torch from PyPI (a PyPI mirror serves that wheel).
     pub pip_index_url: Option<String>,
     /// UID of the image's user (`--uid`, default 1000).
     pub uid: u32,
@@ -330,6 +331,12 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
     let base_image = opts.base_image.clone().unwrap_or_else(|| spec_base.clone());
     let base_overridden = opts.base_image.is_some() && base_image != spec_base;
     let fit = compat::fit(wheel.cuda, &s.cuda);
+    // A PyPI mirror (--pip-index-url) serves PyPI's torch wheel too: use it for
+    // torch when the spec takes torch from PyPI. Other wheel indexes are kept.
+    let torch_index = match &opts.pip_index_url {
+        Some(mirror) if s.torch.index == compat::PYPI_INDEX => mirror.clone(),
+        _ => s.torch.index.clone(),
+    };
     let driver = compat::min_driver(wheel.cuda);
 
     // Notes, printed by the build and written into the Dockerfile.
@@ -419,7 +426,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
     set(labels::CUDA_RUNTIME, wheel.cuda_runtime.to_string());
     set(labels::TORCH, wheel.torch.to_string());
     set(labels::TORCH_VARIANT, wheel.variant.to_string());
-    set(labels::TORCH_INDEX, s.torch.index.clone());
+    set(labels::TORCH_INDEX, torch_index.clone());
     set(labels::CUDNN, wheel.cudnn.to_string());
     set(labels::NCCL, wheel.nccl.to_string());
     set(labels::TRITON, wheel.triton.to_string());
@@ -484,8 +491,8 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         torch: TorchCtx {
             version: wheel.torch.to_string(),
             variant: wheel.variant.to_string(),
-            index: s.torch.index.clone(),
-            requirement: compat::torch_requirement(wheel, &s.torch.index),
+            requirement: compat::torch_requirement(wheel, &torch_index),
+            index: torch_index,
             cuda: wheel.cuda.to_string(),
             cuda_runtime: wheel.cuda_runtime.to_string(),
             cudnn: wheel.cudnn.to_string(),

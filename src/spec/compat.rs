@@ -338,9 +338,10 @@ pub fn default_index(wheel: &TorchWheel) -> String {
 }
 
 /// The pip requirement that selects exactly `wheel` from `index`: a plain
-/// `torch==X` on PyPI (it has no local versions), `torch==X+cuXYZ` elsewhere.
+/// `torch==X` for PyPI's variant from PyPI or a mirror of it (PyPI has no local
+/// versions), `torch==X+cuXYZ` from PyTorch's index or a mirror of it.
 pub fn torch_requirement(wheel: &TorchWheel, index: &str) -> String {
-    if index.trim_end_matches('/') == PYPI_INDEX {
+    if wheel.pypi_default && !index.starts_with(PYTORCH_INDEX_ROOT) {
         format!("torch=={}", wheel.torch)
     } else {
         format!("torch=={}+{}", wheel.torch, wheel.variant)

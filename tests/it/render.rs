@@ -274,11 +274,22 @@ fn build_options_shape_the_dockerfile() {
         user.contains("chown 1234:2345 /workspace /home/dev/.ssh"),
         "{user}"
     );
-    // --pip-index-url is for the other packages; torch keeps the spec's index.
+    // --pip-index-url, a PyPI mirror, serves the other packages and PyPI's torch wheel...
     assert!(
         ins[position(&ins, "diffusers==")].contains("--index-url https://pypi.example.com/simple")
     );
-    assert!(ins[position(&ins, "torch==2.7.0;")].contains("--index-url https://pypi.org/simple"));
+    assert!(ins[position(&ins, "torch==2.7.0;")]
+        .contains("--index-url https://pypi.example.com/simple torch==2.7.0;"));
+    assert!(d.contains("io.imgctl.torch.index=\"https://pypi.example.com/simple\""));
+    // ...but a torch from PyTorch's own index keeps that index.
+    let d128 = render_ok(&[
+        "--cuda",
+        "12.8",
+        "--pip-index-url",
+        "https://pypi.example.com/simple",
+    ]);
+    assert!(d128.contains("--index-url https://download.pytorch.org/whl/cu128 torch==2.7.0+cu128;"));
+    assert!(d128.contains("--index-url https://pypi.example.com/simple --constraint"));
     // --base-image: FROM changes, the python check becomes a record, and it is said.
     assert!(d.contains("\nFROM imgctl-test/debian:bookworm\n"));
     assert!(!d.contains("the spec expects 3.10\" >&2"));
@@ -726,7 +737,9 @@ fn entrypoint_runs_services_and_stops_on_sigterm() {
     drop(ssh_listener);
     let out = ssh_health(ssh_port);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(texts(&out).0.contains(&format!("sshd: nothing listens on port {ssh_port}")));
+    assert!(texts(&out)
+        .0
+        .contains(&format!("sshd: nothing listens on port {ssh_port}")));
 
     // docker stop: SIGTERM to the entrypoint stops the service and exits 0, quickly.
     let t0 = Instant::now();
