@@ -6,10 +6,16 @@ use imgctl::render::{render, RenderOptions};
 use imgctl::spec::{load, SpecSource};
 
 fn main() -> anyhow::Result<()> {
-    let cuda = std::env::args().nth(1).unwrap_or_else(|| "12.4".to_string());
+    let cuda = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "12.4".to_string());
     let spec = load(&SpecSource::from_args(Some(&cuda), None))?;
     // UID/GID of the image's user, chosen to match the host user's.
-    let options = RenderOptions { uid: 1500, gid: 1500, ..RenderOptions::default() };
+    let options = RenderOptions {
+        uid: 1500,
+        gid: 1500,
+        ..RenderOptions::default()
+    };
     let image = render(&spec, &options)?;
     println!("profile {} (spec sha256 {})", spec.name, &spec.sha256[..12]);
     for note in &image.notes {
@@ -18,6 +24,10 @@ fn main() -> anyhow::Result<()> {
     for (key, value) in &image.labels {
         println!("{key} = {value}");
     }
-    println!("Dockerfile: {} lines, {} context files", image.dockerfile.lines().count(), image.files.len());
+    println!(
+        "Dockerfile: {} lines, {} context files",
+        image.dockerfile.lines().count(),
+        image.files.len()
+    );
     Ok(())
 }
