@@ -18,9 +18,11 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     let sampler: Sampler = args.sampler.parse()?;
     DdpmSchedule::inference_timesteps(args.steps as i64)?;
     if args.num <= 0 {
-        return Err(CliError::usage(format!("--num {} is not positive", args.num))
-            .with_hint("ask for at least one image")
-            .into());
+        return Err(
+            CliError::usage(format!("--num {} is not positive", args.num))
+                .with_hint("ask for at least one image")
+                .into(),
+        );
     }
     let dir = checkpoint::resolve(&args.checkpoint)?;
     let state = checkpoint::read_state(&dir)?;
@@ -32,11 +34,19 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
     if !parent.is_dir() {
-        return Err(CliError::usage(format!("cannot write {}: {} is not a directory", args.out.display(), parent.display()))
-            .with_hint("create the directory first or choose another --out")
-            .into());
+        return Err(CliError::usage(format!(
+            "cannot write {}: {} is not a directory",
+            args.out.display(),
+            parent.display()
+        ))
+        .with_hint("create the directory first or choose another --out")
+        .into());
     }
-    let weights_file = dir.join(if args.no_ema { checkpoint::MODEL_FILE } else { checkpoint::EMA_FILE });
+    let weights_file = dir.join(if args.no_ema {
+        checkpoint::MODEL_FILE
+    } else {
+        checkpoint::EMA_FILE
+    });
     let cfg = &state.config.model;
     let vs = VarStore::new(device);
     let model = UNet2DModel::try_new(&vs.root(), cfg)?;

@@ -30,12 +30,19 @@ mod imp {
     /// else the CPU. A CUDA device that is not there is an error (exit 2).
     pub fn parse_device(s: Option<&str>) -> anyhow::Result<Device> {
         let Some(s) = s else {
-            return Ok(if tch::Cuda::is_available() { Device::Cuda(0) } else { Device::Cpu });
+            return Ok(if tch::Cuda::is_available() {
+                Device::Cuda(0)
+            } else {
+                Device::Cpu
+            });
         };
         let d = match s.to_ascii_lowercase().as_str() {
             "cpu" => Device::Cpu,
             "cuda" | "gpu" => Device::Cuda(0),
-            other => match other.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
+            other => match other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<usize>().ok())
+            {
                 Some(i) => Device::Cuda(i),
                 None => {
                     return Err(CliError::usage(format!("unknown device `{s}`"))
@@ -71,7 +78,10 @@ mod imp {
     /// Resolves the flags into run options: preset, resumed checkpoint config,
     /// config file and flags (in that order), device, precision, data, output.
     pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
-        let out = args.out.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
         let resume = if args.resume {
             match checkpoint::latest(&out) {
                 Some(dir) => Some(dir),
@@ -104,7 +114,11 @@ mod imp {
             let preset_from_flag = args.preset != "default" || resume.is_some();
             config.apply_file(file, preset_from_flag)?;
         }
-        let precision = args.precision.as_deref().map(Precision::parse).transpose()?;
+        let precision = args
+            .precision
+            .as_deref()
+            .map(Precision::parse)
+            .transpose()?;
         if let Some(b) = args.batch_size {
             if b <= 0 {
                 return Err(CliError::usage(format!("--batch-size {b} is not positive"))
@@ -135,14 +149,18 @@ mod imp {
         };
         if let Some(f) = &args.init_from {
             if resume.is_some() {
-                return Err(CliError::usage("--init-from and --resume both set the weights")
-                    .with_hint("drop --init-from when resuming")
-                    .into());
+                return Err(
+                    CliError::usage("--init-from and --resume both set the weights")
+                        .with_hint("drop --init-from when resuming")
+                        .into(),
+                );
             }
             if !f.is_file() {
-                return Err(CliError::usage(format!("--init-from {} is not a file", f.display()))
-                    .with_hint("pass a diffusers UNet2DModel .safetensors state dict")
-                    .into());
+                return Err(
+                    CliError::usage(format!("--init-from {} is not a file", f.display()))
+                        .with_hint("pass a diffusers UNet2DModel .safetensors state dict")
+                        .into(),
+                );
             }
         }
         Ok(RunOptions {
@@ -162,10 +180,15 @@ mod imp {
     pub fn summary_lines(s: &TrainSummary) -> Vec<String> {
         let mut lines = Vec::new();
         let loss = match (s.first_loss, s.final_loss) {
-            (Some(a), Some(b)) => format!("loss {a:.4} → {b:.4} ({:.1}% of the first step)", 100.0 * b / a),
+            (Some(a), Some(b)) => format!(
+                "loss {a:.4} → {b:.4} ({:.1}% of the first step)",
+                100.0 * b / a
+            ),
             _ => "no loss recorded".into(),
         };
-        let speed = s.img_per_s.map_or("n/a".to_string(), |v| format!("{v:.1} img/s"));
+        let speed = s
+            .img_per_s
+            .map_or("n/a".to_string(), |v| format!("{v:.1} img/s"));
         lines.push(format!(
             "trained steps {}..{} in {:.1} s on {} ({}): {loss}, {speed}",
             s.start_step + 1,
@@ -175,10 +198,16 @@ mod imp {
             s.precision
         ));
         if s.skipped_steps > 0 {
-            lines.push(format!("fp16: {} step(s) skipped for overflow", s.skipped_steps));
+            lines.push(format!(
+                "fp16: {} step(s) skipped for overflow",
+                s.skipped_steps
+            ));
         }
         if s.data.unreadable_files > 0 {
-            lines.push(format!("data: {} unreadable file(s) skipped", s.data.unreadable_files));
+            lines.push(format!(
+                "data: {} unreadable file(s) skipped",
+                s.data.unreadable_files
+            ));
         }
         if let Some(c) = &s.checkpoint {
             lines.push(format!("checkpoint: {}", c.display()));
