@@ -10,6 +10,16 @@
 //! rank reads its own block of every global batch ([`super::data`]); only rank
 //! 0 writes files or prints. Owns the orchestration; the model, the schedule,
 //! the optimizer math and the file formats live in their own modules.
+//!
+//! Precision: fp32 runs everything in fp32. fp16 wraps the forward pass in
+//! `tch::autocast` (CUDA only) over fp32 weights, with [`GradScaler`]
+//! loss scaling. bf16 cannot use autocast (tch 0.20 toggles fp16 autocast
+//! only), so the model runs wholly in bf16: a second VarStore holds bf16
+//! weights whose gradients land in a flat bf16 buffer; the gradients are cast
+//! to fp32, clipped and applied by AdamW to fp32 master weights (and the fp32
+//! EMA), and the master weights are cast back into the bf16 copy after every
+//! update. GroupNorm, softmax and the loss accumulate in fp32 inside libtorch's
+//! kernels; checkpoints always hold the fp32 master weights.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -55,6 +65,11 @@ pub trait GradSync {
     /// Averages host scalars across ranks in place (the logged loss).
     fn mean_scalars(&mut self, _values: &mut [f64]) -> anyhow::Result<()> {
         Ok(())
+    }
+    /// Whether any rank's `local` flag is set (called at the top of every
+    /// step with the Ctrl-C flag, so all ranks stop at the same step).
+    fn any_rank(&mut self, local: bool) -> anyhow::Result<bool> {
+        Ok(local)
     }
 }
 
@@ -601,7 +616,15 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
     FLAG.get_or_init(|| {
         let flag = Arc::new(AtomicBool::new(false));
         let f = flag.clone();
-        if let Err(e) = ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)) {
+        // The first Ctrl-C asks the loop to checkpoint and stop after the
+        // current step; a second one ends the process at once.
+        let handler = move || {
+            if f.swap(true, Ordering::SeqCst) {
+                eprintln!("second interrupt: exiting without a checkpoint");
+                std::process::exit(130);
+            }
+        };
+        if let Err(e) = ctrlc::set_handler(handler) {
             printer().warn(format!(
                 "cannot install the Ctrl-C handler ({e}); Ctrl-C will not write a checkpoint"
             ));
@@ -902,7 +925,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     };
 
     while trainer.step < tr.steps {
-        if interrupt.load(Ordering::SeqCst) {
+        let stop = interrupt.load(Ordering::SeqCst);
+        if trainer.sync.any_rank(stop)? {
             bar.finish_and_clear();
             let mut where_ = String::new();
             if lead {
