@@ -310,10 +310,12 @@ impl Trainer {
         &self.master_vs
     }
 
-    /// Broadcasts rank 0's weights and EMA to every rank.
+    /// Broadcasts rank 0's weights, EMA and optimizer moments to every rank.
     pub fn broadcast(&mut self) -> anyhow::Result<()> {
         self.sync.broadcast_params(&self.master)?;
         self.sync.broadcast_params(&self.ema.shadow)?;
+        self.sync.broadcast_params(&self.opt.exp_avg)?;
+        self.sync.broadcast_params(&self.opt.exp_avg_sq)?;
         self.refresh_compute();
         Ok(())
     }
