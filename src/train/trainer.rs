@@ -897,6 +897,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let log_every = if tr.log_every > 0 {
         tr.log_every
     } else {
+        // About 20 lines per run, at least one every 100 steps.
         (tr.steps / 20).clamp(1, 100)
     };
     let bar = if lead {
