@@ -212,6 +212,12 @@ mod imp {
         if let Some(c) = &s.checkpoint {
             lines.push(format!("checkpoint: {}", c.display()));
         }
+        if let Some(d) = &s.diffusers_model {
+            lines.push(format!(
+                "diffusers model (EMA): {} (UNet2DModel.from_pretrained)",
+                d.display()
+            ));
+        }
         if let Some(last) = s.samples.last() {
             lines.push(format!("samples: {}", last.display()));
         }

@@ -482,6 +482,18 @@ impl Trainer {
         result
     }
 
+    /// Writes a diffusers model folder (`config.json`,
+    /// `diffusion_pytorch_model.safetensors`) with the EMA weights, as
+    /// train_unconditional.py saves its final pipeline's UNet; the training
+    /// weights are restored exactly afterwards.
+    pub fn export_diffusers(&self, dir: &Path) -> anyhow::Result<()> {
+        let backup = tch::no_grad(|| self.master.copy());
+        tch::no_grad(|| self.master.shallow_clone().copy_(&self.ema.shadow));
+        let result = weights::save_pretrained(&self.master_vs, &self.config.model, dir);
+        tch::no_grad(|| self.master.shallow_clone().copy_(&backup));
+        result
+    }
+
     /// Writes a checkpoint of the current step under `out` atomically and
     /// prunes to `keep`. Returns its directory.
     pub fn save_checkpoint(
@@ -739,6 +751,9 @@ pub struct TrainSummary {
     pub tensorboard: PathBuf,
     /// Sample grids written.
     pub samples: Vec<PathBuf>,
+    /// The final EMA weights as a diffusers model folder
+    /// (`UNet2DModel.from_pretrained(path)`).
+    pub diffusers_model: Option<PathBuf>,
 }
 
 /// Checks that `out` can be created and written (exit 2 otherwise).
@@ -1060,6 +1075,15 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     }
     bar.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
+    let diffusers_model = if lead {
+        let dir = opts.out.join("unet");
+        trainer
+            .export_diffusers(&dir)
+            .with_context(|| format!("writing the diffusers model folder {}", dir.display()))?;
+        Some(dir)
+    } else {
+        None
+    };
     let (metrics_path, tb_path) = match metrics.as_mut() {
         Some(m) => {
             m.flush()?;
@@ -1112,5 +1136,6 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         metrics: metrics_path,
         tensorboard: tb_path,
         samples,
+        diffusers_model,
     })
 }

@@ -396,15 +396,21 @@ d = sys.argv[1]
 cfg = json.load(open(d + "/config.json"))
 m = UNet2DModel.from_config(cfg)
 sd = load_file(d + "/model.safetensors")
-missing, unexpected = m.load_state_dict(sd, strict=True), None
+m.load_state_dict(sd, strict=True)
 y = m(torch.zeros(1, 3, 32, 32), torch.tensor([10])).sample
 assert torch.isfinite(y).all()
+# The final EMA export loads with from_pretrained and equals ema.safetensors.
+ema = load_file(d + "/ema.safetensors")
+m2 = UNet2DModel.from_pretrained(sys.argv[2])
+for k, v in m2.state_dict().items():
+    assert torch.equal(v, ema[k]), k
 print("ok", sum(p.numel() for p in m.parameters()))
 "#;
     let o = Command::new(python())
         .arg("-c")
         .arg(script)
         .arg(&ck)
+        .arg(out.join("unet"))
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&o);
