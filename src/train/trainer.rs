@@ -385,7 +385,13 @@ impl Trainer {
             });
         }
         let norm = clip_grad_norm(&mut g, self.config.training.max_grad_norm);
-        let mut host = [f64::try_from(&loss)?, f64::try_from(&norm)?];
+        // One device-to-host read for both values (a single synchronisation).
+        let pair = Vec::<f64>::try_from(
+            Tensor::stack(&[loss.detach(), norm.to_kind(Kind::Float)], 0)
+                .to_kind(Kind::Double)
+                .to_device(Device::Cpu),
+        )?;
+        let mut host = [pair[0], pair[1]];
         let local_loss_finite = host[0].is_finite();
         self.sync.mean_scalars(&mut host[..1])?;
         let [loss_v, norm_v] = host;
