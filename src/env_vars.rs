@@ -50,3 +50,7 @@ pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
 /// Debug/test hook: a directory where every rank writes one line per optimizer
 /// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
 pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";
+/// Test knob (train-demo): make the loss NaN at this step (1-based) to exercise the NaN guard.
+pub const IMGCTL_TEST_INJECT_NAN_AT_STEP: &str = "IMGCTL_TEST_INJECT_NAN_AT_STEP";
+/// Test knob (train-demo): act as if Ctrl-C arrived right after this step (1-based).
+pub const IMGCTL_TEST_INTERRUPT_AFTER_STEP: &str = "IMGCTL_TEST_INTERRUPT_AFTER_STEP";

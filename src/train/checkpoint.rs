@@ -119,9 +119,13 @@ pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
             .with_hint("pass a train-demo --out directory with checkpoints/step-*/, or one step-* directory")
             .into());
     }
-    Err(CliError::usage(format!("checkpoint path {} does not exist", path.display()))
-        .with_hint("pass a train-demo --out directory or one of its checkpoints/step-* directories")
-        .into())
+    Err(
+        CliError::usage(format!("checkpoint path {} does not exist", path.display()))
+            .with_hint(
+                "pass a train-demo --out directory or one of its checkpoints/step-* directories",
+            )
+            .into(),
+    )
 }
 
 /// Reads a checkpoint's `state.json`.
@@ -132,8 +136,11 @@ pub fn read_state(dir: &Path) -> anyhow::Result<State> {
             .with_hint("the checkpoint is incomplete; pick another step directory")
     })?;
     let state: State = serde_json::from_str(&text).map_err(|e| {
-        CliError::usage(format!("{} is not a valid imgctl checkpoint state: {e}", path.display()))
-            .with_hint("it was written by a different imgctl version, or damaged")
+        CliError::usage(format!(
+            "{} is not a valid imgctl checkpoint state: {e}",
+            path.display()
+        ))
+        .with_hint("it was written by a different imgctl version, or damaged")
     })?;
     if state.schema_version != STATE_VERSION {
         return Err(CliError::usage(format!(
@@ -243,7 +250,10 @@ mod tests {
         // A failed write leaves nothing behind.
         let err = write_atomic(dir.path(), 5, |_| Err(anyhow::anyhow!("disk full")));
         assert!(err.is_err());
-        assert_eq!(latest(dir.path()).unwrap().file_name().unwrap(), "step-000004");
+        assert_eq!(
+            latest(dir.path()).unwrap().file_name().unwrap(),
+            "step-000004"
+        );
         let removed = prune(dir.path(), 2).unwrap();
         assert_eq!(removed.len(), 2);
         let left: Vec<u64> = list(dir.path()).into_iter().map(|(s, _)| s).collect();
@@ -253,6 +263,9 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(names.iter().all(|n| !n.contains("tmp")), "{names:?}");
-        assert_eq!(resolve(dir.path()).unwrap(), dir.path().join(CHECKPOINTS).join("step-000004"));
+        assert_eq!(
+            resolve(dir.path()).unwrap(),
+            dir.path().join(CHECKPOINTS).join("step-000004")
+        );
     }
 }

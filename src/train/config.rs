@@ -164,29 +164,52 @@ impl TrainingConfig {
             return bad("batch_size is 0".into(), "use --batch-size 1 or more");
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad(format!("lr is {}", self.lr), "use a positive learning rate such as 1e-4");
+            return bad(
+                format!("lr is {}", self.lr),
+                "use a positive learning rate such as 1e-4",
+            );
         }
         let a = self.adam;
         if !(0.0..1.0).contains(&a.beta1) || !(0.0..1.0).contains(&a.beta2) {
-            return bad(format!("adam betas {} / {}", a.beta1, a.beta2), "betas lie in [0, 1)");
+            return bad(
+                format!("adam betas {} / {}", a.beta1, a.beta2),
+                "betas lie in [0, 1)",
+            );
         }
-        if !(a.eps > 0.0) || a.weight_decay < 0.0 {
-            return bad(format!("adam eps {} / weight_decay {}", a.eps, a.weight_decay), "eps > 0, weight_decay >= 0");
+        if a.eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || a.weight_decay < 0.0 {
+            return bad(
+                format!("adam eps {} / weight_decay {}", a.eps, a.weight_decay),
+                "eps > 0, weight_decay >= 0",
+            );
         }
-        if !(self.max_grad_norm > 0.0) {
-            return bad(format!("max_grad_norm is {}", self.max_grad_norm), "use a positive norm such as 1.0");
+        if self.max_grad_norm.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+            return bad(
+                format!("max_grad_norm is {}", self.max_grad_norm),
+                "use a positive norm such as 1.0",
+            );
         }
-        if !(0.0..1.0).contains(&self.ema.max_decay) || !(self.ema.inv_gamma > 0.0) {
+        if !(0.0..1.0).contains(&self.ema.max_decay)
+            || self.ema.inv_gamma.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+        {
             return bad("ema settings".into(), "max_decay in [0, 1), inv_gamma > 0");
         }
         if self.keep == 0 {
-            return bad("keep is 0".into(), "keep at least one checkpoint (--keep 1)");
+            return bad(
+                "keep is 0".into(),
+                "keep at least one checkpoint (--keep 1)",
+            );
         }
         if self.sample_every > 0 && (self.sample_num <= 0 || self.sample_steps == 0) {
-            return bad("sample_num / sample_steps".into(), "sample grids need at least one image and one step");
+            return bad(
+                "sample_num / sample_steps".into(),
+                "sample grids need at least one image and one step",
+            );
         }
         if self.synthetic_images == 0 {
-            return bad("synthetic_images is 0".into(), "use a positive dataset size");
+            return bad(
+                "synthetic_images is 0".into(),
+                "use a positive dataset size",
+            );
         }
         Ok(())
     }
@@ -262,8 +285,14 @@ impl TrainConfig {
 
     /// Applies a YAML document over `self` (see the module docs). A `preset`
     /// key in the file replaces the base when `preset_from_flag` is false.
-    pub fn apply_yaml(&mut self, text: &str, source: &str, preset_from_flag: bool) -> anyhow::Result<()> {
-        let doc: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| config_error(source, e))?;
+    pub fn apply_yaml(
+        &mut self,
+        text: &str,
+        source: &str,
+        preset_from_flag: bool,
+    ) -> anyhow::Result<()> {
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| config_error(source, e))?;
         let mut map = match doc {
             serde_yaml::Value::Mapping(m) => m,
             serde_yaml::Value::Null => return Ok(()),
@@ -296,7 +325,8 @@ impl TrainConfig {
             }
         }
         merge(&mut base, serde_yaml::Value::Mapping(over));
-        let merged: Self = serde_path_to_error::deserialize(base).map_err(|e| config_error(source, e))?;
+        let merged: Self =
+            serde_path_to_error::deserialize(base).map_err(|e| config_error(source, e))?;
         *self = merged;
         Ok(())
     }
@@ -352,9 +382,11 @@ impl TrainConfig {
     pub fn image_size(&self) -> anyhow::Result<u32> {
         let (h, w) = self.model.sample_size.hw();
         if h != w {
-            return Err(CliError::usage(format!("sample_size {h}x{w} is not square"))
-                .with_hint("train-demo trains on square images; set sample_size to one number")
-                .into());
+            return Err(
+                CliError::usage(format!("sample_size {h}x{w} is not square"))
+                    .with_hint("train-demo trains on square images; set sample_size to one number")
+                    .into(),
+            );
         }
         Ok(h as u32)
     }
@@ -367,8 +399,12 @@ mod tests {
     #[test]
     fn file_merges_over_the_preset_and_flags_win() {
         let mut c = TrainConfig::preset("tiny").unwrap();
-        c.apply_yaml("training:\n  lr: 0.01\n  steps: 7\nmodel:\n  norm_num_groups: 4\n", "t.yaml", true)
-            .unwrap();
+        c.apply_yaml(
+            "training:\n  lr: 0.01\n  steps: 7\nmodel:\n  norm_num_groups: 4\n",
+            "t.yaml",
+            true,
+        )
+        .unwrap();
         assert_eq!(c.training.lr, 0.01);
         assert_eq!(c.training.steps, 7);
         assert_eq!(c.training.batch_size, 8);
@@ -383,7 +419,9 @@ mod tests {
     #[test]
     fn unknown_keys_name_their_path() {
         let mut c = TrainConfig::preset("tiny").unwrap();
-        let e = c.apply_yaml("training:\n  stepz: 7\n", "t.yaml", true).unwrap_err();
+        let e = c
+            .apply_yaml("training:\n  stepz: 7\n", "t.yaml", true)
+            .unwrap_err();
         assert!(e.to_string().contains("stepz"), "{e}");
         assert!(e.to_string().contains("training"), "{e}");
         let e = c.apply_yaml("optimizer: {}\n", "t.yaml", true).unwrap_err();

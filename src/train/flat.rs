@@ -144,13 +144,19 @@ mod tests {
             .find(|e| e.name == "lin.bias")
             .unwrap();
         let gb = layout.view(&grads, bias);
-        assert_eq!(Vec::<f32>::try_from(gb.flatten(0, -1)).unwrap(), vec![4.0, 4.0]);
+        assert_eq!(
+            Vec::<f32>::try_from(gb.flatten(0, -1)).unwrap(),
+            vec![4.0, 4.0]
+        );
         // The variable sees the flat buffer's values.
         tch::no_grad(|| {
             let _ = params.shallow_clone().fill_(0.5);
         });
         assert_eq!(f64::try_from(lin.ws.mean(Kind::Float)).unwrap(), 0.5);
         let _ = grads.zero_();
-        assert_eq!(f64::try_from(lin.bs.as_ref().unwrap().grad().sum(Kind::Float)).unwrap(), 0.0);
+        assert_eq!(
+            f64::try_from(lin.bs.as_ref().unwrap().grad().sum(Kind::Float)).unwrap(),
+            0.0
+        );
     }
 }

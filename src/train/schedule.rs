@@ -184,6 +184,8 @@ impl DdpmSchedule {
     /// (returning the predicted noise) through `steps` steps of `sampler`,
     /// starting from seeded noise. Returns f32 `[n, C, H, W]` in [-1, 1] on
     /// `device`. Runs without gradients.
+    // The argument list mirrors the free function [`sample`] the trainer calls.
+    #[allow(clippy::too_many_arguments)]
     pub fn sample<F>(
         &self,
         mut model_fn: F,

@@ -155,7 +155,11 @@ impl EventWriter {
         std::fs::create_dir_all(dir)?;
         let wall = now();
         // A suffix keeps two writers started in the same second apart.
-        let mut path = dir.join(format!("events.out.tfevents.{}.{}", wall as u64, hostname()));
+        let mut path = dir.join(format!(
+            "events.out.tfevents.{}.{}",
+            wall as u64,
+            hostname()
+        ));
         let mut n = 1;
         while path.exists() {
             path = dir.join(format!(
@@ -195,8 +199,11 @@ impl EventWriter {
             channels: 3,
             data: png.to_vec(),
         };
-        self.out
-            .write_all(&tfrecord(&encode_summary_event(now(), step, &[(tag, value)])))
+        self.out.write_all(&tfrecord(&encode_summary_event(
+            now(),
+            step,
+            &[(tag, value)],
+        )))
     }
 
     /// Flushes buffered records to the file.

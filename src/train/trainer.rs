@@ -176,9 +176,9 @@ pub fn check_precision(device: Device, precision: Precision) -> anyhow::Result<(
             let probe = Tensor::f_ones([8, 8], (kind, d))
                 .and_then(|a| a.f_matmul(&a))
                 .and_then(|m| m.f_sum(Kind::Float))
-                .and_then(|s| f64::try_from(s).map_err(Into::into));
+                .and_then(f64::try_from);
             match probe {
-                Ok(v) if v == 512.0 => Ok(()),
+                Ok(512.0) => Ok(()),
                 other => Err(CliError::usage(format!(
                     "{} is not supported on {d:?} ({})",
                     p.name(),
@@ -329,8 +329,12 @@ impl Trainer {
         let b = batch.batch as i64;
         let s = batch.size as i64;
         let shape = [b, 3, s, s];
-        let x0 = Tensor::from_slice(&batch.images).view(shape).to_device(self.device);
-        let noise = Tensor::from_slice(&batch.noise).view(shape).to_device(self.device);
+        let x0 = Tensor::from_slice(&batch.images)
+            .view(shape)
+            .to_device(self.device);
+        let noise = Tensor::from_slice(&batch.noise)
+            .view(shape)
+            .to_device(self.device);
         let ts = Tensor::from_slice(&batch.timesteps).to_device(self.device);
         let noisy = self.schedule.add_noise(&x0, &noise, &ts);
         let _ = self.grads.zero_();
@@ -340,7 +344,7 @@ impl Trainer {
         };
         let mut loss = pred.to_kind(Kind::Float).mse_loss(&noise, Reduction::Mean);
         if self.inject_nan_at == Some(self.step + 1) {
-            loss = loss * f64::NAN;
+            loss = loss.g_mul_scalar(f64::NAN);
         }
         let scale = self.scaler.map_or(1.0, |s| s.scale);
         times.forward = self.mark(&mut t);
@@ -383,7 +387,11 @@ impl Trainer {
             } else {
                 return Err(StepError::NonFinite {
                     step: self.step + 1,
-                    what: if loss_v.is_nan() || norm_v.is_nan() { "NaN" } else { "infinite" },
+                    what: if loss_v.is_nan() || norm_v.is_nan() {
+                        "NaN"
+                    } else {
+                        "infinite"
+                    },
                     loss: loss_v,
                     grad_norm: norm_v,
                     precision: self.precision.name(),
@@ -415,8 +423,19 @@ impl Trainer {
 
     /// Generates `n` images with the EMA weights (or the raw ones) through
     /// `steps` steps of `sampler`; the training weights are restored exactly.
-    pub fn sample(&mut self, n: i64, steps: usize, sampler: Sampler, seed: u64, use_ema: bool) -> anyhow::Result<Tensor> {
-        let target = self.compute_flat.as_ref().unwrap_or(&self.master).shallow_clone();
+    pub fn sample(
+        &mut self,
+        n: i64,
+        steps: usize,
+        sampler: Sampler,
+        seed: u64,
+        use_ema: bool,
+    ) -> anyhow::Result<Tensor> {
+        let target = self
+            .compute_flat
+            .as_ref()
+            .unwrap_or(&self.master)
+            .shallow_clone();
         let backup = use_ema.then(|| tch::no_grad(|| target.copy()));
         if use_ema {
             tch::no_grad(|| target.shallow_clone().copy_(&self.ema.shadow));
@@ -448,7 +467,12 @@ impl Trainer {
 
     /// Writes a checkpoint of the current step under `out` atomically and
     /// prunes to `keep`. Returns its directory.
-    pub fn save_checkpoint(&self, out: &Path, epoch: u64, last_loss: Option<f64>) -> anyhow::Result<PathBuf> {
+    pub fn save_checkpoint(
+        &self,
+        out: &Path,
+        epoch: u64,
+        last_loss: Option<f64>,
+    ) -> anyhow::Result<PathBuf> {
         let state = State {
             schema_version: checkpoint::STATE_VERSION,
             step: self.step,
@@ -488,10 +512,19 @@ impl Trainer {
                 dir.join(checkpoint::CONFIG_FILE),
                 serde_json::to_string_pretty(&self.config.model.to_diffusers_json())?,
             )?;
-            std::fs::write(dir.join(checkpoint::STATE_FILE), serde_json::to_string_pretty(&state)?)?;
+            std::fs::write(
+                dir.join(checkpoint::STATE_FILE),
+                serde_json::to_string_pretty(&state)?,
+            )?;
             Ok(())
         })
-        .with_context(|| format!("writing the checkpoint of step {} under {}", self.step, out.display()))?;
+        .with_context(|| {
+            format!(
+                "writing the checkpoint of step {} under {}",
+                self.step,
+                out.display()
+            )
+        })?;
         checkpoint::prune(out, self.config.training.keep)?;
         Ok(dir)
     }
@@ -515,20 +548,38 @@ impl Trainer {
         let opt: std::collections::HashMap<String, Tensor> = opt.into_iter().collect();
         tch::no_grad(|| -> anyhow::Result<()> {
             for e in &self.layout.entries {
-                let find = |map: &std::collections::HashMap<String, Tensor>, key: &str, file: &str| {
-                    map.get(key).map(|t| t.shallow_clone()).ok_or_else(|| {
-                        anyhow::Error::from(
-                            CliError::usage(format!("checkpoint {} lacks `{key}` in {file}", dir.display()))
+                let find =
+                    |map: &std::collections::HashMap<String, Tensor>, key: &str, file: &str| {
+                        map.get(key).map(|t| t.shallow_clone()).ok_or_else(|| {
+                            anyhow::Error::from(
+                                CliError::usage(format!(
+                                    "checkpoint {} lacks `{key}` in {file}",
+                                    dir.display()
+                                ))
                                 .with_hint("the checkpoint is damaged or from another model"),
-                        )
-                    })
-                };
+                            )
+                        })
+                    };
                 let src = find(&ema, &e.name, checkpoint::EMA_FILE)?;
-                self.layout.view(&self.ema.shadow, e).copy_(&src.to_kind(Kind::Float).to_device(self.device));
-                let m = find(&opt, &format!("exp_avg.{}", e.name), checkpoint::OPTIMIZER_FILE)?;
-                self.layout.view(&self.opt.exp_avg, e).copy_(&m.to_device(self.device));
-                let v = find(&opt, &format!("exp_avg_sq.{}", e.name), checkpoint::OPTIMIZER_FILE)?;
-                self.layout.view(&self.opt.exp_avg_sq, e).copy_(&v.to_device(self.device));
+                self.layout
+                    .view(&self.ema.shadow, e)
+                    .copy_(&src.to_kind(Kind::Float).to_device(self.device));
+                let m = find(
+                    &opt,
+                    &format!("exp_avg.{}", e.name),
+                    checkpoint::OPTIMIZER_FILE,
+                )?;
+                self.layout
+                    .view(&self.opt.exp_avg, e)
+                    .copy_(&m.to_device(self.device));
+                let v = find(
+                    &opt,
+                    &format!("exp_avg_sq.{}", e.name),
+                    checkpoint::OPTIMIZER_FILE,
+                )?;
+                self.layout
+                    .view(&self.opt.exp_avg_sq, e)
+                    .copy_(&v.to_device(self.device));
             }
             Ok(())
         })?;
@@ -551,7 +602,9 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         let f = flag.clone();
         if let Err(e) = ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)) {
-            printer().warn(format!("cannot install the Ctrl-C handler ({e}); Ctrl-C will not write a checkpoint"));
+            printer().warn(format!(
+                "cannot install the Ctrl-C handler ({e}); Ctrl-C will not write a checkpoint"
+            ));
         }
         flag
     })
@@ -666,9 +719,12 @@ pub struct TrainSummary {
 /// Checks that `out` can be created and written (exit 2 otherwise).
 pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
     let fail = |e: std::io::Error| -> anyhow::Error {
-        CliError::usage(format!("cannot write to the output directory {}: {e}", out.display()))
-            .with_hint("choose a writable --out directory")
-            .into()
+        CliError::usage(format!(
+            "cannot write to the output directory {}: {e}",
+            out.display()
+        ))
+        .with_hint("choose a writable --out directory")
+        .into()
     };
     std::fs::create_dir_all(out).map_err(fail)?;
     let probe = out.join(format!(".imgctl-write-test-{}", std::process::id()));
@@ -684,12 +740,18 @@ pub fn open_dataset(choice: &DataChoice, config: &TrainConfig) -> anyhow::Result
         DataChoice::Synthetic => Ok(Dataset::synthetic(config.training.synthetic_images, size)),
         DataChoice::Folder(dir) => {
             let data = Dataset::folder(dir, size).map_err(|e| {
-                CliError::usage(format!("cannot read the data folder {}: {e}", dir.display()))
-                    .with_hint("pass a readable directory of PNG or JPEG images to --data")
+                CliError::usage(format!(
+                    "cannot read the data folder {}: {e}",
+                    dir.display()
+                ))
+                .with_hint("pass a readable directory of PNG or JPEG images to --data")
             })?;
             if data.is_empty() {
                 let msg = if data.skipped.is_empty() {
-                    format!("the data folder {} holds no PNG or JPEG images", dir.display())
+                    format!(
+                        "the data folder {} holds no PNG or JPEG images",
+                        dir.display()
+                    )
                 } else {
                     format!(
                         "the data folder {} holds no readable images ({} unreadable, e.g. {}: {})",
@@ -717,7 +779,8 @@ fn device_name(d: Device) -> String {
 }
 
 fn human_duration(secs: f64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(secs.max(0.0).round() as u64)).to_string()
+    humantime::format_duration(std::time::Duration::from_secs(secs.max(0.0).round() as u64))
+        .to_string()
 }
 
 /// Runs a whole training: preflight checks, model, optional resume, the loop
@@ -738,12 +801,22 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     if lead {
         check_out_dir(&opts.out)?;
     }
-    let mut trainer = Trainer::new(cfg.clone(), opts.device, opts.precision, opts.init_from.as_deref(), sync)?;
+    let mut trainer = Trainer::new(
+        cfg.clone(),
+        opts.device,
+        opts.precision,
+        opts.init_from.as_deref(),
+        sync,
+    )?;
     trainer.inject_nan_at = opts.inject_nan_at;
     if let Some(dir) = &opts.resume {
         let state = trainer.load_checkpoint(dir)?;
         if lead {
-            p.info(format!("resuming from {} (step {})", dir.display(), state.step));
+            p.info(format!(
+                "resuming from {} (step {})",
+                dir.display(),
+                state.step
+            ));
         }
     }
     trainer.broadcast()?;
@@ -796,9 +869,16 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         None
     };
     let interrupt = interrupt_flag();
-    let log_every = if tr.log_every > 0 { tr.log_every } else { (tr.steps / 20).clamp(1, 100) };
+    let log_every = if tr.log_every > 0 {
+        tr.log_every
+    } else {
+        (tr.steps / 20).clamp(1, 100)
+    };
     let bar = if lead {
-        p.progress(tr.steps, "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]")
+        p.progress(
+            tr.steps,
+            "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
+        )
     } else {
         indicatif::ProgressBar::hidden()
     };
@@ -836,17 +916,21 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 };
                 where_ = format!("; checkpoint {}", dir.display());
             }
-            return Err(CliError::interrupted(format!("interrupted at step {}{where_}", trainer.step))
-                .with_hint(format!(
-                    "continue with `imgctl train-demo --resume --out {}`",
-                    opts.out.display()
-                ))
-                .into());
+            return Err(CliError::interrupted(format!(
+                "interrupted at step {}{where_}",
+                trainer.step
+            ))
+            .with_hint(format!(
+                "continue with `imgctl train-demo --resume --out {}`",
+                opts.out.display()
+            ))
+            .into());
         }
         let step_start = Instant::now();
         let batch = loader
             .next_batch()
             .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+        let data_wait = step_start.elapsed().as_secs_f64();
         let stats = match trainer.train_step(&batch) {
             Ok(s) => s,
             Err(e) => {
@@ -891,9 +975,15 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 img_per_s,
                 skipped: stats.skipped,
             })?;
+            // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
+            m.flush()?;
         }
         if lead {
-            let avg_ips = if timed_secs > 0.0 { timed_images / timed_secs } else { img_per_s };
+            let avg_ips = if timed_secs > 0.0 {
+                timed_images / timed_secs
+            } else {
+                img_per_s
+            };
             bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
             bar.set_position(stats.step);
             if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
@@ -908,11 +998,17 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                     avg_ips,
                     human_duration(left)
                 ));
+                let t = stats.times;
+                p.verbose(format!(
+                    "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
+                    stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
+                ));
             }
         }
         let done = trainer.step == tr.steps;
         if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
-            let imgs = trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
+            let imgs =
+                trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
             let dir = opts.out.join("samples");
             std::fs::create_dir_all(&dir)?;
             let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));

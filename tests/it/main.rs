@@ -9,4 +9,5 @@ mod parallel;
 mod render;
 mod spec;
 mod train;
+mod trainer;
 mod verify;

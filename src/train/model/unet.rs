@@ -22,6 +22,7 @@ pub struct UNet2DModel {
     conv_norm_out: GroupNorm,
     conv_out: Conv2d,
     cfg: UNetConfig,
+    channels_last: bool,
 }
 
 impl UNet2DModel {
@@ -121,12 +122,20 @@ impl UNet2DModel {
             conv_norm_out,
             conv_out,
             cfg: cfg.clone(),
+            channels_last: false,
         })
     }
 
     /// The config the model was built from.
     pub fn config(&self) -> &UNetConfig {
         &self.cfg
+    }
+
+    /// Runs the network in channels-last (NHWC) memory layout: the input is
+    /// laid out NHWC and libtorch's convolutions keep that layout, which suits
+    /// tensor-core convolutions on GPUs. Shapes and results are unchanged.
+    pub fn set_channels_last(&mut self, on: bool) {
+        self.channels_last = on;
     }
 
     /// Predicts the noise in `x` (`[N, in_channels, H, W]`) at `timesteps`
@@ -150,6 +159,10 @@ impl UNet2DModel {
         };
         if self.cfg.center_input_sample {
             x = x * 2.0 - 1.0;
+        }
+        if self.channels_last {
+            // NCHW shape with NHWC strides: torch's channels_last format.
+            x = x.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2]);
         }
 
         // diffusers: a 0-d timestep becomes [1]; then `timesteps * ones(N)`.
