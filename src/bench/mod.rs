@@ -306,7 +306,9 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             peak_kind: None,
             peak_source: None,
             mfu: None,
-            mfu_note: Some(format!("no datasheet peak for {device_name} in imgctl's table")),
+            mfu_note: Some(format!(
+                "no datasheet peak for {device_name} in imgctl's table"
+            )),
         },
         _ => Flops {
             train_flops_per_image: flops_per_image,

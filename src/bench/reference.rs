@@ -206,7 +206,10 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().rev().find(|l| l.trim_start().starts_with('{'));
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'));
     match line.map(serde_json::from_str::<ReferenceRun>) {
         Some(Ok(r)) => Ok(r),
         _ => {
@@ -244,7 +247,11 @@ pub struct CompareReport {
 
 impl CompareReport {
     /// Assembles the report and its ratios (per device: the reference runs on one device).
-    pub fn new(imgctl: super::BenchReport, pytorch: Vec<ReferenceRun>, compile_note: Option<String>) -> Self {
+    pub fn new(
+        imgctl: super::BenchReport,
+        pytorch: Vec<ReferenceRun>,
+        compile_note: Option<String>,
+    ) -> Self {
         let ratio = |mode: &str| {
             pytorch
                 .iter()

@@ -33,11 +33,17 @@ pub fn bench_table(r: &BenchReport) -> String {
     };
     row(
         "model",
-        format!("{} ({} params, {}×{})", r.preset, r.params, r.image_size, r.image_size),
+        format!(
+            "{} ({} params, {}×{})",
+            r.preset, r.params, r.image_size, r.image_size
+        ),
     );
     row(
         "device",
-        format!("{} × {} ({}, {})", r.world_size, r.device_name, r.precision, r.backend),
+        format!(
+            "{} × {} ({}, {})",
+            r.world_size, r.device_name, r.precision, r.backend
+        ),
     );
     row(
         "batch",
@@ -45,7 +51,10 @@ pub fn bench_table(r: &BenchReport) -> String {
     );
     row(
         "steps",
-        format!("{} warm-up, {} timed, {} profiled", r.warmup_steps, r.timed_steps, r.breakdown_ms.steps),
+        format!(
+            "{} warm-up, {} timed, {} profiled",
+            r.warmup_steps, r.timed_steps, r.breakdown_ms.steps
+        ),
     );
     row("throughput", format!("{:.1} img/s", r.img_per_s));
     row("per device", format!("{:.1} img/s", r.img_per_s_per_device));
@@ -92,7 +101,11 @@ pub fn bench_table(r: &BenchReport) -> String {
     match (f.mfu, f.peak_tflops) {
         (Some(m), Some(p)) => row(
             "MFU",
-            format!("{} of {p:.1} TFLOP/s ({})", pct(m), f.peak_kind.as_deref().unwrap_or("")),
+            format!(
+                "{} of {p:.1} TFLOP/s ({})",
+                pct(m),
+                f.peak_kind.as_deref().unwrap_or("")
+            ),
         ),
         _ => row("MFU", f.mfu_note.clone().unwrap_or_else(|| "n/a".into())),
     }
@@ -101,7 +114,13 @@ pub fn bench_table(r: &BenchReport) -> String {
 
 /// `--scaling`.
 pub fn scaling_table(s: &ScalingReport) -> String {
-    let mut t = table(&["ranks", "img/s", "img/s per rank", "efficiency", "all-reduce share"]);
+    let mut t = table(&[
+        "ranks",
+        "img/s",
+        "img/s per rank",
+        "efficiency",
+        "all-reduce share",
+    ]);
     for r in &s.rows {
         t.add_row(vec![
             right(r.ranks.to_string()),
@@ -116,19 +135,37 @@ pub fn scaling_table(s: &ScalingReport) -> String {
 
 /// `--compare`.
 pub fn compare_table(c: &CompareReport) -> String {
-    let mut t = table(&["run", "img/s per device", "step ms (median)", "peak memory", "imgctl ÷ this"]);
+    let mut t = table(&[
+        "run",
+        "img/s per device",
+        "step ms (median)",
+        "peak memory",
+        "imgctl ÷ this",
+    ]);
     let i = &c.imgctl;
     t.add_row(vec![
         Cell::new(format!("imgctl ({})", i.precision)),
         right(format!("{:.1}", i.img_per_s_per_device)),
         right(format!("{:.1}", i.step_ms.median)),
-        right(i.memory.as_ref().map_or("n/a".into(), |m| gib(m.peak_used_bytes))),
+        right(
+            i.memory
+                .as_ref()
+                .map_or("n/a".into(), |m| gib(m.peak_used_bytes)),
+        ),
         right("1.00×".into()),
     ]);
     for r in &c.pytorch {
-        let label = format!("PyTorch {} ({})", r.mode, r.torch_version.as_deref().unwrap_or("?"));
+        let label = format!(
+            "PyTorch {} ({})",
+            r.mode,
+            r.torch_version.as_deref().unwrap_or("?")
+        );
         if r.ok {
-            let ratio = if r.mode == "compile" { c.ratio_vs_compile } else { c.ratio_vs_eager };
+            let ratio = if r.mode == "compile" {
+                c.ratio_vs_compile
+            } else {
+                c.ratio_vs_eager
+            };
             t.add_row(vec![
                 Cell::new(label),
                 right(format!("{:.1}", r.img_per_s.unwrap_or(0.0))),
@@ -139,7 +176,10 @@ pub fn compare_table(c: &CompareReport) -> String {
         } else {
             t.add_row(vec![
                 Cell::new(label),
-                Cell::new(format!("did not run: {}", r.error.as_deref().unwrap_or("unknown error"))),
+                Cell::new(format!(
+                    "did not run: {}",
+                    r.error.as_deref().unwrap_or("unknown error")
+                )),
                 Cell::new(""),
                 Cell::new(""),
                 Cell::new(""),

@@ -32,7 +32,10 @@ mod imp {
     /// rank variables, else this rank of the job (NCCL on a GPU, TCP on the
     /// CPU). Moves `opts.device` to `cuda:LOCAL_RANK` when several GPUs are
     /// visible and `--device` was not given.
-    pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Box<dyn GradSync>> {
+    pub fn worker_sync(
+        args: &TrainArgs,
+        opts: &mut RunOptions,
+    ) -> anyhow::Result<Box<dyn GradSync>> {
         let launch = LaunchInfo::from_process_env()?;
         if launch.source == LaunchSource::Single {
             return Ok(Box::new(DataParallel::single(opts.device)));
@@ -90,7 +93,10 @@ mod imp {
             Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
                 Ok(n) if n >= 1 => Ok(Some(vec![WorkerSlot::Cpu; n])),
                 _ => Err(usage(
-                    format!("{}={v:?} is not a positive number of CPU ranks", ev::IMGCTL_CPU_RANKS),
+                    format!(
+                        "{}={v:?} is not a positive number of CPU ranks",
+                        ev::IMGCTL_CPU_RANKS
+                    ),
                     format!("unset {} or give a count such as 2", ev::IMGCTL_CPU_RANKS),
                 )),
             },
@@ -196,12 +202,18 @@ mod imp {
         })
     }
 
-    fn supervised_benchmark(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Result<ExitStatus> {
+    fn supervised_benchmark(
+        args: &TrainArgs,
+        slots: Vec<WorkerSlot>,
+    ) -> anyhow::Result<ExitStatus> {
         let p = printer();
         if args.scaling {
             let mut runs = Vec::new();
             for k in bench::scaling_sizes(slots.len()) {
-                p.info(format!("scaling: benchmarking {k} rank{}", if k == 1 { "" } else { "s" }));
+                p.info(format!(
+                    "scaling: benchmarking {k} rank{}",
+                    if k == 1 { "" } else { "s" }
+                ));
                 let opts = supervisor_options(
                     slots[..k].to_vec(),
                     &["--gpus"],
@@ -252,7 +264,11 @@ mod imp {
         finish_local(args, &opts, r)
     }
 
-    fn finish_local(args: &TrainArgs, opts: &BenchOptions, r: BenchReport) -> anyhow::Result<ExitStatus> {
+    fn finish_local(
+        args: &TrainArgs,
+        opts: &BenchOptions,
+        r: BenchReport,
+    ) -> anyhow::Result<ExitStatus> {
         if !args.compare {
             return finish_report(args, r);
         }
@@ -276,7 +292,10 @@ mod imp {
             seed: opts.run.config.training.seed,
             compile: false,
         };
-        p.info(format!("running the PyTorch reference (eager) with {}", reference::python()));
+        p.info(format!(
+            "running the PyTorch reference (eager) with {}",
+            reference::python()
+        ));
         let mut runs = vec![reference::run(dir.path(), &base)?];
         let compile_note = if matches!(opts.run.device, Device::Cuda(_)) {
             p.info("running the PyTorch reference (torch.compile)");

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use crate::common::{imgctl_bin, texts};
 
 /// A tiny model at 16×16 with one loader thread: a step takes milliseconds.
-const SMALL_CONFIG: &str = "preset: tiny\nmodel:\n  sample_size: 16\ntraining:\n  workers: 1\n  synthetic_images: 64\n";
+const SMALL_CONFIG: &str =
+    "preset: tiny\nmodel:\n  sample_size: 16\ntraining:\n  workers: 1\n  synthetic_images: 64\n";
 
 fn small_config(dir: &Path) -> PathBuf {
     let p = dir.join("small.yaml");
@@ -23,7 +24,9 @@ fn small_config(dir: &Path) -> PathBuf {
 /// imgctl with a clean launch environment (no inherited rank variables).
 fn cmd(args: &[&str]) -> Command {
     let mut c = Command::new(imgctl_bin());
-    c.args(args).env("NO_COLOR", "1").env("OMP_NUM_THREADS", "1");
+    c.args(args)
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1");
     for k in [
         "RANK",
         "LOCAL_RANK",
@@ -123,7 +126,11 @@ fn relative_l2(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f64, f64,
     for ((na, va), (nb, vb)) in a.iter().zip(b) {
         assert_eq!(na, nb);
         assert_eq!(va.len(), vb.len(), "{na}");
-        let d: f64 = va.iter().zip(vb).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+        let d: f64 = va
+            .iter()
+            .zip(vb)
+            .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+            .sum();
         let n: f64 = vb.iter().map(|y| (*y as f64).powi(2)).sum();
         num += d;
         den += n;
@@ -162,7 +169,10 @@ fn two_cpu_ranks_match_one_process_with_the_double_batch_and_agree_bit_for_bit()
     let h0 = std::fs::read_to_string(dir.path().join("two-ranks-hashes/rank-0.txt")).unwrap();
     let h1 = std::fs::read_to_string(dir.path().join("two-ranks-hashes/rank-1.txt")).unwrap();
     assert_eq!(h0.lines().count(), 2 + 2 * steps as usize, "{h0}");
-    assert!(h0.lines().last().unwrap().starts_with("final params "), "{h0}");
+    assert!(
+        h0.lines().last().unwrap().starts_with("final params "),
+        "{h0}"
+    );
     assert_eq!(h0, h1, "ranks hold different parameters or gradients");
     // Only rank 0 wrote outputs: one metrics file, one line per step.
     let metrics = std::fs::read_to_string(two.join("metrics.jsonl")).unwrap();
@@ -216,11 +226,17 @@ fn resume_with_another_world_size_continues_the_same_run() {
 #[test]
 fn rendezvous_times_out_naming_the_missing_ranks() {
     let port = free_port().to_string();
-    let o = run(cmd(&["train-demo", "--preset", "tiny", "--rendezvous-timeout", "1"])
-        .env("RANK", "0")
-        .env("WORLD_SIZE", "2")
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", &port));
+    let o = run(cmd(&[
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--rendezvous-timeout",
+        "1",
+    ])
+    .env("RANK", "0")
+    .env("WORLD_SIZE", "2")
+    .env("MASTER_ADDR", "127.0.0.1")
+    .env("MASTER_PORT", &port));
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
@@ -265,8 +281,14 @@ fn a_taken_master_port_is_named() {
 #[test]
 fn bad_gpu_selections_are_usage_errors() {
     for (arg, needle) in [
-        ("0,,1", "--gpus \"0,,1\" is a malformed GPU list: entry 2 is empty"),
-        ("two", "--gpus \"two\" is not `all`, a count or a list of device ids"),
+        (
+            "0,,1",
+            "--gpus \"0,,1\" is a malformed GPU list: entry 2 is empty",
+        ),
+        (
+            "two",
+            "--gpus \"two\" is not `all`, a count or a list of device ids",
+        ),
         ("0,1,0", "--gpus \"0,1,0\" lists GPU 0 twice"),
     ] {
         let o = run(&mut cmd(&["train-demo", "--preset", "tiny", "--gpus", arg]));
@@ -307,8 +329,7 @@ fn wheel_nccl() -> PathBuf {
         .filter_map(|e| e.ok())
         .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
         .expect("a python3.x folder in the venv");
-    py.path()
-        .join("site-packages/nvidia/nccl/lib/libnccl.so.2")
+    py.path().join("site-packages/nvidia/nccl/lib/libnccl.so.2")
 }
 
 #[test]
@@ -334,8 +355,14 @@ fn missing_nccl_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let e = NcclLibrary::open(&dir.path().join("libnccl.so.2")).unwrap_err();
     let text = imgctl::error::render_error(&e);
-    assert!(text.starts_with("error: NCCL is missing: cannot load "), "{text}");
-    assert!(text.contains("hint: NCCL comes with the PyTorch CUDA wheel"), "{text}");
+    assert!(
+        text.starts_with("error: NCCL is missing: cannot load "),
+        "{text}"
+    );
+    assert!(
+        text.contains("hint: NCCL comes with the PyTorch CUDA wheel"),
+        "{text}"
+    );
     // A file that is not a shared library at all.
     let fake = dir.path().join("libnccl.so.2");
     std::fs::write(&fake, b"not an ELF file").unwrap();
@@ -386,10 +413,10 @@ fn a_dying_worker_is_reported_by_rank_and_the_rest_are_stopped() {
         let line = rx
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
             .unwrap_or_else(|_| panic!("no training progress:\n{}", lines.join("\n")));
-        for r in 0..2 {
+        for (r, pid) in pids.iter_mut().enumerate() {
             let tag = format!("started rank {r} of 2 (pid ");
             if let Some(rest) = line.split(&tag).nth(1) {
-                pids[r] = rest.split(',').next().unwrap().parse().unwrap();
+                *pid = rest.split(',').next().unwrap().parse().unwrap();
             }
         }
         let training = line.starts_with("[rank 0] training ");
@@ -503,7 +530,10 @@ fn cpu_scaling_benchmark_over_two_ranks() {
     let two = &v["runs"][1];
     assert_eq!(two["backend"], "cpu");
     assert_eq!(two["global_batch"], 4);
-    assert!(two["breakdown_ms"]["all_reduce"].as_f64().unwrap() > 0.0, "{two}");
+    assert!(
+        two["breakdown_ms"]["all_reduce"].as_f64().unwrap() > 0.0,
+        "{two}"
+    );
 }
 
 #[test]

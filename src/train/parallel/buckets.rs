@@ -98,7 +98,10 @@ mod tests {
         assert_eq!(bucket_ranges(10, 4, 40), vec![(0, 10)]);
         assert_eq!(bucket_ranges(0, 4, 40), vec![]);
         // The default model (113,673,219 fp32 parameters, 455 MB) takes 18 buckets.
-        assert_eq!(bucket_ranges(113_673_219, 4, DEFAULT_BUCKET_BYTES).len(), 18);
+        assert_eq!(
+            bucket_ranges(113_673_219, 4, DEFAULT_BUCKET_BYTES).len(),
+            18
+        );
     }
 
     #[test]
@@ -106,6 +109,9 @@ mod tests {
         let a = Tensor::from_slice(&[1.0f32, 2.0]);
         let b = Tensor::from_slice(&[1.0f32, 2.000_000_2]);
         assert_ne!(tensors_hash(&[a.shallow_clone()]), tensors_hash(&[b]));
-        assert_eq!(tensors_hash(&[a.shallow_clone()]), tensors_hash(&[a.copy()]));
+        assert_eq!(
+            tensors_hash(&[a.shallow_clone()]),
+            tensors_hash(&[a.copy()])
+        );
     }
 }

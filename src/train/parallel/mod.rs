@@ -127,11 +127,8 @@ impl DataParallel {
                 rt.set_device(index)?;
                 let lib = Arc::new(nccl::NcclLibrary::locate()?);
                 let l = lib.clone();
-                let session = rendezvous::rendezvous(
-                    &launch,
-                    move || Ok(l.unique_id()?.to_vec()),
-                    timeout,
-                )?;
+                let session =
+                    rendezvous::rendezvous(&launch, move || Ok(l.unique_id()?.to_vec()), timeout)?;
                 let coll = nccl::NcclCollective::init(
                     lib,
                     &session.payload,
@@ -217,7 +214,8 @@ impl GradSync for DataParallel {
     }
     fn sync_grads(&mut self, flat_grads: &Tensor) -> anyhow::Result<()> {
         let t = Instant::now();
-        let n = buckets::all_reduce_avg_flat(flat_grads, self.bucket_bytes, self.collective.as_mut())?;
+        let n =
+            buckets::all_reduce_avg_flat(flat_grads, self.bucket_bytes, self.collective.as_mut())?;
         self.stats.calls += 1;
         self.stats.buckets += n as u64;
         self.stats.seconds += t.elapsed().as_secs_f64();
