@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
+
 use crate::common::{imgctl_bin, texts};
 
 /// A tiny model at 16×16 with one loader thread: a step takes milliseconds.
@@ -566,4 +568,47 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
     assert_eq!(eager["params"], v["imgctl"]["params"], "same architecture");
     assert!(v["ratio_vs_eager"].as_f64().unwrap() > 0.0);
     assert!(eager["last_loss"].as_f64().unwrap().is_finite());
+}
+
+/// The `imgctl train-demo …` command lines of the examples parse with imgctl's own CLI.
+#[test]
+fn the_launcher_examples_run_valid_imgctl_commands() {
+    use clap::Parser;
+    let root = crate::common::repo_root();
+    let manifest = std::fs::read_to_string(root.join("examples/k8s-pytorchjob.yaml")).unwrap();
+    let mut pods = 0;
+    for doc in serde_yaml::Deserializer::from_str(&manifest) {
+        let v = serde_yaml::Value::deserialize(doc).unwrap();
+        if v["kind"] != "PyTorchJob" {
+            continue;
+        }
+        for role in ["Master", "Worker"] {
+            let spec = &v["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"];
+            let c = &spec["containers"][0];
+            assert_eq!(c["name"], "pytorch", "{role}: the operator needs this name");
+            assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], 1, "{role}");
+            let args: Vec<String> = c["args"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(&args[..2], ["imgctl", "train-demo"], "{role}");
+            imgctl::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{role}: {e}"));
+            pods += 1;
+        }
+    }
+    assert_eq!(pods, 2);
+    // The SLURM script: join the continuation lines of the srun command.
+    let script = std::fs::read_to_string(root.join("examples/slurm-two-node.sbatch")).unwrap();
+    let joined = script.replace("\\\n", " ");
+    let line = joined
+        .lines()
+        .find(|l| l.trim_start().starts_with("srun ") && l.contains("imgctl train-demo"))
+        .expect("an srun … imgctl train-demo line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "imgctl").unwrap();
+    imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));
+    assert!(script.contains("#SBATCH --nodes=2"));
+    assert!(script.contains("#SBATCH --gpus-per-task=1"));
 }
