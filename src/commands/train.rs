@@ -1,8 +1,8 @@
 //! `imgctl train-demo`: turns the flags into [`RunOptions`], runs the
 //! single-process training and prints the summary.
 //!
-//! Multi-GPU launch and the benchmark (`--gpus`, `--benchmark`, …) belong to
-//! the data-parallel work and are refused here until it lands.
+//! Multi-GPU launch, launcher environments and the benchmark (`--gpus`,
+//! `--benchmark`, …) are handled by train_parallel.rs, called first.
 use crate::cli::TrainArgs;
 use crate::ExitStatus;
 
@@ -20,7 +20,7 @@ mod imp {
     use crate::output::printer;
     use crate::train::checkpoint;
     use crate::train::config::{Overrides, Precision, TrainConfig};
-    use crate::train::trainer::{self, DataChoice, RunOptions, SingleProcess, TrainSummary};
+    use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
     /// Default output directory.
@@ -232,23 +232,19 @@ mod imp {
 
     /// Runs `imgctl train-demo`.
     pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
-        let parallel_only = [
-            ("--gpus", args.gpus.is_some()),
-            ("--benchmark", args.benchmark),
-            ("--scaling", args.scaling),
-            ("--compare", args.compare),
-            ("--warmup", args.warmup.is_some()),
-        ];
-        if let Some((flag, _)) = parallel_only.iter().find(|(_, set)| *set) {
-            return Err(CliError::usage(format!(
-                "{flag} is not available in this build: data-parallel training and the benchmark are not implemented yet"
-            ))
-            .with_hint("train on one device: drop the flag (use --device to pick it)")
-            .into());
+        // --gpus, launcher environments and --benchmark (train_parallel.rs).
+        if let Some(status) = super::super::train_parallel::intercept(&args)? {
+            return Ok(status);
         }
-        let opts = resolve_options(&args)?;
+        let mut opts = resolve_options(&args)?;
         let out = opts.out.clone();
-        let summary = trainer::run(opts, Box::new(SingleProcess))?;
+        let sync = super::super::train_parallel::worker_sync(&args, &mut opts)?;
+        let primary = sync.rank() == 0;
+        let summary = trainer::run(opts, sync)?;
+        // Only rank 0 writes and prints.
+        if !primary {
+            return Ok(ExitStatus::Success);
+        }
         let text = serde_json::to_string_pretty(&summary)?;
         std::fs::write(out.join("summary.json"), &text)?;
         let p = printer();

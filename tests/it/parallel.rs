@@ -1,1 +1,614 @@
-//! parallel tests.
+//! Data-parallel training and the benchmark, on the CPU: 2 CPU ranks against
+//! one process with the double batch, bit-identical ranks, rendezvous and
+//! launch errors, the NCCL loader, the supervisor, and the benchmark report.
+#![cfg(feature = "torch")]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use crate::common::{imgctl_bin, texts};
+
+/// A tiny model at 16×16 with one loader thread: a step takes milliseconds.
+const SMALL_CONFIG: &str =
+    "preset: tiny\nmodel:\n  sample_size: 16\ntraining:\n  workers: 1\n  synthetic_images: 64\n";
+
+fn small_config(dir: &Path) -> PathBuf {
+    let p = dir.join("small.yaml");
+    std::fs::write(&p, SMALL_CONFIG).unwrap();
+    p
+}
+
+/// imgctl with a clean launch environment (no inherited rank variables).
+fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(imgctl_bin());
+    c.args(args)
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1");
+    for k in [
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "IMGCTL_CPU_RANKS",
+        "IMGCTL_RENDEZVOUS_TIMEOUT",
+        "IMGCTL_PARAM_HASH_DIR",
+    ] {
+        c.env_remove(k);
+    }
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    c.output().expect("run imgctl")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Every tensor of a safetensors file, as f32.
+fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out: Vec<(String, Vec<f32>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+            let v = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (name, v)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn train(dir: &Path, name: &str, ranks: Option<usize>, batch: usize, steps: u64) -> PathBuf {
+    let cfg = small_config(dir);
+    let out = dir.join(name);
+    let hashes = dir.join(format!("{name}-hashes"));
+    std::fs::create_dir_all(&hashes).unwrap();
+    let mut c = cmd(&[
+        "train-demo",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        &steps.to_string(),
+        "--batch-size",
+        &batch.to_string(),
+        "--sample-every",
+        "0",
+        "--seed",
+        "7",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    c.env("IMGCTL_PARAM_HASH_DIR", &hashes);
+    if let Some(n) = ranks {
+        c.env("IMGCTL_CPU_RANKS", n.to_string());
+    }
+    let o = run(&mut c);
+    let (_, err) = texts(&o);
+    assert!(o.status.success(), "{name} failed:\n{err}");
+    out
+}
+
+fn final_model(out: &Path, steps: u64) -> PathBuf {
+    out.join("checkpoints")
+        .join(format!("step-{steps:06}"))
+        .join("model.safetensors")
+}
+
+/// Relative L2 distance of two parameter sets: `‖a − b‖ / ‖b‖` over all
+/// parameters, and the worst single tensor's own `‖a − b‖ / ‖b‖` with its name.
+/// (Element-wise ratios are meaningless for weights whose gradient is a
+/// near-cancellation: Adam normalises each element's update, so a 1e-7
+/// difference in such a gradient moves that one weight visibly.)
+fn relative_l2(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f64, f64, String) {
+    assert_eq!(a.len(), b.len());
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    let mut worst = (0.0f64, String::new());
+    for ((na, va), (nb, vb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        assert_eq!(va.len(), vb.len(), "{na}");
+        let d: f64 = va
+            .iter()
+            .zip(vb)
+            .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+            .sum();
+        let n: f64 = vb.iter().map(|y| (*y as f64).powi(2)).sum();
+        num += d;
+        den += n;
+        let r = (d / n.max(1e-30)).sqrt();
+        if r > worst.0 {
+            worst = (r, na.clone());
+        }
+    }
+    ((num / den.max(1e-30)).sqrt(), worst.0, worst.1)
+}
+
+fn assert_close(a: &Path, b: &Path, what: &str) {
+    let (global, tensor, name) = relative_l2(&tensors(a), &tensors(b));
+    assert!(
+        global <= 1e-5,
+        "{what}: parameters differ by {global:e} (relative L2 over all parameters)"
+    );
+    assert!(
+        tensor <= 1e-4,
+        "{what}: tensor {name} differs by {tensor:e} (relative L2)"
+    );
+}
+
+#[test]
+fn two_cpu_ranks_match_one_process_with_the_double_batch_and_agree_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let steps = 3;
+    let two = train(dir.path(), "two-ranks", Some(2), 2, steps);
+    let one = train(dir.path(), "one-rank", None, 4, steps);
+    assert_close(
+        &final_model(&two, steps),
+        &final_model(&one, steps),
+        "2 ranks × batch 2 against 1 × batch 4",
+    );
+    // Every rank logged the same hashes: start, grads and params per step, final.
+    let h0 = std::fs::read_to_string(dir.path().join("two-ranks-hashes/rank-0.txt")).unwrap();
+    let h1 = std::fs::read_to_string(dir.path().join("two-ranks-hashes/rank-1.txt")).unwrap();
+    assert_eq!(h0.lines().count(), 2 + 2 * steps as usize, "{h0}");
+    assert!(
+        h0.lines().last().unwrap().starts_with("final params "),
+        "{h0}"
+    );
+    assert_eq!(h0, h1, "ranks hold different parameters or gradients");
+    // Only rank 0 wrote outputs: one metrics file, one line per step.
+    let metrics = std::fs::read_to_string(two.join("metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), steps as usize, "{metrics}");
+}
+
+#[test]
+fn resume_with_another_world_size_continues_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 steps on 2 ranks, against 2 steps on 2 ranks then 2 more on 1 rank
+    // with the double batch: the same global batches, so the same weights.
+    let whole = train(dir.path(), "whole", Some(2), 2, 4);
+    let cfg = small_config(dir.path());
+    let part = dir.path().join("part");
+    let first = run(cmd(&[
+        "train-demo",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "0",
+        "--seed",
+        "7",
+        "--out",
+        part.to_str().unwrap(),
+    ])
+    .env("IMGCTL_CPU_RANKS", "2")
+    .env("IMGCTL_TEST_INTERRUPT_AFTER_STEP", "2"));
+    assert_eq!(first.status.code(), Some(130), "{}", texts(&first).1);
+    let resumed = run(&mut cmd(&[
+        "train-demo",
+        "--resume",
+        "--batch-size",
+        "4",
+        "--sample-every",
+        "0",
+        "--out",
+        part.to_str().unwrap(),
+    ]));
+    assert!(resumed.status.success(), "{}", texts(&resumed).1);
+    assert_close(
+        &final_model(&part, 4),
+        &final_model(&whole, 4),
+        "2 steps on 2 ranks resumed on 1 rank against 4 steps on 2 ranks",
+    );
+}
+
+#[test]
+fn rendezvous_times_out_naming_the_missing_ranks() {
+    let port = free_port().to_string();
+    let o = run(cmd(&[
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--rendezvous-timeout",
+        "1",
+    ])
+    .env("RANK", "0")
+    .env("WORLD_SIZE", "2")
+    .env("MASTER_ADDR", "127.0.0.1")
+    .env("MASTER_PORT", &port));
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "rendezvous timed out after 1 s: 1 of 2 ranks arrived at 127.0.0.1:{port} (missing ranks: 1)"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("hint: "), "{err}");
+    // A non-zero rank with nobody at MASTER_PORT, timeout from the environment.
+    let o = run(cmd(&["train-demo", "--preset", "tiny"])
+        .env("RANK", "1")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port)
+        .env("IMGCTL_RENDEZVOUS_TIMEOUT", "1"));
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("rendezvous timed out after 1 s: rank 1 could not reach rank 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_taken_master_port_is_named() {
+    let hold = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hold.local_addr().unwrap().port().to_string();
+    let o = run(cmd(&["train-demo", "--preset", "tiny"])
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port));
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("error: MASTER_PORT {port} is already in use")),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_gpu_selections_are_usage_errors() {
+    for (arg, needle) in [
+        (
+            "0,,1",
+            "--gpus \"0,,1\" is a malformed GPU list: entry 2 is empty",
+        ),
+        (
+            "two",
+            "--gpus \"two\" is not `all`, a count or a list of device ids",
+        ),
+        ("0,1,0", "--gpus \"0,1,0\" lists GPU 0 twice"),
+    ] {
+        let o = run(&mut cmd(&["train-demo", "--preset", "tiny", "--gpus", arg]));
+        let (_, err) = texts(&o);
+        assert_eq!(o.status.code(), Some(2), "{arg}: {err}");
+        assert!(err.contains(needle), "{arg}: {err}");
+    }
+}
+
+#[test]
+fn gpus_without_a_gpu_is_a_clear_error() {
+    let visible = tch::Cuda::device_count();
+    let o = run(&mut cmd(&["train-demo", "--preset", "tiny", "--gpus", "9"]));
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    if visible == 0 {
+        assert!(
+            err.contains("--gpus 9 needs CUDA GPUs, but no CUDA device is visible"),
+            "{err}"
+        );
+        assert!(err.contains("omit --gpus to train on the CPU"), "{err}");
+    } else {
+        assert!(
+            err.contains(&format!("requested 9 GPUs but only {visible}")),
+            "{err}"
+        );
+    }
+}
+
+/// The venv's NCCL wheel (nvidia-nccl-cu12, pinned by torch 2.7.0's wheel).
+fn wheel_nccl() -> PathBuf {
+    let venv = std::env::var_os("IMGCTL_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
+    let lib = venv.join("lib");
+    let py = std::fs::read_dir(&lib)
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", lib.display()))
+        .filter_map(|e| e.ok())
+        .find(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .expect("a python3.x folder in the venv");
+    py.path().join("site-packages/nvidia/nccl/lib/libnccl.so.2")
+}
+
+#[test]
+fn nccl_loads_from_the_wheel_and_from_libtorch_and_reports_its_version() {
+    use imgctl::train::parallel::nccl::{version_string, NcclLibrary};
+    let path = wheel_nccl();
+    let lib = NcclLibrary::open(&path).unwrap();
+    assert_eq!(lib.version().unwrap(), 22602);
+    assert_eq!(version_string(lib.version().unwrap()), "2.26.2");
+    // libtorch_cuda links libnccl.so.2, so it is mapped in this very process.
+    let mapped = NcclLibrary::locate().unwrap();
+    assert!(
+        mapped.path().to_string_lossy().ends_with("libnccl.so.2"),
+        "{}",
+        mapped.path().display()
+    );
+    assert_eq!(mapped.version().unwrap(), 22602);
+}
+
+#[test]
+fn missing_nccl_is_a_clear_error() {
+    use imgctl::train::parallel::nccl::NcclLibrary;
+    let dir = tempfile::tempdir().unwrap();
+    let e = NcclLibrary::open(&dir.path().join("libnccl.so.2")).unwrap_err();
+    let text = imgctl::error::render_error(&e);
+    assert!(
+        text.starts_with("error: NCCL is missing: cannot load "),
+        "{text}"
+    );
+    assert!(
+        text.contains("hint: NCCL comes with the PyTorch CUDA wheel"),
+        "{text}"
+    );
+    // A file that is not a shared library at all.
+    let fake = dir.path().join("libnccl.so.2");
+    std::fs::write(&fake, b"not an ELF file").unwrap();
+    let e = NcclLibrary::open(&fake).unwrap_err();
+    assert!(e.to_string().contains("NCCL is missing"), "{e}");
+}
+
+#[test]
+fn a_dying_worker_is_reported_by_rank_and_the_rest_are_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let out = dir.path().join("run");
+    let mut child = cmd(&[
+        "-v",
+        "train-demo",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "100000",
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "0",
+        "--checkpoint-every",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .env("IMGCTL_CPU_RANKS", "2")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut pids = [0i32; 2];
+    let mut lines = Vec::new();
+    // Wait for both pids and for training to be under way on rank 0.
+    loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no training progress:\n{}", lines.join("\n")));
+        for (r, pid) in pids.iter_mut().enumerate() {
+            let tag = format!("started rank {r} of 2 (pid ");
+            if let Some(rest) = line.split(&tag).nth(1) {
+                *pid = rest.split(',').next().unwrap().parse().unwrap();
+            }
+        }
+        let training = line.starts_with("[rank 0] training ");
+        lines.push(line);
+        if training && pids.iter().all(|&p| p > 0) {
+            break;
+        }
+    }
+    // SAFETY: SIGKILL to the rank-1 worker this test's imgctl started.
+    unsafe {
+        libc::kill(pids[1], libc::SIGKILL);
+    }
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("the supervisor did not stop after rank 1 died");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
+        lines.push(l);
+    }
+    let err = lines.join("\n");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: worker rank 1 of 2 failed: it was killed by signal 9 (SIGKILL)"),
+        "{err}"
+    );
+    assert!(err.contains("stopped the others (rank 0 "), "{err}");
+    // Rank 0 is gone too (reaped by the supervisor).
+    // SAFETY: signal 0 only checks that the pid exists.
+    let alive = unsafe { libc::kill(pids[0], 0) } == 0;
+    assert!(!alive, "rank 0 (pid {}) is still running", pids[0]);
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    let (out, err) = texts(o);
+    assert!(o.status.success(), "{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+}
+
+#[test]
+fn cpu_benchmark_reports_a_sane_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let o = run(&mut cmd(&[
+        "train-demo",
+        "--benchmark",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--json",
+    ]));
+    let v = json(&o);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["kind"], "imgctl.train_benchmark");
+    assert_eq!(v["world_size"], 1);
+    assert_eq!(v["global_batch"], 2);
+    assert_eq!(v["timed_steps"], 3);
+    assert_eq!(v["device_name"], "cpu");
+    assert!(v["img_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    let b = &v["breakdown_ms"];
+    for k in ["data", "forward", "backward", "optimizer"] {
+        assert!(b[k].as_f64().unwrap() >= 0.0, "{k}: {v}");
+    }
+    // One rank all-reduces nothing: only the call's own overhead shows.
+    let total = b["total"].as_f64().unwrap();
+    assert!(b["all_reduce"].as_f64().unwrap() < 0.05 * total, "{v}");
+    assert!(b["forward"].as_f64().unwrap() > 0.0 && b["backward"].as_f64().unwrap() > 0.0);
+    assert!(v["memory"].is_null(), "no device memory on the CPU");
+    assert!(v["flops"]["mfu"].is_null());
+    assert!(v["flops"]["train_flops_per_image"].as_f64().unwrap() > 0.0);
+    assert!(v["last_loss"].as_f64().unwrap().is_finite());
+}
+
+#[test]
+fn cpu_scaling_benchmark_over_two_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let o = run(cmd(&[
+        "train-demo",
+        "--benchmark",
+        "--scaling",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--json",
+    ])
+    .env("IMGCTL_CPU_RANKS", "2"));
+    let v = json(&o);
+    assert_eq!(v["kind"], "imgctl.train_scaling");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!(rows[0]["ranks"], 1);
+    assert_eq!(rows[1]["ranks"], 2);
+    assert!((rows[0]["efficiency"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+    assert!(rows[1]["efficiency"].as_f64().unwrap() > 0.0);
+    let two = &v["runs"][1];
+    assert_eq!(two["backend"], "cpu");
+    assert_eq!(two["global_batch"], 4);
+    assert!(
+        two["breakdown_ms"]["all_reduce"].as_f64().unwrap() > 0.0,
+        "{two}"
+    );
+}
+
+#[test]
+fn compare_runs_the_pytorch_reference_on_the_same_model() {
+    let venv = std::env::var_os("IMGCTL_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let o = run(cmd(&[
+        "train-demo",
+        "--benchmark",
+        "--compare",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--json",
+    ])
+    .env("IMGCTL_PYTHON", venv.join("bin/python")));
+    let v = json(&o);
+    assert_eq!(v["kind"], "imgctl.train_compare");
+    let eager = &v["pytorch"][0];
+    assert_eq!(eager["mode"], "eager");
+    assert_eq!(eager["ok"], true, "{eager}");
+    assert_eq!(eager["params"], v["imgctl"]["params"], "same architecture");
+    assert!(v["ratio_vs_eager"].as_f64().unwrap() > 0.0);
+    assert!(eager["last_loss"].as_f64().unwrap().is_finite());
+}
+
+/// The `imgctl train-demo …` command lines of the examples parse with imgctl's own CLI.
+#[test]
+fn the_launcher_examples_run_valid_imgctl_commands() {
+    use clap::Parser;
+    let root = crate::common::repo_root();
+    let manifest = std::fs::read_to_string(root.join("examples/k8s-pytorchjob.yaml")).unwrap();
+    let mut pods = 0;
+    for doc in serde_yaml::Deserializer::from_str(&manifest) {
+        let v = serde_yaml::Value::deserialize(doc).unwrap();
+        if v["kind"] != "PyTorchJob" {
+            continue;
+        }
+        for role in ["Master", "Worker"] {
+            let spec = &v["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"];
+            let c = &spec["containers"][0];
+            assert_eq!(c["name"], "pytorch", "{role}: the operator needs this name");
+            assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], 1, "{role}");
+            let args: Vec<String> = c["args"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(&args[..2], ["imgctl", "train-demo"], "{role}");
+            imgctl::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{role}: {e}"));
+            pods += 1;
+        }
+    }
+    assert_eq!(pods, 2);
+    // The SLURM script: join the continuation lines of the srun command.
+    let script = std::fs::read_to_string(root.join("examples/slurm-two-node.sbatch")).unwrap();
+    let joined = script.replace("\\\n", " ");
+    let line = joined
+        .lines()
+        .find(|l| l.trim_start().starts_with("srun ") && l.contains("imgctl train-demo"))
+        .expect("an srun … imgctl train-demo line");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "imgctl").unwrap();
+    imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));
+    assert!(script.contains("#SBATCH --nodes=2"));
+    assert!(script.contains("#SBATCH --gpus-per-task=1"));
+}

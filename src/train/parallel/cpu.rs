@@ -253,16 +253,17 @@ fn encode(elem: Elem, values: &[f32], out: &mut [u8]) {
     }
 }
 
-/// The bytes of a contiguous CPU tensor, writable in place.
-fn tensor_bytes(buf: &Tensor, elem: Elem) -> &mut [u8] {
+/// Runs `f` on the bytes of a contiguous CPU tensor, writable in place.
+fn with_tensor_bytes<R>(buf: &Tensor, elem: Elem, f: impl FnOnce(&mut [u8]) -> R) -> R {
     let len = buf.numel() * elem.size();
     if len == 0 {
-        return &mut [];
+        return f(&mut []);
     }
     // SAFETY: `check_buffer` established a contiguous CPU tensor of `numel`
-    // elements of `elem`; the slice lives no longer than the borrow of `buf`,
-    // and no other Rust reference reads the storage during the collective.
-    unsafe { std::slice::from_raw_parts_mut(buf.data_ptr() as *mut u8, len) }
+    // elements of `elem`; the slice does not outlive this call, and no other
+    // Rust reference reads the storage during the collective.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(buf.data_ptr() as *mut u8, len) };
+    f(bytes)
 }
 
 impl Collective for CpuCollective {
@@ -277,11 +278,11 @@ impl Collective for CpuCollective {
     }
     fn all_reduce_sum(&mut self, buf: &Tensor) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(Device::Cpu))?;
-        self.run(OP_ALL_REDUCE, elem, tensor_bytes(buf, elem))
+        with_tensor_bytes(buf, elem, |b| self.run(OP_ALL_REDUCE, elem, b))
     }
     fn broadcast(&mut self, buf: &Tensor) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(Device::Cpu))?;
-        self.run(OP_BROADCAST, elem, tensor_bytes(buf, elem))
+        with_tensor_bytes(buf, elem, |b| self.run(OP_BROADCAST, elem, b))
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
         self.run(OP_BARRIER, Elem::F32, &mut [])

@@ -420,6 +420,8 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
         }
         let err = match end {
             WorkerEnd::Code(2) => CliError::usage(msg),
+            // A worker that stopped on an interrupt of its own (exit 130).
+            WorkerEnd::Code(130) => CliError::interrupted(msg),
             _ => CliError::failure(msg),
         }
         .with_hint(format!(
