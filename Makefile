@@ -16,7 +16,7 @@ test: setup
 	cargo fmt --all -- --check
 	cargo clippy --all-targets -- -D warnings
 	cargo build --no-default-features
-	cargo test --release
+	cargo test
 
 lint:
 	cargo fmt --all -- --check
