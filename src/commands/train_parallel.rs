@@ -63,7 +63,8 @@ mod imp {
 
     /// The worker slots this process must supervise, if any.
     fn slots(args: &TrainArgs, launch: &LaunchInfo) -> anyhow::Result<Option<Vec<WorkerSlot>>> {
-        let launched = launch.source != LaunchSource::Single;
+        // A launcher that started one process (salloc, `srun -n1`) leaves room for --gpus.
+        let launched = launch.world_size > 1;
         if let Some(spec) = &args.gpus {
             if launched {
                 return Err(usage(
