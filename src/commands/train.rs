@@ -181,7 +181,8 @@ mod imp {
         let mut lines = Vec::new();
         let loss = match (s.first_loss, s.final_loss) {
             (Some(a), Some(b)) => format!(
-                "loss {a:.4} → {b:.4} ({:.1}% of the first step)",
+                "loss {a:.4} at the first step → {b:.4} over the last {} ({:.1}%)",
+                (s.final_step - s.start_step).min(10),
                 100.0 * b / a
             ),
             _ => "no loss recorded".into(),
@@ -211,6 +212,12 @@ mod imp {
         }
         if let Some(c) = &s.checkpoint {
             lines.push(format!("checkpoint: {}", c.display()));
+        }
+        if let Some(d) = &s.diffusers_model {
+            lines.push(format!(
+                "diffusers model (EMA): {} (UNet2DModel.from_pretrained)",
+                d.display()
+            ));
         }
         if let Some(last) = s.samples.last() {
             lines.push(format!("samples: {}", last.display()));

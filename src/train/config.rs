@@ -105,6 +105,7 @@ impl TrainingConfig {
     pub fn preset(name: &str) -> anyhow::Result<Self> {
         // Defaults from diffusers' train_unconditional.py: batch 16, lr 1e-4, warm-up 500.
         let default = Self {
+            // A demo length, not diffusers' 100 epochs: long enough to see the loss fall.
             steps: 1000,
             batch_size: 16,
             lr: 1e-4,
@@ -114,14 +115,19 @@ impl TrainingConfig {
             ema: EmaConfig::default(),
             seed: 0,
             precision: None,
+            // Twice per default run; K = 3 kept as in accelerate's `checkpoints_total_limit` examples.
             checkpoint_every: 500,
             keep: 3,
             sample_every: 500,
+            // A 4×4 grid, 50 DDIM steps: diffusers' DDIMPipeline default step count.
             sample_num: 16,
             sample_steps: 50,
             log_every: 0,
+            // 4 threads × 2 queued batches keep a GPU step (tens of ms) fed: one
+            // 64-image batch of synthetic data takes a few ms per thread.
             workers: 4,
             prefetch: 2,
+            // Enough distinct images that the default model does not memorise them in a demo.
             synthetic_images: 4096,
         };
         match name {
@@ -138,6 +144,7 @@ impl TrainingConfig {
                 sample_num: 8,
                 sample_steps: 20,
                 workers: 2,
+                // Small enough for the tiny model to fit quickly.
                 synthetic_images: 512,
                 ..default
             }),

@@ -176,6 +176,50 @@ mod tests {
         assert_eq!(opt.step, 1);
     }
 
+    /// Our flat AdamW against libtorch's own `torch::optim::AdamW` (through
+    /// tch's `nn::AdamW`) on the same weights and gradients, over several
+    /// steps with a changing learning rate.
+    #[test]
+    fn adamw_matches_libtorch_adamw() {
+        use tch::nn::{self, OptimizerConfig};
+        use tch::Kind;
+        tch::manual_seed(1);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let w = vs.root().randn("w", &[64], 0.0, 1.0);
+        let c = AdamWConfig {
+            weight_decay: 0.1, // large enough for the decay term to matter
+            ..AdamWConfig::default()
+        };
+        let mut reference = nn::AdamW {
+            beta1: c.beta1,
+            beta2: c.beta2,
+            wd: c.weight_decay,
+            eps: c.eps,
+            amsgrad: false,
+        }
+        .build(&vs, 1e-2)
+        .unwrap();
+        let mut ours = tch::no_grad(|| w.detach().copy());
+        let mut opt = AdamW::new(c, &ours);
+        for (i, lr) in [1e-2, 5e-3, 2e-2, 1e-3].into_iter().enumerate() {
+            let target = Tensor::randn([64], (Kind::Float, Device::Cpu)) * (i as f64 + 1.0);
+            reference.set_lr(lr);
+            reference.zero_grad();
+            let loss = (&w - &target).square().sum(Kind::Float);
+            loss.backward();
+            // The gradient of our copy at our weights: 2 (w - target).
+            let g = (&ours - &target) * 2.0;
+            reference.step();
+            opt.update(&mut ours, &g, lr);
+            let diff = f64::try_from((&ours - &w.detach()).abs().max()).unwrap();
+            assert!(
+                diff < 1e-6,
+                "step {}: max |ours - libtorch| = {diff}",
+                i + 1
+            );
+        }
+    }
+
     #[test]
     fn clipping_bounds_the_norm() {
         let mut g = Tensor::from_slice(&[3.0f32, 4.0]).to_device(Device::Cpu);

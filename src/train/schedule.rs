@@ -108,9 +108,14 @@ impl DdpmSchedule {
     }
 
     /// The forward process: `√ᾱ_t · x0 + √(1-ᾱ_t) · noise`, with one timestep
-    /// per batch element (`t`: int64 `[N]` on the schedule's device).
+    /// per batch element (`t`: int64 `[N]`, best on the schedule's device).
     pub fn add_noise(&self, x0: &Tensor, noise: &Tensor, t: &Tensor) -> Tensor {
-        let coefs = self.noise_coefs.index_select(1, t).to_kind(x0.kind());
+        let t = t.to_device(self.noise_coefs.device());
+        let coefs = self
+            .noise_coefs
+            .index_select(1, &t)
+            .to_kind(x0.kind())
+            .to_device(x0.device());
         let mut shape = vec![-1i64];
         shape.extend(std::iter::repeat(1).take(x0.dim().saturating_sub(1)));
         let a = coefs.get(0).reshape(&shape);

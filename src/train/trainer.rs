@@ -10,6 +10,16 @@
 //! rank reads its own block of every global batch ([`super::data`]); only rank
 //! 0 writes files or prints. Owns the orchestration; the model, the schedule,
 //! the optimizer math and the file formats live in their own modules.
+//!
+//! Precision: fp32 runs everything in fp32. fp16 wraps the forward pass in
+//! `tch::autocast` (CUDA only) over fp32 weights, with [`GradScaler`]
+//! loss scaling. bf16 cannot use autocast (tch 0.20 toggles fp16 autocast
+//! only), so the model runs wholly in bf16: a second VarStore holds bf16
+//! weights whose gradients land in a flat bf16 buffer; the gradients are cast
+//! to fp32, clipped and applied by AdamW to fp32 master weights (and the fp32
+//! EMA), and the master weights are cast back into the bf16 copy after every
+//! update. GroupNorm, softmax and the loss accumulate in fp32 inside libtorch's
+//! kernels; checkpoints always hold the fp32 master weights.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -55,6 +65,11 @@ pub trait GradSync {
     /// Averages host scalars across ranks in place (the logged loss).
     fn mean_scalars(&mut self, _values: &mut [f64]) -> anyhow::Result<()> {
         Ok(())
+    }
+    /// Whether any rank's `local` flag is set (called at the top of every
+    /// step with the Ctrl-C flag, so all ranks stop at the same step).
+    fn any_rank(&mut self, local: bool) -> anyhow::Result<bool> {
+        Ok(local)
     }
 }
 
@@ -295,10 +310,12 @@ impl Trainer {
         &self.master_vs
     }
 
-    /// Broadcasts rank 0's weights and EMA to every rank.
+    /// Broadcasts rank 0's weights, EMA and optimizer moments to every rank.
     pub fn broadcast(&mut self) -> anyhow::Result<()> {
         self.sync.broadcast_params(&self.master)?;
         self.sync.broadcast_params(&self.ema.shadow)?;
+        self.sync.broadcast_params(&self.opt.exp_avg)?;
+        self.sync.broadcast_params(&self.opt.exp_avg_sq)?;
         self.refresh_compute();
         Ok(())
     }
@@ -368,7 +385,13 @@ impl Trainer {
             });
         }
         let norm = clip_grad_norm(&mut g, self.config.training.max_grad_norm);
-        let mut host = [f64::try_from(&loss)?, f64::try_from(&norm)?];
+        // One device-to-host read for both values (a single synchronisation).
+        let pair = Vec::<f64>::try_from(
+            Tensor::stack(&[loss.detach(), norm.to_kind(Kind::Float)], 0)
+                .to_kind(Kind::Double)
+                .to_device(Device::Cpu),
+        )?;
+        let mut host = [pair[0], pair[1]];
         let local_loss_finite = host[0].is_finite();
         self.sync.mean_scalars(&mut host[..1])?;
         let [loss_v, norm_v] = host;
@@ -462,6 +485,18 @@ impl Trainer {
         if let Some(backup) = backup {
             tch::no_grad(|| target.shallow_clone().copy_(&backup));
         }
+        result
+    }
+
+    /// Writes a diffusers model folder (`config.json`,
+    /// `diffusion_pytorch_model.safetensors`) with the EMA weights, as
+    /// train_unconditional.py saves its final pipeline's UNet; the training
+    /// weights are restored exactly afterwards.
+    pub fn export_diffusers(&self, dir: &Path) -> anyhow::Result<()> {
+        let backup = tch::no_grad(|| self.master.copy());
+        tch::no_grad(|| self.master.shallow_clone().copy_(&self.ema.shadow));
+        let result = weights::save_pretrained(&self.master_vs, &self.config.model, dir);
+        tch::no_grad(|| self.master.shallow_clone().copy_(&backup));
         result
     }
 
@@ -601,7 +636,15 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
     FLAG.get_or_init(|| {
         let flag = Arc::new(AtomicBool::new(false));
         let f = flag.clone();
-        if let Err(e) = ctrlc::set_handler(move || f.store(true, Ordering::SeqCst)) {
+        // The first Ctrl-C asks the loop to checkpoint and stop after the
+        // current step; a second one ends the process at once.
+        let handler = move || {
+            if f.swap(true, Ordering::SeqCst) {
+                eprintln!("second interrupt: exiting without a checkpoint");
+                std::process::exit(130);
+            }
+        };
+        if let Err(e) = ctrlc::set_handler(handler) {
             printer().warn(format!(
                 "cannot install the Ctrl-C handler ({e}); Ctrl-C will not write a checkpoint"
             ));
@@ -714,6 +757,9 @@ pub struct TrainSummary {
     pub tensorboard: PathBuf,
     /// Sample grids written.
     pub samples: Vec<PathBuf>,
+    /// The final EMA weights as a diffusers model folder
+    /// (`UNet2DModel.from_pretrained(path)`).
+    pub diffusers_model: Option<PathBuf>,
 }
 
 /// Checks that `out` can be created and written (exit 2 otherwise).
@@ -872,6 +918,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let log_every = if tr.log_every > 0 {
         tr.log_every
     } else {
+        // About 20 lines per run, at least one every 100 steps.
         (tr.steps / 20).clamp(1, 100)
     };
     let bar = if lead {
@@ -902,7 +949,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     };
 
     while trainer.step < tr.steps {
-        if interrupt.load(Ordering::SeqCst) {
+        let stop = interrupt.load(Ordering::SeqCst);
+        if trainer.sync.any_rank(stop)? {
             bar.finish_and_clear();
             let mut where_ = String::new();
             if lead {
@@ -1033,6 +1081,15 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     }
     bar.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
+    let diffusers_model = if lead {
+        let dir = opts.out.join("unet");
+        trainer
+            .export_diffusers(&dir)
+            .with_context(|| format!("writing the diffusers model folder {}", dir.display()))?;
+        Some(dir)
+    } else {
+        None
+    };
     let (metrics_path, tb_path) = match metrics.as_mut() {
         Some(m) => {
             m.flush()?;
@@ -1085,5 +1142,6 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         metrics: metrics_path,
         tensorboard: tb_path,
         samples,
+        diffusers_model,
     })
 }

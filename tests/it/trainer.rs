@@ -396,15 +396,21 @@ d = sys.argv[1]
 cfg = json.load(open(d + "/config.json"))
 m = UNet2DModel.from_config(cfg)
 sd = load_file(d + "/model.safetensors")
-missing, unexpected = m.load_state_dict(sd, strict=True), None
+m.load_state_dict(sd, strict=True)
 y = m(torch.zeros(1, 3, 32, 32), torch.tensor([10])).sample
 assert torch.isfinite(y).all()
+# The final EMA export loads with from_pretrained and equals ema.safetensors.
+ema = load_file(d + "/ema.safetensors")
+m2 = UNet2DModel.from_pretrained(sys.argv[2])
+for k, v in m2.state_dict().items():
+    assert torch.equal(v, ema[k]), k
 print("ok", sum(p.numel() for p in m.parameters()))
 "#;
     let o = Command::new(python())
         .arg("-c")
         .arg(script)
         .arg(&ck)
+        .arg(out.join("unet"))
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&o);
@@ -821,4 +827,54 @@ fn train_init_from_diffusers_weights() {
         losses(&second)[0].loss.to_bits(),
         losses(&fresh)[0].loss.to_bits()
     );
+}
+
+/// The LR schedule and the EMA decay equal diffusers' own functions
+/// (`get_cosine_schedule_with_warmup`, `EMAModel.get_decay` with
+/// train_unconditional.py's EMA settings).
+#[test]
+fn train_schedules_match_diffusers() {
+    use imgctl::train::ema::EmaConfig;
+    use imgctl::train::optim::lr_at;
+    let script = r#"
+import json, torch
+from diffusers.optimization import get_cosine_schedule_with_warmup
+from diffusers.training_utils import EMAModel
+p = torch.nn.Parameter(torch.zeros(1))
+opt = torch.optim.AdamW([p], lr=1.0)
+sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=5, num_training_steps=20)
+lrs = []
+for _ in range(22):
+    lrs.append(opt.param_groups[0]["lr"])
+    opt.step(); sched.step()
+ema = EMAModel([p], decay=0.9999, use_ema_warmup=True, inv_gamma=1.0, power=0.75)
+decays = [ema.get_decay(k) for k in range(1, 40)]
+print(json.dumps({"lrs": lrs, "decays": decays}))
+"#;
+    let o = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&o);
+    assert!(o.status.success(), "python failed:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for (step, want) in v["lrs"].as_array().unwrap().iter().enumerate() {
+        let got = lr_at(1.0, step as u64, 5, 20);
+        let want = want.as_f64().unwrap();
+        assert!(
+            (got - want).abs() < 1e-12,
+            "lr at step {step}: {got} vs diffusers {want}"
+        );
+    }
+    let ema = EmaConfig::default();
+    for (i, want) in v["decays"].as_array().unwrap().iter().enumerate() {
+        let k = i as u64 + 1;
+        let want = want.as_f64().unwrap();
+        assert!(
+            (ema.decay(k) - want).abs() < 1e-12,
+            "EMA decay at update {k}: {} vs {want}",
+            ema.decay(k)
+        );
+    }
 }

@@ -36,9 +36,16 @@ def forward(model, inputs_path):
 
 
 def cmd_forward(args):
-    model = build(args.config)
-    # strict=True: a missing or unexpected key raises.
-    model.load_state_dict(load_file(args.weights), strict=True)
+    if args.pretrained:
+        # The folder imgctl's save_pretrained wrote; diffusers checks the
+        # keys itself and raises on missing or unexpected ones.
+        model = UNet2DModel.from_pretrained(args.pretrained).eval()
+        saved = load_file(f"{args.pretrained}/diffusion_pytorch_model.safetensors")
+        assert set(saved) == set(model.state_dict()), "key sets differ"
+    else:
+        model = build(args.config)
+        # strict=True: a missing or unexpected key raises.
+        model.load_state_dict(load_file(args.weights), strict=True)
     save_file({"out": forward(model, args.inputs)}, args.out)
 
 
@@ -112,8 +119,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     sub = p.add_subparsers(dest="mode", required=True)
     f = sub.add_parser("forward")
-    f.add_argument("--config", required=True)
-    f.add_argument("--weights", required=True)
+    f.add_argument("--config")
+    f.add_argument("--weights")
+    f.add_argument("--pretrained")
     f.add_argument("--inputs", required=True)
     f.add_argument("--out", required=True)
     i = sub.add_parser("init")

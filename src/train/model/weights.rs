@@ -14,6 +14,7 @@ use anyhow::Context;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use tch::{nn::VarStore, Device, Kind, Tensor};
 
+use super::UNetConfig;
 use crate::CliError;
 
 /// Longest list of offending keys an error message spells out per category.
@@ -187,6 +188,33 @@ pub fn save_safetensors(vs: &VarStore, path: &Path) -> anyhow::Result<()> {
         .collect();
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     write_tensors(path, &tensors, Some(meta))
+}
+
+/// File name of the weights in a diffusers model folder (`save_pretrained`).
+pub const DIFFUSERS_WEIGHTS_NAME: &str = "diffusion_pytorch_model.safetensors";
+/// File name of the config in a diffusers model folder.
+pub const DIFFUSERS_CONFIG_NAME: &str = "config.json";
+
+/// Writes a diffusers model folder: `config.json` and
+/// `diffusion_pytorch_model.safetensors`, the layout
+/// `UNet2DModel.from_pretrained(dir)` reads. Creates `dir` if needed.
+pub fn save_pretrained(vs: &VarStore, cfg: &UNetConfig, dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        CliError::usage(format!("cannot create {}: {e}", dir.display()))
+            .with_hint("choose a writable output directory")
+    })?;
+    save_safetensors(vs, &dir.join(DIFFUSERS_WEIGHTS_NAME))?;
+    let json = serde_json::to_string_pretty(&cfg.to_diffusers_json())?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut tmp, json.as_bytes())?;
+    tmp.persist(dir.join(DIFFUSERS_CONFIG_NAME)).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot write {}: {}",
+            dir.join(DIFFUSERS_CONFIG_NAME).display(),
+            e.error
+        )
+    })?;
+    Ok(())
 }
 
 fn listed(items: &[String]) -> String {

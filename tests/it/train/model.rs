@@ -8,7 +8,8 @@ use imgctl::error::status_of;
 use imgctl::train::images::write_grid_png;
 use imgctl::train::model::config::{ActFn, DownBlockType, SampleSize, TimeScaleShift, UpBlockType};
 use imgctl::train::model::weights::{
-    load_diffusers_state_dict, read_metadata, read_tensors, save_safetensors, write_tensors,
+    load_diffusers_state_dict, read_metadata, read_tensors, save_pretrained, save_safetensors,
+    write_tensors,
 };
 use imgctl::train::model::{UNet2DModel, UNetConfig};
 use imgctl::train::schedule::{DdpmSchedule, Sampler};
@@ -107,24 +108,43 @@ fn inputs(cfg: &UNetConfig, batch: i64, ts: &[i64], path: &str) -> (Tensor, Tens
     (x, t)
 }
 
-/// imgctl model → safetensors → diffusers (strict load) → forward, compared.
-fn parity_imgctl_to_diffusers(cfg: &UNetConfig, ts: &[i64]) -> f64 {
+/// imgctl model → safetensors → diffusers → forward, compared. The weights
+/// travel as a state dict loaded with `strict=True`, or, with
+/// `via_pretrained`, as a model folder read by `UNet2DModel.from_pretrained`.
+fn parity_imgctl_to_diffusers(cfg: &UNetConfig, ts: &[i64], via_pretrained: bool) -> f64 {
     let dir = tempfile::tempdir().unwrap();
     let (vs, model) = seeded_model(cfg, 1234);
-    save_safetensors(&vs, Path::new(&p(&dir, "w.safetensors"))).unwrap();
-    write_config(cfg, &p(&dir, "config.json"));
     let (x, t) = inputs(cfg, ts.len() as i64, ts, &p(&dir, "in.safetensors"));
-    diffusers(&[
-        "forward",
-        "--config",
-        &p(&dir, "config.json"),
-        "--weights",
-        &p(&dir, "w.safetensors"),
-        "--inputs",
-        &p(&dir, "in.safetensors"),
-        "--out",
-        &p(&dir, "out.safetensors"),
-    ]);
+    let (inp, out) = (p(&dir, "in.safetensors"), p(&dir, "out.safetensors"));
+    if via_pretrained {
+        let folder = dir.path().join("model");
+        save_pretrained(&vs, cfg, &folder).unwrap();
+        let folder = folder.to_str().unwrap();
+        diffusers(&[
+            "forward",
+            "--pretrained",
+            folder,
+            "--inputs",
+            &inp,
+            "--out",
+            &out,
+        ]);
+    } else {
+        save_safetensors(&vs, Path::new(&p(&dir, "w.safetensors"))).unwrap();
+        write_config(cfg, &p(&dir, "config.json"));
+        let (c, w) = (p(&dir, "config.json"), p(&dir, "w.safetensors"));
+        diffusers(&[
+            "forward",
+            "--config",
+            &c,
+            "--weights",
+            &w,
+            "--inputs",
+            &inp,
+            "--out",
+            &out,
+        ]);
+    }
     let ours = tch::no_grad(|| model.forward(&x, &t));
     let theirs = tensor(&p(&dir, "out.safetensors"), "out");
     let err = rel_err(&ours, &theirs);
@@ -303,15 +323,15 @@ fn model_default_state_dict_keys_equal_diffusers() {
 
 #[test]
 fn model_forward_parity_with_diffusers_tiny() {
-    let err = parity_imgctl_to_diffusers(&UNetConfig::tiny(), &[0, 999]);
+    let err = parity_imgctl_to_diffusers(&UNetConfig::tiny(), &[0, 999], true);
     assert!(err < PARITY_RTOL, "max rel err {err}");
 }
 
 #[test]
 fn model_forward_parity_with_diffusers_other_configs() {
-    let err = parity_imgctl_to_diffusers(&other_config(), &[5, 500, 999]);
+    let err = parity_imgctl_to_diffusers(&other_config(), &[5, 500, 999], false);
     assert!(err < PARITY_RTOL, "other config: max rel err {err}");
-    let err = parity_imgctl_to_diffusers(&scale_shift_config(), &[17, 640]);
+    let err = parity_imgctl_to_diffusers(&scale_shift_config(), &[17, 640], false);
     assert!(err < PARITY_RTOL, "scale-shift config: max rel err {err}");
 }
 
