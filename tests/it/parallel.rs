@@ -671,3 +671,31 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
     assert!(script.contains("#SBATCH --nodes=2"));
     assert!(script.contains("#SBATCH --gpus-per-task=1"));
 }
+
+/// Without a GPU the NCCL path fails with NCCL's own error, not a hang or a crash.
+#[test]
+fn nccl_without_a_gpu_fails_cleanly() {
+    use imgctl::train::parallel::nccl::{NcclCollective, NcclLibrary};
+    if tch::Cuda::device_count() > 0 {
+        // On a GPU machine the same call succeeds; this test is about CPU machines.
+        return;
+    }
+    let lib = std::sync::Arc::new(NcclLibrary::locate().unwrap());
+    // The unique id needs no GPU (NCCL's bootstrap is host networking).
+    let id = lib.unique_id().unwrap();
+    assert!(id.iter().any(|&b| b != 0));
+    let e = NcclCollective::init(
+        lib,
+        &id,
+        0,
+        1,
+        tch::Device::Cuda(0),
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("ncclCommInitRank failed: NCCL error"),
+        "{e:#}"
+    );
+}
