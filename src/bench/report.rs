@@ -21,6 +21,17 @@ pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// Three significant digits for small values, one decimal for large ones.
+pub fn num(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.1}")
+    } else if x.abs() >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
 fn pct(x: f64) -> String {
     format!("{:.1} %", 100.0 * x)
 }
@@ -56,8 +67,11 @@ pub fn bench_table(r: &BenchReport) -> String {
             r.warmup_steps, r.timed_steps, r.breakdown_ms.steps
         ),
     );
-    row("throughput", format!("{:.1} img/s", r.img_per_s));
-    row("per device", format!("{:.1} img/s", r.img_per_s_per_device));
+    row("throughput", format!("{} img/s", num(r.img_per_s)));
+    row(
+        "per device",
+        format!("{} img/s", num(r.img_per_s_per_device)),
+    );
     row(
         "step time",
         format!(
@@ -93,9 +107,9 @@ pub fn bench_table(r: &BenchReport) -> String {
     row(
         "FLOPs",
         format!(
-            "{:.1} GFLOP/img, {:.2} TFLOP/s per device",
+            "{:.1} GFLOP/img, {} TFLOP/s per device",
             f.train_flops_per_image / 1e9,
-            f.achieved_tflops_per_device
+            num(f.achieved_tflops_per_device)
         ),
     );
     match (f.mfu, f.peak_tflops) {
@@ -124,8 +138,8 @@ pub fn scaling_table(s: &ScalingReport) -> String {
     for r in &s.rows {
         t.add_row(vec![
             right(r.ranks.to_string()),
-            right(format!("{:.1}", r.img_per_s)),
-            right(format!("{:.1}", r.img_per_s_per_device)),
+            right(num(r.img_per_s)),
+            right(num(r.img_per_s_per_device)),
             right(pct(r.efficiency)),
             right(pct(r.all_reduce_share)),
         ]);
@@ -145,7 +159,7 @@ pub fn compare_table(c: &CompareReport) -> String {
     let i = &c.imgctl;
     t.add_row(vec![
         Cell::new(format!("imgctl ({})", i.precision)),
-        right(format!("{:.1}", i.img_per_s_per_device)),
+        right(num(i.img_per_s_per_device)),
         right(format!("{:.1}", i.step_ms.median)),
         right(
             i.memory
@@ -168,7 +182,7 @@ pub fn compare_table(c: &CompareReport) -> String {
             };
             t.add_row(vec![
                 Cell::new(label),
-                right(format!("{:.1}", r.img_per_s.unwrap_or(0.0))),
+                right(num(r.img_per_s.unwrap_or(0.0))),
                 right(format!("{:.1}", r.step_ms_median.unwrap_or(0.0))),
                 right(r.device_used_peak_bytes.map_or("n/a".into(), gib)),
                 right(ratio.map_or("n/a".into(), |x| format!("{x:.2}×"))),

@@ -63,7 +63,8 @@ mod imp {
 
     /// The worker slots this process must supervise, if any.
     fn slots(args: &TrainArgs, launch: &LaunchInfo) -> anyhow::Result<Option<Vec<WorkerSlot>>> {
-        let launched = launch.source != LaunchSource::Single;
+        // A launcher that started one process (salloc, `srun -n1`) leaves room for --gpus.
+        let launched = launch.world_size > 1;
         if let Some(spec) = &args.gpus {
             if launched {
                 return Err(usage(
@@ -214,12 +215,18 @@ mod imp {
                     "scaling: benchmarking {k} rank{}",
                     if k == 1 { "" } else { "s" }
                 ));
-                let opts = supervisor_options(
+                let mut opts = supervisor_options(
                     slots[..k].to_vec(),
                     &["--gpus"],
                     &["--scaling", "--json"],
                     true,
                 )?;
+                // The same threads per rank at every size (those of the
+                // largest run), or CPU ranks would scale by thread count.
+                if std::env::var_os(ev::OMP_NUM_THREADS).is_none() {
+                    let t = supervisor::omp_threads(&slots[0], slots.len());
+                    opts.env.push((ev::OMP_NUM_THREADS.into(), t.to_string()));
+                }
                 let out = supervisor::supervise(&opts)?;
                 runs.push(parse_report(&out.stdout)?);
             }

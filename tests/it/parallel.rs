@@ -372,89 +372,148 @@ fn missing_nccl_is_a_clear_error() {
     assert!(e.to_string().contains("NCCL is missing"), "{e}");
 }
 
+/// A supervised 2-rank training that runs until stopped, its stderr lines,
+/// and the worker pids once rank 0 is training.
+struct LongRun {
+    child: std::process::Child,
+    lines: Vec<String>,
+    rx: std::sync::mpsc::Receiver<String>,
+    pids: [i32; 2],
+    deadline: Instant,
+    _dir: tempfile::TempDir,
+    out: PathBuf,
+}
+
+impl LongRun {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = small_config(dir.path());
+        let out = dir.path().join("run");
+        let mut child = cmd(&[
+            "-v",
+            "train-demo",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--steps",
+            "100000",
+            "--batch-size",
+            "2",
+            "--sample-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("IMGCTL_CPU_RANKS", "2")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut run = Self {
+            child,
+            lines: Vec::new(),
+            rx,
+            pids: [0; 2],
+            deadline: Instant::now() + Duration::from_secs(180),
+            _dir: dir,
+            out,
+        };
+        // Wait for both pids and for training to be under way on rank 0.
+        loop {
+            let line = run
+                .rx
+                .recv_timeout(run.deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no training progress:\n{}", run.lines.join("\n")));
+            for (r, pid) in run.pids.iter_mut().enumerate() {
+                let tag = format!("started rank {r} of 2 (pid ");
+                if let Some(rest) = line.split(&tag).nth(1) {
+                    *pid = rest.split(',').next().unwrap().parse().unwrap();
+                }
+            }
+            let training = line.starts_with("[rank 0] training ");
+            run.lines.push(line);
+            if training && run.pids.iter().all(|&p| p > 0) {
+                return run;
+            }
+        }
+    }
+
+    /// Waits for the supervisor to end; returns its status, all stderr and
+    /// the directory that holds `out` (alive until dropped).
+    fn finish(mut self) -> (std::process::ExitStatus, String, tempfile::TempDir) {
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= self.deadline {
+                let _ = self.child.kill();
+                panic!("the supervisor did not stop:\n{}", self.lines.join("\n"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        while let Ok(l) = self.rx.recv_timeout(Duration::from_secs(5)) {
+            self.lines.push(l);
+        }
+        for pid in self.pids {
+            // SAFETY: signal 0 only checks that the pid exists.
+            let alive = unsafe { libc::kill(pid, 0) } == 0;
+            assert!(!alive, "worker pid {pid} is still running");
+        }
+        let dir = std::mem::replace(&mut self._dir, tempfile::tempdir().unwrap());
+        (status, self.lines.join("\n"), dir)
+    }
+}
+
 #[test]
 fn a_dying_worker_is_reported_by_rank_and_the_rest_are_stopped() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path());
-    let out = dir.path().join("run");
-    let mut child = cmd(&[
-        "-v",
-        "train-demo",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--steps",
-        "100000",
-        "--batch-size",
-        "2",
-        "--sample-every",
-        "0",
-        "--checkpoint-every",
-        "0",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .env("IMGCTL_CPU_RANKS", "2")
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut pids = [0i32; 2];
-    let mut lines = Vec::new();
-    // Wait for both pids and for training to be under way on rank 0.
-    loop {
-        let line = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| panic!("no training progress:\n{}", lines.join("\n")));
-        for (r, pid) in pids.iter_mut().enumerate() {
-            let tag = format!("started rank {r} of 2 (pid ");
-            if let Some(rest) = line.split(&tag).nth(1) {
-                *pid = rest.split(',').next().unwrap().parse().unwrap();
-            }
-        }
-        let training = line.starts_with("[rank 0] training ");
-        lines.push(line);
-        if training && pids.iter().all(|&p| p > 0) {
-            break;
-        }
-    }
+    let run = LongRun::start();
     // SAFETY: SIGKILL to the rank-1 worker this test's imgctl started.
     unsafe {
-        libc::kill(pids[1], libc::SIGKILL);
+        libc::kill(run.pids[1], libc::SIGKILL);
     }
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("the supervisor did not stop after rank 1 died");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    while let Ok(l) = rx.recv_timeout(Duration::from_secs(5)) {
-        lines.push(l);
-    }
-    let err = lines.join("\n");
+    let (status, err, _) = run.finish();
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(
         err.contains("error: worker rank 1 of 2 failed: it was killed by signal 9 (SIGKILL)"),
         "{err}"
     );
     assert!(err.contains("stopped the others (rank 0 "), "{err}");
-    // Rank 0 is gone too (reaped by the supervisor).
-    // SAFETY: signal 0 only checks that the pid exists.
-    let alive = unsafe { libc::kill(pids[0], 0) } == 0;
-    assert!(!alive, "rank 0 (pid {}) is still running", pids[0]);
+}
+
+#[test]
+fn ctrl_c_reaches_rank_0_which_saves_a_checkpoint() {
+    let run = LongRun::start();
+    // SAFETY: SIGINT to the supervisor this test started (as Ctrl-C would).
+    unsafe {
+        libc::kill(run.child.id() as i32, libc::SIGINT);
+    }
+    let out = run.out.clone();
+    let (status, err, _dir) = run.finish();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("[rank 0] error: interrupted at step "),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: interrupted: 2 workers stopped"),
+        "{err}"
+    );
+    let saved: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+        .unwrap_or_else(|e| panic!("no checkpoints ({e}):\n{err}"))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .collect();
+    assert_eq!(saved.len(), 1, "{err}");
 }
 
 fn json(o: &Output) -> serde_json::Value {
@@ -611,4 +670,32 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
     imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));
     assert!(script.contains("#SBATCH --nodes=2"));
     assert!(script.contains("#SBATCH --gpus-per-task=1"));
+}
+
+/// Without a GPU the NCCL path fails with NCCL's own error, not a hang or a crash.
+#[test]
+fn nccl_without_a_gpu_fails_cleanly() {
+    use imgctl::train::parallel::nccl::{NcclCollective, NcclLibrary};
+    if tch::Cuda::device_count() > 0 {
+        // On a GPU machine the same call succeeds; this test is about CPU machines.
+        return;
+    }
+    let lib = std::sync::Arc::new(NcclLibrary::locate().unwrap());
+    // The unique id needs no GPU (NCCL's bootstrap is host networking).
+    let id = lib.unique_id().unwrap();
+    assert!(id.iter().any(|&b| b != 0));
+    let e = NcclCollective::init(
+        lib,
+        &id,
+        0,
+        1,
+        tch::Device::Cuda(0),
+        Duration::from_secs(30),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("ncclCommInitRank failed: NCCL error"),
+        "{e:#}"
+    );
 }

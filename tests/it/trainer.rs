@@ -706,7 +706,10 @@ fn train_bad_inputs_exit_2() {
         (vec!["--precision", "fp8"], "unknown precision `fp8`"),
         (vec!["--precision", "fp16"], "fp16 needs a CUDA device"),
         (vec!["--batch-size", "0"], "--batch-size 0"),
-        (vec!["--gpus", "2"], "no CUDA device is visible"),
+        (
+            vec!["--gpus", "2"],
+            "--device and --gpus both choose devices",
+        ),
         (vec!["--resume"], "no checkpoint"),
     ];
     for (extra, want) in cases {

@@ -244,6 +244,14 @@ impl GradSync for DataParallel {
         }
         Ok(())
     }
+    fn any_rank(&mut self, local: bool) -> anyhow::Result<bool> {
+        if self.collective.world_size() == 1 {
+            return Ok(local);
+        }
+        let t = Tensor::from_slice(&[if local { 1.0f32 } else { 0.0 }]).to_device(self.device);
+        self.collective.all_reduce_sum(&t)?;
+        Ok(f32::try_from(&t.to_device(Device::Cpu))? > 0.0)
+    }
 }
 
 impl Drop for DataParallel {

@@ -2,8 +2,9 @@
 //! started from this very executable with torchrun-style rank variables.
 //!
 //! It prefixes every worker's stderr line with `[rank N]`, passes rank 0's
-//! stdout through (the data channel), forwards Ctrl-C once (workers run in
-//! their own process group, so the terminal signals only the supervisor), and
+//! stdout through (the data channel), forwards Ctrl-C to rank 0 (workers run
+//! in their own process groups, so the terminal signals only the supervisor;
+//! the others are stopped once rank 0 has saved and ended), and
 //! when a worker dies it stops the others (SIGTERM, then SIGKILL after a grace
 //! period) and reports which rank failed and how. Workers get
 //! `PR_SET_PDEATHSIG`, so they do not outlive a killed supervisor. This module
@@ -194,7 +195,11 @@ fn spawn_pump<R: Read + Send + 'static>(
             } else {
                 // Progress-bar redraws end in '\r': keep the last frame only.
                 let shown = text.rsplit('\r').next().unwrap_or(text);
-                let _ = writeln!(std::io::stderr().lock(), "{prefix}{shown}");
+                let _ = if shown.is_empty() {
+                    writeln!(std::io::stderr().lock(), "{}", prefix.trim_end())
+                } else {
+                    writeln!(std::io::stderr().lock(), "{prefix}{shown}")
+                };
             }
             if let Some(t) = &tail {
                 let mut t = t.lock().unwrap();
@@ -315,20 +320,30 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
     loop {
         let presses = INTERRUPTS.load(Ordering::SeqCst);
         if presses > forwarded {
-            let live = workers.iter().filter(|w| w.end.is_none());
             if presses - started == 1 {
+                // Rank 0 alone decides: it finishes its step (whose all-reduce
+                // the others completed too), writes the checkpoint and stops;
+                // then the others are stopped. Signalling every rank instead
+                // races: a rank that stops first leaves the rest blocked in a
+                // collective, possibly rank 0 before it saved.
                 printer().warn(
-                    "interrupted: asking every worker to save and stop (Ctrl-C again to kill them)",
+                    "interrupted: rank 0 saves a checkpoint and stops, then the other ranks are stopped (Ctrl-C again to kill them all)",
                 );
-                for w in live {
+                if let Some(w) = workers.first().filter(|w| w.end.is_none()) {
                     signal(&w.child, libc::SIGINT);
                 }
             } else {
-                for w in live {
+                for w in workers.iter().filter(|w| w.end.is_none()) {
                     signal(&w.child, libc::SIGKILL);
                 }
             }
             forwarded = presses;
+        }
+        if presses > started && stop_at.is_none() && workers[0].end.is_some() {
+            stop_at = Some(Instant::now());
+            for w in workers.iter().filter(|w| w.end.is_none()) {
+                signal(&w.child, libc::SIGTERM);
+            }
         }
         let mut all_done = true;
         let mut newly_failed = Vec::new();
