@@ -306,6 +306,34 @@ fn real_image_end_to_end() {
         imgctl_version.lines().last().unwrap_or_default(),
         format!("imgctl {}", env!("CARGO_PKG_VERSION"))
     );
+    // `verify --image` on this image built by `imgctl build`: the image's own
+    // imgctl runs its checks against the image's own torch and the pins in the
+    // labels, the report comes back, and the container is gone afterwards.
+    let out = crate::common::imgctl(&["verify", "--image", &image, "--expect-gpus", "0", "--json"]);
+    let (stdout, stderr) = crate::common::texts(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "verify --image failed:\n{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("verify --json");
+    assert_eq!(report["context"], "container", "{stdout}");
+    let verdict = |id: &str| -> String {
+        report["results"]
+            .as_array()
+            .and_then(|r| r.iter().find(|c| c["id"] == id))
+            .map(|c| c["status"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|| panic!("no {id} in the report:\n{stdout}"))
+    };
+    assert_eq!(verdict("torch.version"), "pass", "{stderr}");
+    assert_eq!(verdict("torch.cudnn_loaded"), "pass", "{stderr}");
+    assert_eq!(verdict("nvml.driver"), "skip", "{stderr}");
+    let left = docker_ok(&["ps", "-a", "-q", "--filter", &format!("ancestor={image}")]);
+    assert!(
+        left.trim().is_empty(),
+        "verify --image left containers: {left}"
+    );
+
     // No host key baked into a layer.
     let etc_ssh = docker_ok(&["run", "--rm", "--entrypoint", "ls", &image, "/etc/ssh"]);
     assert!(
