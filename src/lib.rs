@@ -21,6 +21,7 @@ pub mod commands;
 pub mod docker;
 pub mod env_vars;
 pub mod error;
+pub mod gpus;
 pub mod output;
 pub mod render;
 pub mod spec;

@@ -77,46 +77,14 @@ pub struct Peaks {
     pub mem_tbs: f64,
 }
 
-/// Peaks by product name. Sources: NVIDIA H100 datasheet (SXM: 989 bf16
-/// dense, 67 fp32, 3.35 TB/s), H200 datasheet (same compute, 4.8 TB/s),
-/// A100 datasheet (312 bf16 dense, 19.5 fp32, 2.039 TB/s for 80 GB SXM,
-/// 1.555 TB/s for 40 GB).
+/// Peaks by product name, from [`crate::gpus`] (datasheet figures with their
+/// sources).
 pub fn peaks_for(name: &str) -> Option<Peaks> {
-    let n = name.to_ascii_uppercase();
-    if n.contains("H200") {
-        Some(Peaks {
-            bf16_tflops: 989.0,
-            fp32_tflops: 67.0,
-            mem_tbs: 4.8,
-        })
-    } else if n.contains("H100") && (n.contains("PCIE") || n.contains("NVL")) {
-        // H100 PCIe: 756 bf16 dense, 51 fp32, 2.0 TB/s (datasheet).
-        Some(Peaks {
-            bf16_tflops: 756.0,
-            fp32_tflops: 51.0,
-            mem_tbs: 2.0,
-        })
-    } else if n.contains("H100") {
-        Some(Peaks {
-            bf16_tflops: 989.0,
-            fp32_tflops: 67.0,
-            mem_tbs: 3.35,
-        })
-    } else if n.contains("A100") && n.contains("80GB") {
-        Some(Peaks {
-            bf16_tflops: 312.0,
-            fp32_tflops: 19.5,
-            mem_tbs: 2.039,
-        })
-    } else if n.contains("A100") {
-        Some(Peaks {
-            bf16_tflops: 312.0,
-            fp32_tflops: 19.5,
-            mem_tbs: 1.555,
-        })
-    } else {
-        None
-    }
+    crate::gpus::lookup(name).map(|p| Peaks {
+        bf16_tflops: p.bf16_dense,
+        fp32_tflops: p.fp32,
+        mem_tbs: p.mem_tbs,
+    })
 }
 
 /// Fraction of the datasheet peak below which a GPU FAILs: half the peak.
