@@ -248,6 +248,26 @@ pub struct DownBlock {
     downsampler: Option<Downsample2D>,
 }
 
+/// The `j`-th attention of a down or up block (diffusers' `attentions.{j}`),
+/// normed with the block's groups, after the `j`-th ResNet.
+fn block_attention(
+    p: &nn::Path,
+    j: i64,
+    channels: i64,
+    (heads, head_dim): (i64, i64),
+    opts: ResnetOpts,
+) -> Attention {
+    Attention::new(
+        &(p / "attentions" / j),
+        channels,
+        heads,
+        head_dim,
+        Some(opts.groups),
+        opts.eps,
+        opts.output_scale_factor,
+    )
+}
+
 impl DownBlock {
     /// `layers` ResNets from `cin` to `cout` channels, each followed by
     /// attention when `attention` is `Some((heads, head_dim))`, then a
@@ -266,16 +286,8 @@ impl DownBlock {
         for j in 0..layers {
             let i = if j == 0 { cin } else { cout };
             resnets.push(ResnetBlock2D::new(&(p / "resnets" / j), i, cout, opts));
-            if let Some((heads, hd)) = attention {
-                attentions.push(Attention::new(
-                    &(p / "attentions" / j),
-                    cout,
-                    heads,
-                    hd,
-                    Some(opts.groups),
-                    opts.eps,
-                    opts.output_scale_factor,
-                ));
+            if let Some(heads) = attention {
+                attentions.push(block_attention(p, j, cout, heads, opts));
             }
         }
         let downsampler =
@@ -388,16 +400,8 @@ impl UpBlock {
                 cout,
                 opts,
             ));
-            if let Some((heads, hd)) = attention {
-                attentions.push(Attention::new(
-                    &(p / "attentions" / j),
-                    cout,
-                    heads,
-                    hd,
-                    Some(opts.groups),
-                    opts.eps,
-                    opts.output_scale_factor,
-                ));
+            if let Some(heads) = attention {
+                attentions.push(block_attention(p, j, cout, heads, opts));
             }
         }
         let upsampler = upsample.then(|| Upsample2D::new(&(p / "upsamplers" / 0), cout));

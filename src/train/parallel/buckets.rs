@@ -41,17 +41,9 @@ pub fn all_reduce_avg_flat(
     cap_bytes: usize,
     coll: &mut dyn Collective,
 ) -> anyhow::Result<usize> {
-    // NCCL with one rank still runs (so `--gpus 1` exercises the real path
-    // and is the honest baseline of a scaling run); only Solo skips.
-    if coll.backend() == Backend::Single {
-        return Ok(0);
-    }
-    let v = flat_view(flat)?;
-    let ranges = bucket_ranges(v.numel(), v.kind().elt_size_in_bytes(), cap_bytes);
-    for &(start, len) in &ranges {
-        coll.all_reduce_avg(&v.narrow(0, start, len))?;
-    }
-    Ok(ranges.len())
+    for_each_bucket(flat, cap_bytes, coll, |coll, bucket| {
+        coll.all_reduce_avg(bucket)
+    })
 }
 
 /// Copies rank 0's flat buffer to every rank, bucket by bucket.
@@ -60,14 +52,26 @@ pub fn broadcast_flat(
     cap_bytes: usize,
     coll: &mut dyn Collective,
 ) -> anyhow::Result<usize> {
+    let _guard = tch::no_grad_guard();
+    for_each_bucket(flat, cap_bytes, coll, |coll, bucket| coll.broadcast(bucket))
+}
+
+/// Runs one collective per bucket of `flat` (views, no copies) and returns the
+/// number of calls. NCCL with one rank still runs (so `--gpus 1` exercises the
+/// real path and is the honest baseline of a scaling run); only Solo skips.
+fn for_each_bucket(
+    flat: &Tensor,
+    cap_bytes: usize,
+    coll: &mut dyn Collective,
+    mut op: impl FnMut(&mut dyn Collective, &Tensor) -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
     if coll.backend() == Backend::Single {
         return Ok(0);
     }
     let v = flat_view(flat)?;
     let ranges = bucket_ranges(v.numel(), v.kind().elt_size_in_bytes(), cap_bytes);
-    let _guard = tch::no_grad_guard();
     for &(start, len) in &ranges {
-        coll.broadcast(&v.narrow(0, start, len))?;
+        op(coll, &v.narrow(0, start, len))?;
     }
     Ok(ranges.len())
 }

@@ -75,22 +75,7 @@ impl CpuCollective {
     }
 
     fn peer_error(&self, peer: usize, op: u8, e: std::io::Error) -> anyhow::Error {
-        if is_timeout(&e) {
-            CliError::failure(format!(
-                "rank {} waited {} for rank {peer} in a CPU {} and gave up",
-                self.rank,
-                super::rendezvous::fmt_secs(self.timeout),
-                op_name(op)
-            ))
-            .with_hint("another rank is stuck or much slower; check its output")
-            .into()
-        } else {
-            anyhow::Error::from(e).context(format!(
-                "rank {}: the connection to rank {peer} broke during a CPU {} (did rank {peer} exit?)",
-                self.rank,
-                op_name(op)
-            ))
-        }
+        peer_error(self.rank, self.timeout, peer, op, e)
     }
 
     /// Runs one operation; `bytes` is this rank's buffer (empty for a barrier).
@@ -134,20 +119,7 @@ impl CpuCollective {
                     let peer = i + 1;
                     let mut h = [0u8; 16];
                     if let Err(e) = s.read_exact(&mut h) {
-                        let err = if is_timeout(&e) {
-                            CliError::failure(format!(
-                                "rank 0 waited {} for rank {peer} in a CPU {} and gave up",
-                                super::rendezvous::fmt_secs(self.timeout),
-                                op_name(op)
-                            ))
-                            .with_hint("another rank is stuck or much slower; check its output")
-                            .into()
-                        } else {
-                            anyhow::Error::from(e).context(format!(
-                                "rank 0: the connection to rank {peer} broke during a CPU {} (did rank {peer} exit?)",
-                                op_name(op)
-                            ))
-                        };
+                        let err = peer_error(0, self.timeout, peer, op, e);
                         return Err(err);
                     }
                     if h != header {
@@ -286,6 +258,31 @@ impl Collective for CpuCollective {
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
         self.run(OP_BARRIER, Elem::F32, &mut [])
+    }
+}
+
+/// The error for a failed exchange with `peer`: a timeout names the wait, a
+/// broken connection names the peer that probably exited.
+fn peer_error(
+    rank: usize,
+    timeout: Duration,
+    peer: usize,
+    op: u8,
+    e: std::io::Error,
+) -> anyhow::Error {
+    if is_timeout(&e) {
+        CliError::failure(format!(
+            "rank {rank} waited {} for rank {peer} in a CPU {} and gave up",
+            super::rendezvous::fmt_secs(timeout),
+            op_name(op)
+        ))
+        .with_hint("another rank is stuck or much slower; check its output")
+        .into()
+    } else {
+        anyhow::Error::from(e).context(format!(
+            "rank {rank}: the connection to rank {peer} broke during a CPU {} (did rank {peer} exit?)",
+            op_name(op)
+        ))
     }
 }
 
