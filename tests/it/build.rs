@@ -267,7 +267,20 @@ fn rebuild_hits_the_cache() {
     let spec = spec.to_str().unwrap();
     // A fixed creation time (SOURCE_DATE_EPOCH) makes an unchanged rebuild identical.
     let env = [("SOURCE_DATE_EPOCH", "1700000000")];
-    let args = ["build", "--spec", spec, "--tag", &tag, "--json"];
+    // A build-arg value of its own (not 1, so nothing fails) gives this test a
+    // cache chain no concurrent test builds: the classic builder picks the
+    // newest matching child image, so a twin layer made by another test between
+    // the two builds would otherwise change the rebuilt image's id.
+    let args = [
+        "build",
+        "--spec",
+        spec,
+        "--tag",
+        &tag,
+        "--build-arg",
+        "IMGCTL_TEST_FAIL=rebuild-test",
+        "--json",
+    ];
     let first = imgctl_env(&args, &env);
     let (stdout, stderr) = texts(&first);
     assert!(first.status.success(), "first build failed:\n{stderr}");
