@@ -200,6 +200,9 @@ pub struct TrainArgs {
     /// fp32, fp16 or bf16.
     #[arg(long)]
     pub precision: Option<String>,
+    /// Dtype of the gradient all-reduce in bf16 multi-rank runs: fp32 (as DDP, the default) or bf16 (half the traffic).
+    #[arg(long, value_name = "fp32|bf16")]
+    pub grad_reduce: Option<String>,
     /// cpu, cuda, or cuda:N (default: cuda when available).
     #[arg(long)]
     pub device: Option<String>,

@@ -17,6 +17,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
+use crate::train::config::Precision;
 use crate::train::data::{Loader, StreamSpec};
 use crate::train::parallel::cudart::CudaRuntime;
 use crate::train::trainer::{self, GradSync, RunOptions, Trainer};
@@ -141,6 +142,11 @@ pub struct BenchReport {
     pub image_size: u32,
     /// fp32, fp16 or bf16.
     pub precision: String,
+    /// The dtype gradients are all-reduced in: fp32, or bf16 for a bf16 run
+    /// with `--grad-reduce bf16`.
+    pub grad_reduce: String,
+    /// Bytes each rank all-reduces per step (0 for one rank).
+    pub all_reduce_bytes_per_step: usize,
     /// cpu or cuda:N (as this rank saw it).
     pub device: String,
     /// GPU name, or "cpu".
@@ -336,6 +342,12 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         params: trainer.param_count(),
         image_size: cfg.image_size()?,
         precision: run.precision.name().into(),
+        grad_reduce: match run.precision {
+            Precision::Bf16 => tr.grad_reduce.name(),
+            _ => "fp32",
+        }
+        .into(),
+        all_reduce_bytes_per_step: trainer.grad_sync_bytes(),
         device: device_label(device),
         device_name,
         backend,

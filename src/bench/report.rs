@@ -49,10 +49,15 @@ pub fn bench_table(r: &BenchReport) -> String {
             r.preset, r.params, r.image_size, r.image_size
         ),
     );
+    let reduce = if r.world_size > 1 {
+        format!(", gradients reduced in {}", r.grad_reduce)
+    } else {
+        String::new()
+    };
     row(
         "device",
         format!(
-            "{} × {} ({}, {})",
+            "{} × {} ({}, {}{reduce})",
             r.world_size, r.device_name, r.precision, r.backend
         ),
     );

@@ -19,7 +19,7 @@ mod imp {
     use crate::env_vars;
     use crate::output::printer;
     use crate::train::checkpoint;
-    use crate::train::config::{Overrides, Precision, TrainConfig};
+    use crate::train::config::{GradReduce, Overrides, Precision, TrainConfig};
     use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
@@ -119,6 +119,11 @@ mod imp {
             .as_deref()
             .map(Precision::parse)
             .transpose()?;
+        let grad_reduce = args
+            .grad_reduce
+            .as_deref()
+            .map(GradReduce::parse)
+            .transpose()?;
         if let Some(b) = args.batch_size {
             if b <= 0 {
                 return Err(CliError::usage(format!("--batch-size {b} is not positive"))
@@ -132,6 +137,7 @@ mod imp {
             lr: args.lr,
             seed: args.seed,
             precision,
+            grad_reduce,
             checkpoint_every: args.checkpoint_every,
             keep: args.keep,
             sample_every: args.sample_every,

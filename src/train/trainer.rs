@@ -18,7 +18,9 @@
 //! weights whose gradients land in a flat bf16 buffer; the gradients are cast
 //! to fp32, clipped and applied by AdamW to fp32 master weights (and the fp32
 //! EMA), and the master weights are cast back into the bf16 copy after every
-//! update. GroupNorm, softmax and the loss accumulate in fp32 inside libtorch's
+//! update. Across ranks the bf16 gradients are cast to fp32 before the
+//! all-reduce by default (`--grad-reduce`, [`GradReduce`]). GroupNorm,
+//! softmax and the loss accumulate in fp32 inside libtorch's
 //! kernels; checkpoints always hold the fp32 master weights.
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +33,7 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Reduction, Tensor};
 
 use super::checkpoint::{self, State};
-use super::config::{Precision, TrainConfig};
+use super::config::{GradReduce, Precision, TrainConfig};
 use super::data::{Dataset, Loader, Source, StreamSpec};
 use super::ema::Ema;
 use super::flat::FlatLayout;
@@ -326,6 +328,28 @@ impl Trainer {
         }
     }
 
+    /// bf16 gradients are averaged in fp32 unless asked otherwise (see
+    /// [`GradReduce`]); a single process needs no cast before the update's.
+    fn casts_grads_before_sync(&self) -> bool {
+        self.precision == Precision::Bf16
+            && self.config.training.grad_reduce == GradReduce::Fp32
+            && self.sync.world_size() > 1
+    }
+
+    /// Bytes each rank all-reduces per step: the flat gradients in the
+    /// dtype they are reduced in (0 for a single process).
+    pub fn grad_sync_bytes(&self) -> usize {
+        if self.sync.world_size() <= 1 {
+            return 0;
+        }
+        let elt = if self.casts_grads_before_sync() {
+            Kind::Float.elt_size_in_bytes()
+        } else {
+            self.grads.kind().elt_size_in_bytes()
+        };
+        self.layout.numel as usize * elt
+    }
+
     fn compute_model(&self) -> &UNet2DModel {
         self.compute.as_ref().map(|(_, m)| m).unwrap_or(&self.model)
     }
@@ -371,13 +395,19 @@ impl Trainer {
             loss.backward();
         }
         times.backward = self.mark(&mut t);
-        self.sync.sync_grads(&self.grads)?;
-        times.grad_sync = self.mark(&mut t);
-
-        let mut g = if self.precision == Precision::Bf16 {
-            self.grads.to_kind(Kind::Float)
+        let mut g = if self.casts_grads_before_sync() {
+            let g = self.grads.to_kind(Kind::Float);
+            self.sync.sync_grads(&g)?;
+            times.grad_sync = self.mark(&mut t);
+            g
         } else {
-            self.grads.shallow_clone()
+            self.sync.sync_grads(&self.grads)?;
+            times.grad_sync = self.mark(&mut t);
+            if self.precision == Precision::Bf16 {
+                self.grads.to_kind(Kind::Float)
+            } else {
+                self.grads.shallow_clone()
+            }
         };
         if scale != 1.0 {
             tch::no_grad(|| {

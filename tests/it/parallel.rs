@@ -561,6 +561,81 @@ fn cpu_benchmark_reports_a_sane_json() {
     assert!(v["last_loss"].as_f64().unwrap().is_finite());
 }
 
+/// A bf16 benchmark over two CPU ranks, with `extra` flags.
+fn bf16_two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    let cfg = small_config(dir);
+    let mut args = vec![
+        "train-demo",
+        "--benchmark",
+        "--precision",
+        "bf16",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    json(&run(cmd(&args).env("IMGCTL_CPU_RANKS", "2")))
+}
+
+#[test]
+fn bf16_gradients_are_reduced_in_fp32_unless_bf16_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let fp32 = bf16_two_rank_bench(dir.path(), &[]);
+    let bf16 = bf16_two_rank_bench(dir.path(), &["--grad-reduce", "bf16"]);
+    let params = fp32["params"].as_u64().unwrap();
+    assert_eq!(fp32["world_size"], 2, "{fp32}");
+    assert_eq!(fp32["precision"], "bf16");
+    assert_eq!(fp32["grad_reduce"], "fp32", "DDP's numerics by default");
+    assert_eq!(fp32["all_reduce_bytes_per_step"].as_u64(), Some(4 * params));
+    assert_eq!(bf16["grad_reduce"], "bf16");
+    assert_eq!(bf16["all_reduce_bytes_per_step"].as_u64(), Some(2 * params));
+    for v in [&fp32, &bf16] {
+        assert!(v["last_loss"].as_f64().unwrap().is_finite(), "{v}");
+    }
+    // Training with the fp32 reduction keeps the ranks bit-identical.
+    let out = dir.path().join("train");
+    let hashes = dir.path().join("hashes");
+    std::fs::create_dir_all(&hashes).unwrap();
+    let cfg = small_config(dir.path());
+    let o = run(cmd(&[
+        "train-demo",
+        "--precision",
+        "bf16",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .env("IMGCTL_CPU_RANKS", "2")
+    .env("IMGCTL_PARAM_HASH_DIR", &hashes));
+    assert!(o.status.success(), "{}", texts(&o).1);
+    let h0 = std::fs::read_to_string(hashes.join("rank-0.txt")).unwrap();
+    let h1 = std::fs::read_to_string(hashes.join("rank-1.txt")).unwrap();
+    assert_eq!(h0.lines().count(), 2 + 2 * 2, "{h0}");
+    assert_eq!(h0, h1, "ranks hold different parameters or gradients");
+    let bad = run(&mut cmd(&[
+        "train-demo",
+        "--grad-reduce",
+        "fp8",
+        "--steps",
+        "1",
+    ]));
+    assert_eq!(bad.status.code(), Some(2), "{}", texts(&bad).1);
+    assert!(texts(&bad).1.contains("fp8"), "{}", texts(&bad).1);
+}
+
 #[test]
 fn cpu_scaling_benchmark_over_two_ranks() {
     let dir = tempfile::tempdir().unwrap();
