@@ -55,6 +55,9 @@ pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
 pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
 /// Python interpreter for `train-demo --benchmark --compare` (default `python3`).
 pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
+/// Seconds one PyTorch reference run of `--compare` may take (default 1800);
+/// a run past it is stopped and reported as not ok, the others still compare.
+pub const IMGCTL_REFERENCE_TIMEOUT: &str = "IMGCTL_REFERENCE_TIMEOUT";
 /// OpenMP threads per process; the `--gpus` supervisor sets it for its workers when unset.
 pub const OMP_NUM_THREADS: &str = "OMP_NUM_THREADS";
 /// Set by the `--gpus` supervisor in each worker it starts, so the worker knows

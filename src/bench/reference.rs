@@ -28,7 +28,25 @@ pub const REFERENCE_BATCHES: usize = 4;
 
 /// How long one reference run may take before it is stopped (the default
 /// model's first torch.compile takes minutes; 30 min bounds a stuck run).
+/// `$IMGCTL_REFERENCE_TIMEOUT` (seconds) overrides it.
 pub const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The reference deadline: `$IMGCTL_REFERENCE_TIMEOUT` seconds, else
+/// [`REFERENCE_TIMEOUT`]; a malformed value is a usage error (exit 2).
+pub fn reference_timeout() -> anyhow::Result<Duration> {
+    match std::env::var(ev::IMGCTL_REFERENCE_TIMEOUT) {
+        Err(_) => Ok(REFERENCE_TIMEOUT),
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+            _ => Err(CliError::usage(format!(
+                "{}={v:?} is not a positive number of seconds",
+                ev::IMGCTL_REFERENCE_TIMEOUT
+            ))
+            .with_hint("e.g. IMGCTL_REFERENCE_TIMEOUT=300, or unset it for 30 minutes")
+            .into()),
+        },
+    }
+}
 
 /// What the script reports (its JSON, one object).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -150,6 +168,7 @@ pub struct ReferenceArgs {
 /// interpreter is an error (exit 2); a script that ran but could not train
 /// (no diffusers, compile unavailable) comes back as `ok: false` with the reason.
 pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
+    let timeout = reference_timeout()?;
     let py = python();
     let mut cmd = Command::new(&py);
     cmd.arg(dir.join("bench_reference.py"))
@@ -182,11 +201,12 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
         )
     })?;
     let pid = child.id();
-    let deadline = Instant::now() + REFERENCE_TIMEOUT;
+    let deadline = Instant::now() + timeout;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
+    let mode = if a.compile { "compile" } else { "eager" };
     let out = loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(r) => break r?,
@@ -195,12 +215,25 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
                 unsafe {
                     libc::kill(pid as libc::pid_t, libc::SIGKILL);
                 }
-                return Err(CliError::failure(format!(
-                    "the PyTorch reference ({}) did not finish within {} min",
-                    if a.compile { "compile" } else { "eager" },
-                    REFERENCE_TIMEOUT.as_secs() / 60
-                ))
-                .into());
+                // Reap it, so no zombie is left behind.
+                let _ = rx.recv_timeout(Duration::from_secs(5));
+                // A run that overstays is a result (not ok), so the other
+                // modes are still compared.
+                let secs = timeout.as_secs_f64();
+                return Ok(ReferenceRun {
+                    mode: mode.into(),
+                    ok: false,
+                    error: Some(format!(
+                        "stopped after {} s ({} to change the limit)",
+                        if secs.fract() == 0.0 {
+                            format!("{secs:.0}")
+                        } else {
+                            format!("{secs:.1}")
+                        },
+                        ev::IMGCTL_REFERENCE_TIMEOUT
+                    )),
+                    ..Default::default()
+                });
             }
             Err(_) => {}
         }

@@ -139,6 +139,10 @@ mod imp {
                 "run one, then the other",
             ));
         }
+        if args.compare {
+            // A malformed deadline is a usage error before any work.
+            reference::reference_timeout()?;
+        }
         Ok(())
     }
 

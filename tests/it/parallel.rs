@@ -41,6 +41,7 @@ fn cmd(args: &[&str]) -> Command {
         "IMGCTL_CPU_RANKS",
         "IMGCTL_RENDEZVOUS_TIMEOUT",
         "IMGCTL_PARAM_HASH_DIR",
+        "IMGCTL_REFERENCE_TIMEOUT",
     ] {
         c.env_remove(k);
     }
@@ -702,6 +703,54 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
     assert_eq!(eager["params"], v["imgctl"]["params"], "same architecture");
     assert!(v["ratio_vs_eager"].as_f64().unwrap() > 0.0);
     assert!(eager["last_loss"].as_f64().unwrap().is_finite());
+}
+
+#[test]
+fn a_reference_run_past_its_deadline_is_reported_not_ok() {
+    let venv = std::env::var_os("IMGCTL_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let args = [
+        "train-demo",
+        "--benchmark",
+        "--compare",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--json",
+    ];
+    // Importing torch alone takes longer than 0.3 s.
+    let o = run(cmd(&args)
+        .env("IMGCTL_PYTHON", venv.join("bin/python"))
+        .env("IMGCTL_REFERENCE_TIMEOUT", "0.3"));
+    let v = json(&o);
+    let eager = &v["pytorch"][0];
+    assert_eq!(eager["mode"], "eager");
+    assert_eq!(eager["ok"], false, "{eager}");
+    let why = eager["error"].as_str().unwrap();
+    assert!(
+        why.contains("stopped after") && why.contains("IMGCTL_REFERENCE_TIMEOUT"),
+        "{why}"
+    );
+    assert!(
+        v["ratio_vs_eager"].is_null(),
+        "no ratio without a reference: {v}"
+    );
+    assert!(v["imgctl"]["img_per_s"].as_f64().unwrap() > 0.0);
+    let bad = run(cmd(&args).env("IMGCTL_REFERENCE_TIMEOUT", "soon"));
+    assert_eq!(bad.status.code(), Some(2), "{}", texts(&bad).1);
+    assert!(
+        texts(&bad).1.contains("IMGCTL_REFERENCE_TIMEOUT"),
+        "{}",
+        texts(&bad).1
+    );
 }
 
 /// The `imgctl train-demo …` command lines of the examples parse with imgctl's own CLI.
