@@ -204,6 +204,13 @@ mod imp {
             s.device,
             s.precision
         ));
+        if let Some(m) = &s.device_memory {
+            lines.push(format!(
+                "device memory: {:.2} GiB of {:.1} GiB in use after training (CUDA context + torch's allocator reserve, which holds the peak)",
+                m.used_bytes as f64 / (1u64 << 30) as f64,
+                m.total_bytes as f64 / (1u64 << 30) as f64
+            ));
+        }
         if s.skipped_steps > 0 {
             lines.push(format!(
                 "fp16: {} step(s) skipped for overflow",

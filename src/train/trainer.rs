@@ -773,6 +773,8 @@ pub struct TrainSummary {
     pub img_per_s: Option<f64>,
     /// Training FLOPs per image (forward + backward, from the config).
     pub train_flops_per_image: f64,
+    /// Device memory in use at the end of training (CUDA only).
+    pub device_memory: Option<DeviceMemory>,
     /// Wall-clock seconds of the training loop.
     pub elapsed_s: f64,
     /// The data.
@@ -790,6 +792,29 @@ pub struct TrainSummary {
     /// The final EMA weights as a diffusers model folder
     /// (`UNet2DModel.from_pretrained(path)`).
     pub diffusers_model: Option<PathBuf>,
+}
+
+/// Device memory after training, from `cudaMemGetInfo` (total − free): the
+/// CUDA context plus torch's caching-allocator reserve, which the allocator
+/// keeps once reserved, so it holds the run's peak.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DeviceMemory {
+    /// Bytes in use on the device.
+    pub used_bytes: u64,
+    /// The device's memory.
+    pub total_bytes: u64,
+}
+
+/// Reads [`DeviceMemory`] on a CUDA device (`None` on the CPU, or when the
+/// CUDA runtime cannot be asked: the figure is informative, not essential).
+fn device_memory(device: Device) -> Option<DeviceMemory> {
+    let Device::Cuda(_) = device else { return None };
+    let rt = super::parallel::cudart::CudaRuntime::locate().ok()?;
+    let (free, total) = rt.mem_get_info().ok()?;
+    Some(DeviceMemory {
+        used_bytes: total.saturating_sub(free),
+        total_bytes: total,
+    })
 }
 
 /// Checks that `out` can be created and written (exit 2 otherwise).
@@ -1111,6 +1136,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     }
     bar.finish_and_clear();
     let elapsed = started.elapsed().as_secs_f64();
+    sync_device(opts.device);
+    let device_memory = device_memory(opts.device);
     let diffusers_model = if lead {
         let dir = opts.out.join("unet");
         trainer
@@ -1153,6 +1180,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         final_loss: (!recent.is_empty()).then(|| recent.iter().sum::<f64>() / recent.len() as f64),
         img_per_s: (timed_secs > 0.0).then(|| timed_images / timed_secs),
         train_flops_per_image: cfg.model.train_flops_per_image(),
+        device_memory,
         elapsed_s: elapsed,
         data: DataSummary {
             source: match data.source {

@@ -92,6 +92,10 @@ fn train_tiny_loss_falls() {
         serde_json::from_str(&stdout).expect("--json summary on stdout");
     assert_eq!(summary["schema_version"], 1);
     assert_eq!(summary["final_step"], 24);
+    assert!(
+        summary["device_memory"].is_null(),
+        "no device memory on the CPU"
+    );
     let recs = losses(&out);
     assert_eq!(recs.len(), 24);
     assert_eq!(
