@@ -44,9 +44,14 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, sys; sy
   "$venv/bin/pip" install -q "torch==$torch_version"
 fi
 # Test dependencies: pinned to the image spec's versions where they overlap.
-if ! "$venv/bin/python" -c "import diffusers, safetensors, tensorboard, PIL" 2>/dev/null; then
+# Installed again whenever requirements-test.txt changes (its hash is stamped).
+req="$repo/scripts/requirements-test.txt"
+stamp="$venv/.imgctl-requirements.sha256"
+if ! "$venv/bin/python" -c "import diffusers, safetensors, tensorboard, PIL" 2>/dev/null \
+  || [ "$(sha256sum <"$req")" != "$(cat "$stamp" 2>/dev/null)" ]; then
   log "installing Python test dependencies"
-  "$venv/bin/pip" install -q -r "$repo/scripts/requirements-test.txt"
+  "$venv/bin/pip" install -q -r "$req"
+  sha256sum <"$req" >"$stamp"
 fi
 
 # Stable symlink: .cargo/config.toml sets LIBTORCH=.libtorch (relative = true).
