@@ -22,6 +22,7 @@ pub mod docker;
 pub mod env_vars;
 pub mod error;
 pub mod gpus;
+pub mod nccl;
 pub mod output;
 pub mod render;
 pub mod spec;

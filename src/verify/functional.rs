@@ -560,19 +560,15 @@ pub mod imp {
         }
     }
 
-    /// The NCCL shim: ncclCommInitAll over every GPU from one thread.
+    /// The NCCL all-reduce body: ncclCommInitAll over every GPU from one
+    /// thread, through the shared shim [`crate::nccl`].
     pub mod nccl {
-        use std::ffi::c_void;
+        use std::sync::Arc;
         use std::time::Instant;
 
         use tch::{Device, Kind, Tensor};
 
-        use super::super::super::provenance::{self, LibKind};
-
-        /// ncclDataType_t ncclFloat32 (nccl.h).
-        const NCCL_FLOAT32: i32 = 7;
-        /// ncclRedOp_t ncclSum (nccl.h).
-        const NCCL_SUM: i32 = 0;
+        use crate::nccl::{version_string, Communicator, DataType, NcclLibrary, RedOp};
 
         /// What one all-reduce run measured.
         pub struct Measured {
@@ -588,73 +584,19 @@ pub mod imp {
             pub version: String,
         }
 
-        type InitAll = unsafe extern "C" fn(*mut *mut c_void, i32, *const i32) -> i32;
-        type AllReduce = unsafe extern "C" fn(
-            *const c_void,
-            *mut c_void,
-            usize,
-            i32,
-            i32,
-            *mut c_void,
-            *mut c_void,
-        ) -> i32;
-        type Group = unsafe extern "C" fn() -> i32;
-        type Destroy = unsafe extern "C" fn(*mut c_void) -> i32;
-        type ErrStr = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
-
-        fn err_string(lib: &libloading::Library, rc: i32) -> String {
-            // SAFETY: const char* ncclGetErrorString(ncclResult_t) (nccl.h).
-            match unsafe { lib.get::<ErrStr>(b"ncclGetErrorString\0") } {
-                Ok(f) => {
-                    let p = unsafe { f(rc) };
-                    if p.is_null() {
-                        format!("error {rc}")
-                    } else {
-                        // SAFETY: NCCL returns a static NUL-terminated string.
-                        unsafe { std::ffi::CStr::from_ptr(p) }
-                            .to_string_lossy()
-                            .into_owned()
-                    }
-                }
-                Err(_) => format!("error {rc}"),
-            }
+        /// A shim error as the check's one-line text (the CLI hint is not used here).
+        fn text(e: anyhow::Error) -> String {
+            e.to_string()
         }
 
         /// Runs a float32 all-reduce (sum) of 256 MiB per rank over GPUs
         /// 0..n, rank r contributing r+1, and checks every element.
         pub fn allreduce_check(n: u32) -> Result<Measured, String> {
-            let files =
-                provenance::mapped_files().map_err(|e| format!("reading /proc/self/maps: {e}"))?;
-            let path = provenance::find_mapped(LibKind::Nccl, &files)
-                .into_iter()
-                .next()
-                .ok_or("libnccl is not mapped in this process (torch did not load it)")?;
-            let version = provenance::query_version(LibKind::Nccl, &path).unwrap_or_else(|e| e);
-            // SAFETY: the libnccl.so.2 torch already mapped; dlopen returns that copy.
-            let lib = unsafe { libloading::Library::new(&path) }
-                .map_err(|e| format!("dlopen {}: {e}", path.display()))?;
-            // SAFETY: signatures from nccl.h (2.x).
-            let (init_all, all_reduce, group_start, group_end, destroy) = unsafe {
-                (
-                    lib.get::<InitAll>(b"ncclCommInitAll\0")
-                        .map_err(|e| e.to_string())?,
-                    lib.get::<AllReduce>(b"ncclAllReduce\0")
-                        .map_err(|e| e.to_string())?,
-                    lib.get::<Group>(b"ncclGroupStart\0")
-                        .map_err(|e| e.to_string())?,
-                    lib.get::<Group>(b"ncclGroupEnd\0")
-                        .map_err(|e| e.to_string())?,
-                    lib.get::<Destroy>(b"ncclCommDestroy\0")
-                        .map_err(|e| e.to_string())?,
-                )
-            };
+            // Only the libnccl.so.2 torch mapped, never another copy.
+            let lib = Arc::new(NcclLibrary::mapped().map_err(text)?);
+            let version = lib.version().map(version_string).unwrap_or_else(text);
             let devs: Vec<i32> = (0..n as i32).collect();
-            let mut comms = vec![std::ptr::null_mut::<c_void>(); n as usize];
-            // SAFETY: n out-slots and n device ids.
-            let rc = unsafe { init_all(comms.as_mut_ptr(), n as i32, devs.as_ptr()) };
-            if rc != 0 {
-                return Err(format!("ncclCommInitAll failed: {}", err_string(&lib, rc)));
-            }
+            let comms = Communicator::init_all(&lib, &devs).map_err(text)?;
             // 64 Mi floats = 256 MiB per rank: large enough to reach bus bandwidth.
             const COUNT: i64 = 64 << 20;
             let result = (|| -> Result<Measured, String> {
@@ -678,34 +620,24 @@ pub mod imp {
                     tch::Cuda::synchronize(r as i64);
                 }
                 let once = || -> Result<(), String> {
-                    // SAFETY: device pointers of live tensors of COUNT floats on each comm's
-                    // device; the null stream is each device's legacy default stream, which
-                    // orders NCCL after torch's kernels.
-                    unsafe {
-                        group_start();
-                        for r in 0..n as usize {
-                            let rc = all_reduce(
-                                bufs[r].data_ptr(),
-                                outs[r].data_ptr(),
-                                COUNT as usize,
-                                NCCL_FLOAT32,
-                                NCCL_SUM,
-                                comms[r],
-                                std::ptr::null_mut(),
-                            );
-                            if rc != 0 {
-                                group_end();
-                                return Err(format!(
-                                    "ncclAllReduce failed: {}",
-                                    err_string(&lib, rc)
-                                ));
-                            }
+                    lib.group(|| {
+                        for (r, comm) in comms.iter().enumerate() {
+                            // SAFETY: device pointers of live tensors of COUNT floats on
+                            // comm r's device (ncclCommInitAll gave comm r device r); they
+                            // outlive the synchronisation below.
+                            unsafe {
+                                comm.all_reduce(
+                                    bufs[r].data_ptr(),
+                                    outs[r].data_ptr(),
+                                    COUNT as usize,
+                                    DataType::Float32,
+                                    RedOp::Sum,
+                                )
+                            }?;
                         }
-                        let rc = group_end();
-                        if rc != 0 {
-                            return Err(format!("ncclGroupEnd failed: {}", err_string(&lib, rc)));
-                        }
-                    }
+                        Ok(())
+                    })
+                    .map_err(text)?;
                     for r in 0..n {
                         tch::Cuda::synchronize(r as i64);
                     }
@@ -737,10 +669,9 @@ pub mod imp {
                     version: version.clone(),
                 })
             })();
-            for c in comms {
-                // SAFETY: communicators created above.
-                unsafe { destroy(c) };
-            }
+            // The buffers are freed; now destroy (or, after an error, abort)
+            // the communicators.
+            drop(comms);
             result
         }
     }

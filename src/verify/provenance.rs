@@ -2,12 +2,15 @@
 //! files this process has mapped, which versions those very files report, and
 //! which other copies on disk they shadow.
 //!
-//! It reads /proc/self/maps, dlopens the exact mapped path (dlopen of a loaded
-//! path returns the loaded copy; nothing new is loaded) and calls the
-//! libraries' own version functions. It renders no verdicts; the
-//! `torch.*_loaded` checks in [`super::torch`] do.
+//! It reads /proc/self/maps (with [`crate::nccl`]'s parser), dlopens the
+//! exact mapped path (dlopen of a loaded path returns the loaded copy; nothing
+//! new is loaded) and calls the libraries' own version functions. It renders
+//! no verdicts; the `torch.*_loaded` checks in [`super::torch`] do.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+/// The `/proc/self/maps` reader is shared with the NCCL and cudart shims.
+pub use crate::nccl::{mapped_files, parse_maps};
 
 /// A CUDA library whose provenance verify reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,39 +77,6 @@ impl LibKind {
     pub fn query_version(self, path: &Path) -> Result<String, String> {
         query_version(self, path)
     }
-}
-
-/// The distinct file paths mapped in a `/proc/<pid>/maps` text, in order.
-pub fn parse_maps(text: &str) -> Vec<PathBuf> {
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for line in text.lines() {
-        // address perms offset dev inode [path]; the path may contain spaces.
-        let mut fields = line.splitn(6, ' ');
-        let (Some(_), Some(_), Some(_), Some(_), Some(_)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        let path = fields.next().unwrap_or("").trim_start();
-        if !path.starts_with('/') {
-            continue; // [heap], [stack], anonymous
-        }
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        if seen.insert(path.to_string()) {
-            out.push(PathBuf::from(path));
-        }
-    }
-    out
-}
-
-/// The files mapped in this process.
-pub fn mapped_files() -> std::io::Result<Vec<PathBuf>> {
-    Ok(parse_maps(&std::fs::read_to_string("/proc/self/maps")?))
 }
 
 /// The mapped files that are `kind`.

@@ -8,7 +8,7 @@
 use std::ffi::c_int;
 use std::path::PathBuf;
 
-use super::nccl::mapped_library;
+use crate::nccl::mapped_library;
 use crate::CliError;
 
 /// The CUDA 12 runtime's soname (the `nvidia-cuda-runtime-cu12` wheel).
