@@ -13,11 +13,13 @@ epsilon prediction, MSE loss, backward, clip_grad_norm_(1.0), AdamW (lr 1e-4,
 betas (0.95, 0.999), weight decay 1e-6, eps 1e-8), EMA of the weights, and
 `loss.detach().item()` every step (the script logs it every step). bf16 and
 fp16 run under torch.autocast with fp32 weights (fp16 with a GradScaler), as
-accelerate's mixed precision does.
+accelerate's mixed precision does. On CUDA cuDNN's autotuner is on
+(torch.backends.cudnn.benchmark), as it is in imgctl; --channels-last puts the
+model and its inputs in channels-last layout, as imgctl's flag of that name.
 
 Usage: bench_reference.py --unet-config config.json --data batches.bin
        --batches K --batch-size B --image-size S --precision bf16
-       --device cuda --warmup 10 --steps 50 [--compile]
+       --device cuda --warmup 10 --steps 50 [--compile] [--channels-last]
 """
 import argparse
 import json
@@ -40,6 +42,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
 
     result = {"mode": "compile" if a.compile else "eager", "ok": False}
@@ -59,10 +62,15 @@ def main() -> int:
     torch.manual_seed(a.seed)
     device = torch.device(a.device)
     cuda = device.type == "cuda"
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+    result["cudnn_benchmark"] = cuda
+    result["channels_last"] = a.channels_last
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
 
     with open(a.unet_config) as f:
         cfg = json.load(f)
-    model = UNet2DModel.from_config(cfg).to(device)
+    model = UNet2DModel.from_config(cfg).to(device, memory_format=fmt)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     result["params"] = sum(p.numel() for p in params)
@@ -100,8 +108,8 @@ def main() -> int:
 
     def step(i):
         x0, nz, ts = batches[i % len(batches)]
-        x0 = x0.to(device)
-        nz = nz.to(device)
+        x0 = x0.to(device, memory_format=fmt)
+        nz = nz.to(device, memory_format=fmt)
         ts = ts.to(device)
         noisy = sqrt_acp[ts].view(-1, 1, 1, 1) * x0 + sqrt_1m[ts].view(-1, 1, 1, 1) * nz
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):

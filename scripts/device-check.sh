@@ -91,6 +91,9 @@ stage nccl_world1 90 "issue 6: --gpus 1, the NCCL path with one rank" -- \
 stage bench_bf16 260 "issue 6: benchmark bf16 batch $bench_batch vs PyTorch eager and compile" -- \
   env IMGCTL_REFERENCE_TIMEOUT=150 "$bin" train-demo --benchmark "${model[@]}" --precision bf16 \
   --batch-size "$bench_batch" --compare --json
+stage bench_bf16_cl 90 "issue 6: the bf16 benchmark in channels-last layout (decides the default)" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$bench_batch" \
+  --channels-last --json
 stage bench_fp32 150 "issue 6: benchmark fp32 batch $bench_batch vs PyTorch (compile capped at 60 s)" -- \
   env IMGCTL_REFERENCE_TIMEOUT=60 "$bin" train-demo --benchmark "${model[@]}" --precision fp32 \
   --batch-size "$bench_batch" --compare --json

@@ -203,6 +203,9 @@ pub struct TrainArgs {
     /// Dtype of the gradient all-reduce in bf16 multi-rank runs: fp32 (as DDP, the default) or bf16 (half the traffic).
     #[arg(long, value_name = "fp32|bf16")]
     pub grad_reduce: Option<String>,
+    /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
+    #[arg(long)]
+    pub channels_last: bool,
     /// cpu, cuda, or cuda:N (default: cuda when available).
     #[arg(long)]
     pub device: Option<String>,

@@ -147,6 +147,10 @@ pub struct BenchReport {
     pub grad_reduce: String,
     /// Bytes each rank all-reduces per step (0 for one rank).
     pub all_reduce_bytes_per_step: usize,
+    /// The model ran in channels-last memory layout (`--channels-last`).
+    pub channels_last: bool,
+    /// cuDNN's autotuner was on (always on CUDA).
+    pub cudnn_benchmark: bool,
     /// cpu or cuda:N (as this rank saw it).
     pub device: String,
     /// GPU name, or "cpu".
@@ -348,6 +352,8 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         }
         .into(),
         all_reduce_bytes_per_step: trainer.grad_sync_bytes(),
+        channels_last: tr.channels_last,
+        cudnn_benchmark: device.is_cuda(),
         device: device_label(device),
         device_name,
         backend,

@@ -76,6 +76,12 @@ pub struct ReferenceRun {
     /// torch.cuda.mem_get_info (total − free), the same measure imgctl reports.
     #[serde(default)]
     pub device_used_peak_bytes: Option<u64>,
+    /// The model and inputs ran in channels-last layout.
+    #[serde(default)]
+    pub channels_last: Option<bool>,
+    /// torch.backends.cudnn.benchmark was on.
+    #[serde(default)]
+    pub cudnn_benchmark: Option<bool>,
     /// Parameters of the diffusers model (must equal imgctl's).
     #[serde(default)]
     pub params: Option<i64>,
@@ -162,6 +168,8 @@ pub struct ReferenceArgs {
     pub seed: u64,
     /// Wrap the model in torch.compile.
     pub compile: bool,
+    /// Channels-last memory layout for the model and its inputs.
+    pub channels_last: bool,
 }
 
 /// Runs the script prepared in `dir` and parses its JSON. A missing
@@ -191,6 +199,9 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
         .stderr(Stdio::piped());
     if a.compile {
         cmd.arg("--compile");
+    }
+    if a.channels_last {
+        cmd.arg("--channels-last");
     }
     let child = cmd.spawn().map_err(|e| {
         anyhow::Error::from(

@@ -138,6 +138,7 @@ mod imp {
             seed: args.seed,
             precision,
             grad_reduce,
+            channels_last: args.channels_last,
             checkpoint_every: args.checkpoint_every,
             keep: args.keep,
             sample_every: args.sample_every,

@@ -302,6 +302,7 @@ mod imp {
             lr: opts.run.config.training.lr,
             seed: opts.run.config.training.seed,
             compile: false,
+            channels_last: opts.run.config.training.channels_last,
         };
         p.info(format!(
             "running the PyTorch reference (eager) with {}",

@@ -121,6 +121,10 @@ pub struct TrainingConfig {
     /// The dtype of the gradient all-reduce in bf16 data-parallel runs.
     #[serde(default)]
     pub grad_reduce: GradReduce,
+    /// Run the model in channels-last (NHWC) memory layout, which tensor-core
+    /// convolutions prefer on GPUs; results are the same.
+    #[serde(default)]
+    pub channels_last: bool,
     /// Checkpoint every N steps (0: only at the end).
     pub checkpoint_every: u64,
     /// Checkpoints to keep.
@@ -157,6 +161,7 @@ impl TrainingConfig {
             seed: 0,
             precision: None,
             grad_reduce: GradReduce::Fp32,
+            channels_last: false,
             // Twice per default run; K = 3 kept as in accelerate's `checkpoints_total_limit` examples.
             checkpoint_every: 500,
             keep: 3,
@@ -291,6 +296,8 @@ pub struct Overrides {
     pub precision: Option<Precision>,
     /// `--grad-reduce`.
     pub grad_reduce: Option<GradReduce>,
+    /// `--channels-last` (only turns it on).
+    pub channels_last: bool,
     /// `--checkpoint-every`.
     pub checkpoint_every: Option<u64>,
     /// `--keep`.
@@ -411,6 +418,9 @@ impl TrainConfig {
         }
         if let Some(v) = o.grad_reduce {
             t.grad_reduce = v;
+        }
+        if o.channels_last {
+            t.channels_last = true;
         }
         if let Some(v) = o.checkpoint_every {
             t.checkpoint_every = v;

@@ -231,7 +231,13 @@ impl Trainer {
         config.validate()?;
         tch::manual_seed(config.training.seed as i64);
         let mut master_vs = VarStore::new(Device::Cpu);
-        let model = UNet2DModel::try_new(&master_vs.root(), &config.model)?;
+        let mut model = UNet2DModel::try_new(&master_vs.root(), &config.model)?;
+        model.set_channels_last(config.training.channels_last);
+        if device.is_cuda() {
+            // Fixed shapes every step: cuDNN's autotuner pays off after the
+            // first step (torch.backends.cudnn.benchmark = True).
+            tch::Cuda::cudnn_set_benchmark(true);
+        }
         if let Some(path) = init_from {
             weights::load_diffusers_state_dict(&master_vs, path)?;
         }
@@ -240,7 +246,8 @@ impl Trainer {
         let master = layout.bind_params(&master_vs, Kind::Float);
         let (compute, compute_flat, grads) = if precision == Precision::Bf16 {
             let mut vs = VarStore::new(device);
-            let m = UNet2DModel::try_new(&vs.root(), &config.model)?;
+            let mut m = UNet2DModel::try_new(&vs.root(), &config.model)?;
+            m.set_channels_last(config.training.channels_last);
             vs.bfloat16();
             let flat = layout.bind_params(&vs, Kind::BFloat16);
             tch::no_grad(|| flat.shallow_clone().copy_(&master));

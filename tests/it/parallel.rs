@@ -706,6 +706,75 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
 }
 
 #[test]
+fn channels_last_trains_alike_and_reaches_the_reference() {
+    let venv = std::env::var_os("IMGCTL_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let o = run(cmd(&[
+        "train-demo",
+        "--benchmark",
+        "--compare",
+        "--channels-last",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--json",
+    ])
+    .env("IMGCTL_PYTHON", venv.join("bin/python")));
+    let v = json(&o);
+    assert_eq!(v["imgctl"]["channels_last"], true, "{v}");
+    assert_eq!(v["imgctl"]["cudnn_benchmark"], false, "not on the CPU");
+    let eager = &v["pytorch"][0];
+    assert_eq!(eager["ok"], true, "{eager}");
+    assert_eq!(
+        eager["channels_last"], true,
+        "the flag reaches the reference"
+    );
+    // The same run with and without channels-last: the same losses (the
+    // layout changes the kernels' summation order, not the maths).
+    let losses = |extra: &[&str]| -> Vec<f64> {
+        let out = dir.path().join(format!("cl{}", extra.len()));
+        let mut args = vec![
+            "train-demo",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--steps",
+            "4",
+            "--batch-size",
+            "2",
+            "--sample-every",
+            "0",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&mut cmd(&args));
+        assert!(o.status.success(), "{}", texts(&o).1);
+        std::fs::read_to_string(out.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"]
+                    .as_f64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let (a, b) = (losses(&[]), losses(&["--channels-last"]));
+    assert_eq!(a.len(), 4);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-4 * x.abs(), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
 fn a_reference_run_past_its_deadline_is_reported_not_ok() {
     let venv = std::env::var_os("IMGCTL_VENV")
         .map(PathBuf::from)
