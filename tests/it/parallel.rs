@@ -323,10 +323,7 @@ fn gpus_without_a_gpu_is_a_clear_error() {
 
 /// The venv's NCCL wheel (nvidia-nccl-cu12, pinned by torch 2.7.0's wheel).
 fn wheel_nccl() -> PathBuf {
-    let venv = std::env::var_os("IMGCTL_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
-    let lib = venv.join("lib");
+    let lib = venv().join("lib");
     let py = std::fs::read_dir(&lib)
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", lib.display()))
         .filter_map(|e| e.ok())
@@ -673,14 +670,18 @@ fn cpu_scaling_benchmark_over_two_ranks() {
     );
 }
 
-#[test]
-fn compare_runs_the_pytorch_reference_on_the_same_model() {
-    let venv = std::env::var_os("IMGCTL_VENV")
+/// The set-up venv (torch 2.7.0 and diffusers), for the PyTorch reference.
+fn venv() -> PathBuf {
+    std::env::var_os("IMGCTL_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path());
-    let o = run(cmd(&[
+        .unwrap_or_else(|| crate::common::repo_root().join(".venv"))
+}
+
+/// `train-demo --benchmark --compare` on the small config (batch 2, one
+/// warm-up step, `steps` timed), with `extra` flags and `envs`.
+fn compare(dir: &Path, steps: &str, extra: &[&str], envs: &[(&str, &str)]) -> Output {
+    let cfg = small_config(dir);
+    let mut args = vec![
         "train-demo",
         "--benchmark",
         "--compare",
@@ -691,11 +692,22 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
         "--warmup",
         "1",
         "--steps",
-        "3",
+        steps,
         "--json",
-    ])
-    .env("IMGCTL_PYTHON", venv.join("bin/python")));
-    let v = json(&o);
+    ];
+    args.extend_from_slice(extra);
+    let mut c = cmd(&args);
+    c.env("IMGCTL_PYTHON", venv().join("bin/python"));
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    run(&mut c)
+}
+
+#[test]
+fn compare_runs_the_pytorch_reference_on_the_same_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = json(&compare(dir.path(), "3", &[], &[]));
     assert_eq!(v["kind"], "imgctl.train_compare");
     let eager = &v["pytorch"][0];
     assert_eq!(eager["mode"], "eager");
@@ -707,28 +719,8 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
 
 #[test]
 fn channels_last_trains_alike_and_reaches_the_reference() {
-    let venv = std::env::var_os("IMGCTL_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
     let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path());
-    let o = run(cmd(&[
-        "train-demo",
-        "--benchmark",
-        "--compare",
-        "--channels-last",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--batch-size",
-        "2",
-        "--warmup",
-        "1",
-        "--steps",
-        "2",
-        "--json",
-    ])
-    .env("IMGCTL_PYTHON", venv.join("bin/python")));
-    let v = json(&o);
+    let v = json(&compare(dir.path(), "2", &["--channels-last"], &[]));
     assert_eq!(v["imgctl"]["channels_last"], true, "{v}");
     assert_eq!(v["imgctl"]["cudnn_benchmark"], false, "not on the CPU");
     let eager = &v["pytorch"][0];
@@ -739,6 +731,7 @@ fn channels_last_trains_alike_and_reaches_the_reference() {
     );
     // The same run with and without channels-last: the same losses (the
     // layout changes the kernels' summation order, not the maths).
+    let cfg = small_config(dir.path());
     let losses = |extra: &[&str]| -> Vec<f64> {
         let out = dir.path().join(format!("cl{}", extra.len()));
         let mut args = vec![
@@ -776,30 +769,14 @@ fn channels_last_trains_alike_and_reaches_the_reference() {
 
 #[test]
 fn a_reference_run_past_its_deadline_is_reported_not_ok() {
-    let venv = std::env::var_os("IMGCTL_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::common::repo_root().join(".venv"));
     let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path());
-    let args = [
-        "train-demo",
-        "--benchmark",
-        "--compare",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--batch-size",
-        "2",
-        "--warmup",
-        "1",
-        "--steps",
-        "2",
-        "--json",
-    ];
     // Importing torch alone takes longer than 0.3 s.
-    let o = run(cmd(&args)
-        .env("IMGCTL_PYTHON", venv.join("bin/python"))
-        .env("IMGCTL_REFERENCE_TIMEOUT", "0.3"));
-    let v = json(&o);
+    let v = json(&compare(
+        dir.path(),
+        "2",
+        &[],
+        &[("IMGCTL_REFERENCE_TIMEOUT", "0.3")],
+    ));
     let eager = &v["pytorch"][0];
     assert_eq!(eager["mode"], "eager");
     assert_eq!(eager["ok"], false, "{eager}");
@@ -813,7 +790,12 @@ fn a_reference_run_past_its_deadline_is_reported_not_ok() {
         "no ratio without a reference: {v}"
     );
     assert!(v["imgctl"]["img_per_s"].as_f64().unwrap() > 0.0);
-    let bad = run(cmd(&args).env("IMGCTL_REFERENCE_TIMEOUT", "soon"));
+    let bad = compare(
+        dir.path(),
+        "2",
+        &[],
+        &[("IMGCTL_REFERENCE_TIMEOUT", "soon")],
+    );
     assert_eq!(bad.status.code(), Some(2), "{}", texts(&bad).1);
     assert!(
         texts(&bad).1.contains("IMGCTL_REFERENCE_TIMEOUT"),
