@@ -198,7 +198,7 @@ mod imp {
 #[cfg(feature = "torch")]
 pub mod imp {
     //! The tch bodies of the functional checks.
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     use tch::{Device, Kind, TchError, Tensor};
 
@@ -226,11 +226,22 @@ pub mod imp {
         Ok(Device::Cuda(g as usize))
     }
 
-    fn sync(device: Device) {
-        if let Device::Cuda(i) = device {
-            tch::Cuda::synchronize(i as i64);
+    /// Waits for the work queued on `device`: a one-element device-to-host
+    /// read, which synchronises torch's (default) stream like
+    /// `tch::Cuda::synchronize` does, but returns a failed kernel's CUDA
+    /// error instead of panicking on it (tch unwraps inside `synchronize`).
+    fn sync(device: Device) -> Result<(), TchError> {
+        if let Device::Cuda(_) = device {
+            let _ = Tensor::f_zeros([1], (Kind::Float, device))?.f_to_device(Device::Cpu)?;
         }
+        Ok(())
     }
+
+    /// Minimum warm-up before a timed loop: cuBLAS picks its kernels on the
+    /// first call, and an idle GPU runs at idle clocks until GPU Boost raises
+    /// them under load, which a 3-product warm-up (~4 ms at 8192³ bf16 on an
+    /// H200) may not cover. Bounded in time, so the total stays small.
+    const WARMUP: Duration = Duration::from_millis(300);
 
     /// Relative Frobenius error of `kind` matmul on `device` against float64 on
     /// the CPU, for n×n inputs rounded to `kind` first (so only the product's
@@ -253,7 +264,7 @@ pub mod imp {
     }
 
     /// Achieved TFLOP/s of an n×n×n matmul (2n³ flops each), timed over
-    /// `iters` products after 3 warm-ups.
+    /// `iters` products after a warm-up of at least 3 products and [`WARMUP`].
     pub fn matmul_tflops(
         device: Device,
         kind: Kind,
@@ -262,15 +273,23 @@ pub mod imp {
     ) -> Result<f64, TchError> {
         let a = Tensor::f_randn([n, n], (kind, device))?;
         let b = Tensor::f_randn([n, n], (kind, device))?;
-        for _ in 0..3 {
+        let warm = Instant::now();
+        let mut done = 0;
+        while done < 3 || warm.elapsed() < WARMUP {
             let _ = a.f_matmul(&b)?;
+            done += 1;
+            // Wait now and then, so the clock measures the GPU, not the
+            // host queueing launches ahead of it.
+            if done % 4 == 0 {
+                sync(device)?;
+            }
         }
-        sync(device);
+        sync(device)?;
         let start = Instant::now();
         for _ in 0..iters {
             let _ = a.f_matmul(&b)?;
         }
-        sync(device);
+        sync(device)?;
         let secs = start.elapsed().as_secs_f64();
         Ok(2.0 * (n as f64).powi(3) * iters as f64 / secs / 1e12)
     }
@@ -302,9 +321,11 @@ pub mod imp {
                 .threshold(format!("≤ {limit:.0e} rel. error"))
                 .hint("a GPU computing wrong results must be drained; check nvml.ecc and dmesg for Xid 13/31/43")];
         }
-        // 8192³ bf16 is ~1.4 ms on an H200; fp32 at 67 TFLOP/s ~16 ms.
+        // 8192³ is 1.1 TFLOP: ~1.4 ms in bf16 on an H200 (~790 TFLOP/s
+        // measured), ~20 ms in fp32 (~55 of 67 TFLOP/s); the counts give
+        // ~70 ms and ~100 ms timed, long enough for a stable median.
         let (n, iters) = if kind == Kind::BFloat16 {
-            (8192, 20)
+            (8192, 50)
         } else {
             (8192, 5)
         };
@@ -360,16 +381,18 @@ pub mod imp {
         bytes_per_copy: f64,
         iters: usize,
     ) -> Result<f64, TchError> {
+        // Two untimed copies: first-touch of the pages, P2P mappings.
+        dst.f_copy_(src)?;
         dst.f_copy_(src)?;
         for d in devices {
-            sync(*d);
+            sync(*d)?;
         }
         let start = Instant::now();
         for _ in 0..iters {
             dst.f_copy_(src)?;
         }
         for d in devices {
-            sync(*d);
+            sync(*d)?;
         }
         Ok(bytes_per_copy * iters as f64 / start.elapsed().as_secs_f64() / 1e9)
     }
@@ -389,7 +412,8 @@ pub mod imp {
             let src = Tensor::f_ones([BUF_BYTES], (Kind::Uint8, device))?;
             let mut dst = Tensor::f_empty([BUF_BYTES], (Kind::Uint8, device))?;
             // A device copy reads and writes every byte: 2 × size moved.
-            copy_rate(&mut dst, &src, &[device], 2.0 * BUF_BYTES as f64, 20)
+            // 50 copies of 1 GiB: ~25 ms at the ~4.3 TB/s an H200 reaches.
+            copy_rate(&mut dst, &src, &[device], 2.0 * BUF_BYTES as f64, 50)
         };
         let gbs = match run() {
             Ok(v) => v,
