@@ -103,6 +103,19 @@ pub const BF16_REL_ERR: f64 = 1e-2;
 /// gives ~1e-6; TF32 would give ~1e-3. 1e-4 sits between.
 pub const FP32_REL_ERR: f64 = 1e-4;
 
+/// Relative error allowed for an fp32 matmul when libtorch runs it on TF32
+/// tensor cores (`TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`): TF32 keeps 10 of
+/// fp32's 23 mantissa bits, so each input rounds by up to 2^-11 ≈ 4.9e-4;
+/// the product's error is ~1e-3, and wrong results are still O(1).
+pub const TF32_REL_ERR: f64 = 5e-3;
+
+/// Whether libtorch runs fp32 matmuls on TF32: its default precision is
+/// "highest" unless `TORCH_ALLOW_TF32_CUBLAS_OVERRIDE` is exactly `1`
+/// (ATen/Context.h reads it with c10::utils::check_env, which accepts `0`/`1`).
+pub fn fp32_matmul_uses_tf32(env_value: Option<&str>) -> bool {
+    env_value == Some("1")
+}
+
 /// PCIe payload bandwidth per lane and direction in GB/s, by generation
 /// (PCI-SIG: Gen3 8 GT/s, Gen4 16 GT/s, Gen5 32 GT/s, 128b/130b encoding).
 pub fn pcie_lane_gbs(gen: u32) -> Option<f64> {
@@ -300,10 +313,18 @@ pub mod imp {
             Ok(d) => d,
             Err(r) => return vec![*r],
         };
-        let (limit, label) = if kind == Kind::BFloat16 {
-            (BF16_REL_ERR, "bf16")
-        } else {
-            (FP32_REL_ERR, "fp32")
+        let tf32 = fp32_matmul_uses_tf32(
+            std::env::var(crate::env_vars::TORCH_ALLOW_TF32_CUBLAS_OVERRIDE)
+                .ok()
+                .as_deref(),
+        );
+        let (limit, label) = match kind {
+            Kind::BFloat16 => (BF16_REL_ERR, "bf16"),
+            _ if tf32 => (
+                TF32_REL_ERR,
+                "fp32 (as TF32: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1)",
+            ),
+            _ => (FP32_REL_ERR, "fp32"),
         };
         // 1024: the float64 CPU reference costs 2 GFLOP, well under a second.
         let err = match matmul_rel_error(device, kind, 1024) {
@@ -798,6 +819,10 @@ mod tests {
             judge_rate("func.x", "copy", 4.3, "TB/s", Some((2.4, "50%".into()))).status,
             super::super::Status::Pass
         );
+        assert!(fp32_matmul_uses_tf32(Some("1")));
+        assert!(!fp32_matmul_uses_tf32(Some("0")));
+        assert!(!fp32_matmul_uses_tf32(None));
+        assert!(FP32_REL_ERR < TF32_REL_ERR && TF32_REL_ERR < BF16_REL_ERR);
         assert_eq!(allreduce_busbw(100.0, 8), 175.0);
         assert_eq!(allreduce_busbw(100.0, 1), 0.0);
         assert!((pcie_lane_gbs(5).unwrap() * 16.0 - 63.0).abs() < 0.1);
