@@ -47,13 +47,21 @@ pub fn pick_mapped_cudart<'a>(paths: impl IntoIterator<Item = &'a str>) -> Optio
 /// The CUDA runtime mapped in this process, if any.
 pub fn mapped_cudart() -> Option<PathBuf> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    // address perms offset dev inode path
-    pick_mapped_cudart(maps.lines().filter_map(|l| l.split_whitespace().nth(5)))
+    pick_mapped_cudart(maps.lines().filter_map(maps_path))
+}
+
+/// The path column of a `/proc/<pid>/maps` line (`address perms offset dev
+/// inode path`; the five fields are single-space separated, the path is
+/// padded and may itself contain spaces).
+fn maps_path(line: &str) -> Option<&str> {
+    let path = line.splitn(6, ' ').nth(5)?.trim_start();
+    path.starts_with('/').then_some(path)
 }
 
 type SetDeviceFn = unsafe extern "C" fn(c_int) -> c_int;
 type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type GetDevicePropertiesFn = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
+type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
 
 /// Bytes reserved for `cudaDeviceProp`: sizeof is 1032 with CUDA 12.6's
 /// driver_types.h and 1008 with CUDA 13.0's, which dropped fields such as
@@ -76,6 +84,7 @@ pub struct CudaRuntime {
     set_device: SetDeviceFn,
     mem_get_info: MemGetInfoFn,
     get_device_properties: Option<GetDevicePropertiesFn>,
+    get_error_string: Option<GetErrorStringFn>,
     _lib: libloading::Library,
 }
 
@@ -143,13 +152,37 @@ impl CudaRuntime {
                 .or_else(|_| lib.get::<GetDevicePropertiesFn>(b"cudaGetDeviceProperties"))
                 .ok()
                 .map(|s| *s);
+            let get_error_string = lib
+                .get::<GetErrorStringFn>(b"cudaGetErrorString")
+                .ok()
+                .map(|s| *s);
             Ok(Self {
                 path,
                 set_device,
                 mem_get_info,
                 get_device_properties,
+                get_error_string,
                 _lib: lib,
             })
+        }
+    }
+
+    /// `CUDA error 100 (no CUDA-capable device is detected)`: the code with
+    /// the runtime's own text (cudaGetErrorString).
+    fn describe(&self, code: c_int) -> String {
+        let text = self.get_error_string.and_then(|f| {
+            // SAFETY: cudaGetErrorString returns a static NUL-terminated string
+            // for any code (cuda_runtime_api.h).
+            let p = unsafe { f(code) };
+            (!p.is_null()).then(|| {
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        });
+        match text {
+            Some(t) => format!("CUDA error {code} ({t})"),
+            None => format!("CUDA error {code}"),
         }
     }
 
@@ -159,8 +192,10 @@ impl CudaRuntime {
         let r = unsafe { (self.set_device)(index as c_int) };
         if r != 0 {
             return Err(CliError::failure(format!(
-                "cudaSetDevice({index}) failed with CUDA error {r}"
+                "cudaSetDevice({index}) failed with {}",
+                self.describe(r)
             ))
+            .with_hint("check CUDA_VISIBLE_DEVICES and `imgctl verify`")
             .into());
         }
         Ok(())
@@ -174,9 +209,11 @@ impl CudaRuntime {
         // SAFETY: writes two size_t.
         let r = unsafe { (self.mem_get_info)(&mut free, &mut total) };
         if r != 0 {
-            return Err(
-                CliError::failure(format!("cudaMemGetInfo failed with CUDA error {r}")).into(),
-            );
+            return Err(CliError::failure(format!(
+                "cudaMemGetInfo failed with {}",
+                self.describe(r)
+            ))
+            .into());
         }
         Ok((free as u64, total as u64))
     }
@@ -191,7 +228,10 @@ impl CudaRuntime {
         // SAFETY: the buffer is larger than cudaDeviceProp.
         let r = unsafe { f(buf.as_mut_ptr(), index as c_int) };
         if r != 0 {
-            anyhow::bail!("cudaGetDeviceProperties({index}) failed with CUDA error {r}");
+            anyhow::bail!(
+                "cudaGetDeviceProperties({index}) failed with {}",
+                self.describe(r)
+            );
         }
         let name = &buf[..256];
         let end = name.iter().position(|&b| b == 0).unwrap_or(256);
@@ -240,6 +280,16 @@ mod tests {
             ))
         );
         assert_eq!(pick_mapped_cudart(["/lib/libc.so.6"]), None);
+        // A maps line whose path holds a space.
+        let line = "7f1a2b000000-7f1a2c000000 r-xp 00000000 08:01 42                         /opt/my env/nvidia/cu13/lib/libcudart.so.13";
+        assert_eq!(
+            pick_mapped_cudart(maps_path(line)),
+            Some(PathBuf::from("/opt/my env/nvidia/cu13/lib/libcudart.so.13"))
+        );
+        assert_eq!(
+            maps_path("7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0   [stack]"),
+            None
+        );
     }
 
     #[cfg(feature = "torch")]
@@ -264,7 +314,13 @@ mod tests {
         if !tch::Cuda::is_available() {
             assert!(rt.mem_get_info().is_err());
             assert!(rt.device_name(0).is_err());
-            assert!(rt.set_device(0).is_err());
+            // The runtime's own words come with the code.
+            let e = rt.set_device(0).unwrap_err().to_string();
+            assert!(
+                e.starts_with("cudaSetDevice(0) failed with CUDA error "),
+                "{e}"
+            );
+            assert!(e.contains(" ("), "{e}");
         }
     }
 }
