@@ -822,7 +822,7 @@ mod tests {
         assert!(fp32_matmul_uses_tf32(Some("1")));
         assert!(!fp32_matmul_uses_tf32(Some("0")));
         assert!(!fp32_matmul_uses_tf32(None));
-        assert!(FP32_REL_ERR < TF32_REL_ERR && TF32_REL_ERR < BF16_REL_ERR);
+        const { assert!(FP32_REL_ERR < TF32_REL_ERR && TF32_REL_ERR < BF16_REL_ERR) };
         assert_eq!(allreduce_busbw(100.0, 8), 175.0);
         assert_eq!(allreduce_busbw(100.0, 1), 0.0);
         assert!((pcie_lane_gbs(5).unwrap() * 16.0 - 63.0).abs() < 0.1);
