@@ -63,4 +63,13 @@ step bench-fp32.json 90 "$bin" train-demo --benchmark --precision fp32 --json
 step bench-fp16.json 60 "$bin" train-demo --benchmark --precision fp16 --json
 # 6. A short real run: checkpoints, samples on the GPU, the summary.
 step train-bf16 90 "$bin" train-demo --steps 100 --precision bf16 --out "$work/train"
+# 7. imgctl against the PyTorch reference (eager, then torch.compile), when
+#    python3 can import diffusers (not in the device image: carry the pure-Python
+#    wheel, e.g. `pip download --no-deps diffusers==0.33.1`, and add the folder
+#    it is unpacked in to PYTHONPATH).
+if python3 -c 'import diffusers' 2>/dev/null; then
+  step compare-bf16.json 180 "$bin" train-demo --benchmark --compare --precision bf16 --json
+else
+  echo "=== compare-bf16.json: skipped, python3 cannot import diffusers" | tee -a "$log"
+fi
 echo "=== total $((SECONDS - start))s of ${budget}s" | tee -a "$log"
