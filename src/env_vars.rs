@@ -36,6 +36,10 @@ pub const IMGCTL_VERIFY_PINS: &str = "IMGCTL_VERIFY_PINS";
 /// CUDA device enumeration order; verify sets `PCI_BUS_ID` when unset so CUDA
 /// ordinals follow NVML's (PCI) order.
 pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";
+/// Read by libtorch, not set by imgctl: `1` makes fp32 matmuls use TF32
+/// (ATen/Context.h; NVIDIA's NGC containers set it). verify's fp32 matmul
+/// check then judges against TF32's error bound.
+pub const TORCH_ALLOW_TF32_CUBLAS_OVERRIDE: &str = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE";
 /// Unix time to use as the image's `org.opencontainers.image.created` label
 /// (<https://reproducible-builds.org/specs/source-date-epoch/>).
 pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";

@@ -28,6 +28,17 @@ pub struct GpuPeak {
 
 /// The table, most specific rows first (the first matching row wins).
 pub const PEAKS: &[GpuPeak] = &[
+    // H200 NVL (NVML/CUDA name "NVIDIA H200 NVL"): PCIe card at 600 W,
+    // before the H200 row, which would otherwise claim it.
+    GpuPeak {
+        model: "H200 NVL",
+        matches: &["H200", "NVL"],
+        bf16_dense: 835.5,
+        tf32_dense: 417.5,
+        fp32: 60.0,
+        mem_tbs: 4.8,
+        source: "https://www.nvidia.com/en-us/data-center/h200/ (H200 NVL: BF16 1,671 TFLOPS with sparsity, TF32 835, FP32 60, 4.8 TB/s)",
+    },
     // H200 SXM: the H100 SXM's SMs and clocks with HBM3e.
     GpuPeak {
         model: "H200",
@@ -108,7 +119,10 @@ mod tests {
 
     #[test]
     fn names_match_the_right_row() {
+        // The names NVML and cudaGetDeviceProperties report.
         assert_eq!(lookup("NVIDIA H200").unwrap().model, "H200");
+        assert_eq!(lookup("NVIDIA H200 NVL").unwrap().model, "H200 NVL");
+        assert_eq!(lookup("NVIDIA H200 NVL").unwrap().bf16_dense, 835.5);
         assert_eq!(lookup("NVIDIA H100 80GB HBM3").unwrap().model, "H100");
         assert_eq!(lookup("NVIDIA H100 PCIe").unwrap().model, "H100 PCIe");
         assert_eq!(lookup("NVIDIA H100 NVL").unwrap().model, "H100 NVL");

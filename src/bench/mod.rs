@@ -209,7 +209,14 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     let data = trainer::open_dataset(&run.data, &cfg)?;
     let backend = sync_backend_label(sync_impl.as_ref(), device);
     let rt = match device {
-        Device::Cuda(_) => Some(CudaRuntime::locate()?),
+        Device::Cuda(i) => {
+            let rt = CudaRuntime::locate()?;
+            // cudaMemGetInfo reads the calling thread's current device, which
+            // torch leaves at 0 (its device guards restore it after each op):
+            // make it the benchmarked one, or `--device cuda:1` reports GPU 0.
+            rt.set_device(i)?;
+            Some(rt)
+        }
         _ => None,
     };
     let used = |rt: &CudaRuntime| rt.mem_get_info().map(|(free, total)| (total - free, total));

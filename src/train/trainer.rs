@@ -211,6 +211,36 @@ pub fn check_precision(device: Device, precision: Precision) -> anyhow::Result<(
     }
 }
 
+/// The error for a training step that panicked inside tch: libtorch's own
+/// message (`CUDA out of memory. Tried to allocate …`) without tch's
+/// `called Result::unwrap() on an Err value: Torch("…")` wrapping.
+pub fn step_panic_error(
+    step: u64,
+    device: Device,
+    panic: &(dyn std::any::Any + Send),
+) -> anyhow::Error {
+    let text = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    let inner = text
+        .split_once("Torch(\"")
+        .map(|(_, rest)| rest.trim_end_matches("\")").replace("\\n", "\n"))
+        .unwrap_or(text);
+    let first = inner.lines().next().unwrap_or_default().trim().to_string();
+    let hint = if first.contains("out of memory") {
+        "lower --batch-size, or use --precision bf16"
+    } else if matches!(device, Device::Cuda(_)) {
+        "check the GPU with `imgctl verify --level full`, and the kernel log (dmesg) for Xid errors"
+    } else {
+        "rerun with RUST_BACKTRACE=1 and report the message"
+    };
+    CliError::failure(format!("training step {step} failed in libtorch: {first}"))
+        .with_hint(hint)
+        .into()
+}
+
 fn sync_device(device: Device) {
     if let Device::Cuda(i) = device {
         tch::Cuda::synchronize(i as i64);
@@ -371,7 +401,20 @@ impl Trainer {
     }
 
     /// One optimizer step on `batch` (this rank's block of the global batch).
+    ///
+    /// tch's non-`f_` calls unwrap libtorch's errors (a CUDA out-of-memory, a
+    /// failed kernel, a cuDNN error), so they arrive as panics; they end the
+    /// step as an error (exit 1 with libtorch's message) instead of aborting
+    /// the process with a Rust backtrace.
     pub fn train_step(&mut self, batch: &super::data::Batch) -> anyhow::Result<StepStats> {
+        let step = self.step + 1;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.train_step_inner(batch)
+        }))
+        .unwrap_or_else(|panic| Err(step_panic_error(step, self.device, panic.as_ref())))
+    }
+
+    fn train_step_inner(&mut self, batch: &super::data::Batch) -> anyhow::Result<StepStats> {
         let mut times = PhaseTimes::default();
         let mut t = Instant::now();
         let b = batch.batch as i64;
@@ -1209,4 +1252,38 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         samples,
         diffusers_model,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_libtorch_panic_becomes_a_one_line_error() {
+        // A real libtorch error raised through a panicking tch call.
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let panic =
+            std::panic::catch_unwind(|| Tensor::zeros([2], (Kind::Float, Device::Cpu)).view([3]))
+                .expect_err("a view of the wrong size panics in tch");
+        std::panic::set_hook(hook);
+        let e = step_panic_error(7, Device::Cpu, panic.as_ref());
+        let cli = e.downcast_ref::<CliError>().expect("a CliError");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("training step 7 failed in libtorch: shape '[3]' is invalid"),
+            "{msg}"
+        );
+        assert!(!msg.contains("unwrap") && !msg.contains('\n'), "{msg}");
+        assert!(cli.hint.is_some());
+        let oom = step_panic_error(
+            1,
+            Device::Cuda(0),
+            &"called `Result::unwrap()` on an `Err` value: Torch(\"CUDA out of memory. Tried to allocate 2.00 GiB\\nException raised from malloc\")".to_string(),
+        );
+        assert_eq!(
+            oom.to_string(),
+            "training step 1 failed in libtorch: CUDA out of memory. Tried to allocate 2.00 GiB"
+        );
+    }
 }

@@ -18,7 +18,10 @@
 //! of torch 2.7.0 has sm_89 code in 2 of its 378 fatbin containers, against
 //! 378 for each arch of its `TORCH_CUDA_ARCH_LIST`); an arch counts as
 //! *built for* only when it has code in at least half as many entries as the
-//! most common arch, and the rest are reported as partial.
+//! most common arch, and the rest are reported as partial. The cu130 wheel of
+//! torch 2.11.0 reads as sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 (444-503
+//! entries each), with sm_89, sm_103 and sm_121 partial and no PTX; an H200
+//! (sm_90) is covered exactly by both wheels.
 //!
 //! It must not load or execute the library.
 use std::collections::{BTreeMap, BTreeSet};
@@ -126,6 +129,11 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
 }
 
+/// `off + len`, saturating (a corrupt header must not overflow).
+fn str_bound(off: u64, len: u64) -> u64 {
+    off.saturating_add(len)
+}
+
 /// Finds a section by name in a 64-bit little-endian ELF file: (file offset, size).
 pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u64)>> {
     let mut eh = [0u8; 64];
@@ -140,16 +148,31 @@ pub fn find_section(file: &File, wanted: &str) -> std::io::Result<Option<(u64, u
     let shentsize = u16_at(&eh, 0x3A) as u64;
     let shnum = u16_at(&eh, 0x3C) as u64;
     let shstrndx = u16_at(&eh, 0x3E) as u64;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    // Elf64_Shdr is 64 bytes (elf.h); a smaller entry or an out-of-range
+    // string-table index is a corrupt file, not a reason to panic.
+    if shentsize < 0x28
+        || shstrndx >= shnum
+        || file.metadata()?.len() < str_bound(shoff, shentsize * shnum)
+    {
+        return Err(bad("corrupt ELF section header table"));
+    }
     let mut sh = vec![0u8; (shentsize * shnum) as usize];
     file.read_exact_at(&mut sh, shoff)?;
     let sec = |i: u64| &sh[(i * shentsize) as usize..((i + 1) * shentsize) as usize];
     let strtab = sec(shstrndx);
     let (str_off, str_size) = (u64_at(strtab, 0x18), u64_at(strtab, 0x20));
+    if file.metadata()?.len() < str_bound(str_off, str_size) {
+        return Err(bad("corrupt ELF section name table"));
+    }
     let mut names = vec![0u8; str_size as usize];
     file.read_exact_at(&mut names, str_off)?;
     for i in 0..shnum {
         let s = sec(i);
         let name_off = u32_at(s, 0) as usize;
+        if name_off >= names.len() {
+            continue;
+        }
         let end = names[name_off..]
             .iter()
             .position(|c| *c == 0)
@@ -177,7 +200,10 @@ pub fn scan_region(file: &File, start: u64, len: u64) -> std::io::Result<EntryCo
         }
         let header_size = u16_at(&hdr, 6) as u64;
         let fat_size = u64_at(&hdr, 8);
-        let entries_end = (pos + header_size + fat_size).min(end);
+        let entries_end = pos
+            .saturating_add(header_size)
+            .saturating_add(fat_size)
+            .min(end);
         let mut e = pos + header_size;
         while e + 32 <= entries_end {
             file.read_exact_at(&mut entry, e)?;
@@ -193,9 +219,10 @@ pub fn scan_region(file: &File, start: u64, len: u64) -> std::io::Result<EntryCo
             if ehdr == 0 {
                 break;
             }
-            e += ehdr + payload;
+            e = e.saturating_add(ehdr).saturating_add(payload);
         }
-        pos = (entries_end + 7) & !7;
+        // Always move forward, even past a container that claims no size.
+        pos = ((entries_end + 7) & !7).max(pos + 8);
     }
     Ok(out)
 }
@@ -278,6 +305,23 @@ mod tests {
             ..list
         };
         assert_eq!(with_ptx.coverage(10, 0), Coverage::Ptx(90));
+    }
+
+    #[test]
+    fn corrupt_elf_headers_are_errors_not_panics() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let mut bad = exe[..64].to_vec();
+        // e_shstrndx beyond e_shnum.
+        bad[0x3E..0x40].copy_from_slice(&u16::MAX.to_le_bytes());
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bad).unwrap();
+        assert!(find_section(&f, ".nv_fatbin").is_err());
+        // A section table past the end of the file.
+        let mut short = exe[..64].to_vec();
+        short[0x28..0x30].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&short).unwrap();
+        assert!(find_section(&f, ".nv_fatbin").is_err());
     }
 
     #[test]

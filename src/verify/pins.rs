@@ -74,27 +74,51 @@ impl Pins {
             if let Some(v) = line.strip_prefix("Version: ") {
                 p.torch = Some(strip_local(v.trim()).to_string());
             }
-            let Some(req) = line.strip_prefix("Requires-Dist: ") else {
+            let Some((name, version)) = exact_requirement(line) else {
                 continue;
             };
-            let req = req.split(';').next().unwrap_or("").trim();
-            let Some((name, version)) = req.split_once("==") else {
-                continue;
+            let version = Some(version);
+            // CUDA 12 wheels carry a `-cu12` suffix; CUDA 13's runtime and
+            // cuBLAS wheels do not (`nvidia-cuda-runtime==13.0.96.*`, from
+            // the cuda-toolkit 13.0.2 METADATA), cuDNN's and NCCL's do (`-cu13`).
+            let family = |n: &str, base: &str| {
+                n == base || n.strip_prefix(base).is_some_and(|r| r.starts_with("-cu"))
             };
-            let version = Some(version.trim().to_string());
-            match name.trim() {
-                n if n.starts_with("nvidia-cuda-runtime-cu") => p.cudart = version,
-                n if n.starts_with("nvidia-cublas-cu") => p.cublas = version,
-                n if n.starts_with("nvidia-cudnn-cu") => p.cudnn = version,
-                n if n.starts_with("nvidia-nccl-cu") => p.nccl = version,
+            match name.as_str() {
+                n if family(n, "nvidia-cuda-runtime") => p.cudart = version,
+                n if family(n, "nvidia-cublas") => p.cublas = version,
+                n if family(n, "nvidia-cudnn") => p.cudnn = version,
+                n if family(n, "nvidia-nccl") => p.nccl = version,
                 _ => {}
             }
         }
         p
     }
 
+    /// The `cuda-toolkit` version a torch METADATA requires
+    /// (`cuda-toolkit[cublas,cudart,…]==13.0.2`: torch 2.11's cu130 wheel pins
+    /// its CUDA runtime and cuBLAS only through that meta-package).
+    pub fn cuda_toolkit_requirement(text: &str) -> Option<String> {
+        text.lines().find_map(|line| {
+            let (name, version) = exact_requirement(line)?;
+            (name == "cuda-toolkit").then_some(version)
+        })
+    }
+
+    /// Fills the pins still missing from `other` (keeps this one's source).
+    fn fill_from(&mut self, other: Pins) {
+        self.torch = self.torch.take().or(other.torch);
+        self.cudart = self.cudart.take().or(other.cudart);
+        self.cublas = self.cublas.take().or(other.cublas);
+        self.cudnn = self.cudnn.take().or(other.cudnn);
+        self.nccl = self.nccl.take().or(other.nccl);
+    }
+
     /// Finds the METADATA of the torch wheel whose package directory is
     /// `torch_dir` (`…/site-packages/torch`).
+    /// When that METADATA pins `cuda-toolkit==V` instead of the CUDA runtime
+    /// and cuBLAS wheels, their pins come from the installed
+    /// `cuda_toolkit-V.dist-info/METADATA` next to it.
     pub fn from_torch_dir(torch_dir: &Path) -> Option<Self> {
         let site = torch_dir.parent()?;
         let entries = std::fs::read_dir(site).ok()?;
@@ -103,10 +127,16 @@ impl Pins {
             if name.starts_with("torch-") && name.ends_with(".dist-info") {
                 let meta = e.path().join("METADATA");
                 if let Ok(text) = std::fs::read_to_string(&meta) {
-                    return Some(Self::from_wheel_metadata(
-                        &text,
-                        &format!("{name}/METADATA"),
-                    ));
+                    let mut pins = Self::from_wheel_metadata(&text, &format!("{name}/METADATA"));
+                    if let Some(v) = Self::cuda_toolkit_requirement(&text) {
+                        let toolkit = format!("cuda_toolkit-{v}.dist-info");
+                        if let Ok(t) = std::fs::read_to_string(site.join(&toolkit).join("METADATA"))
+                        {
+                            pins.fill_from(Self::from_wheel_metadata(&t, ""));
+                            pins.source = format!("{} and {toolkit}/METADATA", pins.source);
+                        }
+                    }
+                    return Some(pins);
                 }
             }
         }
@@ -124,8 +154,38 @@ impl Pins {
         if let Some(p) = torch_dir.and_then(Self::from_torch_dir) {
             return Ok(p);
         }
-        Ok(Self::torch_2_7_0_cu126())
+        // No wheel METADATA (a standalone libtorch): the built-in pins only
+        // describe torch 2.7.0+cu126. Comparing another torch with them would
+        // FAIL a healthy machine for not running imgctl's default torch.
+        let builtin = Self::torch_2_7_0_cu126();
+        match torch_dir.and_then(super::torch::torch_version_info) {
+            Some((version, cuda))
+                if !(version_matches(&version, "2.7.0") && cuda.as_deref() == Some("12.6")) =>
+            {
+                Ok(Pins {
+                    source: format!(
+                        "none: torch {version} has no wheel METADATA and is not imgctl's default torch 2.7.0+cu126 (set {} to compare)",
+                        crate::env_vars::IMGCTL_VERIFY_PINS
+                    ),
+                    ..Default::default()
+                })
+            }
+            _ => Ok(builtin),
+        }
     }
+}
+
+/// `name==version` of a METADATA `Requires-Dist:` line with an exact pin,
+/// without extras, markers or a trailing `.*` (`nvidia-cublas==13.1.0.3.*;
+/// … extra == 'cublas'` → `("nvidia-cublas", "13.1.0.3")`).
+fn exact_requirement(line: &str) -> Option<(String, String)> {
+    let req = line.strip_prefix("Requires-Dist: ")?;
+    let req = req.split(';').next().unwrap_or("").trim();
+    let (name, version) = req.split_once("==")?;
+    let name = name.split('[').next().unwrap_or("").trim();
+    let version = version.trim();
+    let version = version.strip_suffix(".*").unwrap_or(version);
+    (!name.is_empty() && !version.is_empty()).then(|| (name.to_string(), version.to_string()))
 }
 
 /// `2.7.0+cu126` → `2.7.0`.
@@ -160,6 +220,79 @@ Requires-Dist: filelock\n";
         assert_eq!(p.cudnn.as_deref(), Some("9.5.1.17"));
         assert_eq!(p.cublas.as_deref(), Some("12.6.4.1"));
         assert_eq!(p.nccl.as_deref(), Some("2.26.2"));
+    }
+
+    /// torch 2.11.0's PyPI wheel (cu130) METADATA, abridged.
+    const TORCH_2_11_META: &str = "Metadata-Version: 2.4\nName: torch\nVersion: 2.11.0\n\
+Requires-Dist: filelock\n\
+Requires-Dist: cuda-toolkit[cublas,cudart,cufft,cufile,cupti,curand,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.0.2; platform_system == \"Linux\"\n\
+Requires-Dist: cuda-bindings<14,>=13.0.3; platform_system == \"Linux\"\n\
+Requires-Dist: nvidia-cudnn-cu13==9.19.0.56; platform_system == \"Linux\"\n\
+Requires-Dist: nvidia-cusparselt-cu13==0.8.0; platform_system == \"Linux\"\n\
+Requires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == \"Linux\"\n";
+
+    /// cuda-toolkit 13.0.2's METADATA, abridged.
+    const CUDA_TOOLKIT_13_0_2_META: &str = "Name: cuda-toolkit\nVersion: 13.0.2\n\
+Requires-Dist: nvidia-cublas==13.1.0.3.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'all'\n\
+Requires-Dist: nvidia-cuda-runtime==13.0.96.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'all'\n\
+Requires-Dist: nvidia-cublas==13.1.0.3.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'cublas'\n\
+Requires-Dist: nvidia-cuda-runtime==13.0.96.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'cudart'\n\
+Requires-Dist: nvidia-cuda-cupti==13.0.85.*; (sys_platform == 'linux' or sys_platform == 'win32') and extra == 'cupti'\n";
+
+    #[test]
+    fn cu13_wheel_pins_through_cuda_toolkit() {
+        let p = Pins::from_wheel_metadata(TORCH_2_11_META, "x");
+        assert_eq!(p.torch.as_deref(), Some("2.11.0"));
+        assert_eq!(p.cudnn.as_deref(), Some("9.19.0.56"));
+        assert_eq!(p.nccl.as_deref(), Some("2.28.9"));
+        assert_eq!(p.cudart, None, "cusparselt/cuda-bindings must not count");
+        assert_eq!(
+            Pins::cuda_toolkit_requirement(TORCH_2_11_META).as_deref(),
+            Some("13.0.2")
+        );
+        let site = tempfile::tempdir().unwrap();
+        let torch = site.path().join("torch");
+        std::fs::create_dir_all(&torch).unwrap();
+        for (dir, text) in [
+            ("torch-2.11.0.dist-info", TORCH_2_11_META),
+            ("cuda_toolkit-13.0.2.dist-info", CUDA_TOOLKIT_13_0_2_META),
+        ] {
+            std::fs::create_dir_all(site.path().join(dir)).unwrap();
+            std::fs::write(site.path().join(dir).join("METADATA"), text).unwrap();
+        }
+        let p = Pins::from_torch_dir(&torch).unwrap();
+        assert_eq!(p.torch.as_deref(), Some("2.11.0"));
+        assert_eq!(p.cudart.as_deref(), Some("13.0.96"));
+        assert_eq!(p.cublas.as_deref(), Some("13.1.0.3"));
+        assert_eq!(p.cudnn.as_deref(), Some("9.19.0.56"));
+        assert!(
+            p.source.contains("cuda_toolkit-13.0.2.dist-info"),
+            "{}",
+            p.source
+        );
+    }
+
+    #[test]
+    fn builtin_pins_only_for_the_default_torch() {
+        // A standalone libtorch (no dist-info) of another release gets no pins.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join("build-version"), "2.11.0+cu130\n").unwrap();
+        if std::env::var_os(crate::env_vars::IMGCTL_VERIFY_PINS).is_none() {
+            let p = Pins::resolve(Some(other.path())).unwrap();
+            assert_eq!(p.torch, None);
+            assert_eq!(p.cudnn, None);
+            assert!(
+                p.source.starts_with("none: torch 2.11.0+cu130"),
+                "{}",
+                p.source
+            );
+            let default = tempfile::tempdir().unwrap();
+            std::fs::write(default.path().join("build-version"), "2.7.0+cu126\n").unwrap();
+            assert_eq!(
+                Pins::resolve(Some(default.path())).unwrap(),
+                Pins::torch_2_7_0_cu126()
+            );
+        }
     }
 
     #[test]

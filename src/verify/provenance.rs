@@ -53,7 +53,8 @@ impl LibKind {
             LibKind::Nccl => "nccl",
         }
     }
-    /// The pip distribution prefix of the NVIDIA wheel that ships it.
+    /// The pip distribution prefix of the NVIDIA wheel that ships it (CUDA 12
+    /// names append `12`; CUDA 13's runtime and cuBLAS wheels drop `_cu`).
     pub fn wheel_prefix(self) -> &'static str {
         match self {
             LibKind::Cudart => "nvidia_cuda_runtime_cu",
@@ -176,26 +177,42 @@ pub fn decode_nccl_version(v: i32) -> String {
 }
 
 /// The version of the pip wheel a library file came from, if it sits in a
-/// `site-packages/nvidia/<pkg>/lib/` folder next to the wheel's dist-info
-/// (`nvidia_cudnn_cu12-9.5.1.17.dist-info` → `9.5.1.17`).
+/// `site-packages/nvidia/<dir>/lib/` folder: the wheel whose dist-info
+/// `RECORD` lists that very file (`nvidia/cu13/lib/libcudart.so.13` →
+/// `nvidia_cuda_runtime-13.0.96.dist-info` → `13.0.96`). CUDA 12 wheels use
+/// one folder per library (`nvidia/cudnn/lib`), CUDA 13's runtime and cuBLAS
+/// wheels share `nvidia/cu13/lib`, and the cu12 and cu13 cuDNN wheels both
+/// install `nvidia/cudnn/lib/libcudnn.so.9`, so the dist-info name alone
+/// cannot tell which wheel a file belongs to; RECORD can.
 pub fn wheel_version(kind: LibKind, lib_path: &Path) -> Option<String> {
-    let site = lib_path.parent()?.parent()?.parent()?.parent()?;
-    if lib_path.parent()?.parent()?.parent()?.file_name()? != "nvidia" {
+    let lib_dir = lib_path.parent()?;
+    let pkg = lib_dir.parent()?;
+    let nvidia = pkg.parent()?;
+    if nvidia.file_name()? != "nvidia" || lib_dir.file_name()? != "lib" {
         return None;
     }
-    for e in std::fs::read_dir(site).ok()?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(rest) = name.strip_prefix(kind.wheel_prefix()) {
-            // `12-9.5.1.17.dist-info`
-            if let Some((_, v)) = rest
-                .strip_suffix(".dist-info")
-                .and_then(|r| r.split_once('-'))
-            {
-                return Some(v.to_string());
-            }
-        }
-    }
-    None
+    let site = nvidia.parent()?;
+    let rel = format!(
+        "nvidia/{}/lib/{}",
+        pkg.file_name()?.to_str()?,
+        lib_path.file_name()?.to_str()?
+    );
+    let mut dists: Vec<_> = std::fs::read_dir(site)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nvidia_") && n.ends_with(".dist-info"))
+        .collect();
+    // The library's own family first (`nvidia_cudnn_cu13` for cuDNN): fewer reads.
+    dists.sort_by_key(|n| !n.starts_with(kind.wheel_prefix().trim_end_matches("_cu")));
+    dists.into_iter().find_map(|name| {
+        let record = std::fs::read_to_string(site.join(&name).join("RECORD")).ok()?;
+        let listed = record
+            .lines()
+            .any(|l| l.split(',').next() == Some(rel.as_str()));
+        let (_, version) = name.strip_suffix(".dist-info")?.rsplit_once('-')?;
+        listed.then(|| version.to_string())
+    })
 }
 
 /// The folders the dynamic linker and CUDA images commonly use, plus
@@ -323,6 +340,66 @@ mod tests {
         assert_eq!(decode_cudnn_version(8907), "8.9.7");
         assert_eq!(decode_nccl_version(22602), "2.26.2");
         assert_eq!(decode_nccl_version(2804), "2.8.4");
+    }
+
+    #[test]
+    fn wheel_version_comes_from_the_record_that_lists_the_file() {
+        let site = tempfile::tempdir().unwrap();
+        let s = site.path();
+        let put = |dist: &str, files: &[&str]| {
+            std::fs::create_dir_all(s.join(dist)).unwrap();
+            let record: String = files.iter().map(|f| format!("{f},sha256=x,1\n")).collect();
+            std::fs::write(s.join(dist).join("RECORD"), record).unwrap();
+            for f in files {
+                std::fs::create_dir_all(s.join(f).parent().unwrap()).unwrap();
+                std::fs::write(s.join(f), b"elf").unwrap();
+            }
+        };
+        // torch 2.11 (cu130) layout, with a stale cu12 cuDNN dist-info beside it.
+        put(
+            "nvidia_cuda_runtime-13.0.96.dist-info",
+            &["nvidia/cu13/lib/libcudart.so.13"],
+        );
+        put(
+            "nvidia_cublas-13.1.0.3.dist-info",
+            &["nvidia/cu13/lib/libcublas.so.13"],
+        );
+        put(
+            "nvidia_cudnn_cu12-9.5.1.17.dist-info",
+            &["nvidia/cudnn/lib/libcudnn_ops.so.9"],
+        );
+        put(
+            "nvidia_cudnn_cu13-9.19.0.56.dist-info",
+            &["nvidia/cudnn/lib/libcudnn.so.9"],
+        );
+        put(
+            "nvidia_nccl_cu13-2.28.9.dist-info",
+            &["nvidia/nccl/lib/libnccl.so.2"],
+        );
+        let v = |kind, rel: &str| wheel_version(kind, &s.join(rel));
+        assert_eq!(
+            v(LibKind::Cudart, "nvidia/cu13/lib/libcudart.so.13").as_deref(),
+            Some("13.0.96")
+        );
+        assert_eq!(
+            v(LibKind::Cublas, "nvidia/cu13/lib/libcublas.so.13").as_deref(),
+            Some("13.1.0.3")
+        );
+        assert_eq!(
+            v(LibKind::Cudnn, "nvidia/cudnn/lib/libcudnn.so.9").as_deref(),
+            Some("9.19.0.56")
+        );
+        assert_eq!(
+            v(LibKind::Nccl, "nvidia/nccl/lib/libnccl.so.2").as_deref(),
+            Some("2.28.9")
+        );
+        // A file no RECORD lists, or outside nvidia/<dir>/lib, has no wheel version.
+        std::fs::write(s.join("nvidia/cu13/lib/libcudart.so.12"), b"elf").unwrap();
+        assert_eq!(v(LibKind::Cudart, "nvidia/cu13/lib/libcudart.so.12"), None);
+        assert_eq!(
+            wheel_version(LibKind::Cudart, Path::new("/usr/lib/libcudart.so.12")),
+            None
+        );
     }
 
     #[test]

@@ -143,10 +143,11 @@ pub fn torch_version_info(torch_dir: &Path) -> Option<(String, Option<String>)> 
 
 /// Oldest Linux driver that runs CUDA `major`.x under minor-version
 /// compatibility (CUDA Compatibility guide, "Minor Version Compatibility":
-/// 12.x needs >= 525.60.13, 11.x needs >= 450.80.02;
-/// https://docs.nvidia.com/deploy/cuda-compatibility/).
+/// 13.x needs >= 580, 12.x needs >= 525.60.13, 11.x needs >= 450.80.02;
+/// https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html).
 pub fn minor_compat_min_driver(major: i32) -> Option<&'static str> {
     match major {
+        13 => Some("580"),
         12 => Some("525.60.13"),
         11 => Some("450.80.02"),
         _ => None,
@@ -580,6 +581,20 @@ mod tests {
         // A 12.x driver older than 525.60.13 cannot use minor-version compatibility.
         assert_eq!(
             driver_compat_verdict("520.61.05", 12000, "12.6").status,
+            super::super::Status::Fail
+        );
+        // torch 2.11's cu130 wheel on the H200 machine's R580 driver: native.
+        assert_eq!(
+            driver_compat_verdict("580.82.07", 13000, "13.0").status,
+            super::super::Status::Pass
+        );
+        // A CUDA 13.2 torch on an R580 (CUDA 13.0) driver: minor-version compatibility.
+        let r = driver_compat_verdict("580.82.07", 13000, "13.2");
+        assert_eq!(r.status, super::super::Status::Pass, "{r:?}");
+        assert!(r.message.contains("minor-version"));
+        // An R575 (CUDA 12.9) driver cannot run CUDA 13.
+        assert_eq!(
+            driver_compat_verdict("575.57.08", 12090, "13.0").status,
             super::super::Status::Fail
         );
     }

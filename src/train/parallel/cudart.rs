@@ -1,26 +1,74 @@
 //! The few CUDA runtime calls tch does not expose: set the current device
 //! (NCCL binds a communicator to it) and read device memory use.
 //!
-//! Resolved at run time from the `libcudart.so.12` libtorch already mapped
-//! into this process (found in `/proc/self/maps`), so the same runtime state
-//! is shared with torch; nothing is linked at build time. This module must not
-//! allocate device memory.
+//! Resolved at run time from the `libcudart.so.<major>` libtorch already
+//! mapped into this process (found in `/proc/self/maps`), so the same runtime
+//! state is shared with torch; nothing is linked at build time. Any major
+//! works: torch 2.7's cu126 wheel maps `nvidia/cuda_runtime/lib/libcudart.so.12`,
+//! torch 2.11's cu130 wheel `nvidia/cu13/lib/libcudart.so.13` (file lists of
+//! the nvidia-cuda-runtime-cu12 12.6.77 and nvidia-cuda-runtime 13.0.96
+//! wheels). This module must not allocate device memory.
 use std::ffi::c_int;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::nccl::mapped_library;
 use crate::CliError;
 
-/// The CUDA 12 runtime's soname (the `nvidia-cuda-runtime-cu12` wheel).
-pub const CUDART_SONAME: &str = "libcudart.so.12";
+/// CUDA runtime sonames the dynamic loader is asked for when libtorch mapped
+/// none (a CPU-only libtorch), newest first: CUDA 13 (`nvidia-cuda-runtime`
+/// 13.x wheel), CUDA 12 (`nvidia-cuda-runtime-cu12`).
+pub const CUDART_SONAMES: &[&str] = &["libcudart.so.13", "libcudart.so.12"];
+
+/// The CUDA major version of a CUDA runtime file name: `libcudart.so.13` →
+/// 13, `libcudart.so.12.6.77` → 12; `None` for anything else (`libcudart.so`,
+/// `libcudart_static.a`, `libcudart.so.bak`).
+pub fn cudart_major(file_name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix("libcudart.so.")?;
+    let major = rest.split('.').next()?;
+    if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    major.parse().ok()
+}
+
+/// The CUDA runtime among mapped file paths (the path column of
+/// `/proc/self/maps`): the `libcudart.so.<major>` with the highest major
+/// (only one is mapped in a healthy process).
+pub fn pick_mapped_cudart<'a>(paths: impl IntoIterator<Item = &'a str>) -> Option<PathBuf> {
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let name = Path::new(p).file_name()?.to_str()?;
+            cudart_major(name).map(|m| (m, p))
+        })
+        .max_by_key(|(m, _)| *m)
+        .map(|(_, p)| PathBuf::from(p))
+}
+
+/// The CUDA runtime mapped in this process, if any.
+pub fn mapped_cudart() -> Option<PathBuf> {
+    let files = crate::nccl::mapped_files().ok()?;
+    pick_mapped_cudart(files.iter().filter_map(|p| p.to_str()))
+}
 
 type SetDeviceFn = unsafe extern "C" fn(c_int) -> c_int;
 type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type GetDevicePropertiesFn = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
+type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
 
-/// Bytes reserved for `cudaDeviceProp` (1032 bytes in CUDA 12.x's
-/// driver_types.h; generous so a newer, larger struct still fits).
+/// Bytes reserved for `cudaDeviceProp`: sizeof is 1032 with CUDA 12.6's
+/// driver_types.h and 1008 with CUDA 13.0's, which dropped fields such as
+/// `clockRate` (both measured with gcc on the wheels' headers); generous so
+/// a newer, larger struct still fits.
 const DEVICE_PROP_BYTES: usize = 8192;
+
+fn load_error(what: &str, why: &str) -> anyhow::Error {
+    CliError::failure(format!("cannot load the CUDA runtime {what} ({why})"))
+        .with_hint(
+            "libtorch's CUDA wheels ship it (libcudart.so.12 in nvidia-cuda-runtime-cu12, \
+             libcudart.so.13 in nvidia-cuda-runtime); use a CUDA build of torch, or train on the CPU",
+        )
+        .into()
+}
 
 /// The loaded CUDA runtime.
 pub struct CudaRuntime {
@@ -28,6 +76,7 @@ pub struct CudaRuntime {
     set_device: SetDeviceFn,
     mem_get_info: MemGetInfoFn,
     get_device_properties: Option<GetDevicePropertiesFn>,
+    get_error_string: Option<GetErrorStringFn>,
     _lib: libloading::Library,
 }
 
@@ -41,27 +90,62 @@ impl std::fmt::Debug for CudaRuntime {
 
 impl CudaRuntime {
     /// Opens the CUDA runtime libtorch uses (mapped in this process), else the
-    /// loader's `libcudart.so.12`.
+    /// loader's `libcudart.so.13` or `libcudart.so.12`.
     pub fn locate() -> anyhow::Result<Self> {
-        let path = mapped_library(CUDART_SONAME).unwrap_or_else(|| PathBuf::from(CUDART_SONAME));
-        // SAFETY: loading the CUDA runtime has no preconditions.
-        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| {
-            anyhow::Error::from(
-                CliError::failure(format!(
-                    "cannot load the CUDA runtime {} ({e})",
-                    path.display()
-                ))
-                .with_hint("libtorch's CUDA wheels ship libcudart.so.12"),
-            )
-        })?;
-        // SAFETY: signatures from cuda_runtime_api.h (CUDA 12).
+        let (path, lib) = match mapped_cudart() {
+            // SAFETY: dlopen of a mapped path returns the loaded copy.
+            Some(path) => match unsafe { libloading::Library::new(&path) } {
+                Ok(lib) => (path, lib),
+                Err(e) => return Err(load_error(&path.display().to_string(), &e.to_string())),
+            },
+            None => {
+                let mut errors = Vec::new();
+                let mut found = None;
+                for soname in CUDART_SONAMES {
+                    // SAFETY: loading the CUDA runtime has no preconditions.
+                    match unsafe { libloading::Library::new(soname) } {
+                        Ok(lib) => {
+                            found = Some((PathBuf::from(soname), lib));
+                            break;
+                        }
+                        Err(e) => errors.push(e.to_string()),
+                    }
+                }
+                match found {
+                    Some(f) => f,
+                    None => {
+                        return Err(load_error(&CUDART_SONAMES.join(" or "), &errors.join("; ")))
+                    }
+                }
+            }
+        };
+        let symbol = |name: &str, e: libloading::Error| {
+            anyhow::Error::from(CliError::failure(format!(
+                "the CUDA runtime {} has no {name} ({e})",
+                path.display()
+            )))
+        };
+        // SAFETY: signatures from cuda_runtime_api.h (CUDA 12 and 13 alike).
         unsafe {
-            let set_device = *lib.get::<SetDeviceFn>(b"cudaSetDevice")?;
-            let mem_get_info = *lib.get::<MemGetInfoFn>(b"cudaMemGetInfo")?;
-            // CUDA 12 renamed the entry point (the header maps the old name to _v2).
+            let set_device = *lib
+                .get::<SetDeviceFn>(b"cudaSetDevice")
+                .map_err(|e| symbol("cudaSetDevice", e))?;
+            let mem_get_info = *lib
+                .get::<MemGetInfoFn>(b"cudaMemGetInfo")
+                .map_err(|e| symbol("cudaMemGetInfo", e))?;
+            // CUDA 12's header maps cudaGetDeviceProperties to the exported
+            // cudaGetDeviceProperties_v2 (the plain symbol keeps the CUDA 11
+            // layout); CUDA 13 exports only the plain name, with its new
+            // layout (`nm -D` of libcudart.so.12 from 12.6.77 and
+            // libcudart.so.13 from 13.0.96). Only `name`, at offset 0 in every
+            // layout, is read, so either symbol serves.
             let get_device_properties = lib
                 .get::<GetDevicePropertiesFn>(b"cudaGetDeviceProperties_v2")
                 .or_else(|_| lib.get::<GetDevicePropertiesFn>(b"cudaGetDeviceProperties"))
+                .ok()
+                .map(|s| *s);
+            let get_error_string = lib
+                .get::<GetErrorStringFn>(b"cudaGetErrorString")
                 .ok()
                 .map(|s| *s);
             Ok(Self {
@@ -69,8 +153,28 @@ impl CudaRuntime {
                 set_device,
                 mem_get_info,
                 get_device_properties,
+                get_error_string,
                 _lib: lib,
             })
+        }
+    }
+
+    /// `CUDA error 100 (no CUDA-capable device is detected)`: the code with
+    /// the runtime's own text (cudaGetErrorString).
+    fn describe(&self, code: c_int) -> String {
+        let text = self.get_error_string.and_then(|f| {
+            // SAFETY: cudaGetErrorString returns a static NUL-terminated string
+            // for any code (cuda_runtime_api.h).
+            let p = unsafe { f(code) };
+            (!p.is_null()).then(|| {
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+        });
+        match text {
+            Some(t) => format!("CUDA error {code} ({t})"),
+            None => format!("CUDA error {code}"),
         }
     }
 
@@ -80,8 +184,10 @@ impl CudaRuntime {
         let r = unsafe { (self.set_device)(index as c_int) };
         if r != 0 {
             return Err(CliError::failure(format!(
-                "cudaSetDevice({index}) failed with CUDA error {r}"
+                "cudaSetDevice({index}) failed with {}",
+                self.describe(r)
             ))
+            .with_hint("check CUDA_VISIBLE_DEVICES and `imgctl verify`")
             .into());
         }
         Ok(())
@@ -95,9 +201,11 @@ impl CudaRuntime {
         // SAFETY: writes two size_t.
         let r = unsafe { (self.mem_get_info)(&mut free, &mut total) };
         if r != 0 {
-            return Err(
-                CliError::failure(format!("cudaMemGetInfo failed with CUDA error {r}")).into(),
-            );
+            return Err(CliError::failure(format!(
+                "cudaMemGetInfo failed with {}",
+                self.describe(r)
+            ))
+            .into());
         }
         Ok((free as u64, total as u64))
     }
@@ -112,10 +220,97 @@ impl CudaRuntime {
         // SAFETY: the buffer is larger than cudaDeviceProp.
         let r = unsafe { f(buf.as_mut_ptr(), index as c_int) };
         if r != 0 {
-            anyhow::bail!("cudaGetDeviceProperties({index}) failed with CUDA error {r}");
+            anyhow::bail!(
+                "cudaGetDeviceProperties({index}) failed with {}",
+                self.describe(r)
+            );
         }
         let name = &buf[..256];
         let end = name.iter().position(|&b| b == 0).unwrap_or(256);
         Ok(String::from_utf8_lossy(&name[..end]).trim().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cudart_major_from_file_names() {
+        assert_eq!(cudart_major("libcudart.so.12"), Some(12));
+        assert_eq!(cudart_major("libcudart.so.13"), Some(13));
+        assert_eq!(cudart_major("libcudart.so.12.6.77"), Some(12));
+        assert_eq!(cudart_major("libcudart.so"), None);
+        assert_eq!(cudart_major("libcudart.so.bak"), None);
+        assert_eq!(cudart_major("libcudart_static.a"), None);
+        assert_eq!(cudart_major("libcudadevrt.a"), None);
+    }
+
+    #[test]
+    fn picks_any_mapped_cudart_major() {
+        // torch 2.7 cu126 wheel layout.
+        let cu12 = [
+            "/usr/bin/imgctl",
+            "/venv/site-packages/torch/lib/libtorch_cuda.so",
+            "/venv/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12",
+        ];
+        assert_eq!(
+            pick_mapped_cudart(cu12),
+            Some(PathBuf::from(
+                "/venv/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12"
+            ))
+        );
+        // torch 2.11 cu130 wheel layout: every CUDA 13 wheel shares nvidia/cu13/lib.
+        let cu13 = [
+            "/venv/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
+            "/venv/site-packages/nvidia/cu13/lib/libcudart.so.13",
+        ];
+        assert_eq!(
+            pick_mapped_cudart(cu13),
+            Some(PathBuf::from(
+                "/venv/site-packages/nvidia/cu13/lib/libcudart.so.13"
+            ))
+        );
+        assert_eq!(pick_mapped_cudart(["/lib/libc.so.6"]), None);
+        // A maps line whose path holds a space, beside one with no file.
+        let maps = "7f1a2b000000-7f1a2c000000 r-xp 00000000 08:01 42                         /opt/my env/nvidia/cu13/lib/libcudart.so.13\n\
+                    7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0   [stack]\n";
+        let files = crate::nccl::parse_maps(maps);
+        assert_eq!(
+            pick_mapped_cudart(files.iter().filter_map(|p| p.to_str())),
+            Some(PathBuf::from("/opt/my env/nvidia/cu13/lib/libcudart.so.13"))
+        );
+    }
+
+    #[cfg(feature = "torch")]
+    #[test]
+    fn locates_the_runtime_torch_mapped_and_fails_cleanly_without_a_gpu() {
+        // The test binary links libtorch; with a CUDA libtorch (the cu126 wheel
+        // here) its libcudart is mapped and found; without a GPU every call
+        // returns a CUDA error instead of crashing.
+        tch::Cuda::is_available();
+        let Some(mapped) = mapped_cudart() else {
+            // CPU-only libtorch: the loader fallback names both sonames.
+            if let Err(e) = CudaRuntime::locate() {
+                assert!(
+                    e.to_string().contains("libcudart.so.13 or libcudart.so.12"),
+                    "{e}"
+                );
+            }
+            return;
+        };
+        let rt = CudaRuntime::locate().unwrap();
+        assert_eq!(rt.path, mapped);
+        if !tch::Cuda::is_available() {
+            assert!(rt.mem_get_info().is_err());
+            assert!(rt.device_name(0).is_err());
+            // The runtime's own words come with the code.
+            let e = rt.set_device(0).unwrap_err().to_string();
+            assert!(
+                e.starts_with("cudaSetDevice(0) failed with CUDA error "),
+                "{e}"
+            );
+            assert!(e.contains(" ("), "{e}");
+        }
     }
 }
