@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU measurements the verify, train-demo and benchmark issues ask for, in
 # one bounded run on a GPU machine (the device tool: one call, about 10 minutes,
-# at most 8 files back). Each stage has its own deadline; a stage that would
-# overrun the whole budget is skipped and says so. Everything lands in
+# at most 8 files back). Each stage has its own deadline, cut to what is left
+# of the whole budget ($DEVICE_CHECK_BUDGET_S, default 520 s); once less than
+# 30 s is left, the remaining stages are skipped and say so. Everything lands in
 # $OUT/results.tar.gz, with summary.tsv, the verify table and a sample grid
 # beside it.
 #
@@ -56,10 +57,11 @@ stage() {
     return 0
   fi
   local left=$((budget - ($(date +%s) - start)))
-  if [ "$left" -lt "$limit" ]; then
-    printf '%s\tskipped\t0\tonly %ss of the budget left, needs %ss\n' "$name" "$left" "$limit" >>"$res/summary.tsv"
+  if [ "$left" -lt 30 ]; then
+    printf '%s\tskipped\t0\tonly %ss of the budget left\n' "$name" "$left" >>"$res/summary.tsv"
     return 0
   fi
+  [ "$left" -lt "$limit" ] && limit=$left
   echo "== $name (<= ${limit}s): $*" >&2
   local t0 rc
   t0=$(date +%s.%N)
@@ -74,7 +76,8 @@ stage facts 60 "what the machine's own tools say, to check verify against" -- ba
   nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,memory.total,ecc.mode.current,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,temperature.gpu,power.draw,power.limit --format=csv 2>&1
   nvidia-smi -q -d PERFORMANCE,ECC,PAGE_RETIREMENT 2>&1 | head -n 80
   python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"cudnn\", torch.backends.cudnn.version(), \"nccl\", torch.cuda.nccl.version() if torch.cuda.is_available() else None, \"arch\", torch.cuda.get_arch_list())" 2>&1
-  ldd '"$bin"' | grep -E "torch|cuda|nccl" 2>&1; true'
+  env | grep -E "^(TORCH_ALLOW|NVIDIA_|CUDA_VISIBLE)" ; '"$bin"' --version
+  ldd '"$bin"' | grep -E "not found|torch|cuda|nccl" 2>&1; true'
 stage verify_quick 60 "issue 4: NVML and library facts" -- \
   "$bin" verify "${expect[@]}" --json --junit "$res/verify-quick.xml"
 stage verify_full 170 "issue 4: functional checks (matmul, bandwidths, NCCL)" -- \
@@ -99,6 +102,8 @@ stage bench_fp32 150 "issue 6: benchmark fp32 batch $bench_batch vs PyTorch (com
   --batch-size "$bench_batch" --compare --json
 stage train_fp16 90 "issue 5: fp16 autocast with loss scaling, 50 steps" -- \
   "$bin" train-demo "${model[@]}" --precision fp16 --steps 50 --sample-every 0 --out "$work/train-fp16" --json
+stage bench_fp16 90 "issue 6: benchmark fp16 (autocast + loss scaling) batch $bench_batch" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --precision fp16 --batch-size "$bench_batch" --json
 
 # What comes back: the summary, the verify table, one sample grid, and all of it packed.
 for d in "$work"/train-bf16 "$work"/train-fp32; do
