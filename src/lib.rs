@@ -24,6 +24,7 @@ pub mod error;
 pub mod gpus;
 pub mod nccl;
 pub mod output;
+pub mod procmaps;
 pub mod render;
 pub mod spec;
 #[cfg(feature = "torch")]

@@ -6,9 +6,8 @@
 //! libtorch uses: libtorch_cuda.so links it (wheel `nvidia-nccl-cu12`), so it
 //! is already mapped in this process and found in `/proc/self/maps`. The file
 //! is `libnccl.so.2`: the unversioned `libnccl.so` exists only in development
-//! packages, never in the wheel. This module owns the soname, finding shared
-//! libraries already mapped into this process (also used by the cudart shim
-//! and verify's provenance), the typed entry points with their `ncclResult_t`
+//! packages, never in the wheel ([`crate::procmaps`] finds it). This module
+//! owns the soname, the typed entry points with their `ncclResult_t`
 //! → [`CliError`] mapping, and the communicator's lifetime ([`Communicator`]:
 //! destroyed on drop, aborted after an error). Every collective is enqueued on
 //! CUDA stream 0 (the legacy default stream), which orders it with torch's
@@ -19,6 +18,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::procmaps::mapped_library;
 use crate::CliError;
 
 /// The NCCL library's soname (the wheel ships only this file).
@@ -180,62 +180,6 @@ unsafe fn symbol<T: Copy>(lib: &libloading::Library, path: &Path, name: &str) ->
 fn missing_hint() -> &'static str {
     "NCCL comes with the PyTorch CUDA wheel (nvidia-nccl-cu12, file libnccl.so.2); \
      use an image built by `imgctl build`, or train on one device without --gpus"
-}
-
-/// The distinct file paths mapped in a `/proc/<pid>/maps` text, in order of
-/// first appearance (` (deleted)` suffixes removed; paths may contain spaces).
-pub fn parse_maps(text: &str) -> Vec<PathBuf> {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for line in text.lines() {
-        // address perms offset dev inode [path]; the path may contain spaces.
-        let mut fields = line.splitn(6, ' ');
-        let (Some(_), Some(_), Some(_), Some(_), Some(_)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        let path = fields.next().unwrap_or("").trim_start();
-        if !path.starts_with('/') {
-            continue; // [heap], [stack], anonymous
-        }
-        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-        if seen.insert(path.to_string()) {
-            out.push(PathBuf::from(path));
-        }
-    }
-    out
-}
-
-/// The files mapped in this process (`/proc/self/maps`).
-pub fn mapped_files() -> std::io::Result<Vec<PathBuf>> {
-    Ok(parse_maps(&std::fs::read_to_string("/proc/self/maps")?))
-}
-
-/// The first of `files` whose file name is `soname` or `soname.<more>`
-/// (`libnccl.so.2.26.2`).
-fn find_library(files: &[PathBuf], soname: &str) -> Option<PathBuf> {
-    files
-        .iter()
-        .find(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|name| {
-                name == soname
-                    || name
-                        .strip_prefix(soname)
-                        .is_some_and(|rest| rest.starts_with('.'))
-            })
-        })
-        .cloned()
-}
-
-/// The path of a shared library mapped into this process whose file name is
-/// `soname` or `soname.<more>` (`libnccl.so.2.26.2`), from `/proc/self/maps`.
-pub fn mapped_library(soname: &str) -> Option<PathBuf> {
-    find_library(&mapped_files().ok()?, soname)
 }
 
 /// `22602` → `"2.26.2"` (codes ≥ 10000 are `major*10000 + minor*100 + patch`,
@@ -618,38 +562,6 @@ mod tests {
             "{e}"
         );
         assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Failure);
-    }
-
-    #[test]
-    fn mapped_library_finds_libc() {
-        // Every process maps libc.so.6; an absent library is not found.
-        assert!(mapped_library("libc.so.6").is_some());
-        assert!(mapped_library("libnosuch.so.1").is_none());
-    }
-
-    #[test]
-    fn find_library_matches_the_soname_and_its_longer_versions_only() {
-        let files = parse_maps(
-            "\
-7f00-7f01 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libnccl.so
-7f01-7f02 r-xp 00000000 08:01 2 /opt/nccl/libnccl.so.20
-7f02-7f03 r-xp 00000000 08:01 3 /tmp/dir with space/libnccl.so.2.26.2 (deleted)
-7f03-7f04 r-xp 00000000 08:01 4 /usr/lib/libnccl.so.2
-7f04-7f05 rw-p 00000000 00:00 0                          [heap]
-",
-        );
-        assert_eq!(files.len(), 4);
-        // `libnccl.so` and `libnccl.so.20` are not `libnccl.so.2`; the first
-        // match wins, even with spaces in its folder and a `(deleted)` mark.
-        assert_eq!(
-            find_library(&files, NCCL_SONAME),
-            Some(PathBuf::from("/tmp/dir with space/libnccl.so.2.26.2"))
-        );
-        assert_eq!(
-            find_library(&files, "libnccl.so"),
-            Some(PathBuf::from("/usr/lib/x86_64-linux-gnu/libnccl.so"))
-        );
-        assert_eq!(find_library(&files, "libcudart.so.12"), None);
     }
 
     #[test]

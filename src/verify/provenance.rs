@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The `/proc/self/maps` reader is shared with the NCCL and cudart shims.
-pub use crate::nccl::{mapped_files, parse_maps};
+pub use crate::procmaps::{mapped_files, parse_maps};
 
 /// A CUDA library whose provenance verify reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,7 @@ pub fn pick_mapped_cudart<'a>(paths: impl IntoIterator<Item = &'a str>) -> Optio
 
 /// The CUDA runtime mapped in this process, if any.
 pub fn mapped_cudart() -> Option<PathBuf> {
-    let files = crate::nccl::mapped_files().ok()?;
+    let files = crate::procmaps::mapped_files().ok()?;
     pick_mapped_cudart(files.iter().filter_map(|p| p.to_str()))
 }
 
@@ -275,7 +275,7 @@ mod tests {
         // A maps line whose path holds a space, beside one with no file.
         let maps = "7f1a2b000000-7f1a2c000000 r-xp 00000000 08:01 42                         /opt/my env/nvidia/cu13/lib/libcudart.so.13\n\
                     7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0   [stack]\n";
-        let files = crate::nccl::parse_maps(maps);
+        let files = crate::procmaps::parse_maps(maps);
         assert_eq!(
             pick_mapped_cudart(files.iter().filter_map(|p| p.to_str())),
             Some(PathBuf::from("/opt/my env/nvidia/cu13/lib/libcudart.so.13"))
