@@ -661,9 +661,12 @@ pub mod imp {
                             .map_err(|e| e.to_string())
                     })
                     .collect::<Result<_, _>>()?;
-                for r in 0..n {
-                    tch::Cuda::synchronize(r as i64);
-                }
+                let sync_all = || -> Result<(), String> {
+                    (0..n as usize)
+                        .try_for_each(|r| super::sync(Device::Cuda(r)))
+                        .map_err(|e| e.to_string())
+                };
+                sync_all()?;
                 let once = || -> Result<(), String> {
                     lib.group(|| {
                         for (r, comm) in comms.iter().enumerate() {
@@ -683,10 +686,7 @@ pub mod imp {
                         Ok(())
                     })
                     .map_err(text)?;
-                    for r in 0..n {
-                        tch::Cuda::synchronize(r as i64);
-                    }
-                    Ok(())
+                    sync_all()
                 };
                 once()?; // warm-up (connection setup)
                 const ITERS: u32 = 5;

@@ -66,13 +66,19 @@ impl NcclCollective {
         // thread so that a rank that never comes turns into a timeout error.
         let (tx, rx) = mpsc::channel();
         let dev_index = match device {
-            Device::Cuda(i) => i,
-            _ => 0,
+            Device::Cuda(i) => Some(i),
+            _ => None,
         };
         std::thread::spawn(move || {
-            // The helper thread must use the same device as the caller.
-            let _ = super::cudart::CudaRuntime::locate().and_then(|rt| rt.set_device(dev_index));
-            let joined = Communicator::init_rank(&lib, world_size, &uid, rank);
+            // The helper thread must use the same device as the caller: NCCL
+            // binds the communicator to the current device, and a failure to
+            // select it must not silently bind GPU 0.
+            let selected = match dev_index {
+                Some(i) => super::cudart::CudaRuntime::locate().and_then(|rt| rt.set_device(i)),
+                None => Ok(()),
+            };
+            let joined =
+                selected.and_then(|()| Communicator::init_rank(&lib, world_size, &uid, rank));
             if let Err(SendError(Ok(late))) = tx.send(joined) {
                 // The caller timed out and is gone: do not wait for the others.
                 late.abort();
@@ -160,9 +166,9 @@ impl Collective for NcclCollective {
         // NCCL has no barrier: all-reduce one element, then wait for it.
         let t = Tensor::zeros([1], (tch::Kind::Float, self.device));
         self.all_reduce_sum(&t)?;
-        if let Device::Cuda(i) = self.device {
-            tch::Cuda::synchronize(i as i64);
-        }
+        // Reading the element back waits for the stream, and returns a CUDA
+        // error where tch::Cuda::synchronize would panic.
+        let _ = t.f_to_device(Device::Cpu)?;
         Ok(())
     }
 }
