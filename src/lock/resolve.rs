@@ -427,6 +427,7 @@ fn run_pip(
 
 /// Phrases of pip/urllib3 connection failures.
 const NETWORK_PHRASES: &[&str] = &[
+    "Cannot connect to proxy",
     "Failed to establish a new connection",
     "Temporary failure in name resolution",
     "Name or service not known",
@@ -507,7 +508,7 @@ pub fn classify(
             .map(|(_, v)| v.trim_end_matches(')').to_string())
             .unwrap_or_default();
         let hint = if versions.is_empty() || versions == "none" {
-            format!("no release of it publishes a wheel for {target} on {indexes}; check the name and version")
+            format!("no release of it publishes a wheel for {target} on {indexes}, or the index did not answer; check the name and version, and rerun with -v to see pip's output")
         } else {
             let list: Vec<&str> = versions.split(", ").collect();
             let tail = list[list.len().saturating_sub(8)..].join(", ");

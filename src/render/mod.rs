@@ -64,6 +64,7 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
         };
         v.push((path, yaml));
     }
+    v.extend(crate::spec::bundled_locks());
     v
 }
 

@@ -31,12 +31,21 @@ const BUNDLED: &[(&str, &str, &str)] = &[
 ];
 
 /// The pip lock files of the bundled specs (`imgctl lock --cuda X` writes them
-/// in the source tree), embedded like the specs: (profile name, lock text).
-/// A profile missing here has no lock; a test checks that every
-/// `images/*.lock` is listed.
-const BUNDLED_LOCKS: &[(&str, &str)] = &[
-    ("cu124", include_str!("../../images/cu124.lock")),
-    ("cu126", include_str!("../../images/cu126.lock")),
+/// in the source tree), embedded like the specs: (profile name, path in the
+/// repository, lock text). A profile missing here has no lock (cu128: its
+/// torch index, download.pytorch.org, was unreachable where the others were
+/// locked); a test checks that every `images/*.lock` is listed.
+const BUNDLED_LOCKS: &[(&str, &str, &str)] = &[
+    (
+        "cu124",
+        "images/cu124.lock",
+        include_str!("../../images/cu124.lock"),
+    ),
+    (
+        "cu126",
+        "images/cu126.lock",
+        include_str!("../../images/cu126.lock"),
+    ),
 ];
 
 /// Where a spec comes from.
@@ -89,8 +98,13 @@ pub fn bundled() -> Vec<(&'static str, &'static str)> {
 pub fn bundled_lock(name: &str) -> Option<&'static str> {
     BUNDLED_LOCKS
         .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, text)| *text)
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, text)| *text)
+}
+
+/// The embedded locks of the bundled profiles: (path in the repository, text).
+pub fn bundled_locks() -> Vec<(&'static str, &'static str)> {
+    BUNDLED_LOCKS.iter().map(|(_, p, t)| (*p, *t)).collect()
 }
 
 /// The CUDA `major.minor` that selects a bundled profile (`cu124` → `12.4`).
