@@ -224,6 +224,104 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     );
 }
 
+/// A PEP 503 index of its own that forwards to PyPI (pages and their
+/// metadata links unchanged), standing in for a torch index other than PyPI
+/// (`download.pytorch.org/whl/cu128` is unreachable here). It prints its
+/// port, then serves until killed.
+const FORWARDING_INDEX: &str = r#"
+import http.server, sys, urllib.error, urllib.request
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        req = urllib.request.Request("https://pypi.org" + self.path, headers={"Accept": self.headers.get("Accept", "*/*")})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                body, ct = r.read(), r.headers.get("Content-Type")
+            self.send_response(200)
+            self.send_header("Content-Type", ct)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except urllib.error.HTTPError as e:
+            self.send_response(e.code)
+            self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Kills the forwarding index when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn torch_from_another_index_resolves_in_two_steps() {
+    use std::io::BufRead;
+    let mut child = Command::new("python3")
+        .args(["-c", FORWARDING_INDEX])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the forwarding index");
+    let stdout = child.stdout.take();
+    let child = Child(child);
+    let mut port = String::new();
+    std::io::BufReader::new(stdout.unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let index = format!("http://127.0.0.1:{}/simple", port.trim());
+
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(dir.path(), "two", &["python-dateutil==2.9.0.post0"]);
+    let yaml = std::fs::read_to_string(&spec_path)
+        .unwrap()
+        .replace("index: https://pypi.org/simple", &format!("index: {index}"));
+    std::fs::write(&spec_path, yaml).unwrap();
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_path.to_str().unwrap(), "-v"],
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    drop(child);
+    assert!(out.status.success(), "{stderr}");
+    // torch alone from its index, then everything from PyPI with torch's set held.
+    let runs: Vec<&str> = stderr.lines().filter(|l| l.starts_with("$ ")).collect();
+    assert_eq!(runs.len(), 2, "{stderr}");
+    assert!(
+        runs[0].contains(&format!("--index-url {index} torch==2.7.0")),
+        "{}",
+        runs[0]
+    );
+    assert!(
+        runs[1].contains(&format!(
+            "--index-url https://pypi.org/simple --extra-index-url {index} --constraint "
+        )) && runs[1].ends_with("torch==2.7.0 python-dateutil==2.9.0.post0"),
+        "{}",
+        runs[1]
+    );
+    let text = std::fs::read_to_string(dir.path().join("two.lock")).unwrap();
+    assert!(
+        text.contains(&format!("# input torch-index: {index}\n")),
+        "{text}"
+    );
+    let lines = body(&text);
+    for exact in [
+        "torch==2.7.0",
+        "nvidia-cudnn-cu12==9.5.1.17",
+        "python-dateutil==2.9.0.post0",
+    ] {
+        assert!(lines.contains(&exact), "{exact} not in:\n{text}");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("six==")), "{text}");
+}
+
 #[test]
 fn a_conflict_shows_pips_reason() {
     let dir = tempfile::tempdir().unwrap();
