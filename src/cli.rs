@@ -47,6 +47,8 @@ pub enum Command {
     Sample(SampleArgs),
     /// List the bundled image specs.
     Specs(SpecsArgs),
+    /// Resolve a spec's full Python package set into its pip lock file.
+    Lock(LockArgs),
 }
 
 /// Which spec to use, and the build-time options that shape the Dockerfile.
@@ -125,6 +127,32 @@ pub struct RenderArgs {
     /// Write the Dockerfile here instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// `imgctl lock`.
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// CUDA version of a bundled profile (12.4, 12.6, 12.8); default 12.4.
+    #[arg(long, conflicts_with_all = ["spec", "all"])]
+    pub cuda: Option<String>,
+    /// A spec file of your own; its lock goes next to it (FILE.lock, or the spec's `lock: PATH`).
+    #[arg(long, value_name = "FILE", conflicts_with = "all")]
+    pub spec: Option<PathBuf>,
+    /// Every bundled profile.
+    #[arg(long)]
+    pub all: bool,
+    /// Write nothing; exit 1 when a lock is missing or stale, naming what changed.
+    #[arg(long)]
+    pub check: bool,
+    /// Resolve again even when the lock is up to date (newest transitive versions).
+    #[arg(long, conflicts_with = "check")]
+    pub upgrade: bool,
+    /// A mirror of PyPI to resolve from (also for torch when the spec takes it from PyPI).
+    #[arg(long, value_name = "URL")]
+    pub pip_index_url: Option<String>,
+    /// Print the outcome as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `imgctl specs`.

@@ -57,7 +57,8 @@ pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
 /// Hidden test/CPU launcher: `IMGCTL_CPU_RANKS=N imgctl train-demo …` supervises
 /// N CPU worker processes on this machine, as `--gpus N` does with GPUs.
 pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
-/// Python interpreter for `train-demo --benchmark --compare` (default `python3`).
+/// Python interpreter for `train-demo --benchmark --compare` and for the pip
+/// that `imgctl lock` resolves with (default `python3`).
 pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
 /// Seconds one PyTorch reference run of `--compare` may take (default 1800);
 /// a run past it is stopped and reported as not ok, the others still compare.

@@ -3,7 +3,8 @@
 //! It does three jobs, each behind one subcommand:
 //! 1. **build** (`imgctl build`, `imgctl render`): validated image specs
 //!    ([`spec`]) are rendered to Dockerfiles ([`render`]) and built through the
-//!    Docker Engine API ([`docker`]).
+//!    Docker Engine API ([`docker`]); `imgctl lock` pins every Python package
+//!    of a spec in a lock file ([`lock`]).
 //! 2. **verify** (`imgctl verify`): GPU, driver and library checks through NVML
 //!    and libtorch ([`verify`]), run inside a container or on a host.
 //! 3. **train-demo** (`imgctl train-demo`, `imgctl sample`): a diffusers-compatible
@@ -22,6 +23,7 @@ pub mod docker;
 pub mod env_vars;
 pub mod error;
 pub mod gpus;
+pub mod lock;
 pub mod nccl;
 pub mod output;
 pub mod procmaps;

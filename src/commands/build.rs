@@ -62,6 +62,8 @@ pub struct BuildPlan {
     pub build_args: BTreeMap<String, String>,
     /// Lines the renderer wants the user to read (e.g. the cu124 wheel note).
     pub notes: Vec<String>,
+    /// What to say about the spec's pip lock: (is it a warning, the line).
+    pub lock_line: (bool, String),
     /// `--no-cache`.
     pub no_cache: bool,
     /// `--pull`.
@@ -186,6 +188,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
     for note in &plan.notes {
         printer().info(format!("note: {note}"));
     }
+    match &plan.lock_line {
+        (true, line) => printer().warn(line),
+        (false, line) => printer().info(line),
+    }
     if args.dry_run {
         return dry_run(&plan, args.json);
     }
@@ -289,6 +295,7 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
         build_labels,
         build_args,
         notes: rendered.notes.clone(),
+        lock_line: crate::lock::build_line(&rendered.lock, &loaded),
         no_cache: args.no_cache,
         pull: args.pull,
     })

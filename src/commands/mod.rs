@@ -4,6 +4,7 @@ use crate::cli::{Cli, Command};
 use crate::ExitStatus;
 
 pub mod build;
+pub mod lock;
 pub mod render;
 pub mod sample;
 pub mod specs;
@@ -17,6 +18,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Build(args) => build::run(args),
         Command::Render(args) => render::run(args),
         Command::Specs(args) => specs::run(args),
+        Command::Lock(args) => lock::run(args),
         Command::Verify(args) => verify::run(args),
         Command::TrainDemo(args) => train::run(args),
         Command::Sample(args) => sample::run(args),

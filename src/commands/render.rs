@@ -18,6 +18,10 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
     for note in &rendered.notes {
         p.info(format!("note: {note}"));
     }
+    match crate::lock::build_line(&rendered.lock, &loaded) {
+        (true, line) => p.warn(line),
+        (false, line) => p.info(line),
+    }
     match &args.output {
         Some(path) => {
             std::fs::write(path, &rendered.dockerfile)

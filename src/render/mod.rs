@@ -4,8 +4,10 @@
 //!
 //! Templates are minijinja in strict mode (an undefined variable is an error).
 //! The bundled template and image files live in `images/` and are embedded in
-//! the binary; a user spec may name its own template next to it. This module
-//! reads nothing but templates and never talks to Docker: `crate::docker`
+//! the binary; a user spec may name its own template next to it. A fresh pip
+//! lock of the spec ([`crate::lock`]) goes into the context and holds both
+//! pip steps; without one the Dockerfile is as it always was. This module
+//! reads nothing but templates and the spec's lock, and never talks to Docker: `crate::docker`
 //! packs the [`RenderedImage`] (plus the imgctl binary at
 //! [`IMGCTL_BINARY_PATH`]) into the build context.
 use std::collections::BTreeMap;
@@ -24,6 +26,8 @@ pub const IMGCTL_BINARY_PATH: &str = "imgctl";
 pub const ROOTFS_DIR: &str = "image/rootfs/";
 /// Context path of the proxy CA (`--ca-cert`).
 pub const CA_CERT_PATH: &str = "image/ca.crt";
+/// Context path of the spec's pip lock (COPYed to [`crate::lock::IMAGE_LOCK_PATH`]).
+pub const PIP_LOCK_PATH: &str = "image/pip.lock";
 
 /// The bundled workstation template.
 pub const WORKSTATION_TEMPLATE: &str = include_str!("../../images/workstation.Dockerfile.j2");
@@ -60,6 +64,7 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
         };
         v.push((path, yaml));
     }
+    v.extend(crate::spec::bundled_locks());
     v
 }
 
@@ -206,6 +211,8 @@ pub struct RenderedImage {
     pub labels: BTreeMap<String, String>,
     /// Lines the build must print (e.g. that cu124 carries the cu126 wheel).
     pub notes: Vec<String>,
+    /// The spec's pip lock: used when fresh, else the reason it is not.
+    pub lock: crate::lock::LockState,
 }
 
 /// Label keys imgctl sets; `imgctl verify` and the build report read them.
@@ -260,6 +267,10 @@ pub mod labels {
     pub const SUDO: &str = "io.imgctl.sudo";
     /// sha256 of the proxy CA baked in with --ca-cert.
     pub const CA_CERT_SHA256: &str = "io.imgctl.ca_cert.sha256";
+    /// sha256 of the pip lock file the image was installed with.
+    pub const PIP_LOCK_SHA256: &str = "io.imgctl.pip_lock.sha256";
+    /// Number of packages in that lock.
+    pub const PIP_LOCK_PACKAGES: &str = "io.imgctl.pip_lock.packages";
 }
 
 #[derive(Serialize)]
@@ -289,6 +300,20 @@ struct FilesCtx {
     imgctl: &'static str,
     rootfs: &'static str,
     ca_cert: &'static str,
+    pip_lock: &'static str,
+}
+
+/// The fresh lock the image installs with (`lock` is null in the template without one).
+#[derive(Serialize)]
+struct LockCtx {
+    /// Where it was read (`images/cu124.lock`).
+    origin: String,
+    /// Its path in the image.
+    path: &'static str,
+    /// Number of packages.
+    packages: usize,
+    /// sha256 of the file.
+    sha256: String,
 }
 
 #[derive(Serialize)]
@@ -315,6 +340,7 @@ struct Ctx {
     ca_cert: bool,
     notes: Vec<Vec<String>>,
     files: FilesCtx,
+    lock: Option<LockCtx>,
 }
 
 /// Renders the Dockerfile and the rest of the build context for `spec`.
@@ -462,6 +488,21 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
     if let Some(ca) = &opts.ca_cert {
         set(labels::CA_CERT_SHA256, crate::spec::sha256_hex(ca));
     }
+    let lock_state = crate::lock::state(spec);
+    let lock = match &lock_state {
+        crate::lock::LockState::Fresh { path, lock, text } => {
+            let ctx = LockCtx {
+                origin: path.clone(),
+                path: crate::lock::IMAGE_LOCK_PATH,
+                packages: lock.packages.len(),
+                sha256: crate::spec::sha256_hex(text.as_bytes()),
+            };
+            set(labels::PIP_LOCK_SHA256, ctx.sha256.clone());
+            set(labels::PIP_LOCK_PACKAGES, ctx.packages.to_string());
+            Some(ctx)
+        }
+        _ => None,
+    };
 
     let mut apt = s.apt.clone();
     if opts.sudo && !apt.iter().any(|p| p == "sudo") {
@@ -518,7 +559,9 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             imgctl: IMGCTL_BINARY_PATH,
             rootfs: ROOTFS_DIR,
             ca_cert: CA_CERT_PATH,
+            pip_lock: PIP_LOCK_PATH,
         },
+        lock,
     };
 
     let (template_name, template_source, user_template) = match (&s.template, &spec.dir) {
@@ -573,11 +616,19 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             contents: ca.clone(),
         });
     }
+    if let crate::lock::LockState::Fresh { text, .. } = &lock_state {
+        files.push(ContextFile {
+            path: PIP_LOCK_PATH.to_string(),
+            mode: 0o644,
+            contents: text.as_bytes().to_vec(),
+        });
+    }
     Ok(RenderedImage {
         dockerfile,
         files,
         labels: lab,
         notes,
+        lock: lock_state,
     })
 }
 

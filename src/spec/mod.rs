@@ -2,7 +2,8 @@
 //! spec file → a validated [`ImageSpec`], plus the compatibility table
 //! ([`compat`]) that validation and the image labels draw their pins from.
 //!
-//! This module reads spec files and nothing else; it renders nothing (see
+//! This module reads spec files and nothing else (their pip lock files are
+//! [`crate::lock`]'s, the bundled ones are embedded here); it renders nothing (see
 //! [`crate::render`]) and never talks to Docker. Every problem in a spec is
 //! reported at once as a usage error (exit 2), one `field.path: message` line
 //! each.
@@ -16,7 +17,7 @@ pub mod compat;
 pub mod schema;
 pub mod validate;
 
-pub use schema::{ImageRef, ImageSpec, PipPin, TorchSpec, UserSpec};
+pub use schema::{ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec};
 pub use validate::Problem;
 
 /// The profile `imgctl build` uses without `--cuda`/`--spec`.
@@ -27,6 +28,24 @@ const BUNDLED: &[(&str, &str, &str)] = &[
     ("cu124", "12.4", include_str!("../../images/cu124.yaml")),
     ("cu126", "12.6", include_str!("../../images/cu126.yaml")),
     ("cu128", "12.8", include_str!("../../images/cu128.yaml")),
+];
+
+/// The pip lock files of the bundled specs (`imgctl lock --cuda X` writes them
+/// in the source tree), embedded like the specs: (profile name, path in the
+/// repository, lock text). A profile missing here has no lock (cu128: its
+/// torch index, download.pytorch.org, was unreachable where the others were
+/// locked); a test checks that every `images/*.lock` is listed.
+const BUNDLED_LOCKS: &[(&str, &str, &str)] = &[
+    (
+        "cu124",
+        "images/cu124.lock",
+        include_str!("../../images/cu124.lock"),
+    ),
+    (
+        "cu126",
+        "images/cu126.lock",
+        include_str!("../../images/cu126.lock"),
+    ),
 ];
 
 /// Where a spec comes from.
@@ -66,11 +85,34 @@ pub struct LoadedSpec {
     pub dir: Option<PathBuf>,
     /// Where the spec was read, for messages (`images/cu124.yaml` when bundled).
     pub origin: String,
+    /// The spec file (`--spec`); `None` when bundled.
+    pub file: Option<PathBuf>,
 }
 
 /// The embedded copies of the bundled specs: (profile name, YAML text).
 pub fn bundled() -> Vec<(&'static str, &'static str)> {
     BUNDLED.iter().map(|(n, _, y)| (*n, *y)).collect()
+}
+
+/// The embedded lock of a bundled profile (`cu124`), when it has one.
+pub fn bundled_lock(name: &str) -> Option<&'static str> {
+    BUNDLED_LOCKS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, text)| *text)
+}
+
+/// The embedded locks of the bundled profiles: (path in the repository, text).
+pub fn bundled_locks() -> Vec<(&'static str, &'static str)> {
+    BUNDLED_LOCKS.iter().map(|(_, p, t)| (*p, *t)).collect()
+}
+
+/// The CUDA `major.minor` that selects a bundled profile (`cu124` → `12.4`).
+pub fn bundled_cuda(name: &str) -> Option<&'static str> {
+    BUNDLED
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, mm, _)| *mm)
 }
 
 /// The profile name for a `--cuda` value (`12.4`, `12.4.1`, `cu124` → `cu124`).
@@ -87,7 +129,7 @@ pub fn profile_for_cuda(cuda: &str) -> Option<&'static str> {
 /// Loads and validates a spec. Bad input is a usage error (exit 2) listing
 /// every problem.
 pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
-    let (text, origin, dir) = match src {
+    let (text, origin, dir, file) = match src {
         SpecSource::Bundled { cuda } => {
             let name = profile_for_cuda(cuda).ok_or_else(|| {
                 let valid: Vec<&str> = BUNDLED.iter().map(|(_, mm, _)| *mm).collect();
@@ -104,7 +146,7 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
                 .find(|(n, _, _)| *n == name)
                 .copied()
                 .unwrap_or(BUNDLED[0]);
-            (yaml.to_string(), format!("images/{name}.yaml"), None)
+            (yaml.to_string(), format!("images/{name}.yaml"), None, None)
         }
         SpecSource::File(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
@@ -122,7 +164,12 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
                 })
                 .unwrap_or(Path::new("."))
                 .to_path_buf();
-            (text, path.display().to_string(), Some(dir))
+            (
+                text,
+                path.display().to_string(),
+                Some(dir),
+                Some(path.clone()),
+            )
         }
     };
     let spec = validate::validate(&text, dir.as_deref())
@@ -133,6 +180,7 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
         spec,
         dir,
         origin,
+        file,
     })
 }
 

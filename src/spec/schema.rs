@@ -25,6 +25,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "ports",
     "labels",
     "template",
+    "lock",
 ];
 
 /// Keys of the `torch` mapping.
@@ -63,6 +64,22 @@ pub struct ImageSpec {
     /// A Dockerfile template to use instead of the bundled workstation one:
     /// a path relative to the spec file.
     pub template: Option<String>,
+    /// Which pip lock file holds the image's Python packages (see [`crate::lock`]).
+    pub lock: LockSetting,
+}
+
+/// The spec's `lock` field: where its pip lock file lives, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "path")]
+pub enum LockSetting {
+    /// No `lock` key (or `lock: true`): `<spec file stem>.lock` next to the spec
+    /// (`images/<name>.lock` for a bundled profile), used when it exists.
+    Default,
+    /// `lock: false`: the image installs without a lock; transitive Python
+    /// packages float.
+    Disabled,
+    /// `lock: PATH`: that file, relative to the spec file.
+    Path(String),
 }
 
 /// A base image reference: `name:tag` with an optional `@sha256:` digest.

@@ -12,8 +12,8 @@ use serde_yaml::Value;
 
 use super::compat;
 use super::schema::{
-    ImageRef, ImageSpec, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION, TOP_LEVEL_KEYS, TORCH_KEYS,
-    USER_KEYS,
+    ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION, TOP_LEVEL_KEYS,
+    TORCH_KEYS, USER_KEYS,
 };
 
 /// One thing wrong with a spec.
@@ -662,6 +662,40 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
         }
     }
 
+    // lock: true/absent (the default file), false (none), or a path next to the spec.
+    let lock = match top.get("lock") {
+        None | Some(Value::Bool(true)) => LockSetting::Default,
+        Some(Value::Bool(false)) => LockSetting::Disabled,
+        Some(Value::String(l)) => {
+            let p = Path::new(l);
+            if spec_dir.is_none() {
+                w.problem("lock", "bundled specs use their bundled lock (images/<name>.lock); only a spec file (--spec) may name its own", None);
+            } else if l.is_empty() || p.is_absolute() {
+                w.problem(
+                    "lock",
+                    format!("'{l}' must be a path relative to the spec file"),
+                    Some("false, true, or a relative path like my.lock".to_string()),
+                );
+            } else if !l.ends_with(".lock") {
+                w.problem(
+                    "lock",
+                    format!("'{l}' does not end in .lock (a lock file is written by `imgctl lock`, not a requirements file)"),
+                    Some("false, true, or a relative path like my.lock".to_string()),
+                );
+            }
+            // A missing file is no problem here: `imgctl lock` creates it.
+            LockSetting::Path(l.clone())
+        }
+        Some(other) => {
+            w.problem(
+                "lock",
+                format!("expected true, false or a path, found {}", kind(other)),
+                Some("false, true, or a relative path like my.lock".to_string()),
+            );
+            LockSetting::Default
+        }
+    };
+
     let schema_version = top.get("schema_version").and_then(|v| v.as_u64());
     if !w.problems.is_empty() {
         // In the order of the schema's fields (unknown keys last), stable within a field.
@@ -698,6 +732,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             ports,
             labels,
             template,
+            lock,
         }),
         // Every None above was recorded as a problem, so this is unreachable in
         // practice; report it rather than panic.

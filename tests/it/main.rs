@@ -5,6 +5,7 @@ mod build;
 mod cli;
 mod image_e2e;
 mod linking;
+mod lock;
 mod parallel;
 mod render;
 mod spec;

@@ -144,7 +144,8 @@ fn image_shape_matches_issue_3() {
         "rm -f /etc/ssh/ssh_host_*",
         "ln -sfn \"$site/torch\" /opt/imgctl/libtorch",
         "--shm-size=16g (or --ipc=host)",
-        "pip install --no-cache-dir --index-url https://pypi.org/simple torch==2.7.0;",
+        // images/cu124.lock holds the torch step too.
+        "pip install --no-cache-dir --index-url https://pypi.org/simple --constraint /etc/imgctl/pip.lock torch==2.7.0;",
     ] {
         assert!(d.contains(needle), "missing {needle:?}");
     }
@@ -278,8 +279,9 @@ fn build_options_shape_the_dockerfile() {
     assert!(
         ins[position(&ins, "diffusers==")].contains("--index-url https://pypi.example.com/simple")
     );
-    assert!(ins[position(&ins, "torch==2.7.0;")]
-        .contains("--index-url https://pypi.example.com/simple torch==2.7.0;"));
+    assert!(ins[position(&ins, "torch==2.7.0;")].contains(
+        "--index-url https://pypi.example.com/simple --constraint /etc/imgctl/pip.lock torch==2.7.0;"
+    ));
     assert!(d.contains("io.imgctl.torch.index=\"https://pypi.example.com/simple\""));
     // ...but a torch from PyTorch's own index keeps that index.
     let d128 = render_ok(&[
@@ -811,5 +813,234 @@ fn entrypoint_exits_when_a_service_dies() {
     assert!(
         !stderr.contains("fixed-token"),
         "a given token is never printed: {stderr}"
+    );
+}
+
+/// The cu124 Dockerfile with the lock's lines taken out: its COPY block, the
+/// two `--constraint` uses and the two labels.
+fn without_lock_lines(dockerfile: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in dockerfile.split_inclusive('\n') {
+        if line.starts_with("# The spec's pip lock, made by `imgctl lock`") {
+            skipping = true;
+        }
+        if skipping {
+            // The block ends with the COPY and one blank line.
+            if line == "\n" {
+                skipping = false;
+            }
+            continue;
+        }
+        if line.contains("io.imgctl.pip_lock.") {
+            continue;
+        }
+        out.push_str(&line.replace(" --constraint /etc/imgctl/pip.lock", ""));
+    }
+    out
+}
+
+#[test]
+fn without_a_lock_the_dockerfile_is_as_before() {
+    let mut loaded = spec::load(&SpecSource::Bundled {
+        cuda: "12.4".into(),
+    })
+    .unwrap();
+    loaded.spec.lock = spec::LockSetting::Disabled;
+    let r = render::render(&loaded, &RenderOptions::default()).unwrap();
+    assert_eq!(r.lock, imgctl::lock::LockState::Disabled);
+    assert!(!r.files.iter().any(|f| f.path == render::PIP_LOCK_PATH));
+    assert!(!r.labels.keys().any(|k| k.contains("pip_lock")));
+    // Byte for byte the Dockerfile of cu124 before locks existed (this
+    // snapshot is the earlier render_cu124 snapshot, unchanged), so images
+    // built without a lock keep their layer cache.
+    insta::assert_snapshot!("render_cu124_without_lock", r.dockerfile);
+    // cu128 has no lock file: its golden Dockerfile is the one it always had.
+    let d128 = render_ok(&["--cuda", "12.8"]);
+    assert!(!d128.contains("pip.lock"));
+    // And the locked cu124 is that text plus the lock's lines, nothing else.
+    let locked = render_ok(&["--cuda", "12.4"]);
+    assert!(locked.contains("COPY image/pip.lock /etc/imgctl/pip.lock\n"));
+    assert_eq!(without_lock_lines(&locked), r.dockerfile);
+}
+
+/// A copy of the cu124 spec in a folder of its own (so that its lock is a file
+/// next to it), with `edit` applied to its text.
+fn user_spec(dir: &Path, edit: &dyn Fn(&str) -> String) -> PathBuf {
+    let yaml = spec::bundled()
+        .into_iter()
+        .find(|(n, _)| *n == "cu124")
+        .unwrap()
+        .1;
+    let path = dir.join("my.yaml");
+    std::fs::write(&path, edit(yaml)).unwrap();
+    path
+}
+
+/// Writes a lock for the spec at `spec_path` with the library (the format is
+/// tested in src/lock; these tests are about rendering): torch, the pins and
+/// two transitive packages.
+fn write_lock(spec_path: &Path, lock_path: &Path) -> String {
+    let loaded = spec::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
+    let inputs = imgctl::lock::LockInputs::of(&loaded.spec);
+    let mut packages: Vec<(String, String)> = loaded
+        .spec
+        .pip
+        .iter()
+        .map(|p| (p.name.clone(), p.version.clone()))
+        .collect();
+    packages.push(("torch".into(), "2.7.0".into()));
+    packages.push(("numpy".into(), "2.2.6".into()));
+    packages.push(("typing_extensions".into(), "4.13.2".into()));
+    let text = imgctl::lock::LockFile::new(&inputs, packages)
+        .to_text(&loaded.origin, &imgctl::lock::lock_command(&loaded));
+    std::fs::write(lock_path, &text).unwrap();
+    text
+}
+
+fn render_spec(spec: &Path) -> (String, String) {
+    let out = imgctl(&["render", "--spec", spec.to_str().unwrap()]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = user_spec(dir.path(), &|y| y.to_string());
+    let lock_path = dir.path().join("my.lock");
+
+    // No lock yet: said, and the Dockerfile has none.
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(!d.contains("pip.lock"), "{d}");
+    assert!(
+        stderr.contains(&format!(
+            "pip lock: {} does not exist, so transitive Python packages float; create it with `imgctl lock --spec {}`",
+            lock_path.display(),
+            spec_path.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    let text = write_lock(&spec_path, &lock_path);
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(
+        stderr.contains(&format!("pip lock: {} (9 packages)", lock_path.display())),
+        "{stderr}"
+    );
+    let ins = instructions(&d);
+    let copy = position(&ins, "COPY image/pip.lock /etc/imgctl/pip.lock");
+    let torch = position(&ins, "torch==2.7.0;");
+    let pins = position(&ins, "diffusers==0.33.1");
+    assert!(
+        position(&ins, "python3 -m venv") < copy && copy < torch,
+        "the lock arrives before the torch layer"
+    );
+    assert!(
+        ins[torch].contains(
+            "pip install --no-cache-dir --index-url https://pypi.org/simple --constraint /etc/imgctl/pip.lock torch==2.7.0;"
+        ),
+        "{}",
+        ins[torch]
+    );
+    assert!(
+        ins[pins].contains(
+            "--constraint /etc/imgctl/torch-constraints.txt --constraint /etc/imgctl/pip.lock"
+        ),
+        "{}",
+        ins[pins]
+    );
+    // The torch pins are still frozen and checked.
+    assert!(ins[torch].contains("pip freeze | grep -E '^(torch|triton|nvidia-)'"));
+    assert!(ins[pins].contains("installed pins differ from the compatibility table"));
+    let sha = spec::sha256_hex(text.as_bytes());
+    assert!(
+        d.contains(&format!("io.imgctl.pip_lock.sha256=\"{sha}\"")),
+        "{d}"
+    );
+    assert!(d.contains("io.imgctl.pip_lock.packages=\"9\""));
+    assert!(d.contains(&format!("9 packages,\n# sha256 {sha}.")), "{d}");
+
+    // The library view: the context holds the lock byte for byte.
+    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let r = render::render(&loaded, &RenderOptions::default()).unwrap();
+    let f = r
+        .files
+        .iter()
+        .find(|f| f.path == render::PIP_LOCK_PATH)
+        .expect("the lock is a context file");
+    assert_eq!(f.contents, text.as_bytes());
+    assert_eq!((f.mode, r.lock.is_fresh()), (0o644, true));
+    assert_eq!(r.labels["io.imgctl.pip_lock.sha256"], sha);
+}
+
+#[test]
+fn a_stale_or_unusable_lock_warns_and_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = user_spec(dir.path(), &|y| y.to_string());
+    let lock_path = dir.path().join("my.lock");
+    write_lock(&spec_path, &lock_path);
+    let cmd = format!("imgctl lock --spec {}", spec_path.display());
+
+    // A pin changes: the lock is stale, said in one line, and not used.
+    user_spec(dir.path(), &|y| {
+        y.replace("diffusers==0.33.1", "diffusers==0.34.0")
+    });
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(
+        stderr.contains(&format!(
+            "warning: pip lock {} is stale (pin diffusers 0.33.1 → 0.34.0) and not used; regenerate it with `{cmd}`",
+            lock_path.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("warning").count(), 1, "{stderr}");
+    assert!(!d.contains("pip.lock") && !d.contains("pip_lock"), "{d}");
+
+    // Comments and key order do not make it stale.
+    user_spec(dir.path(), &|y| {
+        format!("# a comment on top\nlock: true\n{y}")
+    });
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(d.contains("COPY image/pip.lock"), "{stderr}");
+
+    // `lock: false` leaves even a fresh lock out, and says so.
+    user_spec(dir.path(), &|y| format!("{y}lock: false\n"));
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(!d.contains("pip.lock"));
+    assert!(
+        stderr.contains(
+            "pip lock: none (the spec says `lock: false`; transitive Python packages float)"
+        ),
+        "{stderr}"
+    );
+
+    // `lock: PATH` names another file: a missing one is a warning...
+    user_spec(dir.path(), &|y| format!("{y}lock: locks/other.lock\n"));
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(!d.contains("pip.lock"));
+    assert!(
+        stderr.contains(&format!(
+            "warning: pip lock: {} does not exist",
+            dir.path().join("locks/other.lock").display()
+        )),
+        "{stderr}"
+    );
+    // ...and an existing one is used.
+    std::fs::create_dir(dir.path().join("locks")).unwrap();
+    std::fs::copy(&lock_path, dir.path().join("locks/other.lock")).unwrap();
+    let (d, _) = render_spec(&spec_path);
+    assert!(d.contains("COPY image/pip.lock"));
+
+    // A file that is not a lock is a warning, not a failure.
+    user_spec(dir.path(), &|y| y.to_string());
+    std::fs::write(&lock_path, "diffusers==0.33.1\n").unwrap();
+    let (d, stderr) = render_spec(&spec_path);
+    assert!(!d.contains("pip.lock"));
+    assert!(
+        stderr.contains("is not used, it is not a lock file (no `# lock-version:` line"),
+        "{stderr}"
     );
 }

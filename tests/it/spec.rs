@@ -330,3 +330,47 @@ fn specs_lists_the_profiles() {
     // The cu124 caveat is said, on stderr.
     assert!(stderr.contains("cu124 carries the cu126 wheel"), "{stderr}");
 }
+
+#[test]
+fn the_lock_field_is_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(repo_root().join("images/cu126.yaml")).unwrap();
+    let render = |lock_line: &str| {
+        let path = dir.path().join("s.yaml");
+        std::fs::write(&path, format!("{base}{lock_line}\n")).unwrap();
+        let out = imgctl_at_root(&["render", "--spec", path.to_str().unwrap()]);
+        let (_, stderr) = texts(&out);
+        (out.status.code(), stderr)
+    };
+    for bad in [
+        (
+            "lock: 3",
+            "lock: expected true, false or a path, found a number (valid: false, true, or a relative path like my.lock)",
+        ),
+        (
+            "lock: /etc/x.lock",
+            "lock: '/etc/x.lock' must be a path relative to the spec file",
+        ),
+        (
+            "lock: requirements.txt",
+            "lock: 'requirements.txt' does not end in .lock",
+        ),
+        ("lokc: false", "lokc: unknown key; did you mean `lock`?"),
+    ] {
+        let (code, stderr) = render(bad.0);
+        assert_eq!(code, Some(2), "{}: {stderr}", bad.0);
+        assert!(stderr.contains(bad.1), "{}: {stderr}", bad.0);
+    }
+    for good in ["lock: true", "lock: false", "lock: locks/s.lock", ""] {
+        let (code, stderr) = render(good);
+        assert_eq!(code, Some(0), "{good}: {stderr}");
+    }
+    // A bundled spec takes its lock from images/; only a spec file names its own.
+    let problems = spec::validate::validate(&format!("{base}lock: my.lock\n"), None).unwrap_err();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0]
+        .message
+        .contains("bundled specs use their bundled lock"));
+    let ok = spec::validate::validate(&format!("{base}lock: false\n"), None).unwrap();
+    assert_eq!(ok.lock, spec::LockSetting::Disabled);
+}

@@ -1,0 +1,602 @@
+//! `imgctl lock` for real: pip's resolver on this host against PyPI, the lock
+//! file it writes, `--check` following edits of the spec, the one-line errors
+//! (no Python, no network, a conflict, a spec error), the bundled locks, and a
+//! real build on the busybox base that copies a lock into the image.
+//!
+//! The fixture specs pin torch 2.7.0 (every spec does) plus a few small
+//! pure-Python packages. torch is resolved for real, with all of its
+//! dependencies: pip reads wheel metadata only (PyPI serves it apart from the
+//! wheels, PEP 658), so this costs about 30 s here, not a 900 MB download.
+//! Versions of unpinned packages change as PyPI moves on, so the assertions
+//! name packages, and versions only where the spec or torch pins them.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use imgctl::lock::{LockFile, LockInputs};
+use imgctl::spec::{self, SpecSource};
+
+use crate::build::{docker, docker_ok, ensure_bases, EngineGuard};
+use crate::common::{imgctl_bin, repo_root, texts};
+
+/// A spec like the bundled cu126 one, with `pins` instead of its packages.
+fn fixture_spec(dir: &Path, name: &str, pins: &[&str]) -> PathBuf {
+    let mut text = format!(
+        "# A test spec for imgctl lock.\nschema_version: 1\nname: {name}\ndescription: imgctl lock test\nbase_image: nvidia/cuda:12.6.3-base-ubuntu22.04\ncuda: \"12.6.3\"\npython: \"3.10\"\ntorch:\n  version: \"2.7.0\"\n  variant: cu126\n  index: https://pypi.org/simple\npip:\n"
+    );
+    for p in pins {
+        text.push_str(&format!("  - {p}\n"));
+    }
+    text.push_str("apt: []\nuser:\n  name: dev\nports: []\n");
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs imgctl in `cwd` with `envs`.
+fn imgctl_in(cwd: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(imgctl_bin());
+    c.args(args).current_dir(cwd).env("NO_COLOR", "1");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().expect("run imgctl")
+}
+
+/// The `name==version` lines of a lock file.
+fn body(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.starts_with('#')).collect()
+}
+
+#[test]
+fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(
+        dir.path(),
+        "app",
+        &["python-dateutil==2.9.0.post0", "anyio==4.9.0"],
+    );
+    let spec_arg = spec_path.to_str().unwrap();
+    let lock_path = dir.path().join("app.lock");
+
+    let started = Instant::now();
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--json"], &[]);
+    let resolve_s = started.elapsed().as_secs_f64();
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    eprintln!("lock: resolved the fixture in {resolve_s:.1} s");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON alone on stdout");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["locks"][0]["status"], "written");
+    assert_eq!(v["locks"][0]["lock"], lock_path.display().to_string());
+    // Plain progress lines without a terminal, and the outcome.
+    assert!(
+        stderr.contains("app: resolving torch==2.7.0 + 2 pins with pip ")
+            && stderr.contains("for CPython 3.10 on linux_x86_64 glibc 2.35"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("app: wrote {}", lock_path.display())),
+        "{stderr}"
+    );
+
+    let text = std::fs::read_to_string(&lock_path).unwrap();
+    let lines = body(&text);
+    let mut sorted = lines.clone();
+    sorted.sort();
+    assert_eq!(lines, sorted, "sorted by name");
+    assert_eq!(v["locks"][0]["packages"], lines.len());
+    for exact in [
+        // The pins and torch, as the spec says.
+        "python-dateutil==2.9.0.post0",
+        "anyio==4.9.0",
+        "torch==2.7.0",
+        // What torch 2.7.0 pins (its METADATA; src/spec/compat.rs).
+        "nvidia-cudnn-cu12==9.5.1.17",
+        "nvidia-nccl-cu12==2.26.2",
+        "nvidia-cuda-runtime-cu12==12.6.77",
+        "triton==3.3.0",
+    ] {
+        assert!(lines.contains(&exact), "{exact} not in:\n{text}");
+    }
+    // Transitive packages nobody named, at whatever version pip chose:
+    // python-dateutil needs six; anyio needs idna and sniffio, and on Python
+    // 3.10 (only) exceptiongroup, whatever python3 runs pip here; torch needs
+    // sympy, jinja2 (PEP 503 name), typing-extensions.
+    for name in [
+        "six",
+        "idna",
+        "sniffio",
+        "exceptiongroup",
+        "sympy",
+        "mpmath",
+        "jinja2",
+        "typing-extensions",
+        "filelock",
+        "networkx",
+    ] {
+        assert!(
+            lines.iter().any(|l| l.starts_with(&format!("{name}=="))),
+            "{name} not in:\n{text}"
+        );
+    }
+    // Names are normalised; the header says where it came from.
+    assert!(lines.iter().all(|l| {
+        let n = l.split("==").next().unwrap();
+        n == imgctl::lock::normalize_name(n)
+    }));
+    assert!(
+        text.starts_with(&format!("# imgctl pip lock of {spec_arg}:")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("Regenerate: imgctl lock --spec {spec_arg}\n")));
+    assert!(text.contains("# input python: 3.10\n# input platform: linux_x86_64 glibc 2.35\n"));
+    let parsed = LockFile::parse(&text).unwrap();
+    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    assert_eq!(parsed.inputs_sha256, LockInputs::of(&loaded.spec).sha256());
+
+    // --check right after: fresh.
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "app: {} is up to date ({} packages)",
+            lock_path.display(),
+            lines.len()
+        )),
+        "{stderr}"
+    );
+    // Locking again leaves a fresh lock alone (no resolution).
+    let started = Instant::now();
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg], &[]);
+    let (_, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("is up to date"), "{stderr}");
+    assert!(started.elapsed().as_secs_f64() < 10.0);
+    assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), text);
+
+    // Comments and the order of keys and pins do not make it stale.
+    let yaml = std::fs::read_to_string(&spec_path).unwrap();
+    let reordered = yaml
+        .replace(
+            "  - python-dateutil==2.9.0.post0\n  - anyio==4.9.0\n",
+            "  - anyio==4.9.0        # async\n  - python-dateutil==2.9.0.post0\n",
+        )
+        .replace("ports: []\n", "")
+        .replace("# A test spec", "ports: []\n# A test spec");
+    assert_ne!(reordered, yaml);
+    std::fs::write(&spec_path, &reordered).unwrap();
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+
+    // A pin changes: --check fails (exit 1) and names the change; nothing is written.
+    std::fs::write(
+        &spec_path,
+        reordered.replace("anyio==4.9.0", "anyio==4.8.0"),
+    )
+    .unwrap();
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.starts_with(&format!(
+            "error: app: {} is stale: pin anyio 4.9.0 → 4.8.0\n",
+            lock_path.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "hint: regenerate it with `imgctl lock --spec {spec_arg}`"
+        )),
+        "{stderr}"
+    );
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_arg, "--check", "--json"],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_str(&texts(&out).0).unwrap();
+    assert_eq!(
+        (v["ok"].as_bool(), v["locks"][0]["status"].as_str()),
+        (Some(false), Some("stale"))
+    );
+    assert_eq!(v["locks"][0]["changes"][0], "pin anyio 4.9.0 → 4.8.0");
+    assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), text);
+    // The Python version counts too.
+    std::fs::write(
+        &spec_path,
+        reordered
+            .replace("python: \"3.10\"", "python: \"3.12\"")
+            .replace("ubuntu22.04", "ubuntu24.04"),
+    )
+    .unwrap();
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "python 3.10 → 3.12; platform linux_x86_64 glibc 2.35 → linux_x86_64 glibc 2.39"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A PEP 503 index of its own that forwards to PyPI (pages and their
+/// metadata links unchanged), standing in for a torch index other than PyPI
+/// (`download.pytorch.org/whl/cu128` is unreachable here). It prints its
+/// port, then serves until killed.
+const FORWARDING_INDEX: &str = r#"
+import http.server, sys, urllib.error, urllib.request
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        req = urllib.request.Request("https://pypi.org" + self.path, headers={"Accept": self.headers.get("Accept", "*/*")})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                body, ct = r.read(), r.headers.get("Content-Type")
+            self.send_response(200)
+            self.send_header("Content-Type", ct)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except urllib.error.HTTPError as e:
+            self.send_response(e.code)
+            self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Kills the forwarding index when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn torch_from_another_index_resolves_in_two_steps() {
+    use std::io::BufRead;
+    let mut child = Command::new("python3")
+        .args(["-c", FORWARDING_INDEX])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the forwarding index");
+    let stdout = child.stdout.take();
+    let child = Child(child);
+    let mut port = String::new();
+    std::io::BufReader::new(stdout.unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let index = format!("http://127.0.0.1:{}/simple", port.trim());
+
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(dir.path(), "two", &["python-dateutil==2.9.0.post0"]);
+    let yaml = std::fs::read_to_string(&spec_path)
+        .unwrap()
+        .replace("index: https://pypi.org/simple", &format!("index: {index}"));
+    std::fs::write(&spec_path, yaml).unwrap();
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_path.to_str().unwrap(), "-v"],
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    drop(child);
+    assert!(out.status.success(), "{stderr}");
+    // torch alone from its index, then everything from PyPI with torch's set held.
+    let runs: Vec<&str> = stderr.lines().filter(|l| l.starts_with("$ ")).collect();
+    assert_eq!(runs.len(), 2, "{stderr}");
+    assert!(
+        runs[0].contains(&format!("--index-url {index} torch==2.7.0")),
+        "{}",
+        runs[0]
+    );
+    assert!(
+        runs[1].contains(&format!(
+            "--index-url https://pypi.org/simple --extra-index-url {index} --constraint "
+        )) && runs[1].ends_with("torch==2.7.0 python-dateutil==2.9.0.post0"),
+        "{}",
+        runs[1]
+    );
+    let text = std::fs::read_to_string(dir.path().join("two.lock")).unwrap();
+    assert!(
+        text.contains(&format!("# input torch-index: {index}\n")),
+        "{text}"
+    );
+    let lines = body(&text);
+    for exact in [
+        "torch==2.7.0",
+        "nvidia-cudnn-cu12==9.5.1.17",
+        "python-dateutil==2.9.0.post0",
+    ] {
+        assert!(lines.contains(&exact), "{exact} not in:\n{text}");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("six==")), "{text}");
+}
+
+#[test]
+fn a_conflict_shows_pips_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    // referencing 0.36.2 requires attrs>=22.2.0 (its METADATA).
+    let spec_path = fixture_spec(
+        dir.path(),
+        "clash",
+        &["referencing==0.36.2", "attrs==21.4.0"],
+    );
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_path.to_str().unwrap()],
+        &[],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("error: pip cannot resolve the pins: Cannot install attrs==21.4.0 and referencing==0.36.2 because these package versions have conflicting dependencies.\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: the conflict: The user requested attrs==21.4.0; referencing 0.36.2 depends on attrs>=22.2.0"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("clash.lock").exists(), "nothing written");
+}
+
+#[test]
+fn errors_are_one_line_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
+    let spec_arg = spec_path.to_str().unwrap();
+    let check = |out: &Output, code: i32, message: &str| {
+        let (stdout, stderr) = texts(out);
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        // One error (after progress lines, if pip ran; a spec error lists its problems below it).
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert!(
+            errors.len() == 1 && stderr.contains(message),
+            "{message:?} not in the one error:\n{stderr}"
+        );
+        assert!(stderr.contains("\n\nhint: "), "no hint:\n{stderr}");
+    };
+
+    // No Python to run pip with.
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_arg],
+        &[("IMGCTL_PYTHON", "/nonexistent/python3")],
+    );
+    check(
+        &out,
+        1,
+        "no Python on this host: `/nonexistent/python3` was not found on PATH",
+    );
+    // No network: a proxy that refuses every connection.
+    let started = Instant::now();
+    let dead = "http://127.0.0.1:9";
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_arg],
+        &[
+            ("HTTPS_PROXY", dead),
+            ("https_proxy", dead),
+            ("HTTP_PROXY", dead),
+            ("http_proxy", dead),
+            ("NO_PROXY", ""),
+            ("no_proxy", ""),
+        ],
+    );
+    check(
+        &out,
+        1,
+        "cannot reach https://pypi.org/simple: Cannot connect to proxy",
+    );
+    assert!(texts(&out).1.contains("HTTPS_PROXY"));
+    eprintln!(
+        "lock: no-network error after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(!dir.path().join("small.lock").exists());
+
+    // Spec errors are exit 2, before pip runs.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(&spec_path)
+            .unwrap()
+            .replace("six==1.16.0", "six>=1.16"),
+    )
+    .unwrap();
+    check(
+        &imgctl_in(dir.path(), &["lock", "--spec", bad.to_str().unwrap()], &[]),
+        2,
+        "pip[0]: 'six>=1.16' is not pinned (>=)",
+    );
+    // `lock: false` has nothing to write (exit 2); --check has nothing to check (exit 0).
+    let off = dir.path().join("off.yaml");
+    std::fs::write(
+        &off,
+        format!(
+            "{}lock: false\n",
+            std::fs::read_to_string(&spec_path).unwrap()
+        ),
+    )
+    .unwrap();
+    check(
+        &imgctl_in(dir.path(), &["lock", "--spec", off.to_str().unwrap()], &[]),
+        2,
+        "says `lock: false`; there is no lock to write",
+    );
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", off.to_str().unwrap(), "--check"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    // A missing lock fails --check.
+    check(
+        &imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]),
+        1,
+        &format!(
+            "small: {} does not exist",
+            dir.path().join("small.lock").display()
+        ),
+    );
+    // A bundled profile's lock belongs in imgctl's source tree.
+    check(
+        &imgctl_in(dir.path(), &["lock", "--cuda", "12.6"], &[]),
+        2,
+        "the bundled profile cu126 is embedded in imgctl, and its lock is written into imgctl's source tree, but images/cu126.yaml is not here",
+    );
+    // Flags that contradict each other are clap's usage errors.
+    let out = imgctl_in(dir.path(), &["lock", "--all", "--spec", spec_arg], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = imgctl_in(dir.path(), &["lock", "--check", "--upgrade"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn the_bundled_locks_are_fresh() {
+    for cuda in ["12.4", "12.6"] {
+        let out = imgctl_in(&repo_root(), &["lock", "--cuda", cuda, "--check"], &[]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(stderr.contains("is up to date (1"), "{stderr}");
+    }
+    let out = imgctl_in(&repo_root(), &["lock", "--all", "--check", "--json"], &[]);
+    let (stdout, stderr) = texts(&out);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let statuses: Vec<&str> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["status"].as_str().unwrap())
+        .collect();
+    if spec::bundled_lock("cu128").is_none() {
+        // cu128's torch index was unreachable where the locks were made: said, exit 1.
+        assert_eq!(statuses, ["fresh", "fresh", "missing"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stderr.contains("warning: cu128: images/cu128.lock does not exist")
+                && stderr.contains("error: 1 of 3 locks is missing or stale (listed above)"),
+            "{stderr}"
+        );
+    } else {
+        assert_eq!(statuses, ["fresh", "fresh", "fresh"]);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+    }
+}
+
+/// A template for the busybox base: the lock COPY of the bundled template
+/// and a check that the file arrived whole, nothing installed.
+const LOCK_TEMPLATE: &str = r#"FROM {{ base_image }}
+{% if lock %}
+COPY {{ files.pip_lock }} {{ lock.path }}
+RUN test "$(grep -vc '^#' {{ lock.path }})" = "{{ lock.packages }}"
+{% endif %}
+COPY {{ files.imgctl }} /usr/local/bin/imgctl
+LABEL \
+{% for key, value in labels %}
+    {{ key }}={{ value | dq }}{{ " \\" if not loop.last else "" }}
+{% endfor %}
+"#;
+
+#[test]
+fn a_fresh_lock_goes_into_the_image_and_its_label() {
+    ensure_bases();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = std::fs::read_to_string(repo_root().join("tests/fixtures/specs/busybox.yaml"))
+        .unwrap()
+        .replace(
+            "template: busybox.Dockerfile.j2",
+            "template: lock.Dockerfile.j2",
+        );
+    let spec_path = dir.path().join("bb.yaml");
+    std::fs::write(&spec_path, &yaml).unwrap();
+    std::fs::write(dir.path().join("lock.Dockerfile.j2"), LOCK_TEMPLATE).unwrap();
+    // The lock, written with the library (its resolution is tested above).
+    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let lock_text = LockFile::new(
+        &LockInputs::of(&loaded.spec),
+        [
+            ("diffusers", "0.33.1"),
+            ("torch", "2.7.0"),
+            ("numpy", "2.2.6"),
+        ],
+    )
+    .to_text(&loaded.origin, &imgctl::lock::lock_command(&loaded));
+    let lock_path = dir.path().join("bb.lock");
+    std::fs::write(&lock_path, &lock_text).unwrap();
+
+    let mut guard = EngineGuard::default();
+    let tag = format!("imgctl-test/it-build:{}-lock", std::process::id());
+    guard.image(&tag);
+    let build = |tag: &str| {
+        let out = imgctl_in(
+            dir.path(),
+            &["build", "--spec", spec_path.to_str().unwrap(), "--tag", tag],
+            &[],
+        );
+        let (_, stderr) = texts(&out);
+        assert!(out.status.success(), "{stderr}");
+        stderr
+    };
+    let stderr = build(&tag);
+    assert!(
+        stderr.contains(&format!("pip lock: {} (3 packages)", lock_path.display())),
+        "{stderr}"
+    );
+    let in_image = docker_ok(&["run", "--rm", &tag, "cat", imgctl::lock::IMAGE_LOCK_PATH]);
+    assert_eq!(in_image, lock_text.trim_end());
+    let sha = docker_ok(&[
+        "inspect",
+        "--format",
+        "{{index .Config.Labels \"io.imgctl.pip_lock.sha256\"}} {{index .Config.Labels \"io.imgctl.pip_lock.packages\"}}",
+        &tag,
+    ]);
+    assert_eq!(sha, format!("{} 3", spec::sha256_hex(lock_text.as_bytes())));
+
+    // Stale (a pin changed): the build warns, succeeds, and leaves the lock out.
+    std::fs::write(
+        &spec_path,
+        yaml.replace("diffusers==0.33.1", "diffusers==0.34.0"),
+    )
+    .unwrap();
+    let stale_tag = format!("{tag}-stale");
+    guard.image(&stale_tag);
+    let stderr = build(&stale_tag);
+    assert!(
+        stderr.contains(&format!(
+            "warning: pip lock {} is stale (pin diffusers 0.33.1 → 0.34.0) and not used",
+            lock_path.display()
+        )),
+        "{stderr}"
+    );
+    let out = docker(&[
+        "run",
+        "--rm",
+        &stale_tag,
+        "test",
+        "-e",
+        imgctl::lock::IMAGE_LOCK_PATH,
+    ]);
+    assert_eq!(out.status.code(), Some(1), "no lock in the image");
+    let label = docker_ok(&[
+        "inspect",
+        "--format",
+        "{{index .Config.Labels \"io.imgctl.pip_lock.sha256\"}}",
+        &stale_tag,
+    ]);
+    assert!(label.is_empty() || label == "<no value>", "{label}");
+}
