@@ -300,6 +300,20 @@ fn real_image_end_to_end() {
             .starts_with("2.7.0"),
         "{version}"
     );
+    // The pinned packages import together, and pip finds every installed
+    // requirement satisfied (the lock held the transitive versions together).
+    let imports = docker_ok(&[
+        "run",
+        "--rm",
+        &image,
+        "sh",
+        "-c",
+        "python -m pip check && python -c 'import diffusers, transformers, accelerate, datasets, tensorboard, jupyterlab; print(\"imports ok\")'",
+    ]);
+    assert!(
+        imports.contains("No broken requirements found.") && imports.contains("imports ok"),
+        "{imports}"
+    );
     // imgctl runs inside, on the image's glibc and its own libtorch.
     let imgctl_version = docker_ok(&["run", "--rm", &image, "imgctl", "--version"]);
     assert_eq!(
