@@ -47,6 +47,10 @@ pub struct ProfileRow {
     pub pip: Vec<String>,
     /// sha256 of the spec text.
     pub spec_sha256: String,
+    /// The pip lock: fresh, stale, missing, invalid or disabled.
+    pub lock: String,
+    /// Packages the lock pins (a fresh lock only).
+    pub lock_packages: Option<usize>,
 }
 
 /// The rows for every bundled profile.
@@ -60,6 +64,7 @@ pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
         let wheel = compat::lookup(&s.torch.version, &s.torch.variant);
         let driver = wheel.and_then(|w| compat::min_driver(w.cuda));
         let fit = wheel.map(|w| compat::fit(w.cuda, &s.cuda));
+        let lock = crate::lock::state(&loaded);
         rows.push(ProfileRow {
             name: loaded.name.clone(),
             cuda_flag: compat::major_minor(&s.cuda),
@@ -84,6 +89,11 @@ pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
             .to_string(),
             pip: s.pip.iter().map(|p| p.requirement()).collect(),
             spec_sha256: loaded.sha256.clone(),
+            lock: lock.word().to_string(),
+            lock_packages: match &lock {
+                crate::lock::LockState::Fresh { lock, .. } => Some(lock.packages.len()),
+                _ => None,
+            },
         });
     }
     Ok(rows)
@@ -111,6 +121,7 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
             "NCCL",
             "python",
             "min driver",
+            "pip lock",
         ]);
     for r in &rows {
         table.add_row(vec![
@@ -123,6 +134,10 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
             r.nccl.clone(),
             r.python.clone(),
             format!("{} ({} native)", r.driver_min, r.driver_native),
+            match r.lock_packages {
+                Some(n) => format!("{n} packages"),
+                None => r.lock.clone(),
+            },
         ]);
     }
     p.data(table.to_string());

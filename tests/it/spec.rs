@@ -311,6 +311,23 @@ fn specs_lists_the_profiles() {
     assert_eq!(profiles[0]["cudnn"], "9.5.1.17");
     assert_eq!(profiles[1]["compat"], "exact");
     assert_eq!(profiles[2]["cudnn"], "9.7.1.26");
+    // The bundled locks: cu124 and cu126 are fresh; cu128's torch index
+    // (download.pytorch.org) could not be resolved where they were made.
+    let count = |i: usize| {
+        std::fs::read_to_string(
+            crate::common::repo_root().join(format!("images/{}.lock", names[i])),
+        )
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count()
+    };
+    for i in [0, 1] {
+        assert_eq!(profiles[i]["lock"], "fresh", "{}", profiles[i]);
+        assert_eq!(profiles[i]["lock_packages"].as_u64(), Some(count(i) as u64));
+    }
+    assert_eq!(profiles[2]["lock"], "missing");
+    assert!(profiles[2]["lock_packages"].is_null());
 
     let out = imgctl_at_root(&["specs"]);
     let (stdout, stderr) = texts(&out);
@@ -321,6 +338,7 @@ fn specs_lists_the_profiles() {
         "9.5.1.17",
         "2.26.2",
         "525.60.13",
+        "pip lock",
     ] {
         assert!(
             stdout.contains(needle),
