@@ -64,6 +64,11 @@ def main() -> int:
     cuda = device.type == "cuda"
     if cuda:
         torch.backends.cudnn.benchmark = True
+        # Device memory in use before the model exists: this process's CUDA
+        # context plus whatever other processes hold (imgctl's own benchmark
+        # still holds its memory under --compare), subtracted from the peak.
+        free, total = torch.cuda.mem_get_info(device)
+        result["device_used_baseline_bytes"] = total - free
     result["cudnn_benchmark"] = cuda
     result["channels_last"] = a.channels_last
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format

@@ -76,6 +76,10 @@ pub struct ReferenceRun {
     /// torch.cuda.mem_get_info (total − free), the same measure imgctl reports.
     #[serde(default)]
     pub device_used_peak_bytes: Option<u64>,
+    /// The same measure before the model was built (the script's CUDA context
+    /// plus memory other processes hold, imgctl's included).
+    #[serde(default)]
+    pub device_used_baseline_bytes: Option<u64>,
     /// The model and inputs ran in channels-last layout.
     #[serde(default)]
     pub channels_last: Option<bool>,

@@ -152,13 +152,16 @@ pub fn scaling_table(s: &ScalingReport) -> String {
     t.to_string()
 }
 
-/// `--compare`.
+/// `--compare`. "peak memory (own)" is each run's peak device use minus its
+/// use before the model existed, so neither its CUDA context nor memory held
+/// by the other process counts: the reference runs while imgctl's benchmark
+/// process still holds its memory.
 pub fn compare_table(c: &CompareReport) -> String {
     let mut t = table(&[
         "run",
         "img/s per device",
         "step ms (median)",
-        "peak memory",
+        "peak memory (own)",
         "imgctl ÷ this",
     ]);
     let i = &c.imgctl;
@@ -166,11 +169,9 @@ pub fn compare_table(c: &CompareReport) -> String {
         Cell::new(format!("imgctl ({})", i.precision)),
         right(num(i.img_per_s_per_device)),
         right(format!("{:.1}", i.step_ms.median)),
-        right(
-            i.memory
-                .as_ref()
-                .map_or("n/a".into(), |m| gib(m.peak_used_bytes)),
-        ),
+        right(i.memory.as_ref().map_or("n/a".into(), |m| {
+            gib(m.peak_used_bytes.saturating_sub(m.baseline_used_bytes))
+        })),
         right("1.00×".into()),
     ]);
     for r in &c.pytorch {
@@ -189,7 +190,9 @@ pub fn compare_table(c: &CompareReport) -> String {
                 Cell::new(label),
                 right(num(r.img_per_s.unwrap_or(0.0))),
                 right(format!("{:.1}", r.step_ms_median.unwrap_or(0.0))),
-                right(r.device_used_peak_bytes.map_or("n/a".into(), gib)),
+                right(r.device_used_peak_bytes.map_or("n/a".into(), |p| {
+                    gib(p.saturating_sub(r.device_used_baseline_bytes.unwrap_or(0)))
+                })),
                 right(ratio.map_or("n/a".into(), |x| format!("{x:.2}×"))),
             ]);
         } else {
@@ -210,4 +213,58 @@ pub fn compare_table(c: &CompareReport) -> String {
         s.push_str(&format!("\ntorch.compile: {n}"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::reference::ReferenceRun;
+    use crate::bench::BenchReport;
+
+    const GIB: u64 = 1 << 30;
+
+    fn imgctl_report() -> BenchReport {
+        serde_json::from_value(serde_json::json!({
+            "schema_version": 1, "kind": "imgctl.train_benchmark", "preset": "default",
+            "params": 113673219, "image_size": 64, "precision": "bf16", "grad_reduce": "fp32",
+            "all_reduce_bytes_per_step": 0, "channels_last": false, "cudnn_benchmark": true,
+            "device": "cuda:0", "device_name": "NVIDIA H200", "backend": "single",
+            "world_size": 1, "batch_per_rank": 64, "global_batch": 64, "warmup_steps": 10,
+            "timed_steps": 50, "img_per_s": 3000.0, "img_per_s_per_device": 3000.0,
+            "step_ms": {"mean": 21.0, "median": 21.0, "min": 20.0, "max": 22.0},
+            "breakdown_ms": {"data": 0.1, "forward": 6.0, "backward": 12.0, "all_reduce": 0.0,
+                             "optimizer": 3.0, "total": 21.1, "steps": 5},
+            "all_reduce_share": 0.0,
+            "memory": {"method": "cudaMemGetInfo", "peak_used_bytes": 20 * GIB,
+                       "baseline_used_bytes": GIB / 2, "total_bytes": 140 * GIB},
+            "flops": {"train_flops_per_image": 93.1e9, "achieved_tflops_per_device": 279.3,
+                      "peak_tflops": 989.4, "peak_kind": "bf16 dense", "peak_source": "datasheet",
+                      "mfu": 0.282, "mfu_note": null},
+            "last_loss": 0.1
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn compare_memory_is_each_runs_own_not_the_other_process() {
+        let eager = ReferenceRun {
+            mode: "eager".into(),
+            ok: true,
+            img_per_s: Some(2500.0),
+            step_ms_median: Some(25.6),
+            // The reference started while imgctl still held 20 GiB.
+            device_used_baseline_bytes: Some(20 * GIB + GIB / 2),
+            device_used_peak_bytes: Some(44 * GIB + GIB / 2),
+            ..Default::default()
+        };
+        let c = CompareReport::new(imgctl_report(), vec![eager], None);
+        assert!((c.ratio_vs_eager.unwrap() - 1.2).abs() < 1e-12);
+        let t = compare_table(&c);
+        assert!(t.contains("peak memory (own)"), "{t}");
+        // imgctl: 20 − 0.5 GiB; the reference: 44.5 − 20.5 GiB, not 44.5.
+        assert!(t.contains(&gib(20 * GIB - GIB / 2)), "{t}");
+        assert!(t.contains(&gib(24 * GIB)), "{t}");
+        assert!(!t.contains(&gib(44 * GIB + GIB / 2)), "{t}");
+        assert!(t.contains("1.20×"), "{t}");
+    }
 }
