@@ -142,18 +142,10 @@ pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
             // SAFETY: no arguments.
             Ok(decode_cudnn_version(unsafe { f() }))
         }
-        LibKind::Nccl => {
-            type F = unsafe extern "C" fn(*mut i32) -> i32;
-            // SAFETY: ncclResult_t ncclGetVersion(int*) (nccl.h).
-            let f = unsafe { lib.get::<F>(b"ncclGetVersion\0") }.map_err(|e| e.to_string())?;
-            let mut v = 0i32;
-            // SAFETY: one out-pointer.
-            let rc = unsafe { f(&mut v) };
-            if rc != 0 {
-                return Err(format!("ncclGetVersion returned error {rc}"));
-            }
-            Ok(decode_nccl_version(v))
-        }
+        LibKind::Nccl => crate::nccl::NcclLibrary::open(path)
+            .and_then(|l| l.version())
+            .map(crate::nccl::version_string)
+            .map_err(|e| e.to_string()),
     }
 }
 
@@ -161,15 +153,6 @@ pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
 /// (cudnn_version.h, CUDNN_VERSION since 9.0); 8.x and older `major*1000 + minor*100 + patch`.
 pub fn decode_cudnn_version(v: usize) -> String {
     if v >= 90000 {
-        format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
-    } else {
-        format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
-    }
-}
-
-/// NCCL_VERSION_CODE: `X*10000 + Y*100 + Z` from 2.9 on, `X*1000 + Y*100 + Z` before (nccl.h).
-pub fn decode_nccl_version(v: i32) -> String {
-    if v >= 20900 {
         format!("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100)
     } else {
         format!("{}.{}.{}", v / 1000, (v % 1000) / 100, v % 100)
@@ -338,8 +321,8 @@ mod tests {
     fn version_decoding() {
         assert_eq!(decode_cudnn_version(90501), "9.5.1");
         assert_eq!(decode_cudnn_version(8907), "8.9.7");
-        assert_eq!(decode_nccl_version(22602), "2.26.2");
-        assert_eq!(decode_nccl_version(2804), "2.8.4");
+        assert_eq!(crate::nccl::version_string(22602), "2.26.2");
+        assert_eq!(crate::nccl::version_string(2804), "2.8.4");
     }
 
     #[test]
