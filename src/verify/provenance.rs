@@ -2,15 +2,12 @@
 //! files this process has mapped, which versions those very files report, and
 //! which other copies on disk they shadow.
 //!
-//! It reads /proc/self/maps (with [`crate::nccl`]'s parser), dlopens the
+//! It reads /proc/self/maps (with [`crate::procmaps`]), dlopens the
 //! exact mapped path (dlopen of a loaded path returns the loaded copy; nothing
 //! new is loaded) and calls the libraries' own version functions. It renders
 //! no verdicts; the `torch.*_loaded` checks in [`super::torch`] do.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-
-/// The `/proc/self/maps` reader is shared with the NCCL and cudart shims.
-pub use crate::procmaps::{mapped_files, parse_maps};
 
 /// A CUDA library whose provenance verify reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,7 +287,7 @@ mod tests {
 
     #[test]
     fn maps_parser_finds_each_library_once() {
-        let files = parse_maps(MAPS);
+        let files = crate::procmaps::parse_maps(MAPS);
         assert_eq!(files.len(), 6);
         let cudnn = find_mapped(LibKind::Cudnn, &files);
         assert_eq!(

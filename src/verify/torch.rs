@@ -95,7 +95,7 @@ pub fn loaded_id(kind: LibKind) -> &'static str {
 /// The folder of the torch package this process loaded (`…/site-packages/torch`
 /// or a standalone libtorch), found through the mapped `libtorch_cpu.so`.
 pub fn loaded_torch_dir() -> Option<PathBuf> {
-    let files = provenance::mapped_files().ok()?;
+    let files = crate::procmaps::mapped_files().ok()?;
     let cpu = files
         .iter()
         .find(|p| p.file_name().is_some_and(|n| n == "libtorch_cpu.so"))?;
@@ -104,7 +104,7 @@ pub fn loaded_torch_dir() -> Option<PathBuf> {
 
 /// The path of the mapped `libtorch_cuda.so`, if any.
 pub fn loaded_torch_cuda() -> Option<PathBuf> {
-    provenance::mapped_files()
+    crate::procmaps::mapped_files()
         .ok()?
         .into_iter()
         .find(|p| p.file_name().is_some_and(|n| n == "libtorch_cuda.so"))
@@ -522,7 +522,7 @@ mod imp {
                 "CPU-only libtorch: no CUDA libraries to trace",
             )];
         }
-        let files = match provenance::mapped_files() {
+        let files = match crate::procmaps::mapped_files() {
             Ok(f) => f,
             Err(e) => {
                 return vec![CheckResult::error(

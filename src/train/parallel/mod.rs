@@ -125,7 +125,7 @@ impl DataParallel {
             Device::Cuda(index) => {
                 let rt = cudart::CudaRuntime::locate()?;
                 rt.set_device(index)?;
-                let lib = Arc::new(nccl::NcclLibrary::locate()?);
+                let lib = Arc::new(crate::nccl::NcclLibrary::locate()?);
                 let l = lib.clone();
                 let session =
                     rendezvous::rendezvous(&launch, move || Ok(l.unique_id()?.to_vec()), timeout)?;

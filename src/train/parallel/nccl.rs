@@ -19,10 +19,8 @@ use std::time::Duration;
 use tch::{Device, Tensor};
 
 use super::collective::{check_buffer, Backend, Collective, Elem};
-use crate::nccl::{Communicator, DataType, RedOp, AVG_MIN_VERSION};
+use crate::nccl::{Communicator, DataType, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
 use crate::CliError;
-
-pub use crate::nccl::{version_string, NcclLibrary, NCCL_SONAME, UNIQUE_ID_BYTES};
 
 /// An NCCL communicator over one GPU per rank.
 pub struct NcclCollective {
