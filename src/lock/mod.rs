@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::spec::normalize_name;
 use crate::spec::{compat, ImageSpec, LoadedSpec, LockSetting};
 
 pub mod resolve;
@@ -63,25 +64,6 @@ pub const FALLBACK_GLIBC: u32 = 28;
 
 /// The oldest manylinux glibc (PEP 600: manylinux_2_5 is manylinux1).
 const OLDEST_MANYLINUX_GLIBC: u32 = 5;
-
-/// PEP 503 normalised project name: runs of `-`, `_`, `.` become one `-`,
-/// lowercase (<https://peps.python.org/pep-0503/#normalized-names>).
-pub fn normalize_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    let mut sep = false;
-    for c in name.trim().chars() {
-        if matches!(c, '-' | '_' | '.') {
-            sep = true;
-        } else {
-            if sep && !out.is_empty() {
-                out.push('-');
-            }
-            sep = false;
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
-}
 
 /// The platform a lock is resolved for: linux, [`ARCH`], and the base's glibc.
 #[derive(Debug, Clone, PartialEq, Eq)]

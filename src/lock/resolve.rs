@@ -18,8 +18,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::{normalize_name, LockInputs};
+use super::LockInputs;
 use crate::spec::compat;
+use crate::spec::normalize_name;
 use crate::CliError;
 
 /// The oldest pip with `install --dry-run --report` (pip 22.2 release notes,

@@ -17,7 +17,7 @@ pub mod compat;
 pub mod schema;
 pub mod validate;
 
-pub use schema::{ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec};
+pub use schema::{normalize_name, ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec};
 pub use validate::Problem;
 
 /// The profile `imgctl build` uses without `--cuda`/`--spec`.

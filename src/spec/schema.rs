@@ -187,11 +187,29 @@ impl PipPin {
     pub fn requirement(&self) -> String {
         format!("{}=={}", self.name, self.version)
     }
-    /// The name without extras, normalised per PEP 503 (lowercase, `-`).
+    /// The name without extras, normalised per PEP 503 ([`normalize_name`]).
     pub fn normalized_name(&self) -> String {
-        let base = self.name.split('[').next().unwrap_or(&self.name);
-        base.to_ascii_lowercase().replace(['_', '.'], "-")
+        normalize_name(self.name.split('[').next().unwrap_or(&self.name))
     }
+}
+
+/// PEP 503 normalised project name: runs of `-`, `_`, `.` become one `-`,
+/// lowercase (<https://peps.python.org/pep-0503/#normalized-names>).
+pub fn normalize_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut sep = false;
+    for c in name.trim().chars() {
+        if matches!(c, '-' | '_' | '.') {
+            sep = true;
+        } else {
+            if sep && !out.is_empty() {
+                out.push('-');
+            }
+            sep = false;
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
 }
 
 /// The non-root user of the image.

@@ -123,7 +123,7 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     // Names are normalised; the header says where it came from.
     assert!(lines.iter().all(|l| {
         let n = l.split("==").next().unwrap();
-        n == imgctl::lock::normalize_name(n)
+        n == imgctl::spec::normalize_name(n)
     }));
     assert!(
         text.starts_with(&format!("# imgctl pip lock of {spec_arg}:")),
