@@ -135,6 +135,13 @@ impl CheckResult {
     pub fn skip(id: &str, reason: impl Into<String>) -> Self {
         Self::new(id, Status::Skip, reason)
     }
+    /// The SKIP of a torch check in an imgctl built without the `torch` feature.
+    pub fn without_torch(id: &str) -> Vec<Self> {
+        vec![Self::skip(
+            id,
+            "this imgctl was built without the torch feature",
+        )]
+    }
     /// An ERROR: the check could not be evaluated.
     pub fn error(id: &str, message: impl Into<String>) -> Self {
         Self::new(id, Status::Error, message)

@@ -172,39 +172,33 @@ pub fn judge_rate(
 mod imp {
     use super::*;
 
-    fn without_torch(id: &str) -> Vec<CheckResult> {
-        vec![CheckResult::skip(
-            id,
-            "this imgctl was built without the torch feature",
-        )]
-    }
     /// The body of `func.matmul_bf16`.
     pub fn matmul_bf16(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.matmul_bf16")
+        CheckResult::without_torch("func.matmul_bf16")
     }
     /// The body of `func.matmul_fp32`.
     pub fn matmul_fp32(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.matmul_fp32")
+        CheckResult::without_torch("func.matmul_fp32")
     }
     /// The body of `func.mem_bandwidth`.
     pub fn mem_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.mem_bandwidth")
+        CheckResult::without_torch("func.mem_bandwidth")
     }
     /// The body of `func.h2d_bandwidth`.
     pub fn h2d_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.h2d_bandwidth")
+        CheckResult::without_torch("func.h2d_bandwidth")
     }
     /// The body of `func.d2h_bandwidth`.
     pub fn d2h_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.d2h_bandwidth")
+        CheckResult::without_torch("func.d2h_bandwidth")
     }
     /// The body of `func.p2p_bandwidth`.
     pub fn p2p_bandwidth(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.p2p_bandwidth")
+        CheckResult::without_torch("func.p2p_bandwidth")
     }
     /// The body of `func.nccl_allreduce`.
     pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("func.nccl_allreduce")
+        CheckResult::without_torch("func.nccl_allreduce")
     }
 }
 

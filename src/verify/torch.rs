@@ -281,29 +281,23 @@ pub fn cuda_available() -> bool {
 mod imp {
     use super::*;
 
-    fn without_torch(id: &str) -> Vec<CheckResult> {
-        vec![CheckResult::skip(
-            id,
-            "this imgctl was built without the torch feature",
-        )]
-    }
     pub fn check_version(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("torch.version")
+        CheckResult::without_torch("torch.version")
     }
     pub fn check_cuda_available(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("torch.cuda_available")
+        CheckResult::without_torch("torch.cuda_available")
     }
     pub fn check_device_count(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("torch.device_count")
+        CheckResult::without_torch("torch.device_count")
     }
     pub fn check_arch(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("torch.arch")
+        CheckResult::without_torch("torch.arch")
     }
     pub fn check_driver_compat(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
-        without_torch("torch.driver_compat")
+        CheckResult::without_torch("torch.driver_compat")
     }
     pub fn check_loaded(_: &Context, _: Option<u32>, kind: LibKind) -> Vec<CheckResult> {
-        without_torch(loaded_id(kind))
+        CheckResult::without_torch(loaded_id(kind))
     }
 }
 
