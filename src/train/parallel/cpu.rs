@@ -288,7 +288,7 @@ fn peer_error(
 
 #[cfg(test)]
 mod tests {
-    use super::super::launch::{LaunchInfo, LaunchSource};
+    use super::super::launch::LaunchInfo;
     use super::super::rendezvous::{free_port, rendezvous};
     use super::*;
     use tch::Kind;
@@ -299,15 +299,7 @@ mod tests {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let info = LaunchInfo {
-                        rank,
-                        local_rank: rank,
-                        world_size: world,
-                        local_world_size: world,
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                        source: LaunchSource::Torchrun,
-                    };
+                    let info = LaunchInfo::loopback(rank, world, port);
                     let s = rendezvous(&info, || Ok(vec![]), t).unwrap();
                     CpuCollective::new(s, Duration::from_secs(20)).unwrap()
                 })

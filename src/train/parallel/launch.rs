@@ -49,6 +49,20 @@ pub struct LaunchInfo {
 }
 
 impl LaunchInfo {
+    /// Rank `rank` of `world` ranks on this host, rendezvous at
+    /// 127.0.0.1:`port` (the shape torchrun gives a one-node job; tests use it).
+    pub fn loopback(rank: usize, world: usize, port: u16) -> Self {
+        Self {
+            rank,
+            local_rank: rank,
+            world_size: world,
+            local_world_size: world,
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+            source: LaunchSource::Torchrun,
+        }
+    }
+
     /// A single process: rank 0 of 1.
     pub fn single() -> Self {
         Self {

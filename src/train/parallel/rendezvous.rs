@@ -355,26 +355,23 @@ pub fn free_port() -> anyhow::Result<u16> {
 mod tests {
     use super::*;
 
-    fn info(rank: usize, world: usize, port: u16) -> LaunchInfo {
-        LaunchInfo {
-            rank,
-            local_rank: rank,
-            world_size: world,
-            local_world_size: world,
-            master_addr: "127.0.0.1".into(),
-            master_port: port,
-            source: super::super::launch::LaunchSource::Torchrun,
-        }
-    }
-
     #[test]
     fn three_ranks_meet_and_get_the_payload() {
         let port = free_port().unwrap();
         let t = Duration::from_secs(20);
         let leaves: Vec<_> = (1..3)
-            .map(|r| std::thread::spawn(move || rendezvous(&info(r, 3, port), || Ok(vec![]), t)))
+            .map(|r| {
+                std::thread::spawn(move || {
+                    rendezvous(&LaunchInfo::loopback(r, 3, port), || Ok(vec![]), t)
+                })
+            })
             .collect();
-        let root = rendezvous(&info(0, 3, port), || Ok(b"session".to_vec()), t).unwrap();
+        let root = rendezvous(
+            &LaunchInfo::loopback(0, 3, port),
+            || Ok(b"session".to_vec()),
+            t,
+        )
+        .unwrap();
         assert!(matches!(root.links, Links::Root(ref v) if v.len() == 2));
         for l in leaves {
             let s = l.join().unwrap().unwrap();
@@ -385,8 +382,12 @@ mod tests {
     #[test]
     fn missing_rank_times_out_with_names() {
         let port = free_port().unwrap();
-        let e =
-            rendezvous(&info(0, 2, port), || Ok(vec![]), Duration::from_millis(300)).unwrap_err();
+        let e = rendezvous(
+            &LaunchInfo::loopback(0, 2, port),
+            || Ok(vec![]),
+            Duration::from_millis(300),
+        )
+        .unwrap_err();
         let m = e.to_string();
         assert!(m.contains("1 of 2 ranks arrived"), "{m}");
         assert!(m.contains("missing ranks: 1"), "{m}");
@@ -395,8 +396,12 @@ mod tests {
     #[test]
     fn leaf_without_root_times_out() {
         let port = free_port().unwrap();
-        let e =
-            rendezvous(&info(1, 2, port), || Ok(vec![]), Duration::from_millis(500)).unwrap_err();
+        let e = rendezvous(
+            &LaunchInfo::loopback(1, 2, port),
+            || Ok(vec![]),
+            Duration::from_millis(500),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("could not reach rank 0"), "{e}");
     }
 
@@ -404,8 +409,10 @@ mod tests {
     fn world_size_mismatch_is_reported() {
         let port = free_port().unwrap();
         let t = Duration::from_secs(10);
-        let leaf = std::thread::spawn(move || rendezvous(&info(1, 3, port), || Ok(vec![]), t));
-        let e = rendezvous(&info(0, 2, port), || Ok(vec![]), t).unwrap_err();
+        let leaf = std::thread::spawn(move || {
+            rendezvous(&LaunchInfo::loopback(1, 3, port), || Ok(vec![]), t)
+        });
+        let e = rendezvous(&LaunchInfo::loopback(0, 2, port), || Ok(vec![]), t).unwrap_err();
         assert!(e.to_string().contains("WORLD_SIZE=3"), "{e}");
         let e = leaf.join().unwrap().unwrap_err();
         assert!(e.to_string().contains("WORLD_SIZE=3"), "{e}");
@@ -415,7 +422,12 @@ mod tests {
     fn taken_port_is_named() {
         let hold = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let port = hold.local_addr().unwrap().port();
-        let e = rendezvous(&info(0, 2, port), || Ok(vec![]), Duration::from_secs(1)).unwrap_err();
+        let e = rendezvous(
+            &LaunchInfo::loopback(0, 2, port),
+            || Ok(vec![]),
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
         assert!(
             e.to_string()
                 .contains(&format!("MASTER_PORT {port} is already in use")),
