@@ -29,3 +29,22 @@ pub fn texts(out: &Output) -> (String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The set-up venv (torch 2.7.0, diffusers, safetensors, tensorboard):
+/// `$IMGCTL_VENV` (set in .cargo/config.toml [env]), else the repo's `.venv`.
+pub fn venv() -> PathBuf {
+    std::env::var_os("IMGCTL_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".venv"))
+}
+
+/// The set-up venv's Python.
+pub fn venv_python() -> PathBuf {
+    let py = venv().join("bin").join("python");
+    assert!(
+        py.exists(),
+        "{} does not exist: run scripts/setup.sh",
+        py.display()
+    );
+    py
+}

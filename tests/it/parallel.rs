@@ -82,6 +82,18 @@ fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
 }
 
 fn train(dir: &Path, name: &str, ranks: Option<usize>, batch: usize, steps: u64) -> PathBuf {
+    train_with(dir, name, ranks, batch, steps, &[])
+}
+
+/// [`train`] with `extra` flags; parameter hashes go to `DIR/NAME-hashes`.
+fn train_with(
+    dir: &Path,
+    name: &str,
+    ranks: Option<usize>,
+    batch: usize,
+    steps: u64,
+    extra: &[&str],
+) -> PathBuf {
     let cfg = small_config(dir);
     let out = dir.join(name);
     let hashes = dir.join(format!("{name}-hashes"));
@@ -101,6 +113,7 @@ fn train(dir: &Path, name: &str, ranks: Option<usize>, batch: usize, steps: u64)
         "--out",
         out.to_str().unwrap(),
     ]);
+    c.args(extra);
     c.env("IMGCTL_PARAM_HASH_DIR", &hashes);
     if let Some(n) = ranks {
         c.env("IMGCTL_CPU_RANKS", n.to_string());
@@ -323,7 +336,7 @@ fn gpus_without_a_gpu_is_a_clear_error() {
 
 /// The venv's NCCL wheel (nvidia-nccl-cu12, pinned by torch 2.7.0's wheel).
 fn wheel_nccl() -> PathBuf {
-    let lib = venv().join("lib");
+    let lib = crate::common::venv().join("lib");
     let py = std::fs::read_dir(&lib)
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", lib.display()))
         .filter_map(|e| e.ok())
@@ -597,28 +610,8 @@ fn bf16_gradients_are_reduced_in_fp32_unless_bf16_is_asked_for() {
         assert!(v["last_loss"].as_f64().unwrap().is_finite(), "{v}");
     }
     // Training with the fp32 reduction keeps the ranks bit-identical.
-    let out = dir.path().join("train");
-    let hashes = dir.path().join("hashes");
-    std::fs::create_dir_all(&hashes).unwrap();
-    let cfg = small_config(dir.path());
-    let o = run(cmd(&[
-        "train-demo",
-        "--precision",
-        "bf16",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--steps",
-        "2",
-        "--batch-size",
-        "2",
-        "--sample-every",
-        "0",
-        "--out",
-        out.to_str().unwrap(),
-    ])
-    .env("IMGCTL_CPU_RANKS", "2")
-    .env("IMGCTL_PARAM_HASH_DIR", &hashes));
-    assert!(o.status.success(), "{}", texts(&o).1);
+    train_with(dir.path(), "bf16", Some(2), 2, 2, &["--precision", "bf16"]);
+    let hashes = dir.path().join("bf16-hashes");
     let h0 = std::fs::read_to_string(hashes.join("rank-0.txt")).unwrap();
     let h1 = std::fs::read_to_string(hashes.join("rank-1.txt")).unwrap();
     assert_eq!(h0.lines().count(), 2 + 2 * 2, "{h0}");
@@ -670,13 +663,6 @@ fn cpu_scaling_benchmark_over_two_ranks() {
     );
 }
 
-/// The set-up venv (torch 2.7.0 and diffusers), for the PyTorch reference.
-fn venv() -> PathBuf {
-    std::env::var_os("IMGCTL_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::common::repo_root().join(".venv"))
-}
-
 /// `train-demo --benchmark --compare` on the small config (batch 2, one
 /// warm-up step, `steps` timed), with `extra` flags and `envs`.
 fn compare(dir: &Path, steps: &str, extra: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -697,7 +683,7 @@ fn compare(dir: &Path, steps: &str, extra: &[&str], envs: &[(&str, &str)]) -> Ou
     ];
     args.extend_from_slice(extra);
     let mut c = cmd(&args);
-    c.env("IMGCTL_PYTHON", venv().join("bin/python"));
+    c.env("IMGCTL_PYTHON", crate::common::venv_python());
     for (k, v) in envs {
         c.env(k, v);
     }
@@ -731,25 +717,8 @@ fn channels_last_trains_alike_and_reaches_the_reference() {
     );
     // The same run with and without channels-last: the same losses (the
     // layout changes the kernels' summation order, not the maths).
-    let cfg = small_config(dir.path());
-    let losses = |extra: &[&str]| -> Vec<f64> {
-        let out = dir.path().join(format!("cl{}", extra.len()));
-        let mut args = vec![
-            "train-demo",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--steps",
-            "4",
-            "--batch-size",
-            "2",
-            "--sample-every",
-            "0",
-            "--out",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let o = run(&mut cmd(&args));
-        assert!(o.status.success(), "{}", texts(&o).1);
+    let losses = |name: &str, extra: &[&str]| -> Vec<f64> {
+        let out = train_with(dir.path(), name, None, 2, 4, extra);
         std::fs::read_to_string(out.join("metrics.jsonl"))
             .unwrap()
             .lines()
@@ -760,7 +729,7 @@ fn channels_last_trains_alike_and_reaches_the_reference() {
             })
             .collect()
     };
-    let (a, b) = (losses(&[]), losses(&["--channels-last"]));
+    let (a, b) = (losses("nchw", &[]), losses("nhwc", &["--channels-last"]));
     assert_eq!(a.len(), 4);
     for (x, y) in a.iter().zip(&b) {
         assert!((x - y).abs() <= 1e-4 * x.abs(), "{a:?} vs {b:?}");

@@ -6,7 +6,7 @@
 //! default of one thread per core spins under contention and is about 5×
 //! slower, and a fixed thread count keeps CPU results reproducible.
 #![cfg(feature = "torch")]
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use imgctl::train::checkpoint;
@@ -65,11 +65,6 @@ fn losses(out: &Path) -> Vec<StepRecord> {
 
 fn checkpoint_steps(out: &Path) -> Vec<u64> {
     checkpoint::list(out).into_iter().map(|(s, _)| s).collect()
-}
-
-fn python() -> PathBuf {
-    let venv = std::env::var("IMGCTL_VENV").expect("IMGCTL_VENV must name the set-up venv");
-    PathBuf::from(venv).join("bin").join("python")
 }
 
 /// Writes a small PNG with a horizontal gradient.
@@ -410,7 +405,7 @@ for k, v in m2.state_dict().items():
     assert torch.equal(v, ema[k]), k
 print("ok", sum(p.numel() for p in m.parameters()))
 "#;
-    let o = Command::new(python())
+    let o = Command::new(crate::common::venv_python())
         .arg("-c")
         .arg(script)
         .arg(&ck)
@@ -532,7 +527,7 @@ out = {t: [[e.step, e.value] for e in acc.Scalars(t)] for t in tags["scalars"]}
 out["images"] = [[e.step, e.width, e.height, len(e.encoded_image_string)] for e in acc.Images("samples")]
 print(json.dumps(out))
 "#;
-    let o = Command::new(python())
+    let o = Command::new(crate::common::venv_python())
         .arg("-c")
         .arg(script)
         .arg(out.join("tb"))
@@ -858,7 +853,7 @@ ema = EMAModel([p], decay=0.9999, use_ema_warmup=True, inv_gamma=1.0, power=0.75
 decays = [ema.get_decay(k) for k in range(1, 40)]
 print(json.dumps({"lrs": lrs, "decays": decays}))
 "#;
-    let o = Command::new(python())
+    let o = Command::new(crate::common::venv_python())
         .arg("-c")
         .arg(script)
         .output()

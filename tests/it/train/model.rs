@@ -1,7 +1,7 @@
 //! The UNet, its weights, the schedule and the grids, checked against
 //! diffusers 0.33.1 (run from `$IMGCTL_VENV/bin/python` through
 //! tests/python/diffusers_forward.py) on CPU in f32.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use imgctl::error::status_of;
@@ -21,23 +21,10 @@ use crate::common::repo_root;
 /// Parity tolerance of the issue: 1e-4 relative.
 const PARITY_RTOL: f64 = 1e-4;
 
-/// The Python of the set-up venv (diffusers, torch, safetensors).
-fn python() -> PathBuf {
-    let venv = std::env::var("IMGCTL_VENV")
-        .expect("IMGCTL_VENV must name the venv with diffusers (set in .cargo/config.toml [env])");
-    let py = Path::new(&venv).join("bin").join("python");
-    assert!(
-        py.exists(),
-        "{} does not exist: run scripts/setup.sh",
-        py.display()
-    );
-    py
-}
-
 /// Runs tests/python/diffusers_forward.py with `args`, failing on error.
 fn diffusers(args: &[&str]) {
     let script = repo_root().join("tests/python/diffusers_forward.py");
-    let out = Command::new(python())
+    let out = Command::new(crate::common::venv_python())
         .arg(&script)
         .args(args)
         .output()
