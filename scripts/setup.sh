@@ -32,7 +32,8 @@ apt_install() {
 
 # --- host tools ------------------------------------------------------------
 # docker-registry + apache2-utils (htpasswd): the `--push` test runs a local registry with auth.
-apt_install ca-certificates debootstrap busybox-static openssh-client curl binutils python3-venv docker-registry apache2-utils
+# python3-pip: `imgctl lock` runs pip's resolver with the host's python3.
+apt_install ca-certificates debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"
