@@ -27,6 +27,7 @@ pub mod buckets;
 pub mod collective;
 pub mod cpu;
 pub mod cudart;
+pub mod hooks;
 pub mod launch;
 pub mod nccl;
 pub mod rendezvous;

@@ -1,0 +1,82 @@
+// Post-accumulate-grad hooks for imgctl's data parallelism.
+//
+// tch exposes no autograd hooks, and overlapping the gradient all-reduce with
+// backward needs one: "this parameter's .grad is final". libtorch has exactly
+// that seam, the tensor's post-accumulate-grad hook (the C++ side of
+// torch.Tensor.register_post_accumulate_grad_hook), which the autograd engine
+// calls right after AccumulateGrad has written the gradient. This file sets
+// one hook per parameter that calls back into Rust with the parameter's index.
+//
+// The callback runs on the autograd thread (the caller's thread on the CPU,
+// the device thread on a GPU) while backward is still running; it must not
+// block and must not unwind (the Rust side catches panics).
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+
+extern "C" {
+typedef void (*imgctl_grad_ready_fn)(void *ctx, int64_t index);
+}
+
+namespace {
+
+struct GradReadyHook final : torch::autograd::PostAccumulateGradHook {
+  GradReadyHook(imgctl_grad_ready_fn fn, void *ctx, int64_t index)
+      : fn_(fn), ctx_(ctx), index_(index) {}
+  void operator()(const torch::autograd::Variable & /*tensor*/) override {
+    fn_(ctx_, index_);
+  }
+  imgctl_grad_ready_fn fn_;
+  void *ctx_;
+  int64_t index_;
+};
+
+int fail(const std::exception &e, char *err, size_t err_len) {
+  if (err != nullptr && err_len > 0) {
+    std::strncpy(err, e.what(), err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return -1;
+}
+
+} // namespace
+
+extern "C" {
+
+// Sets the post-accumulate-grad hook of `tensor` (a tch tensor, i.e. a
+// at::Tensor*, which is torch::Tensor): after each backward that reaches it, fn(ctx, index) runs.
+// Replaces an earlier hook of this tensor. Returns 0, or -1 with the reason in
+// err (a leaf that does not require grad, for instance).
+int imgctl_set_grad_ready_hook(void *tensor, imgctl_grad_ready_fn fn,
+                               void *ctx, int64_t index, char *err,
+                               size_t err_len) {
+  try {
+    const auto &t = *static_cast<at::Tensor *>(tensor);
+    TORCH_CHECK(t.defined(), "undefined tensor");
+    TORCH_CHECK(t.requires_grad() && t.is_leaf(),
+                "a gradient hook needs a leaf tensor that requires grad");
+    torch::autograd::impl::set_post_acc_grad_hooks(
+        t, std::make_unique<GradReadyHook>(fn, ctx, index));
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  }
+}
+
+// Removes the post-accumulate-grad hook of `tensor`, if any. Returns 0 or -1.
+int imgctl_clear_grad_ready_hook(void *tensor, char *err, size_t err_len) {
+  try {
+    const auto &t = *static_cast<at::Tensor *>(tensor);
+    TORCH_CHECK(t.defined(), "undefined tensor");
+    torch::autograd::impl::set_post_acc_grad_hooks(t, nullptr);
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  }
+}
+
+} // extern "C"
