@@ -234,6 +234,12 @@ pub struct TrainArgs {
     /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
     #[arg(long)]
     pub channels_last: bool,
+    /// Average gradient buckets across ranks while backward runs (on, as DDP) or after it (off).
+    #[arg(long, value_name = "on|off")]
+    pub overlap_grad_reduce: Option<String>,
+    /// Gradient bucket cap in MiB for the all-reduce (DDP's bucket_cap_mb; default 25).
+    #[arg(long, value_name = "MB")]
+    pub bucket_cap_mb: Option<f64>,
     /// cpu, cuda, or cuda:N (default: cuda when available).
     #[arg(long)]
     pub device: Option<String>,

@@ -9,9 +9,10 @@
 //! packages, never in the wheel ([`crate::procmaps`] finds it). This module
 //! owns the soname, the typed entry points with their `ncclResult_t`
 //! → [`CliError`] mapping, and the communicator's lifetime ([`Communicator`]:
-//! destroyed on drop, aborted after an error). Every collective is enqueued on
-//! CUDA stream 0 (the legacy default stream), which orders it with torch's
-//! kernels (tch has no stream API). It must not depend on tch, allocate
+//! destroyed on drop, aborted after an error). Collectives are enqueued on
+//! CUDA stream 0 (the legacy default stream), which orders them with torch's
+//! kernels (tch has no stream API), unless the caller names a stream of its
+//! own ([`Communicator::all_reduce_on`], ordered by the caller with events). It must not depend on tch, allocate
 //! device memory, or decide which backend or which check uses NCCL.
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -424,20 +425,31 @@ impl Communicator {
         dtype: DataType,
         op: RedOp,
     ) -> anyhow::Result<()> {
+        // SAFETY: the caller's promise; null = the legacy default stream.
+        unsafe { self.all_reduce_on(std::ptr::null_mut(), send, recv, count, dtype, op) }
+    }
+
+    /// [`Communicator::all_reduce`] enqueued on `stream` (a `cudaStream_t`
+    /// of this communicator's device; null is the legacy default stream).
+    ///
+    /// # Safety
+    /// As for [`Communicator::all_reduce`], and `stream` must be a live
+    /// stream (or null).
+    pub unsafe fn all_reduce_on(
+        &self,
+        stream: *mut c_void,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+    ) -> anyhow::Result<()> {
         // SAFETY: `ncclResult_t ncclAllReduce(const void* sendbuff, void*
         // recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-        // ncclComm_t comm, cudaStream_t stream)`; the buffers are the caller's
-        // promise; stream null = the legacy default stream.
+        // ncclComm_t comm, cudaStream_t stream)`; the buffers and the stream
+        // are the caller's promise.
         let r = unsafe {
-            (self.lib.api.all_reduce)(
-                send,
-                recv,
-                count,
-                dtype.raw(),
-                op.raw(),
-                self.raw,
-                std::ptr::null_mut(),
-            )
+            (self.lib.api.all_reduce)(send, recv, count, dtype.raw(), op.raw(), self.raw, stream)
         };
         self.checked("ncclAllReduce", r)
     }

@@ -19,7 +19,7 @@ mod imp {
     use crate::env_vars;
     use crate::output::printer;
     use crate::train::checkpoint;
-    use crate::train::config::{GradReduce, Overrides, Precision, TrainConfig};
+    use crate::train::config::{parse_on_off, GradReduce, Overrides, Precision, TrainConfig};
     use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
@@ -124,6 +124,11 @@ mod imp {
             .as_deref()
             .map(GradReduce::parse)
             .transpose()?;
+        let overlap_grad_reduce = args
+            .overlap_grad_reduce
+            .as_deref()
+            .map(parse_on_off("--overlap-grad-reduce"))
+            .transpose()?;
         if let Some(b) = args.batch_size {
             if b <= 0 {
                 return Err(CliError::usage(format!("--batch-size {b} is not positive"))
@@ -139,6 +144,8 @@ mod imp {
             precision,
             grad_reduce,
             channels_last: args.channels_last,
+            overlap_grad_reduce,
+            bucket_cap_mb: args.bucket_cap_mb,
             checkpoint_every: args.checkpoint_every,
             keep: args.keep,
             sample_every: args.sample_every,

@@ -64,6 +64,24 @@ pub trait GradSync {
     /// Averages the flat gradient buffer across ranks, in place (called after
     /// every backward pass, before clipping and the update).
     fn sync_grads(&mut self, flat_grads: &Tensor) -> anyhow::Result<()>;
+    /// Called once by [`Trainer::new`] with the layout of the flat gradients;
+    /// a sync that overlaps its all-reduce with backward sets its gradient
+    /// hooks here.
+    fn prepare(&mut self, _layout: GradLayout) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Runs `backward`, then averages the gradients across ranks: in
+    /// `reduce_in` when given (each rank's `grads` cast into it first, e.g.
+    /// bf16 into fp32), else in `grads` itself. The default does exactly that
+    /// in sequence; [`crate::train::parallel::DataParallel`] overlaps the two.
+    fn backward_and_sync(
+        &mut self,
+        backward: &mut dyn FnMut() -> anyhow::Result<()>,
+        grads: &Tensor,
+        reduce_in: Option<&Tensor>,
+    ) -> anyhow::Result<()> {
+        backward_then_sync(self, backward, grads, reduce_in)
+    }
     /// Averages host scalars across ranks in place (the logged loss).
     fn mean_scalars(&mut self, _values: &mut [f64]) -> anyhow::Result<()> {
         Ok(())
@@ -73,6 +91,66 @@ pub trait GradSync {
     fn any_rank(&mut self, local: bool) -> anyhow::Result<bool> {
         Ok(local)
     }
+}
+
+/// [`GradSync::backward_and_sync`] without overlap: `backward`, then (after
+/// casting `grads` into `reduce_in`, when given) [`GradSync::sync_grads`].
+pub fn backward_then_sync<S: GradSync + ?Sized>(
+    sync: &mut S,
+    backward: &mut dyn FnMut() -> anyhow::Result<()>,
+    grads: &Tensor,
+    reduce_in: Option<&Tensor>,
+) -> anyhow::Result<()> {
+    backward()?;
+    match reduce_in {
+        Some(r) => {
+            tch::no_grad(|| r.shallow_clone().copy_(grads));
+            sync.sync_grads(r)
+        }
+        None => sync.sync_grads(grads),
+    }
+}
+
+/// The flat gradients as the trainer lays them out (see [`GradSync::prepare`]).
+pub struct GradLayout {
+    /// Every trainable parameter whose `.grad` is a view of the flat gradient
+    /// buffer: name, tensor, offset and element count there, in layout order.
+    pub params: Vec<(String, Tensor, i64, i64)>,
+    /// Bytes per element of the buffer the gradients are averaged in.
+    pub reduce_elem_bytes: usize,
+    /// Gradient bucket cap in bytes (`training.bucket_cap_mb`).
+    pub bucket_cap_bytes: usize,
+    /// Overlap the all-reduce with backward (`training.overlap_grad_reduce`).
+    pub overlap: bool,
+}
+
+impl std::fmt::Debug for GradLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GradLayout")
+            .field("params", &self.params.len())
+            .field("reduce_elem_bytes", &self.reduce_elem_bytes)
+            .field("bucket_cap_bytes", &self.bucket_cap_bytes)
+            .field("overlap", &self.overlap)
+            .finish()
+    }
+}
+
+/// bf16 gradients are averaged in fp32 unless asked otherwise (see
+/// [`GradReduce`]); a single process needs no cast before the update's.
+fn casts_grads_before_sync(precision: Precision, config: &TrainConfig, world_size: usize) -> bool {
+    precision == Precision::Bf16
+        && config.training.grad_reduce == GradReduce::Fp32
+        && world_size > 1
+}
+
+/// Seconds since `t` (restarted), after waiting for the device when `profile`.
+fn mark(profile: bool, device: Device, t: &mut Instant) -> f64 {
+    if profile {
+        sync_device(device);
+    }
+    let dt = t.elapsed().as_secs_f64();
+    *t = Instant::now();
+    dt
 }
 
 /// One process, no communication.
@@ -163,6 +241,10 @@ pub struct Trainer {
     master: Tensor,
     compute_flat: Option<Tensor>,
     grads: Tensor,
+    /// fp32 buffer the bf16 gradients are averaged in (`grad_reduce: fp32`
+    /// with several ranks); kept for the whole run so the overlapped
+    /// all-reduce never sees it freed.
+    reduce_buf: Option<Tensor>,
     opt: AdamW,
     ema: Ema,
     scaler: Option<GradScaler>,
@@ -287,6 +369,31 @@ impl Trainer {
             let grads = layout.bind_grads(&master_vs, Kind::Float);
             (None, None, grads)
         };
+        let reduce_buf = casts_grads_before_sync(precision, &config, sync.world_size())
+            .then(|| Tensor::zeros([layout.numel], (Kind::Float, device)));
+        // The variables whose `.grad` are views of `grads`.
+        let grad_vars = match &compute {
+            Some((vs, _)) => vs.variables(),
+            None => master_vs.variables(),
+        };
+        let mut sync = sync;
+        sync.prepare(GradLayout {
+            params: layout
+                .entries
+                .iter()
+                .map(|e| {
+                    let t = grad_vars[&e.name].shallow_clone();
+                    (e.name.clone(), t, e.offset, e.numel)
+                })
+                .collect(),
+            reduce_elem_bytes: reduce_buf
+                .as_ref()
+                .unwrap_or(&grads)
+                .kind()
+                .elt_size_in_bytes(),
+            bucket_cap_bytes: config.training.bucket_cap_bytes(),
+            overlap: config.training.overlap_grad_reduce,
+        })?;
         let opt = AdamW::new(config.training.adam, &master);
         let ema = Ema::new(config.training.ema, &master);
         let scaler = (precision == Precision::Fp16).then(GradScaler::default);
@@ -302,6 +409,7 @@ impl Trainer {
             master,
             compute_flat,
             grads,
+            reduce_buf,
             opt,
             ema,
             scaler,
@@ -365,26 +473,14 @@ impl Trainer {
         }
     }
 
-    /// bf16 gradients are averaged in fp32 unless asked otherwise (see
-    /// [`GradReduce`]); a single process needs no cast before the update's.
-    fn casts_grads_before_sync(&self) -> bool {
-        self.precision == Precision::Bf16
-            && self.config.training.grad_reduce == GradReduce::Fp32
-            && self.sync.world_size() > 1
-    }
-
     /// Bytes each rank all-reduces per step: the flat gradients in the
     /// dtype they are reduced in (0 for a single process).
     pub fn grad_sync_bytes(&self) -> usize {
         if self.sync.world_size() <= 1 {
             return 0;
         }
-        let elt = if self.casts_grads_before_sync() {
-            Kind::Float.elt_size_in_bytes()
-        } else {
-            self.grads.kind().elt_size_in_bytes()
-        };
-        self.layout.numel as usize * elt
+        let reduced = self.reduce_buf.as_ref().unwrap_or(&self.grads);
+        self.layout.numel as usize * reduced.kind().elt_size_in_bytes()
     }
 
     fn compute_model(&self) -> &UNet2DModel {
@@ -392,12 +488,7 @@ impl Trainer {
     }
 
     fn mark(&self, t: &mut Instant) -> f64 {
-        if self.profile {
-            sync_device(self.device);
-        }
-        let dt = t.elapsed().as_secs_f64();
-        *t = Instant::now();
-        dt
+        mark(self.profile, self.device, t)
     }
 
     /// One optimizer step on `batch` (this rank's block of the global batch).
@@ -439,25 +530,28 @@ impl Trainer {
         }
         let scale = self.scaler.map_or(1.0, |s| s.scale);
         times.forward = self.mark(&mut t);
-        if scale != 1.0 {
-            (&loss * scale).backward();
-        } else {
-            loss.backward();
-        }
-        times.backward = self.mark(&mut t);
-        let mut g = if self.casts_grads_before_sync() {
-            let g = self.grads.to_kind(Kind::Float);
-            self.sync.sync_grads(&g)?;
-            times.grad_sync = self.mark(&mut t);
-            g
-        } else {
-            self.sync.sync_grads(&self.grads)?;
-            times.grad_sync = self.mark(&mut t);
-            if self.precision == Precision::Bf16 {
-                self.grads.to_kind(Kind::Float)
+        // Backward, with the gradient all-reduce during (overlapped) or after
+        // it; `times.backward` ends when backward does, `grad_sync` is the
+        // communication left after that.
+        let (profile, device) = (self.profile, self.device);
+        // A libtorch error in backward panics (as in forward) and is turned
+        // into a one-line error by `train_step`.
+        let mut backward = || -> anyhow::Result<()> {
+            if scale != 1.0 {
+                (&loss * scale).backward();
             } else {
-                self.grads.shallow_clone()
+                loss.backward();
             }
+            times.backward = mark(profile, device, &mut t);
+            Ok(())
+        };
+        self.sync
+            .backward_and_sync(&mut backward, &self.grads, self.reduce_buf.as_ref())?;
+        times.grad_sync = self.mark(&mut t);
+        let mut g = match &self.reduce_buf {
+            Some(r) => r.shallow_clone(),
+            None if self.precision == Precision::Bf16 => self.grads.to_kind(Kind::Float),
+            None => self.grads.shallow_clone(),
         };
         if scale != 1.0 {
             tch::no_grad(|| {

@@ -26,6 +26,45 @@ pub fn bucket_ranges(numel: usize, elem_bytes: usize, cap_bytes: usize) -> Vec<(
         .collect()
 }
 
+/// Buckets of whole parameters for the all-reduce that overlaps backward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParamBuckets {
+    /// `(start, length)` in elements of each bucket in the flat buffer.
+    pub ranges: Vec<(i64, i64)>,
+    /// The bucket of each parameter, in layout order.
+    pub param_bucket: Vec<usize>,
+}
+
+/// Groups parameters, given as `(offset, numel)` in layout order (contiguous,
+/// ascending), into buckets of whole parameters of at least `cap_bytes`
+/// (fewer only for the last bucket; a bucket closes as soon as it reaches the
+/// cap, so one large parameter closes the bucket it joins). Filled from the end of the buffer, as DDP fills its
+/// buckets in reverse registration order, so that bucket 0 holds the
+/// parameters backward reaches first if the layout follows the forward pass.
+pub fn param_buckets(params: &[(i64, i64)], elem_bytes: usize, cap_bytes: usize) -> ParamBuckets {
+    let cap = cap_bytes.max(1) as i64;
+    let elem = elem_bytes.max(1) as i64;
+    let mut ranges: Vec<(i64, i64)> = Vec::new();
+    let mut param_bucket = vec![0; params.len()];
+    let mut open: Option<(i64, i64)> = None; // (start, end) of the bucket being filled
+    for (i, &(offset, numel)) in params.iter().enumerate().rev() {
+        let (_, end) = *open.get_or_insert((offset, offset + numel));
+        open = Some((offset, end));
+        param_bucket[i] = ranges.len();
+        if (end - offset) * elem >= cap {
+            ranges.push((offset, end - offset));
+            open = None;
+        }
+    }
+    if let Some((start, end)) = open {
+        ranges.push((start, end - start));
+    }
+    ParamBuckets {
+        ranges,
+        param_bucket,
+    }
+}
+
 fn flat_view(flat: &Tensor) -> anyhow::Result<Tensor> {
     anyhow::ensure!(
         flat.is_contiguous(),
@@ -106,6 +145,25 @@ mod tests {
             bucket_ranges(113_673_219, 4, DEFAULT_BUCKET_BYTES).len(),
             18
         );
+    }
+
+    #[test]
+    fn parameter_buckets_hold_whole_parameters_from_the_end() {
+        // Four parameters of 3, 5, 2 and 4 elements at 4 bytes, cap 24 bytes (6).
+        let params = [(0, 3), (3, 5), (8, 2), (10, 4)];
+        let b = param_buckets(&params, 4, 24);
+        // From the end: [10..14)+[8..10) = 6 elements closes bucket 0; then
+        // [3..8) + [0..3) = 8 elements (bucket 1 reaches the cap with both).
+        assert_eq!(b.ranges, vec![(8, 6), (0, 8)]);
+        assert_eq!(b.param_bucket, vec![1, 1, 0, 0]);
+        // A parameter above the cap closes the bucket it joins; the rest is the last bucket.
+        let b = param_buckets(&[(0, 1), (1, 100), (101, 1)], 4, 8);
+        assert_eq!(b.ranges, vec![(1, 101), (0, 1)]);
+        assert_eq!(b.param_bucket, vec![1, 0, 0]);
+        // Together the buckets cover the buffer exactly once.
+        let b = param_buckets(&params, 4, 1 << 20);
+        assert_eq!(b.ranges, vec![(0, 14)]);
+        assert_eq!(param_buckets(&[], 4, 8).ranges, vec![]);
     }
 
     #[test]

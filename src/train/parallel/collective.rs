@@ -58,6 +58,25 @@ pub trait Collective: Send {
     fn broadcast(&mut self, buf: &Tensor) -> anyhow::Result<()>;
     /// Returns on every rank once all ranks have called it.
     fn barrier(&mut self) -> anyhow::Result<()>;
+
+    /// Prepares the calling thread (a worker of the overlapped gradient
+    /// all-reduce) for [`Collective::all_reduce_avg_async`]: on a GPU, selects
+    /// the device and makes the communication stream.
+    fn begin_async(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// Starts averaging `buf` after the work already queued for the device
+    /// (the backward kernels that wrote it), without making that queue wait:
+    /// on a GPU on a stream of its own. The CPU backends simply run it.
+    /// Nothing may read `buf` before [`Collective::wait_async`].
+    fn all_reduce_avg_async(&mut self, buf: &Tensor) -> anyhow::Result<()> {
+        self.all_reduce_avg(buf)
+    }
+    /// Makes work queued for the device from now on wait for every
+    /// [`Collective::all_reduce_avg_async`] started so far.
+    fn wait_async(&mut self) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// The collective of a world of one: every operation is the identity.

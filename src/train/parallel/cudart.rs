@@ -1,5 +1,7 @@
 //! The few CUDA runtime calls tch does not expose: set the current device
-//! (NCCL binds a communicator to it) and read device memory use.
+//! (NCCL binds a communicator to it), read device memory use, and a
+//! communication stream ordered against the compute stream by events
+//! ([`CommStream`], for the all-reduce that overlaps backward).
 //!
 //! Resolved at run time from the `libcudart.so.<major>` libtorch already
 //! mapped into this process (found in `/proc/self/maps`), so the same runtime
@@ -8,8 +10,9 @@
 //! torch 2.11's cu130 wheel `nvidia/cu13/lib/libcudart.so.13` (file lists of
 //! the nvidia-cuda-runtime-cu12 12.6.77 and nvidia-cuda-runtime 13.0.96
 //! wheels). This module must not allocate device memory.
-use std::ffi::c_int;
+use std::ffi::{c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::CliError;
 
@@ -54,6 +57,33 @@ type SetDeviceFn = unsafe extern "C" fn(c_int) -> c_int;
 type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type GetDevicePropertiesFn = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
 type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
+/// `cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags)`.
+type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+/// `cudaError_t cudaStreamDestroy(cudaStream_t)` and `cudaEventDestroy(cudaEvent_t)`.
+type DestroyFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+/// `cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags)`.
+type EventCreateWithFlagsFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+/// `cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)`.
+type EventRecordFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+/// `cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)`.
+type StreamWaitEventFn = unsafe extern "C" fn(*mut c_void, *mut c_void, c_uint) -> c_int;
+
+/// `cudaStreamNonBlocking` (driver_types.h): the stream does not synchronise
+/// with the legacy default stream, on which torch (through tch) computes.
+const STREAM_NON_BLOCKING: c_uint = 0x01;
+/// `cudaEventDisableTiming` (driver_types.h): the cheapest event, for ordering only.
+const EVENT_DISABLE_TIMING: c_uint = 0x02;
+
+/// The stream and event entry points, all present in CUDA 12 and 13.
+#[derive(Clone, Copy)]
+struct StreamApi {
+    stream_create: StreamCreateWithFlagsFn,
+    stream_destroy: DestroyFn,
+    event_create: EventCreateWithFlagsFn,
+    event_destroy: DestroyFn,
+    event_record: EventRecordFn,
+    stream_wait_event: StreamWaitEventFn,
+}
 
 /// Bytes reserved for `cudaDeviceProp`: sizeof is 1032 with CUDA 12.6's
 /// driver_types.h and 1008 with CUDA 13.0's, which dropped fields such as
@@ -77,6 +107,7 @@ pub struct CudaRuntime {
     mem_get_info: MemGetInfoFn,
     get_device_properties: Option<GetDevicePropertiesFn>,
     get_error_string: Option<GetErrorStringFn>,
+    streams: Option<StreamApi>,
     _lib: libloading::Library,
 }
 
@@ -148,12 +179,23 @@ impl CudaRuntime {
                 .get::<GetErrorStringFn>(b"cudaGetErrorString")
                 .ok()
                 .map(|s| *s);
+            let streams = (|| {
+                Some(StreamApi {
+                    stream_create: *lib.get(b"cudaStreamCreateWithFlags").ok()?,
+                    stream_destroy: *lib.get(b"cudaStreamDestroy").ok()?,
+                    event_create: *lib.get(b"cudaEventCreateWithFlags").ok()?,
+                    event_destroy: *lib.get(b"cudaEventDestroy").ok()?,
+                    event_record: *lib.get(b"cudaEventRecord").ok()?,
+                    stream_wait_event: *lib.get(b"cudaStreamWaitEvent").ok()?,
+                })
+            })();
             Ok(Self {
                 path,
                 set_device,
                 mem_get_info,
                 get_device_properties,
                 get_error_string,
+                streams,
                 _lib: lib,
             })
         }
@@ -228,6 +270,138 @@ impl CudaRuntime {
         let name = &buf[..256];
         let end = name.iter().position(|&b| b == 0).unwrap_or(256);
         Ok(String::from_utf8_lossy(&name[..end]).trim().to_string())
+    }
+}
+
+impl CudaRuntime {
+    fn check(&self, call: &str, r: c_int) -> anyhow::Result<()> {
+        if r != 0 {
+            anyhow::bail!("{call} failed with {}", self.describe(r));
+        }
+        Ok(())
+    }
+}
+
+/// A non-blocking CUDA stream for collectives on the current device, with the
+/// two events that order it against the legacy default stream (where tch's
+/// kernels run): [`CommStream::wait_for_compute`] before a collective,
+/// [`CommStream::compute_waits`] before the compute stream reads its results.
+/// Nothing blocks the host. Created and used with the same current device.
+pub struct CommStream {
+    rt: Arc<CudaRuntime>,
+    api: StreamApi,
+    stream: *mut c_void,
+    ready: *mut c_void,
+    done: *mut c_void,
+}
+
+// SAFETY: CUDA streams and events are process-wide handles usable from any
+// thread whose current device is theirs; the owner serialises its calls.
+unsafe impl Send for CommStream {}
+
+impl std::fmt::Debug for CommStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommStream")
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+/// The legacy default stream (`cudaStream_t` 0).
+const LEGACY_STREAM: *mut c_void = std::ptr::null_mut();
+
+impl CommStream {
+    /// A new stream and its events on the calling thread's current device.
+    pub fn new(rt: Arc<CudaRuntime>) -> anyhow::Result<Self> {
+        let api = rt.streams.ok_or_else(|| {
+            anyhow::anyhow!(
+                "the CUDA runtime {} lacks the stream and event calls",
+                rt.path.display()
+            )
+        })?;
+        let mut s = Self {
+            rt,
+            api,
+            stream: std::ptr::null_mut(),
+            ready: std::ptr::null_mut(),
+            done: std::ptr::null_mut(),
+        };
+        // SAFETY: each call writes one handle; Drop releases what was made.
+        unsafe {
+            s.rt.check(
+                "cudaStreamCreateWithFlags",
+                (api.stream_create)(&mut s.stream, STREAM_NON_BLOCKING),
+            )?;
+            s.rt.check(
+                "cudaEventCreateWithFlags",
+                (api.event_create)(&mut s.ready, EVENT_DISABLE_TIMING),
+            )?;
+            s.rt.check(
+                "cudaEventCreateWithFlags",
+                (api.event_create)(&mut s.done, EVENT_DISABLE_TIMING),
+            )?;
+        }
+        Ok(s)
+    }
+
+    /// The runtime the stream was made with.
+    pub fn runtime(&self) -> &Arc<CudaRuntime> {
+        &self.rt
+    }
+
+    /// The raw `cudaStream_t`, for NCCL.
+    pub fn raw(&self) -> *mut c_void {
+        self.stream
+    }
+
+    /// Work queued on this stream from now on starts only after everything
+    /// queued on the compute stream so far (event recorded there, waited here).
+    pub fn wait_for_compute(&self) -> anyhow::Result<()> {
+        // SAFETY: live handles of this device; recording an event again after
+        // a wait was queued on it does not affect that wait.
+        unsafe {
+            self.rt.check(
+                "cudaEventRecord",
+                (self.api.event_record)(self.ready, LEGACY_STREAM),
+            )?;
+            self.rt.check(
+                "cudaStreamWaitEvent",
+                (self.api.stream_wait_event)(self.stream, self.ready, 0),
+            )
+        }
+    }
+
+    /// Work queued on the compute stream from now on starts only after
+    /// everything queued on this stream so far.
+    pub fn compute_waits(&self) -> anyhow::Result<()> {
+        // SAFETY: as in `wait_for_compute`, the other way round.
+        unsafe {
+            self.rt.check(
+                "cudaEventRecord",
+                (self.api.event_record)(self.done, self.stream),
+            )?;
+            self.rt.check(
+                "cudaStreamWaitEvent",
+                (self.api.stream_wait_event)(LEGACY_STREAM, self.done, 0),
+            )
+        }
+    }
+}
+
+impl Drop for CommStream {
+    fn drop(&mut self) {
+        // SAFETY: handles made in `new` (null ones were never made);
+        // destroying a stream with pending work lets that work finish.
+        unsafe {
+            for ev in [self.ready, self.done] {
+                if !ev.is_null() {
+                    (self.api.event_destroy)(ev);
+                }
+            }
+            if !self.stream.is_null() {
+                (self.api.stream_destroy)(self.stream);
+            }
+        }
     }
 }
 
@@ -311,6 +485,14 @@ mod tests {
                 "{e}"
             );
             assert!(e.contains(" ("), "{e}");
+        }
+        assert!(rt.streams.is_some(), "the stream and event calls resolve");
+        if !tch::Cuda::is_available() {
+            let e = CommStream::new(Arc::new(rt)).unwrap_err().to_string();
+            assert!(
+                e.starts_with("cudaStreamCreateWithFlags failed with CUDA error "),
+                "{e}"
+            );
         }
     }
 }

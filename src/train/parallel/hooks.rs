@@ -152,6 +152,12 @@ impl Readiness {
         }
     }
 
+    /// Whether a backward pass is running (armed and not yet closed).
+    pub fn backward_running(&self) -> bool {
+        let s = self.lock();
+        s.armed && !s.closed
+    }
+
     /// The buckets that completed during the last backward pass, in order.
     pub fn completion_order(&self) -> Vec<usize> {
         self.lock().completed.clone()

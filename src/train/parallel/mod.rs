@@ -7,10 +7,13 @@
 //! - [`collective`]: the [`Collective`] trait; backends [`nccl`] (GPUs) and [`cpu`] (TCP).
 //! - [`buckets`]: gradient bucketing and the start-of-run parameter broadcast.
 //!
+//! - [`hooks`] and [`overlap`]: the all-reduce of each bucket starts as soon as
+//!   backward has finished its gradients, while backward goes on (DDP's overlap).
+//!
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
 //! (parameters broadcast from rank 0 before the first step, flat gradients
-//! averaged in buckets after every backward). This module must not own the training loop, the data pipeline or
+//! averaged in buckets during or after every backward). This module must not own the training loop, the data pipeline or
 //! any output file besides the opt-in parameter-hash log.
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 use tch::{Device, Tensor};
 
 use crate::env_vars as ev;
-use crate::train::trainer::GradSync;
+use crate::train::trainer::{backward_then_sync, GradLayout, GradSync};
 use crate::CliError;
 
 pub mod buckets;
@@ -30,6 +33,7 @@ pub mod cudart;
 pub mod hooks;
 pub mod launch;
 pub mod nccl;
+pub mod overlap;
 pub mod rendezvous;
 pub mod supervisor;
 
@@ -66,6 +70,10 @@ pub struct SyncStats {
     pub seconds: f64,
     /// Bytes all-reduced per sync.
     pub bytes_per_sync: usize,
+    /// Whether the all-reduce overlaps backward.
+    pub overlapped: bool,
+    /// Buckets whose all-reduce started while backward was still running.
+    pub buckets_during_backward: u64,
 }
 
 /// The data-parallel context of one process; the trainer's [`GradSync`].
@@ -78,6 +86,8 @@ pub struct DataParallel {
     /// The flat parameters seen at the first broadcast (shares storage with
     /// the trainer's master weights), for the parameter-hash log.
     params: Option<Tensor>,
+    /// The overlapped all-reduce, when [`GradSync::prepare`] asked for it.
+    overlap: Option<overlap::Overlap>,
     stats: SyncStats,
 }
 
@@ -114,6 +124,7 @@ impl DataParallel {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             hash_log,
             params: None,
+            overlap: None,
             stats: SyncStats::default(),
         }
     }
@@ -186,6 +197,24 @@ impl DataParallel {
         self.collective.barrier()
     }
 
+    /// Counts one gradient sync of `reduced` in `buckets` collective calls
+    /// and writes the hash log.
+    fn record_sync(&mut self, reduced: &Tensor, buckets: usize, seconds: f64) {
+        self.stats.calls += 1;
+        self.stats.buckets += buckets as u64;
+        self.stats.seconds += seconds;
+        self.stats.bytes_per_sync = reduced.numel() * reduced.kind().elt_size_in_bytes();
+        if self.hash_log.is_some() {
+            // Step k's averaged gradients, and the parameters they update
+            // (the result of step k-1): equal on every rank, bit for bit.
+            let step = self.stats.calls;
+            self.log_hash(&format!("step {step} grads"), reduced);
+            if let Some(p) = self.params.as_ref().map(|p| p.shallow_clone()) {
+                self.log_hash(&format!("step {step} params-before"), &p);
+            }
+        }
+    }
+
     fn log_hash(&mut self, label: &str, t: &Tensor) {
         if let Some(f) = &mut self.hash_log {
             let _ = writeln!(f, "{label} {}", buckets::tensors_hash(&[t.shallow_clone()]));
@@ -213,23 +242,42 @@ impl GradSync for DataParallel {
         }
         Ok(())
     }
+    fn prepare(&mut self, layout: GradLayout) -> anyhow::Result<()> {
+        self.set_bucket_bytes(layout.bucket_cap_bytes);
+        // Overlap needs something to overlap: NCCL (also with one rank, so
+        // `--gpus 1` runs the real path) or several CPU ranks.
+        if !layout.overlap || self.collective.backend() == Backend::Single {
+            self.overlap = None;
+            return Ok(());
+        }
+        let spans: Vec<(i64, i64)> = layout.params.iter().map(|p| (p.2, p.3)).collect();
+        let plan = buckets::param_buckets(&spans, layout.reduce_elem_bytes, self.bucket_bytes);
+        let params = layout.params.into_iter().map(|p| (p.0, p.1)).collect();
+        self.overlap = Some(overlap::Overlap::new(params, plan)?);
+        self.stats.overlapped = true;
+        Ok(())
+    }
+    fn backward_and_sync(
+        &mut self,
+        backward: &mut dyn FnMut() -> anyhow::Result<()>,
+        grads: &Tensor,
+        reduce_in: Option<&Tensor>,
+    ) -> anyhow::Result<()> {
+        let Some(ov) = self.overlap.as_mut() else {
+            return backward_then_sync(self, backward, grads, reduce_in);
+        };
+        let step = ov.run(self.collective.as_mut(), grads, reduce_in, backward)?;
+        ov.agree_order(self.collective.as_mut(), self.device)?;
+        self.stats.buckets_during_backward += step.started_during_backward as u64;
+        let reduced = reduce_in.unwrap_or(grads);
+        self.record_sync(reduced, step.buckets, step.collective_seconds);
+        Ok(())
+    }
     fn sync_grads(&mut self, flat_grads: &Tensor) -> anyhow::Result<()> {
         let t = Instant::now();
         let n =
             buckets::all_reduce_avg_flat(flat_grads, self.bucket_bytes, self.collective.as_mut())?;
-        self.stats.calls += 1;
-        self.stats.buckets += n as u64;
-        self.stats.seconds += t.elapsed().as_secs_f64();
-        self.stats.bytes_per_sync = flat_grads.numel() * flat_grads.kind().elt_size_in_bytes();
-        if self.hash_log.is_some() {
-            // Step k's averaged gradients, and the parameters they update
-            // (the result of step k-1): equal on every rank, bit for bit.
-            let step = self.stats.calls;
-            self.log_hash(&format!("step {step} grads"), flat_grads);
-            if let Some(p) = self.params.as_ref().map(|p| p.shallow_clone()) {
-                self.log_hash(&format!("step {step} params-before"), &p);
-            }
-        }
+        self.record_sync(flat_grads, n, t.elapsed().as_secs_f64());
         Ok(())
     }
     fn mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {

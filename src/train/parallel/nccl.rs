@@ -8,7 +8,10 @@
 //! maps [`Elem`] to NCCL data types, bounds communicator set-up by a timeout,
 //! and keeps the calling thread's CUDA device. Collectives run on CUDA stream
 //! 0 (the legacy default stream), which orders them with torch's kernels (tch
-//! has no stream API). A failed call leaves the communicator to be aborted,
+//! has no stream API), except the overlapped gradient all-reduce: it runs on
+//! a non-blocking stream of its own ([`super::cudart::CommStream`]), ordered
+//! after the backward kernels that wrote each bucket and before the optimizer
+//! by CUDA events, so backward keeps computing while NCCL reduces. A failed call leaves the communicator to be aborted,
 //! not destroyed, when the collective is dropped (see
 //! [`crate::nccl::Communicator`]). This module must not decide which backend a
 //! run uses.
@@ -19,6 +22,7 @@ use std::time::Duration;
 use tch::{Device, Tensor};
 
 use super::collective::{check_buffer, Backend, Collective, Elem};
+use super::cudart::{CommStream, CudaRuntime};
 use crate::nccl::{Communicator, DataType, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
 use crate::CliError;
 
@@ -29,6 +33,8 @@ pub struct NcclCollective {
     world_size: usize,
     device: Device,
     version: i32,
+    /// The stream of the overlapped all-reduce, made by the first `begin_async`.
+    stream: Option<CommStream>,
 }
 
 impl std::fmt::Debug for NcclCollective {
@@ -72,7 +78,7 @@ impl NcclCollective {
             // binds the communicator to the current device, and a failure to
             // select it must not silently bind GPU 0.
             let selected = match dev_index {
-                Some(i) => super::cudart::CudaRuntime::locate().and_then(|rt| rt.set_device(i)),
+                Some(i) => CudaRuntime::locate().and_then(|rt| rt.set_device(i)),
                 None => Ok(()),
             };
             let joined =
@@ -98,6 +104,7 @@ impl NcclCollective {
             world_size,
             device,
             version,
+            stream: None,
         })
     }
 
@@ -119,14 +126,26 @@ impl NcclCollective {
     }
 
     fn reduce(&mut self, buf: &Tensor, op: RedOp) -> anyhow::Result<()> {
+        self.reduce_on(std::ptr::null_mut(), buf, op)
+    }
+
+    /// All-reduces `buf` in place on `stream` (null: the legacy default stream).
+    fn reduce_on(
+        &mut self,
+        stream: *mut std::ffi::c_void,
+        buf: &Tensor,
+        op: RedOp,
+    ) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(self.device))?;
         let p = buf.data_ptr();
         // SAFETY: check_buffer proved `buf` contiguous on this communicator's
         // device, so p points to numel elements of `elem` there, alive while
-        // the caller holds `buf`; in place (send == recv) is allowed by NCCL.
+        // the caller holds `buf` (the flat gradient buffers live as long as
+        // the trainer); in place (send == recv) is allowed by NCCL; `stream`
+        // is null or our CommStream, alive while `self` is.
         unsafe {
             self.comm
-                .all_reduce(p, p, buf.numel(), Self::dtype(elem), op)
+                .all_reduce_on(stream, p, p, buf.numel(), Self::dtype(elem), op)
         }
     }
 }
@@ -159,6 +178,45 @@ impl Collective for NcclCollective {
         let p = buf.data_ptr();
         // SAFETY: as in `reduce`; root 0.
         unsafe { self.comm.broadcast(p, p, buf.numel(), Self::dtype(elem), 0) }
+    }
+    fn begin_async(&mut self) -> anyhow::Result<()> {
+        let Device::Cuda(index) = self.device else {
+            anyhow::bail!("an NCCL collective on {:?}", self.device);
+        };
+        let rt = match &self.stream {
+            Some(s) => s.runtime().clone(),
+            None => Arc::new(CudaRuntime::locate()?),
+        };
+        rt.set_device(index)?;
+        if self.stream.is_none() {
+            self.stream = Some(CommStream::new(rt)?);
+        }
+        Ok(())
+    }
+    fn all_reduce_avg_async(&mut self, buf: &Tensor) -> anyhow::Result<()> {
+        let stream = match &self.stream {
+            Some(s) => {
+                s.wait_for_compute()?;
+                s.raw()
+            }
+            None => return self.all_reduce_avg(buf),
+        };
+        if self.version >= AVG_MIN_VERSION {
+            return self.reduce_on(stream, buf, RedOp::Avg);
+        }
+        // NCCL < 2.10 has no ncclAvg: sum on the comm stream, then divide on
+        // the compute stream once the sum is done.
+        self.reduce_on(stream, buf, RedOp::Sum)?;
+        self.wait_async()?;
+        let mut b = buf.shallow_clone();
+        let _ = b.g_div_scalar_(self.world_size as f64);
+        Ok(())
+    }
+    fn wait_async(&mut self) -> anyhow::Result<()> {
+        match &self.stream {
+            Some(s) => s.compute_waits(),
+            None => Ok(()),
+        }
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
         // NCCL has no barrier: all-reduce one element, then wait for it.
