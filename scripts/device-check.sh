@@ -89,14 +89,19 @@ for p in $train_precisions; do
     "$bin" train-demo "${model[@]}" --precision "$p" --steps "$steps" --sample-every 150 \
     --checkpoint-every "$steps" --out "$work/train-$p" --json
 done
-stage nccl_world1 90 "issue 6: --gpus 1, the NCCL path with one rank" -- \
+stage nccl_world1 90 "issue 6: --gpus 1, the NCCL path with one rank (all-reduce overlapped on its own stream)" -- \
   "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1" --json
+stage nccl_world1_off 60 "issue 6: the same with --overlap-grad-reduce off (loss curves must agree)" -- \
+  "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1-off" \
+  --overlap-grad-reduce off --json
 stage bench_bf16 260 "issue 6: benchmark bf16 batch $bench_batch vs PyTorch eager and compile" -- \
   env IMGCTL_REFERENCE_TIMEOUT=150 "$bin" train-demo --benchmark "${model[@]}" --precision bf16 \
   --batch-size "$bench_batch" --compare --json
 stage bench_bf16_cl 90 "issue 6: the bf16 benchmark in channels-last layout (decides the default)" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$bench_batch" \
   --channels-last --json
+stage bench_nccl1 90 "issue 6: bf16 benchmark through NCCL with one rank, overlapped (cost of the DP path)" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --gpus 1 --precision bf16 --batch-size "$bench_batch" --json
 stage bench_fp32 150 "issue 6: benchmark fp32 batch $bench_batch vs PyTorch (compile capped at 60 s)" -- \
   env IMGCTL_REFERENCE_TIMEOUT=60 "$bin" train-demo --benchmark "${model[@]}" --precision fp32 \
   --batch-size "$bench_batch" --compare --json
@@ -106,6 +111,9 @@ stage bench_fp16 90 "issue 6: benchmark fp16 (autocast + loss scaling) batch $be
   "$bin" train-demo --benchmark "${model[@]}" --precision fp16 --batch-size "$bench_batch" --json
 
 # What comes back: the summary, the verify table, one sample grid, and all of it packed.
+for d in "$work"/nccl1 "$work"/nccl1-off; do
+  [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$res/$(basename "$d")-metrics.jsonl"
+done
 for d in "$work"/train-bf16 "$work"/train-fp32; do
   g=$(ls "$d"/samples/*.png 2>/dev/null | tail -n 1)
   [ -n "$g" ] && cp "$g" "$res/$(basename "$d")-$(basename "$g")"

@@ -147,6 +147,17 @@ pub struct BenchReport {
     pub grad_reduce: String,
     /// Bytes each rank all-reduces per step (0 for one rank).
     pub all_reduce_bytes_per_step: usize,
+    /// The all-reduce overlapped backward (`--overlap-grad-reduce`, on by
+    /// default); `breakdown_ms.all_reduce` is then the part left after backward.
+    #[serde(default)]
+    pub grad_overlap: bool,
+    /// Gradient buckets per step (collective calls).
+    #[serde(default)]
+    pub buckets_per_step: f64,
+    /// Share of the buckets whose all-reduce started while backward was still
+    /// running (overlapped runs only).
+    #[serde(default)]
+    pub buckets_during_backward: f64,
     /// The model ran in channels-last memory layout (`--channels-last`).
     pub channels_last: bool,
     /// cuDNN's autotuner was on (always on CUDA).
@@ -278,6 +289,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     }
     trainer.profile = false;
     drop(loader);
+    let sync_stats = trainer.sync_stats();
 
     let n = opts.profile_steps.max(1) as f64;
     let ms = |v: f64| v / n * 1e3;
@@ -359,6 +371,13 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         }
         .into(),
         all_reduce_bytes_per_step: trainer.grad_sync_bytes(),
+        grad_overlap: sync_stats.is_some_and(|s| s.overlapped),
+        buckets_per_step: sync_stats
+            .filter(|s| s.calls > 0)
+            .map_or(0.0, |s| s.buckets as f64 / s.calls as f64),
+        buckets_during_backward: sync_stats
+            .filter(|s| s.buckets > 0 && s.overlapped)
+            .map_or(0.0, |s| s.buckets_during_backward as f64 / s.buckets as f64),
         channels_last: tr.channels_last,
         cudnn_benchmark: device.is_cuda(),
         device: device_label(device),

@@ -85,17 +85,36 @@ pub fn bench_table(r: &BenchReport) -> String {
         ),
     );
     let b = &r.breakdown_ms;
+    let all_reduce = if r.grad_overlap {
+        "  all-reduce (exposed)"
+    } else {
+        "  all-reduce"
+    };
     for (name, v) in [
         ("  data", b.data),
         ("  forward", b.forward),
         ("  backward", b.backward),
-        ("  all-reduce", b.all_reduce),
+        (all_reduce, b.all_reduce),
         ("  optimizer", b.optimizer),
     ] {
         let share = if b.total > 0.0 { v / b.total } else { 0.0 };
         row(name, format!("{v:.2} ms ({})", pct(share)));
     }
     row("  profiled total", format!("{:.2} ms", b.total));
+    if r.world_size > 1 || r.grad_overlap {
+        let overlap = if r.grad_overlap {
+            format!(
+                "overlapped with backward, {} started during it",
+                pct(r.buckets_during_backward)
+            )
+        } else {
+            "after backward".to_string()
+        };
+        row(
+            "gradient buckets",
+            format!("{:.0} per step, {overlap}", r.buckets_per_step),
+        );
+    }
     match &r.memory {
         Some(m) => row(
             "peak device memory",

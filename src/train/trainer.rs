@@ -3,10 +3,11 @@
 //! EMA), and the loop around it with checkpoints, metrics, sample grids,
 //! progress, Ctrl-C and the NaN guard.
 //!
-//! Data parallelism plugs in through [`GradSync`]: the loop calls
-//! [`GradSync::broadcast_params`] once before the first step and
-//! [`GradSync::sync_grads`] after every backward pass, on the flat gradient
-//! buffer (one contiguous tensor; all-reduce it in buckets of any size). Each
+//! Data parallelism plugs in through [`GradSync`]: [`Trainer::new`] describes
+//! the flat gradient buffer to it once ([`GradSync::prepare`]), the loop calls
+//! [`GradSync::broadcast_params`] once before the first step and hands every
+//! backward pass to [`GradSync::backward_and_sync`], which averages the flat
+//! gradients across ranks during backward (overlapped, as DDP) or after it. Each
 //! rank reads its own block of every global batch ([`super::data`]); only rank
 //! 0 writes files or prints. Owns the orchestration; the model, the schedule,
 //! the optimizer math and the file formats live in their own modules.
@@ -81,6 +82,10 @@ pub trait GradSync {
         reduce_in: Option<&Tensor>,
     ) -> anyhow::Result<()> {
         backward_then_sync(self, backward, grads, reduce_in)
+    }
+    /// Gradient-sync statistics so far (none for a single process).
+    fn stats(&self) -> Option<crate::train::parallel::SyncStats> {
+        None
     }
     /// Averages host scalars across ranks in place (the logged loss).
     fn mean_scalars(&mut self, _values: &mut [f64]) -> anyhow::Result<()> {
@@ -471,6 +476,11 @@ impl Trainer {
         if let Some(flat) = &self.compute_flat {
             tch::no_grad(|| flat.shallow_clone().copy_(&self.master));
         }
+    }
+
+    /// The gradient sync's statistics so far (none for a single process).
+    pub fn sync_stats(&self) -> Option<crate::train::parallel::SyncStats> {
+        self.sync.stats()
     }
 
     /// Bytes each rank all-reduces per step: the flat gradients in the

@@ -280,6 +280,9 @@ impl GradSync for DataParallel {
         self.record_sync(flat_grads, n, t.elapsed().as_secs_f64());
         Ok(())
     }
+    fn stats(&self) -> Option<SyncStats> {
+        Some(self.stats)
+    }
     fn mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {
         if self.collective.world_size() == 1 || values.is_empty() {
             return Ok(());
