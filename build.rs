@@ -7,10 +7,10 @@
 //!    LD_LIBRARY_PATH, plus `/opt/imgctl/libtorch/lib`, the stable path under
 //!    which images built by imgctl expose their own torch (see images/*.j2).
 //!
-//! 3. `csrc/grad_hooks.cpp`, the one piece of C++ of ours: libtorch's
-//!    post-accumulate-grad hook, which tch does not expose and which the
-//!    gradient all-reduce needs to overlap backward. It is compiled against the
-//!    same libtorch headers as torch-sys's own wrapper.
+//! 3. `csrc/torch_ext.cpp`, the one piece of C++ of ours: libtorch's
+//!    post-accumulate-grad hook (the gradient all-reduce needs it to overlap
+//!    backward) and its fused AdamW kernel, which tch does not expose. It is
+//!    compiled against the same libtorch headers as torch-sys's own wrapper.
 //!
 //! 1 and 2 are checked by tests (tests/it/linking.rs) with `readelf -d`.
 use std::env;
@@ -41,21 +41,21 @@ fn libtorch_root() -> Option<PathBuf> {
         .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-/// Compiles `csrc/grad_hooks.cpp` against `include` (libtorch's headers).
-fn compile_grad_hooks(include: &Path) {
-    println!("cargo:rerun-if-changed=csrc/grad_hooks.cpp");
+/// Compiles `csrc/torch_ext.cpp` against `include` (libtorch's headers).
+fn compile_torch_ext(include: &Path) {
+    println!("cargo:rerun-if-changed=csrc/torch_ext.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     let abi = env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
     cc::Build::new()
         .cpp(true)
-        .file("csrc/grad_hooks.cpp")
+        .file("csrc/torch_ext.cpp")
         .include(include)
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .flag_if_supported("-Wno-unused-parameter")
         .warnings(false)
-        .compile("imgctl_grad_hooks");
+        .compile("imgctl_torch_ext");
 }
 
 fn main() {
@@ -73,7 +73,7 @@ fn main() {
     let include = env::var_os("LIBTORCH_INCLUDE")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.clone());
-    compile_grad_hooks(&include.join("include"));
+    compile_torch_ext(&include.join("include"));
     let lib = env::var_os("LIBTORCH_LIB")
         .map(PathBuf::from)
         .unwrap_or(root)

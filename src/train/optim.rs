@@ -2,9 +2,34 @@
 //! global-norm gradient clipping and dynamic loss scaling for fp16.
 //!
 //! Written here rather than with tch's `nn::Optimizer` because that one
-//! cannot export its moment buffers for checkpoints. Owns the update math and
-//! its state; must not know about models, data or files.
-use tch::Tensor;
+//! cannot export its moment buffers for checkpoints. The update itself is
+//! libtorch's fused AdamW kernel (`aten::_fused_adamw_`, torch.optim.AdamW's
+//! `fused=True`), reached through our C++ shim (`csrc/torch_ext.cpp`): one
+//! pass over weights, gradients and moments instead of ten elementwise
+//! kernels, with the clipping (and fp16 unscaling) folded in as its gradient
+//! divisor. Owns the update math and its state; must not know about models,
+//! data or files.
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use tch::{Kind, Tensor};
+
+extern "C" {
+    fn imgctl_fused_adamw(
+        param: *mut c_void,
+        grad: *mut c_void,
+        exp_avg: *mut c_void,
+        exp_avg_sq: *mut c_void,
+        step: *mut c_void,
+        grad_scale: *mut c_void,
+        lr: f64,
+        beta1: f64,
+        beta2: f64,
+        weight_decay: f64,
+        eps: f64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+}
 
 /// AdamW hyper-parameters. Defaults are diffusers' `train_unconditional.py`
 /// (`--adam_beta1 0.95 --adam_beta2 0.999 --adam_weight_decay 1e-6 --adam_epsilon 1e-08`, lr 1e-4).
@@ -42,6 +67,8 @@ pub struct AdamW {
     pub exp_avg_sq: Tensor,
     /// Number of updates applied so far.
     pub step: u64,
+    /// `step` as the float scalar on the parameters' device the fused kernel reads.
+    step_t: Tensor,
 }
 
 impl AdamW {
@@ -52,13 +79,94 @@ impl AdamW {
             exp_avg: params.zeros_like(),
             exp_avg_sq: params.zeros_like(),
             step: 0,
+            step_t: Tensor::zeros([], (Kind::Float, params.device())),
         }
     }
 
-    /// One update of `params` with `grads` at learning rate `lr`, following
-    /// `torch.optim.AdamW` (single-tensor path, torch 2.7 `_single_tensor_adamw`):
-    /// decay, moment updates, bias correction, then `p -= lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)`.
-    pub fn update(&mut self, params: &mut Tensor, grads: &Tensor, lr: f64) {
+    /// One update of `params` with `grads / grad_divisor` (a scalar tensor on
+    /// the same device, e.g. the clipping and loss-scale divisor; `grads` is
+    /// left divided) at learning rate `lr`: libtorch's fused AdamW, the math
+    /// of `torch.optim.AdamW` (decay, moment updates, bias correction, then
+    /// `p -= lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)`). An error is libtorch's
+    /// refusal of the tensors (dtype, device, shape).
+    pub fn update(
+        &mut self,
+        params: &mut Tensor,
+        grads: &Tensor,
+        lr: f64,
+        grad_divisor: Option<&Tensor>,
+    ) -> anyhow::Result<()> {
+        // libtorch's CPU kernel trusts its inputs (a shorter gradient is read
+        // out of bounds): check here what it assumes.
+        for (what, t) in [
+            ("gradient", grads),
+            ("first moment", &self.exp_avg),
+            ("second moment", &self.exp_avg_sq),
+        ] {
+            anyhow::ensure!(
+                t.size() == params.size()
+                    && t.kind() == params.kind()
+                    && t.device() == params.device()
+                    && t.is_contiguous(),
+                "AdamW: the {what} ({:?} {:?} on {:?}) does not match the parameters ({:?} {:?} on {:?})",
+                t.size(),
+                t.kind(),
+                t.device(),
+                params.size(),
+                params.kind(),
+                params.device()
+            );
+        }
+        anyhow::ensure!(
+            params.kind() == Kind::Float && params.is_contiguous(),
+            "AdamW updates contiguous fp32 parameters, not {:?}",
+            params.kind()
+        );
+        if let Some(d) = grad_divisor {
+            anyhow::ensure!(
+                d.numel() == 1 && d.device() == params.device(),
+                "AdamW: the gradient divisor must be one value on {:?}",
+                params.device()
+            );
+        }
+        let c = self.config;
+        self.step += 1;
+        let _ = tch::no_grad(|| self.step_t.fill_(self.step as f64));
+        let divisor = grad_divisor.map(|d| d.to_kind(Kind::Float).reshape([]));
+        let ptr = |t: &Tensor| t.as_ptr() as *mut c_void;
+        let mut err = [0 as c_char; 512];
+        // SAFETY: every pointer is a live tch tensor (an at::Tensor*) borrowed
+        // for the duration of the call; err has 512 bytes.
+        let rc = unsafe {
+            imgctl_fused_adamw(
+                ptr(params),
+                ptr(grads),
+                ptr(&self.exp_avg),
+                ptr(&self.exp_avg_sq),
+                ptr(&self.step_t),
+                divisor.as_ref().map_or(std::ptr::null_mut(), ptr),
+                lr,
+                c.beta1,
+                c.beta2,
+                c.weight_decay,
+                c.eps,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        if rc != 0 {
+            self.step -= 1;
+            // SAFETY: the shim wrote a NUL-terminated message.
+            let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+            anyhow::bail!("the fused AdamW update failed: {msg}");
+        }
+        Ok(())
+    }
+
+    /// The same update as ten elementwise libtorch calls (`_single_tensor_adamw`
+    /// of torch 2.7), the reference the fused kernel is tested against.
+    #[cfg(test)]
+    fn update_unfused(&mut self, params: &mut Tensor, grads: &Tensor, lr: f64) {
         let c = self.config;
         self.step += 1;
         tch::no_grad(|| {
@@ -89,15 +197,18 @@ pub fn lr_at(peak: f64, step: u64, warmup: u64, total: u64) -> f64 {
     peak * (0.5 * (1.0 + (std::f64::consts::PI * progress).cos())).max(0.0)
 }
 
-/// Scales `grads` so their global L2 norm is at most `max_norm`
-/// (`torch.nn.utils.clip_grad_norm_`: coefficient `max_norm / (norm + 1e-6)`,
-/// clamped to 1). Returns the norm before clipping, as a device scalar.
-pub fn clip_grad_norm(grads: &mut Tensor, max_norm: f64) -> Tensor {
+/// Global-norm clipping as a divisor (`torch.nn.utils.clip_grad_norm_`,
+/// whose coefficient `max_norm / (norm + 1e-6)` clamped to 1 multiplies the
+/// gradients): for `grads` holding `loss_scale` times the true gradients,
+/// returns the true norm and `loss_scale / coefficient`, both device scalars;
+/// dividing `grads` by the latter unscales and clips them in one go (the
+/// fused AdamW does it while reading them).
+pub fn clip_divisor(grads: &Tensor, max_norm: f64, loss_scale: f64) -> (Tensor, Tensor) {
     tch::no_grad(|| {
-        let norm = grads.norm();
-        let coef = ((&norm + 1e-6).reciprocal() * max_norm).clamp_max(1.0);
-        let _ = grads.g_mul_(&coef.to_kind(grads.kind()));
-        norm
+        let norm = grads.norm().to_kind(Kind::Float) / loss_scale;
+        let inv_coef = ((&norm + 1e-6) / max_norm).clamp_min(1.0);
+        let divisor = inv_coef * loss_scale;
+        (norm, divisor)
     })
 }
 
@@ -167,7 +278,7 @@ mod tests {
         let mut p = Tensor::from_slice(&[1.0f32, -2.0]);
         let g = Tensor::from_slice(&[0.5f32, -0.25]);
         let mut opt = AdamW::new(AdamWConfig::default(), &p);
-        opt.update(&mut p, &g, 0.1);
+        opt.update(&mut p, &g, 0.1, None).unwrap();
         let out = Vec::<f32>::try_from(&p).unwrap();
         let want0 = 1.0 * (1.0 - 0.1 * 1e-6) - 0.1 * 0.5 / (0.5 + 1e-8);
         let want1 = -2.0 * (1.0 - 0.1 * 1e-6) + 0.1 * 0.25 / (0.25 + 1e-8);
@@ -210,7 +321,7 @@ mod tests {
             // The gradient of our copy at our weights: 2 (w - target).
             let g = (&ours - &target) * 2.0;
             reference.step();
-            opt.update(&mut ours, &g, lr);
+            opt.update(&mut ours, &g, lr, None).unwrap();
             let diff = f64::try_from((&ours - &w.detach()).abs().max()).unwrap();
             assert!(
                 diff < 1e-6,
@@ -221,14 +332,61 @@ mod tests {
     }
 
     #[test]
-    fn clipping_bounds_the_norm() {
-        let mut g = Tensor::from_slice(&[3.0f32, 4.0]).to_device(Device::Cpu);
-        let n = clip_grad_norm(&mut g, 1.0);
-        assert!((f64::try_from(n).unwrap() - 5.0).abs() < 1e-6);
-        assert!((f64::try_from(g.norm()).unwrap() - 1.0).abs() < 1e-5);
-        let mut small = Tensor::from_slice(&[0.3f32, 0.4]);
-        let _ = clip_grad_norm(&mut small, 1.0);
-        assert_eq!(Vec::<f32>::try_from(&small).unwrap(), vec![0.3, 0.4]);
+    fn the_fused_update_matches_the_elementwise_one_with_the_divisor_applied() {
+        use tch::Kind;
+        tch::manual_seed(3);
+        let c = AdamWConfig {
+            weight_decay: 0.1,
+            ..AdamWConfig::default()
+        };
+        let mut fused_p = Tensor::randn([1000], (Kind::Float, Device::Cpu));
+        let mut plain_p = fused_p.copy();
+        let mut fused = AdamW::new(c, &fused_p);
+        let mut plain = AdamW::new(c, &plain_p);
+        for (i, lr) in [1e-2, 3e-3, 1e-3].into_iter().enumerate() {
+            let g = Tensor::randn([1000], (Kind::Float, Device::Cpu)) * 100.0;
+            let divisor = Tensor::from(4.0f32 + i as f32);
+            fused
+                .update(&mut fused_p, &g.copy(), lr, Some(&divisor))
+                .unwrap();
+            plain.update_unfused(&mut plain_p, &(&g / (4.0 + i as f64)), lr);
+            let diff = f64::try_from((&fused_p - &plain_p).abs().max()).unwrap();
+            assert!(diff < 1e-6, "step {}: max |fused - plain| = {diff}", i + 1);
+            let dm = f64::try_from((&fused.exp_avg_sq - &plain.exp_avg_sq).abs().max()).unwrap();
+            assert!(dm < 1e-3, "second moments differ by {dm}");
+        }
+        assert_eq!((fused.step, plain.step), (3, 3));
+        // A gradient that does not match (which libtorch's CPU kernel would
+        // read out of bounds) is refused, and the step is not counted.
+        for bad in [
+            Tensor::zeros([3], (Kind::Float, Device::Cpu)),
+            Tensor::zeros([1000], (Kind::BFloat16, Device::Cpu)),
+        ] {
+            let err = fused
+                .update(&mut fused_p, &bad, 1e-3, None)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with("AdamW: the gradient "), "{err}");
+        }
+        assert_eq!(fused.step, 3);
+    }
+
+    #[test]
+    fn the_clip_divisor_bounds_the_norm_and_unscales() {
+        let g = Tensor::from_slice(&[3.0f32, 4.0]);
+        let (n, d) = clip_divisor(&g, 1.0, 1.0);
+        assert!((f64::try_from(&n).unwrap() - 5.0).abs() < 1e-6);
+        assert!((f64::try_from((&g / &d).norm()).unwrap() - 1.0).abs() < 1e-5);
+        // Below the bound nothing is clipped.
+        let small = Tensor::from_slice(&[0.3f32, 0.4]);
+        let (_, d) = clip_divisor(&small, 1.0, 1.0);
+        assert_eq!(f64::try_from(&d).unwrap(), 1.0);
+        // fp16: gradients scaled by 1024 give the true norm, and the divisor
+        // removes the scale as well.
+        let scaled = Tensor::from_slice(&[0.3f32 * 1024.0, 0.4 * 1024.0]);
+        let (n, d) = clip_divisor(&scaled, 1.0, 1024.0);
+        assert!((f64::try_from(&n).unwrap() - 0.5).abs() < 1e-6);
+        assert!((f64::try_from(&d).unwrap() - 1024.0).abs() < 1e-9);
     }
 
     #[test]

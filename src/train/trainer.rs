@@ -41,7 +41,7 @@ use super::flat::FlatLayout;
 use super::images;
 use super::metrics::{MetricsWriter, StepRecord};
 use super::model::{weights, UNet2DModel};
-use super::optim::{clip_grad_norm, lr_at, AdamW, GradScaler};
+use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
 use super::schedule::{DdpmSchedule, Sampler};
 use crate::output::printer;
 use crate::CliError;
@@ -558,17 +558,13 @@ impl Trainer {
         self.sync
             .backward_and_sync(&mut backward, &self.grads, self.reduce_buf.as_ref())?;
         times.grad_sync = self.mark(&mut t);
-        let mut g = match &self.reduce_buf {
+        let g = match &self.reduce_buf {
             Some(r) => r.shallow_clone(),
             None if self.precision == Precision::Bf16 => self.grads.to_kind(Kind::Float),
             None => self.grads.shallow_clone(),
         };
-        if scale != 1.0 {
-            tch::no_grad(|| {
-                let _ = g.g_mul_scalar_(1.0 / scale);
-            });
-        }
-        let norm = clip_grad_norm(&mut g, self.config.training.max_grad_norm);
+        // Unscaling (fp16) and clipping happen inside the fused update.
+        let (norm, divisor) = clip_divisor(&g, self.config.training.max_grad_norm, scale);
         // One device-to-host read for both values (a single synchronisation).
         let pair = Vec::<f64>::try_from(
             Tensor::stack(&[loss.detach(), norm.to_kind(Kind::Float)], 0)
@@ -610,7 +606,7 @@ impl Trainer {
                 s.update(false);
             }
             self.consecutive_skips = 0;
-            self.opt.update(&mut self.master, &g, lr);
+            self.opt.update(&mut self.master, &g, lr, Some(&divisor))?;
             self.refresh_compute();
             self.ema.update(&self.master);
         }

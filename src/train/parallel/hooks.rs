@@ -1,6 +1,6 @@
 //! "This parameter's gradient is final": libtorch's post-accumulate-grad hook
 //! (the C++ side of `Tensor.register_post_accumulate_grad_hook`), set through
-//! our small C++ shim `csrc/grad_hooks.cpp` because tch exposes no hooks.
+//! our small C++ shim `csrc/torch_ext.cpp` because tch exposes no hooks.
 //!
 //! [`GradHooks`] sets one hook per parameter; during a backward pass each
 //! hook reports its parameter to [`Readiness`], which counts down the
