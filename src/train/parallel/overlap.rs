@@ -185,7 +185,155 @@ fn is_permutation(order: &[usize], n: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::buckets::param_buckets;
+    use super::super::collective::{check_buffer, Backend};
     use super::*;
+    use tch::{nn, nn::Module, Device};
+
+    /// A world of two whose other rank always holds ones: the sum adds 1.
+    /// Records each call's length.
+    #[derive(Default)]
+    struct OtherRankHoldsOnes {
+        calls: Vec<i64>,
+    }
+
+    impl Collective for OtherRankHoldsOnes {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            2
+        }
+        fn backend(&self) -> Backend {
+            Backend::Cpu
+        }
+        fn all_reduce_sum(&mut self, buf: &Tensor) -> anyhow::Result<()> {
+            check_buffer(buf, None)?;
+            self.calls.push(buf.numel() as i64);
+            let _ = buf.shallow_clone().g_add_scalar_(1.0);
+            Ok(())
+        }
+        fn broadcast(&mut self, _buf: &Tensor) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn barrier(&mut self) -> anyhow::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A two-layer net whose gradients live in one flat buffer, and its
+    /// parameters' (name, tensor, offset, numel) in name order.
+    fn net_with_flat_grads() -> (
+        nn::VarStore,
+        nn::Sequential,
+        Tensor,
+        Vec<(String, Tensor, i64, i64)>,
+    ) {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let net = nn::seq()
+            .add(nn::linear(vs.root() / "a", 4, 8, Default::default()))
+            .add_fn(|x| x.relu())
+            .add(nn::linear(vs.root() / "b", 8, 2, Default::default()));
+        let layout = crate::train::flat::FlatLayout::of(&vs);
+        let grads = layout.bind_grads(&vs, Kind::Float);
+        let vars = vs.variables();
+        let params = layout
+            .entries
+            .iter()
+            .map(|e| {
+                (
+                    e.name.clone(),
+                    vars[&e.name].shallow_clone(),
+                    e.offset,
+                    e.numel,
+                )
+            })
+            .collect();
+        (vs, net, grads, params)
+    }
+
+    fn overlap_of(params: &[(String, Tensor, i64, i64)], cap_bytes: usize) -> Overlap {
+        let spans: Vec<_> = params.iter().map(|p| (p.2, p.3)).collect();
+        let plan = param_buckets(&spans, 4, cap_bytes);
+        Overlap::new(
+            params
+                .iter()
+                .map(|p| (p.0.clone(), p.1.shallow_clone()))
+                .collect(),
+            plan,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn every_bucket_is_averaged_once_during_backward_and_the_order_is_agreed() {
+        let (_vs, net, grads, params) = net_with_flat_grads();
+        // Layout a.bias 8, a.weight 32, b.bias 2, b.weight 16 elements; a
+        // 72-byte cap makes buckets [b.*] (18), [a.weight] (32), [a.bias] (8).
+        let mut ov = overlap_of(&params, 72);
+        assert_eq!(ov.buckets(), 3);
+        let x = Tensor::ones([3, 4], (Kind::Float, Device::Cpu));
+        // The plain gradients first (hooks not armed: nothing reduced).
+        let _ = grads.shallow_clone().zero_();
+        net.forward(&x).sum(Kind::Float).backward();
+        let plain = grads.copy();
+        let mut coll = OtherRankHoldsOnes::default();
+        let _ = grads.shallow_clone().zero_();
+        let step = ov
+            .run(&mut coll, &grads, None, &mut || {
+                net.forward(&x).sum(Kind::Float).backward();
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(step.buckets, 3);
+        assert_eq!(coll.calls, vec![18, 32, 8], "the last layer's bucket first");
+        // (local + the other rank's ones) / 2, element by element, everywhere.
+        assert!(grads.allclose(&((&plain + 1.0) / 2.0), 0.0, 0.0, false));
+        // Rank 0's completion order becomes everyone's: the last layer first.
+        ov.agree_order(&mut coll, Device::Cpu).unwrap();
+        assert_eq!(ov.order()[0], 0);
+        assert!(is_permutation(ov.order(), 3));
+    }
+
+    #[test]
+    fn gradients_are_copied_into_the_reduce_buffer_bucket_by_bucket() {
+        let (_vs, net, grads, params) = net_with_flat_grads();
+        let ov = overlap_of(&params, 72);
+        let reduce_in = Tensor::zeros([grads.numel() as i64], (Kind::Float, Device::Cpu));
+        let x = Tensor::ones([3, 4], (Kind::Float, Device::Cpu));
+        let mut coll = OtherRankHoldsOnes::default();
+        let _ = grads.shallow_clone().zero_();
+        ov.run(&mut coll, &grads, Some(&reduce_in), &mut || {
+            net.forward(&x).sum(Kind::Float).backward();
+            Ok(())
+        })
+        .unwrap();
+        // The gradients stay as they were; the buffer holds their average.
+        let want = (&grads + 1.0) / 2.0;
+        assert!(reduce_in.allclose(&want, 0.0, 0.0, false));
+    }
+
+    #[test]
+    fn a_failed_backward_ends_the_step_without_hanging() {
+        let (_vs, _net, grads, params) = net_with_flat_grads();
+        let ov = overlap_of(&params, 72);
+        let mut coll = OtherRankHoldsOnes::default();
+        let err = ov
+            .run(&mut coll, &grads, None, &mut || {
+                anyhow::bail!("out of memory")
+            })
+            .unwrap_err();
+        assert_eq!(err.to_string(), "out of memory");
+        assert!(
+            coll.calls.is_empty(),
+            "nothing was reduced: {:?}",
+            coll.calls
+        );
+        // Backward that never reaches the hooks (no gradient at all): every
+        // bucket is still reduced once, after backward.
+        let step = ov.run(&mut coll, &grads, None, &mut || Ok(())).unwrap();
+        assert_eq!((step.buckets, step.started_during_backward), (3, 0));
+    }
 
     #[test]
     fn completion_order_goes_first_and_nothing_is_lost_or_doubled() {
