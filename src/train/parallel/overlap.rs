@@ -221,14 +221,12 @@ mod tests {
         }
     }
 
+    /// (name, tensor, offset, numel) of each parameter.
+    type Params = Vec<(String, Tensor, i64, i64)>;
+
     /// A two-layer net whose gradients live in one flat buffer, and its
     /// parameters' (name, tensor, offset, numel) in name order.
-    fn net_with_flat_grads() -> (
-        nn::VarStore,
-        nn::Sequential,
-        Tensor,
-        Vec<(String, Tensor, i64, i64)>,
-    ) {
+    fn net_with_flat_grads() -> (nn::VarStore, nn::Sequential, Tensor, Params) {
         let vs = nn::VarStore::new(Device::Cpu);
         let net = nn::seq()
             .add(nn::linear(vs.root() / "a", 4, 8, Default::default()))
