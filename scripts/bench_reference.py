@@ -80,6 +80,12 @@ def main() -> int:
     params = [p for p in model.parameters() if p.requires_grad]
     result["params"] = sum(p.numel() for p in params)
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.95, 0.999), weight_decay=1e-6, eps=1e-8)
+    # torch's default implementation choice (what diffusers' scripts get):
+    # foreach (multi-tensor) on CUDA, a per-parameter loop on the CPU.
+    d = opt.defaults
+    impl = "fused" if d.get("fused") else (
+        "foreach" if d.get("foreach") or (d.get("foreach") is None and cuda) else "for-loop")
+    result["optimizer"] = f"AdamW {impl}"
     ema = [p.detach().clone() for p in params]
     ema_decay = 0.9999
 

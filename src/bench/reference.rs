@@ -104,6 +104,9 @@ pub struct ReferenceRun {
     /// Loss of the last timed step.
     #[serde(default)]
     pub last_loss: Option<f64>,
+    /// The optimizer implementation torch chose ("AdamW foreach" on CUDA).
+    #[serde(default)]
+    pub optimizer: Option<String>,
 }
 
 /// The interpreter: `$IMGCTL_PYTHON`, else `python3`.

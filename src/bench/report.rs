@@ -185,7 +185,7 @@ pub fn compare_table(c: &CompareReport) -> String {
     ]);
     let i = &c.imgctl;
     t.add_row(vec![
-        Cell::new(format!("imgctl ({})", i.precision)),
+        Cell::new(format!("imgctl ({}, AdamW fused)", i.precision)),
         right(num(i.img_per_s_per_device)),
         right(format!("{:.1}", i.step_ms.median)),
         right(i.memory.as_ref().map_or("n/a".into(), |m| {
@@ -195,9 +195,12 @@ pub fn compare_table(c: &CompareReport) -> String {
     ]);
     for r in &c.pytorch {
         let label = format!(
-            "PyTorch {} ({})",
+            "PyTorch {} ({}{})",
             r.mode,
-            r.torch_version.as_deref().unwrap_or("?")
+            r.torch_version.as_deref().unwrap_or("?"),
+            r.optimizer
+                .as_deref()
+                .map_or(String::new(), |o| format!(", {o}"))
         );
         if r.ok {
             let ratio = if r.mode == "compile" {

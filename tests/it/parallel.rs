@@ -699,6 +699,8 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
     assert_eq!(eager["mode"], "eager");
     assert_eq!(eager["ok"], true, "{eager}");
     assert_eq!(eager["params"], v["imgctl"]["params"], "same architecture");
+    // torch's own choice of AdamW implementation is named (a loop on the CPU).
+    assert_eq!(eager["optimizer"], "AdamW for-loop", "{eager}");
     assert!(v["ratio_vs_eager"].as_f64().unwrap() > 0.0);
     assert!(eager["last_loss"].as_f64().unwrap().is_finite());
 }
