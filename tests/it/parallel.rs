@@ -573,13 +573,12 @@ fn cpu_benchmark_reports_a_sane_json() {
 }
 
 /// A bf16 benchmark over two CPU ranks, with `extra` flags.
-fn bf16_two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
+/// A short benchmark of the small config over 2 CPU ranks, with `extra` flags.
+fn two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
     let cfg = small_config(dir);
     let mut args = vec![
         "train-demo",
         "--benchmark",
-        "--precision",
-        "bf16",
         "--config",
         cfg.to_str().unwrap(),
         "--batch-size",
@@ -592,6 +591,10 @@ fn bf16_two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
     ];
     args.extend_from_slice(extra);
     json(&run(cmd(&args).env("IMGCTL_CPU_RANKS", "2")))
+}
+
+fn bf16_two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    two_rank_bench(dir, &[&["--precision", "bf16"], extra].concat())
 }
 
 #[test]
@@ -893,26 +896,11 @@ fn the_overlapped_all_reduce_gives_the_sequential_result_bit_for_bit() {
         );
     }
     // The benchmark says how the all-reduce ran.
-    let cfg = small_config(dir.path());
     let bench = |overlap: &str| {
-        json(&run(cmd(&[
-            "train-demo",
-            "--benchmark",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--batch-size",
-            "2",
-            "--warmup",
-            "1",
-            "--steps",
-            "3",
-            "--bucket-cap-mb",
-            "0.02",
-            "--overlap-grad-reduce",
-            overlap,
-            "--json",
-        ])
-        .env("IMGCTL_CPU_RANKS", "2")))
+        two_rank_bench(
+            dir.path(),
+            &["--bucket-cap-mb", "0.02", "--overlap-grad-reduce", overlap],
+        )
     };
     let on = bench("on");
     assert_eq!(on["grad_overlap"], true, "{on}");
