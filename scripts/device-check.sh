@@ -91,17 +91,12 @@ for p in $train_precisions; do
 done
 stage nccl_world1 90 "issue 6: --gpus 1, the NCCL path with one rank (all-reduce overlapped on its own stream)" -- \
   "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1" --json
-stage nccl_world1_off 60 "issue 6: the same with --overlap-grad-reduce off (loss curves must agree)" -- \
-  "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1-off" \
-  --overlap-grad-reduce off --json
 stage bench_bf16 260 "issue 6: benchmark bf16 batch $bench_batch vs PyTorch eager and compile" -- \
   env IMGCTL_REFERENCE_TIMEOUT=150 "$bin" train-demo --benchmark "${model[@]}" --precision bf16 \
   --batch-size "$bench_batch" --compare --json
 stage bench_bf16_cl 90 "issue 6: the bf16 benchmark in channels-last layout (decides the default)" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$bench_batch" \
   --channels-last --json
-stage bench_nccl1 90 "issue 6: bf16 benchmark through NCCL with one rank, overlapped (cost of the DP path)" -- \
-  "$bin" train-demo --benchmark "${model[@]}" --gpus 1 --precision bf16 --batch-size "$bench_batch" --json
 stage bench_fp32 150 "issue 6: benchmark fp32 batch $bench_batch vs PyTorch (compile capped at 60 s)" -- \
   env IMGCTL_REFERENCE_TIMEOUT=60 "$bin" train-demo --benchmark "${model[@]}" --precision fp32 \
   --batch-size "$bench_batch" --compare --json
@@ -109,6 +104,12 @@ stage train_fp16 90 "issue 5: fp16 autocast with loss scaling, 50 steps" -- \
   "$bin" train-demo "${model[@]}" --precision fp16 --steps 50 --sample-every 0 --out "$work/train-fp16" --json
 stage bench_fp16 90 "issue 6: benchmark fp16 (autocast + loss scaling) batch $bench_batch" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision fp16 --batch-size "$bench_batch" --json
+# Last, as the budget allows: the data-parallel path's own cost at one rank.
+stage nccl_world1_off 60 "issue 6: nccl_world1 with --overlap-grad-reduce off (its loss curve against nccl_world1's)" -- \
+  "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1-off" \
+  --overlap-grad-reduce off --json
+stage bench_nccl1 90 "issue 6: bf16 benchmark through NCCL with one rank, overlapped (cost of the DP path)" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --gpus 1 --precision bf16 --batch-size "$bench_batch" --json
 
 # What comes back: the summary, the verify table, one sample grid, and all of it packed.
 for d in "$work"/nccl1 "$work"/nccl1-off; do
