@@ -148,6 +148,25 @@ fn casts_grads_before_sync(precision: Precision, config: &TrainConfig, world_siz
         && world_size > 1
 }
 
+/// Moves a host batch tensor to `device`. On CUDA the copy goes through
+/// pinned memory and does not block the host (PyTorch's
+/// `DataLoader(pin_memory=True)` with `.to(device, non_blocking=True)`): it
+/// queues behind the previous step's optimizer kernels instead of waiting for
+/// them, so the GPU does not idle while the host stages the batch. torch's
+/// pinned-memory cache keeps the staging buffer until the copy has run. If
+/// pinning fails, the plain blocking copy is used.
+fn batch_to_device(t: Tensor, device: Device) -> Tensor {
+    if device.is_cuda() {
+        let pinned = t
+            .f_pin_memory(device)
+            .and_then(|p| p.f_to_device_(device, p.kind(), true, false));
+        if let Ok(on_device) = pinned {
+            return on_device;
+        }
+    }
+    t.to_device(device)
+}
+
 /// Seconds since `t` (restarted), after waiting for the device when `profile`.
 fn mark(profile: bool, device: Device, t: &mut Instant) -> f64 {
     if profile {
@@ -521,13 +540,9 @@ impl Trainer {
         let b = batch.batch as i64;
         let s = batch.size as i64;
         let shape = [b, 3, s, s];
-        let x0 = Tensor::from_slice(&batch.images)
-            .view(shape)
-            .to_device(self.device);
-        let noise = Tensor::from_slice(&batch.noise)
-            .view(shape)
-            .to_device(self.device);
-        let ts = Tensor::from_slice(&batch.timesteps).to_device(self.device);
+        let x0 = batch_to_device(Tensor::from_slice(&batch.images).view(shape), self.device);
+        let noise = batch_to_device(Tensor::from_slice(&batch.noise).view(shape), self.device);
+        let ts = batch_to_device(Tensor::from_slice(&batch.timesteps), self.device);
         let noisy = self.schedule.add_noise(&x0, &noise, &ts);
         let _ = self.grads.zero_();
         let pred = match self.precision {
