@@ -69,6 +69,8 @@ pub struct AdamW {
     pub step: u64,
     /// `step` as the float scalar on the parameters' device the fused kernel reads.
     step_t: Tensor,
+    /// Why the fused kernel is not used (it failed once); `None` while it is.
+    unfused_reason: Option<String>,
 }
 
 impl AdamW {
@@ -80,15 +82,30 @@ impl AdamW {
             exp_avg_sq: params.zeros_like(),
             step: 0,
             step_t: Tensor::zeros([], (Kind::Float, params.device())),
+            unfused_reason: None,
         }
+    }
+
+    /// Why updates use the elementwise path: libtorch's fused kernel failed
+    /// once (its message), and every later update avoids it. `None` normally.
+    pub fn unfused_reason(&self) -> Option<&str> {
+        self.unfused_reason.as_deref()
+    }
+
+    /// Uses the elementwise update from now on, as after a failure of the
+    /// fused kernel (for tests and comparisons).
+    pub fn avoid_fused(&mut self, reason: &str) {
+        self.unfused_reason = Some(reason.to_string());
     }
 
     /// One update of `params` with `grads / grad_divisor` (a scalar tensor on
     /// the same device, e.g. the clipping and loss-scale divisor; `grads` is
     /// left divided) at learning rate `lr`: libtorch's fused AdamW, the math
     /// of `torch.optim.AdamW` (decay, moment updates, bias correction, then
-    /// `p -= lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)`). An error is libtorch's
-    /// refusal of the tensors (dtype, device, shape).
+    /// `p -= lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps)`). Tensors that do not
+    /// match (shape, dtype, device, layout) are an error. Should libtorch's
+    /// fused kernel fail, this and every later update take the elementwise
+    /// path instead (same math; see [`AdamW::unfused_reason`]).
     pub fn update(
         &mut self,
         params: &mut Tensor,
@@ -131,8 +148,16 @@ impl AdamW {
         }
         let c = self.config;
         self.step += 1;
-        let _ = tch::no_grad(|| self.step_t.fill_(self.step as f64));
         let divisor = grad_divisor.map(|d| d.to_kind(Kind::Float).reshape([]));
+        if self.unfused_reason.is_some() {
+            let g = match &divisor {
+                Some(d) => tch::no_grad(|| grads.shallow_clone().g_div_(d)),
+                None => grads.shallow_clone(),
+            };
+            self.apply_unfused(params, &g, lr);
+            return Ok(());
+        }
+        let _ = tch::no_grad(|| self.step_t.fill_(self.step as f64));
         let ptr = |t: &Tensor| t.as_ptr() as *mut c_void;
         let mut err = [0 as c_char; 512];
         // SAFETY: every pointer is a live tch tensor (an at::Tensor*) borrowed
@@ -155,20 +180,20 @@ impl AdamW {
             )
         };
         if rc != 0 {
-            self.step -= 1;
             // SAFETY: the shim wrote a NUL-terminated message.
             let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-            anyhow::bail!("the fused AdamW update failed: {msg}");
+            // The kernel checks before it writes: nothing was updated yet.
+            self.unfused_reason = Some(msg.lines().next().unwrap_or_default().to_string());
+            self.step -= 1;
+            return self.update(params, grads, lr, grad_divisor);
         }
         Ok(())
     }
 
-    /// The same update as ten elementwise libtorch calls (`_single_tensor_adamw`
-    /// of torch 2.7), the reference the fused kernel is tested against.
-    #[cfg(test)]
-    fn update_unfused(&mut self, params: &mut Tensor, grads: &Tensor, lr: f64) {
+    /// The update of step `self.step` as ten elementwise libtorch calls
+    /// (`_single_tensor_adamw` of torch 2.7).
+    fn apply_unfused(&mut self, params: &mut Tensor, grads: &Tensor, lr: f64) {
         let c = self.config;
-        self.step += 1;
         tch::no_grad(|| {
             let _ = params.g_mul_scalar_(1.0 - lr * c.weight_decay);
             let _ = self.exp_avg.lerp_(grads, 1.0 - c.beta1);
@@ -343,19 +368,23 @@ mod tests {
         let mut plain_p = fused_p.copy();
         let mut fused = AdamW::new(c, &fused_p);
         let mut plain = AdamW::new(c, &plain_p);
+        plain.avoid_fused("compared against the fused kernel");
         for (i, lr) in [1e-2, 3e-3, 1e-3].into_iter().enumerate() {
             let g = Tensor::randn([1000], (Kind::Float, Device::Cpu)) * 100.0;
             let divisor = Tensor::from(4.0f32 + i as f32);
             fused
                 .update(&mut fused_p, &g.copy(), lr, Some(&divisor))
                 .unwrap();
-            plain.update_unfused(&mut plain_p, &(&g / (4.0 + i as f64)), lr);
+            plain
+                .update(&mut plain_p, &g.copy(), lr, Some(&divisor))
+                .unwrap();
             let diff = f64::try_from((&fused_p - &plain_p).abs().max()).unwrap();
             assert!(diff < 1e-6, "step {}: max |fused - plain| = {diff}", i + 1);
             let dm = f64::try_from((&fused.exp_avg_sq - &plain.exp_avg_sq).abs().max()).unwrap();
             assert!(dm < 1e-3, "second moments differ by {dm}");
         }
         assert_eq!((fused.step, plain.step), (3, 3));
+        assert_eq!(fused.unfused_reason(), None);
         // A gradient that does not match (which libtorch's CPU kernel would
         // read out of bounds) is refused, and the step is not counted.
         for bad in [

@@ -621,7 +621,13 @@ impl Trainer {
                 s.update(false);
             }
             self.consecutive_skips = 0;
+            let was_fused = self.opt.unfused_reason().is_none();
             self.opt.update(&mut self.master, &g, lr, Some(&divisor))?;
+            if let (true, Some(why)) = (was_fused, self.opt.unfused_reason()) {
+                printer().warn(format!(
+                    "libtorch's fused AdamW failed ({why}); using the elementwise update, which is slower"
+                ));
+            }
             self.refresh_compute();
             self.ema.update(&self.master);
         }
