@@ -20,39 +20,82 @@ use std::process::Command;
 /// Where images built by imgctl link their pip-installed torch (see the templates).
 const IMAGE_LIBTORCH_LIB: &str = "/opt/imgctl/libtorch/lib";
 
-/// The libtorch directory (with `include/` and `lib/`) torch-sys builds
-/// against: `LIBTORCH`, else the torch package of `python3` (or
-/// `PYTHON_SYS_EXECUTABLE`) under `LIBTORCH_USE_PYTORCH`, as torch-sys does.
-fn libtorch_root() -> Option<PathBuf> {
-    if let Some(dir) = env::var_os("LIBTORCH") {
-        return Some(PathBuf::from(dir));
-    }
-    env::var_os("LIBTORCH_USE_PYTORCH")?;
-    let python = env::var_os("PYTHON_SYS_EXECUTABLE").unwrap_or_else(|| "python3".into());
-    let out = Command::new(python)
-        .args([
-            "-c",
-            "import os, torch; print(os.path.dirname(torch.__file__))",
-        ])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+/// The libtorch torch-sys builds against, found as its build script finds it
+/// (torch-sys 0.20 `build.rs`, same order): under `LIBTORCH_USE_PYTORCH`, the
+/// torch package of `python` (in a virtualenv) or `python3`; else `LIBTORCH`
+/// (with `LIBTORCH_INCLUDE` / `LIBTORCH_LIB` overrides), else a system
+/// install under `/usr`. Our C++ must see the same headers and C++ ABI.
+struct Libtorch {
+    include_dirs: Vec<PathBuf>,
+    lib: PathBuf,
+    cxx11_abi: String,
 }
 
-/// Compiles `csrc/torch_ext.cpp` against `include` (libtorch's headers).
-fn compile_torch_ext(include: &Path) {
+fn locate_libtorch() -> Result<Libtorch, String> {
+    if env::var_os("LIBTORCH_USE_PYTORCH").is_some() {
+        let python = if env::var_os("VIRTUAL_ENV").is_some() {
+            "python"
+        } else {
+            "python3"
+        };
+        let script = "import torch\nfrom torch.utils import cpp_extension\n\
+                      print('ABI', int(torch._C._GLIBCXX_USE_CXX11_ABI))\n\
+                      for p in cpp_extension.include_paths(): print('INCLUDE', p)\n\
+                      for p in cpp_extension.library_paths(): print('LIB', p)\n";
+        let out = Command::new(python)
+            .args(["-c", script])
+            .output()
+            .map_err(|e| format!("cannot run {python}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{python} could not import torch: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let (mut include_dirs, mut lib, mut cxx11_abi) = (Vec::new(), None, None);
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            match line.split_once(' ') {
+                Some(("ABI", v)) => cxx11_abi = Some(v.to_string()),
+                Some(("INCLUDE", p)) => include_dirs.push(PathBuf::from(p)),
+                Some(("LIB", p)) if lib.is_none() => lib = Some(PathBuf::from(p)),
+                _ => {}
+            }
+        }
+        return match (lib, cxx11_abi) {
+            (Some(lib), Some(cxx11_abi)) => Ok(Libtorch {
+                include_dirs,
+                lib,
+                cxx11_abi,
+            }),
+            _ => Err(format!("{python} did not report torch's paths and ABI")),
+        };
+    }
+    let root = match env::var_os("LIBTORCH") {
+        Some(dir) => PathBuf::from(dir),
+        None if Path::new("/usr/lib/libtorch.so").exists() => PathBuf::from("/usr"),
+        None => return Err("neither LIBTORCH nor LIBTORCH_USE_PYTORCH is set".into()),
+    };
+    let include = env::var_os("LIBTORCH_INCLUDE").map_or_else(|| root.clone(), PathBuf::from);
+    let lib = env::var_os("LIBTORCH_LIB").map_or(root, PathBuf::from);
+    Ok(Libtorch {
+        include_dirs: vec![
+            include.join("include"),
+            include.join("include/torch/csrc/api/include"),
+        ],
+        lib: lib.join("lib"),
+        cxx11_abi: env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned()),
+    })
+}
+
+/// Compiles `csrc/torch_ext.cpp` against libtorch's headers, with its C++ ABI.
+fn compile_torch_ext(torch: &Libtorch) {
     println!("cargo:rerun-if-changed=csrc/torch_ext.cpp");
-    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
-    let abi = env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".to_owned());
     cc::Build::new()
         .cpp(true)
         .file("csrc/torch_ext.cpp")
-        .include(include)
-        .include(include.join("torch/csrc/api/include"))
+        .includes(&torch.include_dirs)
         .flag("-std=c++17")
-        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={}", torch.cxx11_abi))
         .flag_if_supported("-Wno-unused-parameter")
         .warnings(false)
         .compile("imgctl_torch_ext");
@@ -63,21 +106,22 @@ fn main() {
     println!("cargo:rerun-if-env-changed=LIBTORCH_LIB");
     println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
     println!("cargo:rerun-if-env-changed=LIBTORCH_USE_PYTORCH");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    println!("cargo:rerun-if-env-changed=VIRTUAL_ENV");
     println!("cargo:rerun-if-changed=build.rs");
     if env::var_os("CARGO_FEATURE_TORCH").is_none() {
         return;
     }
-    let Some(root) = libtorch_root() else {
-        return; // torch-sys reports the missing libtorch itself
-    };
-    let include = env::var_os("LIBTORCH_INCLUDE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.clone());
-    compile_torch_ext(&include.join("include"));
-    let lib = env::var_os("LIBTORCH_LIB")
-        .map(PathBuf::from)
-        .unwrap_or(root)
-        .join("lib");
+    let torch = locate_libtorch().unwrap_or_else(|why| {
+        panic!(
+            "imgctl's torch feature compiles csrc/torch_ext.cpp against libtorch's headers, \
+             but libtorch was not found ({why}); set LIBTORCH to a libtorch or torch package \
+             folder (with include/ and lib/), or LIBTORCH_USE_PYTORCH=1, as for tch \
+             (or build with --no-default-features)"
+        )
+    });
+    compile_torch_ext(&torch);
+    let lib = torch.lib;
     // Resolve the repository's `.libtorch` symlink so the RUNPATH names the real
     // directory, which stays valid when the binary is copied elsewhere on this host.
     let lib = lib.canonicalize().unwrap_or(lib);

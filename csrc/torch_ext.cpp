@@ -11,7 +11,10 @@
 // the device thread on a GPU) while backward is still running; it must not
 // block and must not unwind (the Rust side catches panics).
 //
-// 2. The fused AdamW kernel (aten::_fused_adamw_, what torch.optim.AdamW runs
+// 2. Tensor::pin_memory() without a device argument: tch 0.20 always passes
+// one, which torch 2.7+ deprecates with a warning on every call.
+//
+// 3. The fused AdamW kernel (aten::_fused_adamw_, what torch.optim.AdamW runs
 // with fused=True): one pass over parameters, gradients and both moments
 // instead of the ten elementwise kernels the update takes through tch.
 //
@@ -53,6 +56,14 @@ int fail(const std::exception &e, char *err, size_t err_len) {
   return -1;
 }
 
+int fail_unknown(char *err, size_t err_len) {
+  if (err != nullptr && err_len > 0) {
+    std::strncpy(err, "unknown C++ exception", err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return -1;
+}
+
 } // namespace
 
 extern "C" {
@@ -74,6 +85,8 @@ int imgctl_set_grad_ready_hook(void *tensor, imgctl_grad_ready_fn fn,
     return 0;
   } catch (const std::exception &e) {
     return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
   }
 }
 
@@ -86,6 +99,22 @@ int imgctl_clear_grad_ready_hook(void *tensor, char *err, size_t err_len) {
     return 0;
   } catch (const std::exception &e) {
     return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
+  }
+}
+
+// A copy of `tensor` (a CPU tensor) in page-locked memory from torch's
+// pinned-memory cache, as a new heap at::Tensor* in *out (tch takes it over).
+int imgctl_pin_memory(void *tensor, void **out, char *err, size_t err_len) {
+  try {
+    const auto &t = *static_cast<at::Tensor *>(tensor);
+    *out = new at::Tensor(t.pin_memory());
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
   }
 }
 
@@ -114,6 +143,8 @@ int imgctl_fused_adamw(void *param, void *grad, void *exp_avg,
     return 0;
   } catch (const std::exception &e) {
     return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
   }
 }
 

@@ -30,6 +30,8 @@ pub mod procmaps;
 pub mod render;
 pub mod spec;
 #[cfg(feature = "torch")]
+pub mod torch_ext;
+#[cfg(feature = "torch")]
 pub mod train;
 pub mod verify;
 

@@ -9,27 +9,9 @@
 //! kernels, with the clipping (and fp16 unscaling) folded in as its gradient
 //! divisor. Owns the update math and its state; must not know about models,
 //! data or files.
-use std::ffi::{c_char, c_int, c_void, CStr};
-
 use tch::{Kind, Tensor};
 
-extern "C" {
-    fn imgctl_fused_adamw(
-        param: *mut c_void,
-        grad: *mut c_void,
-        exp_avg: *mut c_void,
-        exp_avg_sq: *mut c_void,
-        step: *mut c_void,
-        grad_scale: *mut c_void,
-        lr: f64,
-        beta1: f64,
-        beta2: f64,
-        weight_decay: f64,
-        eps: f64,
-        err: *mut c_char,
-        err_len: usize,
-    ) -> c_int;
-}
+use crate::torch_ext::{self, FusedError};
 
 /// AdamW hyper-parameters. Defaults are diffusers' `train_unconditional.py`
 /// (`--adam_beta1 0.95 --adam_beta2 0.999 --adam_weight_decay 1e-6 --adam_epsilon 1e-08`, lr 1e-4).
@@ -113,80 +95,36 @@ impl AdamW {
         lr: f64,
         grad_divisor: Option<&Tensor>,
     ) -> anyhow::Result<()> {
-        // libtorch's CPU kernel trusts its inputs (a shorter gradient is read
-        // out of bounds): check here what it assumes.
-        for (what, t) in [
-            ("gradient", grads),
-            ("first moment", &self.exp_avg),
-            ("second moment", &self.exp_avg_sq),
-        ] {
-            anyhow::ensure!(
-                t.size() == params.size()
-                    && t.kind() == params.kind()
-                    && t.device() == params.device()
-                    && t.is_contiguous(),
-                "AdamW: the {what} ({:?} {:?} on {:?}) does not match the parameters ({:?} {:?} on {:?})",
-                t.size(),
-                t.kind(),
-                t.device(),
-                params.size(),
-                params.kind(),
-                params.device()
-            );
-        }
-        anyhow::ensure!(
-            params.kind() == Kind::Float && params.is_contiguous(),
-            "AdamW updates contiguous fp32 parameters, not {:?}",
-            params.kind()
-        );
-        if let Some(d) = grad_divisor {
-            anyhow::ensure!(
-                d.numel() == 1 && d.device() == params.device(),
-                "AdamW: the gradient divisor must be one value on {:?}",
-                params.device()
-            );
-        }
         let c = self.config;
         self.step += 1;
         let divisor = grad_divisor.map(|d| d.to_kind(Kind::Float).reshape([]));
-        if self.unfused_reason.is_some() {
-            let g = match &divisor {
-                Some(d) => tch::no_grad(|| grads.shallow_clone().g_div_(d)),
-                None => grads.shallow_clone(),
-            };
-            self.apply_unfused(params, &g, lr);
-            return Ok(());
+        if self.unfused_reason.is_none() {
+            let _ = tch::no_grad(|| self.step_t.fill_(self.step as f64));
+            let hyper = [lr, c.beta1, c.beta2, c.weight_decay, c.eps];
+            match torch_ext::fused_adamw(
+                params,
+                grads,
+                &self.exp_avg,
+                &self.exp_avg_sq,
+                &self.step_t,
+                divisor.as_ref(),
+                hyper,
+            ) {
+                Ok(()) => return Ok(()),
+                Err(FusedError::Inputs(msg)) => {
+                    self.step -= 1;
+                    anyhow::bail!(msg);
+                }
+                // The kernel checks before it writes: nothing was updated;
+                // this and every later update take the elementwise path.
+                Err(FusedError::Fused(why)) => self.unfused_reason = Some(why),
+            }
         }
-        let _ = tch::no_grad(|| self.step_t.fill_(self.step as f64));
-        let ptr = |t: &Tensor| t.as_ptr() as *mut c_void;
-        let mut err = [0 as c_char; 512];
-        // SAFETY: every pointer is a live tch tensor (an at::Tensor*) borrowed
-        // for the duration of the call; err has 512 bytes.
-        let rc = unsafe {
-            imgctl_fused_adamw(
-                ptr(params),
-                ptr(grads),
-                ptr(&self.exp_avg),
-                ptr(&self.exp_avg_sq),
-                ptr(&self.step_t),
-                divisor.as_ref().map_or(std::ptr::null_mut(), ptr),
-                lr,
-                c.beta1,
-                c.beta2,
-                c.weight_decay,
-                c.eps,
-                err.as_mut_ptr(),
-                err.len(),
-            )
+        let g = match &divisor {
+            Some(d) => tch::no_grad(|| grads.shallow_clone().g_div_(d)),
+            None => grads.shallow_clone(),
         };
-        if rc != 0 {
-            // SAFETY: the shim wrote a NUL-terminated message.
-            let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-            // The kernel checks before it writes: nothing was updated yet.
-            self.unfused_reason = Some(msg.lines().next().unwrap_or_default().to_string());
-            self.step -= 1;
-            return self.update(params, grads, lr, grad_divisor);
-        }
+        self.apply_unfused(params, &g, lr);
         Ok(())
     }
 

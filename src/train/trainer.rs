@@ -157,9 +157,8 @@ fn casts_grads_before_sync(precision: Precision, config: &TrainConfig, world_siz
 /// pinning fails, the plain blocking copy is used.
 fn batch_to_device(t: Tensor, device: Device) -> Tensor {
     if device.is_cuda() {
-        let pinned = t
-            .f_pin_memory(device)
-            .and_then(|p| p.f_to_device_(device, p.kind(), true, false));
+        let pinned = crate::torch_ext::pin_memory(&t)
+            .and_then(|p| Ok(p.f_to_device_(device, p.kind(), true, false)?));
         if let Ok(on_device) = pinned {
             return on_device;
         }

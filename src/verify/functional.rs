@@ -455,8 +455,10 @@ pub mod imp {
             Err(r) => return vec![*r],
         };
         let run = || -> Result<f64, TchError> {
-            let host = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, Device::Cpu))?
-                .f_pin_memory(device)?;
+            let host = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, Device::Cpu))?;
+            // Without tch's device argument, which torch deprecates with a warning.
+            let host =
+                crate::torch_ext::pin_memory(&host).map_err(|e| TchError::Torch(e.to_string()))?;
             let dev = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, device))?;
             if to_device {
                 let mut d = dev;

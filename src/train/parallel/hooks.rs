@@ -8,25 +8,12 @@
 //! (the all-reduce worker of [`super::overlap`]). Hooks run on the autograd
 //! thread while backward is still running, so the callback only takes a lock
 //! and notifies. This module knows nothing of collectives.
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tch::Tensor;
 
-type GradReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
-
-extern "C" {
-    fn imgctl_set_grad_ready_hook(
-        tensor: *mut c_void,
-        f: GradReadyFn,
-        ctx: *mut c_void,
-        index: i64,
-        err: *mut c_char,
-        err_len: usize,
-    ) -> c_int;
-    fn imgctl_clear_grad_ready_hook(tensor: *mut c_void, err: *mut c_char, err_len: usize)
-        -> c_int;
-}
+use crate::torch_ext;
 
 /// Per-backward state of the buckets.
 #[derive(Debug, Default)]
@@ -204,14 +191,6 @@ unsafe extern "C" fn on_grad_ready(ctx: *mut c_void, index: i64) {
     }));
 }
 
-const ERR_LEN: usize = 512;
-
-fn hook_error(what: &str, name: &str, err: &[c_char; ERR_LEN]) -> anyhow::Error {
-    // SAFETY: the shim writes a NUL-terminated string into err on failure.
-    let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-    anyhow::anyhow!("could not {what} the gradient hook of parameter {name}: {msg}")
-}
-
 /// Post-accumulate-grad hooks on a set of parameters, reporting to one
 /// [`Readiness`]; removed when dropped.
 pub struct GradHooks {
@@ -237,24 +216,13 @@ impl GradHooks {
             readiness,
         };
         for (i, (name, t)) in params.into_iter().enumerate() {
-            let mut err = [0 as c_char; ERR_LEN];
             let ctx = Arc::as_ptr(&hooks.readiness) as *mut c_void;
-            // SAFETY: `t` is a live tch tensor (a torch::Tensor*), kept alive
-            // by `hooks.params` below until Drop clears the hook; ctx outlives
-            // the hook for the same reason; err has ERR_LEN bytes.
-            let rc = unsafe {
-                imgctl_set_grad_ready_hook(
-                    t.as_ptr() as *mut c_void,
-                    on_grad_ready,
-                    ctx,
-                    i as i64,
-                    err.as_mut_ptr(),
-                    ERR_LEN,
-                )
-            };
-            if rc != 0 {
-                return Err(hook_error("set", &name, &err));
-            }
+            // SAFETY: ctx (our Readiness) outlives the hook: `hooks` keeps the
+            // Arc and the tensor until Drop clears the hook; on_grad_ready
+            // never unwinds.
+            unsafe { torch_ext::set_grad_ready_hook(&t, on_grad_ready, ctx, i as i64) }.map_err(
+                |why| anyhow::anyhow!("could not set the gradient hook of parameter {name}: {why}"),
+            )?;
             hooks.params.push((name, t));
         }
         Ok(hooks)
@@ -269,12 +237,9 @@ impl GradHooks {
 impl Drop for GradHooks {
     fn drop(&mut self) {
         for (_, t) in &self.params {
-            let mut err = [0 as c_char; ERR_LEN];
-            // SAFETY: as in `set`; clearing drops the C++ hook object, after
-            // which nothing refers to our Readiness.
-            unsafe {
-                imgctl_clear_grad_ready_hook(t.as_ptr() as *mut c_void, err.as_mut_ptr(), ERR_LEN)
-            };
+            // Clearing drops the C++ hook object, after which nothing refers
+            // to our Readiness; it cannot fail on a live tensor.
+            let _ = torch_ext::clear_grad_ready_hook(t);
         }
     }
 }

@@ -243,11 +243,13 @@ impl GradSync for DataParallel {
         Ok(())
     }
     fn prepare(&mut self, layout: GradLayout) -> anyhow::Result<()> {
+        // Drop earlier hooks first: clearing them later would remove the new ones.
+        self.overlap = None;
+        self.stats.overlapped = false;
         self.set_bucket_bytes(layout.bucket_cap_bytes);
         // Overlap needs something to overlap: NCCL (also with one rank, so
         // `--gpus 1` runs the real path) or several CPU ranks.
         if !layout.overlap || self.collective.backend() == Backend::Single {
-            self.overlap = None;
             return Ok(());
         }
         let spans: Vec<(i64, i64)> = layout.params.iter().map(|p| (p.2, p.3)).collect();

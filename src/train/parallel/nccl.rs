@@ -35,6 +35,9 @@ pub struct NcclCollective {
     version: i32,
     /// The stream of the overlapped all-reduce, made by the first `begin_async`.
     stream: Option<CommStream>,
+    /// Buckets summed on that stream and still to be divided by the world
+    /// size (NCCL < 2.10, which has no ncclAvg), after `wait_async`.
+    to_divide: Vec<Tensor>,
 }
 
 impl std::fmt::Debug for NcclCollective {
@@ -105,6 +108,7 @@ impl NcclCollective {
             device,
             version,
             stream: None,
+            to_divide: Vec::new(),
         })
     }
 
@@ -204,19 +208,20 @@ impl Collective for NcclCollective {
         if self.version >= AVG_MIN_VERSION {
             return self.reduce_on(stream, buf, RedOp::Avg);
         }
-        // NCCL < 2.10 has no ncclAvg: sum on the comm stream, then divide on
-        // the compute stream once the sum is done.
+        // NCCL < 2.10 has no ncclAvg: sum on the comm stream now, divide on
+        // the compute stream in `wait_async` (waiting here would stall backward).
         self.reduce_on(stream, buf, RedOp::Sum)?;
-        self.wait_async()?;
-        let mut b = buf.shallow_clone();
-        let _ = b.g_div_scalar_(self.world_size as f64);
+        self.to_divide.push(buf.shallow_clone());
         Ok(())
     }
     fn wait_async(&mut self) -> anyhow::Result<()> {
-        match &self.stream {
-            Some(s) => s.compute_waits(),
-            None => Ok(()),
+        if let Some(s) = &self.stream {
+            s.compute_waits()?;
         }
+        for mut b in self.to_divide.drain(..) {
+            let _ = b.g_div_scalar_(self.world_size as f64);
+        }
+        Ok(())
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
         // NCCL has no barrier: all-reduce one element, then wait for it.
