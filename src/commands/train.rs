@@ -219,6 +219,21 @@ mod imp {
                 m.total_bytes as f64 / (1u64 << 30) as f64
             ));
         }
+        if let Some(g) = s.grad_sync.filter(|g| g.calls > 0) {
+            let how = if g.overlapped {
+                format!(
+                    "overlapped with backward ({:.0}% of them started during it)",
+                    100.0 * g.buckets_during_backward as f64 / g.buckets.max(1) as f64
+                )
+            } else {
+                "after backward".to_string()
+            };
+            lines.push(format!(
+                "gradient all-reduce: {:.1} MB per step in {:.0} buckets, {how}",
+                g.bytes_per_sync as f64 / 1e6,
+                g.buckets as f64 / g.calls as f64
+            ));
+        }
         if s.skipped_steps > 0 {
             lines.push(format!(
                 "fp16: {} step(s) skipped for overflow",

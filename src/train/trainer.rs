@@ -945,6 +945,8 @@ pub struct TrainSummary {
     pub train_flops_per_image: f64,
     /// Device memory in use at the end of training (CUDA only).
     pub device_memory: Option<DeviceMemory>,
+    /// The gradient all-reduce (data-parallel runs; `null` for one process).
+    pub grad_sync: Option<crate::train::parallel::SyncStats>,
     /// Wall-clock seconds of the training loop.
     pub elapsed_s: f64,
     /// The data.
@@ -1351,6 +1353,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         img_per_s: (timed_secs > 0.0).then(|| timed_images / timed_secs),
         train_flops_per_image: cfg.model.train_flops_per_image(),
         device_memory,
+        grad_sync: trainer.sync_stats(),
         elapsed_s: elapsed,
         data: DataSummary {
             source: match data.source {

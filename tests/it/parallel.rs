@@ -895,6 +895,33 @@ fn the_overlapped_all_reduce_gives_the_sequential_result_bit_for_bit() {
             "{precision}: overlap changed the weights"
         );
     }
+    // The training summary says how the all-reduce ran.
+    let cfg = small_config(dir.path());
+    let summary = json(&run(cmd(&[
+        "train-demo",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "0",
+        "--bucket-cap-mb",
+        "0.02",
+        "--out",
+        dir.path().join("summary").to_str().unwrap(),
+        "--json",
+    ])
+    .env("IMGCTL_CPU_RANKS", "2")));
+    let g = &summary["grad_sync"];
+    assert_eq!(g["overlapped"], true, "{summary}");
+    assert_eq!(g["calls"], 2, "{summary}");
+    assert_eq!(
+        g["bytes_per_sync"].as_u64(),
+        summary["params"].as_u64().map(|p| 4 * p),
+        "{summary}"
+    );
     // The benchmark says how the all-reduce ran.
     let bench = |overlap: &str| {
         two_rank_bench(

@@ -65,8 +65,9 @@ pub struct SyncStats {
     pub calls: u64,
     /// Collective calls they made (buckets).
     pub buckets: u64,
-    /// Host time spent in them (on GPUs only the enqueue time, unless the
-    /// caller synchronises the device around them).
+    /// Host time spent in them: on CPU ranks the exchanges themselves (when
+    /// overlapped, on the worker thread, partly hidden behind backward); on
+    /// GPUs only the enqueueing.
     pub seconds: f64,
     /// Bytes all-reduced per sync.
     pub bytes_per_sync: usize,
