@@ -12,7 +12,7 @@
 //! destroyed on drop, aborted after an error). Collectives are enqueued on
 //! CUDA stream 0 (the legacy default stream), which orders them with torch's
 //! kernels (tch has no stream API), unless the caller names a stream of its
-//! own ([`Communicator::all_reduce_on`], ordered by the caller with events). It must not depend on tch, allocate
+//! own (ordered by the caller with events). It must not depend on tch, allocate
 //! device memory, or decide which backend or which check uses NCCL.
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -31,6 +31,10 @@ pub const UNIQUE_ID_BYTES: usize = 128;
 /// The first NCCL with [`RedOp::Avg`]: `NCCL_VERSION(2,10,0)` =
 /// 2*10000 + 10*100 + 0 (nccl.h's NCCL_VERSION macro; ncclAvg since 2.10).
 pub const AVG_MIN_VERSION: i32 = 21000;
+
+/// The legacy default CUDA stream (`cudaStream_t` 0), where torch computes
+/// through tch: collectives enqueued there are ordered with its kernels.
+pub const LEGACY_STREAM: *mut c_void = std::ptr::null_mut();
 
 /// `ncclDataType_t` values imgctl uses (nccl.h, NCCL 2.x stable ABI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,31 +415,14 @@ impl Communicator {
     }
 
     /// `ncclAllReduce` of `count` elements of `dtype` from `send` into `recv`
-    /// (they may be equal: in place), enqueued on the legacy default stream.
+    /// (they may be equal: in place), enqueued on `stream` (a `cudaStream_t`
+    /// of this communicator's device; [`LEGACY_STREAM`] orders it with torch's kernels).
     ///
     /// # Safety
     /// `send` and `recv` must be device pointers on this communicator's GPU
     /// to at least `count` elements of `dtype` each, kept alive until the
-    /// stream has run the collective.
+    /// stream has run the collective; `stream` must be live (or null).
     pub unsafe fn all_reduce(
-        &self,
-        send: *const c_void,
-        recv: *mut c_void,
-        count: usize,
-        dtype: DataType,
-        op: RedOp,
-    ) -> anyhow::Result<()> {
-        // SAFETY: the caller's promise; null = the legacy default stream.
-        unsafe { self.all_reduce_on(std::ptr::null_mut(), send, recv, count, dtype, op) }
-    }
-
-    /// [`Communicator::all_reduce`] enqueued on `stream` (a `cudaStream_t`
-    /// of this communicator's device; null is the legacy default stream).
-    ///
-    /// # Safety
-    /// As for [`Communicator::all_reduce`], and `stream` must be a live
-    /// stream (or null).
-    pub unsafe fn all_reduce_on(
         &self,
         stream: *mut c_void,
         send: *const c_void,
@@ -471,7 +458,7 @@ impl Communicator {
         // SAFETY: `ncclResult_t ncclBroadcast(const void* sendbuff, void*
         // recvbuff, size_t count, ncclDataType_t datatype, int root,
         // ncclComm_t comm, cudaStream_t stream)`; buffers as promised by the
-        // caller; stream null = the legacy default stream.
+        // caller.
         let r = unsafe {
             (self.lib.api.broadcast)(
                 send,
@@ -480,7 +467,7 @@ impl Communicator {
                 dtype.raw(),
                 root as c_int,
                 self.raw,
-                std::ptr::null_mut(),
+                LEGACY_STREAM,
             )
         };
         self.checked("ncclBroadcast", r)

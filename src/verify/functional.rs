@@ -671,6 +671,7 @@ pub mod imp {
                             // outlive the synchronisation below.
                             unsafe {
                                 comm.all_reduce(
+                                    crate::nccl::LEGACY_STREAM,
                                     bufs[r].data_ptr(),
                                     outs[r].data_ptr(),
                                     COUNT as usize,

@@ -14,6 +14,8 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::nccl::LEGACY_STREAM;
+
 use crate::CliError;
 
 /// CUDA runtime sonames the dynamic loader is asked for when libtorch mapped
@@ -306,9 +308,6 @@ impl std::fmt::Debug for CommStream {
             .finish()
     }
 }
-
-/// The legacy default stream (`cudaStream_t` 0).
-const LEGACY_STREAM: *mut c_void = std::ptr::null_mut();
 
 impl CommStream {
     /// A new stream and its events on the calling thread's current device.

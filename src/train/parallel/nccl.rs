@@ -23,7 +23,9 @@ use tch::{Device, Tensor};
 
 use super::collective::{check_buffer, Backend, Collective, Elem};
 use super::cudart::{CommStream, CudaRuntime};
-use crate::nccl::{Communicator, DataType, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
+use crate::nccl::{
+    Communicator, DataType, NcclLibrary, RedOp, AVG_MIN_VERSION, LEGACY_STREAM, UNIQUE_ID_BYTES,
+};
 use crate::CliError;
 
 /// An NCCL communicator over one GPU per rank.
@@ -130,7 +132,7 @@ impl NcclCollective {
     }
 
     fn reduce(&mut self, buf: &Tensor, op: RedOp) -> anyhow::Result<()> {
-        self.reduce_on(std::ptr::null_mut(), buf, op)
+        self.reduce_on(LEGACY_STREAM, buf, op)
     }
 
     /// All-reduces `buf` in place on `stream` (null: the legacy default stream).
@@ -149,7 +151,7 @@ impl NcclCollective {
         // is null or our CommStream, alive while `self` is.
         unsafe {
             self.comm
-                .all_reduce_on(stream, p, p, buf.numel(), Self::dtype(elem), op)
+                .all_reduce(stream, p, p, buf.numel(), Self::dtype(elem), op)
         }
     }
 }
