@@ -219,45 +219,36 @@ pub fn resolve(
         .map_err(|e| CliError::failure(format!("cannot make a temporary folder: {e}")))?;
     let mut all = vec![inputs.torch.clone()];
     all.extend(requirements.iter().cloned());
+    // One `pip install --dry-run --report` pass, named `tag` in the temporary folder.
+    let mut pass = |tag: &str,
+                    index: &str,
+                    extra: Option<&str>,
+                    constraints: Option<&Path>,
+                    reqs: &[String]|
+     -> anyhow::Result<Vec<(String, String)>> {
+        let report = dir.path().join(format!("{tag}.json"));
+        let target = dir.path().join(tag);
+        let args = pip_args(inputs, index, extra, constraints, &target, &report, reqs);
+        let indexes = match extra {
+            Some(e) => format!("{index} and {e}"),
+            None => index.to_string(),
+        };
+        run_pip(python, &args, inputs, &indexes, on_line)?;
+        read_report(&report, &inputs.python)
+    };
     if idx.torch == idx.pip {
-        let report = dir.path().join("report.json");
-        run_pip(
-            python,
-            &pip_args(
-                inputs,
-                &idx.pip,
-                None,
-                None,
-                &dir.path().join("t"),
-                &report,
-                &all,
-            ),
-            inputs,
-            &idx.pip,
-            on_line,
-        )?;
-        return read_report(&report, &inputs.python);
+        return pass("all", &idx.pip, None, None, &all);
     }
     // Two indexes: torch and what it needs come from torch's index alone,
     // then the pins resolve from the pip index with that set held; torch's
     // index is extra there only so that pip can find the torch it holds.
-    let torch_report = dir.path().join("torch.json");
-    run_pip(
-        python,
-        &pip_args(
-            inputs,
-            &idx.torch,
-            None,
-            None,
-            &dir.path().join("t1"),
-            &torch_report,
-            std::slice::from_ref(&inputs.torch),
-        ),
-        inputs,
+    let torch_set = pass(
+        "torch",
         &idx.torch,
-        on_line,
+        None,
+        None,
+        std::slice::from_ref(&inputs.torch),
     )?;
-    let torch_set = read_report(&torch_report, &inputs.python)?;
     let constraints = dir.path().join("torch-constraints.txt");
     let text: String = torch_set
         .iter()
@@ -265,23 +256,7 @@ pub fn resolve(
         .collect();
     std::fs::write(&constraints, text)
         .map_err(|e| CliError::failure(format!("cannot write {}: {e}", constraints.display())))?;
-    let report = dir.path().join("report.json");
-    run_pip(
-        python,
-        &pip_args(
-            inputs,
-            &idx.pip,
-            Some(&idx.torch),
-            Some(&constraints),
-            &dir.path().join("t2"),
-            &report,
-            &all,
-        ),
-        inputs,
-        &format!("{} and {}", idx.pip, idx.torch),
-        on_line,
-    )?;
-    read_report(&report, &inputs.python)
+    pass("pins", &idx.pip, Some(&idx.torch), Some(&constraints), &all)
 }
 
 /// The (name, version) pairs pip's installation report would install.
