@@ -536,21 +536,7 @@ fn json(o: &Output) -> serde_json::Value {
 #[test]
 fn cpu_benchmark_reports_a_sane_json() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path());
-    let o = run(&mut cmd(&[
-        "train-demo",
-        "--benchmark",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--batch-size",
-        "2",
-        "--warmup",
-        "1",
-        "--steps",
-        "3",
-        "--json",
-    ]));
-    let v = json(&o);
+    let v = small_bench(dir.path(), None, "3", &[]);
     assert_eq!(v["schema_version"], 1);
     assert_eq!(v["kind"], "imgctl.train_benchmark");
     assert_eq!(v["world_size"], 1);
@@ -572,9 +558,9 @@ fn cpu_benchmark_reports_a_sane_json() {
     assert!(v["last_loss"].as_f64().unwrap().is_finite());
 }
 
-/// A bf16 benchmark over two CPU ranks, with `extra` flags.
-/// A short benchmark of the small config over 2 CPU ranks, with `extra` flags.
-fn two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
+/// A short benchmark of the small config (`steps` timed after one warm-up)
+/// over `ranks` CPU ranks (one process without), with `extra` flags.
+fn small_bench(dir: &Path, ranks: Option<usize>, steps: &str, extra: &[&str]) -> serde_json::Value {
     let cfg = small_config(dir);
     let mut args = vec![
         "train-demo",
@@ -586,13 +572,23 @@ fn two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
         "--warmup",
         "1",
         "--steps",
-        "2",
+        steps,
         "--json",
     ];
     args.extend_from_slice(extra);
-    json(&run(cmd(&args).env("IMGCTL_CPU_RANKS", "2")))
+    let mut c = cmd(&args);
+    if let Some(n) = ranks {
+        c.env("IMGCTL_CPU_RANKS", n.to_string());
+    }
+    json(&run(&mut c))
 }
 
+/// [`small_bench`] over two CPU ranks, two timed steps.
+fn two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    small_bench(dir, Some(2), "2", extra)
+}
+
+/// [`two_rank_bench`] in bf16.
 fn bf16_two_rank_bench(dir: &Path, extra: &[&str]) -> serde_json::Value {
     two_rank_bench(dir, &[&["--precision", "bf16"], extra].concat())
 }
@@ -633,23 +629,7 @@ fn bf16_gradients_are_reduced_in_fp32_unless_bf16_is_asked_for() {
 #[test]
 fn cpu_scaling_benchmark_over_two_ranks() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = small_config(dir.path());
-    let o = run(cmd(&[
-        "train-demo",
-        "--benchmark",
-        "--scaling",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--batch-size",
-        "2",
-        "--warmup",
-        "1",
-        "--steps",
-        "3",
-        "--json",
-    ])
-    .env("IMGCTL_CPU_RANKS", "2"));
-    let v = json(&o);
+    let v = small_bench(dir.path(), Some(2), "3", &["--scaling"]);
     assert_eq!(v["kind"], "imgctl.train_scaling");
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{v}");
