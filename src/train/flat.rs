@@ -70,6 +70,15 @@ impl FlatLayout {
         flat.narrow(0, e.offset, e.numel).view(e.shape.as_slice())
     }
 
+    /// Each entry with `vs`'s variable of that name, in layout order.
+    pub fn with_vars(&self, vs: &VarStore) -> Vec<(FlatEntry, Tensor)> {
+        let vars = vs.variables();
+        self.entries
+            .iter()
+            .map(|e| (e.clone(), vars[&e.name].shallow_clone()))
+            .collect()
+    }
+
     /// `(name, view)` pairs over `flat`, in layout order.
     pub fn named_views(&self, flat: &Tensor) -> Vec<(String, Tensor)> {
         self.entries

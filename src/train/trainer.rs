@@ -37,7 +37,7 @@ use super::checkpoint::{self, State};
 use super::config::{GradReduce, Precision, TrainConfig};
 use super::data::{Dataset, Loader, Source, StreamSpec};
 use super::ema::Ema;
-use super::flat::FlatLayout;
+use super::flat::{FlatEntry, FlatLayout};
 use super::images;
 use super::metrics::{MetricsWriter, StepRecord};
 use super::model::{weights, UNet2DModel};
@@ -119,8 +119,8 @@ pub fn backward_then_sync<S: GradSync + ?Sized>(
 /// The flat gradients as the trainer lays them out (see [`GradSync::prepare`]).
 pub struct GradLayout {
     /// Every trainable parameter whose `.grad` is a view of the flat gradient
-    /// buffer: name, tensor, offset and element count there, in layout order.
-    pub params: Vec<(String, Tensor, i64, i64)>,
+    /// buffer, with its place there, in layout order.
+    pub params: Vec<(FlatEntry, Tensor)>,
     /// Bytes per element of the buffer the gradients are averaged in.
     pub reduce_elem_bytes: usize,
     /// Gradient bucket cap in bytes (`training.bucket_cap_mb`).
@@ -361,7 +361,7 @@ impl Trainer {
         device: Device,
         precision: Precision,
         init_from: Option<&Path>,
-        sync: Box<dyn GradSync>,
+        mut sync: Box<dyn GradSync>,
     ) -> anyhow::Result<Self> {
         config.validate()?;
         tch::manual_seed(config.training.seed as i64);
@@ -395,20 +395,9 @@ impl Trainer {
         let reduce_buf = casts_grads_before_sync(precision, &config, sync.world_size())
             .then(|| Tensor::zeros([layout.numel], (Kind::Float, device)));
         // The variables whose `.grad` are views of `grads`.
-        let grad_vars = match &compute {
-            Some((vs, _)) => vs.variables(),
-            None => master_vs.variables(),
-        };
-        let mut sync = sync;
+        let grad_vs = compute.as_ref().map_or(&master_vs, |(vs, _)| vs);
         sync.prepare(GradLayout {
-            params: layout
-                .entries
-                .iter()
-                .map(|e| {
-                    let t = grad_vars[&e.name].shallow_clone();
-                    (e.name.clone(), t, e.offset, e.numel)
-                })
-                .collect(),
+            params: layout.with_vars(grad_vs),
             reduce_elem_bytes: reduce_buf
                 .as_ref()
                 .unwrap_or(&grads)

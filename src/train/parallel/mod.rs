@@ -253,10 +253,11 @@ impl GradSync for DataParallel {
         if !layout.overlap || self.collective.backend() == Backend::Single {
             return Ok(());
         }
-        let spans: Vec<(i64, i64)> = layout.params.iter().map(|p| (p.2, p.3)).collect();
-        let plan = buckets::param_buckets(&spans, layout.reduce_elem_bytes, self.bucket_bytes);
-        let params = layout.params.into_iter().map(|p| (p.0, p.1)).collect();
-        self.overlap = Some(overlap::Overlap::new(params, plan)?);
+        self.overlap = Some(overlap::Overlap::new(
+            layout.params,
+            layout.reduce_elem_bytes,
+            self.bucket_bytes,
+        )?);
         self.stats.overlapped = true;
         Ok(())
     }

@@ -21,9 +21,10 @@ use std::time::Instant;
 
 use tch::{Kind, Tensor};
 
-use super::buckets::ParamBuckets;
+use super::buckets::param_buckets;
 use super::collective::Collective;
 use super::hooks::{CloseOnDrop, GradHooks, Readiness, Ready};
+use crate::train::flat::FlatEntry;
 
 /// What one overlapped step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -47,15 +48,18 @@ pub struct Overlap {
 }
 
 impl Overlap {
-    /// Hooks `params` (in flat-layout order) and buckets them as `buckets` says.
-    pub fn new(params: Vec<(String, Tensor)>, buckets: ParamBuckets) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            params.len() == buckets.param_bucket.len(),
-            "{} parameters but {} bucket assignments",
-            params.len(),
-            buckets.param_bucket.len()
-        );
+    /// Buckets `params` (in flat-layout order; gradients of `elem_bytes` per
+    /// element, at most `cap_bytes` per bucket, see [`param_buckets`]) and
+    /// hooks them.
+    pub fn new(
+        params: Vec<(FlatEntry, Tensor)>,
+        elem_bytes: usize,
+        cap_bytes: usize,
+    ) -> anyhow::Result<Self> {
+        let spans: Vec<(i64, i64)> = params.iter().map(|(e, _)| (e.offset, e.numel)).collect();
+        let buckets = param_buckets(&spans, elem_bytes, cap_bytes);
         let readiness = Arc::new(Readiness::new(buckets.param_bucket));
+        let params = params.into_iter().map(|(e, t)| (e.name, t)).collect();
         let order = (0..buckets.ranges.len()).collect();
         Ok(Self {
             hooks: GradHooks::set(params, readiness)?,
@@ -185,7 +189,6 @@ fn is_permutation(order: &[usize], n: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::buckets::param_buckets;
     use super::super::collective::{check_buffer, Backend};
     use super::*;
     use tch::{nn, nn::Module, Device};
@@ -221,11 +224,18 @@ mod tests {
         }
     }
 
-    /// (name, tensor, offset, numel) of each parameter.
-    type Params = Vec<(String, Tensor, i64, i64)>;
+    fn overlap_of(params: &Params, cap_bytes: usize) -> Overlap {
+        let params = params
+            .iter()
+            .map(|(e, t)| (e.clone(), t.shallow_clone()))
+            .collect();
+        Overlap::new(params, 4, cap_bytes).unwrap()
+    }
+
+    type Params = Vec<(crate::train::flat::FlatEntry, Tensor)>;
 
     /// A two-layer net whose gradients live in one flat buffer, and its
-    /// parameters' (name, tensor, offset, numel) in name order.
+    /// parameters with their places there, in name order.
     fn net_with_flat_grads() -> (nn::VarStore, nn::Sequential, Tensor, Params) {
         let vs = nn::VarStore::new(Device::Cpu);
         let net = nn::seq()
@@ -234,33 +244,8 @@ mod tests {
             .add(nn::linear(vs.root() / "b", 8, 2, Default::default()));
         let layout = crate::train::flat::FlatLayout::of(&vs);
         let grads = layout.bind_grads(&vs, Kind::Float);
-        let vars = vs.variables();
-        let params = layout
-            .entries
-            .iter()
-            .map(|e| {
-                (
-                    e.name.clone(),
-                    vars[&e.name].shallow_clone(),
-                    e.offset,
-                    e.numel,
-                )
-            })
-            .collect();
+        let params = layout.with_vars(&vs);
         (vs, net, grads, params)
-    }
-
-    fn overlap_of(params: &[(String, Tensor, i64, i64)], cap_bytes: usize) -> Overlap {
-        let spans: Vec<_> = params.iter().map(|p| (p.2, p.3)).collect();
-        let plan = param_buckets(&spans, 4, cap_bytes);
-        Overlap::new(
-            params
-                .iter()
-                .map(|p| (p.0.clone(), p.1.shallow_clone()))
-                .collect(),
-            plan,
-        )
-        .unwrap()
     }
 
     #[test]
