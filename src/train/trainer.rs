@@ -570,7 +570,7 @@ impl Trainer {
         let (norm, divisor) = clip_divisor(&g, self.config.training.max_grad_norm, scale);
         // One device-to-host read for both values (a single synchronisation).
         let pair = Vec::<f64>::try_from(
-            Tensor::stack(&[loss.detach(), norm.to_kind(Kind::Float)], 0)
+            Tensor::stack(&[loss.detach(), norm], 0)
                 .to_kind(Kind::Double)
                 .to_device(Device::Cpu),
         )?;
