@@ -449,20 +449,23 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
     let mut view = ProgressView::new();
     let heartbeat = view.heartbeat();
     let started = Instant::now();
+    let mut signals = crate::docker::Termination::install()?;
     let outcome = {
         let mut on_event = |ev: &BuildEvent| view.event(ev);
         let build =
             crate::docker::build::build_image(&docker, tar, &request, &tracker, &mut on_event);
         tokio::select! {
-            res = build => Some(res),
-            _ = tokio::signal::ctrl_c() => None,
+            res = build => Ok(res),
+            sig = signals.recv() => Err(sig),
             never = heartbeat => match never {},
         }
     };
     view.finish();
     let outcome: BuildOutcome = match outcome {
-        None => {
-            p.info("interrupted: cancelling the build on the engine…");
+        Err(sig) => {
+            p.info(format!(
+                "interrupted by {sig}: cancelling the build on the engine…"
+            ));
             let forced =
                 crate::docker::build::remove_leftovers(&docker, &tracker, CANCEL_GRACE).await;
             if !forced.is_empty() {
@@ -471,10 +474,10 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
                     forced.len()
                 ));
             }
-            return Err(CliError::interrupted("build interrupted by Ctrl-C; the build was cancelled and its intermediate containers removed").into());
+            return Err(CliError::interrupted(format!("build interrupted by {sig}; the build was cancelled and its intermediate containers removed")).into());
         }
-        Some(Err(err)) => return Err(build_failure(err)),
-        Some(Ok(outcome)) => outcome,
+        Ok(Err(err)) => return Err(build_failure(err)),
+        Ok(Ok(outcome)) => outcome,
     };
     for extra in plan.tags.iter().skip(1) {
         image::tag(&docker, &outcome.image_id, extra).await?;

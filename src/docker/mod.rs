@@ -14,3 +14,42 @@ pub mod image;
 pub mod run;
 
 pub use engine::connect;
+
+/// The signals that end an engine operation early: Ctrl-C (SIGINT), a
+/// supervisor's or Kubernetes' stop (SIGTERM) and a closed terminal (SIGHUP).
+/// Install it before creating anything on the engine, so that no signal slips
+/// in between the creation and the wait that cleans up.
+pub struct Termination {
+    streams: Vec<(&'static str, tokio::signal::unix::Signal)>,
+}
+
+impl Termination {
+    /// Installs the handlers (needs a Tokio runtime with signals enabled).
+    pub fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let kinds = [
+            ("SIGINT", SignalKind::interrupt()),
+            ("SIGTERM", SignalKind::terminate()),
+            ("SIGHUP", SignalKind::hangup()),
+        ];
+        let mut streams = Vec::with_capacity(kinds.len());
+        for (name, kind) in kinds {
+            let s =
+                signal(kind).map_err(|e| anyhow::anyhow!("installing the {name} handler: {e}"))?;
+            streams.push((name, s));
+        }
+        Ok(Self { streams })
+    }
+
+    /// Waits for the first of the signals and names it (`SIGTERM`).
+    pub async fn recv(&mut self) -> &'static str {
+        let waits = self.streams.iter_mut().map(|(name, s)| {
+            let name: &'static str = name;
+            Box::pin(async move {
+                s.recv().await;
+                name
+            })
+        });
+        futures_util::future::select_all(waits).await.0
+    }
+}

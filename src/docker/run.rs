@@ -237,7 +237,7 @@ fn is_gpu_rejection(msg: &str) -> bool {
 
 /// Creates the container, starts it, waits for it (at most `req.timeout`),
 /// collects its output, and removes it, on every path: success, error, timeout,
-/// panic (the guard) and Ctrl-C (returns an interrupted error, exit 130).
+/// panic (the guard), and Ctrl-C, SIGTERM or SIGHUP (an interrupted error, exit 130).
 /// A GPU request the engine cannot serve fails with [`GpuRequestRejected`] in
 /// the error chain, so callers can retry without GPUs.
 pub async fn run_to_completion(
@@ -263,10 +263,9 @@ pub async fn run_to_completion(
         host_config: Some(host_config),
         ..Default::default()
     };
-    // Listen for Ctrl-C from before the container exists, so none slips between
-    // its creation and the wait below.
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(|e| anyhow::anyhow!("installing the Ctrl-C handler: {e}"))?;
+    // Listen for Ctrl-C, SIGTERM and SIGHUP from before the container exists,
+    // so none slips between its creation and the wait below.
+    let mut interrupt = super::Termination::install()?;
     let created = docker
         .create_container(Some(CreateContainerOptions::default()), body)
         .await
@@ -285,7 +284,7 @@ pub async fn run_to_completion(
     let mut guard = ContainerGuard::new(created.id.clone());
     let outcome = tokio::select! {
         r = drive(docker, &created.id, &req) => r,
-        _ = interrupt.recv() => Err(CliError::interrupted("interrupted; the container was removed").into()),
+        sig = interrupt.recv() => Err(CliError::interrupted(format!("interrupted by {sig}; the container was removed")).into()),
     };
     let removed = guard.remove(docker).await;
     let out = outcome?;

@@ -280,6 +280,17 @@ pub fn fmt_secs(d: Duration) -> String {
     }
 }
 
+/// How many threads [`run_with_deadline`] has left behind in this process.
+static ABANDONED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many deadline threads were abandoned, still inside a call that did not
+/// return. When there are any, the process should end with `_exit`: the
+/// libraries' exit handlers (CUDA's teardown, NVML's shutdown) could wait
+/// forever on the lock the stuck thread holds.
+pub fn abandoned_threads() -> usize {
+    ABANDONED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Runs `work` on its own thread and waits at most `timeout` for it. A hung
 /// call (a driver that never returns) leaves its thread behind and yields
 /// [`DeadlineError::TimedOut`]; a panic yields [`DeadlineError::Panicked`].
@@ -303,7 +314,10 @@ where
     match rx.recv_timeout(timeout) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(panic)) => Err(DeadlineError::Panicked(panic_message(&panic))),
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(DeadlineError::TimedOut(timeout)),
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            ABANDONED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(DeadlineError::TimedOut(timeout))
+        }
         Err(mpsc::RecvTimeoutError::Disconnected) => Err(DeadlineError::Panicked(
             "the check thread ended without a result".into(),
         )),
@@ -320,6 +334,15 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// What [`run_check`] gives back.
+pub struct CheckRun {
+    /// The results, durations and GPU indices stamped.
+    pub results: Vec<CheckResult>,
+    /// Whether the deadline fired (the check's thread is left behind, likely
+    /// stuck inside the driver or library it called).
+    pub timed_out: bool,
+}
+
 /// Runs one check on one subject under `timeout`, turning a timeout or a
 /// panic into an ERROR result and stamping durations and GPU indices.
 pub fn run_check(
@@ -327,12 +350,13 @@ pub fn run_check(
     ctx: std::sync::Arc<super::Context>,
     gpu: Option<u32>,
     timeout: Duration,
-) -> Vec<CheckResult> {
+) -> CheckRun {
     let id = check.id();
     let start = Instant::now();
     let c = check.clone();
     let outcome = run_with_deadline(timeout, move || c.run(&ctx, gpu));
     let elapsed = start.elapsed().as_millis() as u64;
+    let timed_out = matches!(outcome, Err(DeadlineError::TimedOut(_)));
     let mut results = match outcome {
         Ok(r) if r.is_empty() => vec![CheckResult::error(id, "the check returned no result")],
         Ok(r) => r,
@@ -349,7 +373,7 @@ pub fn run_check(
             r.duration_ms = elapsed;
         }
     }
-    results
+    CheckRun { results, timed_out }
 }
 
 #[cfg(test)]

@@ -72,15 +72,25 @@ pub struct HostGpus {
     pub cuda_driver: Option<i32>,
     /// Why NVML gave nothing, if it did not.
     pub unavailable: Option<String>,
+    /// NVML is there but did not answer in time (a wedged driver, not a
+    /// missing one): the verdicts are unknown, and the GPUs are still requested.
+    pub hung: bool,
 }
 
 /// Reads the host's GPUs through NVML, under `timeout` per call.
 pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
     let b = match nvml {
         NvmlState::Ready(b) => b.clone(),
-        NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
+        NvmlState::Unavailable(e) => {
             return HostGpus {
                 unavailable: Some(e.clone()),
+                ..Default::default()
+            }
+        }
+        NvmlState::Hung(e) => {
+            return HostGpus {
+                unavailable: Some(e.clone()),
+                hung: true,
                 ..Default::default()
             }
         }
@@ -92,10 +102,12 @@ pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
             driver: b.driver_version().ok(),
             cuda_driver: b.cuda_driver_version().ok(),
             unavailable: None,
+            hung: false,
         }
     });
     r.unwrap_or_else(|e| HostGpus {
         unavailable: Some(format!("host NVML {e}")),
+        hung: true,
         ..Default::default()
     })
 }
@@ -117,15 +129,39 @@ pub fn container_args(opts: &Options) -> Vec<String> {
         opts.timeout.as_secs_f64().to_string(),
     ];
     let not_host = |p: &&String| !p.starts_with("host");
-    let only: Vec<String> = opts.only.iter().filter(not_host).cloned().collect();
+    // host.gpu_uuids compares the UUIDs of the container's nvml.identity
+    // results: the container reports them even when not asked to (they are
+    // dropped from the output again, see `verify_image`).
+    let identity = "nvml.identity";
+    let need_identity = super::selected("host.gpu_uuids", super::Level::Quick, opts)
+        && !super::selected(identity, super::Level::Quick, opts);
+    let mut only: Vec<String> = opts.only.iter().filter(not_host).cloned().collect();
+    if only.is_empty() && !opts.only.is_empty() {
+        // Only host checks asked for: the container still reports its driver.
+        only.push("nvml.driver".to_string());
+    }
+    if need_identity && !only.is_empty() {
+        only.push(identity.to_string());
+    }
     if !only.is_empty() {
         args.push("--only".into());
         args.extend(only);
-    } else if !opts.only.is_empty() {
-        // Only host checks asked for: the container still reports its driver.
-        args.extend(["--only".to_string(), "nvml.driver".to_string()]);
     }
-    let skip: Vec<String> = opts.skip.iter().filter(not_host).cloned().collect();
+    let mut skip: Vec<String> = Vec::new();
+    for p in opts.skip.iter().filter(not_host) {
+        if need_identity && super::matches(identity, p) {
+            // `--skip nvml`: skip every id it names but nvml.identity.
+            skip.extend(
+                super::registry()
+                    .iter()
+                    .map(|c| c.id())
+                    .filter(|id| *id != identity && super::matches(id, p))
+                    .map(str::to_string),
+            );
+        } else {
+            skip.push(p.clone());
+        }
+    }
     if !skip.is_empty() {
         args.push("--skip".into());
         args.extend(skip);
@@ -147,14 +183,17 @@ pub fn container_uuids(report: &Report) -> Vec<String> {
 pub fn uuid_verdict(
     host: &HostGpus,
     requested: Option<&GpuRequest>,
-    container: &[String],
+    container: Option<&[String]>,
 ) -> CheckResult {
     const ID: &str = "host.gpu_uuids";
-    if let Some(why) = &host.unavailable {
-        return CheckResult::skip(ID, format!("host has no NVML ({why})"));
+    if let Some(r) = host_nvml_missing(ID, host) {
+        return r;
     }
     let Some(req) = requested else {
         return CheckResult::skip(ID, "no GPU was requested for the container");
+    };
+    let Some(container) = container else {
+        return CheckResult::skip(ID, "the container gave no report; see host.container");
     };
     let host_set: BTreeSet<&String> = host.uuids.iter().collect();
     let seen: BTreeSet<&String> = container.iter().collect();
@@ -216,12 +255,58 @@ pub fn uuid_verdict(
     }
 }
 
+/// The verdict of a host check when the host's NVML gave nothing: SKIP when
+/// it is missing (no driver on this host), ERROR when it hung (a driver is
+/// there but wedged: the answer is unknown, not absent).
+fn host_nvml_missing(id: &str, host: &HostGpus) -> Option<CheckResult> {
+    let why = host.unavailable.as_ref()?;
+    Some(if host.hung {
+        CheckResult::error(id, format!("the host's NVML hung: {why}"))
+            .hint("check `nvidia-smi` and the kernel log (dmesg) for Xid errors on the host")
+    } else {
+        CheckResult::skip(id, format!("host has no NVML ({why})"))
+    })
+}
+
+/// What is wrong with the report the container's imgctl gave, if anything:
+/// another schema, no results, or a verdict that disagrees with its own
+/// results or with the process's exit code (0 passed, 1 failed).
+pub fn container_report_problem(exit_code: i64, report: &Report) -> Option<String> {
+    if report.schema_version != super::SCHEMA_VERSION {
+        return Some(format!(
+            "the image's imgctl {} writes report schema {}, this imgctl reads schema {}",
+            report.imgctl_version,
+            report.schema_version,
+            super::SCHEMA_VERSION
+        ));
+    }
+    if report.results.is_empty() {
+        return Some("the image's imgctl reported no results".to_string());
+    }
+    let mut recounted = report.clone();
+    recounted.recount();
+    if recounted.summary != report.summary || recounted.passed != report.passed {
+        return Some(format!(
+            "the image's report contradicts itself: its summary says {:?} (passed: {}), its results {:?} (passed: {})",
+            report.summary, report.passed, recounted.summary, recounted.passed
+        ));
+    }
+    let expected = if report.passed { 0 } else { 1 };
+    if exit_code != expected {
+        return Some(format!(
+            "the image's imgctl exited with {exit_code} but its report says {}",
+            if report.passed { "passed (exit 0)" } else { "failed (exit 1)" }
+        ));
+    }
+    None
+}
+
 /// `host.driver_image_cuda`: the host driver against the image's CUDA runtime
 /// (label `io.imgctl.cuda.runtime`) and minimum driver (`io.imgctl.driver.min`).
 pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> CheckResult {
     const ID: &str = "host.driver_image_cuda";
-    if let Some(why) = &host.unavailable {
-        return CheckResult::skip(ID, format!("host has no NVML ({why})"));
+    if let Some(r) = host_nvml_missing(ID, host) {
+        return r;
     }
     let (Some(driver), Some(dcuda)) = (&host.driver, host.cuda_driver) else {
         return CheckResult::error(ID, "host NVML gave no driver version");
@@ -276,7 +361,7 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
     // without the nvidia runtime rejects any GPU request.
     let (gpus, why_none) = if run.opts.expect.allows_none() {
         (None, Some("none expected (--expect-gpus 0)".to_string()))
-    } else if let Some(why) = &host.unavailable {
+    } else if let (Some(why), false) = (&host.unavailable, host.hung) {
         (None, Some(format!("the host has no GPU driver ({why})")))
     } else {
         (Some(run.gpus.clone()), None)
@@ -323,6 +408,14 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
         Ok(out) => {
             crate::output::printer().verbose(format!("container stderr:\n{}", out.stderr));
             match serde_json::from_str::<Report>(out.stdout.trim()) {
+                Ok(rep) if container_report_problem(out.exit_code, &rep).is_some() => {
+                    let problem = container_report_problem(out.exit_code, &rep).unwrap_or_default();
+                    results.push(
+                        CheckResult::error("host.container", problem)
+                            .measured(format!("exit code {}, {} results", out.exit_code, rep.results.len()))
+                            .hint(format!("the image's imgctl is not one this imgctl can trust: rebuild the image with this imgctl (`imgctl build`), or mount this binary with --mount {}:/usr/local/bin/imgctl:ro", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))),
+                    );
+                }
                 Ok(rep) => {
                     let mut r = CheckResult::pass(
                         "host.container",
@@ -358,17 +451,20 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
             }
         }
     }
-    let seen = container_report
-        .as_ref()
-        .map(container_uuids)
-        .unwrap_or_default();
+    let seen = container_report.as_ref().map(container_uuids);
     let (level, expect) = (run.opts.level, run.opts.expect);
-    if let Some(rep) = container_report {
-        results.extend(rep.results);
-    }
     let want = |id: &str| super::selected(id, super::Level::Quick, &run.opts);
+    if let Some(rep) = container_report {
+        // nvml.identity may have been asked for only for host.gpu_uuids.
+        let keep_identity = want("nvml.identity");
+        results.extend(
+            rep.results
+                .into_iter()
+                .filter(|r| keep_identity || r.id != "nvml.identity"),
+        );
+    }
     if want("host.gpu_uuids") {
-        results.push(uuid_verdict(&host, gpus.as_ref(), &seen));
+        results.push(uuid_verdict(&host, gpus.as_ref(), seen.as_deref()));
     }
     if want("host.driver_image_cuda") {
         results.push(driver_verdict(&host, &labels));
@@ -409,6 +505,7 @@ mod tests {
             driver: Some("550.54.15".into()),
             cuda_driver: Some(12040),
             unavailable: None,
+            hung: false,
         }
     }
 
@@ -417,31 +514,97 @@ mod tests {
         let h = host(&["GPU-a", "GPU-b", "GPU-c"]);
         let all: Vec<String> = h.uuids.clone();
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), &all).status,
+            uuid_verdict(&h, Some(&GpuRequest::All), Some(&all)).status,
             Status::Pass
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), &all[..2]).status,
+            uuid_verdict(&h, Some(&GpuRequest::All), Some(&all[..2])).status,
             Status::Fail
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::Count(2)), &all[..2]).status,
+            uuid_verdict(&h, Some(&GpuRequest::Count(2)), Some(&all[..2])).status,
             Status::Pass
         );
         let ids = GpuRequest::Ids(vec!["0".into(), "2".into()]);
         assert_eq!(
-            uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-c".into()]).status,
+            uuid_verdict(&h, Some(&ids), Some(&["GPU-a".into(), "GPU-c".into()])).status,
             Status::Pass
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&ids), &["GPU-a".into(), "GPU-b".into()]).status,
+            uuid_verdict(&h, Some(&ids), Some(&["GPU-a".into(), "GPU-b".into()])).status,
             Status::Fail
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), &["GPU-z".into()]).status,
+            uuid_verdict(&h, Some(&GpuRequest::All), Some(&["GPU-z".into()])).status,
             Status::Fail
         );
-        assert_eq!(uuid_verdict(&h, None, &[]).status, Status::Skip);
+        assert_eq!(uuid_verdict(&h, None, Some(&[])).status, Status::Skip);
+        // No report from the container: nothing to compare (host.container errs).
+        assert_eq!(
+            uuid_verdict(&h, Some(&GpuRequest::All), None).status,
+            Status::Skip
+        );
+        // A wedged host NVML is an unknown verdict, not "no driver".
+        let mut wedged = HostGpus {
+            unavailable: Some("NVML initialisation timed out after 30s".into()),
+            hung: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            uuid_verdict(&wedged, Some(&GpuRequest::All), Some(&all)).status,
+            Status::Error
+        );
+        assert_eq!(
+            driver_verdict(&wedged, &HashMap::new()).status,
+            Status::Error
+        );
+        wedged.hung = false;
+        assert_eq!(
+            uuid_verdict(&wedged, Some(&GpuRequest::All), Some(&all)).status,
+            Status::Skip
+        );
+    }
+
+    fn container_report(results: Vec<CheckResult>) -> Report {
+        Report::new(
+            "container",
+            None,
+            super::super::Level::Quick,
+            ExpectGpus::Any,
+            results,
+        )
+    }
+
+    #[test]
+    fn a_container_report_is_trusted_only_when_consistent() {
+        let ok = container_report(vec![CheckResult::pass("nvml.driver", "driver 580")]);
+        assert_eq!(container_report_problem(0, &ok), None);
+        // Exit code against the verdict.
+        assert!(container_report_problem(1, &ok)
+            .unwrap()
+            .contains("exited with 1 but its report says passed"));
+        let failed = container_report(vec![CheckResult::fail("nvml.ecc", "3 errors")]);
+        assert_eq!(container_report_problem(1, &failed), None);
+        assert!(container_report_problem(0, &failed).is_some());
+        // A summary that its results do not bear out.
+        let mut forged = container_report(Vec::new());
+        forged.summary.fail = 5;
+        forged.passed = false;
+        assert!(container_report_problem(1, &forged)
+            .unwrap()
+            .contains("no results"));
+        let mut lying = failed.clone();
+        lying.passed = true;
+        lying.summary.fail = 0;
+        assert!(container_report_problem(0, &lying)
+            .unwrap()
+            .contains("contradicts itself"));
+        // Another schema.
+        let mut future = ok.clone();
+        future.schema_version = 99;
+        assert!(container_report_problem(0, &future)
+            .unwrap()
+            .contains("schema 99"));
     }
 
     #[test]
@@ -461,6 +624,37 @@ mod tests {
             driver_verdict(&host(&[]), &HashMap::new()).status,
             Status::Skip
         );
+    }
+
+    #[test]
+    fn host_uuid_check_gets_the_identity_results_it_compares() {
+        let mut opts = Options {
+            level: super::super::Level::Quick,
+            expect: ExpectGpus::Any,
+            only: vec!["host".into()],
+            skip: vec![],
+            timeout: Duration::from_secs(5),
+        };
+        let tail = |a: Vec<String>| a[8..].to_vec();
+        assert_eq!(
+            tail(container_args(&opts)),
+            vec!["--only", "nvml.driver", "nvml.identity"]
+        );
+        opts.only = vec!["torch".into(), "host.gpu_uuids".into()];
+        assert_eq!(
+            tail(container_args(&opts)),
+            vec!["--only", "torch", "nvml.identity"]
+        );
+        // `--skip nvml` keeps nvml.identity in the container, and only it.
+        opts.only = vec![];
+        opts.skip = vec!["nvml".into()];
+        let a = tail(container_args(&opts));
+        assert_eq!(a[0], "--skip");
+        assert!(a.contains(&"nvml.ecc".to_string()) && a.contains(&"nvml.driver".to_string()));
+        assert!(!a.iter().any(|x| x == "nvml.identity" || x == "nvml"));
+        // host.gpu_uuids skipped: nothing is added.
+        opts.skip = vec!["nvml".into(), "host.gpu_uuids".into()];
+        assert_eq!(tail(container_args(&opts)), vec!["--skip", "nvml"]);
     }
 
     #[test]

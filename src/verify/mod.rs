@@ -152,7 +152,7 @@ pub fn all_ids() -> Vec<&'static str> {
     ids
 }
 
-fn matches(id: &str, pattern: &str) -> bool {
+pub(crate) fn matches(id: &str, pattern: &str) -> bool {
     let p = pattern.trim_end_matches(".*").trim_end_matches('.');
     id == p || id.starts_with(&format!("{p}."))
 }
@@ -189,18 +189,86 @@ pub fn load_real_nvml(timeout: Duration) -> NvmlState {
     }
 }
 
+/// The library a check's calls go through. A call that hangs there usually
+/// wedges that library for every later call (NVML serialises calls under a
+/// lock; CUDA initialises once per process), so after one deadline fires the
+/// rest of its family is not tried: verify ends in bounded time.
+fn family(id: &str) -> &'static str {
+    if id.starts_with("nvml.") {
+        "NVML"
+    } else {
+        "CUDA/libtorch"
+    }
+}
+
+/// Runs checks, short-circuiting a family after its first hang.
+struct Runner {
+    ctx: Arc<Context>,
+    timeout: Duration,
+    /// Family → what hung in it.
+    hung: Vec<(&'static str, String)>,
+}
+
+impl Runner {
+    fn run(&mut self, c: &Arc<dyn Check>, gpu: Option<u32>) -> Vec<CheckResult> {
+        let fam = family(c.id());
+        if let Some((_, what)) = self.hung.iter().find(|(f, _)| *f == fam) {
+            let mut r = CheckResult::error(
+                c.id(),
+                format!("not evaluated: {fam} hung earlier in this run ({what})"),
+            )
+            .hint("a driver or library call hung; check `nvidia-smi` and the kernel log (dmesg) for Xid errors");
+            r.gpu = gpu;
+            return vec![r];
+        }
+        let run = check::run_check(c.clone(), self.ctx.clone(), gpu, self.timeout);
+        if run.timed_out {
+            let subject = gpu.map_or(String::new(), |g| format!(" on gpu{g}"));
+            self.hung.push((
+                fam,
+                format!(
+                    "{}{subject} timed out after {}",
+                    c.id(),
+                    check::fmt_secs(self.timeout)
+                ),
+            ));
+        }
+        run.results
+    }
+
+    /// Runs a check the selection left out because the run's verdict needs
+    /// it, saying so in its message.
+    fn forced(&mut self, c: &Arc<dyn Check>, why: &str) -> Vec<CheckResult> {
+        let mut verdict = self.run(c, None);
+        for r in &mut verdict {
+            r.message = format!("{} (reported although not selected: {why})", r.message);
+        }
+        verdict
+    }
+}
+
 /// Runs the selected checks in order, each subject under its own deadline,
 /// then applies the node-median rule.
 pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
+    let mut runner = Runner {
+        ctx: ctx.clone(),
+        timeout: opts.timeout,
+        hung: Vec::new(),
+    };
     let count = match &ctx.nvml {
         NvmlState::Ready(b) => {
             let b = b.clone();
             match check::run_with_deadline(opts.timeout, move || b.device_count()) {
                 Ok(Ok(n)) => Ok(n),
                 Ok(Err(e)) => Err(format!("GPU count unknown ({e}); see nvml.device_count")),
-                Err(e) => Err(format!(
-                    "GPU count unknown (device count {e}); see nvml.device_count"
-                )),
+                Err(e) => {
+                    runner
+                        .hung
+                        .push(("NVML", format!("the device count {e}")));
+                    Err(format!(
+                        "GPU count unknown (device count {e}); see nvml.device_count"
+                    ))
+                }
             }
         }
         NvmlState::Unavailable(e) | NvmlState::Hung(e) => {
@@ -213,44 +281,48 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
             continue;
         }
         match c.scope() {
-            Scope::Node => {
-                results.extend(check::run_check(c.clone(), ctx.clone(), None, opts.timeout))
-            }
+            Scope::Node => results.extend(runner.run(&c, None)),
             Scope::PerGpu => match &count {
                 Ok(0) => results.push(CheckResult::skip(c.id(), "no GPU found")),
                 Ok(n) => {
                     for g in 0..*n {
-                        results.extend(check::run_check(
-                            c.clone(),
-                            ctx.clone(),
-                            Some(g),
-                            opts.timeout,
-                        ));
+                        results.extend(runner.run(&c, Some(g)));
                     }
                 }
                 Err(why) => results.push(CheckResult::skip(c.id(), why.clone())),
             },
         }
     }
-    // The NVML verdict is never left out: without it, a run whose NVML did not
-    // load could pass on SKIPs alone (the DCGM trap).
+    // The NVML verdict and the GPU count verdict are never left out: without
+    // them, a run whose NVML did not load, or that found fewer GPUs than
+    // expected, could pass on SKIPs alone (the DCGM trap).
     let nvml_missing = match &ctx.nvml {
         NvmlState::Ready(_) => false,
         NvmlState::Unavailable(_) => !ctx.expect.allows_none(),
         NvmlState::Hung(_) => true,
     };
-    if nvml_missing && !results.iter().any(|r| r.id == "nvml.driver") {
-        if let Some(driver) = registry().into_iter().find(|c| c.id() == "nvml.driver") {
-            let mut verdict = check::run_check(driver, ctx.clone(), None, opts.timeout);
-            for r in &mut verdict {
-                r.message = format!(
-                    "{} (reported although not selected: NVML is required)",
-                    r.message
-                );
-            }
-            results.splice(0..0, verdict);
+    let count_unmet = matches!(ctx.nvml, NvmlState::Ready(_))
+        && match count {
+            Ok(n) => !ctx.expect.accepts(n),
+            Err(_) => true,
+        };
+    let mut front = Vec::new();
+    for (id, needed, why) in [
+        ("nvml.driver", nvml_missing, "NVML is required"),
+        (
+            "nvml.device_count",
+            count_unmet,
+            "the GPU count does not meet --expect-gpus",
+        ),
+    ] {
+        if !needed || results.iter().any(|r| r.id == id) {
+            continue;
+        }
+        if let Some(c) = registry().into_iter().find(|c| c.id() == id) {
+            front.extend(runner.forced(&c, why));
         }
     }
+    results.splice(0..0, front);
     apply_node_median(&mut results);
     results
 }

@@ -319,12 +319,20 @@ impl NvmlBackend for RealNvml {
         use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
         let dev = self.dev(gpu)?;
         let mode = dev.is_ecc_enabled().map_err(map_err)?;
-        let volatile = dev
-            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-            .map_err(map_err)?;
-        let aggregate = dev
-            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
-            .map_err(map_err)?;
+        let counter = |c| dev.total_ecc_errors(MemoryError::Uncorrected, c);
+        let (volatile, aggregate) = if mode.currently_enabled {
+            (
+                counter(EccCounter::Volatile).map_err(map_err)?,
+                counter(EccCounter::Aggregate).map_err(map_err)?,
+            )
+        } else {
+            // With ECC off NVML may refuse the counters (NOT_SUPPORTED): that
+            // must not turn the "ECC is disabled" WARN into a SKIP.
+            (
+                counter(EccCounter::Volatile).unwrap_or(0),
+                counter(EccCounter::Aggregate).unwrap_or(0),
+            )
+        };
         Ok(EccInfo {
             enabled: mode.currently_enabled,
             pending_enabled: mode.pending_enabled,

@@ -231,13 +231,61 @@ fn hung_call_hits_its_deadline_and_verify_moves_on() {
         "took {:?}",
         start.elapsed()
     );
-    for g in 0..2 {
-        let e = find(&r, "nvml.ecc", Some(g));
-        assert_eq!(e.status, Status::Error);
-        assert_eq!(e.message, "timed out after 0.2s");
-        assert_eq!(find(&r, "nvml.temperature", Some(g)).status, Status::Pass);
+    let first = find(&r, "nvml.ecc", Some(0));
+    assert_eq!(first.status, Status::Error);
+    assert_eq!(first.message, "timed out after 0.2s");
+    // NVML is wedged from then on: the rest of its checks are not tried (one
+    // deadline, not one per check and GPU), and none of them passes.
+    for (id, g) in [
+        ("nvml.ecc", 1),
+        ("nvml.temperature", 0),
+        ("nvml.temperature", 1),
+    ] {
+        let e = find(&r, id, Some(g));
+        assert_eq!(e.status, Status::Error, "{e:?}");
+        assert_eq!(
+            e.message,
+            "not evaluated: NVML hung earlier in this run (nvml.ecc on gpu0 timed out after 0.2s)"
+        );
     }
     assert!(!r.passed, "an ERROR (unknown verdict) fails the run");
+}
+
+#[test]
+fn a_hang_costs_one_deadline_not_one_per_check_and_gpu() {
+    let mut f = FakeNvml::healthy(8);
+    f.hang_on = Some("temperature");
+    let mut o = opts(ExpectGpus::Any, &["nvml"]);
+    o.timeout = Duration::from_millis(300);
+    let start = Instant::now();
+    let r = run_local(NvmlState::Ready(nvml::fake(f)), &o, Pins::default());
+    // 8 GPUs × 7 later NVML checks would be 17 s of deadlines one by one.
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    // What ran before the hang keeps its verdict.
+    assert_eq!(find(&r, "nvml.ecc", Some(7)).status, Status::Pass);
+    assert_eq!(find(&r, "nvml.processes", Some(3)).status, Status::Error);
+    assert!(!r.passed);
+}
+
+#[test]
+fn a_count_short_of_the_expectation_fails_even_when_not_selected() {
+    // NVML is up but sees no GPU: `--only nvml.ecc` must not pass on a SKIP.
+    let r = run_fake(FakeNvml::healthy(0), ExpectGpus::Any, &["nvml.ecc"]);
+    let c = find(&r, "nvml.device_count", None);
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(c.message.contains("reported although not selected"), "{}", c.message);
+    assert!(!r.passed);
+    let r = run_fake(FakeNvml::healthy(2), ExpectGpus::Exactly(4), &["nvml.ecc"]);
+    assert_eq!(find(&r, "nvml.device_count", None).status, Status::Fail);
+    assert!(!r.passed);
+    // When it is met, nothing is added.
+    let r = run_fake(FakeNvml::healthy(2), ExpectGpus::Any, &["nvml.ecc"]);
+    assert!(r.results.iter().all(|x| x.id == "nvml.ecc"));
+    assert!(r.passed);
 }
 
 #[test]

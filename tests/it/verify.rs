@@ -531,7 +531,7 @@ fn verify_image_unknown_image_is_a_usage_error() {
 }
 
 #[test]
-fn verify_image_ctrl_c_removes_the_container() {
+fn verify_image_ctrl_c_or_sigterm_removes_the_container() {
     let Some((rt, docker)) = image_setup() else {
         panic!("no Docker engine");
     };
@@ -544,39 +544,45 @@ fn verify_image_ctrl_c_removes_the_container() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
-    let child = Command::new(imgctl_bin())
-        .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
-        .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        if !rt
-            .block_on(containers_mounting(&docker, &sleeper))
-            .is_empty()
-        {
-            break;
+    // Ctrl-C in a terminal, and the stop of a CI runner or Kubernetes.
+    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+        let child = Command::new(imgctl_bin())
+            .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
+            .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        loop {
+            if !rt
+                .block_on(containers_mounting(&docker, &sleeper))
+                .is_empty()
+            {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "the container never appeared"
+            );
+            std::thread::sleep(Duration::from_millis(200));
         }
+        // SAFETY: signalling the child we started, by its pid.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{stderr}");
         assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the container never appeared"
+            stderr.contains(&format!("interrupted by {name}")),
+            "{stderr}"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            rt.block_on(containers_mounting(&docker, &sleeper))
+                .is_empty(),
+            "container left behind after {name}"
+        );
     }
-    // SAFETY: signalling the child we started, by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
-    assert!(
-        rt.block_on(containers_mounting(&docker, &sleeper))
-            .is_empty(),
-        "container left behind after Ctrl-C"
-    );
 }
 
 #[test]
