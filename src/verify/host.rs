@@ -295,7 +295,11 @@ pub fn container_report_problem(exit_code: i64, report: &Report) -> Option<Strin
     if exit_code != expected {
         return Some(format!(
             "the image's imgctl exited with {exit_code} but its report says {}",
-            if report.passed { "passed (exit 0)" } else { "failed (exit 1)" }
+            if report.passed {
+                "passed (exit 0)"
+            } else {
+                "failed (exit 1)"
+            }
         ));
     }
     None

@@ -262,9 +262,7 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
                 Ok(Ok(n)) => Ok(n),
                 Ok(Err(e)) => Err(format!("GPU count unknown ({e}); see nvml.device_count")),
                 Err(e) => {
-                    runner
-                        .hung
-                        .push(("NVML", format!("the device count {e}")));
+                    runner.hung.push(("NVML", format!("the device count {e}")));
                     Err(format!(
                         "GPU count unknown (device count {e}); see nvml.device_count"
                     ))

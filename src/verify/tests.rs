@@ -277,7 +277,11 @@ fn a_count_short_of_the_expectation_fails_even_when_not_selected() {
     let r = run_fake(FakeNvml::healthy(0), ExpectGpus::Any, &["nvml.ecc"]);
     let c = find(&r, "nvml.device_count", None);
     assert_eq!(c.status, Status::Fail, "{c:?}");
-    assert!(c.message.contains("reported although not selected"), "{}", c.message);
+    assert!(
+        c.message.contains("reported although not selected"),
+        "{}",
+        c.message
+    );
     assert!(!r.passed);
     let r = run_fake(FakeNvml::healthy(2), ExpectGpus::Exactly(4), &["nvml.ecc"]);
     assert_eq!(find(&r, "nvml.device_count", None).status, Status::Fail);
