@@ -169,8 +169,13 @@ pub struct VerifyArgs {
     /// Run the checks inside a container of this image instead of here.
     #[arg(long, value_name = "TAG")]
     pub image: Option<String>,
-    /// GPUs for the container: all, a count, or device ids (0,2).
-    #[arg(long, default_value = "all", value_name = "all|N|IDS")]
+    /// With --image: GPUs for the container: all, a count, or device ids (0,2).
+    #[arg(
+        long,
+        default_value = "all",
+        value_name = "all|N|IDS",
+        requires = "image"
+    )]
     pub gpus: String,
     /// quick (NVML and library facts) or full (adds functional checks).
     #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]

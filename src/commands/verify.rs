@@ -45,13 +45,50 @@ pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
         .with_hint("e.g. --check-timeout 30")
         .into());
     }
-    Ok(Options {
+    let opts = Options {
         level,
         expect,
         only: args.only.clone(),
         skip: args.skip.clone(),
         timeout: Duration::from_secs_f64(args.check_timeout),
-    })
+    };
+    check_selection(&opts, args.image.is_some())?;
+    Ok(opts)
+}
+
+/// A selection that leaves nothing to run would "pass" on nothing: a usage
+/// error, as are host-side checks without `--image`.
+fn check_selection(opts: &Options, with_image: bool) -> anyhow::Result<()> {
+    let here = verify::registry()
+        .iter()
+        .any(|c| verify::selected(c.id(), c.level(), opts));
+    let host = with_image
+        && verify::host::IDS
+            .iter()
+            .any(|id| verify::selected(id, Level::Quick, opts));
+    if here || host {
+        return Ok(());
+    }
+    let host_only = !with_image
+        && !opts.only.is_empty()
+        && verify::host::IDS
+            .iter()
+            .any(|id| verify::selected(id, Level::Quick, opts));
+    Err(if host_only {
+        CliError::usage(format!(
+            "--only {} selects host-side checks, which run only with --image",
+            opts.only.join(" ")
+        ))
+        .with_hint("add --image TAG to check an image from the host, or select other checks (`nvml`, `torch`, `func`)")
+    } else {
+        CliError::usage("--only / --skip leave no check to run")
+            .with_hint(format!(
+                "at --level {} the checks are: {}",
+                if opts.level == Level::Full { "full" } else { "quick" },
+                verify::all_ids().join(", ")
+            ))
+    }
+    .into())
 }
 
 /// Runs `imgctl verify`.

@@ -223,6 +223,11 @@ pub async fn image_labels(
                 .with_hint("build it with `imgctl build`, or check the tag with `docker images`")
                 .into(),
         ),
+        Err(e) if e.to_string().contains("invalid reference format") => Err(CliError::usage(
+            format!("`{image}` is not a valid image reference"),
+        )
+        .with_hint("an image is NAME[:TAG] or NAME@sha256:DIGEST, in lower case, e.g. imgctl/pytorch:2.7.0-cu124")
+        .into()),
         Err(e) => Err(anyhow::anyhow!("inspecting image {image}: {e}")),
     }
 }

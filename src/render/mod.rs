@@ -331,6 +331,9 @@ struct Ctx {
     python: String,
     torch: TorchCtx,
     check_pins: String,
+    /// JSON for `IMGCTL_VERIFY_PINS` in the image: the versions `imgctl verify`
+    /// holds the loaded torch and CUDA libraries to inside it.
+    verify_pins: String,
     pip: Vec<String>,
     pip_index_url: String,
     apt: Vec<String>,
@@ -513,6 +516,14 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         "python -c \"import importlib.metadata as m, torch; got = (torch.__version__.split('+')[0], torch.version.cuda, m.version('{runtime_dist}'), m.version('{}'), m.version('{}')); want = ('{}', '{}', '{}', '{}', '{}'); print('torch, CUDA, runtime, cuDNN, NCCL:', got); assert got == want, 'installed pins differ from the compatibility table: %s != %s' % (got, want)\"",
         wheel.cudnn_dist, wheel.nccl_dist, wheel.torch, wheel.cuda, wheel.cuda_runtime, wheel.cudnn, wheel.nccl
     );
+    let verify_pins = serde_json::json!({
+        "torch": wheel.torch,
+        "cudart": wheel.cuda_runtime,
+        "cudnn": wheel.cudnn,
+        "nccl": wheel.nccl,
+        "source": format!("image spec {} (IMGCTL_VERIFY_PINS)", spec.name),
+    })
+    .to_string();
     let ctx = Ctx {
         profile: spec.name.clone(),
         description: s.description.clone(),
@@ -542,6 +553,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             source: wheel.source.to_string(),
         },
         check_pins,
+        verify_pins,
         pip: s.pip.iter().map(|p| p.requirement()).collect(),
         pip_index_url: opts.pip_index_url.clone().unwrap_or_default(),
         apt,

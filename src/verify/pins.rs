@@ -1,9 +1,11 @@
 //! The versions verify expects: torch and the CUDA libraries its wheel bundles.
 //!
 //! Sources, first found wins: the `IMGCTL_VERIFY_PINS` environment variable
-//! (JSON; `verify --image` sets it from the image's labels), then the
-//! `Requires-Dist` pins in the METADATA of the torch wheel that is actually
-//! loaded, then [`Pins::torch_2_7_0_cu126`] (the project's default pin). This
+//! (JSON; images built by imgctl set it to their spec's pins, and
+//! `verify --image` sets it from the image's labels), with the gaps it leaves
+//! filled from the `Requires-Dist` pins in the METADATA of the torch wheel
+//! that is actually loaded; then that METADATA alone; then
+//! [`Pins::torch_2_7_0_cu126`] (the project's default pin). This
 //! module only reads files and the environment; it runs no checks.
 use std::path::Path;
 
@@ -105,6 +107,15 @@ impl Pins {
         })
     }
 
+    /// Whether any library is left unpinned.
+    fn missing_any(&self) -> bool {
+        self.torch.is_none()
+            || self.cudart.is_none()
+            || self.cublas.is_none()
+            || self.cudnn.is_none()
+            || self.nccl.is_none()
+    }
+
     /// Fills the pins still missing from `other` (keeps this one's source).
     fn fill_from(&mut self, other: Pins) {
         self.torch = self.torch.take().or(other.torch);
@@ -148,7 +159,16 @@ impl Pins {
     pub fn resolve(torch_dir: Option<&Path>) -> Result<Self, String> {
         if let Ok(text) = std::env::var(crate::env_vars::IMGCTL_VERIFY_PINS) {
             if !text.trim().is_empty() {
-                return Self::from_json(&text);
+                // The image's (or the user's) pins win; the loaded wheel's
+                // METADATA fills the libraries they leave out (cuBLAS).
+                let mut pins = Self::from_json(&text)?;
+                if let Some(meta) = torch_dir.and_then(Self::from_torch_dir) {
+                    if pins.missing_any() {
+                        pins.source = format!("{}, gaps from {}", pins.source, meta.source);
+                        pins.fill_from(meta);
+                    }
+                }
+                return Ok(pins);
             }
         }
         if let Some(p) = torch_dir.and_then(Self::from_torch_dir) {

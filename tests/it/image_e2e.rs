@@ -342,6 +342,30 @@ fn real_image_end_to_end() {
     assert_eq!(verdict("torch.version"), "pass", "{stderr}");
     assert_eq!(verdict("torch.cudnn_loaded"), "pass", "{stderr}");
     assert_eq!(verdict("nvml.driver"), "skip", "{stderr}");
+    // Run inside without --image, verify holds torch to the pins the image
+    // carries (its spec's), not to the METADATA of whatever torch is loaded.
+    let inside = docker_ok(&[
+        "run",
+        "--rm",
+        &image,
+        "imgctl",
+        "verify",
+        "--expect-gpus",
+        "0",
+        "--json",
+        "--only",
+        "torch.version",
+    ]);
+    let inside: serde_json::Value =
+        serde_json::from_str(&inside[inside.find('{').unwrap_or(0)..]).expect("verify --json");
+    let torch = &inside["results"][0];
+    assert_eq!(torch["status"], "pass", "{inside}");
+    assert!(
+        torch["threshold"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("= 2.7.0 (image spec ")),
+        "{inside}"
+    );
     let left = docker_ok(&["ps", "-a", "-q", "--filter", &format!("ancestor={image}")]);
     assert!(
         left.trim().is_empty(),

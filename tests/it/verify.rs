@@ -195,6 +195,7 @@ fn pin_mismatch_from_the_environment_fails() {
             "--only",
             "torch.version",
             "torch.cudnn_loaded",
+            "torch.cublas_loaded",
         ])
         .env("NO_COLOR", "1")
         .env(
@@ -212,6 +213,14 @@ fn pin_mismatch_from_the_environment_fails() {
     assert!(
         cudnn["threshold"].as_str().unwrap().contains("9.1.0.70"),
         "{cudnn}"
+    );
+    // cuBLAS, which the pins leave out, is held to the loaded wheel's METADATA.
+    let cublas = &results(&report, "torch.cublas_loaded")[0];
+    assert_eq!(cublas["status"], "pass", "{cublas}");
+    assert!(
+        cublas["threshold"].as_str().unwrap().contains("12.6.4.1")
+            && cublas["threshold"].as_str().unwrap().contains("gaps from"),
+        "{cublas}"
     );
     assert!(stderr.contains("verify FAILED"), "{stderr}");
 }
@@ -255,6 +264,31 @@ fn usage_errors_exit_2() {
         imgctl(&["verify", "--level", "slow"]).status.code(),
         Some(2)
     );
+
+    // A selection that leaves nothing to run cannot pass on nothing.
+    for (args, line) in [
+        (
+            &["verify", "--expect-gpus", "0", "--only", "host.gpu_uuids"][..],
+            "error: --only host.gpu_uuids selects host-side checks, which run only with --image",
+        ),
+        (
+            &["verify", "--only", "torch.version", "--skip", "torch"][..],
+            "error: --only / --skip leave no check to run",
+        ),
+        (
+            &["verify", "--gpus", "2"][..],
+            "error: the following required arguments were not provided",
+        ),
+        (
+            &["verify", "--image", "Not A Tag!!", "--expect-gpus", "0"][..],
+            "error: `Not A Tag!!` is not a valid image reference",
+        ),
+    ] {
+        let out = imgctl(args);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(line), "{args:?}: {stderr}");
+    }
 }
 
 #[test]
@@ -583,6 +617,52 @@ fn verify_image_ctrl_c_or_sigterm_removes_the_container() {
             "container left behind after {name}"
         );
     }
+}
+
+#[test]
+fn verify_image_does_not_trust_a_report_that_contradicts_itself() {
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    // An "imgctl" in the image that claims failures but lists no results, and
+    // exits 1: before, the host merged the empty list and passed.
+    let dir = tempfile::tempdir().unwrap();
+    let forger = dir.path().join("imgctl");
+    std::fs::write(
+        &forger,
+        "#!/bin/sh\necho '{\"schema_version\":1,\"imgctl_version\":\"0.0.0\",\"context\":\"container\",\"level\":\"quick\",\"expect_gpus\":\"0\",\"results\":[],\"summary\":{\"pass\":0,\"warn\":0,\"fail\":5,\"skip\":0,\"error\":0},\"passed\":false}'\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&forger, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(imgctl_bin())
+        .args([
+            "verify",
+            "--image",
+            BASE,
+            "--expect-gpus",
+            "0",
+            "--json",
+            "--mount",
+        ])
+        .arg(format!("{}:/usr/local/bin/imgctl:ro", forger.display()))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let report = json_of(&stdout);
+    let c = &results(&report, "host.container")[0];
+    assert_eq!(c["status"], "error", "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("reported no results"),
+        "{c}"
+    );
+    assert!(rt
+        .block_on(containers_mounting(&docker, &forger))
+        .is_empty());
 }
 
 #[test]
