@@ -103,6 +103,13 @@ pub const BF16_REL_ERR: f64 = 1e-2;
 /// gives ~1e-6; TF32 would give ~1e-3. 1e-4 sits between.
 pub const FP32_REL_ERR: f64 = 1e-4;
 
+/// The worst single element's error, relative to the RMS element of the
+/// product, may be this many times the Frobenius limit. An element of
+/// magnitude k·RMS carries k times the typical rounding error, and among the
+/// 2^20 Gaussian-like elements of a 1024² product the largest is about 5·RMS;
+/// a corrupt element (a flipped exponent or sign bit) is off by O(1) or more.
+pub const ELEMENT_ERR_FACTOR: f64 = 5.0;
+
 /// Relative error allowed for an fp32 matmul when libtorch runs it on TF32
 /// tensor cores (`TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`): TF32 keeps 10 of
 /// fp32's 23 mantissa bits, so each input rounds by up to 2^-11 ≈ 4.9e-4;
@@ -250,10 +257,12 @@ pub mod imp {
     /// H200) may not cover. Bounded in time, so the total stays small.
     const WARMUP: Duration = Duration::from_millis(300);
 
-    /// Relative Frobenius error of `kind` matmul on `device` against float64 on
-    /// the CPU, for n×n inputs rounded to `kind` first (so only the product's
-    /// error is measured).
-    pub fn matmul_rel_error(device: Device, kind: Kind, n: i64) -> Result<f64, TchError> {
+    /// Errors of `kind` matmul on `device` against float64 on the CPU, for
+    /// n×n inputs rounded to `kind` first (so only the product's error is
+    /// measured): the relative Frobenius error, and the worst single element's
+    /// error relative to the reference's RMS element. One corrupt element
+    /// barely moves the first (1/n of it) but dominates the second.
+    pub fn matmul_rel_error(device: Device, kind: Kind, n: i64) -> Result<(f64, f64), TchError> {
         tch::manual_seed(1234);
         let a = Tensor::f_randn([n, n], (Kind::Float, Device::Cpu))?.f_to_kind(kind)?;
         let b = Tensor::f_randn([n, n], (Kind::Float, Device::Cpu))?.f_to_kind(kind)?;
@@ -265,9 +274,19 @@ pub mod imp {
             .f_matmul(&b.f_to_device(device)?)?
             .f_to_device(Device::Cpu)?
             .f_to_kind(Kind::Double)?;
-        let err = (&c - &reference).f_norm()?.f_double_value(&[])?;
+        product_errors(&c, &reference)
+    }
+
+    /// (relative Frobenius error, worst element's error / RMS element) of a
+    /// float64 product `c` against `reference`.
+    pub fn product_errors(c: &Tensor, reference: &Tensor) -> Result<(f64, f64), TchError> {
+        let diff = c.f_sub(reference)?;
+        let err = diff.f_norm()?.f_double_value(&[])?;
         let norm = reference.f_norm()?.f_double_value(&[])?;
-        Ok(err / norm)
+        let worst = diff.f_abs()?.f_max()?.f_double_value(&[])?;
+        // RMS element = ‖C‖_F / √(number of elements).
+        let rms = norm / (reference.numel() as f64).sqrt();
+        Ok((err / norm, worst / rms))
     }
 
     /// Achieved TFLOP/s of an n×n×n matmul (2n³ flops each), timed over
@@ -321,7 +340,7 @@ pub mod imp {
             _ => (FP32_REL_ERR, "fp32"),
         };
         // 1024: the float64 CPU reference costs 2 GFLOP, well under a second.
-        let err = match matmul_rel_error(device, kind, 1024) {
+        let (err, worst) = match matmul_rel_error(device, kind, 1024) {
             Ok(e) => e,
             Err(e) => {
                 return vec![CheckResult::error(
@@ -330,10 +349,11 @@ pub mod imp {
                 )]
             }
         };
-        if err.is_nan() || err > limit {
-            return vec![CheckResult::fail(id, format!("{label} matmul is wrong: relative error {err:.2e}"))
-                .measured(format!("rel. error {err:.2e}"))
-                .threshold(format!("≤ {limit:.0e} rel. error"))
+        let worst_limit = ELEMENT_ERR_FACTOR * limit;
+        if err.is_nan() || err > limit || worst.is_nan() || worst > worst_limit {
+            return vec![CheckResult::fail(id, format!("{label} matmul is wrong: relative error {err:.2e}, worst element {worst:.2e} of the RMS element"))
+                .measured(format!("rel. error {err:.2e}, worst element {worst:.2e}"))
+                .threshold(format!("≤ {limit:.0e} rel. error, ≤ {worst_limit:.0e} per element"))
                 .hint("a GPU computing wrong results must be drained; check nvml.ecc and dmesg for Xid 13/31/43")];
         }
         // 8192³ is 1.1 TFLOP: ~1.4 ms in bf16 on an H200 (~790 TFLOP/s
@@ -373,7 +393,7 @@ pub mod imp {
             floor,
         );
         r.measured = Some(format!(
-            "{tflops:.1} TFLOP/s, rel. error {err:.1e} (≤ {limit:.0e})"
+            "{tflops:.1} TFLOP/s, rel. error {err:.1e} (≤ {limit:.0e}), worst element {worst:.1e} (≤ {worst_limit:.0e})"
         ));
         vec![r]
     }
@@ -721,20 +741,46 @@ pub mod imp {
 
 #[cfg(all(test, feature = "torch"))]
 mod tests {
-    use super::imp::{matmul_rel_error, matmul_tflops, nccl};
+    use super::imp::{matmul_rel_error, matmul_tflops, nccl, product_errors};
     use super::*;
-    use tch::{Device, Kind};
+    use tch::{Device, Kind, Tensor};
 
     #[test]
     fn matmul_reference_errors_on_cpu_are_within_the_stated_thresholds() {
         // The same code path the GPU check runs, on the CPU device.
-        let bf16 = matmul_rel_error(Device::Cpu, Kind::BFloat16, 256).unwrap();
+        let (bf16, bf16_worst) = matmul_rel_error(Device::Cpu, Kind::BFloat16, 256).unwrap();
         assert!(bf16 > 0.0 && bf16 <= BF16_REL_ERR, "bf16 rel. error {bf16}");
-        let fp32 = matmul_rel_error(Device::Cpu, Kind::Float, 256).unwrap();
+        assert!(
+            bf16_worst <= ELEMENT_ERR_FACTOR * BF16_REL_ERR,
+            "bf16 worst element {bf16_worst}"
+        );
+        let (fp32, fp32_worst) = matmul_rel_error(Device::Cpu, Kind::Float, 256).unwrap();
         assert!(fp32 <= FP32_REL_ERR, "fp32 rel. error {fp32}");
+        assert!(
+            fp32_worst <= ELEMENT_ERR_FACTOR * FP32_REL_ERR,
+            "fp32 worst element {fp32_worst}"
+        );
         // bf16 really is coarser than fp32: the check can tell them apart.
         assert!(bf16 > 100.0 * fp32, "bf16 {bf16} vs fp32 {fp32}");
         assert!(matmul_tflops(Device::Cpu, Kind::Float, 128, 2).unwrap() > 0.0);
+    }
+
+    #[test]
+    fn one_corrupt_element_is_caught_by_the_element_bound_alone() {
+        tch::manual_seed(7);
+        let reference = Tensor::randn([1024, 1024], (Kind::Double, Device::Cpu));
+        let c = reference.copy();
+        // A sign flip of one typical element.
+        let _ = c
+            .get(3)
+            .get(5)
+            .fill_(-reference.double_value(&[3, 5]) - 1.0);
+        let (err, worst) = product_errors(&c, &reference).unwrap();
+        assert!(
+            err < FP32_REL_ERR * 100.0,
+            "Frobenius error {err} sees little"
+        );
+        assert!(worst > ELEMENT_ERR_FACTOR * BF16_REL_ERR, "worst {worst}");
     }
 
     #[test]

@@ -521,7 +521,7 @@ pub struct FakeGpu {
     /// Temperature °C.
     pub temperature: u32,
     /// Slowdown threshold °C.
-    pub slowdown: u32,
+    pub slowdown: NvmlResult<u32>,
     /// Power draw mW.
     pub power_mw: u32,
     /// Enforced limit mW.
@@ -560,7 +560,7 @@ impl FakeGpu {
             retired: Err(NvmlErr::NotSupported("NVML_ERROR_NOT_SUPPORTED".into())),
             remapped: Ok(RemappedRows::default()),
             temperature: 34,
-            slowdown: 87,
+            slowdown: Ok(87),
             power_mw: 75_000,
             power_limit_mw: 700_000,
             power_limit_default_mw: 700_000,
@@ -679,7 +679,7 @@ impl NvmlBackend for FakeNvml {
         Ok(self.gpu(gpu, "temperature")?.temperature)
     }
     fn temperature_slowdown(&self, gpu: u32) -> NvmlResult<u32> {
-        Ok(self.gpu(gpu, "temperature_slowdown")?.slowdown)
+        self.gpu(gpu, "temperature_slowdown")?.slowdown.clone()
     }
     fn power_usage_mw(&self, gpu: u32) -> NvmlResult<u32> {
         Ok(self.gpu(gpu, "power_usage_mw")?.power_mw)
@@ -1060,7 +1060,20 @@ fn check_temperature(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
     let nvml = nvml_or_return!(ctx, ID);
     let g = gpu.unwrap_or(0);
     let t = tri!(nvml.temperature(g), ID, "temperature");
-    let slow = tri!(nvml.temperature_slowdown(g), ID, "slowdown threshold");
+    let slow = match nvml.temperature_slowdown(g) {
+        Ok(s) => s,
+        // Some boards do not report the threshold: the temperature itself is
+        // still worth showing, with no verdict on it.
+        Err(NvmlErr::NotSupported(why)) => {
+            return vec![CheckResult::skip(
+                ID,
+                format!("{t} °C; the slowdown threshold is not reported here ({why})"),
+            )
+            .measured(format!("{t} °C"))
+            .value(t as f64, "°C")]
+        }
+        Err(e) => return vec![from_err(ID, "slowdown threshold", &e)],
+    };
     // 10 °C of headroom: an idle GPU this close to slowdown will throttle under load.
     const MARGIN_C: u32 = 10;
     let r = if t >= slow {
@@ -1184,14 +1197,27 @@ fn check_nvlink(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
         .filter(|(_, a)| !**a)
         .map(|(i, _)| i.to_string())
         .collect();
-    let r = if active == 0 {
+    // With no peer GPU visible, inactive links have nothing to connect to;
+    // with peers, every link down is an SXM fabric fault (or a PCIe card
+    // without NVLink bridges): say so rather than skip it.
+    let peers = nvml.device_count().map_or(0, |n| n.saturating_sub(1));
+    let r = if active == 0 && peers == 0 {
         CheckResult::skip(
             ID,
             format!(
-                "{} NVLink link(s), none active (no NVLink peers, e.g. a PCIe card)",
+                "{} NVLink link(s), none active, and no peer GPU visible to link to",
                 states.len()
             ),
         )
+    } else if active == 0 {
+        CheckResult::warn(
+            ID,
+            format!(
+                "all {} NVLink links are down although {peers} peer GPU(s) are visible",
+                states.len()
+            ),
+        )
+        .hint("on SXM/HGX boards this is a fabric fault (check `nvidia-smi nvlink -s`, the fabric manager and dmesg); on PCIe cards without NVLink bridges it is expected")
     } else if !down.is_empty() {
         CheckResult::warn(ID, format!("link(s) {} down while {active} are up", down.join(",")))
             .hint("a down NVLink halves or worse P2P bandwidth; check `nvidia-smi nvlink -s` and the fabric manager")

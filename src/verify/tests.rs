@@ -352,6 +352,37 @@ fn hot_gpu_power_cap_processes_mig_nvlink_topology() {
 }
 
 #[test]
+fn all_nvlinks_down_warns_when_there_are_peers() {
+    let mut f = FakeNvml::healthy(2);
+    f.gpus[0].nvlink = Ok(vec![false; 18]);
+    let r = run_fake(f, ExpectGpus::Any, &["nvml.nvlink"]);
+    let l = find(&r, "nvml.nvlink", Some(0));
+    assert_eq!(l.status, Status::Warn, "{l:?}");
+    assert!(l
+        .message
+        .contains("all 18 NVLink links are down although 1 peer"));
+    assert_eq!(find(&r, "nvml.nvlink", Some(1)).status, Status::Pass);
+    // One GPU alone: its links have nothing to connect to.
+    let mut f = FakeNvml::healthy(1);
+    f.gpus[0].nvlink = Ok(vec![false; 18]);
+    let r = run_fake(f, ExpectGpus::Any, &["nvml.nvlink"]);
+    assert_eq!(find(&r, "nvml.nvlink", Some(0)).status, Status::Skip);
+}
+
+#[test]
+fn temperature_without_a_slowdown_threshold_is_still_shown() {
+    let mut f = FakeNvml::healthy(1);
+    f.gpus[0].slowdown = Err(NvmlErr::NotSupported("NVML_ERROR_NOT_SUPPORTED".into()));
+    let r = run_fake(f, ExpectGpus::Any, &["nvml.temperature"]);
+    let t = find(&r, "nvml.temperature", Some(0));
+    assert_eq!(t.status, Status::Skip);
+    assert_eq!(t.measured.as_deref(), Some("34 °C"));
+    assert!(t
+        .message
+        .starts_with("34 °C; the slowdown threshold is not reported"));
+}
+
+#[test]
 fn median_rule_warns_a_slow_gpu_above_the_floor() {
     let mk = |g: u32, v: f64| {
         CheckResult::pass("func.matmul_bf16", "ok")
