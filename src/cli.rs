@@ -198,6 +198,9 @@ pub struct VerifyArgs {
     /// Per-check deadline in seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     pub check_timeout: f64,
+    /// List every check (id, level, scope, what it checks) and exit.
+    #[arg(long)]
+    pub list_checks: bool,
     /// With --image: extra bind mounts for the container (SRC:DST[:ro]); repeatable.
     #[arg(long = "mount", value_name = "SRC:DST[:ro]", requires = "image")]
     pub mounts: Vec<String>,

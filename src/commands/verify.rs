@@ -30,7 +30,7 @@ pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
         return Err(
             CliError::usage(format!("unknown check id(s): {}", unknown.join(", ")))
                 .with_hint(format!(
-                    "valid ids (or their prefixes such as `nvml`): {}",
+                    "valid ids (or their prefixes such as `nvml`; `imgctl verify --list-checks` describes them): {}",
                     verify::all_ids().join(", ")
                 ))
                 .into(),
@@ -93,6 +93,16 @@ fn check_selection(opts: &Options, with_image: bool) -> anyhow::Result<()> {
 
 /// Runs `imgctl verify`.
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
+    if args.list_checks {
+        let p = printer();
+        let rows = verify::report::check_list();
+        if args.json {
+            p.json(&rows)?;
+        } else {
+            p.data(verify::report::check_list_table(&rows, p.color, p.interactive).trim_end());
+        }
+        return Ok(ExitStatus::Success);
+    }
     let opts = options(&args)?;
     if let Some(image) = &args.image {
         let gpus = GpuRequest::parse(&args.gpus)

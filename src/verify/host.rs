@@ -15,6 +15,13 @@ use crate::docker::run::{GpuRequest, GpuRequestRejected, RunRequest};
 /// Ids of the host-side checks.
 pub const IDS: [&str; 3] = ["host.container", "host.gpu_uuids", "host.driver_image_cuda"];
 
+/// What each host-side check looks at, in [`IDS`] order.
+pub const DESCRIPTIONS: [&str; 3] = [
+    "the image's imgctl ran in a container with the GPUs and gave a consistent report",
+    "the GPUs the container sees are exactly those requested (UUIDs)",
+    "the host driver runs the image's CUDA runtime (natively or by minor-version compatibility)",
+];
+
 /// Image labels `imgctl build` writes (mirrors `render::labels`).
 pub mod label {
     /// torch version.

@@ -7,6 +7,71 @@ use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 
 use super::{CheckResult, Report, Status};
 
+/// One row of `verify --list-checks`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckInfo {
+    /// Stable id.
+    pub id: &'static str,
+    /// `quick` or `full`.
+    pub level: &'static str,
+    /// `node`, `gpu` or `host` (with --image only).
+    pub scope: &'static str,
+    /// What it checks.
+    pub description: &'static str,
+}
+
+/// Every check, in run order, host-side checks last.
+pub fn check_list() -> Vec<CheckInfo> {
+    let mut rows: Vec<CheckInfo> = super::registry()
+        .iter()
+        .map(|c| CheckInfo {
+            id: c.id(),
+            level: match c.level() {
+                super::Level::Quick => "quick",
+                super::Level::Full => "full",
+            },
+            scope: match c.scope() {
+                super::Scope::Node => "node",
+                super::Scope::PerGpu => "gpu",
+            },
+            description: c.description(),
+        })
+        .collect();
+    rows.extend(
+        super::host::IDS
+            .iter()
+            .zip(super::host::DESCRIPTIONS)
+            .map(|(id, description)| CheckInfo {
+                id,
+                level: "quick",
+                scope: "host",
+                description,
+            }),
+    );
+    rows
+}
+
+/// The check list as a table.
+pub fn check_list_table(rows: &[CheckInfo], color: bool, wrap: bool) -> String {
+    let mut t = Table::new();
+    t.load_preset(if color {
+        presets::UTF8_FULL_CONDENSED
+    } else {
+        presets::ASCII_FULL_CONDENSED
+    });
+    if wrap {
+        t.set_content_arrangement(ContentArrangement::Dynamic);
+    }
+    t.set_header(vec!["check", "level", "on", "what it checks"]);
+    for r in rows {
+        t.add_row(vec![r.id, r.level, r.scope, r.description]);
+    }
+    format!(
+        "{t}
+"
+    )
+}
+
 /// The results as a table. `color` adds ANSI colour to the status column
 /// (the label stays, so it reads the same without colour); `wrap` fits the
 /// table to the terminal's width.

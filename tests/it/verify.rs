@@ -226,6 +226,25 @@ fn pin_mismatch_from_the_environment_fails() {
 }
 
 #[test]
+fn list_checks_names_every_check_with_its_level() {
+    let out = imgctl(&["verify", "--list-checks", "--json"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, imgctl::verify::all_ids());
+    let level = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap()["level"].clone();
+    assert_eq!(level("nvml.ecc"), "quick");
+    assert_eq!(level("func.nccl_allreduce"), "full");
+    assert!(rows
+        .iter()
+        .all(|r| !r["description"].as_str().unwrap().is_empty()));
+    let out = imgctl(&["verify", "--list-checks"]);
+    let (stdout, _) = texts(&out);
+    assert!(stdout.contains("host.gpu_uuids") && stdout.contains("what it checks"));
+}
+
+#[test]
 fn usage_errors_exit_2() {
     let out = imgctl(&["verify", "--expect-gpus", "two"]);
     let (_, stderr) = texts(&out);
