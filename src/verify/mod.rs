@@ -99,6 +99,15 @@ pub struct Context {
     pub level: Level,
     /// Expected versions of torch and its CUDA libraries.
     pub pins: Pins,
+    /// Whether verify runs inside a container (see [`in_container`]).
+    pub in_container: bool,
+}
+
+/// Whether this process runs inside a container: the runtimes create these
+/// files (Docker `/.dockerenv`, Podman `/run/.containerenv`).
+pub fn in_container() -> bool {
+    std::path::Path::new("/.dockerenv").exists()
+        || std::path::Path::new("/run/.containerenv").exists()
 }
 
 impl Context {
@@ -472,21 +481,21 @@ impl Report {
 /// Runs verify on this machine with the given NVML state (the real one from
 /// [`load_real_nvml`], or a fake in tests).
 pub fn run_local(nvml: NvmlState, opts: &Options, pins: Pins) -> Report {
+    run_local_in(nvml, opts, pins, in_container())
+}
+
+/// [`run_local`], told whether it runs inside a container (tests drive both).
+pub fn run_local_in(nvml: NvmlState, opts: &Options, pins: Pins, in_container: bool) -> Report {
     let ctx = Arc::new(Context {
         nvml,
         expect: opts.expect,
         level: opts.level,
         pins,
+        in_container,
     });
     let results = run_checks(ctx, opts);
-    // The container runtimes create these files; `verify --image` shows "container".
-    let context = if std::path::Path::new("/.dockerenv").exists()
-        || std::path::Path::new("/run/.containerenv").exists()
-    {
-        "container"
-    } else {
-        "host"
-    };
+    // `verify --image` shows "container".
+    let context = if in_container { "container" } else { "host" };
     Report::new(context, None, opts.level, opts.expect, results)
 }
 

@@ -1283,6 +1283,16 @@ fn check_processes(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
     let me = std::process::id();
     let procs = tri!(nvml.processes(gpu.unwrap_or(0)), ID, "processes");
     let others: Vec<&GpuProcess> = procs.iter().filter(|p| p.pid != me).collect();
+    if others.is_empty() && ctx.in_container {
+        // The driver lists only the processes of the caller's PID namespace:
+        // other containers' jobs on this GPU are invisible from here.
+        return vec![CheckResult::skip(
+            ID,
+            "no other process visible, but inside a container NVML lists only this container's processes",
+        )
+        .measured("0 processes visible")
+        .hint("run `imgctl verify` on the host (or `imgctl verify --image` from it) to see every process")];
+    }
     if others.is_empty() {
         return vec![CheckResult::pass(ID, "no other process holds this GPU")
             .measured("0 processes")

@@ -15,10 +15,11 @@ fn opts(expect: ExpectGpus, only: &[&str]) -> Options {
 }
 
 fn run_fake(fake: FakeNvml, expect: ExpectGpus, only: &[&str]) -> Report {
-    run_local(
+    run_local_in(
         NvmlState::Ready(nvml::fake(fake)),
         &opts(expect, only),
         Pins::torch_2_7_0_cu126(),
+        false,
     )
 }
 
@@ -349,6 +350,26 @@ fn hot_gpu_power_cap_processes_mig_nvlink_topology() {
     assert_eq!(l.status, Status::Warn);
     assert!(l.message.contains("link(s) 2 down"));
     assert_eq!(find(&r, "nvml.topology", None).status, Status::Warn);
+}
+
+#[test]
+fn inside_a_container_no_visible_process_is_not_a_pass() {
+    let run = |in_container| {
+        run_local_in(
+            NvmlState::Ready(nvml::fake(FakeNvml::healthy(1))),
+            &opts(ExpectGpus::Any, &["nvml.processes"]),
+            Pins::default(),
+            in_container,
+        )
+    };
+    let host = run(false);
+    assert_eq!(host.context, "host");
+    assert_eq!(find(&host, "nvml.processes", Some(0)).status, Status::Pass);
+    let inside = run(true);
+    assert_eq!(inside.context, "container");
+    let p = find(&inside, "nvml.processes", Some(0));
+    assert_eq!(p.status, Status::Skip);
+    assert!(p.message.contains("only this container's processes"));
 }
 
 #[test]
