@@ -119,6 +119,8 @@ type BroadcastFn = unsafe extern "C" fn(
 type GroupFn = unsafe extern "C" fn() -> NcclResult;
 /// `ncclResult_t ncclCommDestroy(ncclComm_t comm)` and `ncclCommAbort(ncclComm_t comm)`.
 type CommFn = unsafe extern "C" fn(RawComm) -> NcclResult;
+/// `ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError)`.
+type CommGetAsyncErrorFn = unsafe extern "C" fn(RawComm, *mut NcclResult) -> NcclResult;
 /// `const char* ncclGetErrorString(ncclResult_t result)`.
 type ErrorStringFn = unsafe extern "C" fn(NcclResult) -> *const c_char;
 
@@ -160,6 +162,7 @@ entry_points! {
     group_end: GroupFn = "ncclGroupEnd",
     comm_destroy: CommFn = "ncclCommDestroy",
     comm_abort: CommFn = "ncclCommAbort",
+    comm_get_async_error: CommGetAsyncErrorFn = "ncclCommGetAsyncError",
     error_string: ErrorStringFn = "ncclGetErrorString",
 }
 
@@ -473,10 +476,54 @@ impl Communicator {
         self.checked("ncclBroadcast", r)
     }
 
+    /// A probe of the communicator's asynchronous error
+    /// (`ncclCommGetAsyncError`), callable from another thread: `Some(text)`
+    /// once NCCL has found the communicator broken (a peer gone, a network
+    /// error). The probe must be dropped before the communicator.
+    pub fn async_error_probe(&self) -> AsyncErrorProbe {
+        AsyncErrorProbe {
+            lib: self.lib.clone(),
+            raw: self.raw,
+        }
+    }
+
     /// Tears the communicator down with `ncclCommAbort` (which does not wait
     /// for pending work) instead of `ncclCommDestroy`.
     pub fn abort(self) {
         self.failed.set(true);
+    }
+}
+
+/// See [`Communicator::async_error_probe`].
+pub struct AsyncErrorProbe {
+    lib: Arc<NcclLibrary>,
+    raw: RawComm,
+}
+
+// SAFETY: NCCL documents ncclCommGetAsyncError as callable from another
+// thread while the communicator is in use (that is its purpose); the owner
+// keeps the communicator alive longer than the probe.
+unsafe impl Send for AsyncErrorProbe {}
+
+/// `ncclInProgress` (nccl.h, NCCL ≥ 2.14): a non-blocking operation still
+/// running, not an error.
+const IN_PROGRESS: NcclResult = 7;
+
+impl AsyncErrorProbe {
+    /// NCCL's text for the communicator's asynchronous error, if it has one.
+    pub fn check(&self) -> Option<String> {
+        let mut err: NcclResult = 0;
+        // SAFETY: `ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
+        // ncclResult_t* asyncError)` on a live communicator writes one code.
+        let r = unsafe { (self.lib.api.comm_get_async_error)(self.raw, &mut err) };
+        if r != 0 {
+            return Some(format!(
+                "ncclCommGetAsyncError failed: NCCL error {r}: {}",
+                self.lib.error_string(r)
+            ));
+        }
+        (err != 0 && err != IN_PROGRESS)
+            .then(|| format!("NCCL error {err}: {}", self.lib.error_string(err)))
     }
 }
 

@@ -69,6 +69,12 @@ type EventCreateWithFlagsFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> 
 type EventRecordFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 /// `cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)`.
 type StreamWaitEventFn = unsafe extern "C" fn(*mut c_void, *mut c_void, c_uint) -> c_int;
+/// `cudaError_t cudaEventQuery(cudaEvent_t event)`.
+type EventQueryFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `cudaErrorNotReady` (driver_types.h): what cudaEventQuery returns while
+/// the work before the event is still running; not an error.
+const ERROR_NOT_READY: c_int = 600;
 
 /// `cudaStreamNonBlocking` (driver_types.h): the stream does not synchronise
 /// with the legacy default stream, on which torch (through tch) computes.
@@ -85,6 +91,7 @@ struct StreamApi {
     event_destroy: DestroyFn,
     event_record: EventRecordFn,
     stream_wait_event: StreamWaitEventFn,
+    event_query: EventQueryFn,
 }
 
 /// Bytes reserved for `cudaDeviceProp`: sizeof is 1032 with CUDA 12.6's
@@ -189,6 +196,7 @@ impl CudaRuntime {
                     event_destroy: *lib.get(b"cudaEventDestroy").ok()?,
                     event_record: *lib.get(b"cudaEventRecord").ok()?,
                     stream_wait_event: *lib.get(b"cudaStreamWaitEvent").ok()?,
+                    event_query: *lib.get(b"cudaEventQuery").ok()?,
                 })
             })();
             Ok(Self {
@@ -281,6 +289,73 @@ impl CudaRuntime {
             anyhow::bail!("{call} failed with {}", self.describe(r));
         }
         Ok(())
+    }
+}
+
+/// An event recorded after the work queued so far on a stream: polled from
+/// any thread (the collective watchdog) to see whether that work is done.
+pub struct Marker {
+    rt: Arc<CudaRuntime>,
+    api: StreamApi,
+    event: *mut c_void,
+}
+
+// SAFETY: a CUDA event is a process-wide handle; querying it is thread-safe,
+// and the marker is queried and destroyed by one owner at a time.
+unsafe impl Send for Marker {}
+
+impl Marker {
+    /// Records a marker after the work queued so far on `stream` (of the
+    /// calling thread's current device; null: the legacy default stream).
+    ///
+    /// # Safety
+    /// `stream` must be null or a live stream of the current device.
+    pub unsafe fn record(rt: &Arc<CudaRuntime>, stream: *mut c_void) -> anyhow::Result<Self> {
+        let api = rt.streams.ok_or_else(|| {
+            anyhow::anyhow!(
+                "the CUDA runtime {} lacks the stream and event calls",
+                rt.path.display()
+            )
+        })?;
+        let mut m = Self {
+            rt: rt.clone(),
+            api,
+            event: std::ptr::null_mut(),
+        };
+        // SAFETY: the first call writes one handle (released by Drop); the
+        // second records it on `stream`, live as the caller promised.
+        unsafe {
+            m.rt.check(
+                "cudaEventCreateWithFlags",
+                (api.event_create)(&mut m.event, EVENT_DISABLE_TIMING),
+            )?;
+            m.rt.check("cudaEventRecord", (api.event_record)(m.event, stream))?;
+        }
+        Ok(m)
+    }
+}
+
+impl super::watchdog::Completion for Marker {
+    fn is_done(&self) -> anyhow::Result<bool> {
+        // SAFETY: a live event made in `record`.
+        match unsafe { (self.api.event_query)(self.event) } {
+            0 => Ok(true),
+            ERROR_NOT_READY => Ok(false),
+            code => {
+                self.rt.check("cudaEventQuery", code)?;
+                Ok(false)
+            }
+        }
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        if !self.event.is_null() {
+            // SAFETY: made in `record`; an event with pending work may be
+            // destroyed (its resources go once the work is done).
+            unsafe { (self.api.event_destroy)(self.event) };
+        }
     }
 }
 

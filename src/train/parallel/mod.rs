@@ -9,6 +9,8 @@
 //!
 //! - [`hooks`] and [`overlap`]: the all-reduce of each bucket starts as soon as
 //!   backward has finished its gradients, while backward goes on (DDP's overlap).
+//! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
+//!   peer) ends the rank after a timeout, instead of hanging it forever.
 //!
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
@@ -36,6 +38,7 @@ pub mod nccl;
 pub mod overlap;
 pub mod rendezvous;
 pub mod supervisor;
+pub mod watchdog;
 
 pub use buckets::DEFAULT_BUCKET_BYTES;
 pub use collective::{Backend, Collective, Solo};

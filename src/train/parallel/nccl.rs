@@ -11,7 +11,9 @@
 //! has no stream API), except the overlapped gradient all-reduce: it runs on
 //! a non-blocking stream of its own ([`super::cudart::CommStream`]), ordered
 //! after the backward kernels that wrote each bucket and before the optimizer
-//! by CUDA events, so backward keeps computing while NCCL reduces. A failed call leaves the communicator to be aborted,
+//! by CUDA events, so backward keeps computing while NCCL reduces. Every
+//! collective queued is followed by a [`super::watchdog::Watchdog`] (a CUDA event
+//! after it), which ends the rank when one never completes. A failed call leaves the communicator to be aborted,
 //! not destroyed, when the collective is dropped (see
 //! [`crate::nccl::Communicator`]). This module must not decide which backend a
 //! run uses.
@@ -22,7 +24,8 @@ use std::time::Duration;
 use tch::{Device, Tensor};
 
 use super::collective::{check_buffer, Backend, Collective, Elem};
-use super::cudart::{CommStream, CudaRuntime};
+use super::cudart::{CommStream, CudaRuntime, Marker};
+use super::watchdog::Watchdog;
 use crate::nccl::{
     Communicator, DataType, NcclLibrary, RedOp, AVG_MIN_VERSION, LEGACY_STREAM, UNIQUE_ID_BYTES,
 };
@@ -30,6 +33,10 @@ use crate::CliError;
 
 /// An NCCL communicator over one GPU per rank.
 pub struct NcclCollective {
+    /// Watches every collective queued (declared first: dropped, and its
+    /// thread stopped, before the communicator it probes).
+    watchdog: Watchdog,
+    rt: Arc<CudaRuntime>,
     comm: Communicator,
     rank: usize,
     world_size: usize,
@@ -103,8 +110,27 @@ impl NcclCollective {
                 .with_hint("check that every rank reached NCCL set-up; NCCL_DEBUG=INFO shows the transport"),
             )
         })?;
+        let comm = joined?;
+        let rt = Arc::new(CudaRuntime::locate()?);
+        let probe = comm.async_error_probe();
+        let watch_rt = rt.clone();
+        let watchdog = Watchdog::start(
+            super::cpu::COLLECTIVE_TIMEOUT,
+            super::watchdog::POLL,
+            Box::new(move || {
+                // Poll on the rank's own device: a thread's first CUDA call
+                // would otherwise create a context on GPU 0.
+                if let Some(i) = dev_index {
+                    let _ = watch_rt.set_device(i);
+                }
+            }),
+            Some(Box::new(move || probe.check())),
+            super::watchdog::exit_rank(rank, world_size),
+        )?;
         Ok(Self {
-            comm: joined?,
+            watchdog,
+            rt,
+            comm,
             rank,
             world_size,
             device,
@@ -151,8 +177,25 @@ impl NcclCollective {
         // is null or our CommStream, alive while `self` is.
         unsafe {
             self.comm
-                .all_reduce(stream, p, p, buf.numel(), Self::dtype(elem), op)
+                .all_reduce(stream, p, p, buf.numel(), Self::dtype(elem), op)?;
         }
+        self.watch("all-reduce", buf, elem, stream)
+    }
+
+    /// Has the watchdog follow the collective just queued on `stream`.
+    fn watch(
+        &self,
+        what: &str,
+        buf: &Tensor,
+        elem: Elem,
+        stream: *mut std::ffi::c_void,
+    ) -> anyhow::Result<()> {
+        let mb = (buf.numel() * elem.size()) as f64 / 1e6;
+        // SAFETY: `stream` is null or our CommStream, alive while `self` is.
+        let marker = unsafe { Marker::record(&self.rt, stream)? };
+        self.watchdog
+            .track(format!("NCCL {what} of {mb:.1} MB"), Box::new(marker));
+        Ok(())
     }
 }
 
@@ -183,7 +226,11 @@ impl Collective for NcclCollective {
         let elem = check_buffer(buf, Some(self.device))?;
         let p = buf.data_ptr();
         // SAFETY: as in `reduce`; root 0.
-        unsafe { self.comm.broadcast(p, p, buf.numel(), Self::dtype(elem), 0) }
+        unsafe {
+            self.comm
+                .broadcast(p, p, buf.numel(), Self::dtype(elem), 0)?
+        };
+        self.watch("broadcast", buf, elem, LEGACY_STREAM)
     }
     fn begin_async(&mut self) -> anyhow::Result<()> {
         let Device::Cuda(index) = self.device else {
