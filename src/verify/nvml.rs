@@ -426,10 +426,15 @@ impl NvmlBackend for RealNvml {
             .map_err(map_err)
     }
     fn throttle_reasons(&self, gpu: u32) -> NvmlResult<u64> {
-        self.dev(gpu)?
-            .current_throttle_reasons()
-            .map(|r| r.bits())
-            .map_err(map_err)
+        use nvml_wrapper::error::Bits;
+        use nvml_wrapper::error::NvmlError as E;
+        // The strict call hands back the raw mask when it holds bits newer
+        // than nvml-wrapper knows; the plain one would drop them silently.
+        match self.dev(gpu)?.current_throttle_reasons_strict() {
+            Ok(r) => Ok(r.bits()),
+            Err(E::IncorrectBits(Bits::U64(raw))) => Ok(raw),
+            Err(e) => Err(map_err(e)),
+        }
     }
     fn pcie_link(&self, gpu: u32) -> NvmlResult<PcieLink> {
         let dev = self.dev(gpu)?;
