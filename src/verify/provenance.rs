@@ -146,6 +146,44 @@ pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
     }
 }
 
+/// Why the CUDA runtime at `path` (already mapped) cannot use a GPU:
+/// `cudaGetDeviceCount`'s error with the runtime's own text, e.g. `CUDA error
+/// 35 (CUDA driver version is insufficient for CUDA runtime version)`; `None`
+/// when it counts devices fine.
+pub fn cuda_init_error(path: &Path) -> Option<String> {
+    // SAFETY: dlopen of the runtime already mapped in this process.
+    let lib = unsafe { libloading::Library::new(path) }.ok()?;
+    type CountFn = unsafe extern "C" fn(*mut i32) -> i32;
+    type TextFn = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
+    // SAFETY: cudaError_t cudaGetDeviceCount(int*) and const char*
+    // cudaGetErrorString(cudaError_t) (cuda_runtime_api.h).
+    let (count, text) = unsafe {
+        (
+            *lib.get::<CountFn>(b"cudaGetDeviceCount\0").ok()?,
+            lib.get::<TextFn>(b"cudaGetErrorString\0").ok().map(|f| *f),
+        )
+    };
+    let mut n = 0i32;
+    // SAFETY: one out-pointer.
+    let rc = unsafe { count(&mut n) };
+    if rc == 0 {
+        return None;
+    }
+    let described = text.and_then(|f| {
+        // SAFETY: a static NUL-terminated string for any code.
+        let p = unsafe { f(rc) };
+        (!p.is_null()).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    });
+    Some(match described {
+        Some(t) => format!("CUDA error {rc} ({t})"),
+        None => format!("CUDA error {rc}"),
+    })
+}
+
 /// cudnnGetVersion's encoding: 9.x is `major*10000 + minor*100 + patch`
 /// (cudnn_version.h, CUDNN_VERSION since 9.0); 8.x and older `major*1000 + minor*100 + patch`.
 pub fn decode_cudnn_version(v: usize) -> String {

@@ -387,9 +387,29 @@ mod imp {
                 "CUDA not available: no GPU here, none expected (--expect-gpus 0)",
             )
         } else {
-            CheckResult::fail(ID, "torch cannot use CUDA").hint(
-                "no GPU visible to this process: check the driver (nvml.driver), `docker run --gpus`, and CUDA_VISIBLE_DEVICES",
-            )
+            // The runtime's own reason is the answer users need: "driver
+            // version is insufficient" (an image newer than the host driver)
+            // reads very differently from "no CUDA-capable device".
+            let why = crate::procmaps::mapped_files()
+                .ok()
+                .and_then(|m| {
+                    provenance::find_mapped(LibKind::Cudart, &m)
+                        .into_iter()
+                        .next()
+                })
+                .and_then(|p| provenance::cuda_init_error(&p));
+            let no_driver = matches!(ctx.nvml, super::super::NvmlState::Unavailable(_));
+            match why {
+                Some(e) if no_driver => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
+                    "there is no NVIDIA driver here (see nvml.driver), which CUDA reports as error 35; install it, or start the container with the GPU (`docker run --gpus all`)",
+                ),
+                Some(e) => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
+                    "error 35 or 803: the host driver is too old for this CUDA runtime (see torch.driver_compat); 100: no GPU visible to this process (`docker run --gpus`, CUDA_VISIBLE_DEVICES)",
+                ),
+                None => CheckResult::fail(ID, "torch cannot use CUDA").hint(
+                    "no GPU visible to this process: check the driver (nvml.driver), `docker run --gpus`, and CUDA_VISIBLE_DEVICES",
+                ),
+            }
         };
         vec![r.measured(measured).threshold("available")]
     }

@@ -91,6 +91,23 @@ fn no_gpu_default_json_still_reports_the_failure() {
         results(&report, "nvml.driver")[0]["message"],
         "no NVIDIA driver: libnvidia-ml.so.1 not found"
     );
+    // torch's side names the CUDA runtime's own reason, from the libcudart
+    // libtorch loaded (CUDA reports a missing driver as error 35).
+    let out = imgctl(&["verify", "--json", "--only", "torch.cuda_available"]);
+    let report = json_of(&texts(&out).0);
+    let cuda = &results(&report, "torch.cuda_available")[0];
+    assert_eq!(cuda["status"], "fail");
+    assert_eq!(
+        cuda["message"],
+        "torch cannot use CUDA: CUDA error 35 (CUDA driver version is insufficient for CUDA runtime version)"
+    );
+    assert!(
+        cuda["hint"]
+            .as_str()
+            .unwrap()
+            .contains("no NVIDIA driver here"),
+        "{cuda}"
+    );
 }
 
 #[test]
