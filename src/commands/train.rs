@@ -220,10 +220,13 @@ mod imp {
         });
         config.validate()?;
         let device = parse_device(args.device.as_deref())?;
-        let precision = config.training.precision.unwrap_or(match device {
-            Device::Cpu => Precision::Fp32,
-            _ => Precision::Bf16,
-        });
+        let (precision, precision_note) = match (config.training.precision, device) {
+            (Some(p), _) => (p, None),
+            (None, Device::Cuda(i)) => {
+                trainer::default_precision(device, trainer::cuda_compute_capability(i))
+            }
+            (None, _) => trainer::default_precision(device, None),
+        };
         let data = resolve_data(
             args.data.as_deref(),
             state.as_ref().and_then(|s| s.data.as_ref()),
@@ -254,6 +257,7 @@ mod imp {
             resume,
             inject_nan_at: env_step(env_vars::IMGCTL_TEST_INJECT_NAN_AT_STEP)?,
             interrupt_after: env_step(env_vars::IMGCTL_TEST_INTERRUPT_AFTER_STEP)?,
+            precision_note,
         })
     }
 
@@ -364,6 +368,11 @@ mod imp {
         if primary && args.device.is_none() && opts.device == Device::Cpu {
             if let Some(line) = cpu_fallback_warning(&opts.config) {
                 printer().warn(line);
+            }
+        }
+        if primary {
+            if let Some(note) = &opts.precision_note {
+                printer().info(note);
             }
         }
         let summary = trainer::run(opts, sync)?;

@@ -901,6 +901,9 @@ pub struct RunOptions {
     pub inject_nan_at: Option<u64>,
     /// Test knob: behave as if Ctrl-C came right after this step.
     pub interrupt_after: Option<u64>,
+    /// Why the precision is not the device's usual default, when it is not
+    /// (printed once before training).
+    pub precision_note: Option<String>,
 }
 
 /// Data facts for the summary.
@@ -1009,6 +1012,58 @@ fn device_memory(device: Device) -> Option<DeviceMemory> {
 /// The folders a run writes under its output directory (TensorBoard events,
 /// checkpoints, sample grids).
 pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
+
+/// `cudaDevAttrComputeCapabilityMajor` and `…Minor` (enum cudaDeviceAttr,
+/// driver_types.h, the same in CUDA 11, 12 and 13).
+const CUDA_DEV_ATTR_CC_MAJOR: std::ffi::c_int = 75;
+const CUDA_DEV_ATTR_CC_MINOR: std::ffi::c_int = 76;
+
+/// The compute capability `(major, minor)` of CUDA device `index`, from
+/// `cudaDeviceGetAttribute` of the CUDA runtime libtorch mapped into this
+/// process; `None` when none is mapped or the call fails.
+pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
+    use std::ffi::c_int;
+    type GetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+    let path = super::parallel::cudart::mapped_cudart()?;
+    // SAFETY: dlopen of a library already mapped returns the loaded copy.
+    let lib = unsafe { libloading::Library::new(&path) }.ok()?;
+    // SAFETY: `cudaError_t cudaDeviceGetAttribute(int*, cudaDeviceAttr, int)`
+    // (cuda_runtime_api.h); the enum is an int.
+    let get = unsafe { lib.get::<GetAttributeFn>(b"cudaDeviceGetAttribute") }.ok()?;
+    let attribute = |attr: c_int| {
+        let mut value: c_int = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { get(&mut value, attr, index as c_int) };
+        (r == 0).then_some(value)
+    };
+    Some((
+        attribute(CUDA_DEV_ATTR_CC_MAJOR)?,
+        attribute(CUDA_DEV_ATTR_CC_MINOR)?,
+    ))
+}
+
+/// The precision a run gets when none is asked for, and a note when a GPU
+/// gets fp32: fp32 on the CPU; bf16 on a GPU of compute capability 8.0 or
+/// newer (Ampere on, the first with bf16 tensor cores; PyTorch's
+/// `torch.cuda.is_bf16_supported()` tests the same `major >= 8`); fp32 on an
+/// older GPU, where bf16 is emulated and slower than fp32. An unknown
+/// capability keeps bf16, which [`check_precision`] then probes.
+pub fn default_precision(
+    device: Device,
+    capability: Option<(i32, i32)>,
+) -> (Precision, Option<String>) {
+    match (device, capability) {
+        (Device::Cuda(_), Some((major, minor))) if major < 8 => (
+            Precision::Fp32,
+            Some(format!(
+                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32 (--precision fp16 uses its fp16 tensor cores)",
+                device_name(device)
+            )),
+        ),
+        (Device::Cuda(_), _) => (Precision::Bf16, None),
+        _ => (Precision::Fp32, None),
+    }
+}
 
 /// Checks that `out` and its [`OUT_SUBDIRS`] can be created and written
 /// (exit 2 otherwise), so that a file in their way fails before training,
@@ -1432,6 +1487,44 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bf16_is_the_default_only_from_compute_capability_8() {
+        let cuda = Device::Cuda(0);
+        assert_eq!(
+            default_precision(Device::Cpu, None),
+            (Precision::Fp32, None)
+        );
+        assert_eq!(
+            default_precision(cuda, Some((9, 0))),
+            (Precision::Bf16, None)
+        );
+        assert_eq!(
+            default_precision(cuda, Some((8, 0))),
+            (Precision::Bf16, None)
+        );
+        let (p, note) = default_precision(cuda, Some((7, 0)));
+        assert_eq!(p, Precision::Fp32);
+        let note = note.expect("a note for fp32 on a GPU");
+        assert!(
+            note.starts_with("cuda:0 has compute capability 7.0"),
+            "{note}"
+        );
+        // Unknown: bf16, which check_precision probes before training.
+        assert_eq!(default_precision(cuda, None), (Precision::Bf16, None));
+    }
+
+    #[test]
+    fn no_compute_capability_without_a_gpu() {
+        if tch::Cuda::is_available() {
+            let (major, _) = cuda_compute_capability(0).expect("a capability on a GPU");
+            assert!(major >= 3, "{major}");
+        } else {
+            // With a CUDA libtorch the runtime is mapped here and the call
+            // itself fails (no device); with a CPU one nothing is mapped.
+            assert_eq!(cuda_compute_capability(0), None);
+        }
+    }
 
     #[test]
     fn a_libtorch_panic_becomes_a_one_line_error() {
