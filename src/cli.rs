@@ -209,9 +209,10 @@ pub struct VerifyArgs {
 /// `imgctl train-demo`.
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
-    /// Model preset: default (diffusers train_unconditional) or tiny.
-    #[arg(long, default_value = "default")]
-    pub preset: String,
+    /// Model preset: default (diffusers train_unconditional) or tiny
+    /// [default: default, or the config file's / resumed checkpoint's].
+    #[arg(long)]
+    pub preset: Option<String>,
     /// YAML file with model and training settings (flags override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,

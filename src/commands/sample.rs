@@ -28,20 +28,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     let state = checkpoint::read_state(&dir)?;
     let device = super::train::parse_device(args.device.as_deref())?;
     // Fail on an unwritable output before spending time sampling.
-    let parent = args
-        .out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    if !parent.is_dir() {
-        return Err(CliError::usage(format!(
-            "cannot write {}: {} is not a directory",
-            args.out.display(),
-            parent.display()
-        ))
-        .with_hint("create the directory first or choose another --out")
-        .into());
-    }
+    check_out_png(&args.out)?;
     let weights_file = dir.join(if args.no_ema {
         checkpoint::MODEL_FILE
     } else {
@@ -75,6 +62,55 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     write_grid_png(&images, &args.out, None)?;
     p.info(format!("wrote {}", args.out.display()));
     Ok(ExitStatus::Success)
+}
+
+/// Checks that `out` names a PNG file that can be created: a `.png`
+/// extension (the grid is always PNG), not a directory, in a directory this
+/// process can write (probed by creating and removing a file there). Exit 2
+/// otherwise.
+#[cfg(feature = "torch")]
+fn check_out_png(out: &std::path::Path) -> anyhow::Result<()> {
+    use crate::CliError;
+    let cannot = |why: String, hint: &str| -> anyhow::Error {
+        CliError::usage(format!("cannot write {}: {why}", out.display()))
+            .with_hint(hint.to_string())
+            .into()
+    };
+    let is_png = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if !is_png {
+        return Err(cannot(
+            "the grid is written as PNG, and the name does not end in .png".into(),
+            "name the --out file *.png",
+        ));
+    }
+    if out.is_dir() {
+        return Err(cannot(
+            "it is a directory".into(),
+            "name a file inside it, e.g. --out DIR/grid.png",
+        ));
+    }
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        return Err(cannot(
+            format!("{} is not a directory", parent.display()),
+            "create the directory first or choose another --out",
+        ));
+    }
+    let probe = parent.join(format!(".imgctl-write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"ok")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            cannot(
+                format!("{} is not writable ({e})", parent.display()),
+                "choose a writable --out location",
+            )
+        })?;
+    Ok(())
 }
 
 /// Runs `imgctl sample` (unavailable without the `torch` feature).

@@ -11,20 +11,24 @@ pub use imp::{parse_device, resolve_options, summary_lines};
 
 #[cfg(feature = "torch")]
 mod imp {
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
+    use anyhow::Context;
     use tch::Device;
 
     use crate::cli::TrainArgs;
     use crate::env_vars;
     use crate::output::printer;
-    use crate::train::checkpoint;
+    use crate::train::checkpoint::{self, DataSource};
     use crate::train::config::{parse_on_off, GradReduce, Overrides, Precision, TrainConfig};
     use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
     /// Default output directory.
     const DEFAULT_OUT: &str = "imgctl-train";
+    /// The preset when neither --preset, a config file nor a resumed
+    /// checkpoint names one (diffusers' train_unconditional.py model).
+    const DEFAULT_PRESET: &str = "default";
 
     /// Parses `cpu`, `cuda` or `cuda:N`; `None` picks cuda:0 when available,
     /// else the CPU. A CUDA device that is not there is an error (exit 2).
@@ -75,6 +79,59 @@ mod imp {
         }
     }
 
+    /// Exit 2 when `out` already holds checkpoints: a new run there would
+    /// prune them by step number (deleting its own), mix its samples and
+    /// metrics with the old run's, and a later --resume could continue either.
+    fn refuse_earlier_run(out: &Path) -> anyhow::Result<()> {
+        if let Some((step, _)) = checkpoint::list(out).pop() {
+            return Err(CliError::usage(format!(
+                "--out {} already holds the checkpoints of a run (up to step {step})",
+                out.display()
+            ))
+            .with_hint("pass --resume to continue it, or choose a new --out")
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Whether two paths name the same file (canonical paths when both
+    /// resolve, else the paths as written).
+    fn same_path(a: &Path, b: &Path) -> bool {
+        match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => a == b,
+        }
+    }
+
+    /// The data to train on: `--data`, else (when resuming) the data the
+    /// checkpoint recorded, else the synthetic set. An explicit `--data` that
+    /// differs from the checkpoint's is exit 2.
+    fn resolve_data(
+        flag: Option<&Path>,
+        recorded: Option<&DataSource>,
+    ) -> anyhow::Result<DataChoice> {
+        match (flag, recorded) {
+            (None, Some(DataSource::Folder { path })) => Ok(DataChoice::Folder(path.clone())),
+            (Some(d), Some(DataSource::Folder { path })) if !same_path(d, path) => {
+                Err(CliError::usage(format!(
+                    "--data {} differs from the folder the checkpoint trained on, {}",
+                    d.display(),
+                    path.display()
+                ))
+                .with_hint("drop --data to continue on the checkpoint's folder, or start a new --out")
+                .into())
+            }
+            (Some(d), Some(DataSource::Synthetic { .. })) => Err(CliError::usage(format!(
+                "--data {}: the checkpoint trained on the synthetic dataset",
+                d.display()
+            ))
+            .with_hint("drop --data to continue on the synthetic dataset, or train on the folder with a new --out")
+            .into()),
+            (Some(d), _) => Ok(DataChoice::Folder(d.to_path_buf())),
+            (None, _) => Ok(DataChoice::Synthetic),
+        }
+    }
+
     /// Resolves the flags into run options: preset, resumed checkpoint config,
     /// config file and flags (in that order), device, precision, data, output.
     pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
@@ -82,6 +139,10 @@ mod imp {
             .out
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
+        // A benchmark writes nothing under --out.
+        if !args.resume && !args.benchmark {
+            refuse_earlier_run(&out)?;
+        }
         let resume = if args.resume {
             match checkpoint::latest(&out) {
                 Some(dir) => Some(dir),
@@ -97,21 +158,27 @@ mod imp {
         } else {
             None
         };
-        let mut config = match &resume {
-            Some(dir) => checkpoint::read_state(dir)?.config,
-            None => TrainConfig::preset(&args.preset)?,
+        let state = resume.as_deref().map(checkpoint::read_state).transpose()?;
+        let mut config = match &state {
+            Some(state) => {
+                if let Some(p) = args.preset.as_deref() {
+                    if p != state.config.preset {
+                        return Err(CliError::usage(format!(
+                            "--preset {p} does not match the checkpoint's preset {}",
+                            state.config.preset
+                        ))
+                        .with_hint("drop --preset when resuming")
+                        .into());
+                    }
+                }
+                state.config.clone()
+            }
+            None => TrainConfig::preset(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
         };
-        if resume.is_some() && args.preset != "default" && args.preset != config.preset {
-            return Err(CliError::usage(format!(
-                "--preset {} does not match the checkpoint's preset {}",
-                args.preset, config.preset
-            ))
-            .with_hint("drop --preset when resuming")
-            .into());
-        }
         if let Some(file) = &args.config {
-            // A `preset:` in the file applies unless --preset chose another one.
-            let preset_from_flag = args.preset != "default" || resume.is_some();
+            // A `preset:` in the file applies unless --preset (or the
+            // resumed checkpoint) chose the preset.
+            let preset_from_flag = args.preset.is_some() || state.is_some();
             config.apply_file(file, preset_from_flag)?;
         }
         let precision = args
@@ -153,14 +220,17 @@ mod imp {
         });
         config.validate()?;
         let device = parse_device(args.device.as_deref())?;
-        let precision = config.training.precision.unwrap_or(match device {
-            Device::Cpu => Precision::Fp32,
-            _ => Precision::Bf16,
-        });
-        let data = match &args.data {
-            Some(d) => DataChoice::Folder(d.clone()),
-            None => DataChoice::Synthetic,
+        let (precision, precision_note) = match (config.training.precision, device) {
+            (Some(p), _) => (p, None),
+            (None, Device::Cuda(i)) => {
+                trainer::default_precision(device, trainer::cuda_compute_capability(i))
+            }
+            (None, _) => trainer::default_precision(device, None),
         };
+        let data = resolve_data(
+            args.data.as_deref(),
+            state.as_ref().and_then(|s| s.data.as_ref()),
+        )?;
         if let Some(f) = &args.init_from {
             if resume.is_some() {
                 return Err(
@@ -187,6 +257,7 @@ mod imp {
             resume,
             inject_nan_at: env_step(env_vars::IMGCTL_TEST_INJECT_NAN_AT_STEP)?,
             interrupt_after: env_step(env_vars::IMGCTL_TEST_INTERRUPT_AFTER_STEP)?,
+            precision_note,
         })
     }
 
@@ -299,13 +370,20 @@ mod imp {
                 printer().warn(line);
             }
         }
+        if primary {
+            if let Some(note) = &opts.precision_note {
+                printer().info(note);
+            }
+        }
         let summary = trainer::run(opts, sync)?;
         // Only rank 0 writes and prints.
         if !primary {
             return Ok(ExitStatus::Success);
         }
         let text = serde_json::to_string_pretty(&summary)?;
-        std::fs::write(out.join("summary.json"), &text)?;
+        let path = out.join("summary.json");
+        checkpoint::write_file_atomic(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
         let p = printer();
         for line in summary_lines(&summary) {
             p.info(line);
@@ -331,8 +409,68 @@ pub fn run(_args: TrainArgs) -> anyhow::Result<ExitStatus> {
 
 #[cfg(all(test, feature = "torch"))]
 mod tests {
-    use super::imp::cpu_fallback_warning;
+    use clap::Parser;
+
+    use super::imp::{cpu_fallback_warning, resolve_options};
+    use crate::cli::{Cli, Command, TrainArgs};
     use crate::train::config::TrainConfig;
+    use crate::CliError;
+
+    fn train_args(args: &[&str]) -> TrainArgs {
+        let cli = Cli::try_parse_from(["imgctl", "train-demo"].iter().chain(args)).unwrap();
+        match cli.command {
+            Command::TrainDemo(a) => a,
+            other => panic!("parsed {other:?}"),
+        }
+    }
+
+    /// An explicit `--preset default` wins over the config file's `preset:`;
+    /// without the flag the file's preset applies, and without either the
+    /// default does.
+    #[test]
+    fn an_explicit_preset_default_is_not_the_flags_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, "preset: tiny\n").unwrap();
+        let out = dir.path().join("out");
+        let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
+        let preset = |extra: &[&str]| {
+            let mut a = vec!["--device", "cpu", "--out", o];
+            a.extend_from_slice(extra);
+            resolve_options(&train_args(&a)).unwrap().config.preset
+        };
+        assert_eq!(preset(&["--preset", "default", "--config", f]), "default");
+        assert_eq!(preset(&["--config", f]), "tiny");
+        assert_eq!(preset(&[]), "default");
+        assert_eq!(preset(&["--preset", "tiny"]), "tiny");
+    }
+
+    /// Without --resume, an --out that holds checkpoints is exit 2 naming it.
+    #[test]
+    fn an_out_with_checkpoints_needs_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        crate::train::checkpoint::write_atomic(&out, 3, |d| {
+            std::fs::write(d.join(crate::train::checkpoint::STATE_FILE), "{}")?;
+            Ok(())
+        })
+        .unwrap();
+        let o = out.to_str().unwrap();
+        let e = resolve_options(&train_args(&["--device", "cpu", "--out", o])).unwrap_err();
+        let cli = e.downcast_ref::<CliError>().expect("a CliError");
+        assert_eq!(cli.status, crate::ExitStatus::Usage, "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("--out {o} already holds the checkpoints of a run (up to step 3)")
+        );
+        assert_eq!(
+            cli.hint.as_deref(),
+            Some("pass --resume to continue it, or choose a new --out")
+        );
+        // A benchmark writes nothing there, so it may share the folder.
+        let bench = train_args(&["--device", "cpu", "--benchmark", "--out", o]);
+        assert!(resolve_options(&bench).is_ok());
+    }
 
     #[test]
     fn cpu_fallback_warns_for_the_default_model_only() {

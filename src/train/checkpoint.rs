@@ -64,8 +64,31 @@ pub struct State {
     pub last_loss: Option<f64>,
     /// The full run configuration.
     pub config: TrainConfig,
+    /// The data the run trained on; `None` in checkpoints written before it
+    /// was recorded (those resume on whatever `--data` says).
+    #[serde(default)]
+    pub data: Option<DataSource>,
     /// Seconds since the Unix epoch when written.
     pub written_at: f64,
+}
+
+/// The training data a checkpoint's run used, so `--resume` continues on the
+/// same images.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DataSource {
+    /// The embedded synthetic dataset.
+    Synthetic {
+        /// Images in one epoch (`training.synthetic_images`).
+        images: usize,
+        /// The seed the images are generated from (`training.seed`).
+        seed: u64,
+    },
+    /// A folder of PNG/JPEG images (absolute when it could be resolved).
+    Folder {
+        /// The folder.
+        path: PathBuf,
+    },
 }
 
 /// `step-000100`.
@@ -158,18 +181,50 @@ fn fsync_path(path: &Path) -> std::io::Result<()> {
     File::open(path)?.sync_all()
 }
 
-/// Writes a checkpoint for `step` atomically: `fill` writes the files into a
-/// temporary directory, which is fsynced and renamed to `step-NNNNNN`. An
-/// older directory of the same step is replaced. Returns the final path.
-pub fn write_atomic(
-    out: &Path,
-    step: u64,
+/// `dir/name.<tag>-<pid>`: a sibling of `path` private to this process.
+fn sibling(path: &Path, tag: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{name}.{tag}-{}", std::process::id()))
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn parent_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Writes `bytes` to `path` atomically: into a temporary sibling, fsynced,
+/// then renamed over `path`, so a reader sees the old file or the new one,
+/// never a part.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = sibling(path, "tmp");
+    let result = File::create(&tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result?;
+    fsync_path(parent_of(path))
+}
+
+/// Writes the directory `dest` atomically: `fill` writes the files into a
+/// temporary sibling directory, which is fsynced and renamed to `dest`. An
+/// older `dest` is moved aside first and removed after, so a complete
+/// directory exists at every instant.
+pub fn write_dir_atomic(
+    dest: &Path,
     fill: impl FnOnce(&Path) -> anyhow::Result<()>,
-) -> anyhow::Result<PathBuf> {
-    let root = out.join(CHECKPOINTS);
-    std::fs::create_dir_all(&root)?;
-    let name = step_dir_name(step);
-    let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
+) -> anyhow::Result<()> {
+    let tmp = sibling(dest, "tmp");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
     }
@@ -185,18 +240,34 @@ pub fn write_atomic(
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
-    let dest = root.join(&name);
     if dest.exists() {
-        // Same step written again (a resumed run re-saving): move the old one
-        // aside first so a complete checkpoint exists at every instant.
-        let old = root.join(format!("{name}.old-{}", std::process::id()));
-        std::fs::rename(&dest, &old)?;
-        std::fs::rename(&tmp, &dest)?;
+        let old = sibling(dest, "old");
+        if old.exists() {
+            std::fs::remove_dir_all(&old)?;
+        }
+        std::fs::rename(dest, &old)?;
+        std::fs::rename(&tmp, dest)?;
         std::fs::remove_dir_all(&old)?;
     } else {
-        std::fs::rename(&tmp, &dest)?;
+        std::fs::rename(&tmp, dest)?;
     }
-    fsync_path(&root)?;
+    fsync_path(parent_of(dest))?;
+    Ok(())
+}
+
+/// Writes a checkpoint for `step` atomically ([`write_dir_atomic`]): `fill`
+/// writes the files into a temporary directory, which is renamed to
+/// `step-NNNNNN`. An older directory of the same step (a resumed run
+/// re-saving) is replaced. Returns the final path.
+pub fn write_atomic(
+    out: &Path,
+    step: u64,
+    fill: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<PathBuf> {
+    let root = out.join(CHECKPOINTS);
+    std::fs::create_dir_all(&root)?;
+    let dest = root.join(step_dir_name(step));
+    write_dir_atomic(&dest, fill)?;
     Ok(dest)
 }
 
@@ -267,5 +338,68 @@ mod tests {
             resolve(dir.path()).unwrap(),
             dir.path().join(CHECKPOINTS).join("step-000004")
         );
+    }
+
+    #[test]
+    fn file_and_dir_writes_replace_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("summary.json");
+        write_file_atomic(&f, b"one").unwrap();
+        write_file_atomic(&f, b"two").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"two");
+        let d = dir.path().join("unet");
+        for text in ["old", "new"] {
+            write_dir_atomic(&d, |tmp| {
+                std::fs::write(tmp.join("config.json"), text)?;
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!(std::fs::read(d.join("config.json")).unwrap(), b"new");
+        // A failed fill keeps the previous directory.
+        let err = write_dir_atomic(&d, |_| Err(anyhow::anyhow!("disk full")));
+        assert!(err.is_err());
+        assert_eq!(std::fs::read(d.join("config.json")).unwrap(), b"new");
+        // Writing into a missing directory fails and leaves nothing.
+        assert!(write_file_atomic(&dir.path().join("no/such.png"), b"x").is_err());
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["summary.json", "unet"]);
+    }
+
+    #[test]
+    fn state_without_a_data_record_still_loads() {
+        let state = State {
+            schema_version: STATE_VERSION,
+            step: 4,
+            epoch: 0,
+            samples_seen: 8,
+            seed: 0,
+            optimizer_step: 4,
+            ema_step: 4,
+            scaler: None,
+            world_size: 1,
+            batch_size: 2,
+            precision: "fp32".into(),
+            last_loss: None,
+            config: TrainConfig::preset("tiny").unwrap(),
+            data: Some(DataSource::Folder {
+                path: PathBuf::from("/data/cats"),
+            }),
+            written_at: 0.0,
+        };
+        let mut v = serde_json::to_value(&state).unwrap();
+        assert_eq!(
+            v["data"],
+            serde_json::json!({"kind": "folder", "path": "/data/cats"})
+        );
+        v.as_object_mut().unwrap().remove("data");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(STATE_FILE), v.to_string()).unwrap();
+        let old = read_state(dir.path()).unwrap();
+        assert_eq!((old.step, old.data), (4, None));
     }
 }

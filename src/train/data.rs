@@ -23,6 +23,7 @@ pub const NUM_TRAIN_TIMESTEPS: i64 = 1000;
 const DOMAIN_SHUFFLE: u64 = 0x5348_5546;
 const DOMAIN_ITEM: u64 = 0x4954_454d;
 const DOMAIN_SAMPLE: u64 = 0x5341_4d50;
+const DOMAIN_TORCH: u64 = 0x544f_5243;
 
 /// SplitMix64 finaliser (Steele et al., "Fast splittable pseudorandom number
 /// generators", 2014): mixes counters into well-spread 64-bit seeds.
@@ -37,6 +38,17 @@ fn splitmix(mut z: u64) -> u64 {
 pub fn derived_rng(seed: u64, domain: u64, a: u64, b: u64) -> ChaCha8Rng {
     let s = splitmix(splitmix(splitmix(seed ^ domain).wrapping_add(a)).wrapping_add(b));
     ChaCha8Rng::seed_from_u64(s)
+}
+
+/// The seed of libtorch's global generator for `step` (1-based) on `rank`:
+/// what the model itself draws (dropout masks) is then, like the batches, a
+/// pure function of the run's position, so a resumed run draws what the
+/// uninterrupted one did. Non-negative, as `tch::manual_seed` takes an i64.
+pub fn step_torch_seed(seed: u64, step: u64, rank: usize) -> i64 {
+    let s = splitmix(
+        splitmix(splitmix(seed ^ DOMAIN_TORCH).wrapping_add(step)).wrapping_add(rank as u64),
+    );
+    (s >> 1) as i64
 }
 
 /// Fills `out` with standard normal samples (Box–Muller transform).
@@ -451,6 +463,19 @@ mod tests {
             world_size: world,
             start_position: 0,
         }
+    }
+
+    #[test]
+    fn step_torch_seeds_differ_by_seed_step_and_rank() {
+        let s = step_torch_seed(7, 3, 0);
+        assert!(s >= 0);
+        assert_eq!(s, step_torch_seed(7, 3, 0));
+        let others = [
+            step_torch_seed(8, 3, 0),
+            step_torch_seed(7, 4, 0),
+            step_torch_seed(7, 3, 1),
+        ];
+        assert!(others.iter().all(|&o| o != s && o >= 0), "{s} {others:?}");
     }
 
     #[test]

@@ -33,9 +33,9 @@ use serde::Serialize;
 use tch::nn::VarStore;
 use tch::{Device, Kind, Reduction, Tensor};
 
-use super::checkpoint::{self, State};
+use super::checkpoint::{self, DataSource, State};
 use super::config::{GradReduce, Precision, TrainConfig};
-use super::data::{Dataset, Loader, Source, StreamSpec};
+use super::data::{step_torch_seed, Dataset, Loader, Source, StreamSpec};
 use super::ema::Ema;
 use super::flat::{FlatEntry, FlatLayout};
 use super::images;
@@ -282,6 +282,8 @@ pub struct Trainer {
     pub profile: bool,
     /// Test knob: make the loss NaN at this step.
     pub inject_nan_at: Option<u64>,
+    /// The training data, recorded in checkpoints so `--resume` reuses it.
+    pub data: Option<DataSource>,
 }
 
 /// Checks that `device` can run `precision` (exit 2 before training if not).
@@ -431,6 +433,7 @@ impl Trainer {
             samples_seen: 0,
             profile: false,
             inject_nan_at: None,
+            data: None,
         })
     }
 
@@ -533,6 +536,13 @@ impl Trainer {
         let ts = batch_to_device(Tensor::from_slice(&batch.timesteps), self.device);
         let noisy = self.schedule.add_noise(&x0, &noise, &ts);
         let _ = self.grads.zero_();
+        // What the forward pass draws (dropout) depends on the step alone, as
+        // the batch does, so resuming replays it exactly.
+        tch::manual_seed(step_torch_seed(
+            self.config.training.seed,
+            self.step + 1,
+            self.sync.rank(),
+        ));
         let pred = match self.precision {
             Precision::Fp16 => tch::autocast(true, || self.model.forward_t(&noisy, &ts, true)),
             _ => self.compute_model().forward_t(&noisy, &ts, true),
@@ -711,6 +721,7 @@ impl Trainer {
             precision: self.precision.name().to_string(),
             last_loss,
             config: self.config.clone(),
+            data: self.data.clone(),
             written_at: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
@@ -852,6 +863,23 @@ pub enum DataChoice {
     Folder(PathBuf),
 }
 
+impl DataChoice {
+    /// What a checkpoint records of this choice under `config`: the folder as
+    /// an absolute path (so a resume from another directory finds it), or the
+    /// synthetic set's size and seed.
+    pub fn record(&self, config: &TrainConfig) -> DataSource {
+        match self {
+            Self::Synthetic => DataSource::Synthetic {
+                images: config.training.synthetic_images,
+                seed: config.training.seed,
+            },
+            Self::Folder(d) => DataSource::Folder {
+                path: d.canonicalize().unwrap_or_else(|_| d.clone()),
+            },
+        }
+    }
+}
+
 /// Everything a training run needs besides the config.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -873,6 +901,9 @@ pub struct RunOptions {
     pub inject_nan_at: Option<u64>,
     /// Test knob: behave as if Ctrl-C came right after this step.
     pub interrupt_after: Option<u64>,
+    /// Why the precision is not the device's usual default, when it is not
+    /// (printed once before training).
+    pub precision_note: Option<String>,
 }
 
 /// Data facts for the summary.
@@ -978,7 +1009,65 @@ fn device_memory(device: Device) -> Option<DeviceMemory> {
     })
 }
 
-/// Checks that `out` can be created and written (exit 2 otherwise).
+/// The folders a run writes under its output directory (TensorBoard events,
+/// checkpoints, sample grids).
+pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
+
+/// `cudaDevAttrComputeCapabilityMajor` and `…Minor` (enum cudaDeviceAttr,
+/// driver_types.h, the same in CUDA 11, 12 and 13).
+const CUDA_DEV_ATTR_CC_MAJOR: std::ffi::c_int = 75;
+const CUDA_DEV_ATTR_CC_MINOR: std::ffi::c_int = 76;
+
+/// The compute capability `(major, minor)` of CUDA device `index`, from
+/// `cudaDeviceGetAttribute` of the CUDA runtime libtorch mapped into this
+/// process; `None` when none is mapped or the call fails.
+pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
+    use std::ffi::c_int;
+    type GetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+    let path = super::parallel::cudart::mapped_cudart()?;
+    // SAFETY: dlopen of a library already mapped returns the loaded copy.
+    let lib = unsafe { libloading::Library::new(&path) }.ok()?;
+    // SAFETY: `cudaError_t cudaDeviceGetAttribute(int*, cudaDeviceAttr, int)`
+    // (cuda_runtime_api.h); the enum is an int.
+    let get = unsafe { lib.get::<GetAttributeFn>(b"cudaDeviceGetAttribute") }.ok()?;
+    let attribute = |attr: c_int| {
+        let mut value: c_int = 0;
+        // SAFETY: writes one int.
+        let r = unsafe { get(&mut value, attr, index as c_int) };
+        (r == 0).then_some(value)
+    };
+    Some((
+        attribute(CUDA_DEV_ATTR_CC_MAJOR)?,
+        attribute(CUDA_DEV_ATTR_CC_MINOR)?,
+    ))
+}
+
+/// The precision a run gets when none is asked for, and a note when a GPU
+/// gets fp32: fp32 on the CPU; bf16 on a GPU of compute capability 8.0 or
+/// newer (Ampere on, the first with bf16 tensor cores; PyTorch's
+/// `torch.cuda.is_bf16_supported()` tests the same `major >= 8`); fp32 on an
+/// older GPU, where bf16 is emulated and slower than fp32. An unknown
+/// capability keeps bf16, which [`check_precision`] then probes.
+pub fn default_precision(
+    device: Device,
+    capability: Option<(i32, i32)>,
+) -> (Precision, Option<String>) {
+    match (device, capability) {
+        (Device::Cuda(_), Some((major, minor))) if major < 8 => (
+            Precision::Fp32,
+            Some(format!(
+                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32 (--precision fp16 uses its fp16 tensor cores)",
+                device_name(device)
+            )),
+        ),
+        (Device::Cuda(_), _) => (Precision::Bf16, None),
+        _ => (Precision::Fp32, None),
+    }
+}
+
+/// Checks that `out` and its [`OUT_SUBDIRS`] can be created and written
+/// (exit 2 otherwise), so that a file in their way fails before training,
+/// not at the first checkpoint.
 pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
     let fail = |e: std::io::Error| -> anyhow::Error {
         CliError::usage(format!(
@@ -992,6 +1081,22 @@ pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
     let probe = out.join(format!(".imgctl-write-test-{}", std::process::id()));
     std::fs::write(&probe, b"ok").map_err(fail)?;
     std::fs::remove_file(&probe).map_err(fail)?;
+    for sub in OUT_SUBDIRS {
+        let dir = out.join(sub);
+        if dir.exists() && !dir.is_dir() {
+            return Err(CliError::usage(format!(
+                "cannot write to the output directory: {} is not a directory",
+                dir.display()
+            ))
+            .with_hint("move that file away, or choose another --out")
+            .into());
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| -> anyhow::Error {
+            CliError::usage(format!("cannot create {}: {e}", dir.display()))
+                .with_hint("choose a writable --out directory")
+                .into()
+        })?;
+    }
     Ok(())
 }
 
@@ -1071,6 +1176,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         sync,
     )?;
     trainer.inject_nan_at = opts.inject_nan_at;
+    trainer.data = Some(opts.data.record(&cfg));
     if let Some(dir) = &opts.resume {
         let state = trainer.load_checkpoint(dir)?;
         if lead {
@@ -1185,8 +1291,12 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 trainer.step
             ))
             .with_hint(format!(
-                "continue with `imgctl train-demo --resume --out {}`",
-                opts.out.display()
+                "continue with `imgctl train-demo --resume --out {}{}`",
+                opts.out.display(),
+                match &opts.data {
+                    DataChoice::Folder(d) => format!(" --data {}", d.display()),
+                    DataChoice::Synthetic => String::new(),
+                }
             ))
             .into());
         }
@@ -1207,8 +1317,15 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                         Some(d) => format!("the last good checkpoint is {}", d.display()),
                         None => "no checkpoint was written before it".to_string(),
                     };
+                    // Resuming unchanged replays the same NaN: the run is deterministic.
+                    let hint = match (opts.precision, &last_checkpoint) {
+                        (Precision::Fp32, Some(_)) => "resume with a lower --lr",
+                        (Precision::Fp32, None) => "start again with a lower --lr",
+                        (_, Some(_)) => "resume with --precision fp32 or a lower --lr",
+                        (_, None) => "start again with --precision fp32 or a lower --lr",
+                    };
                     return Err(CliError::failure(format!("{e}; {kept}"))
-                        .with_hint("lower --lr, use --precision fp32, or resume from the last good checkpoint")
+                        .with_hint(hint)
                         .into());
                 }
                 return Err(e);
@@ -1277,7 +1394,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
             std::fs::create_dir_all(&dir)?;
             let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
             let png = images::encode_grid_png(&imgs, None)?;
-            std::fs::write(&path, &png).with_context(|| format!("writing {}", path.display()))?;
+            checkpoint::write_file_atomic(&path, &png)
+                .with_context(|| format!("writing {}", path.display()))?;
             if let Some(m) = metrics.as_mut() {
                 m.image(trainer.step, &png)?;
             }
@@ -1301,8 +1419,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let device_memory = device_memory(opts.device);
     let diffusers_model = if lead {
         let dir = opts.out.join("unet");
-        trainer
-            .export_diffusers(&dir)
+        checkpoint::write_dir_atomic(&dir, |tmp| trainer.export_diffusers(tmp))
             .with_context(|| format!("writing the diffusers model folder {}", dir.display()))?;
         Some(dir)
     } else {
@@ -1342,7 +1459,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         img_per_s: (timed_secs > 0.0).then(|| timed_images / timed_secs),
         train_flops_per_image: cfg.model.train_flops_per_image(),
         device_memory,
-        grad_sync: trainer.sync_stats(),
+        // A single process syncs nothing (its stats would count 0 buckets).
+        grad_sync: trainer.sync_stats().filter(|_| world > 1),
         elapsed_s: elapsed,
         data: DataSummary {
             source: match data.source {
@@ -1369,6 +1487,44 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bf16_is_the_default_only_from_compute_capability_8() {
+        let cuda = Device::Cuda(0);
+        assert_eq!(
+            default_precision(Device::Cpu, None),
+            (Precision::Fp32, None)
+        );
+        assert_eq!(
+            default_precision(cuda, Some((9, 0))),
+            (Precision::Bf16, None)
+        );
+        assert_eq!(
+            default_precision(cuda, Some((8, 0))),
+            (Precision::Bf16, None)
+        );
+        let (p, note) = default_precision(cuda, Some((7, 0)));
+        assert_eq!(p, Precision::Fp32);
+        let note = note.expect("a note for fp32 on a GPU");
+        assert!(
+            note.starts_with("cuda:0 has compute capability 7.0"),
+            "{note}"
+        );
+        // Unknown: bf16, which check_precision probes before training.
+        assert_eq!(default_precision(cuda, None), (Precision::Bf16, None));
+    }
+
+    #[test]
+    fn no_compute_capability_without_a_gpu() {
+        if tch::Cuda::is_available() {
+            let (major, _) = cuda_compute_capability(0).expect("a capability on a GPU");
+            assert!(major >= 3, "{major}");
+        } else {
+            // With a CUDA libtorch the runtime is mapped here and the call
+            // itself fails (no device); with a CPU one nothing is mapped.
+            assert_eq!(cuda_compute_capability(0), None);
+        }
+    }
 
     #[test]
     fn a_libtorch_panic_becomes_a_one_line_error() {

@@ -82,7 +82,7 @@ fn train_tiny_loss_falls() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run");
     let o = train(&out, &["--steps", "24", "--json"], &[]);
-    let (stdout, _) = assert_code(&o, 0);
+    let (stdout, stderr) = assert_code(&o, 0);
     let summary: serde_json::Value =
         serde_json::from_str(&stdout).expect("--json summary on stdout");
     assert_eq!(summary["schema_version"], 1);
@@ -91,6 +91,9 @@ fn train_tiny_loss_falls() {
         summary["device_memory"].is_null(),
         "no device memory on the CPU"
     );
+    // One process all-reduces nothing: no grad_sync record, no line.
+    assert!(summary["grad_sync"].is_null(), "{}", summary["grad_sync"]);
+    assert!(!stderr.contains("gradient all-reduce"), "{stderr}");
     let recs = losses(&out);
     assert_eq!(recs.len(), 24);
     assert_eq!(
@@ -145,74 +148,239 @@ fn train_same_seed_is_deterministic() {
 }
 
 /// 6 steps straight equal 3 steps, an interruption, and 3 resumed steps:
-/// losses, gradient norms and final weights bit for bit.
+/// losses, gradient norms and final weights bit for bit; also with dropout
+/// (0.1), whose masks must not restart from the first step's on resume.
 #[test]
 fn train_resume_matches_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
-    let straight = dir.path().join("straight");
-    let resumed = dir.path().join("resumed");
+    let dropout = dir.path().join("dropout.yaml");
+    std::fs::write(&dropout, "model:\n  dropout: 0.1\n").unwrap();
+    let mut first_losses = Vec::new();
+    for (name, extra) in [
+        ("plain", vec![]),
+        ("dropout", vec!["--config", dropout.to_str().unwrap()]),
+    ] {
+        let straight = dir.path().join(format!("{name}-straight"));
+        let resumed = dir.path().join(format!("{name}-resumed"));
+        let mut common = vec![
+            "--steps",
+            "6",
+            "--batch-size",
+            "4",
+            "--checkpoint-every",
+            "0",
+        ];
+        common.extend(extra);
+        assert_code(&train(&straight, &common, &[]), 0);
+
+        let o = train(
+            &resumed,
+            &common,
+            &[("IMGCTL_TEST_INTERRUPT_AFTER_STEP", "3")],
+        );
+        let (_, stderr) = assert_code(&o, 130);
+        assert!(stderr.contains("interrupted at step 3"), "{stderr}");
+        assert!(stderr.contains("--resume"), "{stderr}");
+        assert_eq!(checkpoint_steps(&resumed), vec![3]);
+        let state = checkpoint::read_state(&checkpoint::latest(&resumed).unwrap()).unwrap();
+        assert_eq!(
+            (state.step, state.samples_seen, state.optimizer_step),
+            (3, 12, 3)
+        );
+
+        // The config (dropout included) comes back from the checkpoint.
+        let args = [
+            "--steps",
+            "6",
+            "--batch-size",
+            "4",
+            "--checkpoint-every",
+            "0",
+            "--resume",
+        ];
+        let (_, stderr) = assert_code(&train(&resumed, &args, &[]), 0);
+        assert!(stderr.contains("resuming from"), "{stderr}");
+
+        let a = losses(&straight);
+        let b = losses(&resumed);
+        assert_eq!(b.len(), 6, "{name}: {b:?}");
+        first_losses.push(a[0].loss);
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.step, y.step);
+            assert_eq!(
+                x.loss.to_bits(),
+                y.loss.to_bits(),
+                "{name}: loss at step {}",
+                x.step
+            );
+            assert_eq!(
+                x.grad_norm.to_bits(),
+                y.grad_norm.to_bits(),
+                "{name}: grad norm at step {}",
+                x.step
+            );
+            assert_eq!(x.lr.to_bits(), y.lr.to_bits());
+        }
+        for file in [
+            checkpoint::MODEL_FILE,
+            checkpoint::EMA_FILE,
+            checkpoint::OPTIMIZER_FILE,
+        ] {
+            let ta = read_tensors(&straight.join("checkpoints/step-000006").join(file)).unwrap();
+            let tb = read_tensors(&resumed.join("checkpoints/step-000006").join(file)).unwrap();
+            assert_eq!(ta.len(), tb.len());
+            for ((na, va), (nb, vb)) in ta.iter().zip(&tb) {
+                assert_eq!(na, nb);
+                assert!(va.equal(vb), "{name}: {file}: {na} differs");
+            }
+        }
+    }
+    // Dropout really is active: the same weights and batch give another loss.
+    assert_ne!(first_losses[0].to_bits(), first_losses[1].to_bits());
+}
+
+/// An --out that holds a run's checkpoints is refused without --resume (a
+/// new run there would prune them by step number, its own included), and a
+/// file where the run writes a folder (tb/, checkpoints/, samples/) is exit
+/// 2 before training; neither touches what is there.
+#[test]
+fn train_out_dir_conflicts_exit_2_before_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    assert_code(&train(&out, &["--steps", "2", "--batch-size", "2"], &[]), 0);
+    let before = std::fs::read(out.join("metrics.jsonl")).unwrap();
+    let (_, stderr) = assert_code(&train(&out, &["--steps", "1", "--batch-size", "2"], &[]), 2);
+    assert!(
+        stderr.contains(&format!(
+            "error: --out {} already holds the checkpoints of a run (up to step 2)",
+            out.display()
+        )) && stderr.contains("hint: pass --resume to continue it, or choose a new --out"),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_steps(&out), vec![2]);
+    assert_eq!(std::fs::read(out.join("metrics.jsonl")).unwrap(), before);
+
+    for sub in ["checkpoints", "tb", "samples"] {
+        let blocked = dir.path().join(format!("blocked-{sub}"));
+        std::fs::create_dir(&blocked).unwrap();
+        std::fs::write(blocked.join(sub), b"in the way").unwrap();
+        let (_, stderr) = assert_code(
+            &train(&blocked, &["--steps", "1", "--batch-size", "2"], &[]),
+            2,
+        );
+        assert!(
+            stderr.contains(&format!(
+                "{} is not a directory",
+                blocked.join(sub).display()
+            )),
+            "{sub}: {stderr}"
+        );
+        assert!(
+            !blocked.join("metrics.jsonl").exists(),
+            "{sub}: nothing may be written before the check"
+        );
+    }
+}
+
+/// The data folder is recorded in the checkpoint: --resume without --data
+/// continues on it (and the interrupt hint names it), an explicit --data that
+/// differs is exit 2, as is --data on a checkpoint of the synthetic set, and
+/// an explicit --preset that differs from the checkpoint's.
+#[test]
+fn train_resume_keeps_the_data_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    for (i, shade) in [10u8, 90, 170, 250].iter().enumerate() {
+        write_png(&data.join(format!("{i}.png")), 40, 36, *shade);
+    }
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    write_png(&other.join("x.png"), 32, 32, 5);
+    let d = data.to_str().unwrap();
+
+    let out = dir.path().join("run");
     let common = [
         "--steps",
-        "6",
+        "3",
         "--batch-size",
-        "4",
+        "2",
         "--checkpoint-every",
         "0",
     ];
-    assert_code(&train(&straight, &common, &[]), 0);
-
-    let o = train(
-        &resumed,
-        &common,
-        &[("IMGCTL_TEST_INTERRUPT_AFTER_STEP", "3")],
-    );
+    let mut first = common.to_vec();
+    first.extend(["--data", d]);
+    let o = train(&out, &first, &[("IMGCTL_TEST_INTERRUPT_AFTER_STEP", "1")]);
     let (_, stderr) = assert_code(&o, 130);
-    assert!(stderr.contains("interrupted at step 3"), "{stderr}");
-    assert!(stderr.contains("--resume"), "{stderr}");
-    assert_eq!(checkpoint_steps(&resumed), vec![3]);
-    let state = checkpoint::read_state(&checkpoint::latest(&resumed).unwrap()).unwrap();
+    assert!(
+        stderr.contains(&format!(
+            "continue with `imgctl train-demo --resume --out {} --data {d}`",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    let state = checkpoint::read_state(&checkpoint::latest(&out).unwrap()).unwrap();
     assert_eq!(
-        (state.step, state.samples_seen, state.optimizer_step),
-        (3, 12, 3)
+        state.data,
+        Some(checkpoint::DataSource::Folder {
+            path: data.canonicalize().unwrap()
+        })
     );
 
-    let mut args = common.to_vec();
-    args.push("--resume");
-    let (_, stderr) = assert_code(&train(&resumed, &args, &[]), 0);
-    assert!(stderr.contains("resuming from"), "{stderr}");
+    let mut resume = common.to_vec();
+    resume.push("--resume");
+    let mut wrong = resume.clone();
+    wrong.extend(["--data", other.to_str().unwrap()]);
+    let (_, stderr) = assert_code(&train(&out, &wrong, &[]), 2);
+    assert!(
+        stderr.contains("differs from the folder the checkpoint trained on")
+            && stderr.contains("hint:"),
+        "{stderr}"
+    );
+    // train() passes --preset tiny; an explicit --preset default conflicts.
+    let mut preset = vec![
+        "train-demo",
+        "--device",
+        "cpu",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    preset.extend(["--preset", "default", "--resume", "--steps", "3"]);
+    let (_, stderr) = assert_code(&run_env(&preset, &[]), 2);
+    assert!(
+        stderr.contains("--preset default does not match the checkpoint's preset tiny"),
+        "{stderr}"
+    );
 
-    let a = losses(&straight);
-    let b = losses(&resumed);
-    assert_eq!(b.len(), 6, "{b:?}");
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!(x.step, y.step);
-        assert_eq!(
-            x.loss.to_bits(),
-            y.loss.to_bits(),
-            "loss at step {}",
-            x.step
-        );
-        assert_eq!(
-            x.grad_norm.to_bits(),
-            y.grad_norm.to_bits(),
-            "grad norm at step {}",
-            x.step
-        );
-        assert_eq!(x.lr.to_bits(), y.lr.to_bits());
-    }
-    for file in [
-        checkpoint::MODEL_FILE,
-        checkpoint::EMA_FILE,
-        checkpoint::OPTIMIZER_FILE,
-    ] {
-        let ta = read_tensors(&straight.join("checkpoints/step-000006").join(file)).unwrap();
-        let tb = read_tensors(&resumed.join("checkpoints/step-000006").join(file)).unwrap();
-        assert_eq!(ta.len(), tb.len());
-        for ((na, va), (nb, vb)) in ta.iter().zip(&tb) {
-            assert_eq!(na, nb);
-            assert!(va.equal(vb), "{file}: {na} differs");
-        }
-    }
+    let mut same = resume.clone();
+    same.push("--json");
+    let (stdout, _) = assert_code(&train(&out, &same, &[]), 0);
+    let s: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(s["data"]["source"], "folder", "{s}");
+    assert_eq!(s["data"]["images"], 4, "{s}");
+    assert_eq!(
+        s["data"]["path"].as_str().map(Path::new),
+        Some(data.canonicalize().unwrap().as_path())
+    );
+    assert_eq!(
+        (s["start_step"].as_u64(), s["final_step"].as_u64()),
+        (Some(1), Some(3))
+    );
+
+    // A synthetic run's checkpoint does not continue on a folder.
+    let synth = dir.path().join("synth");
+    assert_code(
+        &train(&synth, &["--steps", "1", "--batch-size", "2"], &[]),
+        0,
+    );
+    let (_, stderr) = assert_code(
+        &train(&synth, &["--steps", "2", "--resume", "--data", d], &[]),
+        2,
+    );
+    assert!(
+        stderr.contains("the checkpoint trained on the synthetic dataset"),
+        "{stderr}"
+    );
 }
 
 /// A real SIGINT mid-run writes a checkpoint and exits 130.
@@ -289,6 +457,11 @@ fn train_nan_guard_keeps_the_last_good_checkpoint() {
     let (_, stderr) = assert_code(&o, 1);
     assert!(stderr.contains("NaN at step 5"), "{stderr}");
     assert!(stderr.contains("step-000004"), "{stderr}");
+    // Already fp32: only a lower lr helps (resuming unchanged replays the NaN).
+    assert!(
+        stderr.contains("hint: resume with a lower --lr") && !stderr.contains("--precision fp32"),
+        "{stderr}"
+    );
     assert_eq!(checkpoint_steps(&out), vec![2, 4]);
     let recs = losses(&out);
     assert_eq!(recs.last().unwrap().step, 4);
@@ -302,6 +475,10 @@ fn train_nan_guard_keeps_the_last_good_checkpoint() {
     let (_, stderr) = assert_code(&o, 1);
     assert!(
         stderr.contains("NaN at step 2") && stderr.contains("bf16"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: start again with --precision fp32 or a lower --lr"),
         "{stderr}"
     );
 }
@@ -471,6 +648,34 @@ fn sample_png_decodes() {
     );
     assert_code(&o, 0);
     assert!(image::open(&png2).is_ok());
+    // The output is checked before sampling: a name that is not .png, a
+    // folder that does not exist.
+    for (bad, want) in [
+        (dir.path().join("grid.jpg"), "does not end in .png"),
+        (dir.path().join("no/such/grid.png"), "is not a directory"),
+        (dir.path().to_path_buf(), "does not end in .png"),
+    ] {
+        let o = run_env(
+            &[
+                "sample",
+                "--checkpoint",
+                out.to_str().unwrap(),
+                "--device",
+                "cpu",
+                "--out",
+                bad.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let (_, stderr) = assert_code(&o, 2);
+        assert!(
+            stderr.contains(&format!("cannot write {}", bad.display()))
+                && stderr.contains(want)
+                && !stderr.contains("sampling"),
+            "{stderr}"
+        );
+    }
+    assert!(!dir.path().join("grid.jpg").exists());
     // Bad inputs: no checkpoint, unknown sampler.
     let o = run_env(
         &["sample", "--checkpoint", dir.path().to_str().unwrap()],
@@ -517,6 +722,17 @@ fn train_tensorboard_reader_reads_scalars_and_images() {
     );
     assert_code(&o, 0);
     assert!(image::open(out.join("samples/step-000003.png")).is_ok());
+    // Grids, summary.json and unet/ are renamed into place: no temporaries left.
+    for d in [out.clone(), out.join("samples"), out.join("unet")] {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.contains(".tmp-") && !name.contains(".old-"),
+                "{}: {name}",
+                d.display()
+            );
+        }
+    }
     let script = r#"
 import json, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
