@@ -26,6 +26,14 @@ pub const SLURM_LOCALID: &str = "SLURM_LOCALID";
 pub const SLURM_NTASKS: &str = "SLURM_NTASKS";
 /// Tasks on this node under SLURM.
 pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
+/// `True` when torchrun's elastic agent holds its c10d TCPStore at
+/// `MASTER_ADDR:MASTER_PORT` and lends it to the workers (torch 2.7
+/// torch/distributed/elastic/agent/server/local_elastic_agent.py).
+pub const TORCHELASTIC_USE_AGENT_STORE: &str = "TORCHELASTIC_USE_AGENT_STORE";
+/// torchrun's job id (`--rdzv-id`, a fresh UUID with `--standalone`).
+pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
+/// How many times torchrun restarted the workers of this job (0 at first).
+pub const TORCHELASTIC_RESTART_COUNT: &str = "TORCHELASTIC_RESTART_COUNT";
 /// Rendezvous timeout in seconds (also `--rendezvous-timeout`).
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.
@@ -47,10 +55,11 @@ pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
 pub const IMGCTL_TEST_INJECT_NAN_AT_STEP: &str = "IMGCTL_TEST_INJECT_NAN_AT_STEP";
 /// Test knob (train-demo): act as if Ctrl-C arrived right after this step (1-based).
 pub const IMGCTL_TEST_INTERRUPT_AFTER_STEP: &str = "IMGCTL_TEST_INTERRUPT_AFTER_STEP";
-/// IP address of the node that ran `srun` under SLURM (rank 0's host by default).
-pub const SLURM_LAUNCH_NODE_IPADDR: &str = "SLURM_LAUNCH_NODE_IPADDR";
-/// Compressed host list of a SLURM job (`node[01-04],gpu7`); its first host is
-/// the rendezvous host when neither `MASTER_ADDR` nor `SLURM_LAUNCH_NODE_IPADDR` is set.
+/// Compressed host list of a SLURM job step (`node[01-04],gpu7`); its first
+/// host (the node of task 0) is the rendezvous host when `MASTER_ADDR` is unset.
+pub const SLURM_STEP_NODELIST: &str = "SLURM_STEP_NODELIST";
+/// Compressed host list of a SLURM job; its first host is the rendezvous host
+/// when neither `MASTER_ADDR` nor `SLURM_STEP_NODELIST` is set.
 pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
 /// Tasks per node under SLURM in its compressed form (`4(x2),2`).
 pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
@@ -60,6 +69,10 @@ pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
 /// Python interpreter for `train-demo --benchmark --compare` and for the pip
 /// that `imgctl lock` resolves with (default `python3`).
 pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
+/// The virtual environment scripts/setup.sh made (`.cargo/config.toml` sets it
+/// to the repository's `.venv`): `--compare` runs its `bin/python` when
+/// `IMGCTL_PYTHON` is unset.
+pub const IMGCTL_VENV: &str = "IMGCTL_VENV";
 /// Seconds one PyTorch reference run of `--compare` may take (default 1800);
 /// a run past it is stopped and reported as not ok, the others still compare.
 pub const IMGCTL_REFERENCE_TIMEOUT: &str = "IMGCTL_REFERENCE_TIMEOUT";

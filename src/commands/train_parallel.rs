@@ -47,11 +47,10 @@ mod imp {
         let dp = DataParallel::init(launch, opts.device, timeout)?;
         if dp.is_primary() {
             printer().info(format!(
-                "data parallel: {} ranks, {} backend, rendezvous at {}:{}",
+                "data parallel: {} ranks, {} backend, rendezvous at {}",
                 dp.launch().world_size,
                 dp.backend(),
-                dp.launch().master_addr,
-                dp.launch().master_port
+                dp.rendezvous_address()
             ));
         }
         Ok(Box::new(dp))

@@ -38,6 +38,9 @@ fn cmd(args: &[&str]) -> Command {
         "MASTER_PORT",
         "SLURM_PROCID",
         "SLURM_NTASKS",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_RESTART_COUNT",
         "IMGCTL_CPU_RANKS",
         "IMGCTL_RENDEZVOUS_TIMEOUT",
         "IMGCTL_PARAM_HASH_DIR",
@@ -275,6 +278,194 @@ fn rendezvous_times_out_naming_the_missing_ranks() {
         err.contains("rendezvous timed out after 1 s: rank 1 could not reach rank 0"),
         "{err}"
     );
+}
+
+/// The arguments of a 1-step CPU training of the small config into `DIR/NAME`.
+fn small_train_args(dir: &Path, name: &str, steps: &str) -> Vec<String> {
+    let cfg = small_config(dir);
+    [
+        "train-demo",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--steps",
+        steps,
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "0",
+        "--seed",
+        "7",
+        "--out",
+        dir.join(name).to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The hash logs of rank 0 and rank 1 under `dir` are equal and complete.
+fn assert_ranks_agree(hashes: &Path, steps: usize, err: &str) {
+    let h0 = std::fs::read_to_string(hashes.join("rank-0.txt"))
+        .unwrap_or_else(|e| panic!("rank 0 wrote no hashes ({e}):\n{err}"));
+    let h1 = std::fs::read_to_string(hashes.join("rank-1.txt"))
+        .unwrap_or_else(|e| panic!("rank 1 wrote no hashes ({e}):\n{err}"));
+    assert_eq!(h0.lines().count(), 2 + 2 * steps, "{h0}\n{err}");
+    assert_eq!(h0, h1, "ranks hold different parameters or gradients");
+}
+
+/// The real torchrun of the set-up venv (scripts/setup.sh installs torch
+/// there) launches two CPU ranks: its elastic agent holds MASTER_PORT with
+/// its own c10d TCPStore, so rank 0 must publish a port of its own there.
+#[test]
+fn torchrun_launches_two_cpu_ranks_through_its_agent_store() {
+    let torchrun = crate::common::venv().join("bin/torchrun");
+    if !torchrun.exists() {
+        eprintln!(
+            "SKIPPED: {} does not exist (run scripts/setup.sh)",
+            torchrun.display()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hashes = dir.path().join("hashes");
+    std::fs::create_dir_all(&hashes).unwrap();
+    let mut c = Command::new(&torchrun);
+    c.args(["--standalone", "--nproc-per-node=2", "--no-python"])
+        .arg(imgctl_bin())
+        .args(small_train_args(dir.path(), "run", "2"))
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .env("IMGCTL_PARAM_HASH_DIR", &hashes)
+        .env("IMGCTL_RENDEZVOUS_TIMEOUT", "120");
+    for k in [
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "IMGCTL_CPU_RANKS",
+    ] {
+        c.env_remove(k);
+    }
+    let o = run(&mut c);
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "torchrun failed:\n{out}\n{err}");
+    assert!(
+        err.contains("data parallel: 2 ranks, cpu backend, rendezvous at localhost:"),
+        "{err}"
+    );
+    assert!(!err.contains("already in use"), "{err}");
+    assert_ranks_agree(&hashes, 2, &err);
+    let metrics = std::fs::read_to_string(dir.path().join("run/metrics.jsonl")).unwrap();
+    assert_eq!(metrics.lines().count(), 2, "only rank 0 writes: {metrics}");
+}
+
+/// imgctl's TCPStore client against PyTorch's own TCPStore server: what one
+/// writes, the other reads (keys, framing, the `/` key prefix), and a wait
+/// for a key nobody writes ends at its deadline.
+#[test]
+fn the_store_client_speaks_pytorchs_tcpstore_protocol() {
+    use imgctl::train::parallel::tcpstore::StoreClient;
+    let script = "import datetime, sys, torch.distributed as d\n\
+                  s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False, \
+                  timeout=datetime.timedelta(seconds=60))\n\
+                  s.set('from_python', b'hello')\n\
+                  print(s.port, flush=True)\n\
+                  print(s.get('imgctl/run/0/rendezvous_port').decode(), flush=True)\n";
+    let mut py = Command::new(crate::common::venv_python())
+        .args(["-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(py.stdout.take().unwrap()).lines();
+    let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut c = StoreClient::connect("127.0.0.1", port, deadline).unwrap();
+    assert_eq!(
+        c.wait_get("from_python", deadline).unwrap().as_deref(),
+        Some(&b"hello"[..])
+    );
+    let soon = Instant::now() + Duration::from_millis(300);
+    assert_eq!(c.wait_get("nobody/writes/this", soon).unwrap(), None);
+    // A fresh connection (the one above gave up in the middle of a WAIT).
+    let mut c = StoreClient::connect("127.0.0.1", port, deadline).unwrap();
+    c.set("imgctl/run/0/rendezvous_port", b"29601").unwrap();
+    assert_eq!(lines.next().unwrap().unwrap().trim(), "29601");
+    assert!(py.wait().unwrap().success());
+}
+
+/// A rank that arrived is told which rank rank 0 gave up on, not that the
+/// connection closed.
+#[test]
+fn a_rank_that_arrived_learns_which_rank_did_not() {
+    let port = free_port().to_string();
+    let rank = |r: &str, timeout: &str| {
+        cmd(&["train-demo", "--preset", "tiny", "--device", "cpu"])
+            .env("RANK", r)
+            .env("WORLD_SIZE", "3")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", &port)
+            .env("IMGCTL_RENDEZVOUS_TIMEOUT", timeout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let root = rank("0", "3");
+    let one = rank("1", "60");
+    let o1 = one.wait_with_output().unwrap();
+    let o0 = root.wait_with_output().unwrap();
+    let (_, err) = texts(&o1);
+    assert_eq!(o1.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "error: rendezvous timed out after 60 s: rank 1 reached rank 0 at 127.0.0.1:{port}, \
+             but rank 0 gave up after 3 s: 2 of 3 ranks arrived at 127.0.0.1:{port} (missing ranks: 2)"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("failed to fill whole buffer"), "{err}");
+    assert_eq!(o0.status.code(), Some(1), "{}", texts(&o0).1);
+}
+
+/// Two CPU ranks meet over IPv6 (MASTER_ADDR=::1) and train in agreement.
+#[test]
+fn two_ranks_train_over_ipv6() {
+    if let Err(e) = TcpListener::bind("[::1]:0") {
+        eprintln!("SKIPPED: no IPv6 loopback here ({e})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hashes = dir.path().join("hashes");
+    std::fs::create_dir_all(&hashes).unwrap();
+    let port = TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let args = small_train_args(dir.path(), "v6", "1");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let spawn = |r: &str| {
+        cmd(&args)
+            .env("RANK", r)
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "::1")
+            .env("MASTER_PORT", &port)
+            .env("IMGCTL_PARAM_HASH_DIR", &hashes)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn("0"), spawn("1"));
+    let (o0, o1) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let err = format!("{}\n{}", texts(&o0).1, texts(&o1).1);
+    assert!(o0.status.success() && o1.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("rendezvous at [::1]:{port}")),
+        "{err}"
+    );
+    assert_ranks_agree(&hashes, 1, &err);
 }
 
 #[test]

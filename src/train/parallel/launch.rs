@@ -46,6 +46,31 @@ pub struct LaunchInfo {
     pub master_port: u16,
     /// Where the values came from.
     pub source: LaunchSource,
+    /// Set when `MASTER_PORT` is torchrun's agent store, not ours
+    /// (`TORCHELASTIC_USE_AGENT_STORE=True`).
+    pub agent_store: Option<AgentStore>,
+}
+
+/// torchrun's elastic agent holds a c10d TCPStore at `MASTER_ADDR:MASTER_PORT`
+/// and lends it to its workers; rank 0 then listens on a port of its own and
+/// publishes it in that store under [`AgentStore::port_key`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AgentStore {
+    /// `TORCHELASTIC_RUN_ID`.
+    pub run_id: String,
+    /// `TORCHELASTIC_RESTART_COUNT` (0 when unset).
+    pub restart_count: u64,
+}
+
+impl AgentStore {
+    /// The store key of rank 0's rendezvous port: namespaced by job and
+    /// restart, so a restarted job never reads the port of its previous attempt.
+    pub fn port_key(&self) -> String {
+        format!(
+            "imgctl/{}/{}/rendezvous_port",
+            self.run_id, self.restart_count
+        )
+    }
 }
 
 impl LaunchInfo {
@@ -60,6 +85,7 @@ impl LaunchInfo {
             master_addr: "127.0.0.1".into(),
             master_port: port,
             source: LaunchSource::Torchrun,
+            agent_store: None,
         }
     }
 
@@ -73,6 +99,7 @@ impl LaunchInfo {
             master_addr: "127.0.0.1".into(),
             master_port: DEFAULT_MASTER_PORT,
             source: LaunchSource::Single,
+            agent_store: None,
         }
     }
 
@@ -86,15 +113,39 @@ impl LaunchInfo {
         Self::from_env(|k| std::env::var(k).ok())
     }
 
-    /// Reads the launch environment through `get` (torchrun variables win over
-    /// SLURM's, because torchrun under SLURM sets both; none of them: single).
+    /// Reads the launch environment through `get`: `RANK` set means torchrun
+    /// (or a PyTorchJob, or the supervisor; it wins over SLURM's variables,
+    /// because torchrun under SLURM sets both); else `SLURM_PROCID` means
+    /// srun (a batch script may export `WORLD_SIZE` for other tools: it must
+    /// then agree with `SLURM_NTASKS`); none of them: single.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        if get(ev::RANK).is_some() || get(ev::WORLD_SIZE).is_some() {
+        if get(ev::RANK).is_some() {
             return torchrun(&get);
         }
         if get(ev::SLURM_PROCID).is_some() && get(ev::SLURM_NTASKS).is_some() {
-            return slurm(&get);
+            let info = slurm(&get)?;
+            if let Some(w) = env_usize(&get, ev::WORLD_SIZE)? {
+                if w != info.world_size {
+                    return Err(CliError::usage(format!(
+                        "WORLD_SIZE={w} disagrees with SLURM_NTASKS={} under srun",
+                        info.world_size
+                    ))
+                    .with_hint("drop WORLD_SIZE from the batch script, or set it to $SLURM_NTASKS")
+                    .into());
+                }
+            }
+            return Ok(info);
+        }
+        if let Some(w) = get(ev::WORLD_SIZE) {
+            return Err(CliError::usage(format!(
+                "WORLD_SIZE={w} is set, but RANK is not (and this is no srun task)"
+            ))
+            .with_hint(
+                "a data-parallel launch needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT \
+                 (torchrun and Kubernetes PyTorchJob set them all); unset WORLD_SIZE for one process",
+            )
+            .into());
         }
         Ok(Self::single())
     }
@@ -156,7 +207,7 @@ fn check_ranks(info: &LaunchInfo, rank_var: &str, size_var: &str) -> anyhow::Res
 
 fn torchrun(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
     let missing = |k: &str| -> anyhow::Error {
-        CliError::usage(format!("{k} is not set, but RANK/WORLD_SIZE are"))
+        CliError::usage(format!("{k} is not set, but RANK is"))
             .with_hint(
                 "a data-parallel launch needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT \
                  (torchrun and Kubernetes PyTorchJob set them all)",
@@ -187,9 +238,38 @@ fn torchrun(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo>
         master_addr: master_addr.trim().to_string(),
         master_port,
         source: LaunchSource::Torchrun,
+        agent_store: agent_store(get)?,
     };
     check_ranks(&info, ev::RANK, ev::WORLD_SIZE)?;
     Ok(info)
+}
+
+/// torchrun's agent store, when it lends it (`TORCHELASTIC_USE_AGENT_STORE`
+/// is compared with Python's `str(True)`, as torch/distributed/rendezvous.py does).
+fn agent_store(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<AgentStore>> {
+    if get(ev::TORCHELASTIC_USE_AGENT_STORE)
+        .as_deref()
+        .map(str::trim)
+        != Some("True")
+    {
+        return Ok(None);
+    }
+    let run_id = get(ev::TORCHELASTIC_RUN_ID).unwrap_or_else(|| "none".into());
+    let restart_count = match get(ev::TORCHELASTIC_RESTART_COUNT) {
+        None => 0,
+        Some(v) => v.trim().parse::<u64>().map_err(|_| {
+            anyhow::Error::from(
+                CliError::usage(format!(
+                    "TORCHELASTIC_RESTART_COUNT={v:?} is not a non-negative integer"
+                ))
+                .with_hint("torchrun sets it; do not override it"),
+            )
+        })?,
+    };
+    Ok(Some(AgentStore {
+        run_id: run_id.trim().to_string(),
+        restart_count,
+    }))
 }
 
 fn slurm(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
@@ -205,16 +285,22 @@ fn slurm(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
             .unwrap_or(local_rank + 1),
     }
     .max(local_rank + 1);
-    let master_addr = match get(ev::MASTER_ADDR).or_else(|| get(ev::SLURM_LAUNCH_NODE_IPADDR)) {
+    // Task 0 runs on the first node of the step (srun's default block
+    // distribution), which is the job's first node unless the step was
+    // given a node list of its own. SLURM_LAUNCH_NODE_IPADDR is not rank 0's
+    // host: it is where srun ran (a login node after salloc).
+    let list = get(ev::SLURM_STEP_NODELIST)
+        .map(|l| (ev::SLURM_STEP_NODELIST, l))
+        .or_else(|| get(ev::SLURM_JOB_NODELIST).map(|l| (ev::SLURM_JOB_NODELIST, l)));
+    let master_addr = match get(ev::MASTER_ADDR) {
         Some(a) => a,
-        None => match get(ev::SLURM_JOB_NODELIST).map(|l| first_host(&l)) {
-            Some(Ok(h)) => h,
-            Some(Err(e)) => return Err(e),
+        None => match list {
+            Some((var, l)) => first_host(var, &l)?,
             None if world_size == 1 => "127.0.0.1".into(),
             None => {
                 return Err(CliError::usage(
                     "cannot find rank 0's host under SLURM: MASTER_ADDR, \
-                     SLURM_LAUNCH_NODE_IPADDR and SLURM_JOB_NODELIST are all unset",
+                     SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are all unset",
                 )
                 .with_hint("export MASTER_ADDR=<first node> in the batch script")
                 .into())
@@ -230,6 +316,7 @@ fn slurm(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
         master_addr: master_addr.trim().to_string(),
         master_port,
         source: LaunchSource::Slurm,
+        agent_store: None,
     };
     check_ranks(&info, ev::SLURM_PROCID, ev::SLURM_NTASKS)?;
     Ok(info)
@@ -242,14 +329,13 @@ fn first_tasks_per_node(s: &str) -> Option<usize> {
 }
 
 /// The first host of a SLURM compressed host list: `node[01-04,07],gpu5` →
-/// `node01`; `a1,b2` → `a1`; `gpu-[3,5]` → `gpu-3` (format: `scontrol show hostnames`).
-pub fn first_host(nodelist: &str) -> anyhow::Result<String> {
+/// `node01`; `a1,b2` → `a1`; `gpu-[3,5]` → `gpu-3` (format: `scontrol show
+/// hostnames`). `var` names the variable it came from, for the error.
+pub fn first_host(var: &str, nodelist: &str) -> anyhow::Result<String> {
     let bad = || -> anyhow::Error {
-        CliError::usage(format!(
-            "SLURM_JOB_NODELIST={nodelist:?} is not a SLURM host list"
-        ))
-        .with_hint("export MASTER_ADDR=<first node> in the batch script")
-        .into()
+        CliError::usage(format!("{var}={nodelist:?} is not a SLURM host list"))
+            .with_hint("export MASTER_ADDR=<first node> in the batch script")
+            .into()
     };
     let s = nodelist.trim();
     // The first entry ends at the first comma outside brackets.
@@ -467,6 +553,11 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("RANK=2 is out of range"), "{e}");
+        let e = LaunchInfo::from_env(env(&[("RANK", "0")])).unwrap_err();
+        assert!(
+            e.to_string().contains("WORLD_SIZE is not set, but RANK is"),
+            "{e}"
+        );
         let e = LaunchInfo::from_env(env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).unwrap_err();
         assert!(e.to_string().contains("RANK=\"x\""), "{e}");
         let e = LaunchInfo::from_env(env(&[
@@ -495,26 +586,99 @@ mod tests {
         );
         assert_eq!(i.master_addr, "gpu07");
         assert_eq!(i.master_port, DEFAULT_MASTER_PORT);
+        // srun run from a login node after salloc: the launch node is not
+        // rank 0's host; the step's first node is.
         let i = LaunchInfo::from_env(env(&[
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "2"),
             ("SLURM_NTASKS_PER_NODE", "1"),
             ("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"),
-            ("SLURM_JOB_NODELIST", "a,b"),
+            ("SLURM_STEP_NODELIST", "b,c"),
+            ("SLURM_JOB_NODELIST", "a,b,c"),
             ("MASTER_PORT", "29600"),
         ]))
         .unwrap();
-        assert_eq!((i.master_addr.as_str(), i.master_port), ("10.1.2.3", 29600));
+        assert_eq!((i.master_addr.as_str(), i.master_port), ("b", 29600));
+        // Without a step list, the job's first node; MASTER_ADDR wins over both.
+        let base = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3"),
+            ("SLURM_JOB_NODELIST", "gpu[3-4]"),
+        ];
+        let i = LaunchInfo::from_env(env(&base)).unwrap();
+        assert_eq!(i.master_addr, "gpu3");
+        let i = LaunchInfo::from_env(env(&[&base[..], &[("MASTER_ADDR", "10.9.9.9")]].concat()))
+            .unwrap();
+        assert_eq!(i.master_addr, "10.9.9.9");
+    }
+
+    #[test]
+    fn an_sbatch_script_may_export_world_size() {
+        let base = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_NODELIST", "n[1-2]"),
+        ];
+        let i = LaunchInfo::from_env(env(&[&base[..], &[("WORLD_SIZE", "2")]].concat())).unwrap();
+        assert_eq!(
+            (i.rank, i.world_size, i.source),
+            (1, 2, LaunchSource::Slurm)
+        );
+        let e =
+            LaunchInfo::from_env(env(&[&base[..], &[("WORLD_SIZE", "4")]].concat())).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("WORLD_SIZE=4 disagrees with SLURM_NTASKS=2"),
+            "{e}"
+        );
+        // WORLD_SIZE alone is a half-set launch, not a single process.
+        let e = LaunchInfo::from_env(env(&[("WORLD_SIZE", "2")])).unwrap_err();
+        assert!(e.to_string().contains("RANK is not"), "{e}");
+        assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Usage);
+    }
+
+    #[test]
+    fn torchrun_agent_store() {
+        let base = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "localhost"),
+            ("MASTER_PORT", "29500"),
+        ];
+        let i = LaunchInfo::from_env(env(&base)).unwrap();
+        assert_eq!(i.agent_store, None);
+        let i = LaunchInfo::from_env(env(&[
+            &base[..],
+            &[
+                ("TORCHELASTIC_USE_AGENT_STORE", "True"),
+                ("TORCHELASTIC_RUN_ID", "abc"),
+                ("TORCHELASTIC_RESTART_COUNT", "3"),
+            ],
+        ]
+        .concat()))
+        .unwrap();
+        let a = i.agent_store.unwrap();
+        assert_eq!(a.port_key(), "imgctl/abc/3/rendezvous_port");
+        let i = LaunchInfo::from_env(env(&[
+            &base[..],
+            &[("TORCHELASTIC_USE_AGENT_STORE", "False")],
+        ]
+        .concat()))
+        .unwrap();
+        assert_eq!(i.agent_store, None);
     }
 
     #[test]
     fn nodelists() {
-        assert_eq!(first_host("node[01-04,07],gpu5").unwrap(), "node01");
-        assert_eq!(first_host("a1,b2").unwrap(), "a1");
-        assert_eq!(first_host("gpu-[3,5]").unwrap(), "gpu-3");
-        assert_eq!(first_host("rack[2-3]-n1").unwrap(), "rack2-n1");
-        assert!(first_host("[1-2]").is_err());
-        assert!(first_host("").is_err());
+        let first = |l: &str| first_host("SLURM_JOB_NODELIST", l);
+        assert_eq!(first("node[01-04,07],gpu5").unwrap(), "node01");
+        assert_eq!(first("a1,b2").unwrap(), "a1");
+        assert_eq!(first("gpu-[3,5]").unwrap(), "gpu-3");
+        assert_eq!(first("rack[2-3]-n1").unwrap(), "rack2-n1");
+        assert!(first("[1-2]").is_err());
+        let e = first_host("SLURM_STEP_NODELIST", "").unwrap_err();
+        assert!(e.to_string().starts_with("SLURM_STEP_NODELIST=\"\""), "{e}");
     }
 
     #[test]

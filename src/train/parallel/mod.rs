@@ -38,6 +38,7 @@ pub mod nccl;
 pub mod overlap;
 pub mod rendezvous;
 pub mod supervisor;
+pub mod tcpstore;
 pub mod watchdog;
 
 pub use buckets::DEFAULT_BUCKET_BYTES;
@@ -85,6 +86,8 @@ pub struct DataParallel {
     launch: LaunchInfo,
     device: Device,
     collective: Box<dyn Collective>,
+    /// Where rank 0's rendezvous server listened (for messages).
+    address: String,
     bucket_bytes: usize,
     hash_log: Option<std::fs::File>,
     /// The flat parameters seen at the first broadcast (shares storage with
@@ -122,6 +125,7 @@ impl DataParallel {
             std::fs::File::create(p).ok()
         });
         Self {
+            address: tcpstore::host_port(&launch.master_addr, launch.master_port),
             launch,
             device,
             collective,
@@ -153,15 +157,20 @@ impl DataParallel {
                     device,
                     timeout,
                 )?;
-                Ok(Self::with_collective(launch, device, Box::new(coll)))
+                let mut dp = Self::with_collective(launch, device, Box::new(coll));
+                dp.address = session.address;
+                Ok(dp)
             }
             _ if launch.world_size == 1 => {
                 Ok(Self::with_collective(launch, device, Box::new(Solo)))
             }
             _ => {
                 let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
+                let address = session.address.clone();
                 let coll = cpu::CpuCollective::new(session, cpu::COLLECTIVE_TIMEOUT)?;
-                Ok(Self::with_collective(launch, device, Box::new(coll)))
+                let mut dp = Self::with_collective(launch, device, Box::new(coll));
+                dp.address = address;
+                Ok(dp)
             }
         }
     }
@@ -169,6 +178,11 @@ impl DataParallel {
     /// Sets the gradient bucket cap (default [`DEFAULT_BUCKET_BYTES`]).
     pub fn set_bucket_bytes(&mut self, bytes: usize) {
         self.bucket_bytes = bytes.max(1);
+    }
+
+    /// Where rank 0's rendezvous server listened (`host:port`, IPv6 in brackets).
+    pub fn rendezvous_address(&self) -> &str {
+        &self.address
     }
 
     /// The launch information.

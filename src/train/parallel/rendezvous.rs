@@ -1,18 +1,20 @@
 //! Rendezvous: all ranks meet at rank 0's TCP server before any collective.
 //!
-//! Rank 0 listens on `MASTER_PORT`, waits until every other rank has said
+//! Rank 0 listens on `MASTER_PORT` (under torchrun's agent store on a port of
+//! its own, published in that store: see [`rendezvous`]), waits until every other rank has said
 //! hello (rank and world size), then sends each of them the session payload
 //! (the 128-byte NCCL unique id, or nothing for the CPU backend). The sockets
 //! stay open afterwards: the CPU backend runs its collectives over them. Every
 //! wait has a deadline and its error names what was waited for. This module
 //! owns the wire format of the hello; it must not know what the payload means.
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
 use super::launch::LaunchInfo;
+use super::tcpstore::{connect_any, host_port, StoreClient};
 use crate::CliError;
 
 /// Default time every rank waits for the others (`--rendezvous-timeout`):
@@ -26,8 +28,6 @@ const PROTOCOL: u32 = 1;
 /// How long an accepted connection may take to send its hello before rank 0
 /// drops it (a port scanner or a stray client must not stall the rendezvous).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pause between connection attempts of a non-zero rank while rank 0 is not up yet.
-const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// The sockets a rendezvous leaves behind.
 #[derive(Debug)]
@@ -82,19 +82,101 @@ fn ranks_list(ranks: &[usize]) -> String {
     v.join(", ")
 }
 
-/// Binds rank 0's listener: on the loopback address when MASTER_ADDR is a
-/// loopback address (the `--gpus` supervisor), else on all interfaces.
-pub fn bind(info: &LaunchInfo) -> anyhow::Result<TcpListener> {
-    let ip = match info.master_addr.parse::<IpAddr>() {
-        Ok(ip) if ip.is_loopback() => ip,
-        _ if info.master_addr == "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+/// Binds rank 0's listener on `port`: on the loopback address when
+/// MASTER_ADDR is a loopback address (the `--gpus` supervisor, torchrun
+/// `--standalone`), else on all interfaces of both families (`[::]`, dual
+/// stack; `0.0.0.0` where the host has no IPv6), so that an IPv4 or an IPv6
+/// MASTER_ADDR reaches it.
+fn bind_port(info: &LaunchInfo, port: u16) -> std::io::Result<TcpListener> {
+    let loopback = match info.master_addr.parse::<IpAddr>() {
+        Ok(ip) if ip.is_loopback() => Some(ip),
+        _ if info.master_addr == "localhost" => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        _ => None,
     };
-    let addr = SocketAddr::new(ip, info.master_port);
-    TcpListener::bind(addr).map_err(|e| {
+    match loopback {
+        Some(ip) => TcpListener::bind(SocketAddr::new(ip, port)),
+        None => bind_all_interfaces(port),
+    }
+}
+
+/// Listens on `[::]:port` with `IPV6_V6ONLY` off (IPv4 peers arrive as
+/// `::ffff:a.b.c.d`), whatever `net.ipv6.bindv6only` says; falls back to
+/// `0.0.0.0:port` when the host has no IPv6.
+pub fn bind_all_interfaces(port: u16) -> std::io::Result<TcpListener> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket syscalls on a descriptor this function owns; it is
+    // closed on every error path and handed to TcpListener otherwise.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET6, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAFNOSUPPORT) | Some(libc::EPROTONOSUPPORT) => {
+                    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+                }
+                _ => Err(e),
+            };
+        }
+        let fail = |fd: libc::c_int| {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            Err(e)
+        };
+        let off: libc::c_int = 0;
+        let on: libc::c_int = 1;
+        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SO_REUSEADDR as std's TcpListener::bind sets it on Unix: a port in
+        // TIME_WAIT from a previous run is free to bind.
+        if libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &on as *const _ as *const libc::c_void,
+            len,
+        ) != 0
+            || libc::setsockopt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_V6ONLY,
+                &off as *const _ as *const libc::c_void,
+                len,
+            ) != 0
+        {
+            return fail(fd);
+        }
+        let mut addr: libc::sockaddr_in6 = std::mem::zeroed();
+        addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        addr.sin6_port = port.to_be();
+        // sin6_addr zeroed: in6addr_any.
+        if libc::bind(
+            fd,
+            &addr as *const _ as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+        ) != 0
+        {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            // An IPv6 stack without any IPv6 address (disabled by sysctl).
+            if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                return TcpListener::bind((Ipv4Addr::UNSPECIFIED, port));
+            }
+            return Err(e);
+        }
+        // Backlog 128: SOMAXCONN's traditional value, ample for one rank per GPU.
+        if libc::listen(fd, 128) != 0 {
+            return fail(fd);
+        }
+        Ok(TcpListener::from_raw_fd(fd))
+    }
+}
+
+/// Binds rank 0's listener on MASTER_PORT (see [`bind_port`] for the address).
+pub fn bind(info: &LaunchInfo) -> anyhow::Result<TcpListener> {
+    bind_port(info, info.master_port).map_err(|e| {
+        let addr = host_port(&info.master_addr, info.master_port);
         if e.kind() == ErrorKind::AddrInUse {
             CliError::usage(format!(
-                "MASTER_PORT {} is already in use on this host: rank 0 cannot listen on {addr}",
+                "MASTER_PORT {} is already in use on this host: rank 0 cannot listen for {addr}",
                 info.master_port
             ))
             .with_hint(format!(
@@ -105,35 +187,108 @@ pub fn bind(info: &LaunchInfo) -> anyhow::Result<TcpListener> {
             ))
             .into()
         } else {
-            anyhow::Error::from(e).context(format!("rank 0 cannot listen on {addr}"))
+            anyhow::Error::from(e).context(format!("rank 0 cannot listen for {addr}"))
         }
     })
 }
 
-/// Meets the other ranks. Rank 0 binds MASTER_PORT first (so a taken port is
+/// Meets the other ranks. Rank 0 binds its port first (so a taken port is
 /// reported at once), then calls `payload` and hands its bytes to every rank.
+///
+/// The port is MASTER_PORT, except under torchrun's agent store
+/// ([`LaunchInfo::agent_store`]): MASTER_PORT is then torchrun's own c10d
+/// TCPStore, so rank 0 listens on a port the system picks and publishes it in
+/// that store, where the other ranks read it (the whole wait bounded by `timeout`).
 pub fn rendezvous(
     info: &LaunchInfo,
     payload: impl FnOnce() -> anyhow::Result<Vec<u8>>,
     timeout: Duration,
 ) -> anyhow::Result<Session> {
-    let address = format!("{}:{}", info.master_addr, info.master_port);
+    let deadline = Instant::now() + timeout;
     if info.world_size == 1 {
         return Ok(Session {
             rank: 0,
             world_size: 1,
             payload: payload()?,
             links: Links::Alone,
-            address,
+            address: host_port(&info.master_addr, info.master_port),
         });
     }
-    if info.rank == 0 {
-        let listener = bind(info)?;
-        let bytes = payload()?;
-        serve(listener, info, bytes, timeout, address)
-    } else {
-        join(info, timeout, address)
+    match (&info.agent_store, info.rank) {
+        (None, 0) => {
+            let listener = bind(info)?;
+            let bytes = payload()?;
+            let address = host_port(&info.master_addr, info.master_port);
+            serve_until(listener, info, bytes, timeout, deadline, address)
+        }
+        (None, _) => join(info, info.master_port, timeout, deadline),
+        (Some(agent), 0) => {
+            let listener = bind_port(info, 0).with_context(|| {
+                format!(
+                    "rank 0 cannot listen on a free port for {}",
+                    info.master_addr
+                )
+            })?;
+            let port = listener.local_addr()?.port();
+            let store_at = host_port(&info.master_addr, info.master_port);
+            let mut store = StoreClient::connect(&info.master_addr, info.master_port, deadline)
+                .map_err(|e| store_error(e, timeout))?;
+            store
+                .set(&agent.port_key(), port.to_string().as_bytes())
+                .with_context(|| {
+                    format!(
+                        "rank 0 publishing its rendezvous port in torchrun's store at {store_at}"
+                    )
+                })?;
+            let bytes = payload()?;
+            let address = host_port(&info.master_addr, port);
+            serve_until(listener, info, bytes, timeout, deadline, address)
+        }
+        (Some(agent), _) => {
+            let key = agent.port_key();
+            let store_at = host_port(&info.master_addr, info.master_port);
+            let waited = || {
+                format!(
+                    "rank {} waited for rank 0 to publish its rendezvous port under key {key:?} \
+                     in torchrun's agent store at {store_at}",
+                    info.rank
+                )
+            };
+            let mut store = StoreClient::connect(&info.master_addr, info.master_port, deadline)
+                .map_err(|e| {
+                    if Instant::now() >= deadline {
+                        timed_out(timeout, format!("{} ({e})", waited()))
+                    } else {
+                        store_error(e, timeout)
+                    }
+                })?;
+            let value = store
+                .wait_get(&key, deadline)?
+                .ok_or_else(|| timed_out(timeout, waited()))?;
+            let text = String::from_utf8_lossy(&value);
+            let port = text.trim().parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
+                anyhow::Error::from(
+                    CliError::failure(format!(
+                        "key {key:?} in torchrun's agent store at {store_at} holds {text:?}, not a TCP port"
+                    ))
+                    .with_hint("another program wrote that key; restart the job"),
+                )
+            })?;
+            join(info, port, timeout, deadline)
+        }
     }
+}
+
+/// A failure to talk to torchrun's agent store, with the hint that goes with it.
+fn store_error(e: anyhow::Error, timeout: Duration) -> anyhow::Error {
+    CliError::failure(format!("rendezvous failed: {e:#}"))
+        .with_hint(format!(
+            "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's c10d store is at \
+             MASTER_ADDR:MASTER_PORT; run under torchrun (not with its variables copied), \
+             or raise --rendezvous-timeout (now {})",
+            fmt_secs(timeout)
+        ))
+        .into()
 }
 
 /// Rank 0 with an already bound listener (tests bind port 0 first).
@@ -144,7 +299,24 @@ pub fn serve(
     timeout: Duration,
     address: String,
 ) -> anyhow::Result<Session> {
-    let deadline = Instant::now() + timeout;
+    serve_until(
+        listener,
+        info,
+        payload,
+        timeout,
+        Instant::now() + timeout,
+        address,
+    )
+}
+
+fn serve_until(
+    listener: TcpListener,
+    info: &LaunchInfo,
+    payload: Vec<u8>,
+    timeout: Duration,
+    deadline: Instant,
+    address: String,
+) -> anyhow::Result<Session> {
     let n = info.world_size;
     let mut peers: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     listener.set_nonblocking(true)?;
@@ -152,13 +324,16 @@ pub fn serve(
     while arrived < n {
         if Instant::now() >= deadline {
             let missing: Vec<usize> = (1..n).filter(|&r| peers[r].is_none()).collect();
-            return Err(timed_out(
-                timeout,
-                format!(
-                    "{arrived} of {n} ranks arrived at {address} (missing ranks: {})",
-                    ranks_list(&missing)
-                ),
-            ));
+            let what = format!(
+                "{arrived} of {n} ranks arrived at {address} (missing ranks: {})",
+                ranks_list(&missing)
+            );
+            // The ranks that came learn why they are sent home.
+            let told = format!("rank 0 gave up after {}: {what}", fmt_secs(timeout));
+            for s in peers.iter_mut().flatten() {
+                let _ = send_reply(s, Reply::TimedOut(&told));
+            }
+            return Err(timed_out(timeout, what));
         }
         let (mut stream, peer) = match listener.accept() {
             Ok(s) => s,
@@ -180,9 +355,9 @@ pub fn serve(
                 "rank {rank} (from {peer}) was started with WORLD_SIZE={world}, \
                  but rank 0 has WORLD_SIZE={n}"
             );
-            let _ = send_reply(&mut stream, Err(&msg));
+            let _ = send_reply(&mut stream, Reply::Refused(&msg));
             for s in peers.iter_mut().flatten() {
-                let _ = send_reply(s, Err(&msg));
+                let _ = send_reply(s, Reply::Refused(&msg));
             }
             return Err(CliError::usage(format!("rendezvous failed: {msg}"))
                 .with_hint("start every rank with the same WORLD_SIZE")
@@ -194,9 +369,9 @@ pub fn serve(
             } else {
                 format!("rank {rank} (from {peer}) is out of range for WORLD_SIZE={n}")
             };
-            let _ = send_reply(&mut stream, Err(&msg));
+            let _ = send_reply(&mut stream, Reply::Refused(&msg));
             for s in peers.iter_mut().flatten() {
-                let _ = send_reply(s, Err(&msg));
+                let _ = send_reply(s, Reply::Refused(&msg));
             }
             return Err(CliError::usage(format!("rendezvous failed: {msg}"))
                 .with_hint("give every process a distinct RANK below WORLD_SIZE")
@@ -209,7 +384,7 @@ pub fn serve(
     for (r, s) in peers.into_iter().enumerate().skip(1) {
         let mut s = s.expect("all ranks arrived");
         s.set_nodelay(true)?;
-        send_reply(&mut s, Ok(&payload))
+        send_reply(&mut s, Reply::Session(&payload))
             .with_context(|| format!("rendezvous: sending the session to rank {r}"))?;
         links.push(s);
     }
@@ -222,41 +397,24 @@ pub fn serve(
     })
 }
 
-fn join(info: &LaunchInfo, timeout: Duration, address: String) -> anyhow::Result<Session> {
-    let deadline = Instant::now() + timeout;
-    let mut last_err = String::from("no attempt");
-    let mut stream = loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(timed_out(
-                timeout,
-                format!(
-                    "rank {} could not reach rank 0 at {address} (last error: {last_err})",
-                    info.rank
-                ),
-            ));
-        }
-        let attempt = (info.master_addr.as_str(), info.master_port)
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve {}: {e}", info.master_addr))
-            .and_then(|mut addrs| {
-                addrs
-                    .next()
-                    .ok_or_else(|| format!("{} has no address", info.master_addr))
-            })
-            .and_then(|addr| {
-                let left = deadline.saturating_duration_since(now);
-                TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5)))
-                    .map_err(|e| e.to_string())
-            });
-        match attempt {
-            Ok(s) => break s,
-            Err(e) => {
-                last_err = e;
-                std::thread::sleep(RETRY_PAUSE);
-            }
-        }
-    };
+/// A non-zero rank: connects to rank 0 at MASTER_ADDR:`port` (every
+/// resolved address in turn, retrying until `deadline`) and waits for the session.
+fn join(
+    info: &LaunchInfo,
+    port: u16,
+    timeout: Duration,
+    deadline: Instant,
+) -> anyhow::Result<Session> {
+    let address = host_port(&info.master_addr, port);
+    let mut stream = connect_any(&info.master_addr, port, deadline).map_err(|last_err| {
+        timed_out(
+            timeout,
+            format!(
+                "rank {} could not reach rank 0 at {address} (last error: {last_err})",
+                info.rank
+            ),
+        )
+    })?;
     stream.set_nodelay(true)?;
     write_hello(&mut stream, info.rank, info.world_size)
         .with_context(|| format!("rendezvous: sending hello to rank 0 at {address}"))?;
@@ -264,7 +422,13 @@ fn join(info: &LaunchInfo, timeout: Duration, address: String) -> anyhow::Result
     stream.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
     let payload = match read_reply(&mut stream) {
         Ok(Ok(p)) => p,
-        Ok(Err(msg)) => {
+        Ok(Err((TIMED_OUT, msg))) => {
+            return Err(timed_out(
+                timeout,
+                format!("rank {} reached rank 0 at {address}, but {msg}", info.rank),
+            ))
+        }
+        Ok(Err((_, msg))) => {
             return Err(CliError::usage(format!("rendezvous failed: {msg}"))
                 .with_hint("start every rank with the same WORLD_SIZE and a distinct RANK")
                 .into())
@@ -321,10 +485,24 @@ fn read_hello(s: &mut TcpStream) -> std::io::Result<(usize, usize)> {
     Ok((rank, world))
 }
 
-fn send_reply(s: &mut TcpStream, reply: Result<&[u8], &str>) -> std::io::Result<()> {
+/// What rank 0 answers a hello with (status byte, length, body).
+enum Reply<'a> {
+    /// Status 0: the session payload.
+    Session(&'a [u8]),
+    /// Status 1: the job is misconfigured (a usage error on every rank).
+    Refused(&'a str),
+    /// Status [`TIMED_OUT`]: rank 0's deadline passed before every rank came.
+    TimedOut(&'a str),
+}
+
+/// Reply status of [`Reply::TimedOut`].
+const TIMED_OUT: u8 = 2;
+
+fn send_reply(s: &mut TcpStream, reply: Reply<'_>) -> std::io::Result<()> {
     let (status, body) = match reply {
-        Ok(p) => (0u8, p),
-        Err(m) => (1u8, m.as_bytes()),
+        Reply::Session(p) => (0u8, p),
+        Reply::Refused(m) => (1u8, m.as_bytes()),
+        Reply::TimedOut(m) => (TIMED_OUT, m.as_bytes()),
     };
     let mut buf = vec![status];
     buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -332,7 +510,8 @@ fn send_reply(s: &mut TcpStream, reply: Result<&[u8], &str>) -> std::io::Result<
     s.write_all(&buf)
 }
 
-fn read_reply(s: &mut TcpStream) -> std::io::Result<Result<Vec<u8>, String>> {
+/// The payload, or the refusal's status and message.
+fn read_reply(s: &mut TcpStream) -> std::io::Result<Result<Vec<u8>, (u8, String)>> {
     let mut head = [0u8; 5];
     s.read_exact(&mut head)?;
     let len = u32::from_le_bytes(head[1..5].try_into().unwrap()) as usize;
@@ -341,7 +520,7 @@ fn read_reply(s: &mut TcpStream) -> std::io::Result<Result<Vec<u8>, String>> {
     Ok(if head[0] == 0 {
         Ok(body)
     } else {
-        Err(String::from_utf8_lossy(&body).into_owned())
+        Err((head[0], String::from_utf8_lossy(&body).into_owned()))
     })
 }
 
@@ -416,6 +595,97 @@ mod tests {
         assert!(e.to_string().contains("WORLD_SIZE=3"), "{e}");
         let e = leaf.join().unwrap().unwrap_err();
         assert!(e.to_string().contains("WORLD_SIZE=3"), "{e}");
+    }
+
+    /// Whether this host has an IPv6 loopback (some containers have none).
+    fn have_ipv6_loopback() -> bool {
+        match TcpListener::bind("[::1]:0") {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("SKIPPED: no IPv6 loopback here ({e})");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_meet_over_ipv6_and_print_bracketed_addresses() {
+        if !have_ipv6_loopback() {
+            return;
+        }
+        let l = TcpListener::bind("[::1]:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        drop(l);
+        let info = move |r| LaunchInfo {
+            master_addr: "::1".into(),
+            ..LaunchInfo::loopback(r, 2, port)
+        };
+        let t = Duration::from_secs(20);
+        let leaf = std::thread::spawn(move || rendezvous(&info(1), || Ok(vec![]), t));
+        let root = rendezvous(&info(0), || Ok(b"v6".to_vec()), t).unwrap();
+        assert_eq!(root.address, format!("[::1]:{port}"));
+        let s = leaf.join().unwrap().unwrap();
+        assert_eq!(s.payload, b"v6");
+        assert_eq!(s.address, format!("[::1]:{port}"));
+    }
+
+    #[test]
+    fn all_interfaces_take_both_families() {
+        let l = bind_all_interfaces(0).unwrap();
+        let port = l.local_addr().unwrap().port();
+        TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap();
+        if have_ipv6_loopback() {
+            assert!(l.local_addr().unwrap().is_ipv6(), "{:?}", l.local_addr());
+            TcpStream::connect((std::net::Ipv6Addr::LOCALHOST, port)).unwrap();
+        }
+        // A taken port is AddrInUse, as for std's bind (the error names MASTER_PORT).
+        let e = bind_all_interfaces(port).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}");
+    }
+
+    #[test]
+    fn a_joiner_tries_every_resolved_address() {
+        // "localhost" resolves to ::1 and 127.0.0.1 on most hosts; rank 0
+        // listens on 127.0.0.1 only, so a joiner stuck on the first address
+        // (::1 where it comes first) would never arrive.
+        let port = free_port().unwrap();
+        let info = move |r| LaunchInfo {
+            master_addr: "localhost".into(),
+            ..LaunchInfo::loopback(r, 2, port)
+        };
+        let t = Duration::from_secs(20);
+        let leaf = std::thread::spawn(move || rendezvous(&info(1), || Ok(vec![]), t));
+        rendezvous(&info(0), || Ok(vec![]), t).unwrap();
+        leaf.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn ranks_that_came_learn_who_did_not() {
+        let port = free_port().unwrap();
+        let leaf = std::thread::spawn(move || {
+            rendezvous(
+                &LaunchInfo::loopback(1, 3, port),
+                || Ok(vec![]),
+                Duration::from_secs(30),
+            )
+        });
+        let e = rendezvous(
+            &LaunchInfo::loopback(0, 3, port),
+            || Ok(vec![]),
+            Duration::from_secs(2),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("missing ranks: 2"), "{e}");
+        let e = leaf.join().unwrap().unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains(&format!(
+                "rank 1 reached rank 0 at 127.0.0.1:{port}, but rank 0 gave up after 2 s: \
+                 2 of 3 ranks arrived at 127.0.0.1:{port} (missing ranks: 2)"
+            )),
+            "{m}"
+        );
+        assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Failure);
     }
 
     #[test]
