@@ -271,7 +271,9 @@ pub struct TrainArgs {
     #[arg(long)]
     pub workers: Option<usize>,
     /// GPUs to train on: all, a count, or device ids (0,2,5); one worker each.
-    #[arg(long, value_name = "all|N|IDS")]
+    // allow_hyphen_values: `--gpus -1` reaches imgctl's own GPU-list parser
+    // (a clear usage error) instead of clap's "unexpected argument '-1'".
+    #[arg(long, value_name = "all|N|IDS", allow_hyphen_values = true)]
     pub gpus: Option<String>,
     /// Measure throughput instead of training for results.
     #[arg(long)]

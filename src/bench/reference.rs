@@ -1,6 +1,6 @@
 //! The PyTorch reference run for `--compare`: the embedded
 //! `scripts/bench_reference.py`, fed with imgctl's own model config and
-//! batches, run by `$IMGCTL_PYTHON` (default `python3`).
+//! batches, run by [`python`] (`$IMGCTL_PYTHON`, else the set-up venv's, else `python3`).
 //!
 //! The script is compiled into the binary (`include_str!`) and written to a
 //! temporary directory, so `--compare` works from an installed binary or inside
@@ -109,12 +109,27 @@ pub struct ReferenceRun {
     pub optimizer: Option<String>,
 }
 
-/// The interpreter: `$IMGCTL_PYTHON`, else `python3`.
+/// The interpreter: `$IMGCTL_PYTHON`; else `$IMGCTL_VENV/bin/python` when it
+/// exists (the venv scripts/setup.sh made, with torch and diffusers;
+/// `.cargo/config.toml` points IMGCTL_VENV at the repository's `.venv`, so
+/// `cargo run` finds it); else `python3` from PATH (inside an image built by
+/// imgctl, where torch is the system Python's).
 pub fn python() -> String {
-    std::env::var(ev::IMGCTL_PYTHON)
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "python3".into())
+    python_from(|k| std::env::var(k).ok())
+}
+
+fn python_from(get: impl Fn(&str) -> Option<String>) -> String {
+    let set = |k: &str| get(k).filter(|s| !s.trim().is_empty());
+    if let Some(p) = set(ev::IMGCTL_PYTHON) {
+        return p;
+    }
+    if let Some(v) = set(ev::IMGCTL_VENV) {
+        let py = Path::new(&v).join("bin").join("python");
+        if py.exists() {
+            return py.to_string_lossy().into_owned();
+        }
+    }
+    "python3".into()
 }
 
 /// Writes the script, the diffusers config and `REFERENCE_BATCHES` batches of
@@ -264,15 +279,20 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     match line.map(serde_json::from_str::<ReferenceRun>) {
         Some(Ok(r)) => Ok(r),
         _ => {
+            // A crash is a result (not ok) too: imgctl's own figures are
+            // still reported, and the caller decides the exit status.
             let stderr = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
-            Err(CliError::failure(format!(
-                "the PyTorch reference printed no result ({}): {}",
-                out.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ))
-            .with_hint("run scripts/bench_reference.py by hand to see the whole error")
-            .into())
+            Ok(ReferenceRun {
+                mode: mode.into(),
+                ok: false,
+                error: Some(format!(
+                    "`{py}` printed no result ({}): {}",
+                    out.status,
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )),
+                ..Default::default()
+            })
         }
     }
 }
@@ -320,5 +340,41 @@ impl CompareReport {
             pytorch,
             compile_note,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interpreter_prefers_imgctl_python_then_the_venv() {
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().to_string_lossy().into_owned();
+        let env = |pairs: &'static [(&'static str, &'static str)], venv: &str| {
+            let venv = venv.to_string();
+            move |k: &str| {
+                if k == ev::IMGCTL_VENV {
+                    return Some(venv.clone());
+                }
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        // A venv without bin/python does not count.
+        assert_eq!(python_from(env(&[], &venv)), "python3");
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        std::fs::write(dir.path().join("bin/python"), "").unwrap();
+        assert_eq!(
+            python_from(env(&[], &venv)),
+            dir.path().join("bin/python").to_string_lossy()
+        );
+        assert_eq!(
+            python_from(env(&[("IMGCTL_PYTHON", "/opt/py")], &venv)),
+            "/opt/py"
+        );
+        assert_eq!(python_from(|_| None), "python3");
     }
 }

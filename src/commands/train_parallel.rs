@@ -31,7 +31,8 @@ mod imp {
     /// The gradient sync of this process: a world of one when no launcher set
     /// rank variables, else this rank of the job (NCCL on a GPU, TCP on the
     /// CPU). Moves `opts.device` to `cuda:LOCAL_RANK` when several GPUs are
-    /// visible and `--device` was not given.
+    /// visible and `--device` was not given or was a bare `cuda` (see
+    /// [`launcher_device`]).
     pub fn worker_sync(
         args: &TrainArgs,
         opts: &mut RunOptions,
@@ -41,8 +42,9 @@ mod imp {
             return Ok(Box::new(DataParallel::single(opts.device)));
         }
         let timeout = rendezvous_timeout(args.rendezvous_timeout)?;
-        if args.device.is_none() {
-            opts.device = worker_device(&launch, tch::Cuda::device_count().max(0) as usize)?;
+        let visible = tch::Cuda::device_count().max(0) as usize;
+        if let Some(d) = launcher_device(args.device.as_deref(), &launch, visible)? {
+            opts.device = d;
         }
         let dp = DataParallel::init(launch, opts.device, timeout)?;
         if dp.is_primary() {
@@ -54,6 +56,26 @@ mod imp {
             ));
         }
         Ok(Box::new(dp))
+    }
+
+    /// The device of a launched rank when `--device` leaves the choice of
+    /// GPU to the launcher: no `--device` at all ([`worker_device`]: the CPU
+    /// without GPUs), or a bare `cuda`/`gpu` in a multi-rank run, which means
+    /// this rank's GPU (`cuda:LOCAL_RANK` among several visible ones, as
+    /// torchrun scripts write it), not GPU 0 for every rank. `None`: keep
+    /// what `--device` said (`cpu`, `cuda:N`).
+    pub(crate) fn launcher_device(
+        arg: Option<&str>,
+        launch: &LaunchInfo,
+        visible: usize,
+    ) -> anyhow::Result<Option<Device>> {
+        match arg.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+            None => worker_device(launch, visible).map(Some),
+            Some("cuda" | "gpu") if launch.world_size > 1 && visible > 0 => {
+                worker_device(launch, visible).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 
     fn usage(msg: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
@@ -331,10 +353,30 @@ mod imp {
                 }
             }
         }
+        let eager_failed = runs.first().filter(|e| !e.ok).map(|e| {
+            e.error
+                .clone()
+                .unwrap_or_else(|| "it gave no reason".into())
+        });
         let c = reference::CompareReport::new(r, runs, compile_note);
         p.info(report::compare_table(&c));
         if args.json {
             p.json(&c)?;
+        }
+        // A comparison without its reference is no comparison: imgctl's own
+        // figures are printed above, and the run fails.
+        if let Some(why) = eager_failed {
+            return Err(CliError::failure(format!(
+                "the PyTorch reference did not run, so there is no comparison: {why}"
+            ))
+            .with_hint(format!(
+                "imgctl's own figures are above; the reference ran with {} (set IMGCTL_PYTHON \
+                 to a Python with torch and diffusers, e.g. the venv of scripts/setup.sh), \
+                 or raise {}",
+                reference::python(),
+                ev::IMGCTL_REFERENCE_TIMEOUT
+            ))
+            .into());
         }
         Ok(ExitStatus::Success)
     }
@@ -364,5 +406,36 @@ mod imp {
             p.json(&r)?;
         }
         Ok(ExitStatus::Success)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_bare_cuda_follows_the_local_rank() {
+            // Rank 3 of 4, local rank 3, on a node with 4 GPUs.
+            let r3 = LaunchInfo::loopback(3, 4, 29500);
+            let dev = |arg: Option<&str>, l: &LaunchInfo, visible| {
+                launcher_device(arg, l, visible).unwrap()
+            };
+            assert_eq!(dev(Some("cuda"), &r3, 4), Some(Device::Cuda(3)));
+            assert_eq!(dev(Some(" CUDA "), &r3, 4), Some(Device::Cuda(3)));
+            assert_eq!(dev(Some("gpu"), &r3, 4), Some(Device::Cuda(3)));
+            assert_eq!(dev(None, &r3, 4), Some(Device::Cuda(3)));
+            // One GPU visible (a launcher pinned it): that one.
+            assert_eq!(dev(Some("cuda"), &r3, 1), Some(Device::Cuda(0)));
+            // An explicit choice stays.
+            assert_eq!(dev(Some("cuda:1"), &r3, 4), None);
+            assert_eq!(dev(Some("cpu"), &r3, 4), None);
+            // No GPU: nothing to map (parse_device already refused `cuda`).
+            assert_eq!(dev(Some("cuda"), &r3, 0), None);
+            assert_eq!(dev(None, &r3, 0), Some(Device::Cpu));
+            // A world of one keeps cuda:0.
+            assert_eq!(dev(Some("cuda"), &LaunchInfo::loopback(0, 1, 1), 4), None);
+            // More ranks on the node than GPUs: a clear error, not GPU 0 twice.
+            let e = launcher_device(Some("cuda"), &r3, 2).unwrap_err();
+            assert!(e.to_string().contains("local rank 3 needs GPU 3"), "{e}");
+        }
     }
 }

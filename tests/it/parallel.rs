@@ -497,6 +497,14 @@ fn bad_gpu_selections_are_usage_errors() {
             "--gpus \"two\" is not `all`, a count or a list of device ids",
         ),
         ("0,1,0", "--gpus \"0,1,0\" lists GPU 0 twice"),
+        (
+            "-1",
+            "--gpus \"-1\" is not `all`, a count or a list of device ids",
+        ),
+        (
+            "0,-1",
+            "--gpus \"0,-1\" is a malformed GPU list: \"-1\" is not a device id",
+        ),
     ] {
         let o = run(&mut cmd(&["train-demo", "--preset", "tiny", "--gpus", arg]));
         let (_, err) = texts(&o);
@@ -692,6 +700,60 @@ fn a_dying_worker_is_reported_by_rank_and_the_rest_are_stopped() {
     assert!(err.contains("stopped the others (rank 0 "), "{err}");
 }
 
+/// A worker that fails on bad input: the supervisor's one error line names
+/// the worker's own error, its hint is the worker's, and the worker's error
+/// block is not printed a second time; exit 2 as the worker's.
+#[test]
+fn a_failed_worker_is_reported_with_its_own_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(cmd(&[
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--steps",
+        "1",
+        "--data",
+        "/nonexistent",
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+    ])
+    .env("IMGCTL_CPU_RANKS", "2"));
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let last: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(
+        last.len(),
+        1,
+        "one error line of the supervisor's own:\n{err}"
+    );
+    assert!(
+        last[0].starts_with("error: worker rank ")
+            && last[0].contains(
+                " of 2 failed: it exited with code 2: cannot read the data folder /nonexistent"
+            ),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: pass a readable directory of PNG or JPEG images to --data (rank "),
+        "{err}"
+    );
+    assert!(!err.contains("last lines of rank"), "printed twice:\n{err}");
+    // A worker's block appears once, live, with its prefix (the other rank
+    // may be stopped before it gets to print its own).
+    let blocks: Vec<usize> = (0..2)
+        .map(|r| {
+            err.matches(&format!(
+                "[rank {r}] error: cannot read the data folder /nonexistent"
+            ))
+            .count()
+        })
+        .collect();
+    assert!(
+        blocks.iter().all(|&n| n <= 1) && blocks.iter().sum::<usize>() >= 1,
+        "{err}"
+    );
+}
+
 #[test]
 fn ctrl_c_reaches_rank_0_which_saves_a_checkpoint() {
     let run = LongRun::start();
@@ -880,6 +942,59 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
 }
 
 #[test]
+fn compare_fails_when_the_reference_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // A Python without torch: the system python3 without its site-packages.
+    let py = dir.path().join("python-without-torch");
+    std::fs::write(&py, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    let mut perm = std::fs::metadata(&py).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&py, perm).unwrap();
+    let o = compare(
+        dir.path(),
+        "1",
+        &[],
+        &[("IMGCTL_PYTHON", py.to_str().unwrap())],
+    );
+    let (out, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: the PyTorch reference did not run"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot import the reference's dependencies: No module named"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: imgctl's own figures are above"),
+        "{err}"
+    );
+    // imgctl's own figures are still there (table on stderr, JSON on stdout).
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(v["imgctl"]["img_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["pytorch"][0]["ok"], false, "{v}");
+    // One that crashes without a result: the same, with its last words.
+    std::fs::write(&py, "#!/bin/sh\necho 'Segmentation fault' >&2\nexit 139\n").unwrap();
+    let o = compare(
+        dir.path(),
+        "1",
+        &[],
+        &[("IMGCTL_PYTHON", py.to_str().unwrap())],
+    );
+    let (out, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("printed no result (exit status: 139): Segmentation fault"),
+        "{err}"
+    );
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&out).is_ok(),
+        "{out}"
+    );
+}
+
+#[test]
 fn channels_last_trains_alike_and_reaches_the_reference() {
     let dir = tempfile::tempdir().unwrap();
     let v = json(&compare(dir.path(), "2", &["--channels-last"], &[]));
@@ -915,13 +1030,17 @@ fn channels_last_trains_alike_and_reaches_the_reference() {
 #[test]
 fn a_reference_run_past_its_deadline_is_reported_not_ok() {
     let dir = tempfile::tempdir().unwrap();
-    // Importing torch alone takes longer than 0.3 s.
-    let v = json(&compare(
-        dir.path(),
-        "2",
-        &[],
-        &[("IMGCTL_REFERENCE_TIMEOUT", "0.3")],
-    ));
+    // Importing torch alone takes longer than 0.3 s. imgctl's figures are
+    // still printed, but without its reference the comparison fails (exit 1).
+    let o = compare(dir.path(), "2", &[], &[("IMGCTL_REFERENCE_TIMEOUT", "0.3")]);
+    let (out, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: the PyTorch reference did not run, so there is no comparison: "),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
     let eager = &v["pytorch"][0];
     assert_eq!(eager["mode"], "eager");
     assert_eq!(eager["ok"], false, "{eager}");

@@ -6,8 +6,9 @@
 //! in their own process groups, so the terminal signals only the supervisor;
 //! the others are stopped once rank 0 has saved and ended), and
 //! when a worker dies it stops the others (SIGTERM, then SIGKILL after a grace
-//! period) and reports which rank failed and how. Workers get
-//! `PR_SET_PDEATHSIG`, so they do not outlive a killed supervisor. This module
+//! period) and reports which rank failed, how, and the worker's own error
+//! line. Workers get `PR_SET_PDEATHSIG` (SIGKILL), so they do not outlive a
+//! killed supervisor. This module
 //! must not know what the workers compute.
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -268,10 +269,13 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
+        // SIGKILL, not SIGTERM: a worker takes its first SIGTERM as "stop
+        // after this step", and one blocked in a collective never gets there;
+        // with the supervisor gone, nothing else would end it.
         // SAFETY: prctl is async-signal-safe; runs in the child before exec.
         unsafe {
             cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                 Ok(())
             });
         }
@@ -418,20 +422,28 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
             .filter(|o| o.rank != w.rank)
             .map(|o| format!("rank {} {}", o.rank, o.end.clone().unwrap()))
             .collect();
+        let (said, hint) = worker_error(&tail);
         let mut msg = format!("worker rank {} of {n} failed: it {end}", w.rank);
+        if let Some(said) = &said {
+            msg.push_str(&format!(": {said}"));
+        }
         if !others.is_empty() {
             msg.push_str(&format!("; stopped the others ({})", others.join(", ")));
         }
-        // The tail goes to stderr as a block (the live lines interleave with
-        // the other ranks'); the error itself stays one line.
-        if tail.is_empty() {
-            printer().info(format!("rank {} wrote nothing to stderr", w.rank));
-        } else {
-            printer().info(format!(
-                "last lines of rank {}'s stderr:\n    {}",
-                w.rank,
-                tail.join("\n    ")
-            ));
+        // The worker's own error block was forwarded live ([rank N] lines)
+        // and its error line is in ours: print nothing twice. Without one (a
+        // crash, a signal) its last lines tell what happened, as a block
+        // (live, they interleave with the other ranks'); the error stays one line.
+        if said.is_none() {
+            if tail.is_empty() {
+                printer().info(format!("rank {} wrote nothing to stderr", w.rank));
+            } else {
+                printer().info(format!(
+                    "last lines of rank {}'s stderr:\n    {}",
+                    w.rank,
+                    tail.join("\n    ")
+                ));
+            }
         }
         let err = match end {
             WorkerEnd::Code(2) => CliError::usage(msg),
@@ -439,14 +451,31 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
             WorkerEnd::Code(130) => CliError::interrupted(msg),
             _ => CliError::failure(msg),
         }
-        .with_hint(format!(
-            "the lines prefixed [rank {}] above are that worker's own output",
-            w.rank
-        ));
+        .with_hint(match hint {
+            Some(h) => format!("{h} (rank {}'s own hint)", w.rank),
+            None => format!(
+                "the lines prefixed [rank {}] above are that worker's own output",
+                w.rank
+            ),
+        });
         return Err(err.into());
     }
     let stdout = captured.lock().unwrap().clone();
     Ok(SupervisorReport { ends, stdout })
+}
+
+/// A worker's last `error: …` line (as imgctl's main renders errors) without
+/// its prefix, and the `hint: …` that follows it, from its stderr tail.
+fn worker_error(tail: &[String]) -> (Option<String>, Option<String>) {
+    let Some(at) = tail.iter().rposition(|l| l.starts_with("error: ")) else {
+        return (None, None);
+    };
+    let said = tail[at]["error: ".len()..].trim().to_string();
+    let hint = tail[at + 1..]
+        .iter()
+        .find_map(|l| l.strip_prefix("hint: "))
+        .map(|h| h.trim().to_string());
+    (Some(said).filter(|s| !s.is_empty()), hint)
 }
 
 /// Runs [`supervise`] and maps a clean end to [`ExitStatus::Success`].
@@ -520,6 +549,48 @@ mod tests {
             full.contains("rank 0 was killed by signal 15 (SIGTERM)"),
             "{full}"
         );
+    }
+
+    #[test]
+    fn the_failure_names_the_workers_own_error_once() {
+        let e = supervise(&sh(
+            "if [ \"$RANK\" = 1 ]; then printf 'step 1\\nerror: disk on fire\\ncaused by: smoke\\n\\nhint: call 112\\n' >&2; exit 2; fi; exec sleep 60",
+            2,
+        ))
+        .unwrap_err();
+        let text = crate::error::render_error(&e);
+        assert!(
+            text.starts_with("error: worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
+            "{text}"
+        );
+        assert!(
+            text.contains("hint: call 112 (rank 1's own hint)"),
+            "{text}"
+        );
+        assert_eq!(crate::error::status_of(&e), ExitStatus::Usage);
+        assert_eq!(
+            worker_error(&["x".into(), "error: a".into(), "hint: b".into()]),
+            (Some("a".into()), Some("b".into()))
+        );
+        assert_eq!(worker_error(&["Segmentation fault".into()]), (None, None));
+    }
+
+    #[test]
+    fn workers_are_killed_when_the_supervisor_dies() {
+        // The worker asks the kernel for its parent-death signal
+        // (prctl(PR_GET_PDEATHSIG = 2, &sig), linux/prctl.h).
+        let opts = SupervisorOptions {
+            program: PathBuf::from("python3"),
+            args: vec![
+                "-c".into(),
+                "import ctypes as c; s = c.c_int(); \
+                 assert c.CDLL(None).prctl(2, c.byref(s)) == 0; print(s.value)"
+                    .into(),
+            ],
+            ..sh("", 1)
+        };
+        let r = supervise(&opts).unwrap();
+        assert_eq!(r.stdout.trim(), libc::SIGKILL.to_string());
     }
 
     #[test]
