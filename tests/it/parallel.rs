@@ -1108,7 +1108,12 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
     let at = words.iter().position(|w| *w == "imgctl").unwrap();
     imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));
     assert!(script.contains("#SBATCH --nodes=2"));
-    assert!(script.contains("#SBATCH --gpus-per-task=1"));
+    // All GPUs of a node visible to its tasks (NCCL's P2P needs them), the
+    // rank's own picked from SLURM_LOCALID; a pyxis image URI (`registry#image`).
+    assert!(script.contains("#SBATCH --gpus-per-node=8"));
+    assert!(!script.contains("#SBATCH --gpus-per-task"));
+    assert!(script.contains("IMAGE='registry.example.com#imgctl:cu124'"));
+    assert!(!script.contains("SLURM_LAUNCH_NODE_IPADDR"));
 }
 
 /// Without a GPU the NCCL path fails with a clear error (selecting the rank's
