@@ -395,6 +395,45 @@ fn the_store_client_speaks_pytorchs_tcpstore_protocol() {
     assert!(py.wait().unwrap().success());
 }
 
+/// Under torchrun's agent store, a rank whose rank 0 never publishes its
+/// port gives up at its deadline, naming the key and the store it waited on.
+#[test]
+fn a_rank_waiting_on_the_agent_store_names_what_it_waited_for() {
+    let script = "import datetime, time, torch.distributed as d\n\
+                  s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False, \
+                  timeout=datetime.timedelta(seconds=60))\n\
+                  print(s.port, flush=True)\n\
+                  time.sleep(60)\n";
+    let mut py = Command::new(crate::common::venv_python())
+        .args(["-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(py.stdout.take().unwrap()).lines();
+    let port = lines.next().unwrap().unwrap().trim().to_string();
+    let o = run(cmd(&["train-demo", "--preset", "tiny", "--device", "cpu"])
+        .env("RANK", "1")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port)
+        .env("TORCHELASTIC_USE_AGENT_STORE", "True")
+        .env("TORCHELASTIC_RUN_ID", "job7")
+        .env("TORCHELASTIC_RESTART_COUNT", "2")
+        .env("IMGCTL_RENDEZVOUS_TIMEOUT", "1"));
+    let _ = py.kill();
+    let _ = py.wait();
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "error: rendezvous timed out after 1 s: rank 1 waited for rank 0 to publish its \
+             rendezvous port under key \"imgctl/job7/2/rendezvous_port\" in torchrun's agent \
+             store at 127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+}
+
 /// A rank that arrived is told which rank rank 0 gave up on, not that the
 /// connection closed.
 #[test]
@@ -419,7 +458,7 @@ fn a_rank_that_arrived_learns_which_rank_did_not() {
     assert_eq!(o1.status.code(), Some(1), "{err}");
     assert!(
         err.contains(&format!(
-            "error: rendezvous timed out after 60 s: rank 1 reached rank 0 at 127.0.0.1:{port}, \
+            "error: rendezvous failed: rank 1 reached rank 0 at 127.0.0.1:{port}, \
              but rank 0 gave up after 3 s: 2 of 3 ranks arrived at 127.0.0.1:{port} (missing ranks: 2)"
         )),
         "{err}"

@@ -2,7 +2,8 @@
 //! and the `--gpus` selection.
 //!
 //! Owns the parsing of torchrun / Kubernetes PyTorchJob variables (`RANK`,
-//! `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`),
+//! `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
+//! and torchrun's `TORCHELASTIC_USE_AGENT_STORE`/`_RUN_ID`/`_RESTART_COUNT`),
 //! SLURM variables (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, …) and of
 //! `--gpus all|N|0,2,5`. It reads the environment through a lookup function so
 //! tests can hand it a map; it must not open sockets or start processes.

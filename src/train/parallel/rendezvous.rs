@@ -60,12 +60,13 @@ fn timed_out(timeout: Duration, what: String) -> anyhow::Error {
         "rendezvous timed out after {}: {what}",
         fmt_secs(timeout)
     ))
-    .with_hint(
-        "start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; \
-         raise --rendezvous-timeout (IMGCTL_RENDEZVOUS_TIMEOUT) if ranks start slowly",
-    )
+    .with_hint(TIMEOUT_HINT)
     .into()
 }
+
+const TIMEOUT_HINT: &str =
+    "start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; \
+     raise --rendezvous-timeout (IMGCTL_RENDEZVOUS_TIMEOUT) if ranks start slowly";
 
 /// `30 s`, `2.5 s`, `300 s`.
 pub(crate) fn fmt_secs(d: Duration) -> String {
@@ -423,10 +424,12 @@ fn join(
     let payload = match read_reply(&mut stream) {
         Ok(Ok(p)) => p,
         Ok(Err((TIMED_OUT, msg))) => {
-            return Err(timed_out(
-                timeout,
-                format!("rank {} reached rank 0 at {address}, but {msg}", info.rank),
+            return Err(CliError::failure(format!(
+                "rendezvous failed: rank {} reached rank 0 at {address}, but {msg}",
+                info.rank
             ))
+            .with_hint(TIMEOUT_HINT)
+            .into())
         }
         Ok(Err((_, msg))) => {
             return Err(CliError::usage(format!("rendezvous failed: {msg}"))
@@ -680,7 +683,7 @@ mod tests {
         let m = e.to_string();
         assert!(
             m.contains(&format!(
-                "rank 1 reached rank 0 at 127.0.0.1:{port}, but rank 0 gave up after 2 s: \
+                "rendezvous failed: rank 1 reached rank 0 at 127.0.0.1:{port}, but rank 0 gave up after 2 s: \
                  2 of 3 ranks arrived at 127.0.0.1:{port} (missing ranks: 2)"
             )),
             "{m}"
