@@ -255,9 +255,16 @@ pub struct TrainArgs {
     /// Initialise from a diffusers UNet2DModel safetensors state dict.
     #[arg(long, value_name = "FILE")]
     pub init_from: Option<PathBuf>,
-    /// Continue from the latest checkpoint in --out.
-    #[arg(long)]
-    pub resume: bool,
+    /// Continue from the latest checkpoint in --out; `--resume auto` starts
+    /// afresh when there is none yet (jobs restarted on failure).
+    #[arg(
+        long,
+        value_name = "auto",
+        num_args = 0..=1,
+        default_missing_value = "latest",
+        value_parser = ["latest", "auto"]
+    )]
+    pub resume: Option<String>,
     /// Save a checkpoint every N steps.
     #[arg(long)]
     pub checkpoint_every: Option<u64>,

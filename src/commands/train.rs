@@ -140,18 +140,21 @@ mod imp {
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
         // A benchmark writes nothing under --out.
-        if !args.resume && !args.benchmark {
+        if args.resume.is_none() && !args.benchmark {
             refuse_earlier_run(&out)?;
         }
-        let resume = if args.resume {
+        let resume = if let Some(mode) = args.resume.as_deref() {
             match checkpoint::latest(&out) {
                 Some(dir) => Some(dir),
+                // `--resume auto`: a job's first start, or a restart before
+                // the first checkpoint, begins the run.
+                None if mode == "auto" => None,
                 None => {
                     return Err(CliError::usage(format!(
                         "--resume: no checkpoint under {}",
                         out.join(checkpoint::CHECKPOINTS).display()
                     ))
-                    .with_hint("pass the --out directory of the run to continue, or drop --resume to start afresh")
+                    .with_hint("pass the --out directory of the run to continue, drop --resume to start afresh, or use --resume auto to do either (restartable jobs)")
                     .into())
                 }
             }

@@ -143,7 +143,7 @@ mod imp {
         }
         if args.benchmark {
             for (flag, set) in [
-                ("--resume", args.resume),
+                ("--resume", args.resume.is_some()),
                 ("--init-from", args.init_from.is_some()),
             ] {
                 if set {

@@ -1153,6 +1153,9 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
     assert!(!script.contains("#SBATCH --gpus-per-task"));
     assert!(script.contains("IMAGE='registry.example.com#imgctl:cu124'"));
     assert!(!script.contains("SLURM_LAUNCH_NODE_IPADDR"));
+    // Both restart: the first start begins the run, a restart continues it.
+    assert!(line.contains("--resume auto"), "{line}");
+    assert_eq!(manifest.matches("\"--resume\", \"auto\"").count(), 2);
 }
 
 /// Without a GPU the NCCL path fails with a clear error (selecting the rank's

@@ -49,6 +49,26 @@ fn train(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     run_env(&args, env)
 }
 
+/// `--resume auto` is what a job restarted on failure runs: the first start
+/// begins the run, a restart continues it.
+#[test]
+fn resume_auto_starts_a_run_then_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let args = ["--steps", "2", "--batch-size", "2", "--resume", "auto"];
+    let (_, first) = assert_code(&train(&out, &args, &[]), 0);
+    assert!(!first.contains("resuming from"), "{first}");
+    assert_eq!(checkpoint_steps(&out), vec![2]);
+    let args = ["--steps", "3", "--batch-size", "2", "--resume", "auto"];
+    let (_, again) = assert_code(&train(&out, &args, &[]), 0);
+    assert!(again.contains("resuming from"), "{again}");
+    assert!(checkpoint_steps(&out).contains(&3));
+    // A plain --resume still insists on a checkpoint.
+    let empty = dir.path().join("empty");
+    let (_, err) = assert_code(&train(&empty, &["--steps", "1", "--resume"], &[]), 2);
+    assert!(err.contains("--resume auto"), "{err}");
+}
+
 fn assert_code(out: &Output, code: i32) -> (String, String) {
     let (stdout, stderr) = texts(out);
     assert_eq!(
