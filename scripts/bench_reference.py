@@ -17,9 +17,16 @@ accelerate's mixed precision does. On CUDA cuDNN's autotuner is on
 (torch.backends.cudnn.benchmark), as it is in imgctl; --channels-last puts the
 model and its inputs in channels-last layout, as imgctl's flag of that name.
 
+--recipe imgctl trains the way imgctl does instead of the way diffusers'
+script does: AdamW as one fused kernel (fused=True), and in bf16 the model's
+weights and gradients in bf16 over an fp32 master copy that the optimizer
+updates (no autocast). The default recipe is what diffusers users run; this
+one isolates the framework from the recipe.
+
 Usage: bench_reference.py --unet-config config.json --data batches.bin
        --batches K --batch-size B --image-size S --precision bf16
        --device cuda --warmup 10 --steps 50 [--compile] [--channels-last]
+       [--recipe default|imgctl]
 """
 import argparse
 import json
@@ -43,9 +50,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--recipe", choices=["default", "imgctl"], default="default")
     a = ap.parse_args()
 
-    result = {"mode": "compile" if a.compile else "eager", "ok": False}
+    matched = a.recipe == "imgctl"
+    mode = "compile" if a.compile else ("eager_matched" if matched else "eager")
+    result = {"mode": mode, "ok": False}
     try:
         import numpy as np
         import torch
@@ -77,16 +87,26 @@ def main() -> int:
         cfg = json.load(f)
     model = UNet2DModel.from_config(cfg).to(device, memory_format=fmt)
     model.train()
+    # imgctl's bf16: the model in bf16, an fp32 master copy for the optimizer.
+    pure_bf16 = matched and a.precision == "bf16"
+    if pure_bf16:
+        model.to(torch.bfloat16)
     params = [p for p in model.parameters() if p.requires_grad]
     result["params"] = sum(p.numel() for p in params)
-    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.95, 0.999), weight_decay=1e-6, eps=1e-8)
+    master = [p.detach().float().clone() for p in params] if pure_bf16 else params
+    adamw = dict(lr=a.lr, betas=(0.95, 0.999), weight_decay=1e-6, eps=1e-8)
+    opt = torch.optim.AdamW(master, fused=True, **adamw) if matched else torch.optim.AdamW(master, **adamw)
     # torch's default implementation choice (what diffusers' scripts get):
     # foreach (multi-tensor) on CUDA, a per-parameter loop on the CPU.
     d = opt.defaults
     impl = "fused" if d.get("fused") else (
         "foreach" if d.get("foreach") or (d.get("foreach") is None and cuda) else "for-loop")
     result["optimizer"] = f"AdamW {impl}"
-    ema = [p.detach().clone() for p in params]
+    result["recipe"] = (
+        "bf16 weights over fp32 master weights" if pure_bf16
+        else f"autocast {a.precision}, fp32 weights" if a.precision != "fp32"
+        else "fp32")
+    ema = [p.detach().clone() for p in master]
     ema_decay = 0.9999
 
     # imgctl's batches: K × (images f32, noise f32, timesteps i64), little-endian.
@@ -123,7 +143,9 @@ def main() -> int:
         nz = nz.to(device, memory_format=fmt)
         ts = ts.to(device)
         noisy = sqrt_acp[ts].view(-1, 1, 1, 1) * x0 + sqrt_1m[ts].view(-1, 1, 1, 1) * nz
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        if pure_bf16:
+            noisy = noisy.to(torch.bfloat16)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None and not pure_bf16):
             pred = fwd(noisy, ts).sample
         loss = F.mse_loss(pred.float(), nz)
         if scaler is not None:
@@ -134,11 +156,17 @@ def main() -> int:
             scaler.update()
         else:
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            if pure_bf16:
+                for m, p in zip(master, params):
+                    m.grad = p.grad.float()
+                    p.grad = None
+            torch.nn.utils.clip_grad_norm_(master, 1.0)
             opt.step()
         opt.zero_grad(set_to_none=True)
         with torch.no_grad():
-            torch._foreach_lerp_(ema, [p.detach() for p in params], 1.0 - ema_decay)
+            if pure_bf16:
+                torch._foreach_copy_(params, master)
+            torch._foreach_lerp_(ema, [p.detach() for p in master], 1.0 - ema_decay)
         return loss.detach().item()
 
     def sync():

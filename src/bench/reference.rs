@@ -51,7 +51,8 @@ pub fn reference_timeout() -> anyhow::Result<Duration> {
 /// What the script reports (its JSON, one object).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ReferenceRun {
-    /// `eager` or `compile`.
+    /// `eager` (diffusers' recipe), `compile`, or `eager_matched` (imgctl's
+    /// recipe: fused AdamW, and in bf16 bf16 weights over fp32 master weights).
     pub mode: String,
     /// Whether it ran.
     pub ok: bool,
@@ -107,6 +108,10 @@ pub struct ReferenceRun {
     /// The optimizer implementation torch chose ("AdamW foreach" on CUDA).
     #[serde(default)]
     pub optimizer: Option<String>,
+    /// How the precision is realised (`autocast bf16, fp32 weights`, `bf16
+    /// weights over fp32 master weights`, `fp32`).
+    #[serde(default)]
+    pub recipe: Option<String>,
 }
 
 /// The interpreter: `$IMGCTL_PYTHON`; else `$IMGCTL_VENV/bin/python` when it
@@ -190,6 +195,8 @@ pub struct ReferenceArgs {
     pub seed: u64,
     /// Wrap the model in torch.compile.
     pub compile: bool,
+    /// Train with imgctl's recipe (`--recipe imgctl`) instead of diffusers'.
+    pub matched: bool,
     /// Channels-last memory layout for the model and its inputs.
     pub channels_last: bool,
 }
@@ -222,6 +229,9 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     if a.compile {
         cmd.arg("--compile");
     }
+    if a.matched {
+        cmd.args(["--recipe", "imgctl"]);
+    }
     if a.channels_last {
         cmd.arg("--channels-last");
     }
@@ -239,7 +249,13 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    let mode = if a.compile { "compile" } else { "eager" };
+    let mode = if a.compile {
+        "compile"
+    } else if a.matched {
+        "eager_matched"
+    } else {
+        "eager"
+    };
     let out = loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(r) => break r?,
@@ -312,6 +328,10 @@ pub struct CompareReport {
     pub ratio_vs_eager: Option<f64>,
     /// imgctl img/s per device ÷ PyTorch torch.compile img/s.
     pub ratio_vs_compile: Option<f64>,
+    /// imgctl img/s per device ÷ PyTorch eager with imgctl's recipe: the
+    /// framework alone, the training recipe held equal.
+    #[serde(default)]
+    pub ratio_vs_matched: Option<f64>,
     /// Why torch.compile was not run, when it was not.
     pub compile_note: Option<String>,
 }
@@ -336,6 +356,7 @@ impl CompareReport {
             kind: "imgctl.train_compare".into(),
             ratio_vs_eager: ratio("eager"),
             ratio_vs_compile: ratio("compile"),
+            ratio_vs_matched: ratio("eager_matched"),
             imgctl,
             pytorch,
             compile_note,

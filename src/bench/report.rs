@@ -194,19 +194,25 @@ pub fn compare_table(c: &CompareReport) -> String {
         right("1.00×".into()),
     ]);
     for r in &c.pytorch {
+        let mode = match r.mode.as_str() {
+            "eager_matched" => "eager, imgctl's recipe",
+            m => m,
+        };
         let label = format!(
-            "PyTorch {} ({}{})",
-            r.mode,
+            "PyTorch {mode} ({}{}{})",
             r.torch_version.as_deref().unwrap_or("?"),
             r.optimizer
+                .as_deref()
+                .map_or(String::new(), |o| format!(", {o}")),
+            r.recipe
                 .as_deref()
                 .map_or(String::new(), |o| format!(", {o}"))
         );
         if r.ok {
-            let ratio = if r.mode == "compile" {
-                c.ratio_vs_compile
-            } else {
-                c.ratio_vs_eager
+            let ratio = match r.mode.as_str() {
+                "compile" => c.ratio_vs_compile,
+                "eager_matched" => c.ratio_vs_matched,
+                _ => c.ratio_vs_eager,
             };
             t.add_row(vec![
                 Cell::new(label),

@@ -323,6 +323,7 @@ mod imp {
             lr: opts.run.config.training.lr,
             seed: opts.run.config.training.seed,
             compile: false,
+            matched: false,
             channels_last: opts.run.config.training.channels_last,
         };
         p.info(format!(
@@ -336,13 +337,25 @@ mod imp {
                 dir.path(),
                 &reference::ReferenceArgs {
                     compile: true,
-                    ..base
+                    ..base.clone()
                 },
             )?);
             None
         } else {
             Some("not run on the CPU (inductor's CPU code generation takes minutes on small machines; the comparison that matters is on a GPU)".to_string())
         };
+        // The same framework comparison with the training recipe held equal:
+        // diffusers' script runs autocast over fp32 weights and torch's
+        // default AdamW; imgctl runs bf16 weights over fp32 master weights
+        // and a fused AdamW.
+        p.info("running the PyTorch reference (eager, imgctl's recipe)");
+        runs.push(reference::run(
+            dir.path(),
+            &reference::ReferenceArgs {
+                matched: true,
+                ..base
+            },
+        )?);
         if let Some(eager) = runs.first() {
             if let (true, Some(n)) = (eager.ok, eager.params) {
                 if n != r.params {

@@ -968,16 +968,30 @@ fn compare(dir: &Path, steps: &str, extra: &[&str], envs: &[(&str, &str)]) -> Ou
 #[test]
 fn compare_runs_the_pytorch_reference_on_the_same_model() {
     let dir = tempfile::tempdir().unwrap();
-    let v = json(&compare(dir.path(), "3", &[], &[]));
+    let v = json(&compare(dir.path(), "3", &["--precision", "bf16"], &[]));
     assert_eq!(v["kind"], "imgctl.train_compare");
     let eager = &v["pytorch"][0];
     assert_eq!(eager["mode"], "eager");
     assert_eq!(eager["ok"], true, "{eager}");
     assert_eq!(eager["params"], v["imgctl"]["params"], "same architecture");
-    // torch's own choice of AdamW implementation is named (a loop on the CPU).
+    // torch's own choice of AdamW implementation is named (a loop on the
+    // CPU), and diffusers' recipe: autocast over fp32 weights.
     assert_eq!(eager["optimizer"], "AdamW for-loop", "{eager}");
+    assert_eq!(eager["recipe"], "autocast bf16, fp32 weights", "{eager}");
     assert!(v["ratio_vs_eager"].as_f64().unwrap() > 0.0);
     assert!(eager["last_loss"].as_f64().unwrap().is_finite());
+    // The same framework with imgctl's recipe: fused AdamW, bf16 weights
+    // over fp32 master weights.
+    let matched = &v["pytorch"][1];
+    assert_eq!(matched["mode"], "eager_matched", "{v}");
+    assert_eq!(matched["ok"], true, "{matched}");
+    assert_eq!(matched["optimizer"], "AdamW fused", "{matched}");
+    assert_eq!(
+        matched["recipe"], "bf16 weights over fp32 master weights",
+        "{matched}"
+    );
+    assert!(matched["last_loss"].as_f64().unwrap().is_finite());
+    assert!(v["ratio_vs_matched"].as_f64().unwrap() > 0.0);
 }
 
 #[test]
