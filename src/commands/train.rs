@@ -302,10 +302,11 @@ mod imp {
             } else {
                 "after backward".to_string()
             };
+            let per_step = (g.buckets as f64 / g.calls as f64).round();
             lines.push(format!(
-                "gradient all-reduce: {:.1} MB per step in {:.0} buckets, {how}",
+                "gradient all-reduce: {:.1} MB per step in {per_step:.0} bucket{}, {how}",
                 g.bytes_per_sync as f64 / 1e6,
-                g.buckets as f64 / g.calls as f64
+                if per_step == 1.0 { "" } else { "s" }
             ));
         }
         if s.skipped_steps > 0 {

@@ -356,6 +356,10 @@ fn torchrun_launches_two_cpu_ranks_through_its_agent_store() {
         "{err}"
     );
     assert!(!err.contains("already in use"), "{err}");
+    // Rank 0's summary names the all-reduce.
+    assert!(err.contains("gradient all-reduce: "), "{err}");
+    assert!(err.contains(", overlapped with backward ("), "{err}");
+    assert!(!err.contains(" 1 buckets"), "{err}");
     assert_ranks_agree(&hashes, 2, &err);
     let metrics = std::fs::read_to_string(dir.path().join("run/metrics.jsonl")).unwrap();
     assert_eq!(metrics.lines().count(), 2, "only rank 0 writes: {metrics}");
