@@ -51,8 +51,9 @@ pub fn check_list() -> Vec<CheckInfo> {
     rows
 }
 
-/// The check list as a table.
-pub fn check_list_table(rows: &[CheckInfo], color: bool, wrap: bool) -> String {
+/// An empty table: box-drawing borders with `color`, ASCII without; fitted
+/// to the terminal's width with `wrap`.
+fn new_table(color: bool, wrap: bool) -> Table {
     let mut t = Table::new();
     t.load_preset(if color {
         presets::UTF8_FULL_CONDENSED
@@ -62,29 +63,24 @@ pub fn check_list_table(rows: &[CheckInfo], color: bool, wrap: bool) -> String {
     if wrap {
         t.set_content_arrangement(ContentArrangement::Dynamic);
     }
+    t
+}
+
+/// The check list as a table.
+pub fn check_list_table(rows: &[CheckInfo], color: bool, wrap: bool) -> String {
+    let mut t = new_table(color, wrap);
     t.set_header(vec!["check", "level", "on", "what it checks"]);
     for r in rows {
         t.add_row(vec![r.id, r.level, r.scope, r.description]);
     }
-    format!(
-        "{t}
-"
-    )
+    format!("{t}\n")
 }
 
 /// The results as a table. `color` adds ANSI colour to the status column
 /// (the label stays, so it reads the same without colour); `wrap` fits the
 /// table to the terminal's width.
 pub fn table(report: &Report, color: bool, wrap: bool) -> String {
-    let mut t = Table::new();
-    t.load_preset(if color {
-        presets::UTF8_FULL_CONDENSED
-    } else {
-        presets::ASCII_FULL_CONDENSED
-    });
-    if wrap {
-        t.set_content_arrangement(ContentArrangement::Dynamic);
-    }
+    let mut t = new_table(color, wrap);
     t.set_header(vec![
         "check",
         "on",

@@ -600,6 +600,15 @@ fn verify_image_unknown_image_is_a_usage_error() {
     );
 }
 
+/// An executable `imgctl` shell script in `dir` running `body`, to mount into
+/// a container over the image's own.
+fn fake_imgctl(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("imgctl");
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
 #[test]
 fn verify_image_ctrl_c_or_sigterm_removes_the_container() {
     let Some((rt, docker)) = image_setup() else {
@@ -607,13 +616,7 @@ fn verify_image_ctrl_c_or_sigterm_removes_the_container() {
     };
     // An "imgctl" that hangs, so the container is still running at Ctrl-C.
     let dir = tempfile::tempdir().unwrap();
-    let sleeper = dir.path().join("imgctl");
-    std::fs::write(&sleeper, "#!/bin/sh\nexec sleep 120\n").unwrap();
-    std::fs::set_permissions(
-        &sleeper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let sleeper = fake_imgctl(dir.path(), "exec sleep 120");
     // Ctrl-C in a terminal, and the stop of a CI runner or Kubernetes.
     for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
         let child = Command::new(imgctl_bin())
@@ -663,13 +666,10 @@ fn verify_image_does_not_trust_a_report_that_contradicts_itself() {
     // An "imgctl" in the image that claims failures but lists no results, and
     // exits 1: before, the host merged the empty list and passed.
     let dir = tempfile::tempdir().unwrap();
-    let forger = dir.path().join("imgctl");
-    std::fs::write(
-        &forger,
-        "#!/bin/sh\necho '{\"schema_version\":1,\"imgctl_version\":\"0.0.0\",\"context\":\"container\",\"level\":\"quick\",\"expect_gpus\":\"0\",\"results\":[],\"summary\":{\"pass\":0,\"warn\":0,\"fail\":5,\"skip\":0,\"error\":0},\"passed\":false}'\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&forger, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let forger = fake_imgctl(
+        dir.path(),
+        "echo '{\"schema_version\":1,\"imgctl_version\":\"0.0.0\",\"context\":\"container\",\"level\":\"quick\",\"expect_gpus\":\"0\",\"results\":[],\"summary\":{\"pass\":0,\"warn\":0,\"fail\":5,\"skip\":0,\"error\":0},\"passed\":false}'\nexit 1",
+    );
     let out = Command::new(imgctl_bin())
         .args([
             "verify",
