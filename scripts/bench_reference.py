@@ -94,6 +94,11 @@ def main() -> int:
     params = [p for p in model.parameters() if p.requires_grad]
     result["params"] = sum(p.numel() for p in params)
     master = [p.detach().float().clone() for p in params] if pure_bf16 else params
+    if pure_bf16:
+        # fp32 gradients of the master weights, allocated once; the bf16
+        # gradients are cast into them in one multi-tensor copy per step.
+        for m in master:
+            m.grad = torch.zeros_like(m)
     adamw = dict(lr=a.lr, betas=(0.95, 0.999), weight_decay=1e-6, eps=1e-8)
     opt = torch.optim.AdamW(master, fused=True, **adamw) if matched else torch.optim.AdamW(master, **adamw)
     # torch's default implementation choice (what diffusers' scripts get):
@@ -157,12 +162,14 @@ def main() -> int:
         else:
             loss.backward()
             if pure_bf16:
-                for m, p in zip(master, params):
-                    m.grad = p.grad.float()
+                pairs = [(m.grad, p.grad) for m, p in zip(master, params) if p.grad is not None]
+                torch._foreach_copy_([g for g, _ in pairs], [g for _, g in pairs])
+                for p in params:
                     p.grad = None
             torch.nn.utils.clip_grad_norm_(master, 1.0)
             opt.step()
-        opt.zero_grad(set_to_none=True)
+        # The master gradients are overwritten by the next copy, not freed.
+        opt.zero_grad(set_to_none=not pure_bf16)
         with torch.no_grad():
             if pure_bf16:
                 torch._foreach_copy_(params, master)

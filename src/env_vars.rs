@@ -73,6 +73,9 @@ pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
 /// to the repository's `.venv`): `--compare` runs its `bin/python` when
 /// `IMGCTL_PYTHON` is unset.
 pub const IMGCTL_VENV: &str = "IMGCTL_VENV";
+/// Seconds a collective may wait for the other ranks before the rank gives
+/// up (default 1800): the CPU backend's exchanges and the NCCL watchdog.
+pub const IMGCTL_COLLECTIVE_TIMEOUT: &str = "IMGCTL_COLLECTIVE_TIMEOUT";
 /// Seconds one PyTorch reference run of `--compare` may take (default 1800);
 /// a run past it is stopped and reported as not ok, the others still compare.
 pub const IMGCTL_REFERENCE_TIMEOUT: &str = "IMGCTL_REFERENCE_TIMEOUT";

@@ -487,6 +487,12 @@ impl Communicator {
         }
     }
 
+    /// Makes the drop abort the communicator (`ncclCommAbort`, which does not
+    /// wait for pending work) instead of destroying it.
+    pub fn mark_failed(&self) {
+        self.failed.set(true);
+    }
+
     /// Tears the communicator down with `ncclCommAbort` (which does not wait
     /// for pending work) instead of `ncclCommDestroy`.
     pub fn abort(self) {

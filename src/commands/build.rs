@@ -461,6 +461,15 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
         }
     };
     view.finish();
+    let outcome = match outcome {
+        Ok(o) => {
+            // Built: nothing on the engine to cancel any more, so a signal
+            // during tagging or pushing ends the process as usual.
+            signals.exit_on_next();
+            Ok(o)
+        }
+        Err(sig) => Err(sig),
+    };
     let outcome: BuildOutcome = match outcome {
         Err(sig) => {
             p.info(format!(

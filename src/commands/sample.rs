@@ -76,6 +76,12 @@ fn check_out_png(out: &std::path::Path) -> anyhow::Result<()> {
             .with_hint(hint.to_string())
             .into()
     };
+    if out.is_dir() {
+        return Err(cannot(
+            "it is a directory".into(),
+            "name a file inside it, e.g. --out DIR/grid.png",
+        ));
+    }
     let is_png = out
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"));
@@ -83,12 +89,6 @@ fn check_out_png(out: &std::path::Path) -> anyhow::Result<()> {
         return Err(cannot(
             "the grid is written as PNG, and the name does not end in .png".into(),
             "name the --out file *.png",
-        ));
-    }
-    if out.is_dir() {
-        return Err(cannot(
-            "it is a directory".into(),
-            "name a file inside it, e.g. --out DIR/grid.png",
         ));
     }
     let parent = out

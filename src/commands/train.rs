@@ -112,6 +112,16 @@ mod imp {
     ) -> anyhow::Result<DataChoice> {
         match (flag, recorded) {
             (None, Some(DataSource::Folder { path })) => Ok(DataChoice::Folder(path.clone())),
+            // The recorded folder is gone (data staged per job, e.g. to
+            // $TMPDIR, or moved): the folder given now continues the run.
+            (Some(d), Some(DataSource::Folder { path })) if !path.exists() => {
+                printer().warn(format!(
+                    "the checkpoint trained on {}, which no longer exists: continuing on --data {}",
+                    path.display(),
+                    d.display()
+                ));
+                Ok(DataChoice::Folder(d.to_path_buf()))
+            }
             (Some(d), Some(DataSource::Folder { path })) if !same_path(d, path) => {
                 Err(CliError::usage(format!(
                     "--data {} differs from the folder the checkpoint trained on, {}",
@@ -234,7 +244,21 @@ mod imp {
             args.data.as_deref(),
             state.as_ref().and_then(|s| s.data.as_ref()),
         )?;
-        if let Some(f) = &args.init_from {
+        // `--resume auto` with --init-from: the weights file starts the run;
+        // once a checkpoint exists, the checkpoint continues it.
+        let auto = args.resume.as_deref() == Some("auto");
+        let init_from = match (&args.init_from, &resume) {
+            (Some(f), Some(dir)) if auto => {
+                printer().info(format!(
+                    "--resume auto: continuing from {}; --init-from {} only starts a run",
+                    dir.display(),
+                    f.display()
+                ));
+                None
+            }
+            _ => args.init_from.clone(),
+        };
+        if let Some(f) = &init_from {
             if resume.is_some() {
                 return Err(
                     CliError::usage("--init-from and --resume both set the weights")
@@ -256,7 +280,8 @@ mod imp {
             precision,
             out,
             data,
-            init_from: args.init_from.clone(),
+            init_from,
+            finished_ok: auto,
             resume,
             inject_nan_at: env_step(env_vars::IMGCTL_TEST_INJECT_NAN_AT_STEP)?,
             interrupt_after: env_step(env_vars::IMGCTL_TEST_INTERRUPT_AFTER_STEP)?,

@@ -82,11 +82,7 @@ fn check_selection(opts: &Options, with_image: bool) -> anyhow::Result<()> {
         .with_hint("add --image TAG to check an image from the host, or select other checks (`nvml`, `torch`, `func`)")
     } else {
         CliError::usage("--only / --skip leave no check to run")
-            .with_hint(format!(
-                "at --level {} the checks are: {}",
-                if opts.level == Level::Full { "full" } else { "quick" },
-                verify::all_ids().join(", ")
-            ))
+            .with_hint("`imgctl verify --list-checks` lists the checks, their ids and levels")
     }
     .into())
 }

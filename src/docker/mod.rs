@@ -41,6 +41,19 @@ impl Termination {
         Ok(Self { streams })
     }
 
+    /// From now on the first of the signals ends the process (exit 130).
+    /// Once a signal stream exists tokio never restores the signal's default
+    /// action, so a later phase that does not listen (tagging, pushing)
+    /// would otherwise ignore Ctrl-C and a supervisor's SIGTERM. Call it where
+    /// nothing is left to clean up.
+    pub fn exit_on_next(mut self) {
+        tokio::spawn(async move {
+            let sig = self.recv().await;
+            eprintln!("error: interrupted by {sig}");
+            std::process::exit(130);
+        });
+    }
+
     /// Waits for the first of the signals and names it (`SIGTERM`).
     pub async fn recv(&mut self) -> &'static str {
         let waits = self.streams.iter_mut().map(|(name, s)| {

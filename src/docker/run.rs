@@ -292,6 +292,8 @@ pub async fn run_to_completion(
         sig = interrupt.recv() => Err(CliError::interrupted(format!("interrupted by {sig}; the container was removed")).into()),
     };
     let removed = guard.remove(docker).await;
+    // The container is gone: a later signal may end the process as usual.
+    interrupt.exit_on_next();
     let out = outcome?;
     removed?;
     Ok(out)

@@ -493,6 +493,11 @@ impl Trainer {
         self.sync.stats()
     }
 
+    /// Averages `values` over the ranks, in place (unchanged for one process).
+    pub fn sync_mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {
+        self.sync.mean_scalars(values)
+    }
+
     /// Bytes each rank all-reduces per step: the flat gradients in the
     /// dtype they are reduced in (0 for a single process).
     pub fn grad_sync_bytes(&self) -> usize {
@@ -897,6 +902,10 @@ pub struct RunOptions {
     pub init_from: Option<PathBuf>,
     /// Checkpoint to resume from.
     pub resume: Option<PathBuf>,
+    /// `--resume auto`: a checkpoint already at the final step is a finished
+    /// run (a job requeued after its last checkpoint): its outputs are
+    /// written again and nothing is trained, instead of exit 2.
+    pub finished_ok: bool,
     /// Test knob: NaN loss at this step.
     pub inject_nan_at: Option<u64>,
     /// Test knob: behave as if Ctrl-C came right after this step.
@@ -1045,7 +1054,8 @@ pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
 /// The precision a run gets when none is asked for, and a note when a GPU
 /// gets fp32: fp32 on the CPU; bf16 on a GPU of compute capability 8.0 or
 /// newer (Ampere on, the first with bf16 tensor cores; PyTorch's
-/// `torch.cuda.is_bf16_supported()` tests the same `major >= 8`); fp32 on an
+/// `torch.cuda.is_bf16_supported(including_emulation=False)` draws the same
+/// line); fp32 on an
 /// older GPU, where bf16 is emulated and slower than fp32. An unknown
 /// capability keeps bf16, which [`check_precision`] then probes.
 pub fn default_precision(
@@ -1056,7 +1066,7 @@ pub fn default_precision(
         (Device::Cuda(_), Some((major, minor))) if major < 8 => (
             Precision::Fp32,
             Some(format!(
-                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32 (--precision fp16 uses its fp16 tensor cores)",
+                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32 (--precision fp16 uses fp16 tensor cores where the GPU has them, from compute capability 7.0)",
                 device_name(device)
             )),
         ),
@@ -1189,7 +1199,30 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     }
     trainer.broadcast()?;
     let start_step = trainer.step;
-    if start_step >= tr.steps {
+    // Every rank must continue from the same step: one that sees another
+    // --out (a per-node folder, a stale network-file-system cache) would run
+    // a different number of steps and leave the others waiting.
+    let mut agreed = [start_step as f64];
+    trainer.sync_mean_scalars(&mut agreed)?;
+    if (agreed[0] - start_step as f64).abs() > 0.5 {
+        return Err(CliError::failure(format!(
+            "rank {rank} starts at step {start_step}, but the ranks disagree (their mean is {:.1})",
+            agreed[0]
+        ))
+        .with_hint(
+            "every rank must see the same --out (a shared file system), with the same checkpoints",
+        )
+        .into());
+    }
+    if start_step >= tr.steps && opts.finished_ok {
+        if lead {
+            p.info(format!(
+                "the run in {} is complete (checkpoint at step {start_step} of {}): writing its outputs, training nothing",
+                opts.out.display(),
+                tr.steps
+            ));
+        }
+    } else if start_step >= tr.steps {
         return Err(CliError::usage(format!(
             "the checkpoint is at step {start_step}, and the run has {} steps",
             tr.steps

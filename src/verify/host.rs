@@ -150,10 +150,6 @@ pub fn container_args(opts: &Options) -> Vec<String> {
     if need_identity && !only.is_empty() {
         only.push(identity.to_string());
     }
-    if !only.is_empty() {
-        args.push("--only".into());
-        args.extend(only);
-    }
     let mut skip: Vec<String> = Vec::new();
     for p in opts.skip.iter().filter(not_host) {
         if need_identity && super::matches(identity, p) {
@@ -168,6 +164,28 @@ pub fn container_args(opts: &Options) -> Vec<String> {
         } else {
             skip.push(p.clone());
         }
+    }
+    // A selection of host checks only (`--skip nvml --skip torch`) leaves
+    // the container nothing, which it refuses (exit 2): it still reports its
+    // driver (and the identities host.gpu_uuids compares).
+    let inside = Options {
+        only: only.clone(),
+        skip: skip.clone(),
+        ..opts.clone()
+    };
+    if !super::registry()
+        .iter()
+        .any(|c| super::selected(c.id(), c.level(), &inside))
+    {
+        only = vec!["nvml.driver".to_string()];
+        if need_identity {
+            only.push(identity.to_string());
+        }
+        skip.clear();
+    }
+    if !only.is_empty() {
+        args.push("--only".into());
+        args.extend(only);
     }
     if !skip.is_empty() {
         args.push("--skip".into());
@@ -456,7 +474,13 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
                             format!("the image's imgctl gave no JSON report (exit code {}): {}", out.exit_code, tail.join(" | ")),
                         )
                         .measured(format!("exit code {}", out.exit_code))
-                        .hint(format!("is imgctl on the image's PATH? `docker run --rm --entrypoint imgctl {} verify` shows its output ({parse})", run.image)),
+                        .hint(if out.exit_code == 2 {
+                            // Its own usage error: an imgctl of another version
+                            // that does not know an option or a check id.
+                            format!("the image's imgctl refused the arguments: its stderr above says why; an image built by another imgctl version may not know every option or check id (rebuild it, or mount this binary with --mount {}:/usr/local/bin/imgctl:ro)", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))
+                        } else {
+                            format!("is imgctl on the image's PATH? `docker run --rm --entrypoint imgctl {} verify` shows its output ({parse})", run.image)
+                        }),
                     );
                 }
             }
@@ -666,6 +690,9 @@ mod tests {
         // host.gpu_uuids skipped: nothing is added.
         opts.skip = vec!["nvml".into(), "host.gpu_uuids".into()];
         assert_eq!(tail(container_args(&opts)), vec!["--skip", "nvml"]);
+        // Skips that leave the container nothing: it still reports its driver.
+        opts.skip = vec!["nvml".into(), "torch".into(), "host.gpu_uuids".into()];
+        assert_eq!(tail(container_args(&opts)), vec!["--only", "nvml.driver"]);
     }
 
     #[test]

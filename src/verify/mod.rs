@@ -205,6 +205,9 @@ pub fn load_real_nvml(timeout: Duration) -> NvmlState {
 fn family(id: &str) -> &'static str {
     if id.starts_with("nvml.") {
         "NVML"
+    } else if id == "torch.version" {
+        // Reads files only: it stays informative after a CUDA hang.
+        "files"
     } else {
         "CUDA/libtorch"
     }

@@ -376,7 +376,7 @@ fn the_store_client_speaks_pytorchs_tcpstore_protocol() {
                   timeout=datetime.timedelta(seconds=60))\n\
                   s.set('from_python', b'hello')\n\
                   print(s.port, flush=True)\n\
-                  print(s.get('imgctl/run/0/rendezvous_port').decode(), flush=True)\n";
+                  print(s.get('imgctl/run/0/rendezvous_address').decode(), flush=True)\n";
     let mut py = Command::new(crate::common::venv_python())
         .args(["-c", script])
         .stdout(Stdio::piped())
@@ -394,8 +394,9 @@ fn the_store_client_speaks_pytorchs_tcpstore_protocol() {
     assert_eq!(c.wait_get("nobody/writes/this", soon).unwrap(), None);
     // A fresh connection (the one above gave up in the middle of a WAIT).
     let mut c = StoreClient::connect("127.0.0.1", port, deadline).unwrap();
-    c.set("imgctl/run/0/rendezvous_port", b"29601").unwrap();
-    assert_eq!(lines.next().unwrap().unwrap().trim(), "29601");
+    c.set("imgctl/run/0/rendezvous_address", b"127.0.0.1:29601")
+        .unwrap();
+    assert_eq!(lines.next().unwrap().unwrap().trim(), "127.0.0.1:29601");
     assert!(py.wait().unwrap().success());
 }
 
@@ -431,7 +432,7 @@ fn a_rank_waiting_on_the_agent_store_names_what_it_waited_for() {
     assert!(
         err.contains(&format!(
             "error: rendezvous timed out after 1 s: rank 1 waited for rank 0 to publish its \
-             rendezvous port under key \"imgctl/job7/2/rendezvous_port\" in torchrun's agent \
+             rendezvous address under key \"imgctl/job7/2/rendezvous_address\" in torchrun's agent \
              store at 127.0.0.1:{port}"
         )),
         "{err}"
@@ -746,6 +747,28 @@ fn a_dying_worker_is_reported_by_rank_and_the_rest_are_stopped() {
 /// A worker that fails on bad input: the supervisor's one error line names
 /// the worker's own error, its hint is the worker's, and the worker's error
 /// block is not printed a second time; exit 2 as the worker's.
+#[test]
+fn a_malformed_collective_timeout_is_a_usage_error_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(cmd(&[
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--steps",
+        "1",
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+    ])
+    .env("IMGCTL_CPU_RANKS", "2")
+    .env("IMGCTL_COLLECTIVE_TIMEOUT", "soon"));
+    let (_, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("IMGCTL_COLLECTIVE_TIMEOUT=\"soon\" is not a positive number of seconds"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_failed_worker_is_reported_with_its_own_error() {
     let dir = tempfile::tempdir().unwrap();

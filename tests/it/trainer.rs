@@ -63,6 +63,35 @@ fn resume_auto_starts_a_run_then_continues_it() {
     let (_, again) = assert_code(&train(&out, &args, &[]), 0);
     assert!(again.contains("resuming from"), "{again}");
     assert!(checkpoint_steps(&out).contains(&3));
+    // Requeued once more after its last checkpoint: the run is complete,
+    // its outputs are written again, nothing trains.
+    std::fs::remove_dir_all(out.join("unet")).unwrap();
+    let (_, done) = assert_code(&train(&out, &args, &[]), 0);
+    assert!(
+        done.contains("is complete (checkpoint at step 3 of 3)"),
+        "{done}"
+    );
+    assert!(out.join("unet/config.json").is_file());
+    // --init-from starts the run only: a restart continues the checkpoint.
+    let init = out.join("checkpoints/step-000003/model.safetensors");
+    let fine = dir.path().join("fine");
+    let tune = [
+        "--steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--resume",
+        "auto",
+        "--init-from",
+        init.to_str().unwrap(),
+    ];
+    assert_code(&train(&fine, &tune, &[]), 0);
+    let tune2 = [&["--steps", "2"][..], &tune[2..]].concat();
+    let (_, err) = assert_code(&train(&fine, &tune2, &[]), 0);
+    assert!(
+        err.contains("--init-from") && err.contains("only starts a run"),
+        "{err}"
+    );
     // A plain --resume still insists on a checkpoint.
     let empty = dir.path().join("empty");
     let (_, err) = assert_code(&train(&empty, &["--steps", "1", "--resume"], &[]), 2);
@@ -387,6 +416,25 @@ fn train_resume_keeps_the_data_folder() {
         (Some(1), Some(3))
     );
 
+    // The folder moved (data staged per job): the folder given now continues.
+    let moved = dir.path().join("moved");
+    std::fs::rename(&data, &moved).unwrap();
+    let args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--resume",
+        "--data",
+        moved.to_str().unwrap(),
+    ];
+    let (_, stderr) = assert_code(&train(&out, &args, &[]), 0);
+    assert!(
+        stderr.contains("which no longer exists: continuing on --data"),
+        "{stderr}"
+    );
+    std::fs::rename(&moved, &data).unwrap();
+
     // A synthetic run's checkpoint does not continue on a folder.
     let synth = dir.path().join("synth");
     assert_code(
@@ -673,7 +721,7 @@ fn sample_png_decodes() {
     for (bad, want) in [
         (dir.path().join("grid.jpg"), "does not end in .png"),
         (dir.path().join("no/such/grid.png"), "is not a directory"),
-        (dir.path().to_path_buf(), "does not end in .png"),
+        (dir.path().to_path_buf(), "it is a directory"),
     ] {
         let o = run_env(
             &[

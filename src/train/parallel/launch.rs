@@ -64,11 +64,14 @@ pub struct AgentStore {
 }
 
 impl AgentStore {
-    /// The store key of rank 0's rendezvous port: namespaced by job and
-    /// restart, so a restarted job never reads the port of its previous attempt.
+    /// The store key of rank 0's rendezvous address (`ip:port`): namespaced
+    /// by job and restart, so a restarted job never reads the address of its
+    /// previous attempt. torch's own workers rely on the same count
+    /// (`PrefixStore("/worker/attempt_{TORCHELASTIC_RESTART_COUNT}")` in
+    /// torch.distributed.rendezvous) to agree across nodes.
     pub fn port_key(&self) -> String {
         format!(
-            "imgctl/{}/{}/rendezvous_port",
+            "imgctl/{}/{}/rendezvous_address",
             self.run_id, self.restart_count
         )
     }
@@ -660,7 +663,7 @@ mod tests {
         .concat()))
         .unwrap();
         let a = i.agent_store.unwrap();
-        assert_eq!(a.port_key(), "imgctl/abc/3/rendezvous_port");
+        assert_eq!(a.port_key(), "imgctl/abc/3/rendezvous_address");
         let i = LaunchInfo::from_env(env(&[
             &base[..],
             &[("TORCHELASTIC_USE_AGENT_STORE", "False")],

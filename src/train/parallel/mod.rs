@@ -167,7 +167,7 @@ impl DataParallel {
             _ => {
                 let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
                 let address = session.address.clone();
-                let coll = cpu::CpuCollective::new(session, cpu::COLLECTIVE_TIMEOUT)?;
+                let coll = cpu::CpuCollective::new(session, collective_timeout()?)?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = address;
                 Ok(dp)
@@ -334,6 +334,25 @@ impl Drop for DataParallel {
                 self.log_hash("final params", &p);
             }
         }
+    }
+}
+
+/// How long a collective may wait for the other ranks before its rank gives
+/// up: `$IMGCTL_COLLECTIVE_TIMEOUT` seconds, else [`cpu::COLLECTIVE_TIMEOUT`]
+/// (30 min, which covers rank 0 writing a checkpoint or a sample grid while
+/// the others wait). Bounds the CPU backend's exchanges and the NCCL watchdog.
+pub fn collective_timeout() -> anyhow::Result<Duration> {
+    match std::env::var(ev::IMGCTL_COLLECTIVE_TIMEOUT) {
+        Err(_) => Ok(cpu::COLLECTIVE_TIMEOUT),
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+            _ => Err(CliError::usage(format!(
+                "{}={v:?} is not a positive number of seconds",
+                ev::IMGCTL_COLLECTIVE_TIMEOUT
+            ))
+            .with_hint("e.g. IMGCTL_COLLECTIVE_TIMEOUT=600, or unset it for 30 minutes")
+            .into()),
+        },
     }
 }
 

@@ -115,13 +115,16 @@ impl NcclCollective {
         let probe = comm.async_error_probe();
         let watch_rt = rt.clone();
         let watchdog = Watchdog::start(
-            super::cpu::COLLECTIVE_TIMEOUT,
+            super::collective_timeout()?,
             super::watchdog::POLL,
             Box::new(move || {
                 // Poll on the rank's own device: a thread's first CUDA call
                 // would otherwise create a context on GPU 0.
-                if let Some(i) = dev_index {
-                    let _ = watch_rt.set_device(i);
+                match dev_index {
+                    Some(i) => watch_rt
+                        .set_device(i)
+                        .map_err(|e| format!("rank {rank} cannot select cuda:{i} for it: {e}")),
+                    None => Ok(()),
                 }
             }),
             Some(Box::new(move || probe.check())),
@@ -192,10 +195,25 @@ impl NcclCollective {
     ) -> anyhow::Result<()> {
         let mb = (buf.numel() * elem.size()) as f64 / 1e6;
         // SAFETY: `stream` is null or our CommStream, alive while `self` is.
-        let marker = unsafe { Marker::record(&self.rt, stream)? };
+        let marker = unsafe { Marker::record(&self.rt, stream) }.inspect_err(|_| {
+            // The collective is queued but cannot be followed: tear the
+            // communicator down with an abort, which does not wait for it.
+            self.comm.mark_failed();
+        })?;
         self.watchdog
             .track(format!("NCCL {what} of {mb:.1} MB"), Box::new(marker));
         Ok(())
+    }
+}
+
+impl Drop for NcclCollective {
+    fn drop(&mut self) {
+        // Leaving with a collective still pending (an error elsewhere while a
+        // peer is gone): ncclCommDestroy would wait for it forever, and the
+        // watchdog stops with this collective. Abort instead.
+        if self.watchdog.any_unfinished() {
+            self.comm.mark_failed();
+        }
     }
 }
 

@@ -222,7 +222,7 @@ pub fn rendezvous(
             let address = host_port(&info.master_addr, info.master_port);
             serve_until(listener, info, bytes, timeout, deadline, address)
         }
-        (None, _) => join(info, info.master_port, timeout, deadline),
+        (None, _) => join(info, &info.master_addr, info.master_port, timeout, deadline),
         (Some(agent), 0) => {
             let listener = bind_port(info, 0).with_context(|| {
                 format!(
@@ -234,23 +234,27 @@ pub fn rendezvous(
             let store_at = host_port(&info.master_addr, info.master_port);
             let mut store = StoreClient::connect(&info.master_addr, info.master_port, deadline)
                 .map_err(|e| store_error(e, timeout))?;
+            // Rank 0's own address, not MASTER_ADDR: torchrun only promises
+            // that the store is there, and after a re-rendezvous rank 0 may
+            // run on another node. The address this host reached the store
+            // from is one the other nodes reach too.
+            let me = std::net::SocketAddr::new(store.local_ip()?, port);
             store
-                .set(&agent.port_key(), port.to_string().as_bytes())
+                .set(&agent.port_key(), me.to_string().as_bytes())
                 .with_context(|| {
                     format!(
                         "rank 0 publishing its rendezvous port in torchrun's store at {store_at}"
                     )
                 })?;
             let bytes = payload()?;
-            let address = host_port(&info.master_addr, port);
-            serve_until(listener, info, bytes, timeout, deadline, address)
+            serve_until(listener, info, bytes, timeout, deadline, me.to_string())
         }
         (Some(agent), _) => {
             let key = agent.port_key();
             let store_at = host_port(&info.master_addr, info.master_port);
             let waited = || {
                 format!(
-                    "rank {} waited for rank 0 to publish its rendezvous port under key {key:?} \
+                    "rank {} waited for rank 0 to publish its rendezvous address under key {key:?} \
                      in torchrun's agent store at {store_at}",
                     info.rank
                 )
@@ -267,15 +271,20 @@ pub fn rendezvous(
                 .wait_get(&key, deadline)?
                 .ok_or_else(|| timed_out(timeout, waited()))?;
             let text = String::from_utf8_lossy(&value);
-            let port = text.trim().parse::<u16>().ok().filter(|&p| p > 0).ok_or_else(|| {
-                anyhow::Error::from(
-                    CliError::failure(format!(
-                        "key {key:?} in torchrun's agent store at {store_at} holds {text:?}, not a TCP port"
-                    ))
-                    .with_hint("another program wrote that key; restart the job"),
-                )
-            })?;
-            join(info, port, timeout, deadline)
+            let at = text
+                .trim()
+                .parse::<std::net::SocketAddr>()
+                .ok()
+                .filter(|a| a.port() > 0)
+                .ok_or_else(|| {
+                    anyhow::Error::from(
+                        CliError::failure(format!(
+                            "key {key:?} in torchrun's agent store at {store_at} holds {text:?}, not rank 0's address"
+                        ))
+                        .with_hint("another program wrote that key; restart the job"),
+                    )
+                })?;
+            join(info, &at.ip().to_string(), at.port(), timeout, deadline)
         }
     }
 }
@@ -402,12 +411,13 @@ fn serve_until(
 /// resolved address in turn, retrying until `deadline`) and waits for the session.
 fn join(
     info: &LaunchInfo,
+    host: &str,
     port: u16,
     timeout: Duration,
     deadline: Instant,
 ) -> anyhow::Result<Session> {
-    let address = host_port(&info.master_addr, port);
-    let mut stream = connect_any(&info.master_addr, port, deadline).map_err(|last_err| {
+    let address = host_port(host, port);
+    let mut stream = connect_any(host, port, deadline).map_err(|last_err| {
         timed_out(
             timeout,
             format!(

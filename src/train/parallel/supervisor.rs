@@ -272,10 +272,17 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
         // SIGKILL, not SIGTERM: a worker takes its first SIGTERM as "stop
         // after this step", and one blocked in a collective never gets there;
         // with the supervisor gone, nothing else would end it.
-        // SAFETY: prctl is async-signal-safe; runs in the child before exec.
+        // A supervisor that died between the fork and the prctl sent no
+        // signal: the child checks that its parent is still this process.
+        let supervisor = std::process::id() as libc::pid_t;
+        // SAFETY: prctl, getppid and _exit are async-signal-safe; this runs
+        // in the child before exec.
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() != supervisor {
+                    libc::_exit(1);
+                }
                 Ok(())
             });
         }

@@ -132,6 +132,13 @@ pub fn connect_any(host: &str, port: u16, deadline: Instant) -> Result<TcpStream
 }
 
 impl StoreClient {
+    /// This end's address of the connection to the store: an address of this
+    /// host that the store's host (and so, as a rule, every node of the job)
+    /// can reach.
+    pub fn local_ip(&self) -> std::io::Result<std::net::IpAddr> {
+        Ok(self.stream.local_addr()?.ip())
+    }
+
     /// Connects to the store at `host:port` (retrying until `deadline`),
     /// validates the session and pings the server, so that a port held by
     /// something else than a `TCPStore` is an error here, not a hang later.

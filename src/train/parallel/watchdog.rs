@@ -68,14 +68,21 @@ pub enum Verdict {
 }
 
 impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Drops completed work from the front (collectives complete in queue
     /// order per stream; a later one done while an earlier one is pending
     /// stays queued), then judges the oldest pending one.
     fn scan(&self, now: Instant, timeout: Duration) -> Verdict {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // Poll outside the lock: the training thread keeps queueing meanwhile,
+        // and a slow device call must not stall it.
+        let items = std::mem::take(&mut self.lock().items);
         let mut oldest: Option<(String, Instant)> = None;
-        let mut kept = VecDeque::with_capacity(q.items.len());
-        for p in q.items.drain(..) {
+        let mut kept = VecDeque::with_capacity(items.len());
+        let mut failed = None;
+        for p in items {
             match p.done.is_done() {
                 Ok(true) => {}
                 Ok(false) => {
@@ -84,10 +91,20 @@ impl Shared {
                     }
                     kept.push_back(p);
                 }
-                Err(e) => return Verdict::Failed(format!("{} failed on the device: {e}", p.what)),
+                Err(e) => {
+                    failed.get_or_insert_with(|| format!("{} failed on the device: {e}", p.what));
+                    kept.push_back(p);
+                }
             }
         }
+        // What was queued during the scan goes after what was already there.
+        let mut q = self.lock();
+        kept.append(&mut q.items);
         q.items = kept;
+        drop(q);
+        if let Some(e) = failed {
+            return Verdict::Failed(e);
+        }
         match oldest {
             Some((what, since)) if now.saturating_duration_since(since) > timeout => {
                 Verdict::TimedOut {
@@ -114,13 +131,14 @@ impl std::fmt::Debug for Watchdog {
 
 impl Watchdog {
     /// Starts the thread. `setup` runs first on it (selecting the rank's CUDA
-    /// device, so that polling does not create a context on GPU 0); `probe`
+    /// device, so that polling does not create a context on GPU 0); when it
+    /// fails, the watchdog says so on stderr and watches nothing. `probe`
     /// polls NCCL's asynchronous error; `fire` acts on a verdict other than
     /// [`Verdict::Healthy`] (once: the thread ends after it).
     pub fn start(
         timeout: Duration,
         poll: Duration,
-        setup: Box<dyn FnOnce() + Send>,
+        setup: Box<dyn FnOnce() -> Result<(), String> + Send>,
         probe: Option<AsyncErrorProbe>,
         fire: FireAction,
     ) -> anyhow::Result<Self> {
@@ -132,7 +150,10 @@ impl Watchdog {
         let thread = std::thread::Builder::new()
             .name("imgctl-watchdog".into())
             .spawn(move || {
-                setup();
+                if let Err(e) = setup() {
+                    eprintln!("warning: the collective watchdog is off: {e}");
+                    return;
+                }
                 loop {
                     {
                         let q = s.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,8 +194,7 @@ impl Watchdog {
 
     /// Watches `done`, the completion of the collective `what` just enqueued.
     pub fn track(&self, what: String, done: Box<dyn Completion>) {
-        let mut q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.items.push_back(Pending {
+        self.shared.lock().items.push_back(Pending {
             what,
             since: Instant::now(),
             done,
@@ -183,22 +203,24 @@ impl Watchdog {
 
     /// How many collectives are still watched (tests).
     pub fn pending(&self) -> usize {
+        self.shared.lock().items.len()
+    }
+
+    /// Whether any watched collective has not completed (or cannot be
+    /// polled): its communicator must then be aborted, not destroyed, since
+    /// a destroy waits for that work.
+    pub fn any_unfinished(&self) -> bool {
         self.shared
-            .queue
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .items
-            .len()
+            .iter()
+            .any(|p| !matches!(p.done.is_done(), Ok(true)))
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.shared
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .stop = true;
+        self.shared.lock().stop = true;
         self.shared.wake.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -314,6 +336,7 @@ mod tests {
             Duration::from_millis(20),
             Box::new(move || {
                 s2.fetch_add(1, Ordering::SeqCst);
+                Ok(())
             }),
             None,
             Box::new(move |reason| {
@@ -348,7 +371,7 @@ mod tests {
         let _w = Watchdog::start(
             Duration::from_secs(3600),
             Duration::from_millis(20),
-            Box::new(|| {}),
+            Box::new(|| Ok(())),
             Some(Box::new(|| {
                 Some("remote process exited or there was a network error".into())
             })),
@@ -365,11 +388,47 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_setup_turns_the_watchdog_off_without_firing() {
+        let w = Watchdog::start(
+            Duration::from_millis(1),
+            Duration::from_millis(5),
+            Box::new(|| Err("cudaSetDevice failed with CUDA error 101".into())),
+            None,
+            Box::new(|r| panic!("fired: {r}")),
+        )
+        .unwrap();
+        w.track("x".into(), Box::new(Flag(Arc::new(AtomicBool::new(false)))));
+        std::thread::sleep(Duration::from_millis(50));
+        // Unfinished work is still known to the owner (who then aborts).
+        assert!(w.any_unfinished());
+    }
+
+    #[test]
+    fn unfinished_work_is_seen_by_the_owner() {
+        let w = Watchdog::start(
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+            Box::new(|| Ok(())),
+            None,
+            Box::new(|r| panic!("fired: {r}")),
+        )
+        .unwrap();
+        assert!(!w.any_unfinished());
+        let done = Arc::new(AtomicBool::new(false));
+        w.track("x".into(), Box::new(Flag(done.clone())));
+        assert!(w.any_unfinished());
+        done.store(true, Ordering::SeqCst);
+        assert!(!w.any_unfinished());
+        w.track("y".into(), Box::new(Broken));
+        assert!(w.any_unfinished(), "work that cannot be polled counts");
+    }
+
+    #[test]
     fn a_healthy_watchdog_stops_promptly() {
         let w = Watchdog::start(
             Duration::from_secs(3600),
             Duration::from_secs(3600),
-            Box::new(|| {}),
+            Box::new(|| Ok(())),
             None,
             Box::new(|r| panic!("fired: {r}")),
         )
