@@ -744,23 +744,31 @@ fn a_dying_worker_is_reported_by_rank_and_the_rest_are_stopped() {
     assert!(err.contains("stopped the others (rank 0 "), "{err}");
 }
 
-/// A worker that fails on bad input: the supervisor's one error line names
-/// the worker's own error, its hint is the worker's, and the worker's error
-/// block is not printed a second time; exit 2 as the worker's.
-#[test]
-fn a_malformed_collective_timeout_is_a_usage_error_naming_the_variable() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = run(cmd(&[
+/// A one-step tiny run over 2 CPU ranks with `extra` flags and `envs`.
+fn two_rank_tiny_step(dir: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Output {
+    let out = dir.join("out");
+    let mut args = vec![
         "train-demo",
         "--preset",
         "tiny",
         "--steps",
         "1",
         "--out",
-        dir.path().join("out").to_str().unwrap(),
-    ])
-    .env("IMGCTL_CPU_RANKS", "2")
-    .env("IMGCTL_COLLECTIVE_TIMEOUT", "soon"));
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut c = cmd(&args);
+    c.env("IMGCTL_CPU_RANKS", "2");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    run(&mut c)
+}
+
+#[test]
+fn a_malformed_collective_timeout_is_a_usage_error_naming_the_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = two_rank_tiny_step(dir.path(), &[], &[("IMGCTL_COLLECTIVE_TIMEOUT", "soon")]);
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -769,21 +777,13 @@ fn a_malformed_collective_timeout_is_a_usage_error_naming_the_variable() {
     );
 }
 
+/// A worker that fails on bad input: the supervisor's one error line names
+/// the worker's own error, its hint is the worker's, and the worker's error
+/// block is not printed a second time; exit 2 as the worker's.
 #[test]
 fn a_failed_worker_is_reported_with_its_own_error() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(cmd(&[
-        "train-demo",
-        "--preset",
-        "tiny",
-        "--steps",
-        "1",
-        "--data",
-        "/nonexistent",
-        "--out",
-        dir.path().join("out").to_str().unwrap(),
-    ])
-    .env("IMGCTL_CPU_RANKS", "2"));
+    let o = two_rank_tiny_step(dir.path(), &["--data", "/nonexistent"], &[]);
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     let last: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
