@@ -87,3 +87,22 @@ pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
 /// Debug/test hook: a directory where every rank writes one line per optimizer
 /// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
 pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";
+
+/// The duration in seconds that `var` holds, else `default`; a value that is
+/// not a positive number is a usage error (exit 2) naming the variable.
+pub fn seconds(var: &str, default: std::time::Duration) -> anyhow::Result<std::time::Duration> {
+    match std::env::var(var) {
+        Err(_) => Ok(default),
+        Ok(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => Ok(std::time::Duration::from_secs_f64(s)),
+            _ => Err(crate::CliError::usage(format!(
+                "{var}={v:?} is not a positive number of seconds"
+            ))
+            .with_hint(format!(
+                "e.g. {var}=600, or unset it for {} s",
+                default.as_secs()
+            ))
+            .into()),
+        },
+    }
+}

@@ -34,18 +34,7 @@ pub const REFERENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// The reference deadline: `$IMGCTL_REFERENCE_TIMEOUT` seconds, else
 /// [`REFERENCE_TIMEOUT`]; a malformed value is a usage error (exit 2).
 pub fn reference_timeout() -> anyhow::Result<Duration> {
-    match std::env::var(ev::IMGCTL_REFERENCE_TIMEOUT) {
-        Err(_) => Ok(REFERENCE_TIMEOUT),
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-            _ => Err(CliError::usage(format!(
-                "{}={v:?} is not a positive number of seconds",
-                ev::IMGCTL_REFERENCE_TIMEOUT
-            ))
-            .with_hint("e.g. IMGCTL_REFERENCE_TIMEOUT=300, or unset it for 30 minutes")
-            .into()),
-        },
-    }
+    ev::seconds(ev::IMGCTL_REFERENCE_TIMEOUT, REFERENCE_TIMEOUT)
 }
 
 /// What the script reports (its JSON, one object).

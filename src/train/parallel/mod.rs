@@ -342,18 +342,7 @@ impl Drop for DataParallel {
 /// (30 min, which covers rank 0 writing a checkpoint or a sample grid while
 /// the others wait). Bounds the CPU backend's exchanges and the NCCL watchdog.
 pub fn collective_timeout() -> anyhow::Result<Duration> {
-    match std::env::var(ev::IMGCTL_COLLECTIVE_TIMEOUT) {
-        Err(_) => Ok(cpu::COLLECTIVE_TIMEOUT),
-        Ok(v) => match v.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-            _ => Err(CliError::usage(format!(
-                "{}={v:?} is not a positive number of seconds",
-                ev::IMGCTL_COLLECTIVE_TIMEOUT
-            ))
-            .with_hint("e.g. IMGCTL_COLLECTIVE_TIMEOUT=600, or unset it for 30 minutes")
-            .into()),
-        },
-    }
+    ev::seconds(ev::IMGCTL_COLLECTIVE_TIMEOUT, cpu::COLLECTIVE_TIMEOUT)
 }
 
 /// The rendezvous timeout from `--rendezvous-timeout` (seconds), else the default.

@@ -403,16 +403,21 @@ mod tests {
         assert!(w.any_unfinished());
     }
 
-    #[test]
-    fn unfinished_work_is_seen_by_the_owner() {
-        let w = Watchdog::start(
+    /// A watchdog that never looks during a test (and must never fire).
+    fn idle() -> Watchdog {
+        Watchdog::start(
             Duration::from_secs(3600),
             Duration::from_secs(3600),
             Box::new(|| Ok(())),
             None,
             Box::new(|r| panic!("fired: {r}")),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn unfinished_work_is_seen_by_the_owner() {
+        let w = idle();
         assert!(!w.any_unfinished());
         let done = Arc::new(AtomicBool::new(false));
         w.track("x".into(), Box::new(Flag(done.clone())));
@@ -425,14 +430,7 @@ mod tests {
 
     #[test]
     fn a_healthy_watchdog_stops_promptly() {
-        let w = Watchdog::start(
-            Duration::from_secs(3600),
-            Duration::from_secs(3600),
-            Box::new(|| Ok(())),
-            None,
-            Box::new(|r| panic!("fired: {r}")),
-        )
-        .unwrap();
+        let w = idle();
         w.track("x".into(), Box::new(Flag(Arc::new(AtomicBool::new(true)))));
         assert_eq!(w.pending(), 1);
         let t = Instant::now();
