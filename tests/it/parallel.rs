@@ -351,10 +351,14 @@ fn torchrun_launches_two_cpu_ranks_through_its_agent_store() {
     let o = run(&mut c);
     let (out, err) = texts(&o);
     assert!(o.status.success(), "torchrun failed:\n{out}\n{err}");
-    assert!(
-        err.contains("data parallel: 2 ranks, cpu backend, rendezvous at localhost:"),
-        "{err}"
-    );
+    // Rank 0 serves at the address it reached torchrun's store from (the
+    // loopback here, `--standalone`), on a port of its own.
+    let at = err
+        .lines()
+        .find_map(|l| l.strip_prefix("data parallel: 2 ranks, cpu backend, rendezvous at "))
+        .unwrap_or_else(|| panic!("no rendezvous line:\n{err}"));
+    let at: std::net::SocketAddr = at.trim().parse().unwrap_or_else(|e| panic!("{at}: {e}"));
+    assert!(at.ip().is_loopback(), "{at}");
     assert!(!err.contains("already in use"), "{err}");
     // Rank 0's summary names the all-reduce.
     assert!(err.contains("gradient all-reduce: "), "{err}");
