@@ -62,19 +62,13 @@ fn check_selection(opts: &Options, with_image: bool) -> anyhow::Result<()> {
     let here = verify::registry()
         .iter()
         .any(|c| verify::selected(c.id(), c.level(), opts));
-    let host = with_image
-        && verify::host::IDS
-            .iter()
-            .any(|id| verify::selected(id, Level::Quick, opts));
-    if here || host {
+    let host = verify::host::IDS
+        .iter()
+        .any(|id| verify::selected(id, Level::Quick, opts));
+    if here || (host && with_image) {
         return Ok(());
     }
-    let host_only = !with_image
-        && !opts.only.is_empty()
-        && verify::host::IDS
-            .iter()
-            .any(|id| verify::selected(id, Level::Quick, opts));
-    Err(if host_only {
+    Err(if host && !opts.only.is_empty() {
         CliError::usage(format!(
             "--only {} selects host-side checks, which run only with --image",
             opts.only.join(" ")

@@ -1022,33 +1022,12 @@ fn device_memory(device: Device) -> Option<DeviceMemory> {
 /// checkpoints, sample grids).
 pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
 
-/// `cudaDevAttrComputeCapabilityMajor` and `…Minor` (enum cudaDeviceAttr,
-/// driver_types.h, the same in CUDA 11, 12 and 13).
-const CUDA_DEV_ATTR_CC_MAJOR: std::ffi::c_int = 75;
-const CUDA_DEV_ATTR_CC_MINOR: std::ffi::c_int = 76;
-
-/// The compute capability `(major, minor)` of CUDA device `index`, from
-/// `cudaDeviceGetAttribute` of the CUDA runtime libtorch mapped into this
-/// process; `None` when none is mapped or the call fails.
+/// The compute capability `(major, minor)` of CUDA device `index`, from the
+/// CUDA runtime libtorch loaded; `None` when there is none or no device.
 pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
-    use std::ffi::c_int;
-    type GetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
-    let path = super::parallel::cudart::mapped_cudart()?;
-    // SAFETY: dlopen of a library already mapped returns the loaded copy.
-    let lib = unsafe { libloading::Library::new(&path) }.ok()?;
-    // SAFETY: `cudaError_t cudaDeviceGetAttribute(int*, cudaDeviceAttr, int)`
-    // (cuda_runtime_api.h); the enum is an int.
-    let get = unsafe { lib.get::<GetAttributeFn>(b"cudaDeviceGetAttribute") }.ok()?;
-    let attribute = |attr: c_int| {
-        let mut value: c_int = 0;
-        // SAFETY: writes one int.
-        let r = unsafe { get(&mut value, attr, index as c_int) };
-        (r == 0).then_some(value)
-    };
-    Some((
-        attribute(CUDA_DEV_ATTR_CC_MAJOR)?,
-        attribute(CUDA_DEV_ATTR_CC_MINOR)?,
-    ))
+    super::parallel::cudart::CudaRuntime::locate()
+        .ok()?
+        .compute_capability(index)
 }
 
 /// The precision a run gets when none is asked for, and a note when a GPU

@@ -436,16 +436,17 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
         }
         Ok(out) => {
             crate::output::printer().verbose(format!("container stderr:\n{}", out.stderr));
-            match serde_json::from_str::<Report>(out.stdout.trim()) {
-                Ok(rep) if container_report_problem(out.exit_code, &rep).is_some() => {
-                    let problem = container_report_problem(out.exit_code, &rep).unwrap_or_default();
+            let parsed = serde_json::from_str::<Report>(out.stdout.trim())
+                .map(|rep| (container_report_problem(out.exit_code, &rep), rep));
+            match parsed {
+                Ok((Some(problem), rep)) => {
                     results.push(
                         CheckResult::error("host.container", problem)
                             .measured(format!("exit code {}, {} results", out.exit_code, rep.results.len()))
                             .hint(format!("the image's imgctl is not one this imgctl can trust: rebuild the image with this imgctl (`imgctl build`), or mount this binary with --mount {}:/usr/local/bin/imgctl:ro", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))),
                     );
                 }
-                Ok(rep) => {
+                Ok((None, rep)) => {
                     let mut r = CheckResult::pass(
                         "host.container",
                         format!(

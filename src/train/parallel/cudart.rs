@@ -59,6 +59,14 @@ type SetDeviceFn = unsafe extern "C" fn(c_int) -> c_int;
 type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type GetDevicePropertiesFn = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
 type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
+/// `cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device)`
+/// (the enum is an int).
+type GetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// `cudaDevAttrComputeCapabilityMajor` and `…Minor` (enum cudaDeviceAttr,
+/// driver_types.h, the same in CUDA 11, 12 and 13).
+const DEV_ATTR_CC_MAJOR: c_int = 75;
+const DEV_ATTR_CC_MINOR: c_int = 76;
 /// `cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags)`.
 type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
 /// `cudaError_t cudaStreamDestroy(cudaStream_t)` and `cudaEventDestroy(cudaEvent_t)`.
@@ -116,6 +124,7 @@ pub struct CudaRuntime {
     mem_get_info: MemGetInfoFn,
     get_device_properties: Option<GetDevicePropertiesFn>,
     get_error_string: Option<GetErrorStringFn>,
+    get_attribute: Option<GetAttributeFn>,
     streams: Option<StreamApi>,
     _lib: libloading::Library,
 }
@@ -184,6 +193,10 @@ impl CudaRuntime {
                 .or_else(|_| lib.get::<GetDevicePropertiesFn>(b"cudaGetDeviceProperties"))
                 .ok()
                 .map(|s| *s);
+            let get_attribute = lib
+                .get::<GetAttributeFn>(b"cudaDeviceGetAttribute")
+                .ok()
+                .map(|s| *s);
             let get_error_string = lib
                 .get::<GetErrorStringFn>(b"cudaGetErrorString")
                 .ok()
@@ -205,6 +218,7 @@ impl CudaRuntime {
                 mem_get_info,
                 get_device_properties,
                 get_error_string,
+                get_attribute,
                 streams,
                 _lib: lib,
             })
@@ -243,6 +257,19 @@ impl CudaRuntime {
             .into());
         }
         Ok(())
+    }
+
+    /// The compute capability `(major, minor)` of device `index`
+    /// (cudaDeviceGetAttribute); `None` when the call fails (no device).
+    pub fn compute_capability(&self, index: usize) -> Option<(i32, i32)> {
+        let get = self.get_attribute?;
+        let attribute = |attr: c_int| {
+            let mut value: c_int = 0;
+            // SAFETY: cudaDeviceGetAttribute writes one int.
+            let r = unsafe { get(&mut value, attr, index as c_int) };
+            (r == 0).then_some(value)
+        };
+        Some((attribute(DEV_ATTR_CC_MAJOR)?, attribute(DEV_ATTR_CC_MINOR)?))
     }
 
     /// `(free, total)` bytes of the current device (cudaMemGetInfo). "Used"

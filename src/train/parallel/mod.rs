@@ -165,9 +165,11 @@ impl DataParallel {
                 Ok(Self::with_collective(launch, device, Box::new(Solo)))
             }
             _ => {
+                // Read before the rendezvous, so a malformed value fails at once.
+                let bound = collective_timeout()?;
                 let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
                 let address = session.address.clone();
-                let coll = cpu::CpuCollective::new(session, collective_timeout()?)?;
+                let coll = cpu::CpuCollective::new(session, bound)?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = address;
                 Ok(dp)

@@ -78,6 +78,11 @@ impl NcclCollective {
             ))
         })?;
         let version = lib.version()?;
+        // Read before any set-up, so a malformed value fails at once.
+        let watch_timeout = super::collective_timeout()?;
+        // One runtime for the set-up thread, the watchdog and the comm stream.
+        let rt = Arc::new(CudaRuntime::locate()?);
+        let setup_rt = rt.clone();
         // ncclCommInitRank blocks until all ranks joined: run it on a helper
         // thread so that a rank that never comes turns into a timeout error.
         let (tx, rx) = mpsc::channel();
@@ -90,7 +95,7 @@ impl NcclCollective {
             // binds the communicator to the current device, and a failure to
             // select it must not silently bind GPU 0.
             let selected = match dev_index {
-                Some(i) => CudaRuntime::locate().and_then(|rt| rt.set_device(i)),
+                Some(i) => setup_rt.set_device(i),
                 None => Ok(()),
             };
             let joined =
@@ -111,11 +116,10 @@ impl NcclCollective {
             )
         })?;
         let comm = joined?;
-        let rt = Arc::new(CudaRuntime::locate()?);
         let probe = comm.async_error_probe();
         let watch_rt = rt.clone();
         let watchdog = Watchdog::start(
-            super::collective_timeout()?,
+            watch_timeout,
             super::watchdog::POLL,
             Box::new(move || {
                 // Poll on the rank's own device: a thread's first CUDA call
@@ -254,13 +258,9 @@ impl Collective for NcclCollective {
         let Device::Cuda(index) = self.device else {
             anyhow::bail!("an NCCL collective on {:?}", self.device);
         };
-        let rt = match &self.stream {
-            Some(s) => s.runtime().clone(),
-            None => Arc::new(CudaRuntime::locate()?),
-        };
-        rt.set_device(index)?;
+        self.rt.set_device(index)?;
         if self.stream.is_none() {
-            self.stream = Some(CommStream::new(rt)?);
+            self.stream = Some(CommStream::new(self.rt.clone())?);
         }
         Ok(())
     }
