@@ -54,7 +54,7 @@ pub struct LaunchInfo {
 
 /// torchrun's elastic agent holds a c10d TCPStore at `MASTER_ADDR:MASTER_PORT`
 /// and lends it to its workers; rank 0 then listens on a port of its own and
-/// publishes it in that store under [`AgentStore::port_key`].
+/// publishes its address in that store under [`AgentStore::address_key`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct AgentStore {
     /// `TORCHELASTIC_RUN_ID`.
@@ -69,7 +69,7 @@ impl AgentStore {
     /// previous attempt. torch's own workers rely on the same count
     /// (`PrefixStore("/worker/attempt_{TORCHELASTIC_RESTART_COUNT}")` in
     /// torch.distributed.rendezvous) to agree across nodes.
-    pub fn port_key(&self) -> String {
+    pub fn address_key(&self) -> String {
         format!(
             "imgctl/{}/{}/rendezvous_address",
             self.run_id, self.restart_count
@@ -663,7 +663,7 @@ mod tests {
         .concat()))
         .unwrap();
         let a = i.agent_store.unwrap();
-        assert_eq!(a.port_key(), "imgctl/abc/3/rendezvous_address");
+        assert_eq!(a.address_key(), "imgctl/abc/3/rendezvous_address");
         let i = LaunchInfo::from_env(env(&[
             &base[..],
             &[("TORCHELASTIC_USE_AGENT_STORE", "False")],

@@ -240,7 +240,7 @@ pub fn rendezvous(
             // from is one the other nodes reach too.
             let me = std::net::SocketAddr::new(store.local_ip()?, port);
             store
-                .set(&agent.port_key(), me.to_string().as_bytes())
+                .set(&agent.address_key(), me.to_string().as_bytes())
                 .with_context(|| {
                     format!(
                         "rank 0 publishing its rendezvous port in torchrun's store at {store_at}"
@@ -250,7 +250,7 @@ pub fn rendezvous(
             serve_until(listener, info, bytes, timeout, deadline, me.to_string())
         }
         (Some(agent), _) => {
-            let key = agent.port_key();
+            let key = agent.address_key();
             let store_at = host_port(&info.master_addr, info.master_port);
             let waited = || {
                 format!(
