@@ -576,6 +576,8 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         lock,
     };
 
+    refuse_control_characters(&ctx)?;
+
     let (template_name, template_source, user_template) = match (&s.template, &spec.dir) {
         (Some(t), Some(dir)) => {
             let path = dir.join(t);
@@ -642,6 +644,88 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         notes,
         lock: lock_state,
     })
+}
+
+/// The one choke point between input and the Dockerfile text: every string
+/// the template can reach (the whole context, serialized as the template sees
+/// it) must be free of control characters. A newline in a spec's path, its
+/// `lock:` value, a label or a name would otherwise start a new Dockerfile
+/// instruction (a `RUN` as root); CR, NUL, escape sequences and the rest have
+/// no business in a Dockerfile either. Refused as a usage error (exit 2)
+/// naming the field and the character.
+fn refuse_control_characters<S: Serialize>(ctx: &S) -> Result<(), CliError> {
+    let value = serde_json::to_value(ctx)
+        .map_err(|e| CliError::failure(format!("cannot serialize the template context: {e}")))?;
+    match find_control(&value, &mut Vec::new()) {
+        None => Ok(()),
+        Some((path, c)) => Err(CliError::usage(format!(
+            "{} contains the control character {} and cannot be written into a Dockerfile",
+            field_name(&path),
+            describe_char(c)
+        ))
+        .with_hint(
+            "every value that reaches the Dockerfile must be one line of text without control characters; remove it (or rename the file)",
+        )),
+    }
+}
+
+/// The first control character in any string of `value`: (the path to it, the character).
+fn find_control(value: &serde_json::Value, path: &mut Vec<String>) -> Option<(Vec<String>, char)> {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => s
+            .chars()
+            .find(|c| c.is_control())
+            .map(|c| (path.clone(), c)),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
+            path.push(i.to_string());
+            let found = find_control(v, path);
+            path.pop();
+            found
+        }),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            path.push(k.clone());
+            let found = find_control(v, path);
+            path.pop();
+            found
+        }),
+        _ => None,
+    }
+}
+
+/// What a person calls the context field at `path` (the spec field or flag it came from).
+fn field_name(path: &[String]) -> String {
+    let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+    match parts.as_slice() {
+        ["spec_origin"] => "the spec's path".to_string(),
+        ["profile"] => "the spec's `name`".to_string(),
+        ["description"] => "the spec's `description`".to_string(),
+        ["base_image"] => "the base image (`base_image` or --base-image)".to_string(),
+        ["spec_base_image"] => "the spec's `base_image`".to_string(),
+        ["lock", "origin"] => "the spec's `lock` path".to_string(),
+        ["labels", i, "0"] => format!("the key of label {i} (`labels`)"),
+        ["labels", _, "1"] => "a label value (`labels`, `description` or `name`)".to_string(),
+        ["pip", i] => format!("`pip[{i}]`"),
+        ["apt", i] => format!("`apt[{i}]`"),
+        ["user", "name"] => "the spec's `user.name`".to_string(),
+        ["pip_index_url"] => "--pip-index-url".to_string(),
+        ["torch", field] => format!("the spec's `torch.{field}`"),
+        ["notes", ..] => "a build note (from `name` or the base image)".to_string(),
+        _ => format!("the template value `{}`", path.join(".")),
+    }
+}
+
+/// `U+000A (line feed)` and the like.
+fn describe_char(c: char) -> String {
+    let name = match c {
+        '\n' => " (line feed)",
+        '\r' => " (carriage return)",
+        '\t' => " (tab)",
+        '\0' => " (NUL)",
+        '\u{1b}' => " (escape)",
+        _ => "",
+    };
+    format!("U+{:04X}{name}", c as u32)
 }
 
 /// Renders `source` with `ctx` in strict mode; the error names the template,

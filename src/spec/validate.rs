@@ -653,7 +653,9 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             None => w.problem("template", "bundled specs use the bundled template; only a spec file (--spec) may name its own", None),
             Some(dir) => {
                 let p = Path::new(t);
-                if p.is_absolute() || t.is_empty() {
+                if t.chars().any(char::is_control) {
+                    w.problem("template", format!("{t:?} contains a control character (a newline would start a Dockerfile instruction)"), None);
+                } else if p.is_absolute() || t.is_empty() {
                     w.problem("template", format!("'{t}' must be a path relative to the spec file"), None);
                 } else if !dir.join(p).is_file() {
                     w.problem("template", format!("'{t}' does not exist next to the spec (looked for {})", dir.join(p).display()), None);
@@ -670,6 +672,12 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             let p = Path::new(l);
             if spec_dir.is_none() {
                 w.problem("lock", "bundled specs use their bundled lock (images/<name>.lock); only a spec file (--spec) may name its own", None);
+            } else if l.chars().any(char::is_control) {
+                w.problem(
+                    "lock",
+                    format!("{l:?} contains a control character (a newline would start a Dockerfile instruction)"),
+                    Some("false, true, or a relative path like my.lock".to_string()),
+                );
             } else if l.is_empty() || p.is_absolute() {
                 w.problem(
                     "lock",

@@ -4,6 +4,7 @@ mod common;
 mod build;
 mod cli;
 mod image_e2e;
+mod injection;
 mod linking;
 mod lock;
 mod parallel;
