@@ -25,7 +25,19 @@ set -eu
 
 PROG=imgctl-entrypoint
 IMGCTL_USER="${IMGCTL_USER:-dev}"
-RUN_DIR="${IMGCTL_RUN_DIR:-/run/imgctl}"
+# The entrypoint's state (the services list the healthcheck probes, the keys
+# sshd reads). /run/imgctl is root's and only root writes there: a folder the
+# image's user could write would let them point a symlink at any file root
+# then writes (that was a path to root). A non-root container (--user, or
+# Kubernetes' runAsNonRoot) keeps its state in a folder of its own uid under
+# /tmp instead; imgctl-healthcheck computes the same path.
+if [ -n "${IMGCTL_RUN_DIR:-}" ]; then
+    RUN_DIR=$IMGCTL_RUN_DIR
+elif [ "$(id -u)" = 0 ]; then
+    RUN_DIR=/run/imgctl
+else
+    RUN_DIR="${TMPDIR:-/tmp}/imgctl-$(id -u)"
+fi
 SSHD_CONFIG="${IMGCTL_SSHD_CONFIG:-/etc/imgctl/sshd_config}"
 MOUNTED_KEYS="${IMGCTL_AUTHORIZED_KEYS_FILE:-/etc/imgctl/authorized_keys}"
 JUPYTER_PORT="${IMGCTL_JUPYTER_PORT:-8888}"
@@ -117,6 +129,15 @@ add_keys() { # $1: source name, stdin: the keys
     key_sources="$key_sources $1"
 }
 
+# Prints FILE as the image's user sees it (with the user's rights when we are root).
+read_as_user() {
+    if [ "$(id -u)" = 0 ] && id "$IMGCTL_USER" >/dev/null 2>&1; then
+        setpriv --reuid="$(id -u "$IMGCTL_USER")" --regid="$(id -g "$IMGCTL_USER")" --init-groups cat -- "$1"
+    else
+        cat -- "$1"
+    fi
+}
+
 ssh_skip_reason=""
 if [ "$want_ssh" = yes ]; then
     command -v ssh-keygen >/dev/null 2>&1 || die 2 "IMGCTL_MODE=$mode needs ssh-keygen, which this image lacks"
@@ -126,12 +147,20 @@ if [ "$want_ssh" = yes ]; then
 $SSH_AUTHORIZED_KEYS
 KEYS
     fi
-    for f in "$MOUNTED_KEYS" "$HOME_DIR/.ssh/authorized_keys"; do
-        if [ -e "$f" ]; then
-            [ -r "$f" ] || die 2 "$f exists but is not readable"
-            add_keys "$f" <"$f"
-        fi
-    done
+    if [ -e "$MOUNTED_KEYS" ]; then
+        [ -r "$MOUNTED_KEYS" ] || die 2 "$MOUNTED_KEYS exists but is not readable"
+        add_keys "$MOUNTED_KEYS" <"$MOUNTED_KEYS"
+    fi
+    # The user's own file is read with the user's rights, never root's: a
+    # symlink there to /etc/shadow must not put root's secrets into the log.
+    user_keys="$HOME_DIR/.ssh/authorized_keys"
+    if user_keys_text=$(read_as_user "$user_keys" 2>/dev/null); then
+        add_keys "$user_keys" <<KEYS
+$user_keys_text
+KEYS
+    elif [ -e "$user_keys" ] || [ -L "$user_keys" ]; then
+        die 2 "$user_keys exists but $IMGCTL_USER cannot read it"
+    fi
     if [ -z "$keys" ]; then
         ssh_skip_reason="no authorized key given (set SSH_AUTHORIZED_KEYS, or mount a key file at $MOUNTED_KEYS or $HOME_DIR/.ssh/authorized_keys)"
     elif [ "$(id -u)" != 0 ]; then
@@ -172,7 +201,13 @@ fi
 
 # ------------------------------------------------------------------ services
 started=""
-mkdir -p "$RUN_DIR"
+if [ "$(id -u)" = 0 ]; then
+    mkdir -p "$RUN_DIR"
+else
+    mkdir -p -m 0700 "$RUN_DIR" 2>/dev/null || true
+    [ -d "$RUN_DIR" ] && [ -O "$RUN_DIR" ] && [ ! -L "$RUN_DIR" ] ||
+        die 1 "cannot use $RUN_DIR for the container's state (it must be a folder of uid $(id -u)); mount a writable /tmp (e.g. --tmpfs /tmp)"
+fi
 # The healthcheck probes exactly the services listed here.
 : >"$RUN_DIR/services"
 [ "$want_ssh" = no ] || echo sshd >>"$RUN_DIR/services"

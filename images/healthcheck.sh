@@ -2,14 +2,22 @@
 # imgctl-healthcheck: Docker's HEALTHCHECK for images built by imgctl.
 #
 # Probes exactly the services the entrypoint started, as listed in
-# /run/imgctl/services: `jupyter` (GET /api on port 8888 must answer 200; the
+# /run/imgctl/services (/tmp/imgctl-UID/services in a non-root container): `jupyter` (GET /api on port 8888 must answer 200; the
 # endpoint needs no token) and `sshd` (a socket must LISTEN on port 22, read
 # from /proc/net/tcp{,6}: connecting would make sshd log an aborted handshake
 # every few seconds). No list (a passed-through command) or an empty one
 # (IMGCTL_MODE=none) is healthy. IMGCTL_JUPYTER_PORT and IMGCTL_SSH_PORT
 # override the ports.
 set -eu
-list="${IMGCTL_RUN_DIR:-/run/imgctl}/services"
+# The entrypoint's state folder, chosen by the same rule as imgctl-entrypoint's.
+if [ -n "${IMGCTL_RUN_DIR:-}" ]; then
+    run_dir=$IMGCTL_RUN_DIR
+elif [ "$(id -u)" = 0 ]; then
+    run_dir=/run/imgctl
+else
+    run_dir="${TMPDIR:-/tmp}/imgctl-$(id -u)"
+fi
+list="$run_dir/services"
 [ -s "$list" ] || exit 0
 exec python3 - "$list" <<'PY'
 import os

@@ -503,6 +503,47 @@ fn real_image_end_to_end() {
     let exec = docker_ok(&["exec", &name, "imgctl", "--version"]);
     assert!(exec.starts_with("imgctl "), "{exec}");
 
+    // No path from the user to root through the root entrypoint's state
+    // (reliability issue, item 3): /run/imgctl is root's, so the user cannot
+    // plant a symlink where root writes the authorized keys at the next start.
+    let run_dir = docker_ok(&[
+        "exec",
+        "--user",
+        "dev",
+        &name,
+        "stat",
+        "-c",
+        "%U %a",
+        "/run/imgctl",
+    ]);
+    assert_eq!(run_dir.trim(), "root 755", "/run/imgctl: {run_dir}");
+    let plant = docker(&[
+        "exec",
+        "--user",
+        "dev",
+        &name,
+        "ln",
+        "-sf",
+        "/root/.bashrc",
+        "/run/imgctl/authorized_keys",
+    ]);
+    assert!(
+        !plant.status.success(),
+        "the user replaced root's authorized_keys with a symlink"
+    );
+    // The user's own key file is read with the user's rights: a symlink there
+    // to /etc/shadow stops the next start with one line, and nothing of the
+    // file reaches the log (root used to quote its first line).
+    docker_ok(&[
+        "exec",
+        "--user",
+        "dev",
+        &name,
+        "sh",
+        "-c",
+        "rm -f ~/.ssh/authorized_keys && ln -s /etc/shadow ~/.ssh/authorized_keys",
+    ]);
+
     // docker stop: services end on SIGTERM well within the 10 s before SIGKILL.
     let stop_started = Instant::now();
     docker_ok(&["stop", &name]);
@@ -511,6 +552,19 @@ fn real_image_end_to_end() {
     assert!(stop < STOP_LIMIT, "docker stop took {stop:?}");
     let exit = inspect(&name, "{{.State.ExitCode}}");
     assert_ne!(exit, "137", "the container had to be killed");
+    let restart = docker(&["start", "-a", &name]);
+    let (out, err) = texts(&restart);
+    assert_eq!(restart.status.code(), Some(2), "{out}{err}");
+    assert!(
+        err.contains("/home/dev/.ssh/authorized_keys exists but dev cannot read it"),
+        "{err}"
+    );
+    let logs = docker(&["logs", &name]);
+    let (out, err) = texts(&logs);
+    assert!(
+        !out.contains("root:") && !err.contains("root:"),
+        "/etc/shadow leaked into the log:\n{out}{err}"
+    );
 
     // Bad settings stop the container at once, with a line naming the cause.
     for (env, needle) in [
