@@ -18,8 +18,26 @@
 // with fused=True): one pass over parameters, gradients and both moments
 // instead of the ten elementwise kernels the update takes through tch.
 //
+// 4. The CUDA caching allocator's statistics (what torch.cuda.max_memory_allocated
+// and max_memory_reserved read): through c10::DeviceAllocator, which exists from
+// torch 2.9 on. Older headers (torch 2.7) compile a stub that says so (-2); the
+// class they have instead needs the CUDA toolkit's headers.
+//
+// 5. TF32 for CUDA fp32 matmuls on and off (torch.backends.cuda.matmul.allow_tf32),
+// for verify's func.matmul_tf32.
+//
+// 6. libtorch's Kineto profiler (what torch.profiler drives), so a benchmark
+// can write a Chrome trace of imgctl's own step: where its GPU time goes.
+//
 // Every function returns 0, or -1 with libtorch's message in err.
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <ATen/core/Tensor.h>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define IMGCTL_DEVICE_STATS 1
+#include <c10/core/CachingDeviceAllocator.h>
+#endif
 #include <ATen/ops/_fused_adamw.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -140,6 +158,108 @@ int imgctl_fused_adamw(void *param, void *grad, void *exp_avg,
                       {}, {t(step)}, lr, beta1, beta2, weight_decay, eps,
                       /*amsgrad=*/false, /*maximize=*/false, scale,
                       /*found_inf=*/std::nullopt);
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
+  }
+}
+
+// The CUDA caching allocator's byte counts for `device`, in out[0..4]:
+// allocated now, allocated peak, reserved now, reserved peak (all pools).
+// With reset != 0, the peaks are reset after reading. Returns -2 when this
+// libtorch has no device-allocator interface (before torch 2.9).
+int imgctl_cuda_memory_stats(int64_t device, int reset, int64_t *out,
+                             char *err, size_t err_len) {
+#ifdef IMGCTL_DEVICE_STATS
+  try {
+    auto *alloc = c10::getDeviceAllocator(c10::DeviceType::CUDA);
+    auto idx = static_cast<c10::DeviceIndex>(device);
+    const auto stats = alloc->getDeviceStats(idx);
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    out[0] = stats.allocated_bytes[agg].current;
+    out[1] = stats.allocated_bytes[agg].peak;
+    out[2] = stats.reserved_bytes[agg].current;
+    out[3] = stats.reserved_bytes[agg].peak;
+    if (reset != 0) {
+      alloc->resetPeakStats(idx);
+    }
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
+  }
+#else
+  (void)device;
+  (void)reset;
+  (void)out;
+  if (err != nullptr && err_len > 0) {
+    std::strncpy(err, "this libtorch (before 2.9) has no device-allocator statistics", err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return -2;
+#endif
+}
+
+// Sets how CUDA fp32 matmuls run: mode 1 on TF32 tensor cores, 0 in IEEE
+// fp32, 2 as torch's generic setting says (torch >= 2.9 only). *previous gets
+// the mode in force before, to restore it with a second call.
+int imgctl_cuda_matmul_tf32(int mode, int *previous, char *err, size_t err_len) {
+  try {
+    auto &ctx = at::globalContext();
+#ifdef IMGCTL_DEVICE_STATS
+    using at::Float32Backend;
+    using at::Float32Op;
+    using at::Float32Precision;
+    const auto before = ctx.float32Precision(Float32Backend::CUDA, Float32Op::MATMUL);
+    *previous = before == Float32Precision::TF32 ? 1 : before == Float32Precision::IEEE ? 0 : 2;
+    const auto want = mode == 1 ? Float32Precision::TF32
+                      : mode == 0 ? Float32Precision::IEEE
+                                  : Float32Precision::NONE;
+    ctx.setFloat32Precision(Float32Backend::CUDA, Float32Op::MATMUL, want);
+#else
+    *previous = ctx.allowTF32CuBLAS() ? 1 : 0;
+    ctx.setAllowTF32CuBLAS(mode == 1);
+#endif
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
+  }
+}
+
+// Starts the Kineto profiler on this thread's CPU ops and, with cuda != 0,
+// the CUDA kernels and copies.
+int imgctl_profiler_start(int cuda, char *err, size_t err_len) {
+  try {
+    using torch::profiler::impl::ActivityType;
+    using torch::profiler::impl::ProfilerConfig;
+    using torch::profiler::impl::ProfilerState;
+    const ProfilerConfig config(ProfilerState::KINETO);
+    std::set<ActivityType> activities{ActivityType::CPU};
+    if (cuda != 0) {
+      activities.insert(ActivityType::CUDA);
+    }
+    torch::autograd::profiler::prepareProfiler(config, activities);
+    torch::autograd::profiler::enableProfiler(config, activities);
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(e, err, err_len);
+  } catch (...) {
+    return fail_unknown(err, err_len);
+  }
+}
+
+// Stops the profiler and writes its Chrome trace (JSON) to path.
+int imgctl_profiler_stop(const char *path, char *err, size_t err_len) {
+  try {
+    auto result = torch::autograd::profiler::disableProfiler();
+    if (result && path != nullptr) {
+      result->save(path);
+    }
     return 0;
   } catch (const std::exception &e) {
     return fail(e, err, err_len);

@@ -32,8 +32,12 @@ if [ "$cpu" = 1 ]; then
   export IMGCTL_PYTHON="${IMGCTL_PYTHON:-$repo/.venv/bin/python}" OMP_NUM_THREADS=1
   printf 'preset: tiny\nmodel:\n  sample_size: 16\ntraining:\n  workers: 1\n  synthetic_images: 64\n' >"$work/small.yaml"
   model=(--config "$work/small.yaml" --device cpu)
-  gpu_model=(--config "$work/small.yaml")
-  steps=6 bench_batch=2 expect=(--expect-gpus 0) train_precisions="fp32 bf16"
+
+  steps=6 bench_batch=2 bench_batches="2 4" expect=(--expect-gpus 0) train_precisions="fp32"
+  profile_args=(--device cpu --warmup 1 --steps 1)
+  # The data-parallel path with one rank: CPU ranks here, NCCL on the device.
+  dp=(env IMGCTL_CPU_RANKS=1 "$bin" train-demo --config "$work/small.yaml")
+  gpu_only="bench_fp16"
 else
   bin="${IMGCTL_BIN:-$repo/.devrun/imgctl}"
   torch_dir="$(python3 -c 'import os,torch;print(os.path.dirname(torch.__file__))')"
@@ -43,8 +47,11 @@ else
     export PYTHONPATH="$work/site${PYTHONPATH:+:$PYTHONPATH}"
   fi
   export IMGCTL_PYTHON=python3
-  model=() gpu_model=(--preset tiny)
-  steps=300 bench_batch=64 expect=() train_precisions="bf16 fp32"
+  model=()
+  steps=300 bench_batch=64 bench_batches="64 128 256" expect=() train_precisions="fp32 fp16"
+  profile_args=()
+  dp=("$bin" train-demo --gpus 1)
+  gpu_only=""
 fi
 [ -x "$bin" ] || { echo "device-check: no imgctl at $bin (run scripts/prepare-device.sh)" >&2; exit 2; }
 
@@ -54,6 +61,10 @@ stage() {
   local name=$1 limit=$2 note=$3
   shift 4
   if [ "$#" -eq 0 ] || { [ -n "${only:-}" ] && ! grep -qw -- "$name" <<<"$only"; }; then
+    return 0
+  fi
+  if grep -qw -- "$name" <<<"$gpu_only"; then
+    printf '%s\tskipped\t0\tneeds a GPU (CPU rehearsal)\n' "$name" >>"$res/summary.tsv"
     return 0
   fi
   local left=$((budget - ($(date +%s) - start)))
@@ -84,38 +95,67 @@ stage verify_full 170 "issue 4: functional checks (matmul, bandwidths, NCCL)" --
   "$bin" verify --level full "${expect[@]}" --json --junit "$res/verify-full.xml"
 stage verify_expect2 30 "issue 4: --expect-gpus 2 on one GPU must fail (exit 1)" -- \
   "$bin" verify --expect-gpus 2 --only nvml --json
+stage train_bf16 150 "issue 5: default config, $steps steps in bf16: loss, img/s, torch's peak memory" -- \
+  "$bin" train-demo "${model[@]}" --precision bf16 --steps "$steps" --sample-every 150 \
+  --checkpoint-every "$steps" --out "$work/train-bf16" --json
+stage nccl_world1 150 "issue 6: train_bf16 again through NCCL with one rank (--gpus 1): same loss curve, watchdog events complete" -- \
+  "${dp[@]}" --precision bf16 --steps "$steps" --sample-every 0 \
+  --checkpoint-every "$steps" --out "$work/nccl1" --json
 for p in $train_precisions; do
-  stage "train_$p" 150 "issue 5: default config, $steps steps in $p: img/s, device memory" -- \
+  stage "train_$p" 150 "issue 5: default config, $steps steps in $p: loss, img/s, torch's peak memory" -- \
     "$bin" train-demo "${model[@]}" --precision "$p" --steps "$steps" --sample-every 150 \
     --checkpoint-every "$steps" --out "$work/train-$p" --json
 done
-stage nccl_world1 90 "issue 6: --gpus 1, the NCCL path with one rank (all-reduce overlapped on its own stream)" -- \
-  "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1" --json
-stage bench_bf16 260 "issue 6: benchmark bf16 batch $bench_batch vs PyTorch eager and compile" -- \
+# The batch sweep (imgctl only), then the comparison at the best of them.
+for b in $bench_batches; do
+  stage "bench_bf16_b$b" 60 "issue 6: benchmark bf16 batch $b (imgctl only; the sweep)" -- \
+    "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$b" --json
+done
+best=$(python3 - "$res" $bench_batches <<'PY' 2>/dev/null || echo "$bench_batch"
+import json, sys
+res, batches = sys.argv[1], sys.argv[2:]
+rates = {}
+for b in batches:
+    try:
+        rates[b] = json.load(open(f"{res}/bench_bf16_b{b}.out"))["img_per_s"]
+    except Exception:
+        pass
+print(max(rates, key=rates.get) if rates else batches[0])
+PY
+)
+echo "device-check: best bf16 batch: $best" >&2
+stage bench_bf16 240 "issue 6: benchmark bf16 at the sweep's best batch ($best) vs PyTorch eager (both recipes) and torch.compile" -- \
   env IMGCTL_REFERENCE_TIMEOUT=150 "$bin" train-demo --benchmark "${model[@]}" --precision bf16 \
-  --batch-size "$bench_batch" --compare --json
-stage bench_bf16_cl 90 "issue 6: the bf16 benchmark in channels-last layout (decides the default)" -- \
-  "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$bench_batch" \
+  --batch-size "$best" --compare --json
+stage bench_bf16_cl 60 "issue 6: the bf16 benchmark at batch $best in channels-last layout (decides the default)" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$best" \
   --channels-last --json
-stage bench_fp32 150 "issue 6: benchmark fp32 batch $bench_batch vs PyTorch (compile capped at 60 s)" -- \
+# Where the step's time goes: imgctl's own step under libtorch's profiler, and
+# diffusers' eager step (autocast bf16) under torch.profiler, summed alike.
+stage trace_bf16 90 "issue 12: imgctl's bf16 step at batch $best, 3 steps under libtorch's profiler, summed by kernel kind" -- \
+  bash -c 'IMGCTL_PROFILE_TRACE="$1" "$2" train-demo --benchmark "${@:4}" --precision bf16 --batch-size "$3" \
+    --warmup 3 --steps 3 --json >/dev/null && "$IMGCTL_PYTHON" scripts/trace_summary.py "$1"' \
+  _ "$res/trace-bf16.json" "$bin" "$best" "${model[@]}"
+stage profile_ref 90 "issue 12: diffusers' eager bf16-autocast step at batch $best under torch.profiler, summed the same way" -- \
+  "$IMGCTL_PYTHON" scripts/profile_step.py --unet-config "$work/train-bf16/unet/config.json" \
+  --batch-size "$best" "${profile_args[@]}"
+stage bench_fp32 150 "issue 6: benchmark fp32 batch $best vs PyTorch (compile capped at 60 s)" -- \
   env IMGCTL_REFERENCE_TIMEOUT=60 "$bin" train-demo --benchmark "${model[@]}" --precision fp32 \
-  --batch-size "$bench_batch" --compare --json
-stage train_fp16 90 "issue 5: fp16 autocast with loss scaling, 50 steps" -- \
-  "$bin" train-demo "${model[@]}" --precision fp16 --steps 50 --sample-every 0 --out "$work/train-fp16" --json
-stage bench_fp16 90 "issue 6: benchmark fp16 (autocast + loss scaling) batch $bench_batch" -- \
-  "$bin" train-demo --benchmark "${model[@]}" --precision fp16 --batch-size "$bench_batch" --json
+  --batch-size "$best" --compare --json
+stage bench_fp16 60 "issue 6: benchmark fp16 (autocast + loss scaling) batch $best" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --precision fp16 --batch-size "$best" --json
 # Last, as the budget allows: the data-parallel path's own cost at one rank.
-stage nccl_world1_off 60 "issue 6: nccl_world1 with --overlap-grad-reduce off (its loss curve against nccl_world1's)" -- \
-  "$bin" train-demo "${gpu_model[@]}" --gpus 1 --steps 20 --sample-every 0 --out "$work/nccl1-off" \
+stage nccl_world1_off 90 "issue 6: nccl_world1 with --overlap-grad-reduce off, 50 steps" -- \
+  "${dp[@]}" --precision bf16 --steps 50 --sample-every 0 --out "$work/nccl1-off" \
   --overlap-grad-reduce off --json
 stage bench_nccl1 90 "issue 6: bf16 benchmark through NCCL with one rank, overlapped (cost of the DP path)" -- \
-  "$bin" train-demo --benchmark "${model[@]}" --gpus 1 --precision bf16 --batch-size "$bench_batch" --json
+  "${dp[@]}" --benchmark --precision bf16 --batch-size "$best" --json
 
 # What comes back: the summary, the verify table, one sample grid, and all of it packed.
 for d in "$work"/nccl1 "$work"/nccl1-off; do
   [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$res/$(basename "$d")-metrics.jsonl"
 done
-for d in "$work"/train-bf16 "$work"/train-fp32; do
+for d in "$work"/train-bf16 "$work"/train-fp32 "$work"/train-fp16; do
   g=$(ls "$d"/samples/*.png 2>/dev/null | tail -n 1)
   [ -n "$g" ] && cp "$g" "$res/$(basename "$d")-$(basename "$g")"
   [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$res/$(basename "$d")-metrics.jsonl"

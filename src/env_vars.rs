@@ -79,6 +79,10 @@ pub const IMGCTL_COLLECTIVE_TIMEOUT: &str = "IMGCTL_COLLECTIVE_TIMEOUT";
 /// Seconds one PyTorch reference run of `--compare` may take (default 1800);
 /// a run past it is stopped and reported as not ok, the others still compare.
 pub const IMGCTL_REFERENCE_TIMEOUT: &str = "IMGCTL_REFERENCE_TIMEOUT";
+/// A file: `train-demo --benchmark` runs a few more steps under libtorch's
+/// profiler after its measurements and writes their Chrome trace there
+/// (`scripts/trace_summary.py` sums its kernels by kind).
+pub const IMGCTL_PROFILE_TRACE: &str = "IMGCTL_PROFILE_TRACE";
 /// OpenMP threads per process; the `--gpus` supervisor sets it for its workers when unset.
 pub const OMP_NUM_THREADS: &str = "OMP_NUM_THREADS";
 /// Set by the `--gpus` supervisor in each worker it starts, so the worker knows

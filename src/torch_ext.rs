@@ -1,7 +1,9 @@
 //! The libtorch entry points tch 0.20 does not expose, through our C++ shim
 //! `csrc/torch_ext.cpp` (compiled by build.rs against the same libtorch):
 //! post-accumulate-grad hooks (the overlapped all-reduce), `pin_memory()`
-//! without tch's deprecated device argument, and the fused AdamW kernel.
+//! without tch's deprecated device argument, the fused AdamW kernel, the
+//! CUDA caching allocator's statistics, TF32 for fp32 matmuls, and the Kineto
+//! profiler.
 //!
 //! Every call passes tch tensors as the `at::Tensor*` they wrap and turns the
 //! shim's error string into an `anyhow` error. This module owns the FFI and
@@ -31,6 +33,21 @@ extern "C" {
         err: *mut c_char,
         err_len: usize,
     ) -> c_int;
+    fn imgctl_cuda_memory_stats(
+        device: i64,
+        reset: c_int,
+        out: *mut i64,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn imgctl_cuda_matmul_tf32(
+        mode: c_int,
+        previous: *mut c_int,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
+    fn imgctl_profiler_start(cuda: c_int, err: *mut c_char, err_len: usize) -> c_int;
+    fn imgctl_profiler_stop(path: *const c_char, err: *mut c_char, err_len: usize) -> c_int;
     fn imgctl_fused_adamw(
         param: *mut c_void,
         grad: *mut c_void,
@@ -100,6 +117,110 @@ pub fn pin_memory(t: &Tensor) -> anyhow::Result<Tensor> {
     // SAFETY: `out` is the tensor the shim allocated with `new`, as tch's own
     // C wrappers allocate theirs.
     Ok(unsafe { Tensor::from_ptr(out as *mut _) })
+}
+
+/// The CUDA caching allocator's byte counts for one device, all pools: what
+/// `torch.cuda.memory_allocated`/`max_memory_allocated` and their `reserved`
+/// twins read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct AllocatorStats {
+    /// Bytes in tensors now.
+    pub allocated_bytes: u64,
+    /// The most bytes in tensors at once since the last reset.
+    pub peak_allocated_bytes: u64,
+    /// Bytes the allocator holds from the device now (in use or cached).
+    pub reserved_bytes: u64,
+    /// The most bytes it held at once since the last reset.
+    pub peak_reserved_bytes: u64,
+}
+
+/// Reads torch's [`AllocatorStats`] for CUDA device `device`, then resets the
+/// peaks when `reset_peak`. `Ok(None)` when the libtorch this binary runs on
+/// predates the device-allocator interface (torch < 2.9, whose allocator class
+/// needs the CUDA toolkit's headers to reach).
+pub fn cuda_allocator_stats(
+    device: usize,
+    reset_peak: bool,
+) -> Result<Option<AllocatorStats>, String> {
+    let mut out = [0i64; 4];
+    let mut err = [0 as c_char; ERR_LEN];
+    // SAFETY: `out` holds the four values the shim writes; err as in `call`.
+    let rc = unsafe {
+        imgctl_cuda_memory_stats(
+            device as i64,
+            c_int::from(reset_peak),
+            out.as_mut_ptr(),
+            err.as_mut_ptr(),
+            ERR_LEN,
+        )
+    };
+    match rc {
+        0 => {
+            let b = |v: i64| v.max(0) as u64;
+            Ok(Some(AllocatorStats {
+                allocated_bytes: b(out[0]),
+                peak_allocated_bytes: b(out[1]),
+                reserved_bytes: b(out[2]),
+                peak_reserved_bytes: b(out[3]),
+            }))
+        }
+        -2 => Ok(None),
+        _ => {
+            // SAFETY: on failure the shim wrote a NUL-terminated string into err.
+            let msg = unsafe { CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+            Err(msg.lines().next().unwrap_or_default().to_string())
+        }
+    }
+}
+
+/// CUDA fp32 matmuls on TF32 tensor cores while this lives
+/// (`torch.backends.cuda.matmul.allow_tf32 = True`); the setting before is
+/// restored on drop.
+#[derive(Debug)]
+pub struct Tf32Matmul {
+    previous: c_int,
+}
+
+impl Tf32Matmul {
+    /// Turns TF32 on for CUDA fp32 matmuls.
+    pub fn on() -> Result<Self, String> {
+        let mut previous: c_int = 0;
+        // SAFETY: `previous` is a live int the shim writes; err as in `call`.
+        call(|err, len| unsafe { imgctl_cuda_matmul_tf32(1, &mut previous, err, len) })?;
+        Ok(Self { previous })
+    }
+}
+
+impl Drop for Tf32Matmul {
+    fn drop(&mut self) {
+        let mut ignored: c_int = 0;
+        // SAFETY: as in `on`.
+        let _ = call(|err, len| unsafe {
+            imgctl_cuda_matmul_tf32(self.previous, &mut ignored, err, len)
+        });
+    }
+}
+
+/// Runs `f` under libtorch's Kineto profiler (CPU ops, and CUDA kernels with
+/// `cuda`) and writes the Chrome trace (`chrome://tracing`, Perfetto, or
+/// `scripts/trace_summary.py`) to `path`.
+pub fn profile_to_trace<T>(
+    path: &std::path::Path,
+    cuda: bool,
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| anyhow::anyhow!("the trace path {} holds a NUL byte", path.display()))?;
+    // SAFETY: err as in `call`; no pointers are kept.
+    call(|err, len| unsafe { imgctl_profiler_start(c_int::from(cuda), err, len) })
+        .map_err(|why| anyhow::anyhow!("cannot start libtorch's profiler: {why}"))?;
+    let out = f();
+    // SAFETY: a NUL-terminated path that outlives the call.
+    let stopped = call(|err, len| unsafe { imgctl_profiler_stop(c_path.as_ptr(), err, len) });
+    let out = out?;
+    stopped.map_err(|why| anyhow::anyhow!("cannot write the trace {}: {why}", path.display()))?;
+    Ok(out)
 }
 
 /// One `aten::_fused_adamw_` step over single flat tensors: `param`, `grad`,
@@ -193,6 +314,30 @@ pub enum FusedError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tf32_toggles_and_restores_without_a_gpu() {
+        // Setting libtorch's matmul precision needs no device; the guard
+        // restores it, and a second guard sees the restored state.
+        let guard = Tf32Matmul::on().expect("turn TF32 on");
+        assert_eq!(guard.previous, 0, "fp32 matmuls start in IEEE fp32");
+        let inner = Tf32Matmul::on().expect("again");
+        assert_eq!(inner.previous, 1, "the outer guard turned it on");
+        drop(inner);
+        drop(guard);
+        let after = Tf32Matmul::on().expect("after");
+        assert_eq!(after.previous, 0, "restored on drop");
+    }
+
+    #[test]
+    fn cuda_allocator_stats_are_unavailable_or_an_error_without_a_gpu() {
+        // torch 2.7 (the set-up venv) predates the device-allocator interface:
+        // Ok(None). A newer libtorch without a GPU reports an error, never numbers.
+        match cuda_allocator_stats(0, false) {
+            Ok(None) | Err(_) => {}
+            Ok(Some(s)) => panic!("allocator stats without a GPU: {s:?}"),
+        }
+    }
 
     #[test]
     fn pin_memory_pins_or_names_why_not() {

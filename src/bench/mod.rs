@@ -17,6 +17,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
+use crate::output::printer;
 use crate::train::config::Precision;
 use crate::train::data::{Loader, StreamSpec};
 use crate::train::parallel::cudart::CudaRuntime;
@@ -95,6 +96,9 @@ pub struct Breakdown {
     pub steps: u64,
 }
 
+/// Steps traced under `IMGCTL_PROFILE_TRACE`.
+const TRACE_STEPS: u64 = 3;
+
 /// Device memory.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Memory {
@@ -106,6 +110,15 @@ pub struct Memory {
     pub baseline_used_bytes: u64,
     /// The device's total memory.
     pub total_bytes: u64,
+    /// torch's caching allocator: the most bytes in tensors at once during the
+    /// timed steps (`torch.cuda.max_memory_allocated`); `None` where this
+    /// libtorch cannot say (before torch 2.9).
+    #[serde(default)]
+    pub peak_allocated_bytes: Option<u64>,
+    /// The most bytes the allocator held from the device at once then
+    /// (`torch.cuda.max_memory_reserved`).
+    #[serde(default)]
+    pub peak_reserved_bytes: Option<u64>,
 }
 
 /// Model FLOPs utilisation.
@@ -261,6 +274,10 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         step(&mut trainer)?;
     }
     sync(device);
+    if let Device::Cuda(i) = device {
+        // The timed steps' own peaks, as the PyTorch reference resets them.
+        let _ = crate::torch_ext::cuda_allocator_stats(i, true);
+    }
     let mut walls = Vec::with_capacity(opts.steps as usize);
     let mut peak_used = baseline.map_or(0, |b| b.0);
     let t0 = Instant::now();
@@ -275,6 +292,12 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     }
     sync(device);
     let elapsed = t0.elapsed().as_secs_f64();
+    let torch_peaks = match device {
+        Device::Cuda(i) => crate::torch_ext::cuda_allocator_stats(i, false)
+            .ok()
+            .flatten(),
+        _ => None,
+    };
 
     trainer.profile = true;
     let mut acc = [0.0f64; 5];
@@ -288,6 +311,22 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         last_loss = s.loss;
     }
     trainer.profile = false;
+    // On demand, a Chrome trace of a few more steps (not timed above).
+    if let Some(path) = std::env::var_os(crate::env_vars::IMGCTL_PROFILE_TRACE) {
+        let path = std::path::PathBuf::from(path);
+        crate::torch_ext::profile_to_trace(&path, device.is_cuda(), || {
+            for _ in 0..TRACE_STEPS {
+                step(&mut trainer)?;
+            }
+            sync(device);
+            Ok(())
+        })?;
+        printer().info(format!(
+            "profile: {TRACE_STEPS} steps traced to {} (summary: python3 scripts/trace_summary.py {})",
+            path.display(),
+            path.display()
+        ));
+    }
     drop(loader);
     let sync_stats = trainer.sync_stats();
 
@@ -355,6 +394,8 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             peak_used_bytes: peak_used,
             baseline_used_bytes: base,
             total_bytes: total,
+            peak_allocated_bytes: torch_peaks.map(|t| t.peak_allocated_bytes),
+            peak_reserved_bytes: torch_peaks.map(|t| t.peak_reserved_bytes),
         }),
         _ => None,
     };

@@ -116,15 +116,23 @@ pub fn bench_table(r: &BenchReport) -> String {
         );
     }
     match &r.memory {
-        Some(m) => row(
-            "peak device memory",
-            format!(
-                "{} of {} (baseline {})",
-                gib(m.peak_used_bytes),
-                gib(m.total_bytes),
-                gib(m.baseline_used_bytes)
-            ),
-        ),
+        Some(m) => {
+            if let (Some(a), Some(res)) = (m.peak_allocated_bytes, m.peak_reserved_bytes) {
+                row(
+                    "peak torch memory",
+                    format!("{} allocated, {} reserved", gib(a), gib(res)),
+                );
+            }
+            row(
+                "peak device memory",
+                format!(
+                    "{} of {} (baseline {})",
+                    gib(m.peak_used_bytes),
+                    gib(m.total_bytes),
+                    gib(m.baseline_used_bytes)
+                ),
+            )
+        }
         None => row("peak device memory", "n/a (CPU)".into()),
     }
     let f = &r.flops;

@@ -312,10 +312,19 @@ mod imp {
             s.precision
         ));
         if let Some(m) = &s.device_memory {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            let peaks = match (m.peak_allocated_bytes, m.peak_reserved_bytes) {
+                (Some(a), Some(r)) => format!(
+                    "peak {:.2} GiB allocated, {:.2} GiB reserved by torch's allocator; ",
+                    gib(a),
+                    gib(r)
+                ),
+                _ => String::new(),
+            };
             lines.push(format!(
-                "device memory: {:.2} GiB of {:.1} GiB in use after training (CUDA context + torch's allocator reserve, which holds the peak)",
-                m.used_bytes as f64 / (1u64 << 30) as f64,
-                m.total_bytes as f64 / (1u64 << 30) as f64
+                "device memory: {peaks}{:.2} GiB of {:.1} GiB in use on the device after training (CUDA context + allocator reserve)",
+                gib(m.used_bytes),
+                gib(m.total_bytes)
             ));
         }
         if let Some(g) = s.grad_sync.filter(|g| g.calls > 0) {

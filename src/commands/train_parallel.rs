@@ -49,8 +49,9 @@ mod imp {
         let dp = DataParallel::init(launch, opts.device, timeout)?;
         if dp.is_primary() {
             printer().info(format!(
-                "data parallel: {} ranks, {} backend, rendezvous at {}",
+                "data parallel: {} rank{}, {} backend, rendezvous at {}",
                 dp.launch().world_size,
+                if dp.launch().world_size == 1 { "" } else { "s" },
                 dp.backend(),
                 dp.rendezvous_address()
             ));

@@ -10,6 +10,15 @@
 //! place when grad mode is off during backward (`torch/csrc/autograd/functions/accumulate_grad.h`),
 //! so gradients land directly in the flat buffer. Owns the layout (names,
 //! shapes, offsets, sorted by name) and the binding; knows nothing of training.
+//!
+//! Every parameter starts at a multiple of [`ALIGN_ELEMS`] elements, as torch's
+//! caching allocator aligns every tensor it hands out (512 bytes). Packed
+//! back to back, one odd-sized parameter (the default UNet's 3-element
+//! `conv_out.bias`) left every parameter after it at a 6-byte offset in bf16:
+//! cuDNN then may not pick its aligned tensor-core kernels for those weights,
+//! and ATen's vectorized elementwise kernels fall back to scalar loads. The
+//! gaps are zeros in every flat buffer (parameters, gradients, moments, EMA)
+//! and stay zero: their gradient is zero, and so is AdamW's update of them.
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
@@ -26,13 +35,20 @@ pub struct FlatEntry {
     pub numel: i64,
 }
 
+/// Each parameter's offset in a flat buffer is a multiple of this many
+/// elements: 512 bytes in fp32, 256 in bf16 (torch's allocator aligns blocks
+/// to 512 bytes; cuDNN and ATen's vectorized kernels want 16).
+pub const ALIGN_ELEMS: i64 = 128;
+
 /// Where each trainable parameter lives in the flat buffers.
 #[derive(Debug, Clone)]
 pub struct FlatLayout {
     /// Parameters sorted by name.
     pub entries: Vec<FlatEntry>,
-    /// Total number of elements.
+    /// Total number of elements of a flat buffer, alignment gaps included.
     pub numel: i64,
+    /// Number of parameter elements (the model's parameter count).
+    pub params: i64,
 }
 
 impl FlatLayout {
@@ -45,6 +61,7 @@ impl FlatLayout {
             .collect();
         vars.sort_by(|a, b| a.0.cmp(&b.0));
         let mut offset = 0;
+        let mut params = 0;
         let entries = vars
             .into_iter()
             .map(|(name, t)| {
@@ -55,13 +72,15 @@ impl FlatLayout {
                     offset,
                     numel,
                 };
-                offset += numel;
+                params += numel;
+                offset = align_up(offset + numel);
                 e
             })
             .collect();
         Self {
             entries,
             numel: offset,
+            params,
         }
     }
 
@@ -130,17 +149,57 @@ impl FlatLayout {
     }
 }
 
+/// `n` rounded up to a multiple of [`ALIGN_ELEMS`].
+pub fn align_up(n: i64) -> i64 {
+    (n + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tch::{nn, nn::Module, Device};
 
     #[test]
+    fn every_parameter_starts_aligned_and_the_gaps_stay_zero() {
+        let vs = VarStore::new(Device::Cpu);
+        // 3 outputs: 3 bias elements and 15 weights, odd sizes like the
+        // UNet's conv_out.bias.
+        let a = nn::linear(vs.root() / "a", 5, 3, Default::default());
+        let _b = nn::linear(vs.root() / "b", 7, 2, Default::default());
+        let layout = FlatLayout::of(&vs);
+        assert_eq!(layout.params, 3 + 15 + 2 + 14);
+        let offsets: Vec<i64> = layout.entries.iter().map(|e| e.offset).collect();
+        assert_eq!(offsets, vec![0, 128, 256, 384], "{:?}", layout.entries);
+        assert_eq!(layout.numel, 512);
+        let flat = layout.bind_params(&vs, Kind::BFloat16);
+        let grads = layout.bind_grads(&vs, Kind::BFloat16);
+        let base = flat.data_ptr() as usize;
+        for (e, t) in layout.with_vars(&vs) {
+            let at = t.data_ptr() as usize - base;
+            assert_eq!(at % 256, 0, "{} starts {at} bytes in", e.name);
+        }
+        let x = Tensor::ones([4, 5], (Kind::BFloat16, Device::Cpu));
+        a.forward(&x).sum(Kind::Float).backward();
+        // Only parameter elements carry values; the gaps hold zeros.
+        let mut mask = vec![0f32; layout.numel as usize];
+        for e in &layout.entries {
+            for m in &mut mask[e.offset as usize..(e.offset + e.numel) as usize] {
+                *m = 1.0;
+            }
+        }
+        let gaps = Tensor::from_slice(&mask).lt(0.5);
+        let g = grads.to_kind(Kind::Float);
+        let in_gaps = g.masked_select(&gaps).abs().sum(Kind::Float);
+        assert_eq!(f64::try_from(in_gaps).unwrap(), 0.0);
+        assert!(f64::try_from(g.abs().sum(Kind::Float)).unwrap() > 0.0);
+    }
+
+    #[test]
     fn gradients_accumulate_into_the_flat_buffer() {
         let vs = VarStore::new(Device::Cpu);
         let lin = nn::linear(vs.root() / "lin", 3, 2, Default::default());
         let layout = FlatLayout::of(&vs);
-        assert_eq!(layout.numel, 3 * 2 + 2);
+        assert_eq!(layout.params, 3 * 2 + 2);
         let params = layout.bind_params(&vs, Kind::Float);
         let mut grads = layout.bind_grads(&vs, Kind::Float);
         assert_eq!(f64::try_from(grads.abs().sum(Kind::Float)).unwrap(), 0.0);

@@ -439,7 +439,7 @@ impl Trainer {
 
     /// Number of trainable parameters.
     pub fn param_count(&self) -> i64 {
-        self.layout.numel
+        self.layout.params
     }
 
     /// The flat fp32 master weights (layout: [`Trainer::layout`]).
@@ -974,7 +974,8 @@ pub struct TrainSummary {
     pub train_flops_per_image: f64,
     /// Device memory in use at the end of training (CUDA only).
     pub device_memory: Option<DeviceMemory>,
-    /// The gradient all-reduce (data-parallel runs; `null` for one process).
+    /// The gradient all-reduce (data-parallel runs, one rank too; `null` for a
+    /// single process).
     pub grad_sync: Option<crate::train::parallel::SyncStats>,
     /// Wall-clock seconds of the training loop.
     pub elapsed_s: f64,
@@ -995,24 +996,39 @@ pub struct TrainSummary {
     pub diffusers_model: Option<PathBuf>,
 }
 
-/// Device memory after training, from `cudaMemGetInfo` (total − free): the
-/// CUDA context plus torch's caching-allocator reserve, which the allocator
-/// keeps once reserved, so it holds the run's peak.
+/// Device memory of a training run: torch's caching-allocator peaks (what
+/// `torch.cuda.max_memory_allocated`/`max_memory_reserved` report), and the
+/// device's own count after training from `cudaMemGetInfo` (total − free: the
+/// CUDA context plus the allocator's reserve).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct DeviceMemory {
-    /// Bytes in use on the device.
+    /// The most bytes torch's allocator had in tensors at once; `None` where
+    /// this libtorch cannot say (before torch 2.9).
+    pub peak_allocated_bytes: Option<u64>,
+    /// The most bytes torch's allocator held from the device at once.
+    pub peak_reserved_bytes: Option<u64>,
+    /// Bytes in use on the device after training (cudaMemGetInfo).
     pub used_bytes: u64,
-    /// The device's memory.
+    /// The device's total memory.
     pub total_bytes: u64,
 }
 
 /// Reads [`DeviceMemory`] on a CUDA device (`None` on the CPU, or when the
 /// CUDA runtime cannot be asked: the figure is informative, not essential).
 fn device_memory(device: Device) -> Option<DeviceMemory> {
-    let Device::Cuda(_) = device else { return None };
+    let Device::Cuda(index) = device else {
+        return None;
+    };
     let rt = super::parallel::cudart::CudaRuntime::locate().ok()?;
+    // cudaMemGetInfo reads the calling thread's current device.
+    rt.set_device(index).ok()?;
     let (free, total) = rt.mem_get_info().ok()?;
+    let torch = crate::torch_ext::cuda_allocator_stats(index, false)
+        .ok()
+        .flatten();
     Some(DeviceMemory {
+        peak_allocated_bytes: torch.map(|t| t.peak_allocated_bytes),
+        peak_reserved_bytes: torch.map(|t| t.peak_reserved_bytes),
         used_bytes: total.saturating_sub(free),
         total_bytes: total,
     })
@@ -1472,7 +1488,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         train_flops_per_image: cfg.model.train_flops_per_image(),
         device_memory,
         // A single process syncs nothing (its stats would count 0 buckets).
-        grad_sync: trainer.sync_stats().filter(|_| world > 1),
+        grad_sync: trainer.sync_stats(),
         elapsed_s: elapsed,
         data: DataSummary {
             source: match data.source {

@@ -342,6 +342,7 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
 pub const MEDIAN_RULE_IDS: &[&str] = &[
     "func.matmul_bf16",
     "func.matmul_fp32",
+    "func.matmul_tf32",
     "func.mem_bandwidth",
     "func.h2d_bandwidth",
     "func.d2h_bandwidth",

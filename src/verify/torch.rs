@@ -250,16 +250,28 @@ pub fn loaded_verdict(
             CheckResult::fail(id, format!("{lib} {version} does not match the pin {p}"))
                 .hint("the wrong copy is loaded: check LD_LIBRARY_PATH and the image's library folders (ldconfig -p)")
         }
-        _ if !shadowed.is_empty() => {
+        // A shadowed copy of the very same version is harmless (e.g. the CUDA
+        // toolkit's libcudart 13.0.96 under torch's wheel of 13.0.96, as on the
+        // H200 device): whichever a process picks, it gets the same library.
+        // Only another (or an unknown) version is worth a warning.
+        _ if shadowed.iter().any(|s| !same_version(s, &version, wheel.as_deref())) => {
             let list: Vec<String> = shadowed
                 .iter()
+                .filter(|s| !same_version(s, &version, wheel.as_deref()))
                 .map(|s| match &s.version {
                     Some(v) => format!("{} ({v})", s.path.display()),
-                    None => s.path.display().to_string(),
+                    None => format!("{} (version unknown)", s.path.display()),
                 })
                 .collect();
-            CheckResult::warn(id, format!("loaded copy shadows {}", list.join(", ")))
+            CheckResult::warn(id, format!("loaded copy shadows another version: {}", list.join(", ")))
                 .hint("another process or LD_LIBRARY_PATH change could pick the other copy; remove it from the image or keep torch's copy first")
+        }
+        _ if !shadowed.is_empty() => {
+            let list: Vec<String> = shadowed.iter().map(|s| s.path.display().to_string()).collect();
+            CheckResult::pass(
+                id,
+                format!("{lib} {} (shadows the same version at {})", if pin.is_some() { "matches the pin" } else { "loaded" }, list.join(", ")),
+            )
         }
         Some(_) => CheckResult::pass(id, format!("{lib} matches the pin")),
         None => CheckResult::pass(id, format!("{lib} loaded (no pin to compare)")),
@@ -269,6 +281,22 @@ pub fn loaded_verdict(
         r = r.threshold(t);
     }
     r
+}
+
+/// Whether a shadowed copy reports the version of the loaded one: its full
+/// version equals the wheel's, or the loaded library's own (shorter) version
+/// is a prefix of it. An unknown version is never the same.
+fn same_version(s: &provenance::Shadowed, loaded: &str, wheel: Option<&str>) -> bool {
+    let Some(v) = s.version.as_deref() else {
+        return false;
+    };
+    match wheel {
+        Some(w) => {
+            super::pins::version_matches(v, w)
+                && v.split('.').count() >= w.split('.').count().min(3)
+        }
+        None => super::pins::version_matches(v, loaded),
+    }
 }
 
 /// Initialises CUDA through torch (once) and says whether it is usable.
@@ -652,6 +680,63 @@ mod tests {
         );
         assert_eq!(warn.status, Status::Warn);
         assert!(warn.message.contains("9.1.0"));
+        // Measured on the H200 device: torch's cudart 13.0 (wheel 13.0.96)
+        // over the toolkit's libcudart.so.13.0.96 is the same library.
+        let cudart = [PathBuf::from("/venv/nvidia/cu13/lib/libcudart.so.13")];
+        let same = provenance::Shadowed {
+            path: PathBuf::from(
+                "/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcudart.so.13.0.96",
+            ),
+            version: Some("13.0.96".into()),
+        };
+        let pass = loaded_verdict(
+            LibKind::Cudart,
+            &cudart,
+            Ok("13.0".into()),
+            Some("13.0.96".into()),
+            Some("13.0.96"),
+            "pins",
+            std::slice::from_ref(&same),
+        );
+        assert_eq!(pass.status, Status::Pass, "{pass:?}");
+        assert!(
+            pass.message.contains("shadows the same version"),
+            "{pass:?}"
+        );
+        // Beside an older copy it still warns, naming only the other version.
+        let older = provenance::Shadowed {
+            path: PathBuf::from("/usr/lib/libcudart.so.13.0.48"),
+            version: Some("13.0.48".into()),
+        };
+        let warn = loaded_verdict(
+            LibKind::Cudart,
+            &cudart,
+            Ok("13.0".into()),
+            Some("13.0.96".into()),
+            Some("13.0.96"),
+            "pins",
+            &[same, older],
+        );
+        assert_eq!(warn.status, Status::Warn, "{warn:?}");
+        assert!(
+            warn.message.contains("13.0.48") && !warn.message.contains("13.0.96"),
+            "{warn:?}"
+        );
+        // An unknown version is not assumed to be the same.
+        let unknown = provenance::Shadowed {
+            path: PathBuf::from("/usr/lib/libcudart.so.13"),
+            version: None,
+        };
+        let warn = loaded_verdict(
+            LibKind::Cudart,
+            &cudart,
+            Ok("13.0".into()),
+            Some("13.0.96".into()),
+            None,
+            "",
+            &[unknown],
+        );
+        assert_eq!(warn.status, Status::Warn, "{warn:?}");
         let two = vec![p[0].clone(), PathBuf::from("/usr/lib/libcudnn.so.9")];
         assert_eq!(
             loaded_verdict(

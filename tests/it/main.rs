@@ -3,6 +3,7 @@ mod common;
 
 mod build;
 mod cli;
+mod device_check;
 mod image_e2e;
 mod injection;
 mod linking;

@@ -925,9 +925,25 @@ fn bf16_gradients_are_reduced_in_fp32_unless_bf16_is_asked_for() {
     assert_eq!(fp32["world_size"], 2, "{fp32}");
     assert_eq!(fp32["precision"], "bf16");
     assert_eq!(fp32["grad_reduce"], "fp32", "DDP's numerics by default");
-    assert_eq!(fp32["all_reduce_bytes_per_step"].as_u64(), Some(4 * params));
+    // The flat buffer reduced holds every parameter plus the gaps that start
+    // each one on a 128-element boundary (under 5 % here).
+    let padded = |v: &serde_json::Value, elem: u64| {
+        let bytes = v["all_reduce_bytes_per_step"].as_u64().unwrap();
+        assert_eq!(bytes % elem, 0, "{v}");
+        let n = bytes / elem;
+        assert!(
+            n >= params && n * 100 <= params * 105,
+            "{n} elements for {params} parameters"
+        );
+        n
+    };
+    let n32 = padded(&fp32, 4);
     assert_eq!(bf16["grad_reduce"], "bf16");
-    assert_eq!(bf16["all_reduce_bytes_per_step"].as_u64(), Some(2 * params));
+    assert_eq!(
+        padded(&bf16, 2),
+        n32,
+        "bf16 halves the bytes of the same buffer"
+    );
     for v in [&fp32, &bf16] {
         assert!(v["last_loss"].as_f64().unwrap().is_finite(), "{v}");
     }
@@ -1291,9 +1307,13 @@ fn the_overlapped_all_reduce_gives_the_sequential_result_bit_for_bit() {
     let g = &summary["grad_sync"];
     assert_eq!(g["overlapped"], true, "{summary}");
     assert_eq!(g["calls"], 2, "{summary}");
-    assert_eq!(
-        g["bytes_per_sync"].as_u64(),
-        summary["params"].as_u64().map(|p| 4 * p),
+    // Every parameter in fp32, plus the gaps that align each one (under 5 %).
+    let (bytes, params) = (
+        g["bytes_per_sync"].as_u64().unwrap(),
+        summary["params"].as_u64().unwrap(),
+    );
+    assert!(
+        bytes >= 4 * params && bytes * 100 <= 4 * params * 105,
         "{summary}"
     );
     // The benchmark says how the all-reduce ran.

@@ -304,7 +304,9 @@ impl GradSync for DataParallel {
         Ok(())
     }
     fn stats(&self) -> Option<SyncStats> {
-        Some(self.stats)
+        // A single process has nothing to report; one NCCL or CPU rank does
+        // (`--gpus 1` runs the real all-reduce path).
+        (self.collective.backend() != Backend::Single).then_some(self.stats)
     }
     fn mean_scalars(&mut self, values: &mut [f64]) -> anyhow::Result<()> {
         if self.collective.world_size() == 1 || values.is_empty() {

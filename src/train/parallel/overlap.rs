@@ -56,7 +56,20 @@ impl Overlap {
         elem_bytes: usize,
         cap_bytes: usize,
     ) -> anyhow::Result<Self> {
-        let spans: Vec<(i64, i64)> = params.iter().map(|(e, _)| (e.offset, e.numel)).collect();
+        // Each parameter's span runs to the next one's start: the alignment
+        // gaps between them (zeros on every rank) ride along, so the buckets
+        // tile the whole flat buffer and every element is reduced once.
+        let spans: Vec<(i64, i64)> = params
+            .iter()
+            .enumerate()
+            .map(|(i, (e, _))| {
+                let end = params.get(i + 1).map_or(
+                    crate::train::flat::align_up(e.offset + e.numel),
+                    |(next, _)| next.offset,
+                );
+                (e.offset, end - e.offset)
+            })
+            .collect();
         let buckets = param_buckets(&spans, elem_bytes, cap_bytes);
         let readiness = Arc::new(Readiness::new(buckets.param_bucket));
         let params = params.into_iter().map(|(e, t)| (e.name, t)).collect();
@@ -239,9 +252,9 @@ mod tests {
     fn net_with_flat_grads() -> (nn::VarStore, nn::Sequential, Tensor, Params) {
         let vs = nn::VarStore::new(Device::Cpu);
         let net = nn::seq()
-            .add(nn::linear(vs.root() / "a", 4, 8, Default::default()))
+            .add(nn::linear(vs.root() / "a", 20, 10, Default::default()))
             .add_fn(|x| x.relu())
-            .add(nn::linear(vs.root() / "b", 8, 2, Default::default()));
+            .add(nn::linear(vs.root() / "b", 10, 30, Default::default()));
         let layout = crate::train::flat::FlatLayout::of(&vs);
         let grads = layout.bind_grads(&vs, Kind::Float);
         let params = layout.with_vars(&vs);
@@ -251,11 +264,13 @@ mod tests {
     #[test]
     fn every_bucket_is_averaged_once_during_backward_and_the_order_is_agreed() {
         let (_vs, net, grads, params) = net_with_flat_grads();
-        // Layout a.bias 8, a.weight 32, b.bias 2, b.weight 16 elements; a
-        // 72-byte cap makes buckets [b.*] (18), [a.weight] (32), [a.bias] (8).
-        let mut ov = overlap_of(&params, 72);
+        // Layout a.bias 10, a.weight 200, b.bias 30, b.weight 300 elements,
+        // each starting at a multiple of 128 (spans 128, 256, 128, 384 with
+        // their gaps); a 1500-byte cap (375 floats) makes buckets [b.weight]
+        // (384), [a.weight, b.bias] (384), [a.bias] (128).
+        let mut ov = overlap_of(&params, 1500);
         assert_eq!(ov.buckets(), 3);
-        let x = Tensor::ones([3, 4], (Kind::Float, Device::Cpu));
+        let x = Tensor::ones([3, 20], (Kind::Float, Device::Cpu));
         // The plain gradients first (hooks not armed: nothing reduced).
         let _ = grads.shallow_clone().zero_();
         net.forward(&x).sum(Kind::Float).backward();
@@ -269,7 +284,11 @@ mod tests {
             })
             .unwrap();
         assert_eq!(step.buckets, 3);
-        assert_eq!(coll.calls, vec![18, 32, 8], "the last layer's bucket first");
+        assert_eq!(
+            coll.calls,
+            vec![384, 384, 128],
+            "the last layer's bucket first"
+        );
         // (local + the other rank's ones) / 2, element by element, everywhere.
         assert!(grads.allclose(&((&plain + 1.0) / 2.0), 0.0, 0.0, false));
         // Rank 0's completion order becomes everyone's: the last layer first.
@@ -281,9 +300,9 @@ mod tests {
     #[test]
     fn gradients_are_copied_into_the_reduce_buffer_bucket_by_bucket() {
         let (_vs, net, grads, params) = net_with_flat_grads();
-        let ov = overlap_of(&params, 72);
+        let ov = overlap_of(&params, 1500);
         let reduce_in = Tensor::zeros([grads.numel() as i64], (Kind::Float, Device::Cpu));
-        let x = Tensor::ones([3, 4], (Kind::Float, Device::Cpu));
+        let x = Tensor::ones([3, 20], (Kind::Float, Device::Cpu));
         let mut coll = OtherRankHoldsOnes::default();
         let _ = grads.shallow_clone().zero_();
         ov.run(&mut coll, &grads, Some(&reduce_in), &mut || {
@@ -299,7 +318,7 @@ mod tests {
     #[test]
     fn a_failed_backward_ends_the_step_without_hanging() {
         let (_vs, _net, grads, params) = net_with_flat_grads();
-        let ov = overlap_of(&params, 72);
+        let ov = overlap_of(&params, 1500);
         let mut coll = OtherRankHoldsOnes::default();
         let err = ov
             .run(&mut coll, &grads, None, &mut || {
