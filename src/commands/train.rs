@@ -21,6 +21,8 @@ mod imp {
     use crate::output::printer;
     use crate::train::checkpoint::{self, DataSource};
     use crate::train::config::{parse_on_off, GradReduce, Overrides, Precision, TrainConfig};
+    use crate::train::out_lock::OutLock;
+    use crate::train::parallel::launch::LaunchInfo;
     use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
@@ -142,13 +144,17 @@ mod imp {
         }
     }
 
+    /// The output directory: `--out`, else [`DEFAULT_OUT`].
+    fn out_dir(args: &TrainArgs) -> PathBuf {
+        args.out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT))
+    }
+
     /// Resolves the flags into run options: preset, resumed checkpoint config,
     /// config file and flags (in that order), device, precision, data, output.
     pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
+        let out = out_dir(args);
         // A benchmark writes nothing under --out.
         if args.resume.is_none() && !args.benchmark {
             refuse_earlier_run(&out)?;
@@ -390,6 +396,14 @@ mod imp {
         if let Some(status) = super::super::train_parallel::intercept(&args)? {
             return Ok(status);
         }
+        // The process that writes --out (rank 0; every rank of a launched
+        // job sees the launcher's RANK) locks it before reading anything
+        // there, and holds the lock until summary.json is written.
+        let _lock = if LaunchInfo::from_process_env()?.is_primary() {
+            Some(OutLock::acquire(&out_dir(&args))?)
+        } else {
+            None
+        };
         let mut opts = resolve_options(&args)?;
         let out = opts.out.clone();
         let sync = super::super::train_parallel::worker_sync(&args, &mut opts)?;

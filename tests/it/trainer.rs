@@ -331,6 +331,73 @@ fn train_out_dir_conflicts_exit_2_before_training() {
     }
 }
 
+/// Waits (up to two minutes) until `out/metrics.jsonl` holds a step: the
+/// run is training.
+fn wait_for_training(out: &Path, child: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
+        let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap_or_default();
+        if text.lines().any(|l| l.contains("\"step\"")) {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the first run ended early: {status}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("the first run did not start training within two minutes");
+}
+
+/// Two runs on one --out would interleave their checkpoints and metrics: the
+/// second is exit 2 naming the first's pid, and writes nothing. The lock dies
+/// with its holder, even by SIGKILL: the next run takes it.
+#[test]
+fn train_a_second_run_on_the_same_out_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = out.to_str().unwrap();
+    let mut first = Command::new(imgctl_bin())
+        .args(["train-demo", "--preset", "tiny", "--device", "cpu"])
+        .args([
+            "--sample-every",
+            "0",
+            "--batch-size",
+            "2",
+            "--steps",
+            "1000000",
+        ])
+        .args(["--checkpoint-every", "1000000", "--out", o])
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the first run");
+    wait_for_training(&out, &mut first);
+    let again = ["--steps", "1", "--batch-size", "2", "--resume", "auto"];
+    let second = train(&out, &again, &[]);
+    let before_kill = first.try_wait().unwrap();
+    let _ = first.kill(); // SIGKILL
+    first.wait().unwrap();
+    assert_eq!(before_kill, None, "the first run must still be running");
+    let (_, stderr) = assert_code(&second, 2);
+    assert!(
+        stderr.contains(&format!(
+            "error: --out {o} is in use by another imgctl run (pid {})",
+            first.id()
+        )) && stderr.contains(&format!(
+            "hint: wait for that run to end or stop it (kill {})",
+            first.id()
+        )),
+        "{stderr}"
+    );
+    assert!(checkpoint_steps(&out).is_empty());
+    // The kernel released the killed run's lock.
+    assert_code(&train(&out, &again, &[]), 0);
+    assert_eq!(checkpoint_steps(&out), vec![1]);
+}
+
 /// The data folder is recorded in the checkpoint: --resume without --data
 /// continues on it (and the interrupt hint names it), an explicit --data that
 /// differs is exit 2, as is --data on a checkpoint of the synthetic set, and
