@@ -160,7 +160,29 @@ mod imp {
             refuse_earlier_run(&out)?;
         }
         let resume = if let Some(mode) = args.resume.as_deref() {
-            match checkpoint::latest(&out) {
+            // A damaged newest checkpoint (a disk that filled up, a partial
+            // copy) must not block the run: continue from the newest intact one.
+            let (intact, damaged) = checkpoint::latest_intact(&out);
+            if let (None, Some((dir, why)), false) = (&intact, damaged.first(), mode == "auto") {
+                return Err(CliError::usage(format!(
+                    "--resume: every checkpoint under {} is damaged (the newest, {}: {why})",
+                    out.join(checkpoint::CHECKPOINTS).display(),
+                    dir.display()
+                ))
+                .with_hint("use --resume auto to start the run afresh, or choose a new --out")
+                .into());
+            }
+            for (dir, why) in &damaged {
+                let instead = match &intact {
+                    Some(d) => format!("resuming from {}", d.display()),
+                    None => "no intact checkpoint is left: starting the run afresh".into(),
+                };
+                printer().warn(format!(
+                    "skipping the damaged checkpoint {} ({why}); {instead}",
+                    dir.display()
+                ));
+            }
+            match intact {
                 Some(dir) => Some(dir),
                 // `--resume auto`: a job's first start, or a restart before
                 // the first checkpoint, begins the run.

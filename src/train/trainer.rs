@@ -1241,6 +1241,19 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
 
     let mut metrics = if lead {
         checkpoint::remove_stale_temporaries(&opts.out);
+        // Every rank has loaded its checkpoint (the broadcast above): a
+        // damaged one now goes out of the way of pruning and later resumes.
+        for aside in checkpoint::set_aside_damaged(&opts.out).with_context(|| {
+            format!(
+                "setting aside damaged checkpoints in {}",
+                opts.out.display()
+            )
+        })? {
+            p.info(format!(
+                "the damaged checkpoint is kept as {}",
+                aside.display()
+            ));
+        }
         Some(
             MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
                 .with_context(|| format!("opening metrics files in {}", opts.out.display()))?,

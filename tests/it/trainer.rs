@@ -398,6 +398,83 @@ fn train_a_second_run_on_the_same_out_is_refused() {
     assert_eq!(checkpoint_steps(&out), vec![1]);
 }
 
+/// A truncated newest checkpoint (a disk that filled up, a partial copy)
+/// does not block `--resume auto` (which would restart and fail in a loop):
+/// the run continues from the newest intact checkpoint with a warning naming
+/// the damaged one, which is set aside, and ends at the requested step.
+#[test]
+fn train_resume_skips_a_damaged_newest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let first = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "2",
+    ];
+    assert_code(&train(&out, &first, &[]), 0);
+    assert_eq!(checkpoint_steps(&out), vec![2, 4]);
+    let (old, newest) = (
+        out.join("checkpoints/step-000002"),
+        out.join("checkpoints/step-000004"),
+    );
+    let model = newest.join("model.safetensors");
+    let len = std::fs::metadata(&model).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let again = [
+        "--steps",
+        "6",
+        "--batch-size",
+        "2",
+        "--resume",
+        "auto",
+        "--json",
+    ];
+    let (stdout, stderr) = assert_code(&train(&out, &again, &[]), 0);
+    assert!(
+        stderr.contains(&format!(
+            "warning: skipping the damaged checkpoint {} (model.safetensors is truncated or damaged ({} bytes, its header needs {len})); resuming from {}",
+            newest.display(),
+            len / 2,
+            old.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(step 2)"), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (
+            summary["start_step"].as_u64(),
+            summary["final_step"].as_u64()
+        ),
+        (Some(2), Some(6))
+    );
+    assert_eq!(checkpoint_steps(&out), vec![2, 4, 6]);
+    assert!(out
+        .join("checkpoints/step-000004.damaged/model.safetensors")
+        .is_file());
+    // A plain --resume with nothing intact says so (exit 2), naming the damage.
+    let lone = dir.path().join("lone");
+    assert_code(
+        &train(&lone, &["--steps", "1", "--batch-size", "2"], &[]),
+        0,
+    );
+    std::fs::write(lone.join("checkpoints/step-000001/ema.safetensors"), b"").unwrap();
+    let (_, stderr) = assert_code(&train(&lone, &["--steps", "2", "--resume"], &[]), 2);
+    assert!(
+        stderr.contains("is damaged (the newest,")
+            && stderr.contains("ema.safetensors is truncated (0 bytes, no header)"),
+        "{stderr}"
+    );
+}
+
 /// The data folder is recorded in the checkpoint: --resume without --data
 /// continues on it (and the interrupt hint names it), an explicit --data that
 /// differs is exit 2, as is --data on a checkpoint of the synthetic set, and
