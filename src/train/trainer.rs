@@ -1294,6 +1294,32 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let write_checkpoint = |trainer: &Trainer, last_loss: Option<f64>| -> anyhow::Result<PathBuf> {
         trainer.save_checkpoint(&opts.out, trainer.samples_seen / epoch_len, last_loss)
     };
+    // An error once this run has trained a step (a sample grid, a metrics
+    // write, the data loader) must not lose the steps since the last
+    // checkpoint: rank 0 saves one, then the error is reported. Not after a
+    // failed step, whose update may be half-applied (the NaN guard keeps the
+    // last good checkpoint), nor after a failed checkpoint write itself.
+    let save_before_error = |trainer: &Trainer,
+                             last_loss: Option<f64>,
+                             last_checkpoint_step: Option<u64>,
+                             err: anyhow::Error|
+     -> anyhow::Error {
+        if !lead || trainer.step == start_step || last_checkpoint_step == Some(trainer.step) {
+            return err;
+        }
+        match write_checkpoint(trainer, last_loss) {
+            Ok(dir) => p.warn(format!(
+                "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with --resume)",
+                trainer.step,
+                dir.display()
+            )),
+            Err(e) => p.warn(format!(
+                "could not save a checkpoint of step {} before stopping: {e:#}",
+                trainer.step
+            )),
+        }
+        err
+    };
 
     while trainer.step < tr.steps {
         let stop = interrupt.load(Ordering::SeqCst);
@@ -1326,9 +1352,16 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
             .into());
         }
         let step_start = Instant::now();
-        let batch = loader
-            .next_batch()
-            .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+        let Some(batch) = loader.next_batch() else {
+            bar.finish_and_clear();
+            let err = anyhow::anyhow!("a data loader thread stopped unexpectedly");
+            return Err(save_before_error(
+                &trainer,
+                last_loss,
+                last_checkpoint_step,
+                err,
+            ));
+        };
         let data_wait = step_start.elapsed().as_secs_f64();
         let stats = match trainer.train_step(&batch) {
             Ok(s) => s,
@@ -1370,61 +1403,74 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         if recent.len() > 10 {
             recent.pop_front();
         }
-        let img_per_s = global_batch / dt.max(1e-9);
-        if let Some(m) = metrics.as_mut() {
-            m.record(&StepRecord {
-                step: stats.step,
-                loss: stats.loss,
-                lr: stats.lr,
-                grad_norm: stats.grad_norm,
-                loss_scale: stats.loss_scale,
-                img_per_s,
-                skipped: stats.skipped,
-            })?;
-            // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
-            m.flush()?;
-        }
-        if lead {
-            let avg_ips = if timed_secs > 0.0 {
-                timed_images / timed_secs
-            } else {
-                img_per_s
-            };
-            bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
-            bar.set_position(stats.step);
-            if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
-                let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
-                p.info(format!(
-                    "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
-                    stats.step,
-                    tr.steps,
-                    stats.loss,
-                    stats.lr,
-                    stats.grad_norm,
-                    avg_ips,
-                    human_duration(left)
-                ));
-                let t = stats.times;
-                p.verbose(format!(
-                    "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
-                    stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
-                ));
-            }
-        }
         let done = trainer.step == tr.steps;
-        if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
-            let imgs =
-                trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
-            let dir = opts.out.join("samples");
-            std::fs::create_dir_all(&dir)?;
-            let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
-            let png = images::encode_grid_png(&imgs, None)?;
-            checkpoint::write_file_atomic(&path, &png)
-                .with_context(|| format!("writing {}", path.display()))?;
+        // Metrics, progress and the sample grid of this step.
+        let outputs = (|| -> anyhow::Result<()> {
+            let img_per_s = global_batch / dt.max(1e-9);
             if let Some(m) = metrics.as_mut() {
-                m.image(trainer.step, &png)?;
+                m.record(&StepRecord {
+                    step: stats.step,
+                    loss: stats.loss,
+                    lr: stats.lr,
+                    grad_norm: stats.grad_norm,
+                    loss_scale: stats.loss_scale,
+                    img_per_s,
+                    skipped: stats.skipped,
+                })?;
+                // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
+                m.flush()?;
             }
-            samples.push(path);
+            if lead {
+                let avg_ips = if timed_secs > 0.0 {
+                    timed_images / timed_secs
+                } else {
+                    img_per_s
+                };
+                bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
+                bar.set_position(stats.step);
+                if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
+                    let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
+                    p.info(format!(
+                        "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
+                        stats.step,
+                        tr.steps,
+                        stats.loss,
+                        stats.lr,
+                        stats.grad_norm,
+                        avg_ips,
+                        human_duration(left)
+                    ));
+                    let t = stats.times;
+                    p.verbose(format!(
+                        "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
+                        stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
+                    ));
+                }
+            }
+            if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
+                let imgs =
+                    trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
+                let dir = opts.out.join("samples");
+                std::fs::create_dir_all(&dir)?;
+                let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
+                let png = images::encode_grid_png(&imgs, None)?;
+                checkpoint::write_file_atomic(&path, &png)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                if let Some(m) = metrics.as_mut() {
+                    m.image(trainer.step, &png)?;
+                }
+                samples.push(path);
+            }
+            Ok(())
+        })();
+        if let Err(err) = outputs {
+            bar.finish_and_clear();
+            return Err(save_before_error(
+                &trainer,
+                last_loss,
+                last_checkpoint_step,
+                err,
+            ));
         }
         if lead && ((tr.checkpoint_every > 0 && trainer.step % tr.checkpoint_every == 0) || done) {
             if let Some(m) = metrics.as_mut() {

@@ -49,6 +49,14 @@ fn train(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     run_env(&args, env)
 }
 
+/// [`train`] without its `--sample-every 0`: `extra` chooses.
+fn train_sampling(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["train-demo", "--preset", "tiny", "--device", "cpu"];
+    args.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    run_env(&args, &[])
+}
+
 /// `--resume auto` is what a job restarted on failure runs: the first start
 /// begins the run, a restart continues it.
 #[test]
@@ -473,6 +481,69 @@ fn train_resume_skips_a_damaged_newest_checkpoint() {
             && stderr.contains("ema.safetensors is truncated (0 bytes, no header)"),
         "{stderr}"
     );
+}
+
+/// `sample_steps: 5000` used to train until the first sample grid, then
+/// fail with nothing saved: it is exit 2 before the first step now.
+#[test]
+fn train_settings_are_validated_before_the_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let config = dir.path().join("c.yaml");
+    std::fs::write(&config, "training:\n  sample_steps: 5000\n").unwrap();
+    let args = [
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "2",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let (_, stderr) = assert_code(&train_sampling(&out, &args), 2);
+    assert!(
+        stderr.contains("error: invalid training setting: sample_steps is 5000, more than the scheduler's 1000 train timesteps")
+            && stderr.contains("hint: use 1 to 1000 sampling steps"),
+        "{stderr}"
+    );
+    assert!(!out.join("metrics.jsonl").exists(), "it trained: {stderr}");
+}
+
+/// An error once training has started (here the sample grid cannot be
+/// written: a folder sits where the PNG goes) saves a checkpoint of the last
+/// step first, so the run continues from there.
+#[test]
+fn train_an_error_after_the_first_step_saves_a_checkpoint_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    std::fs::create_dir_all(out.join("samples/step-000002.png/in-the-way")).unwrap();
+    let args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "100",
+    ];
+    let (_, stderr) = assert_code(
+        &train_sampling(&out, &[&args[..], &["--sample-every", "2"]].concat()),
+        1,
+    );
+    assert!(stderr.contains("error: writing "), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "saved the checkpoint of step 2 before stopping: {}",
+            out.join("checkpoints/step-000002").display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_steps(&out), vec![2]);
+    std::fs::remove_dir_all(out.join("samples/step-000002.png")).unwrap();
+    let resumed = [&args[..], &["--resume", "auto"]].concat();
+    let (_, stderr) = assert_code(&train(&out, &resumed, &[]), 0);
+    assert!(stderr.contains("(step 2)"), "{stderr}");
+    assert_eq!(checkpoint_steps(&out), vec![2, 4]);
 }
 
 /// The data folder is recorded in the checkpoint: --resume without --data
