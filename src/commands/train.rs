@@ -23,6 +23,7 @@ mod imp {
     use crate::train::config::{parse_on_off, GradReduce, Overrides, Precision, TrainConfig};
     use crate::train::out_lock::OutLock;
     use crate::train::parallel::launch::LaunchInfo;
+    use crate::train::space;
     use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
@@ -440,7 +441,9 @@ mod imp {
                 printer().info(note);
             }
         }
-        let summary = trainer::run(opts, sync)?;
+        let params = opts.config.model.param_count();
+        let summary =
+            trainer::run(opts, sync).map_err(|e| space::explain_disk_full(e, &out, params))?;
         // Only rank 0 writes and prints.
         if !primary {
             return Ok(ExitStatus::Success);
@@ -448,7 +451,8 @@ mod imp {
         let text = serde_json::to_string_pretty(&summary)?;
         let path = out.join("summary.json");
         checkpoint::write_file_atomic(&path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(|e| space::explain_disk_full(e, &out, params))?;
         let p = printer();
         for line in summary_lines(&summary) {
             p.info(line);

@@ -9,7 +9,7 @@
 //! (synthetic set, image folders, background loader), [`flat`] (flat
 //! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
 //! scaling), [`ema`], [`checkpoint`], [`out_lock`] (one run per output
-//! directory), [`metrics`] and [`tensorboard`], and
+//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`], and
 //! [`trainer`] (the step, the loop, the [`trainer::GradSync`] hook for data
 //! parallelism), and [`parallel`] (launch, rendezvous, NCCL/CPU collectives,
 //! gradient buckets, the `--gpus` supervisor).
@@ -25,5 +25,6 @@ pub mod optim;
 pub mod out_lock;
 pub mod parallel;
 pub mod schedule;
+pub mod space;
 pub mod tensorboard;
 pub mod trainer;

@@ -63,11 +63,13 @@ impl OutLock {
             ));
             return Ok(Self { _file: None, path });
         }
-        // Ours now: record the pid for a second run's message.
-        file.set_len(0)
+        // Ours now: record the pid for a second run's message. Only that
+        // message needs it, so a failure (a full disk) is left to the run's
+        // own write checks.
+        let _ = file
+            .set_len(0)
             .and_then(|()| file.seek(SeekFrom::Start(0)).map(drop))
-            .and_then(|()| writeln!(file, "{}", std::process::id()))
-            .map_err(cannot)?;
+            .and_then(|()| writeln!(file, "{}", std::process::id()));
         Ok(Self {
             _file: Some(file),
             path,

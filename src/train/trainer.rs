@@ -43,6 +43,7 @@ use super::metrics::{MetricsWriter, StepRecord};
 use super::model::{weights, UNet2DModel};
 use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
 use super::schedule::{DdpmSchedule, Sampler};
+use super::space;
 use crate::output::printer;
 use crate::CliError;
 
@@ -1055,9 +1056,10 @@ pub fn default_precision(
 }
 
 /// Checks that `out` and its [`OUT_SUBDIRS`] can be created and written
-/// (exit 2 otherwise), so that a file in their way fails before training,
-/// not at the first checkpoint.
-pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
+/// (exit 2 otherwise; exit 1 for a full disk), so that a file in their way
+/// fails before training, not at the first checkpoint. Leaves no file behind.
+/// `params` (the model's parameters) sizes the space a full disk's hint names.
+pub fn check_out_dir(out: &Path, params: u64) -> anyhow::Result<()> {
     let fail = |e: std::io::Error| -> anyhow::Error {
         CliError::usage(format!(
             "cannot write to the output directory {}: {e}",
@@ -1066,10 +1068,26 @@ pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
         .with_hint("choose a writable --out directory")
         .into()
     };
-    std::fs::create_dir_all(out).map_err(fail)?;
+    let full = || -> anyhow::Error {
+        CliError::failure(format!(
+            "no space left on the device for the output directory {}",
+            out.display()
+        ))
+        .with_hint(format!(
+            "the run needs about {} there: free space on that file system, or choose another --out",
+            space::human_bytes(space::run_bytes(params))
+        ))
+        .into()
+    };
+    std::fs::create_dir_all(out).map_err(|e| if space::is_full(&e) { full() } else { fail(e) })?;
     let probe = out.join(format!(".imgctl-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"ok").map_err(fail)?;
-    std::fs::remove_file(&probe).map_err(fail)?;
+    let written = std::fs::write(&probe, b"ok");
+    // Removed whether or not the write worked (a full disk creates it empty).
+    let removed = std::fs::remove_file(&probe);
+    match written.and(removed) {
+        Err(e) if space::is_full(&e) => return Err(full()),
+        r => r.map_err(fail)?,
+    }
     for sub in OUT_SUBDIRS {
         let dir = out.join(sub);
         if dir.exists() && !dir.is_dir() {
@@ -1155,7 +1173,10 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     check_precision(opts.device, opts.precision)?;
     let data = open_dataset(&opts.data, &cfg)?;
     if lead {
-        check_out_dir(&opts.out)?;
+        // Room for a checkpoint first: a run that cannot save must not start
+        // (nor leave the folders of check_out_dir behind).
+        space::preflight(&opts.out, cfg.model.param_count())?;
+        check_out_dir(&opts.out, cfg.model.param_count())?;
     }
     let mut trainer = Trainer::new(
         cfg.clone(),
@@ -1314,8 +1335,9 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 dir.display()
             )),
             Err(e) => p.warn(format!(
-                "could not save a checkpoint of step {} before stopping: {e:#}",
-                trainer.step
+                "could not save a checkpoint of step {} before stopping: {}",
+                trainer.step,
+                space::explain_disk_full(e, &opts.out, cfg.model.param_count())
             )),
         }
         err

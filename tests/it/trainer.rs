@@ -546,6 +546,104 @@ fn train_an_error_after_the_first_step_saves_a_checkpoint_first() {
     assert_eq!(checkpoint_steps(&out), vec![2, 4]);
 }
 
+/// A small tmpfs mounted on a fresh folder for the life of the value
+/// (unmounted on drop, also when the test fails).
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    /// `None` where mounting is not allowed (not root, no CAP_SYS_ADMIN).
+    fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self(dir))
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// Every file and folder name under `dir`, recursively.
+fn names_under(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        names.push(e.file_name().to_string_lossy().into_owned());
+        if e.path().is_dir() {
+            names.extend(names_under(&e.path()));
+        }
+    }
+    names
+}
+
+/// A full disk is one line with the space a checkpoint needs (not the I/O
+/// error's debug text), exit 1, and leaves no temporary files: mid-run (the
+/// third checkpoint does not fit in 30 MB), and at the start, where a run
+/// without room for a checkpoint does not begin.
+#[test]
+fn train_a_full_disk_is_one_line_with_the_space_needed() {
+    let Some(fs) = Tmpfs::mount("30m") else {
+        eprintln!(
+            "skipped: cannot mount a tmpfs here (the error mapping is unit-tested in train::space)"
+        );
+        return;
+    };
+    let out = fs.path().join("run");
+    let args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "1",
+    ];
+    let (_, stderr) = assert_code(&train(&out, &args, &[]), 1);
+    assert!(
+        stderr.contains(&format!(
+            "error: no space left on the device while writing the checkpoint of step 3 under {}\n\nhint: a checkpoint needs about 11.4 MB and ",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("Os {") && !stderr.contains("caused by"),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_steps(&out), vec![1, 2]);
+    let names = names_under(&out);
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains(".tmp") && !n.contains("write-test")),
+        "{names:?}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // 20 MB taken: 10 MB left, less than a checkpoint and the final model.
+    std::fs::write(fs.path().join("ballast"), vec![0u8; 20 << 20]).unwrap();
+    let out = fs.path().join("start");
+    let (_, stderr) = assert_code(&train(&out, &args, &[]), 1);
+    assert!(
+        stderr.contains(&format!(
+            "error: not enough free space in {}: ",
+            out.display()
+        )) && stderr
+            .contains("the run needs about 14.3 MB (a checkpoint of 11.4 MB and the final model)")
+            && stderr.contains("hint: free at least "),
+        "{stderr}"
+    );
+    assert_eq!(names_under(&out), [".imgctl.lock"]);
+}
+
 /// The data folder is recorded in the checkpoint: --resume without --data
 /// continues on it (and the interrupt hint names it), an explicit --data that
 /// differs is exit 2, as is --data on a checkpoint of the synthetic set, and
