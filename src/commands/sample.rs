@@ -102,14 +102,15 @@ fn check_out_png(out: &std::path::Path) -> anyhow::Result<()> {
         ));
     }
     let probe = parent.join(format!(".imgctl-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"ok")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| {
-            cannot(
-                format!("{} is not writable ({e})", parent.display()),
-                "choose a writable --out location",
-            )
-        })?;
+    let written = std::fs::write(&probe, b"ok");
+    // Removed whether or not the write worked (a full disk creates it empty).
+    let removed = std::fs::remove_file(&probe);
+    written.and(removed).map_err(|e| {
+        cannot(
+            format!("{} is not writable ({e})", parent.display()),
+            "choose a writable --out location",
+        )
+    })?;
     Ok(())
 }
 

@@ -21,6 +21,9 @@ mod imp {
     use crate::output::printer;
     use crate::train::checkpoint::{self, DataSource};
     use crate::train::config::{parse_on_off, GradReduce, Overrides, Precision, TrainConfig};
+    use crate::train::out_lock::OutLock;
+    use crate::train::parallel::launch::LaunchInfo;
+    use crate::train::space;
     use crate::train::trainer::{self, DataChoice, RunOptions, TrainSummary};
     use crate::{CliError, ExitStatus};
 
@@ -142,19 +145,45 @@ mod imp {
         }
     }
 
+    /// The output directory: `--out`, else [`DEFAULT_OUT`].
+    fn out_dir(args: &TrainArgs) -> PathBuf {
+        args.out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT))
+    }
+
     /// Resolves the flags into run options: preset, resumed checkpoint config,
     /// config file and flags (in that order), device, precision, data, output.
     pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_OUT));
+        let out = out_dir(args);
         // A benchmark writes nothing under --out.
         if args.resume.is_none() && !args.benchmark {
             refuse_earlier_run(&out)?;
         }
         let resume = if let Some(mode) = args.resume.as_deref() {
-            match checkpoint::latest(&out) {
+            // A damaged newest checkpoint (a disk that filled up, a partial
+            // copy) must not block the run: continue from the newest intact one.
+            let (intact, damaged) = checkpoint::latest_intact(&out);
+            if let (None, Some((dir, why)), false) = (&intact, damaged.first(), mode == "auto") {
+                return Err(CliError::usage(format!(
+                    "--resume: every checkpoint under {} is damaged (the newest, {}: {why})",
+                    out.join(checkpoint::CHECKPOINTS).display(),
+                    dir.display()
+                ))
+                .with_hint("use --resume auto to start the run afresh, or choose a new --out")
+                .into());
+            }
+            for (dir, why) in &damaged {
+                let instead = match &intact {
+                    Some(d) => format!("resuming from {}", d.display()),
+                    None => "no intact checkpoint is left: starting the run afresh".into(),
+                };
+                printer().warn(format!(
+                    "skipping the damaged checkpoint {} ({why}); {instead}",
+                    dir.display()
+                ));
+            }
+            match intact {
                 Some(dir) => Some(dir),
                 // `--resume auto`: a job's first start, or a restart before
                 // the first checkpoint, begins the run.
@@ -399,6 +428,14 @@ mod imp {
         if let Some(status) = super::super::train_parallel::intercept(&args)? {
             return Ok(status);
         }
+        // The process that writes --out (rank 0; every rank of a launched
+        // job sees the launcher's RANK) locks it before reading anything
+        // there, and holds the lock until summary.json is written.
+        let _lock = if LaunchInfo::from_process_env()?.is_primary() {
+            Some(OutLock::acquire(&out_dir(&args))?)
+        } else {
+            None
+        };
         let mut opts = resolve_options(&args)?;
         let out = opts.out.clone();
         let sync = super::super::train_parallel::worker_sync(&args, &mut opts)?;
@@ -413,7 +450,9 @@ mod imp {
                 printer().info(note);
             }
         }
-        let summary = trainer::run(opts, sync)?;
+        let params = opts.config.model.param_count();
+        let summary =
+            trainer::run(opts, sync).map_err(|e| space::explain_disk_full(e, &out, params))?;
         // Only rank 0 writes and prints.
         if !primary {
             return Ok(ExitStatus::Success);
@@ -421,7 +460,8 @@ mod imp {
         let text = serde_json::to_string_pretty(&summary)?;
         let path = out.join("summary.json");
         checkpoint::write_file_atomic(&path, text.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(|e| space::explain_disk_full(e, &out, params))?;
         let p = printer();
         for line in summary_lines(&summary) {
             p.info(line);

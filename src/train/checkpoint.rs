@@ -128,6 +128,95 @@ pub fn latest(out: &Path) -> Option<PathBuf> {
     list(out).pop().map(|(_, p)| p)
 }
 
+/// Why the checkpoint in `dir` cannot be resumed from, if it cannot: its
+/// `state.json` does not parse, or one of its safetensors files is missing,
+/// has no valid header, or is shorter (or longer) than its header says (a
+/// copy or a disk that stopped part-way). Reads the headers only, not the
+/// tensors.
+pub fn damage(dir: &Path) -> Option<String> {
+    if let Err(e) = read_state(dir) {
+        return Some(e.to_string());
+    }
+    for name in [MODEL_FILE, EMA_FILE, OPTIMIZER_FILE] {
+        if let Err(why) = check_safetensors(&dir.join(name)) {
+            return Some(format!("{name} {why}"));
+        }
+    }
+    None
+}
+
+/// Checks that a safetensors file is whole: its header parses and the
+/// file is exactly as long as the header's tensors need.
+fn check_safetensors(path: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut f = File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let size = f
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?
+        .len();
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len)
+        .map_err(|_| format!("is truncated ({size} bytes, no header)"))?;
+    let header_len = u64::from_le_bytes(len);
+    if header_len > size.saturating_sub(8) {
+        return Err(format!(
+            "is truncated ({size} bytes, shorter than its {header_len}-byte header)"
+        ));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    f.read_exact(&mut header)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| format!("has a damaged header ({e})"))?;
+    let data_end = header
+        .iter()
+        .filter(|(k, _)| k.as_str() != "__metadata__")
+        .filter_map(|(_, v)| v.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    let want = 8 + header_len + data_end;
+    if size != want {
+        return Err(format!(
+            "is truncated or damaged ({size} bytes, its header needs {want})"
+        ));
+    }
+    Ok(())
+}
+
+/// The newest checkpoint under `out` that [`damage`] finds nothing wrong
+/// with, and the newer ones it skipped with the reason, newest first.
+pub fn latest_intact(out: &Path) -> (Option<PathBuf>, Vec<(PathBuf, String)>) {
+    let mut damaged = Vec::new();
+    for (_, dir) in list(out).into_iter().rev() {
+        match damage(&dir) {
+            None => return (Some(dir), damaged),
+            Some(why) => damaged.push((dir, why)),
+        }
+    }
+    (None, damaged)
+}
+
+/// Renames every damaged checkpoint under `out` to `step-NNNNNN.damaged`
+/// (replacing an older one of that name), out of [`list`]'s sight, so that
+/// [`prune`] never keeps it in place of a good one and a later `--resume`
+/// does not read it again; the files stay for inspection. Returns the new
+/// paths.
+pub fn set_aside_damaged(out: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut moved = Vec::new();
+    for (_, dir) in list(out) {
+        if damage(&dir).is_none() {
+            continue;
+        }
+        let aside = dir.with_extension("damaged");
+        if aside.exists() {
+            std::fs::remove_dir_all(&aside)?;
+        }
+        std::fs::rename(&dir, &aside)?;
+        moved.push(aside);
+    }
+    Ok(moved)
+}
+
 /// A checkpoint directory from a user path: a `step-*` directory itself, or an
 /// output directory (its latest checkpoint). Exit 2 when neither.
 pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {

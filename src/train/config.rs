@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::ema::EmaConfig;
 use super::model::UNetConfig;
 use super::optim::AdamWConfig;
+use super::schedule::NUM_TRAIN_TIMESTEPS;
 use crate::CliError;
 
 /// Numeric precision of the forward and backward passes.
@@ -268,7 +269,9 @@ impl TrainingConfig {
                 "betas lie in [0, 1)",
             );
         }
-        if a.eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || a.weight_decay < 0.0 {
+        if a.eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+            || !(a.weight_decay.is_finite() && a.weight_decay >= 0.0)
+        {
             return bad(
                 format!("adam eps {} / weight_decay {}", a.eps, a.weight_decay),
                 "eps > 0, weight_decay >= 0",
@@ -284,6 +287,12 @@ impl TrainingConfig {
             || self.ema.inv_gamma.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
         {
             return bad("ema settings".into(), "max_decay in [0, 1), inv_gamma > 0");
+        }
+        if !(self.ema.power.is_finite() && self.ema.power > 0.0) {
+            return bad(
+                format!("ema power is {}", self.ema.power),
+                "use a positive warm-up power such as 0.75",
+            );
         }
         if !(self.bucket_cap_mb.is_finite() && self.bucket_cap_mb > 0.0) {
             return bad(
@@ -301,6 +310,17 @@ impl TrainingConfig {
             return bad(
                 "sample_num / sample_steps".into(),
                 "sample grids need at least one image and one step",
+            );
+        }
+        // The samplers visit `sample_steps` of the scheduler's training
+        // timesteps: more cannot be spaced (found at the first grid otherwise).
+        if self.sample_every > 0 && self.sample_steps as i64 > NUM_TRAIN_TIMESTEPS {
+            return bad(
+                format!(
+                    "sample_steps is {}, more than the scheduler's {NUM_TRAIN_TIMESTEPS} train timesteps",
+                    self.sample_steps
+                ),
+                &format!("use 1 to {NUM_TRAIN_TIMESTEPS} sampling steps (50 is DDIM's usual), or --sample-every 0"),
             );
         }
         if self.synthetic_images == 0 {
@@ -490,9 +510,22 @@ impl TrainConfig {
         }
     }
 
-    /// Validates the model and the training settings.
+    /// Validates the model and the training settings: everything a run can
+    /// check before its first step (exit 2 on a bad value), so that no
+    /// setting fails once training has started.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.model.validate()?;
+        // The model predicts the noise added to its input: a different
+        // output width would broadcast in the loss and train nonsense.
+        if self.model.out_channels != self.model.in_channels {
+            return Err(CliError::usage(format!(
+                "invalid model config: out_channels is {} but in_channels is {}",
+                self.model.out_channels, self.model.in_channels
+            ))
+            .with_hint("a noise-predicting UNet outputs as many channels as it reads: set both to the same value")
+            .into());
+        }
+        self.image_size()?;
         self.training.validate()
     }
 
@@ -552,6 +585,36 @@ mod tests {
         c.apply_yaml("preset: tiny\n", "t.yaml", false).unwrap();
         assert_eq!(c.preset, "tiny");
         assert_eq!(c.training.batch_size, 8);
+    }
+
+    /// Settings that used to fail only once training had started (the first
+    /// sample grid) or never (a NaN weight decay or EMA power) fail validation.
+    #[test]
+    fn late_failures_are_caught_by_validation() {
+        let invalid = |edit: &dyn Fn(&mut TrainConfig)| {
+            let mut c = TrainConfig::preset("tiny").unwrap();
+            edit(&mut c);
+            let e = c.validate().unwrap_err();
+            assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Usage);
+            e.to_string()
+        };
+        assert_eq!(
+            invalid(&|c| c.training.sample_steps = 5000),
+            "invalid training setting: sample_steps is 5000, more than the scheduler's 1000 train timesteps"
+        );
+        let mut c = TrainConfig::preset("tiny").unwrap();
+        c.training.sample_steps = 1000;
+        c.validate().unwrap();
+        // Not sampling, the value is not used.
+        c.training.sample_steps = 5000;
+        c.training.sample_every = 0;
+        c.validate().unwrap();
+        assert!(invalid(&|c| c.training.ema.power = f64::NAN).contains("ema power is NaN"));
+        assert!(invalid(&|c| c.training.adam.weight_decay = f64::NAN).contains("weight_decay NaN"));
+        assert_eq!(
+            invalid(&|c| c.model.out_channels = 1),
+            "invalid model config: out_channels is 1 but in_channels is 3"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! The run around the model: [`config`] (presets, YAML, flags), [`data`]
 //! (synthetic set, image folders, background loader), [`flat`] (flat
 //! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
-//! scaling), [`ema`], [`checkpoint`], [`metrics`] and [`tensorboard`], and
+//! scaling), [`ema`], [`checkpoint`], [`out_lock`] (one run per output
+//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`], and
 //! [`trainer`] (the step, the loop, the [`trainer::GradSync`] hook for data
 //! parallelism), and [`parallel`] (launch, rendezvous, NCCL/CPU collectives,
 //! gradient buckets, the `--gpus` supervisor).
@@ -21,7 +22,9 @@ pub mod images;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod out_lock;
 pub mod parallel;
 pub mod schedule;
+pub mod space;
 pub mod tensorboard;
 pub mod trainer;

@@ -43,6 +43,7 @@ use super::metrics::{MetricsWriter, StepRecord};
 use super::model::{weights, UNet2DModel};
 use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
 use super::schedule::{DdpmSchedule, Sampler};
+use super::space;
 use crate::output::printer;
 use crate::CliError;
 
@@ -1071,9 +1072,10 @@ pub fn default_precision(
 }
 
 /// Checks that `out` and its [`OUT_SUBDIRS`] can be created and written
-/// (exit 2 otherwise), so that a file in their way fails before training,
-/// not at the first checkpoint.
-pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
+/// (exit 2 otherwise; exit 1 for a full disk), so that a file in their way
+/// fails before training, not at the first checkpoint. Leaves no file behind.
+/// `params` (the model's parameters) sizes the space a full disk's hint names.
+pub fn check_out_dir(out: &Path, params: u64) -> anyhow::Result<()> {
     let fail = |e: std::io::Error| -> anyhow::Error {
         CliError::usage(format!(
             "cannot write to the output directory {}: {e}",
@@ -1082,10 +1084,26 @@ pub fn check_out_dir(out: &Path) -> anyhow::Result<()> {
         .with_hint("choose a writable --out directory")
         .into()
     };
-    std::fs::create_dir_all(out).map_err(fail)?;
+    let full = || -> anyhow::Error {
+        CliError::failure(format!(
+            "no space left on the device for the output directory {}",
+            out.display()
+        ))
+        .with_hint(format!(
+            "the run needs about {} there: free space on that file system, or choose another --out",
+            space::human_bytes(space::run_bytes(params))
+        ))
+        .into()
+    };
+    std::fs::create_dir_all(out).map_err(|e| if space::is_full(&e) { full() } else { fail(e) })?;
     let probe = out.join(format!(".imgctl-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"ok").map_err(fail)?;
-    std::fs::remove_file(&probe).map_err(fail)?;
+    let written = std::fs::write(&probe, b"ok");
+    // Removed whether or not the write worked (a full disk creates it empty).
+    let removed = std::fs::remove_file(&probe);
+    match written.and(removed) {
+        Err(e) if space::is_full(&e) => return Err(full()),
+        r => r.map_err(fail)?,
+    }
     for sub in OUT_SUBDIRS {
         let dir = out.join(sub);
         if dir.exists() && !dir.is_dir() {
@@ -1171,7 +1189,10 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     check_precision(opts.device, opts.precision)?;
     let data = open_dataset(&opts.data, &cfg)?;
     if lead {
-        check_out_dir(&opts.out)?;
+        // Room for a checkpoint first: a run that cannot save must not start
+        // (nor leave the folders of check_out_dir behind).
+        space::preflight(&opts.out, cfg.model.param_count())?;
+        check_out_dir(&opts.out, cfg.model.param_count())?;
     }
     let mut trainer = Trainer::new(
         cfg.clone(),
@@ -1257,6 +1278,19 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
 
     let mut metrics = if lead {
         checkpoint::remove_stale_temporaries(&opts.out);
+        // Every rank has loaded its checkpoint (the broadcast above): a
+        // damaged one now goes out of the way of pruning and later resumes.
+        for aside in checkpoint::set_aside_damaged(&opts.out).with_context(|| {
+            format!(
+                "setting aside damaged checkpoints in {}",
+                opts.out.display()
+            )
+        })? {
+            p.info(format!(
+                "the damaged checkpoint is kept as {}",
+                aside.display()
+            ));
+        }
         Some(
             MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
                 .with_context(|| format!("opening metrics files in {}", opts.out.display()))?,
@@ -1297,6 +1331,33 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let write_checkpoint = |trainer: &Trainer, last_loss: Option<f64>| -> anyhow::Result<PathBuf> {
         trainer.save_checkpoint(&opts.out, trainer.samples_seen / epoch_len, last_loss)
     };
+    // An error once this run has trained a step (a sample grid, a metrics
+    // write, the data loader) must not lose the steps since the last
+    // checkpoint: rank 0 saves one, then the error is reported. Not after a
+    // failed step, whose update may be half-applied (the NaN guard keeps the
+    // last good checkpoint), nor after a failed checkpoint write itself.
+    let save_before_error = |trainer: &Trainer,
+                             last_loss: Option<f64>,
+                             last_checkpoint_step: Option<u64>,
+                             err: anyhow::Error|
+     -> anyhow::Error {
+        if !lead || trainer.step == start_step || last_checkpoint_step == Some(trainer.step) {
+            return err;
+        }
+        match write_checkpoint(trainer, last_loss) {
+            Ok(dir) => p.warn(format!(
+                "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with --resume)",
+                trainer.step,
+                dir.display()
+            )),
+            Err(e) => p.warn(format!(
+                "could not save a checkpoint of step {} before stopping: {}",
+                trainer.step,
+                space::explain_disk_full(e, &opts.out, cfg.model.param_count())
+            )),
+        }
+        err
+    };
 
     while trainer.step < tr.steps {
         let stop = interrupt.load(Ordering::SeqCst);
@@ -1329,9 +1390,16 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
             .into());
         }
         let step_start = Instant::now();
-        let batch = loader
-            .next_batch()
-            .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+        let Some(batch) = loader.next_batch() else {
+            bar.finish_and_clear();
+            let err = anyhow::anyhow!("a data loader thread stopped unexpectedly");
+            return Err(save_before_error(
+                &trainer,
+                last_loss,
+                last_checkpoint_step,
+                err,
+            ));
+        };
         let data_wait = step_start.elapsed().as_secs_f64();
         let stats = match trainer.train_step(&batch) {
             Ok(s) => s,
@@ -1373,61 +1441,74 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         if recent.len() > 10 {
             recent.pop_front();
         }
-        let img_per_s = global_batch / dt.max(1e-9);
-        if let Some(m) = metrics.as_mut() {
-            m.record(&StepRecord {
-                step: stats.step,
-                loss: stats.loss,
-                lr: stats.lr,
-                grad_norm: stats.grad_norm,
-                loss_scale: stats.loss_scale,
-                img_per_s,
-                skipped: stats.skipped,
-            })?;
-            // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
-            m.flush()?;
-        }
-        if lead {
-            let avg_ips = if timed_secs > 0.0 {
-                timed_images / timed_secs
-            } else {
-                img_per_s
-            };
-            bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
-            bar.set_position(stats.step);
-            if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
-                let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
-                p.info(format!(
-                    "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
-                    stats.step,
-                    tr.steps,
-                    stats.loss,
-                    stats.lr,
-                    stats.grad_norm,
-                    avg_ips,
-                    human_duration(left)
-                ));
-                let t = stats.times;
-                p.verbose(format!(
-                    "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
-                    stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
-                ));
-            }
-        }
         let done = trainer.step == tr.steps;
-        if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
-            let imgs =
-                trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
-            let dir = opts.out.join("samples");
-            std::fs::create_dir_all(&dir)?;
-            let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
-            let png = images::encode_grid_png(&imgs, None)?;
-            checkpoint::write_file_atomic(&path, &png)
-                .with_context(|| format!("writing {}", path.display()))?;
+        // Metrics, progress and the sample grid of this step.
+        let outputs = (|| -> anyhow::Result<()> {
+            let img_per_s = global_batch / dt.max(1e-9);
             if let Some(m) = metrics.as_mut() {
-                m.image(trainer.step, &png)?;
+                m.record(&StepRecord {
+                    step: stats.step,
+                    loss: stats.loss,
+                    lr: stats.lr,
+                    grad_norm: stats.grad_norm,
+                    loss_scale: stats.loss_scale,
+                    img_per_s,
+                    skipped: stats.skipped,
+                })?;
+                // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
+                m.flush()?;
             }
-            samples.push(path);
+            if lead {
+                let avg_ips = if timed_secs > 0.0 {
+                    timed_images / timed_secs
+                } else {
+                    img_per_s
+                };
+                bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
+                bar.set_position(stats.step);
+                if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
+                    let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
+                    p.info(format!(
+                        "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
+                        stats.step,
+                        tr.steps,
+                        stats.loss,
+                        stats.lr,
+                        stats.grad_norm,
+                        avg_ips,
+                        human_duration(left)
+                    ));
+                    let t = stats.times;
+                    p.verbose(format!(
+                        "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
+                        stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
+                    ));
+                }
+            }
+            if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
+                let imgs =
+                    trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
+                let dir = opts.out.join("samples");
+                std::fs::create_dir_all(&dir)?;
+                let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
+                let png = images::encode_grid_png(&imgs, None)?;
+                checkpoint::write_file_atomic(&path, &png)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                if let Some(m) = metrics.as_mut() {
+                    m.image(trainer.step, &png)?;
+                }
+                samples.push(path);
+            }
+            Ok(())
+        })();
+        if let Err(err) = outputs {
+            bar.finish_and_clear();
+            return Err(save_before_error(
+                &trainer,
+                last_loss,
+                last_checkpoint_step,
+                err,
+            ));
         }
         if lead && ((tr.checkpoint_every > 0 && trainer.step % tr.checkpoint_every == 0) || done) {
             if let Some(m) = metrics.as_mut() {

@@ -49,6 +49,14 @@ fn train(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
     run_env(&args, env)
 }
 
+/// [`train`] without its `--sample-every 0`: `extra` chooses.
+fn train_sampling(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["train-demo", "--preset", "tiny", "--device", "cpu"];
+    args.extend_from_slice(&["--out", out.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    run_env(&args, &[])
+}
+
 /// `--resume auto` is what a job restarted on failure runs: the first start
 /// begins the run, a restart continues it.
 #[test]
@@ -329,6 +337,311 @@ fn train_out_dir_conflicts_exit_2_before_training() {
             "{sub}: nothing may be written before the check"
         );
     }
+}
+
+/// Waits (up to two minutes) until `out/metrics.jsonl` holds a step: the
+/// run is training.
+fn wait_for_training(out: &Path, child: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while std::time::Instant::now() < deadline {
+        let text = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap_or_default();
+        if text.lines().any(|l| l.contains("\"step\"")) {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the first run ended early: {status}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("the first run did not start training within two minutes");
+}
+
+/// Two runs on one --out would interleave their checkpoints and metrics: the
+/// second is exit 2 naming the first's pid, and writes nothing. The lock dies
+/// with its holder, even by SIGKILL: the next run takes it.
+#[test]
+fn train_a_second_run_on_the_same_out_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = out.to_str().unwrap();
+    let mut first = Command::new(imgctl_bin())
+        .args(["train-demo", "--preset", "tiny", "--device", "cpu"])
+        .args([
+            "--sample-every",
+            "0",
+            "--batch-size",
+            "2",
+            "--steps",
+            "1000000",
+        ])
+        .args(["--checkpoint-every", "1000000", "--out", o])
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the first run");
+    wait_for_training(&out, &mut first);
+    let again = ["--steps", "1", "--batch-size", "2", "--resume", "auto"];
+    let second = train(&out, &again, &[]);
+    let before_kill = first.try_wait().unwrap();
+    let _ = first.kill(); // SIGKILL
+    first.wait().unwrap();
+    assert_eq!(before_kill, None, "the first run must still be running");
+    let (_, stderr) = assert_code(&second, 2);
+    assert!(
+        stderr.contains(&format!(
+            "error: --out {o} is in use by another imgctl run (pid {})",
+            first.id()
+        )) && stderr.contains(&format!(
+            "hint: wait for that run to end or stop it (kill {})",
+            first.id()
+        )),
+        "{stderr}"
+    );
+    assert!(checkpoint_steps(&out).is_empty());
+    // The kernel released the killed run's lock.
+    assert_code(&train(&out, &again, &[]), 0);
+    assert_eq!(checkpoint_steps(&out), vec![1]);
+}
+
+/// A truncated newest checkpoint (a disk that filled up, a partial copy)
+/// does not block `--resume auto` (which would restart and fail in a loop):
+/// the run continues from the newest intact checkpoint with a warning naming
+/// the damaged one, which is set aside, and ends at the requested step.
+#[test]
+fn train_resume_skips_a_damaged_newest_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let first = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "2",
+    ];
+    assert_code(&train(&out, &first, &[]), 0);
+    assert_eq!(checkpoint_steps(&out), vec![2, 4]);
+    let (old, newest) = (
+        out.join("checkpoints/step-000002"),
+        out.join("checkpoints/step-000004"),
+    );
+    let model = newest.join("model.safetensors");
+    let len = std::fs::metadata(&model).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let again = [
+        "--steps",
+        "6",
+        "--batch-size",
+        "2",
+        "--resume",
+        "auto",
+        "--json",
+    ];
+    let (stdout, stderr) = assert_code(&train(&out, &again, &[]), 0);
+    assert!(
+        stderr.contains(&format!(
+            "warning: skipping the damaged checkpoint {} (model.safetensors is truncated or damaged ({} bytes, its header needs {len})); resuming from {}",
+            newest.display(),
+            len / 2,
+            old.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(step 2)"), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (
+            summary["start_step"].as_u64(),
+            summary["final_step"].as_u64()
+        ),
+        (Some(2), Some(6))
+    );
+    assert_eq!(checkpoint_steps(&out), vec![2, 4, 6]);
+    assert!(out
+        .join("checkpoints/step-000004.damaged/model.safetensors")
+        .is_file());
+    // A plain --resume with nothing intact says so (exit 2), naming the damage.
+    let lone = dir.path().join("lone");
+    assert_code(
+        &train(&lone, &["--steps", "1", "--batch-size", "2"], &[]),
+        0,
+    );
+    std::fs::write(lone.join("checkpoints/step-000001/ema.safetensors"), b"").unwrap();
+    let (_, stderr) = assert_code(&train(&lone, &["--steps", "2", "--resume"], &[]), 2);
+    assert!(
+        stderr.contains("is damaged (the newest,")
+            && stderr.contains("ema.safetensors is truncated (0 bytes, no header)"),
+        "{stderr}"
+    );
+}
+
+/// `sample_steps: 5000` used to train until the first sample grid, then
+/// fail with nothing saved: it is exit 2 before the first step now.
+#[test]
+fn train_settings_are_validated_before_the_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let config = dir.path().join("c.yaml");
+    std::fs::write(&config, "training:\n  sample_steps: 5000\n").unwrap();
+    let args = [
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--sample-every",
+        "2",
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let (_, stderr) = assert_code(&train_sampling(&out, &args), 2);
+    assert!(
+        stderr.contains("error: invalid training setting: sample_steps is 5000, more than the scheduler's 1000 train timesteps")
+            && stderr.contains("hint: use 1 to 1000 sampling steps"),
+        "{stderr}"
+    );
+    assert!(!out.join("metrics.jsonl").exists(), "it trained: {stderr}");
+}
+
+/// An error once training has started (here the sample grid cannot be
+/// written: a folder sits where the PNG goes) saves a checkpoint of the last
+/// step first, so the run continues from there.
+#[test]
+fn train_an_error_after_the_first_step_saves_a_checkpoint_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    std::fs::create_dir_all(out.join("samples/step-000002.png/in-the-way")).unwrap();
+    let args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "100",
+    ];
+    let (_, stderr) = assert_code(
+        &train_sampling(&out, &[&args[..], &["--sample-every", "2"]].concat()),
+        1,
+    );
+    assert!(stderr.contains("error: writing "), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "saved the checkpoint of step 2 before stopping: {}",
+            out.join("checkpoints/step-000002").display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_steps(&out), vec![2]);
+    std::fs::remove_dir_all(out.join("samples/step-000002.png")).unwrap();
+    let resumed = [&args[..], &["--resume", "auto"]].concat();
+    let (_, stderr) = assert_code(&train(&out, &resumed, &[]), 0);
+    assert!(stderr.contains("(step 2)"), "{stderr}");
+    assert_eq!(checkpoint_steps(&out), vec![2, 4]);
+}
+
+/// A small tmpfs mounted on a fresh folder for the life of the value
+/// (unmounted on drop, also when the test fails).
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    /// `None` where mounting is not allowed (not root, no CAP_SYS_ADMIN).
+    fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self(dir))
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+/// Every file and folder name under `dir`, recursively.
+fn names_under(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        names.push(e.file_name().to_string_lossy().into_owned());
+        if e.path().is_dir() {
+            names.extend(names_under(&e.path()));
+        }
+    }
+    names
+}
+
+/// A full disk is one line with the space a checkpoint needs (not the I/O
+/// error's debug text), exit 1, and leaves no temporary files: mid-run (the
+/// third checkpoint does not fit in 30 MB), and at the start, where a run
+/// without room for a checkpoint does not begin.
+#[test]
+fn train_a_full_disk_is_one_line_with_the_space_needed() {
+    let Some(fs) = Tmpfs::mount("30m") else {
+        eprintln!(
+            "skipped: cannot mount a tmpfs here (the error mapping is unit-tested in train::space)"
+        );
+        return;
+    };
+    let out = fs.path().join("run");
+    let args = [
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "1",
+    ];
+    let (_, stderr) = assert_code(&train(&out, &args, &[]), 1);
+    assert!(
+        stderr.contains(&format!(
+            "error: no space left on the device while writing the checkpoint of step 3 under {}\n\nhint: a checkpoint needs about 11.4 MB and ",
+            out.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("Os {") && !stderr.contains("caused by"),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_steps(&out), vec![1, 2]);
+    let names = names_under(&out);
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains(".tmp") && !n.contains("write-test")),
+        "{names:?}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+
+    // 20 MB taken: 10 MB left, less than a checkpoint and the final model.
+    std::fs::write(fs.path().join("ballast"), vec![0u8; 20 << 20]).unwrap();
+    let out = fs.path().join("start");
+    let (_, stderr) = assert_code(&train(&out, &args, &[]), 1);
+    assert!(
+        stderr.contains(&format!(
+            "error: not enough free space in {}: ",
+            out.display()
+        )) && stderr
+            .contains("the run needs about 14.3 MB (a checkpoint of 11.4 MB and the final model)")
+            && stderr.contains("hint: free at least "),
+        "{stderr}"
+    );
+    assert_eq!(names_under(&out), [".imgctl.lock"]);
 }
 
 /// The data folder is recorded in the checkpoint: --resume without --data

@@ -1,0 +1,146 @@
+//! The exclusive lock a training run holds on its output directory, so two
+//! runs on one `--out` cannot interleave their checkpoints and metrics.
+//!
+//! The lock is a `flock(LOCK_EX | LOCK_NB)` on `OUT/.imgctl.lock`, taken by
+//! the one process that writes `--out` (rank 0) before it reads anything
+//! there, and held until the process ends: the kernel releases it when the
+//! file is closed, also after SIGKILL, so a crashed run never leaves a stale
+//! lock. The holder writes its pid into the file; a second run reads it to
+//! name the holder. The file itself stays (removing it would race with a
+//! run that has just opened it).
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::output::printer;
+use crate::CliError;
+
+/// The lock file's name inside the output directory.
+pub const LOCK_FILE: &str = ".imgctl.lock";
+
+/// A held lock on an output directory; dropping it releases the lock.
+#[derive(Debug)]
+pub struct OutLock {
+    /// The open lock file (closing it releases the flock).
+    _file: Option<File>,
+    /// The lock file's path.
+    path: PathBuf,
+}
+
+impl OutLock {
+    /// Takes the lock on `out` (created when missing). Another live run
+    /// holding it is exit 2 naming that run's pid. On a file system without
+    /// `flock` support the run goes on unlocked, with a warning.
+    pub fn acquire(out: &Path) -> anyhow::Result<Self> {
+        let path = out.join(LOCK_FILE);
+        let cannot = |e: std::io::Error| -> anyhow::Error {
+            CliError::usage(format!(
+                "cannot write to the output directory {}: {e}",
+                out.display()
+            ))
+            .with_hint("choose a writable --out directory")
+            .into()
+        };
+        std::fs::create_dir_all(out).map_err(cannot)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(cannot)?;
+        // SAFETY: flock on a descriptor this function owns; no memory is shared.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(held_error(out, &path));
+            }
+            printer().warn(format!(
+                "cannot lock {} ({err}): nothing stops a second run from writing to the same --out",
+                path.display()
+            ));
+            return Ok(Self { _file: None, path });
+        }
+        // Ours now: record the pid for a second run's message. Only that
+        // message needs it, so a failure (a full disk) is left to the run's
+        // own write checks.
+        let _ = file
+            .set_len(0)
+            .and_then(|()| file.seek(SeekFrom::Start(0)).map(drop))
+            .and_then(|()| writeln!(file, "{}", std::process::id()));
+        Ok(Self {
+            _file: Some(file),
+            path,
+        })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The pid the holder wrote into `path`, if it has written it yet.
+fn holder_pid(path: &Path) -> Option<u32> {
+    let mut text = String::new();
+    File::open(path).ok()?.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+/// Exit 2: another run holds the lock on `out`.
+fn held_error(out: &Path, path: &Path) -> anyhow::Error {
+    // The holder writes its pid right after locking: give it a moment.
+    let mut pid = holder_pid(path);
+    for _ in 0..20 {
+        if pid.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        pid = holder_pid(path);
+    }
+    let (who, stop) = match pid {
+        Some(p) => (format!("pid {p}"), format!("stop it (kill {p})")),
+        None => ("pid unknown".to_string(), "stop it".to_string()),
+    };
+    CliError::usage(format!(
+        "--out {} is in use by another imgctl run ({who})",
+        out.display()
+    ))
+    .with_hint(format!(
+        "wait for that run to end or {stop}, or choose another --out"
+    ))
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_names_the_holder_and_a_released_lock_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        let first = OutLock::acquire(&out).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(first.path()).unwrap().trim(),
+            std::process::id().to_string()
+        );
+        // flock locks belong to the open file: a second open conflicts,
+        // even in the same process.
+        let e = OutLock::acquire(&out).unwrap_err();
+        let cli = e.downcast_ref::<CliError>().expect("a CliError");
+        assert_eq!(cli.status, crate::ExitStatus::Usage);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "--out {} is in use by another imgctl run (pid {})",
+                out.display(),
+                std::process::id()
+            )
+        );
+        drop(first);
+        OutLock::acquire(&out).unwrap();
+    }
+}

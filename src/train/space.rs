@@ -1,0 +1,175 @@
+//! Disk space for a training run: what its files take, what the output
+//! directory's file system has free, and a full disk as one line with the
+//! space needed (not the I/O error's debug text from deep in a writer).
+//!
+//! A run checks before its first step that its output directory has room
+//! for one checkpoint and the final model ([`preflight`]); a disk that fills
+//! up later ([`explain_disk_full`]) names what was being written and how
+//! much a checkpoint needs.
+use std::path::Path;
+
+use crate::CliError;
+
+/// Bytes of one checkpoint of a model with `params` parameters: fp32
+/// weights, fp32 EMA weights and the two fp32 AdamW moments (16 bytes per
+/// parameter), plus headers and the small JSON files (1 % and 64 KiB).
+pub fn checkpoint_bytes(params: u64) -> u64 {
+    let tensors = 16 * params;
+    tensors + tensors / 100 + (64 << 10)
+}
+
+/// Bytes a run needs free before its first step: one more checkpoint (a new
+/// one is written before the oldest is pruned) and the final diffusers
+/// model folder (fp32 EMA weights, 4 bytes per parameter).
+pub fn run_bytes(params: u64) -> u64 {
+    checkpoint_bytes(params) + 4 * params + params / 25
+}
+
+/// Bytes available to this user on the file system holding `path`.
+pub fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return None;
+    }
+    Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
+}
+
+/// Whether an I/O error means the disk (or the user's quota) is full.
+pub fn is_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// Whether any error in the chain is a full disk (a plain I/O error or one
+/// wrapped by the safetensors writer).
+pub fn chain_is_full(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return is_full(io);
+        }
+        matches!(
+            e.downcast_ref::<safetensors::SafeTensorError>(),
+            Some(safetensors::SafeTensorError::IoError(io)) if is_full(io)
+        )
+    })
+}
+
+/// `12.3 MB`.
+pub fn human_bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.1} GB", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} MB", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1} kB", n / 1e3)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// The free space of `out`'s file system in words (`3.1 MB are free`).
+fn free_words(out: &Path) -> String {
+    match free_bytes(out) {
+        Some(free) => format!("{} are free", human_bytes(free)),
+        None => "the free space is unknown".into(),
+    }
+}
+
+/// Exit 1 before the first step when `out`'s file system lacks room for
+/// [`run_bytes`]: the run would fail at its first checkpoint.
+pub fn preflight(out: &Path, params: u64) -> anyhow::Result<()> {
+    let need = run_bytes(params);
+    match free_bytes(out) {
+        Some(free) if free < need => Err(CliError::failure(format!(
+            "not enough free space in {}: {} are free, the run needs about {} (a checkpoint of {} and the final model)",
+            out.display(),
+            human_bytes(free),
+            human_bytes(need),
+            human_bytes(checkpoint_bytes(params))
+        ))
+        .with_hint(format!(
+            "free at least {} on that file system, or choose another --out",
+            human_bytes(need - free)
+        ))
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// A full disk in `err` becomes one line (exit 1): what was being written
+/// (the error's outermost context) and a hint with the space a checkpoint
+/// of `params` parameters needs and what is free. Other errors pass.
+pub fn explain_disk_full(err: anyhow::Error, out: &Path, params: u64) -> anyhow::Error {
+    if !chain_is_full(&err) {
+        return err;
+    }
+    CliError::failure(format!("no space left on the device while {}", what(&err)))
+        .with_hint(format!(
+            "a checkpoint needs about {} and {} in {}: free space there, then continue with --resume (or choose another --out)",
+            human_bytes(checkpoint_bytes(params)),
+            free_words(out),
+            out.display()
+        ))
+        .into()
+}
+
+/// The outermost message of `err`, as a clause (`writing …`).
+fn what(err: &anyhow::Error) -> String {
+    let top = err.to_string();
+    let mut chars = top.chars();
+    match chars.next() {
+        Some(c) => c.to_lowercase().chain(chars).collect(),
+        None => "writing".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_anywhere_in_the_chain_is_one_line() {
+        let enospc = || std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let deep = anyhow::Error::from(safetensors::SafeTensorError::IoError(enospc()))
+            .context("writing safetensors x/model.safetensors")
+            .context("writing the checkpoint of step 3 under x");
+        let e = explain_disk_full(deep, Path::new("/"), 1_000_000);
+        assert_eq!(
+            e.to_string(),
+            "no space left on the device while writing the checkpoint of step 3 under x"
+        );
+        assert_eq!(e.chain().count(), 1, "no debug text below it");
+        let cli = e.downcast_ref::<CliError>().unwrap();
+        assert_eq!(cli.status, crate::ExitStatus::Failure);
+        assert!(
+            cli.hint
+                .as_deref()
+                .unwrap()
+                .starts_with("a checkpoint needs about 16.2 MB and "),
+            "{:?}",
+            cli.hint
+        );
+        // Other errors pass unchanged.
+        let other = anyhow::Error::from(std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(explain_disk_full(other, Path::new("/"), 1)
+            .downcast_ref::<CliError>()
+            .is_none());
+        assert!(chain_is_full(
+            &anyhow::Error::from(enospc()).context("metrics")
+        ));
+    }
+
+    #[test]
+    fn preflight_needs_a_checkpoint_and_the_model() {
+        assert_eq!(checkpoint_bytes(1_000_000), 16_160_000 + 65_536);
+        assert!(preflight(Path::new("/"), 1).is_ok());
+        let e = preflight(Path::new("/"), u64::MAX / 64).unwrap_err();
+        assert!(
+            e.to_string().starts_with("not enough free space in /: "),
+            "{e}"
+        );
+    }
+}
