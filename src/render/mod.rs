@@ -19,6 +19,8 @@ use crate::cli::ImageArgs;
 use crate::spec::{compat, LoadedSpec};
 use crate::CliError;
 
+pub mod ca;
+
 /// Context path where `imgctl build` puts the imgctl binary; the template
 /// COPYs it in the last layers.
 pub const IMGCTL_BINARY_PATH: &str = "imgctl";
@@ -100,7 +102,8 @@ impl Default for RenderOptions {
 }
 
 impl RenderOptions {
-    /// Reads and validates the options: the `--ca-cert` file must be PEM,
+    /// Reads and validates the options: the `--ca-cert` file must hold PEM
+    /// certificates and nothing else ([`ca::read_ca_cert`]),
     /// `--uid`/`--gid` integers in 1000-60000, URLs and image names sane. Bad
     /// input is a usage error (exit 2).
     pub fn from_args(a: &ImageArgs) -> anyhow::Result<RenderOptions> {
@@ -108,23 +111,7 @@ impl RenderOptions {
         let gid = parse_id("--gid", a.gid.as_deref())?;
         let ca_cert = match &a.ca_cert {
             None => None,
-            Some(path) => {
-                let bytes = std::fs::read(path).map_err(|e| {
-                    CliError::usage(format!("cannot read --ca-cert {}: {e}", path.display()))
-                        .with_hint(
-                            "pass a PEM certificate file, e.g. /etc/ssl/certs/ca-certificates.crt",
-                        )
-                })?;
-                if !String::from_utf8_lossy(&bytes).contains("-----BEGIN CERTIFICATE-----") {
-                    return Err(CliError::usage(format!(
-                        "--ca-cert {} is not a PEM certificate (no BEGIN CERTIFICATE line)",
-                        path.display()
-                    ))
-                    .with_hint("convert a DER certificate with: openssl x509 -inform der -in CA.der -out CA.crt")
-                    .into());
-                }
-                Some(bytes)
-            }
+            Some(path) => Some(ca::read_ca_cert(path)?),
         };
         if let Some(url) = &a.pip_index_url {
             if !is_clean_url(url) {

@@ -387,6 +387,93 @@ fn bad_build_options_are_usage_errors() {
     }
 }
 
+/// Runs `imgctl render --ca-cert PATH`: (exit code, stderr).
+fn render_with_ca(path: &Path) -> (Option<i32>, String) {
+    let out = imgctl(&[
+        "render",
+        "--cuda",
+        "12.4",
+        "--ca-cert",
+        path.to_str().unwrap(),
+    ]);
+    (out.status.code(), texts(&out).1)
+}
+
+#[test]
+fn ca_cert_takes_certificates_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+    let key = |label: &str| format!("-----BEGIN {label}-----\nMIIBfake\n-----END {label}-----\n");
+    let big = dir.path().join("big.crt");
+    let mut f = std::fs::File::create(&big).unwrap();
+    f.write_all(cert.as_bytes()).unwrap();
+    f.write_all(&vec![b'#'; 1024 * 1024]).unwrap();
+    let mut cases: Vec<(PathBuf, String)> = Vec::new();
+    for (name, text, message) in [
+        (
+            "with-key.pem",
+            format!("{cert}{}", key("PRIVATE KEY")),
+            "has a PRIVATE KEY block at line 4: only CERTIFICATE blocks are accepted",
+        ),
+        (
+            "rsa.pem",
+            key("RSA PRIVATE KEY"),
+            "has a RSA PRIVATE KEY block at line 1",
+        ),
+        (
+            "ec.pem",
+            format!("{cert}{}", key("EC PRIVATE KEY")),
+            "has a EC PRIVATE KEY block at line 4",
+        ),
+        (
+            "not-base64.pem",
+            "-----BEGIN CERTIFICATE-----\n%%%%\n-----END CERTIFICATE-----\n".to_string(),
+            "has a CERTIFICATE block at line 1 that is not valid base64",
+        ),
+        (
+            "not-der.pem",
+            "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n".to_string(),
+            "that is not a DER certificate (starts with byte 0x68",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        cases.push((path, message.to_string()));
+    }
+    cases.push((big, "is larger than 1048576 bytes (1 MiB)".to_string()));
+    cases.push((
+        dir.path().to_path_buf(),
+        "is a directory, not a certificate file".to_string(),
+    ));
+    cases.push((
+        "/dev/zero".into(),
+        "/dev/zero is a device, not a certificate file".to_string(),
+    ));
+    for (path, message) in cases {
+        let started = Instant::now();
+        let (code, stderr) = render_with_ca(&path);
+        assert_eq!(code, Some(2), "{}: {stderr}", path.display());
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            path.display()
+        );
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(message.as_str()),
+            "{}: {stderr}",
+            path.display()
+        );
+        assert!(stderr.contains("\nhint: "), "{stderr}");
+    }
+    // A real bundle of many certificates passes.
+    let bundle = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if bundle.is_file() {
+        let (code, stderr) = render_with_ca(bundle);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+}
+
 #[test]
 fn templates_are_strict_about_undefined_variables() {
     let out = Command::new(imgctl_bin())
