@@ -114,13 +114,7 @@ impl RenderOptions {
             Some(path) => Some(ca::read_ca_cert(path)?),
         };
         if let Some(url) = &a.pip_index_url {
-            if !is_clean_url(url) {
-                return Err(CliError::usage(format!(
-                    "invalid --pip-index-url '{url}': expected an http(s) URL without spaces or quotes"
-                ))
-                .with_hint("e.g. --pip-index-url https://pypi.example.com/simple")
-                .into());
-            }
+            check_pip_index_url(url)?;
         }
         if let Some(image) = &a.base_image {
             let ok = !image.is_empty()
@@ -166,6 +160,49 @@ fn parse_id(flag: &str, value: Option<&str>) -> anyhow::Result<u32> {
             if flag == "--uid" { "u" } else { "g" }
         ))
         .into()),
+    }
+}
+
+/// Checks a `--pip-index-url` (of `build`, `render` and `lock`): an http(s)
+/// URL without spaces, quotes or shell characters, and without credentials. A
+/// `user:password@` would be written into RUN lines (`docker history`),
+/// comments, a label and the lock's header; the error shows the URL with the
+/// credentials masked. Usage errors (exit 2).
+pub fn check_pip_index_url(url: &str) -> Result<(), CliError> {
+    if !is_clean_url(url) {
+        return Err(CliError::usage(format!(
+            "invalid --pip-index-url '{}': expected an http(s) URL without spaces or quotes",
+            mask_userinfo(url)
+        ))
+        .with_hint("e.g. --pip-index-url https://pypi.example.com/simple"));
+    }
+    if userinfo(url).is_some() {
+        return Err(CliError::usage(format!(
+            "--pip-index-url '{}' contains credentials (user or password before '@'), which would be stored in the image's history and labels",
+            mask_userinfo(url)
+        ))
+        .with_hint(
+            "pass the URL without them: pip reads an index's credentials from ~/.netrc or the keyring (on the host, for `imgctl lock`); for a build use a mirror that needs none from the build network, or a template of your own that mounts a ~/.netrc as a BuildKit build secret",
+        ));
+    }
+    Ok(())
+}
+
+/// The userinfo of an `scheme://userinfo@host/…` URL (`None` without an `@`
+/// in the authority).
+fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.rsplit_once('@').map(|(user, _)| user)
+}
+
+/// `url` with its userinfo replaced by `***`.
+fn mask_userinfo(url: &str) -> String {
+    match (userinfo(url), url.split_once("://")) {
+        (Some(user), Some((scheme, rest))) => {
+            format!("{scheme}://***{}", &rest[user.len()..])
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -802,5 +839,20 @@ mod tests {
         for bad in ["abc", "0", "999", "60001", "-5"] {
             assert!(parse_id("--uid", Some(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn pip_index_url_credentials() {
+        assert_eq!(userinfo("https://u:pw@mirror/simple"), Some("u:pw"));
+        assert_eq!(userinfo("https://token@mirror/simple"), Some("token"));
+        assert_eq!(userinfo("https://mirror/simple?x=a@b"), None);
+        assert_eq!(userinfo("https://mirror:8443/simple"), None);
+        assert_eq!(
+            mask_userinfo("https://u:pw@mirror/simple"),
+            "https://***@mirror/simple"
+        );
+        assert!(check_pip_index_url("https://mirror:8443/simple").is_ok());
+        let err = check_pip_index_url("https://u:pw@mirror/simple").unwrap_err();
+        assert!(!err.message.contains("pw"), "{}", err.message);
     }
 }

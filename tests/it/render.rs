@@ -475,6 +475,43 @@ fn ca_cert_takes_certificates_only() {
 }
 
 #[test]
+fn pip_index_url_with_credentials_is_refused() {
+    for url in [
+        "https://user:s3cret-pw@mirror.example/simple",
+        "https://s3cret-token@mirror.example/simple",
+    ] {
+        for command in [
+            &["render", "--cuda", "12.4", "--pip-index-url", url][..],
+            &[
+                "build",
+                "--cuda",
+                "12.4",
+                "--dry-run",
+                "--pip-index-url",
+                url,
+            ],
+            &["lock", "--cuda", "12.4", "--check", "--pip-index-url", url],
+        ] {
+            let out = imgctl(command);
+            let (stdout, stderr) = texts(&out);
+            assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+            assert!(stdout.is_empty(), "{command:?}: {stdout}");
+            assert!(!stderr.contains("s3cret"), "{command:?}: {stderr}");
+            let first = stderr.lines().next().unwrap_or_default();
+            assert_eq!(
+                first,
+                "error: --pip-index-url 'https://***@mirror.example/simple' contains credentials (user or password before '@'), which would be stored in the image's history and labels",
+                "{command:?}"
+            );
+            assert!(
+                stderr.contains("\nhint: ") && stderr.contains("~/.netrc"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
 fn templates_are_strict_about_undefined_variables() {
     let out = Command::new(imgctl_bin())
         .args([
