@@ -658,6 +658,14 @@ fn entrypoint_refuses_bad_settings_before_starting_anything() {
             "JUPYTER_TOKEN may only hold",
         ),
         (
+            vec![("JUPYTER_TOKEN", "x")],
+            "JUPYTER_TOKEN has 1 characters, too few to resist guessing; use at least 16 (e.g. openssl rand -hex 24), or unset it to get a generated 48-character token",
+        ),
+        (
+            vec![("JUPYTER_TOKEN", "fifteen-chars-x")],
+            "JUPYTER_TOKEN has 15 characters, too few",
+        ),
+        (
             vec![("JUPYTER_PASSWORD", "")],
             "JUPYTER_PASSWORD is set but empty",
         ),
@@ -729,6 +737,8 @@ fn entrypoint_accepts_good_settings() {
         "{s}"
     );
     assert!(plan(&[("IMGCTL_MODE", "none")], &[]).contains("jupyter=no ssh=no"));
+    // A token of 16 characters is long enough.
+    assert!(plan(&[("JUPYTER_TOKEN", "sixteen-chars-xy")], &[]).contains("jupyter=yes"));
     // A command passes through; service settings do not matter then.
     let s = plan(&[("JUPYTER_TOKEN", "")], &["python", "train.py"]);
     assert!(s.contains("would run: python train.py"), "{s}");
@@ -925,7 +935,7 @@ fn entrypoint_exits_when_a_service_dies() {
             ),
         )
         .env("IMGCTL_MODE", "jupyter")
-        .env("JUPYTER_TOKEN", "fixed-token")
+        .env("JUPYTER_TOKEN", "fixed-token-0123456789")
         .env("IMGCTL_USER", "imgctl-test-nobody")
         .env("IMGCTL_RUN_DIR", dir.path().join("run"))
         .env("IMGCTL_WORKSPACE", dir.path())
@@ -935,7 +945,7 @@ fn entrypoint_exits_when_a_service_dies() {
     assert_eq!(out.status.code(), Some(7), "{stderr}");
     assert!(stderr.contains("exited with status 7"), "{stderr}");
     assert!(
-        !stderr.contains("fixed-token"),
+        !stderr.contains("fixed-token-0123456789"),
         "a given token is never printed: {stderr}"
     );
 }
