@@ -16,6 +16,8 @@
 #   SSH_AUTHORIZED_KEYS   public keys for the user, one per line. Also read:
 #                         /etc/imgctl/authorized_keys and ~USER/.ssh/authorized_keys
 #                         (mount either). No key: sshd is not started, and the log says why.
+#   IMGCTL_USER           the user services and commands run as (the image sets it);
+#                         as root, a name that is no user of the image is refused.
 #   IMGCTL_JUPYTER_PORT   JupyterLab's port (default 8888).
 #   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
 #
@@ -62,6 +64,15 @@ case "$mode" in
     jupyter | ssh | both | none) ;;
     *) die 2 "IMGCTL_MODE='$mode' is not a mode; use one of: jupyter, ssh, both, none" ;;
 esac
+
+# As root, everything runs as IMGCTL_USER: a name that is not a user of the
+# image must not quietly leave the workload running as root.
+if [ "$(id -u)" = 0 ]; then
+    case "$IMGCTL_USER" in
+        -* | *[!A-Za-z0-9._-]*) false ;;
+        *) id "$IMGCTL_USER" >/dev/null 2>&1 ;;
+    esac || die 2 "IMGCTL_USER='$(printf '%s' "$IMGCTL_USER" | tr -c 'A-Za-z0-9._-' '?')' is not a user of this image, and the workload would run as root; name an existing user, or leave IMGCTL_USER as the image sets it"
+fi
 
 want_jupyter=no
 want_ssh=no

@@ -601,6 +601,26 @@ fn entrypoint() -> PathBuf {
     repo_root().join("images/entrypoint.sh")
 }
 
+/// The IMGCTL_USER of the host tests: a user that exists on every Debian-like
+/// host (the entrypoint refuses an unknown one when it runs as root). As root,
+/// the stand-in services run as this user, so their files must be reachable
+/// by it: see [`open_to_all`].
+const SERVICE_USER: &str = "nobody";
+
+/// Lets every user traverse and write `dir` (a test's temporary folder), so
+/// that services started as [`SERVICE_USER`] can run its stand-ins and write
+/// their records there.
+fn open_to_all(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+}
+
+/// Whether the tests run as root (then the entrypoint switches users).
+fn running_as_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
 /// Runs the entrypoint in validation-only mode with `env` (and no inherited
 /// IMGCTL_/JUPYTER_/SSH_ variables).
 fn check_entrypoint(env: &[(&str, &str)], args: &[&str]) -> Output {
@@ -615,7 +635,7 @@ fn check_entrypoint(env: &[(&str, &str)], args: &[&str]) -> Output {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("IMGCTL_ENTRYPOINT_CHECK_ONLY", "1")
-        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_USER", SERVICE_USER)
         .env("IMGCTL_AUTHORIZED_KEYS_FILE", dir.path().join("none"))
         .current_dir(dir.path());
     for (k, v) in env {
@@ -751,6 +771,55 @@ fn entrypoint_accepts_good_settings() {
     );
 }
 
+#[test]
+fn entrypoint_refuses_an_unknown_user_as_root() {
+    if !running_as_root() {
+        eprintln!("skipped: the user check applies to a root container, and this test is not root");
+        return;
+    }
+    let message = "imgctl-entrypoint: error: IMGCTL_USER='nosuch' is not a user of this image, and the workload would run as root; name an existing user, or leave IMGCTL_USER as the image sets it\n";
+    // Validation alone, for the services and for a command.
+    for args in [&[][..], &["python", "train.py"]] {
+        let out = check_entrypoint(&[("IMGCTL_USER", "nosuch")], args);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr, message, "{args:?}");
+    }
+    // For real: the command does not run (it would have printed uid 0).
+    let run = |user: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        Command::new("sh")
+            .arg(entrypoint())
+            .args(["id", "-u"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("IMGCTL_USER", user)
+            .env("IMGCTL_RUN_DIR", dir.path().join("run"))
+            .output()
+            .unwrap()
+    };
+    let out = run("nosuch");
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "the command ran: {stdout}");
+    assert_eq!(stderr, message);
+    // An option-like name is no user either, and a newline cannot split the line.
+    let out = check_entrypoint(&[("IMGCTL_USER", "--help\nx")], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(texts(&out)
+        .1
+        .starts_with("imgctl-entrypoint: error: IMGCTL_USER='--help?x' is not a user"));
+    assert_eq!(texts(&out).1.lines().count(), 1);
+    // An existing user runs the command with its uid.
+    let out = run(SERVICE_USER);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    let uid = Command::new("id")
+        .args(["-u", SERVICE_USER])
+        .output()
+        .unwrap();
+    assert_eq!(texts(&out).0, texts(&uid).0);
+}
+
 /// Starts the entrypoint for real with a stand-in `jupyter` on PATH, and
 /// checks the token handling, the services list, the healthcheck, and that
 /// SIGTERM stops everything promptly.
@@ -762,6 +831,7 @@ fn entrypoint_runs_services_and_stops_on_sigterm() {
     let ws = dir.path().join("workspace");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(&ws).unwrap();
+    open_to_all(dir.path());
     let record = dir.path().join("jupyter.txt");
     // The stand-in records how it was started, then waits to be stopped.
     let fake = format!(
@@ -788,7 +858,7 @@ fn entrypoint_runs_services_and_stops_on_sigterm() {
         .env_clear()
         .env("PATH", &path)
         .env("IMGCTL_MODE", "jupyter")
-        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_USER", SERVICE_USER)
         .env("IMGCTL_RUN_DIR", &run)
         .env("IMGCTL_WORKSPACE", &ws)
         .env("IMGCTL_JUPYTER_PORT", port.to_string())
@@ -917,6 +987,7 @@ fn entrypoint_exits_when_a_service_dies() {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
+    open_to_all(dir.path());
     std::fs::write(bin.join("jupyter"), "#!/bin/sh\nsleep 0.3\nexit 7\n").unwrap();
     Command::new("chmod")
         .arg("+x")
@@ -936,7 +1007,7 @@ fn entrypoint_exits_when_a_service_dies() {
         )
         .env("IMGCTL_MODE", "jupyter")
         .env("JUPYTER_TOKEN", "fixed-token-0123456789")
-        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_USER", SERVICE_USER)
         .env("IMGCTL_RUN_DIR", dir.path().join("run"))
         .env("IMGCTL_WORKSPACE", dir.path())
         .output()
