@@ -117,17 +117,7 @@ impl RenderOptions {
             check_pip_index_url(url)?;
         }
         if let Some(image) = &a.base_image {
-            let ok = !image.is_empty()
-                && image
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c));
-            if !ok {
-                return Err(CliError::usage(format!(
-                    "invalid --base-image '{image}': expected an image reference like name:tag or name@sha256:…"
-                ))
-                .with_hint("list local images with `docker images`")
-                .into());
-            }
+            crate::reference::check("--base-image", image)?;
         }
         Ok(RenderOptions {
             base_image: a.base_image.clone(),

@@ -512,6 +512,53 @@ fn pip_index_url_with_credentials_is_refused() {
 }
 
 #[test]
+fn image_references_are_parsed_before_the_engine_sees_them() {
+    let grammar = "hint: an image reference is [HOST[:PORT]/]PATH[:TAG][@sha256:<64 hex>]";
+    for (args, line) in [
+        (
+            &["render", "--base-image", "UPPER/Case:@@::"][..],
+            "error: invalid --base-image 'UPPER/Case:@@::': the digest '@::' is not sha256:<64 hex digits>",
+        ),
+        (
+            &["render", "--base-image", "UPPER/case:1"][..],
+            "error: invalid --base-image 'UPPER/case:1': 'UPPER' is not a lower-case path component [a-z0-9]+([._-][a-z0-9]+)*",
+        ),
+        (
+            &["render", "--base-image", ""][..],
+            "error: invalid --base-image '': it is empty",
+        ),
+        (
+            &["verify", "--image", "", "--expect-gpus", "0"][..],
+            "error: invalid --image '': it is empty",
+        ),
+        (
+            &["verify", "--image", "UPPER/Case:@@::", "--expect-gpus", "0"][..],
+            "error: invalid --image 'UPPER/Case:@@::': the digest '@::' is not sha256:<64 hex digits>",
+        ),
+        (
+            &["build", "--dry-run", "--tag", "me/x:a:b"][..],
+            "error: invalid --tag 'me/x:a:b': 'x:a' is not a lower-case path component [a-z0-9]+([._-][a-z0-9]+)*",
+        ),
+    ] {
+        let out = imgctl(args);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert_eq!(stderr.lines().next(), Some(line), "{args:?}: {stderr}");
+        assert!(stderr.contains(grammar), "{args:?}: {stderr}");
+    }
+    // Registry hosts with ports, digests and docker's separators pass.
+    let digest = format!("sha256:{}", "0a".repeat(32));
+    for good in [
+        "localhost:5000/me/base:1.0".to_string(),
+        format!("registry.example.com/a__b/c--d.e:tag_1@{digest}"),
+    ] {
+        let out = imgctl(&["render", "--cuda", "12.4", "--base-image", &good]);
+        assert!(out.status.success(), "{good}: {}", texts(&out).1);
+    }
+}
+
+#[test]
 fn templates_are_strict_about_undefined_variables() {
     let out = Command::new(imgctl_bin())
         .args([
