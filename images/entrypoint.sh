@@ -10,11 +10,14 @@
 # Environment:
 #   IMGCTL_MODE           jupyter | ssh | both | none (default both)
 #   JUPYTER_TOKEN         JupyterLab's token; generated and printed once when unset.
-#                         Set but empty is refused: JupyterLab never runs without one.
+#                         Set but empty, or shorter than 16 characters, is refused:
+#                         JupyterLab never runs without a token that resists guessing.
 #   JUPYTER_PASSWORD      optional password (in addition to the token); never empty.
 #   SSH_AUTHORIZED_KEYS   public keys for the user, one per line. Also read:
 #                         /etc/imgctl/authorized_keys and ~USER/.ssh/authorized_keys
 #                         (mount either). No key: sshd is not started, and the log says why.
+#   IMGCTL_USER           the user services and commands run as (the image sets it);
+#                         as root, a name that is no user of the image is refused.
 #   IMGCTL_JUPYTER_PORT   JupyterLab's port (default 8888).
 #   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
 #
@@ -42,6 +45,8 @@ SSHD_CONFIG="${IMGCTL_SSHD_CONFIG:-/etc/imgctl/sshd_config}"
 MOUNTED_KEYS="${IMGCTL_AUTHORIZED_KEYS_FILE:-/etc/imgctl/authorized_keys}"
 JUPYTER_PORT="${IMGCTL_JUPYTER_PORT:-8888}"
 WORKSPACE="${IMGCTL_WORKSPACE:-/workspace}"
+# The shortest JUPYTER_TOKEN accepted (a generated one has 48 hex characters).
+MIN_TOKEN_LENGTH=16
 # docker stop waits 10 s before SIGKILL (its default --time); stop ours well before.
 STOP_GRACE=5
 
@@ -59,6 +64,15 @@ case "$mode" in
     jupyter | ssh | both | none) ;;
     *) die 2 "IMGCTL_MODE='$mode' is not a mode; use one of: jupyter, ssh, both, none" ;;
 esac
+
+# As root, everything runs as IMGCTL_USER: a name that is not a user of the
+# image must not quietly leave the workload running as root.
+if [ "$(id -u)" = 0 ]; then
+    case "$IMGCTL_USER" in
+        -* | *[!A-Za-z0-9._-]*) false ;;
+        *) id "$IMGCTL_USER" >/dev/null 2>&1 ;;
+    esac || die 2 "IMGCTL_USER='$(printf '%s' "$IMGCTL_USER" | tr -c 'A-Za-z0-9._-' '?')' is not a user of this image, and the workload would run as root; name an existing user, or leave IMGCTL_USER as the image sets it"
+fi
 
 want_jupyter=no
 want_ssh=no
@@ -89,6 +103,9 @@ if [ "$want_jupyter" = yes ]; then
         case "$JUPYTER_TOKEN" in
             *[!A-Za-z0-9._~-]*) die 2 "JUPYTER_TOKEN may only hold letters, digits and . _ ~ - (it goes into URLs)" ;;
         esac
+        # JupyterLab listens on 0.0.0.0: a short token is guessed in a few requests.
+        [ "${#JUPYTER_TOKEN}" -ge "$MIN_TOKEN_LENGTH" ] ||
+            die 2 "JUPYTER_TOKEN has ${#JUPYTER_TOKEN} characters, too few to resist guessing; use at least $MIN_TOKEN_LENGTH (e.g. openssl rand -hex 24), or unset it to get a generated 48-character token"
         token=$JUPYTER_TOKEN
     else
         # 24 random bytes, hex: 192 bits.

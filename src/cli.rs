@@ -1,7 +1,9 @@
 //! Command-line types (clap derive) and nothing else.
 //!
 //! Commands turn these into typed options in `commands/`; core modules never
-//! see clap types.
+//! see clap types. Numeric flags take negative numbers (and `--uid`/`--gid`
+//! values starting with `-`), so that `--batch-size -1` reaches the range
+//! check that names the problem instead of clap's "unexpected argument '-1'".
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -70,10 +72,10 @@ pub struct ImageArgs {
     #[arg(long, value_name = "URL")]
     pub pip_index_url: Option<String>,
     /// UID of the non-root user (match the host user for mounted files).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub uid: Option<String>,
     /// GID of the non-root user.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub gid: Option<String>,
     /// Give the non-root user passwordless sudo.
     #[arg(long)]
@@ -195,8 +197,13 @@ pub struct VerifyArgs {
     /// Also write a JUnit XML report here.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Per-check deadline in seconds.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    /// Per-check deadline in seconds (0.1 to 3600).
+    #[arg(
+        long,
+        default_value_t = 30.0,
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
     pub check_timeout: f64,
     /// List every check (id, level, scope, what it checks) and exit.
     #[arg(long)]
@@ -217,16 +224,16 @@ pub struct TrainArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Number of optimizer steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub steps: Option<u64>,
     /// Batch size per process.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub batch_size: Option<i64>,
     /// Peak learning rate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
     /// Random seed.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Output directory for checkpoints, samples and metrics.
     #[arg(long, value_name = "DIR")]
@@ -247,7 +254,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "on|off")]
     pub overlap_grad_reduce: Option<String>,
     /// Gradient bucket cap in MiB for the all-reduce (DDP's bucket_cap_mb; default 25).
-    #[arg(long, value_name = "MB")]
+    #[arg(long, value_name = "MB", allow_negative_numbers = true)]
     pub bucket_cap_mb: Option<f64>,
     /// cpu, cuda, or cuda:N (default: cuda when available).
     #[arg(long)]
@@ -266,16 +273,16 @@ pub struct TrainArgs {
     )]
     pub resume: Option<String>,
     /// Save a checkpoint every N steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub checkpoint_every: Option<u64>,
     /// Keep the last K checkpoints.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub keep: Option<usize>,
     /// Write a sample grid every N steps (0: never).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub sample_every: Option<u64>,
     /// Data loader worker threads.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub workers: Option<usize>,
     /// GPUs to train on: all, a count, or device ids (0,2,5); one worker each.
     // allow_hyphen_values: `--gpus -1` reaches imgctl's own GPU-list parser
@@ -292,10 +299,15 @@ pub struct TrainArgs {
     #[arg(long)]
     pub compare: bool,
     /// Warm-up steps before timing (benchmark).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<u64>,
     /// Seconds to wait for all ranks at rendezvous.
-    #[arg(long, env = "IMGCTL_RENDEZVOUS_TIMEOUT", value_name = "SECS")]
+    #[arg(
+        long,
+        env = "IMGCTL_RENDEZVOUS_TIMEOUT",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
     pub rendezvous_timeout: Option<f64>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
@@ -309,16 +321,16 @@ pub struct SampleArgs {
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
     /// Denoising steps.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 50, allow_negative_numbers = true)]
     pub steps: usize,
     /// ddim or ddpm.
     #[arg(long, default_value = "ddim")]
     pub sampler: String,
     /// Number of images in the grid.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
     pub num: i64,
     /// Random seed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub seed: u64,
     /// Use the raw weights instead of the EMA weights.
     #[arg(long)]

@@ -27,6 +27,7 @@ pub mod lock;
 pub mod nccl;
 pub mod output;
 pub mod procmaps;
+pub mod reference;
 pub mod render;
 pub mod spec;
 #[cfg(feature = "torch")]

@@ -51,18 +51,7 @@ struct Report {
 /// Runs `imgctl lock`.
 pub fn run(args: LockArgs) -> anyhow::Result<ExitStatus> {
     if let Some(url) = &args.pip_index_url {
-        let ok = (url.starts_with("https://") || url.starts_with("http://"))
-            && url.len() > "https://".len()
-            && url
-                .chars()
-                .all(|c| c.is_ascii_graphic() && !"\"'`$\\;&|<>(){}".contains(c));
-        if !ok {
-            return Err(CliError::usage(format!(
-                "invalid --pip-index-url '{url}': expected an http(s) URL without spaces or quotes"
-            ))
-            .with_hint("e.g. --pip-index-url https://pypi.example.com/simple")
-            .into());
-        }
+        crate::render::check_pip_index_url(url)?;
     }
     let sources: Vec<SpecSource> = if args.all {
         spec::bundled()

@@ -10,6 +10,10 @@ use crate::verify::{self, ExpectGpus, Level, Options, Report};
 use crate::{CliError, ExitStatus};
 
 /// The hint under "no NVIDIA driver".
+/// Accepted `--check-timeout` seconds: long enough for any check to start
+/// (1e-300 made every check time out), at most an hour.
+const CHECK_TIMEOUT_RANGE: std::ops::RangeInclusive<f64> = 0.1..=3600.0;
+
 const NO_DRIVER_HINT: &str = "install the NVIDIA driver (or run the container with the GPU: `--gpus all` and the NVIDIA Container Toolkit); on a CPU-only host pass --expect-gpus 0";
 
 /// Parses and checks the arguments; every problem is a usage error (exit 2).
@@ -36,13 +40,14 @@ pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
                 .into(),
         );
     }
-    if !(args.check_timeout.is_finite() && args.check_timeout > 0.0 && args.check_timeout <= 3600.0)
-    {
+    if !(args.check_timeout.is_finite() && CHECK_TIMEOUT_RANGE.contains(&args.check_timeout)) {
         return Err(CliError::usage(format!(
-            "--check-timeout {} is not a number of seconds in (0, 3600]",
-            args.check_timeout
+            "--check-timeout {:?} is not a number of seconds from {:?} to {:?}",
+            args.check_timeout,
+            CHECK_TIMEOUT_RANGE.start(),
+            CHECK_TIMEOUT_RANGE.end()
         ))
-        .with_hint("e.g. --check-timeout 30")
+        .with_hint("a check needs time to run: e.g. --check-timeout 30 (the default)")
         .into());
     }
     let opts = Options {
@@ -95,6 +100,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     let opts = options(&args)?;
     if let Some(image) = &args.image {
+        crate::reference::check("--image", image)?;
         let gpus = GpuRequest::parse(&args.gpus)
             .map_err(|m| CliError::usage(m).with_hint("--gpus all | 2 | 0,2 | device=0"))?;
         let run = verify::host::ImageRun {

@@ -128,25 +128,18 @@ pub fn split_tag(reference: &str) -> (&str, &str) {
     }
 }
 
-/// Checks a `--tag` value the way the engine's reference grammar does (a
-/// lower-case name of `/`-separated components, an optional tag of up to 128
-/// word characters, `.` and `-`); returns a usage error otherwise.
+/// Checks a `--tag` value with the engine's reference grammar
+/// ([`crate::reference`]); a tag names no digest. A usage error otherwise.
 pub fn validate_tag(reference: &str) -> anyhow::Result<()> {
-    // Grammar: github.com/distribution/reference (regexp.go), simplified to the
-    // parts a tag given to `docker build -t` can have.
-    let re = regex::Regex::new(
-        r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?$",
-    )
-    .expect("static regex");
-    if re.is_match(reference) {
-        Ok(())
-    } else {
-        Err(CliError::usage(format!(
-            "invalid --tag {reference:?}: not a valid image reference"
+    let parsed = crate::reference::check("--tag", reference)?;
+    if parsed.digest.is_some() {
+        return Err(CliError::usage(format!(
+            "invalid --tag '{reference}': a tag names no @sha256: digest (the build makes the image, and so its digest)"
         ))
-        .with_hint("use NAME[:TAG] with a lower-case name, e.g. `--tag imgctl/cu124:dev`")
-        .into())
+        .with_hint("use NAME[:TAG], e.g. `--tag imgctl/cu124:dev`")
+        .into());
     }
+    Ok(())
 }
 
 /// Adds `reference` as a tag of `image_id`.
@@ -273,7 +266,8 @@ mod tests {
         ] {
             assert!(validate_tag(ok).is_ok(), "{ok}");
         }
-        for bad in ["Imgctl", "a:b:c", "", "a b", "a:-x", "-a"] {
+        let digest = format!("a@sha256:{}", "0".repeat(64));
+        for bad in ["Imgctl", "a:b:c", "", "a b", "a:-x", "-a", &digest] {
             assert!(validate_tag(bad).is_err(), "{bad}");
         }
     }

@@ -305,14 +305,14 @@ impl LockFile {
             } else if line.starts_with('#') {
                 continue;
             } else {
-                let (name, ver) = line
-                    .split_once("==")
-                    .ok_or_else(|| format!("{}: '{line}' is not name==version", at()))?;
+                let (name, ver) = parse_package_line(line).ok_or_else(|| {
+                    format!(
+                        "{}: '{}' is not a `name==version` line (a lock holds nothing else: no pip options, URLs, markers or ranges)",
+                        at(),
+                        line.escape_debug()
+                    )
+                })?;
                 let name = normalize_name(name);
-                let ver = ver.trim();
-                if name.is_empty() || ver.is_empty() || ver.contains([' ', ';', ',', '=']) {
-                    return Err(format!("{}: '{line}' is not name==version", at()));
-                }
                 if packages.insert(name.clone(), ver.to_string()).is_some() {
                     return Err(format!("{}: '{name}' is listed twice", at()));
                 }
@@ -566,6 +566,42 @@ pub fn lock_command(spec: &LoadedSpec) -> String {
     }
 }
 
+/// A lock body line, `name==version` and nothing else: a PEP 508 name and a
+/// PEP 440 version (public, optionally `+local`). The whole lock file goes
+/// into the image as pip's `--constraint` file, so any other line (a pip option
+/// such as `--extra-index-url=…`, a URL, a marker) would change what pip does.
+fn parse_package_line(line: &str) -> Option<(&str, &str)> {
+    let (name, version) = line.split_once("==")?;
+    (is_package_name(name) && is_version(version)).then_some((name, version))
+}
+
+/// A PEP 508 distribution name: ASCII letters and digits, with `.`, `_` or
+/// `-` only between them.
+fn is_package_name(name: &str) -> bool {
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    alnum(name.chars().next())
+        && alnum(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// A PEP 440 version as pip spells it (the specification's own pattern,
+/// <https://packaging.python.org/en/latest/specifications/version-specifiers/#appendix-parsing-version-strings-with-regular-expressions>),
+/// without wildcards.
+fn is_version(version: &str) -> bool {
+    use std::sync::OnceLock;
+    static PEP440: OnceLock<regex::Regex> = OnceLock::new();
+    PEP440
+        .get_or_init(|| {
+            regex::Regex::new(
+                r"(?i)^v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*(?:[-_.]?(?:a|b|c|rc|alpha|beta|pre|preview)[-_.]?[0-9]*)?(?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?(?:[-_.]?dev[-_.]?[0-9]*)?(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?$",
+            )
+            .expect("static regex")
+        })
+        .is_match(version)
+}
+
 /// What `imgctl build`/`render` say about the lock: (is it a warning, the line).
 pub fn build_line(state: &LockState, spec: &LoadedSpec) -> (bool, String) {
     let cmd = lock_command(spec);
@@ -705,6 +741,41 @@ mod tests {
         let err =
             LockFile::parse("# lock-version: 1\n# inputs-sha256: x\nsix==1\nSix==2\n").unwrap_err();
         assert!(err.contains("twice"), "{err}");
+    }
+
+    #[test]
+    fn only_name_version_lines_are_packages() {
+        let head = "# lock-version: 1\n# inputs-sha256: x\n";
+        for good in [
+            "six==1.16.0",
+            "torch==2.7.0+cu126",
+            "python-dateutil==2.9.0.post0",
+            "tzdata==2026.10.19.post1",
+            "zope.interface==7.0rc1",
+            "Foo_Bar==1!2.0.dev3",
+        ] {
+            let lock = LockFile::parse(&format!("{head}\n# a comment\n{good}\n"));
+            assert!(lock.is_ok(), "{good}: {lock:?}");
+        }
+        for bad in [
+            "--extra-index-url=http://evil.example/simple==1",
+            "--index-url http://evil.example/simple",
+            "-e git+https://evil.example/x.git#egg=x==1",
+            "six==1.16.0 --hash=sha256:00",
+            "six==1.16.0; python_version<'3'",
+            "six==1.*",
+            "six==${VERSION}",
+            "six==1.0 \\",
+            "https://evil.example/six.whl==1",
+            "-c other.txt==1",
+            "six == 1.16.0",
+        ] {
+            let err = LockFile::parse(&format!("{head}{bad}\n")).unwrap_err();
+            assert!(
+                err.starts_with("line 3: ") && err.contains("is not a `name==version` line"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -19,6 +19,8 @@ use crate::cli::ImageArgs;
 use crate::spec::{compat, LoadedSpec};
 use crate::CliError;
 
+pub mod ca;
+
 /// Context path where `imgctl build` puts the imgctl binary; the template
 /// COPYs it in the last layers.
 pub const IMGCTL_BINARY_PATH: &str = "imgctl";
@@ -100,7 +102,8 @@ impl Default for RenderOptions {
 }
 
 impl RenderOptions {
-    /// Reads and validates the options: the `--ca-cert` file must be PEM,
+    /// Reads and validates the options: the `--ca-cert` file must hold PEM
+    /// certificates and nothing else ([`ca::read_ca_cert`]),
     /// `--uid`/`--gid` integers in 1000-60000, URLs and image names sane. Bad
     /// input is a usage error (exit 2).
     pub fn from_args(a: &ImageArgs) -> anyhow::Result<RenderOptions> {
@@ -108,45 +111,13 @@ impl RenderOptions {
         let gid = parse_id("--gid", a.gid.as_deref())?;
         let ca_cert = match &a.ca_cert {
             None => None,
-            Some(path) => {
-                let bytes = std::fs::read(path).map_err(|e| {
-                    CliError::usage(format!("cannot read --ca-cert {}: {e}", path.display()))
-                        .with_hint(
-                            "pass a PEM certificate file, e.g. /etc/ssl/certs/ca-certificates.crt",
-                        )
-                })?;
-                if !String::from_utf8_lossy(&bytes).contains("-----BEGIN CERTIFICATE-----") {
-                    return Err(CliError::usage(format!(
-                        "--ca-cert {} is not a PEM certificate (no BEGIN CERTIFICATE line)",
-                        path.display()
-                    ))
-                    .with_hint("convert a DER certificate with: openssl x509 -inform der -in CA.der -out CA.crt")
-                    .into());
-                }
-                Some(bytes)
-            }
+            Some(path) => Some(ca::read_ca_cert(path)?),
         };
         if let Some(url) = &a.pip_index_url {
-            if !is_clean_url(url) {
-                return Err(CliError::usage(format!(
-                    "invalid --pip-index-url '{url}': expected an http(s) URL without spaces or quotes"
-                ))
-                .with_hint("e.g. --pip-index-url https://pypi.example.com/simple")
-                .into());
-            }
+            check_pip_index_url(url)?;
         }
         if let Some(image) = &a.base_image {
-            let ok = !image.is_empty()
-                && image
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c));
-            if !ok {
-                return Err(CliError::usage(format!(
-                    "invalid --base-image '{image}': expected an image reference like name:tag or name@sha256:…"
-                ))
-                .with_hint("list local images with `docker images`")
-                .into());
-            }
+            crate::reference::check("--base-image", image)?;
         }
         Ok(RenderOptions {
             base_image: a.base_image.clone(),
@@ -179,6 +150,49 @@ fn parse_id(flag: &str, value: Option<&str>) -> anyhow::Result<u32> {
             if flag == "--uid" { "u" } else { "g" }
         ))
         .into()),
+    }
+}
+
+/// Checks a `--pip-index-url` (of `build`, `render` and `lock`): an http(s)
+/// URL without spaces, quotes or shell characters, and without credentials. A
+/// `user:password@` would be written into RUN lines (`docker history`),
+/// comments, a label and the lock's header; the error shows the URL with the
+/// credentials masked. Usage errors (exit 2).
+pub fn check_pip_index_url(url: &str) -> Result<(), CliError> {
+    if !is_clean_url(url) {
+        return Err(CliError::usage(format!(
+            "invalid --pip-index-url '{}': expected an http(s) URL without spaces or quotes",
+            mask_userinfo(url)
+        ))
+        .with_hint("e.g. --pip-index-url https://pypi.example.com/simple"));
+    }
+    if userinfo(url).is_some() {
+        return Err(CliError::usage(format!(
+            "--pip-index-url '{}' contains credentials (user or password before '@'), which would be stored in the image's history and labels",
+            mask_userinfo(url)
+        ))
+        .with_hint(
+            "pass the URL without them: pip reads an index's credentials from ~/.netrc or the keyring (on the host, for `imgctl lock`); for a build use a mirror that needs none from the build network, or a template of your own that mounts a ~/.netrc as a BuildKit build secret",
+        ));
+    }
+    Ok(())
+}
+
+/// The userinfo of an `scheme://userinfo@host/…` URL (`None` without an `@`
+/// in the authority).
+fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.rsplit_once('@').map(|(user, _)| user)
+}
+
+/// `url` with its userinfo replaced by `***`.
+fn mask_userinfo(url: &str) -> String {
+    match (userinfo(url), url.split_once("://")) {
+        (Some(user), Some((scheme, rest))) => {
+            format!("{scheme}://***{}", &rest[user.len()..])
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -815,5 +829,20 @@ mod tests {
         for bad in ["abc", "0", "999", "60001", "-5"] {
             assert!(parse_id("--uid", Some(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn pip_index_url_credentials() {
+        assert_eq!(userinfo("https://u:pw@mirror/simple"), Some("u:pw"));
+        assert_eq!(userinfo("https://token@mirror/simple"), Some("token"));
+        assert_eq!(userinfo("https://mirror/simple?x=a@b"), None);
+        assert_eq!(userinfo("https://mirror:8443/simple"), None);
+        assert_eq!(
+            mask_userinfo("https://u:pw@mirror/simple"),
+            "https://***@mirror/simple"
+        );
+        assert!(check_pip_index_url("https://mirror:8443/simple").is_ok());
+        let err = check_pip_index_url("https://u:pw@mirror/simple").unwrap_err();
+        assert!(!err.message.contains("pw"), "{}", err.message);
     }
 }

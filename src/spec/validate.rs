@@ -265,6 +265,48 @@ fn parse_pin(s: &str) -> Result<PipPin, String> {
     }
 }
 
+/// Checks that the relative path `rel` stays in the spec's folder `dir`: no
+/// `..` component, and, following symlinks, the file (or, while it does not
+/// exist yet, its nearest existing parent) resolves inside `dir`. `Err` says
+/// why not, to follow the quoted path.
+fn inside_spec_dir(dir: &Path, rel: &Path) -> Result<(), String> {
+    use std::path::Component;
+    if rel
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err("leaves the spec's folder (a `..` component or an absolute path)".to_string());
+    }
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let root = dir.canonicalize().map_err(|e| {
+        format!(
+            "cannot be resolved: the spec's folder {}: {e}",
+            dir.display()
+        )
+    })?;
+    let target = dir.join(rel);
+    let existing = target
+        .ancestors()
+        .find(|a| a.symlink_metadata().is_ok())
+        .unwrap_or(dir);
+    let resolved = existing
+        .canonicalize()
+        .map_err(|e| format!("cannot be resolved ({}: {e})", existing.display()))?;
+    if resolved.starts_with(&root) {
+        Ok(())
+    } else {
+        Err(format!(
+            "resolves to {} (through a symlink), outside the spec's folder {}",
+            resolved.display(),
+            root.display()
+        ))
+    }
+}
+
 /// Validates spec `text`. `spec_dir` is the folder of a user spec (used to
 /// check that `template` exists); `None` for bundled specs, which may not name
 /// a template.
@@ -657,6 +699,8 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     w.problem("template", format!("{t:?} contains a control character (a newline would start a Dockerfile instruction)"), None);
                 } else if p.is_absolute() || t.is_empty() {
                     w.problem("template", format!("'{t}' must be a path relative to the spec file"), None);
+                } else if let Err(e) = inside_spec_dir(dir, p) {
+                    w.problem("template", format!("'{t}' {e}; keep it in the spec's folder or below"), None);
                 } else if !dir.join(p).is_file() {
                     w.problem("template", format!("'{t}' does not exist next to the spec (looked for {})", dir.join(p).display()), None);
                 }
@@ -682,6 +726,12 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                 w.problem(
                     "lock",
                     format!("'{l}' must be a path relative to the spec file"),
+                    Some("false, true, or a relative path like my.lock".to_string()),
+                );
+            } else if let Err(e) = spec_dir.map_or(Ok(()), |dir| inside_spec_dir(dir, p)) {
+                w.problem(
+                    "lock",
+                    format!("'{l}' {e}; keep it in the spec's folder or below"),
                     Some("false, true, or a relative path like my.lock".to_string()),
                 );
             } else if !l.ends_with(".lock") {

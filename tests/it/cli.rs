@@ -25,3 +25,81 @@ fn usage_errors_exit_2() {
     let (_, stderr) = texts(&out);
     assert!(stderr.contains("bogus"), "{stderr}");
 }
+
+#[test]
+fn negative_and_tiny_numbers_get_the_range_error() {
+    for (args, line) in [
+        (
+            &["train-demo", "--batch-size", "-1"][..],
+            "error: --batch-size -1 is not positive",
+        ),
+        (
+            &["verify", "--expect-gpus", "0", "--check-timeout", "-1"][..],
+            "error: --check-timeout -1.0 is not a number of seconds from 0.1 to 3600.0",
+        ),
+        (
+            &["verify", "--expect-gpus", "0", "--check-timeout", "1e-300"][..],
+            "error: --check-timeout 1e-300 is not a number of seconds from 0.1 to 3600.0",
+        ),
+        (
+            &["verify", "--expect-gpus", "0", "--check-timeout", "0.05"][..],
+            "error: --check-timeout 0.05 is not a number of seconds from 0.1 to 3600.0",
+        ),
+        (
+            &["render", "--uid", "-5"][..],
+            "error: invalid --uid '-5': expected an integer 1000-60000 (0 is root)",
+        ),
+        (
+            &["render", "--gid", "-1000"][..],
+            "error: invalid --gid '-1000': expected an integer 1000-60000 (0 is root)",
+        ),
+        (
+            &["train-demo", "--lr", "-0.1"][..],
+            "error: invalid training setting: lr is -0.1",
+        ),
+        (
+            &["sample", "--checkpoint", "none", "--num", "-2"][..],
+            "error: --num -2 is not positive",
+        ),
+        (
+            &["train-demo", "--steps", "-3"][..],
+            "error: invalid value '-3' for '--steps <STEPS>': invalid digit found in string",
+        ),
+    ] {
+        let out = imgctl(args);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert_eq!(stderr.lines().next(), Some(line), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("unexpected argument"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn check_timeout_bounds_are_inclusive() {
+    use clap::Parser;
+    let options = |secs: &str| {
+        let cli = imgctl::cli::Cli::try_parse_from([
+            "imgctl",
+            "verify",
+            "--expect-gpus",
+            "0",
+            "--check-timeout",
+            secs,
+        ])
+        .unwrap();
+        let imgctl::cli::Command::Verify(args) = cli.command else {
+            unreachable!()
+        };
+        imgctl::commands::verify::options(&args)
+    };
+    for ok in ["0.1", "30", "3600"] {
+        assert!(options(ok).is_ok(), "{ok}");
+    }
+    for bad in ["0.0999", "3600.5", "NaN", "inf", "-0"] {
+        assert!(options(bad).is_err(), "{bad}");
+    }
+}

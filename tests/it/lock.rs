@@ -467,6 +467,54 @@ fn errors_are_one_line_with_a_hint() {
 }
 
 #[test]
+fn a_tampered_lock_fails_check_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
+    let spec_arg = spec_path.to_str().unwrap();
+    // A fresh lock, written with the library (no pip here).
+    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let text = LockFile::new(
+        &LockInputs::of(&loaded.spec),
+        [("six", "1.16.0"), ("torch", "2.7.0")],
+    )
+    .to_text(&loaded.origin, &imgctl::lock::lock_command(&loaded));
+    let lock_path = dir.path().join("small.lock");
+    std::fs::write(&lock_path, &text).unwrap();
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    // A pip option that passes for `name==version`: refused with its line number.
+    let evil = "--extra-index-url=http://evil.example/simple==1";
+    let line = text.lines().count() + 1;
+    for tampered in [evil, "six==1.16.0 --hash=sha256:0", "-r other.txt"] {
+        std::fs::write(&lock_path, format!("{text}{tampered}\n")).unwrap();
+        let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(1), "{tampered}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert_eq!(
+            first,
+            format!(
+                "error: small: {} is not a lock file: line {line}: '{tampered}' is not a `name==version` line (a lock holds nothing else: no pip options, URLs, markers or ranges)",
+                lock_path.display()
+            )
+        );
+        // A build does not use it either.
+        let out = imgctl_in(dir.path(), &["render", "--spec", spec_arg], &[]);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            !stdout.contains("evil.example") && !stdout.contains("pip.lock"),
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains("is not used, it is not a lock file (line"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
 fn the_bundled_locks_are_fresh() {
     for cuda in ["12.4", "12.6"] {
         let out = imgctl_in(&repo_root(), &["lock", "--cuda", cuda, "--check"], &[]);

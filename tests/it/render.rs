@@ -387,6 +387,177 @@ fn bad_build_options_are_usage_errors() {
     }
 }
 
+/// Runs `imgctl render --ca-cert PATH`: (exit code, stderr).
+fn render_with_ca(path: &Path) -> (Option<i32>, String) {
+    let out = imgctl(&[
+        "render",
+        "--cuda",
+        "12.4",
+        "--ca-cert",
+        path.to_str().unwrap(),
+    ]);
+    (out.status.code(), texts(&out).1)
+}
+
+#[test]
+fn ca_cert_takes_certificates_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n";
+    let key = |label: &str| format!("-----BEGIN {label}-----\nMIIBfake\n-----END {label}-----\n");
+    let big = dir.path().join("big.crt");
+    let mut f = std::fs::File::create(&big).unwrap();
+    f.write_all(cert.as_bytes()).unwrap();
+    f.write_all(&vec![b'#'; 1024 * 1024]).unwrap();
+    let mut cases: Vec<(PathBuf, String)> = Vec::new();
+    for (name, text, message) in [
+        (
+            "with-key.pem",
+            format!("{cert}{}", key("PRIVATE KEY")),
+            "has a PRIVATE KEY block at line 4: only CERTIFICATE blocks are accepted",
+        ),
+        (
+            "rsa.pem",
+            key("RSA PRIVATE KEY"),
+            "has a RSA PRIVATE KEY block at line 1",
+        ),
+        (
+            "ec.pem",
+            format!("{cert}{}", key("EC PRIVATE KEY")),
+            "has a EC PRIVATE KEY block at line 4",
+        ),
+        (
+            "not-base64.pem",
+            "-----BEGIN CERTIFICATE-----\n%%%%\n-----END CERTIFICATE-----\n".to_string(),
+            "has a CERTIFICATE block at line 1 that is not valid base64",
+        ),
+        (
+            "not-der.pem",
+            "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n".to_string(),
+            "that is not a DER certificate (starts with byte 0x68",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        cases.push((path, message.to_string()));
+    }
+    cases.push((big, "is larger than 1048576 bytes (1 MiB)".to_string()));
+    cases.push((
+        dir.path().to_path_buf(),
+        "is a directory, not a certificate file".to_string(),
+    ));
+    cases.push((
+        "/dev/zero".into(),
+        "/dev/zero is a device, not a certificate file".to_string(),
+    ));
+    for (path, message) in cases {
+        let started = Instant::now();
+        let (code, stderr) = render_with_ca(&path);
+        assert_eq!(code, Some(2), "{}: {stderr}", path.display());
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            path.display()
+        );
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(message.as_str()),
+            "{}: {stderr}",
+            path.display()
+        );
+        assert!(stderr.contains("\nhint: "), "{stderr}");
+    }
+    // A real bundle of many certificates passes.
+    let bundle = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if bundle.is_file() {
+        let (code, stderr) = render_with_ca(bundle);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+}
+
+#[test]
+fn pip_index_url_with_credentials_is_refused() {
+    for url in [
+        "https://user:s3cret-pw@mirror.example/simple",
+        "https://s3cret-token@mirror.example/simple",
+    ] {
+        for command in [
+            &["render", "--cuda", "12.4", "--pip-index-url", url][..],
+            &[
+                "build",
+                "--cuda",
+                "12.4",
+                "--dry-run",
+                "--pip-index-url",
+                url,
+            ],
+            &["lock", "--cuda", "12.4", "--check", "--pip-index-url", url],
+        ] {
+            let out = imgctl(command);
+            let (stdout, stderr) = texts(&out);
+            assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+            assert!(stdout.is_empty(), "{command:?}: {stdout}");
+            assert!(!stderr.contains("s3cret"), "{command:?}: {stderr}");
+            let first = stderr.lines().next().unwrap_or_default();
+            assert_eq!(
+                first,
+                "error: --pip-index-url 'https://***@mirror.example/simple' contains credentials (user or password before '@'), which would be stored in the image's history and labels",
+                "{command:?}"
+            );
+            assert!(
+                stderr.contains("\nhint: ") && stderr.contains("~/.netrc"),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn image_references_are_parsed_before_the_engine_sees_them() {
+    let grammar = "hint: an image reference is [HOST[:PORT]/]PATH[:TAG][@sha256:<64 hex>]";
+    for (args, line) in [
+        (
+            &["render", "--base-image", "UPPER/Case:@@::"][..],
+            "error: invalid --base-image 'UPPER/Case:@@::': the digest '@::' is not sha256:<64 hex digits>",
+        ),
+        (
+            &["render", "--base-image", "UPPER/case:1"][..],
+            "error: invalid --base-image 'UPPER/case:1': 'UPPER' is not a lower-case path component [a-z0-9]+([._-][a-z0-9]+)*",
+        ),
+        (
+            &["render", "--base-image", ""][..],
+            "error: invalid --base-image '': it is empty",
+        ),
+        (
+            &["verify", "--image", "", "--expect-gpus", "0"][..],
+            "error: invalid --image '': it is empty",
+        ),
+        (
+            &["verify", "--image", "UPPER/Case:@@::", "--expect-gpus", "0"][..],
+            "error: invalid --image 'UPPER/Case:@@::': the digest '@::' is not sha256:<64 hex digits>",
+        ),
+        (
+            &["build", "--dry-run", "--tag", "me/x:a:b"][..],
+            "error: invalid --tag 'me/x:a:b': 'x:a' is not a lower-case path component [a-z0-9]+([._-][a-z0-9]+)*",
+        ),
+    ] {
+        let out = imgctl(args);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert_eq!(stderr.lines().next(), Some(line), "{args:?}: {stderr}");
+        assert!(stderr.contains(grammar), "{args:?}: {stderr}");
+    }
+    // Registry hosts with ports, digests and docker's separators pass.
+    let digest = format!("sha256:{}", "0a".repeat(32));
+    for good in [
+        "localhost:5000/me/base:1.0".to_string(),
+        format!("registry.example.com/a__b/c--d.e:tag_1@{digest}"),
+    ] {
+        let out = imgctl(&["render", "--cuda", "12.4", "--base-image", &good]);
+        assert!(out.status.success(), "{good}: {}", texts(&out).1);
+    }
+}
+
 #[test]
 fn templates_are_strict_about_undefined_variables() {
     let out = Command::new(imgctl_bin())
@@ -477,6 +648,26 @@ fn entrypoint() -> PathBuf {
     repo_root().join("images/entrypoint.sh")
 }
 
+/// The IMGCTL_USER of the host tests: a user that exists on every Debian-like
+/// host (the entrypoint refuses an unknown one when it runs as root). As root,
+/// the stand-in services run as this user, so their files must be reachable
+/// by it: see [`open_to_all`].
+const SERVICE_USER: &str = "nobody";
+
+/// Lets every user traverse and write `dir` (a test's temporary folder), so
+/// that services started as [`SERVICE_USER`] can run its stand-ins and write
+/// their records there.
+fn open_to_all(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+}
+
+/// Whether the tests run as root (then the entrypoint switches users).
+fn running_as_root() -> bool {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() == 0 }
+}
+
 /// Runs the entrypoint in validation-only mode with `env` (and no inherited
 /// IMGCTL_/JUPYTER_/SSH_ variables).
 fn check_entrypoint(env: &[(&str, &str)], args: &[&str]) -> Output {
@@ -491,7 +682,7 @@ fn check_entrypoint(env: &[(&str, &str)], args: &[&str]) -> Output {
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("IMGCTL_ENTRYPOINT_CHECK_ONLY", "1")
-        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_USER", SERVICE_USER)
         .env("IMGCTL_AUTHORIZED_KEYS_FILE", dir.path().join("none"))
         .current_dir(dir.path());
     for (k, v) in env {
@@ -532,6 +723,14 @@ fn entrypoint_refuses_bad_settings_before_starting_anything() {
         (
             vec![("JUPYTER_TOKEN", "has space")],
             "JUPYTER_TOKEN may only hold",
+        ),
+        (
+            vec![("JUPYTER_TOKEN", "x")],
+            "JUPYTER_TOKEN has 1 characters, too few to resist guessing; use at least 16 (e.g. openssl rand -hex 24), or unset it to get a generated 48-character token",
+        ),
+        (
+            vec![("JUPYTER_TOKEN", "fifteen-chars-x")],
+            "JUPYTER_TOKEN has 15 characters, too few",
         ),
         (
             vec![("JUPYTER_PASSWORD", "")],
@@ -605,6 +804,8 @@ fn entrypoint_accepts_good_settings() {
         "{s}"
     );
     assert!(plan(&[("IMGCTL_MODE", "none")], &[]).contains("jupyter=no ssh=no"));
+    // A token of 16 characters is long enough.
+    assert!(plan(&[("JUPYTER_TOKEN", "sixteen-chars-xy")], &[]).contains("jupyter=yes"));
     // A command passes through; service settings do not matter then.
     let s = plan(&[("JUPYTER_TOKEN", "")], &["python", "train.py"]);
     assert!(s.contains("would run: python train.py"), "{s}");
@@ -615,6 +816,55 @@ fn entrypoint_accepts_good_settings() {
             .code(),
         Some(2)
     );
+}
+
+#[test]
+fn entrypoint_refuses_an_unknown_user_as_root() {
+    if !running_as_root() {
+        eprintln!("skipped: the user check applies to a root container, and this test is not root");
+        return;
+    }
+    let message = "imgctl-entrypoint: error: IMGCTL_USER='nosuch' is not a user of this image, and the workload would run as root; name an existing user, or leave IMGCTL_USER as the image sets it\n";
+    // Validation alone, for the services and for a command.
+    for args in [&[][..], &["python", "train.py"]] {
+        let out = check_entrypoint(&[("IMGCTL_USER", "nosuch")], args);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr, message, "{args:?}");
+    }
+    // For real: the command does not run (it would have printed uid 0).
+    let run = |user: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        Command::new("sh")
+            .arg(entrypoint())
+            .args(["id", "-u"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("IMGCTL_USER", user)
+            .env("IMGCTL_RUN_DIR", dir.path().join("run"))
+            .output()
+            .unwrap()
+    };
+    let out = run("nosuch");
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "the command ran: {stdout}");
+    assert_eq!(stderr, message);
+    // An option-like name is no user either, and a newline cannot split the line.
+    let out = check_entrypoint(&[("IMGCTL_USER", "--help\nx")], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(texts(&out)
+        .1
+        .starts_with("imgctl-entrypoint: error: IMGCTL_USER='--help?x' is not a user"));
+    assert_eq!(texts(&out).1.lines().count(), 1);
+    // An existing user runs the command with its uid.
+    let out = run(SERVICE_USER);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    let uid = Command::new("id")
+        .args(["-u", SERVICE_USER])
+        .output()
+        .unwrap();
+    assert_eq!(texts(&out).0, texts(&uid).0);
 }
 
 /// Starts the entrypoint for real with a stand-in `jupyter` on PATH, and
@@ -628,6 +878,7 @@ fn entrypoint_runs_services_and_stops_on_sigterm() {
     let ws = dir.path().join("workspace");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(&ws).unwrap();
+    open_to_all(dir.path());
     let record = dir.path().join("jupyter.txt");
     // The stand-in records how it was started, then waits to be stopped.
     let fake = format!(
@@ -654,7 +905,7 @@ fn entrypoint_runs_services_and_stops_on_sigterm() {
         .env_clear()
         .env("PATH", &path)
         .env("IMGCTL_MODE", "jupyter")
-        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("IMGCTL_USER", SERVICE_USER)
         .env("IMGCTL_RUN_DIR", &run)
         .env("IMGCTL_WORKSPACE", &ws)
         .env("IMGCTL_JUPYTER_PORT", port.to_string())
@@ -783,6 +1034,7 @@ fn entrypoint_exits_when_a_service_dies() {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
+    open_to_all(dir.path());
     std::fs::write(bin.join("jupyter"), "#!/bin/sh\nsleep 0.3\nexit 7\n").unwrap();
     Command::new("chmod")
         .arg("+x")
@@ -801,8 +1053,8 @@ fn entrypoint_exits_when_a_service_dies() {
             ),
         )
         .env("IMGCTL_MODE", "jupyter")
-        .env("JUPYTER_TOKEN", "fixed-token")
-        .env("IMGCTL_USER", "imgctl-test-nobody")
+        .env("JUPYTER_TOKEN", "fixed-token-0123456789")
+        .env("IMGCTL_USER", SERVICE_USER)
         .env("IMGCTL_RUN_DIR", dir.path().join("run"))
         .env("IMGCTL_WORKSPACE", dir.path())
         .output()
@@ -811,7 +1063,7 @@ fn entrypoint_exits_when_a_service_dies() {
     assert_eq!(out.status.code(), Some(7), "{stderr}");
     assert!(stderr.contains("exited with status 7"), "{stderr}");
     assert!(
-        !stderr.contains("fixed-token"),
+        !stderr.contains("fixed-token-0123456789"),
         "a given token is never printed: {stderr}"
     );
 }

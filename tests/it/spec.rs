@@ -293,6 +293,83 @@ fn user_template_paths_are_relative_to_the_spec() {
 }
 
 #[test]
+fn template_and_lock_stay_in_the_spec_folder() {
+    let outer = tempfile::tempdir().unwrap();
+    let dir = outer.path().join("specs");
+    std::fs::create_dir(&dir).unwrap();
+    let text =
+        std::fs::read_to_string(repo_root().join("tests/fixtures/specs/busybox.yaml")).unwrap();
+    let template = repo_root().join("tests/fixtures/specs/busybox.Dockerfile.j2");
+    // A template and a lock outside the folder, reached through symlinks.
+    std::fs::copy(&template, outer.path().join("outside.j2")).unwrap();
+    std::os::unix::fs::symlink(outer.path().join("outside.j2"), dir.join("link.j2")).unwrap();
+    std::os::unix::fs::symlink(outer.path(), dir.join("up")).unwrap();
+    std::fs::copy(&template, dir.join("busybox.Dockerfile.j2")).unwrap();
+    let real_outer = outer.path().canonicalize().unwrap();
+    let render = |replace: (&str, &str)| {
+        let path = dir.join("s.yaml");
+        std::fs::write(&path, text.replace(replace.0, replace.1)).unwrap();
+        let out = imgctl_at_root(&["render", "--spec", path.to_str().unwrap()]);
+        let (stdout, stderr) = texts(&out);
+        (out.status.code(), stdout, stderr)
+    };
+    let tpl = "template: busybox.Dockerfile.j2";
+    let lock = |l: &str| format!("{tpl}\nlock: {l}");
+    for (replace, message) in [
+        (
+            (tpl, "template: ../../../../etc/passwd".to_string()),
+            "template: '../../../../etc/passwd' leaves the spec's folder (a `..` component or an absolute path); keep it in the spec's folder or below".to_string(),
+        ),
+        (
+            (tpl, "template: /etc/passwd".to_string()),
+            "template: '/etc/passwd' must be a path relative to the spec file".to_string(),
+        ),
+        (
+            (tpl, "template: link.j2".to_string()),
+            format!(
+                "template: 'link.j2' resolves to {} (through a symlink), outside the spec's folder {}",
+                real_outer.join("outside.j2").display(),
+                real_outer.join("specs").display()
+            ),
+        ),
+        (
+            (tpl, lock("../x.lock")),
+            "lock: '../x.lock' leaves the spec's folder".to_string(),
+        ),
+        (
+            (tpl, lock("sub/../../x.lock")),
+            "lock: 'sub/../../x.lock' leaves the spec's folder".to_string(),
+        ),
+        (
+            (tpl, lock("up/specs-escape.lock")),
+            format!(
+                "lock: 'up/specs-escape.lock' resolves to {} (through a symlink), outside the spec's folder",
+                real_outer.display()
+            ),
+        ),
+    ] {
+        let (code, stdout, stderr) = render((replace.0, &replace.1));
+        assert_eq!(code, Some(2), "{}: {stderr}", replace.1);
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.lines().any(|l| l.trim_start().starts_with(&message)),
+            "{}: wanted {message:?} in\n{stderr}",
+            replace.1
+        );
+        assert!(!stderr.contains("root:"), "{stderr}");
+    }
+    // Inside the folder (also through ./ and a subfolder that does not exist yet) is fine.
+    for good in [
+        tpl.to_string(),
+        "template: ./busybox.Dockerfile.j2".to_string(),
+        lock("locks/s.lock"),
+    ] {
+        let (code, _, stderr) = render((tpl, &good));
+        assert_eq!(code, Some(0), "{good}: {stderr}");
+    }
+}
+
+#[test]
 fn specs_lists_the_profiles() {
     let out = imgctl_at_root(&["specs", "--json"]);
     let (stdout, stderr) = texts(&out);

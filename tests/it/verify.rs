@@ -317,7 +317,11 @@ fn usage_errors_exit_2() {
         ),
         (
             &["verify", "--image", "Not A Tag!!", "--expect-gpus", "0"][..],
-            "error: `Not A Tag!!` is not a valid image reference",
+            "error: invalid --image 'Not A Tag!!': 'Not A Tag!!' is not a lower-case path component",
+        ),
+        (
+            &["verify", "--image", "", "--expect-gpus", "0"][..],
+            "error: invalid --image '': it is empty",
         ),
     ] {
         let out = imgctl(args);
