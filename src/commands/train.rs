@@ -394,7 +394,19 @@ mod imp {
             ));
         }
         if let Some(last) = s.samples.last() {
-            lines.push(format!("samples: {}", last.display()));
+            lines.push(match &s.sample_stats {
+                Some(st) => format!(
+                    "samples: {} — {} images, DDIM {} steps, EMA weights (neighbour difference {:.3}, saturation {:.3}; training data {:.3}, {:.3})",
+                    last.display(),
+                    st.images,
+                    st.ddim_steps,
+                    st.samples.neighbour_diff,
+                    st.samples.saturation,
+                    st.data.neighbour_diff,
+                    st.data.saturation
+                ),
+                None => format!("samples: {}", last.display()),
+            });
         }
         lines.push(format!(
             "metrics: {} (TensorBoard: tensorboard --logdir {})",

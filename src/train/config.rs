@@ -166,6 +166,10 @@ pub struct TrainingConfig {
     pub prefetch: usize,
     /// Images in the synthetic dataset.
     pub synthetic_images: usize,
+    /// What the synthetic images look like: `shapes` (varied) or `bold`
+    /// (one big shape on a flat ground; the smoke preset's).
+    #[serde(default)]
+    pub synthetic_style: crate::train::data::SyntheticStyle,
 }
 
 fn default_overlap() -> bool {
@@ -215,6 +219,7 @@ impl TrainingConfig {
             prefetch: 2,
             // Enough distinct images that the default model does not memorise them in a demo.
             synthetic_images: 4096,
+            synthetic_style: crate::train::data::SyntheticStyle::Shapes,
         };
         match name {
             "default" => Ok(default),
@@ -232,6 +237,26 @@ impl TrainingConfig {
                 workers: 2,
                 // Small enough for the tiny model to fit quickly.
                 synthetic_images: 512,
+                ..default
+            }),
+            // A smoke run that visibly learns its data on a CPU: the tiny UNet
+            // at 16×16 on the bold synthetic set (one big shape on a flat
+            // ground). Measured on 2 shared CPU cores: 1200 steps in about
+            // 2 minutes with start-up; the samples show the data's coloured
+            // discs and squares (see tests/it/smoke.rs); 400 steps still
+            // give blurred blobs.
+            "smoke" => Ok(Self {
+                steps: 1200,
+                batch_size: 16,
+                lr: 2e-3,
+                lr_warmup_steps: 50,
+                checkpoint_every: 400,
+                sample_every: 400,
+                sample_num: 8,
+                sample_steps: 20,
+                workers: 1,
+                synthetic_images: 512,
+                synthetic_style: crate::train::data::SyntheticStyle::Bold,
                 ..default
             }),
             other => UNetConfig::preset(other).map(|_| default),

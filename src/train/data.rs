@@ -68,6 +68,20 @@ pub fn fill_normal(rng: &mut ChaCha8Rng, out: &mut [f32]) {
     }
 }
 
+/// What the procedural images look like.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyntheticStyle {
+    /// A two-colour gradient at a random angle with one to three shapes
+    /// (discs, rectangles, triangles) in random colours: varied, for real runs.
+    #[default]
+    Shapes,
+    /// One large disc or square in one of six saturated colours on one of
+    /// three dark flat grounds: few modes, learnt in minutes on a CPU (the
+    /// smoke preset), and easy to recognise in a sample grid.
+    Bold,
+}
+
 /// Where images come from.
 #[derive(Debug, Clone)]
 pub enum Source {
@@ -75,6 +89,8 @@ pub enum Source {
     Synthetic {
         /// Number of distinct images in one epoch.
         len: usize,
+        /// Their look.
+        style: SyntheticStyle,
     },
     /// Image files (PNG/JPEG) found in a folder.
     Folder {
@@ -95,10 +111,10 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// The synthetic dataset with `len` images of `size`×`size`.
-    pub fn synthetic(len: usize, size: u32) -> Self {
+    /// The synthetic dataset with `len` images of `size`×`size` in `style`.
+    pub fn synthetic(len: usize, size: u32, style: SyntheticStyle) -> Self {
         Self {
-            source: Source::Synthetic { len },
+            source: Source::Synthetic { len, style },
             size,
             skipped: Vec::new(),
         }
@@ -139,7 +155,7 @@ impl Dataset {
     /// Number of images in one epoch.
     pub fn len(&self) -> usize {
         match &self.source {
-            Source::Synthetic { len } => *len,
+            Source::Synthetic { len, .. } => *len,
             Source::Folder { files } => files.len(),
         }
     }
@@ -152,7 +168,14 @@ impl Dataset {
     /// Image `index` as f32 CHW in [-1, 1] (before augmentation). Errors name the file.
     pub fn image(&self, seed: u64, index: usize) -> Result<Vec<f32>, String> {
         match &self.source {
-            Source::Synthetic { .. } => Ok(synthetic_image(seed, index as u64, self.size)),
+            Source::Synthetic {
+                style: SyntheticStyle::Shapes,
+                ..
+            } => Ok(synthetic_image(seed, index as u64, self.size)),
+            Source::Synthetic {
+                style: SyntheticStyle::Bold,
+                ..
+            } => Ok(bold_image(seed, index as u64, self.size)),
             Source::Folder { files } => load_image(&files[index], self.size),
         }
     }
@@ -250,6 +273,47 @@ pub fn synthetic_image(seed: u64, index: u64, size: u32) -> Vec<f32> {
     }
     for v in &mut out {
         *v = *v * 2.0 - 1.0;
+    }
+    out
+}
+
+/// A procedural image of the `bold` style: one large disc or square, centred
+/// near the middle, in one of six saturated colours, on one of three dark
+/// flat grounds, in [-1, 1].
+pub fn bold_image(seed: u64, index: u64, size: u32) -> Vec<f32> {
+    const GROUNDS: [[f32; 3]; 3] = [[0.08, 0.10, 0.25], [0.06, 0.20, 0.10], [0.15, 0.15, 0.15]];
+    const COLOURS: [[f32; 3]; 6] = [
+        [0.95, 0.15, 0.10],
+        [0.98, 0.85, 0.10],
+        [0.10, 0.80, 0.95],
+        [0.90, 0.20, 0.85],
+        [0.20, 0.90, 0.25],
+        [1.00, 0.55, 0.05],
+    ];
+    let mut rng = derived_rng(seed, DOMAIN_ITEM, index, 1);
+    let s = size as usize;
+    let n = s * s;
+    let ground = GROUNDS[rng.gen_range(0..GROUNDS.len())];
+    let colour = COLOURS[rng.gen_range(0..COLOURS.len())];
+    let disc = rng.gen_bool(0.5);
+    let cx: f32 = rng.gen_range(0.38..0.62);
+    let cy: f32 = rng.gen_range(0.38..0.62);
+    let r: f32 = rng.gen_range(0.22..0.32);
+    let mut out = vec![0f32; 3 * n];
+    for y in 0..s {
+        for x in 0..s {
+            let u = (x as f32 + 0.5) / s as f32;
+            let v = (y as f32 + 0.5) / s as f32;
+            let inside = if disc {
+                (u - cx).powi(2) + (v - cy).powi(2) <= r * r
+            } else {
+                (u - cx).abs() <= r * 0.85 && (v - cy).abs() <= r * 0.85
+            };
+            let c = if inside { colour } else { ground };
+            for (k, value) in c.iter().enumerate() {
+                out[k * n + y * s + x] = value * 2.0 - 1.0;
+            }
+        }
     }
     out
 }
@@ -491,7 +555,7 @@ mod tests {
 
     #[test]
     fn ranks_split_the_global_batch() {
-        let data = Dataset::synthetic(10, 8);
+        let data = Dataset::synthetic(10, 8, SyntheticStyle::Shapes);
         let mut cache = PermCache::default();
         let whole = build_batch(&data, &spec(0, 1, 4), 1, &mut cache);
         let r0 = build_batch(&data, &spec(0, 2, 2), 1, &mut cache);
@@ -505,7 +569,7 @@ mod tests {
 
     #[test]
     fn loader_order_does_not_depend_on_workers() {
-        let data = Arc::new(Dataset::synthetic(5, 8));
+        let data = Arc::new(Dataset::synthetic(5, 8, SyntheticStyle::Shapes));
         let mut one = Loader::start(data.clone(), spec(0, 1, 3), 1, 2);
         let mut three = Loader::start(data, spec(0, 1, 3), 3, 1);
         for _ in 0..7 {

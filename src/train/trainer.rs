@@ -931,6 +931,39 @@ pub struct DataSummary {
     pub unreadable: Vec<UnreadableFile>,
 }
 
+/// The last sample grid of a run: how it was made, and the statistics that
+/// tell learnt images from noise ([`images::ImageStats`]) for it and for the
+/// training data (up to 64 of its first images).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SampleStats {
+    /// Images in the grid.
+    pub images: i64,
+    /// DDIM steps.
+    pub ddim_steps: usize,
+    /// The grid's statistics.
+    pub samples: images::ImageStats,
+    /// The training data's.
+    pub data: images::ImageStats,
+}
+
+/// The [`images::ImageStats`] of up to 64 of `data`'s first images (as the
+/// model sees them before augmentation); `None` when one cannot be read.
+fn data_stats(data: &Dataset, seed: u64) -> Option<images::ImageStats> {
+    let n = data.len().min(64);
+    let size = data.size as i64;
+    let imgs: Vec<Tensor> = (0..n)
+        .map(|i| {
+            data.image(seed, i)
+                .ok()
+                .map(|v| Tensor::from_slice(&v).view([3, size, size]))
+        })
+        .collect::<Option<_>>()?;
+    if imgs.is_empty() {
+        return None;
+    }
+    images::ImageStats::of(&Tensor::stack(&imgs, 0)).ok()
+}
+
 /// One skipped file.
 #[derive(Debug, Clone, Serialize)]
 pub struct UnreadableFile {
@@ -992,6 +1025,8 @@ pub struct TrainSummary {
     pub tensorboard: PathBuf,
     /// Sample grids written.
     pub samples: Vec<PathBuf>,
+    /// What the last grid shows, and how it compares with the training data.
+    pub sample_stats: Option<SampleStats>,
     /// The final EMA weights as a diffusers model folder
     /// (`UNet2DModel.from_pretrained(path)`).
     pub diffusers_model: Option<PathBuf>,
@@ -1127,7 +1162,11 @@ pub fn check_out_dir(out: &Path, params: u64) -> anyhow::Result<()> {
 pub fn open_dataset(choice: &DataChoice, config: &TrainConfig) -> anyhow::Result<Dataset> {
     let size = config.image_size()?;
     match choice {
-        DataChoice::Synthetic => Ok(Dataset::synthetic(config.training.synthetic_images, size)),
+        DataChoice::Synthetic => Ok(Dataset::synthetic(
+            config.training.synthetic_images,
+            size,
+            config.training.synthetic_style,
+        )),
         DataChoice::Folder(dir) => {
             let data = Dataset::folder(dir, size).map_err(|e| {
                 CliError::usage(format!(
@@ -1324,6 +1363,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let mut last_checkpoint: Option<PathBuf> = opts.resume.clone();
     let mut last_checkpoint_step = opts.resume.as_ref().map(|_| start_step);
     let mut samples = Vec::new();
+    let mut sample_stats = None;
+    let mut training_data_stats = None;
     let mut skipped_steps = 0;
     let mut last_loss = None;
     let epoch_len = data.len() as u64;
@@ -1494,6 +1535,18 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 let png = images::encode_grid_png(&imgs, None)?;
                 checkpoint::write_file_atomic(&path, &png)
                     .with_context(|| format!("writing {}", path.display()))?;
+                if training_data_stats.is_none() {
+                    training_data_stats = data_stats(&data, tr.seed);
+                }
+                if let (Ok(got), Some(want)) = (images::ImageStats::of(&imgs), training_data_stats)
+                {
+                    sample_stats = Some(SampleStats {
+                        images: tr.sample_num,
+                        ddim_steps: tr.sample_steps,
+                        samples: got,
+                        data: want,
+                    });
+                }
                 if let Some(m) = metrics.as_mut() {
                     m.image(trainer.step, &png)?;
                 }
@@ -1589,6 +1642,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         metrics: metrics_path,
         tensorboard: tb_path,
         samples,
+        sample_stats,
         diffusers_model,
     })
 }

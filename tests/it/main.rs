@@ -10,6 +10,7 @@ mod linking;
 mod lock;
 mod parallel;
 mod render;
+mod smoke;
 mod spec;
 mod train;
 mod trainer;

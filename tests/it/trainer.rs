@@ -1003,8 +1003,8 @@ fn sample_png_decodes() {
     );
     assert_code(&o, 0);
     let img = image::open(&png).expect("decodes").to_rgb8();
-    // 2×2 tiles of 32 px with 2 px padding (torchvision make_grid).
-    assert_eq!(img.dimensions(), (2 + 2 * 34, 2 + 2 * 34));
+    // 2×2 tiles of 32 px enlarged ×4 to 128, with 2 px padding (torchvision make_grid).
+    assert_eq!(img.dimensions(), (2 + 2 * 130, 2 + 2 * 130));
     // DDPM too, from an explicit step directory with the raw weights.
     let png2 = dir.path().join("ddpm.png");
     let ck = checkpoint::latest(&out).unwrap();

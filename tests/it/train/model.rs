@@ -626,13 +626,16 @@ fn model_grid_png_decodes_with_the_expected_pixels() {
     );
     write_grid_png(&imgs, &path, None).unwrap();
     let img = image::open(&path).unwrap().to_rgb8();
-    // ⌈√5⌉ = 3 per row, 2 rows, 2-pixel padding.
-    assert_eq!((img.width(), img.height()), (3 * 8 + 2, 2 * 6 + 2));
+    // 5 is prime: ⌈√5⌉ = 3 per row, 2 rows; 4×6 tiles are enlarged ×32 to
+    // 128×192 (the least factor reaching 128 px), with 2-pixel padding.
+    assert_eq!((img.width(), img.height()), (3 * 194 + 2, 2 * 130 + 2));
     let expect = [0u8, 64, 128, 191, 255];
     for (i, e) in expect.iter().enumerate() {
         let (gx, gy) = ((i % 3) as u32, (i / 3) as u32);
-        let px = img.get_pixel(2 + gx * 8 + 1, 2 + gy * 6 + 1);
-        assert_eq!(px.0, [*e; 3], "image {i}");
+        for (dx, dy) in [(0, 0), (191, 127)] {
+            let px = img.get_pixel(2 + gx * 194 + dx, 2 + gy * 130 + dy);
+            assert_eq!(px.0, [*e; 3], "image {i}");
+        }
     }
     assert_eq!(img.get_pixel(0, 0).0, [0, 0, 0]);
 }
