@@ -82,6 +82,18 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
+/// `text` as it may appear inside an error message: unchanged when it is one
+/// line of printable text, else quoted and escaped like Rust's `{:?}` (`"a\nb"`),
+/// so a value from input can never start a line of its own or send terminal
+/// escape sequences.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(format!("{text:?}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// The exit status an error maps to: that of the first [`CliError`] in its chain,
 /// else [`ExitStatus::Failure`].
 pub fn status_of(err: &anyhow::Error) -> ExitStatus {

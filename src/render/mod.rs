@@ -70,6 +70,9 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
     v
 }
 
+/// The longest line Docker's Dockerfile parser reads (64 KiB, its scanner's buffer).
+pub const DOCKERFILE_LINE_MAX: usize = 64 * 1024;
+
 /// Build options that shape the Dockerfile (from `ImageArgs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderOptions {
@@ -614,6 +617,23 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         };
         anyhow::Error::from(err)
     })?;
+    // Docker's Dockerfile parser reads lines of at most 64 KiB; a longer one
+    // would fail the build with a confusing parser error.
+    if let Some((i, line)) = dockerfile
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.len() >= DOCKERFILE_LINE_MAX)
+    {
+        let start: String = line.chars().take(40).collect();
+        return Err(CliError::usage(format!(
+            "the rendered Dockerfile's line {} is {} bytes long (it starts {}); Docker reads lines of at most 64 KiB",
+            i + 1,
+            line.len(),
+            crate::error::printable(&start)
+        ))
+        .with_hint("shorten the spec values (or the template text) that land on that line")
+        .into());
+    }
 
     let mut files = vec![
         ContextFile {

@@ -126,6 +126,49 @@ pub fn profile_for_cuda(cuda: &str) -> Option<&'static str> {
         .map(|(name, _, _)| *name)
 }
 
+/// The largest spec file `load` reads (256 KiB); the bundled specs are under 4 KiB.
+pub const MAX_SPEC_BYTES: u64 = 256 * 1024;
+
+/// Reads a user's spec file, refusing one over [`MAX_SPEC_BYTES`] (at most
+/// that many bytes are read, so `/dev/zero` or a growing file costs nothing)
+/// and one that is not UTF-8 text.
+fn read_spec_file(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let shown = crate::error::printable(&path.display().to_string()).into_owned();
+    let cannot = |e: std::io::Error| {
+        CliError::usage(format!("cannot read spec {shown}: {e}"))
+            .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
+    };
+    if path.is_dir() {
+        return Err(
+            CliError::usage(format!("spec {shown} is a directory, not a spec file"))
+                .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
+                .into(),
+        );
+    }
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SPEC_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > MAX_SPEC_BYTES {
+        return Err(CliError::usage(format!(
+            "spec {shown} is larger than {} KiB, the most a spec file may be",
+            MAX_SPEC_BYTES / 1024
+        ))
+        .with_hint("a spec lists pins and names, a few KiB at most; check that --spec names the right file")
+        .into());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        CliError::usage(format!(
+            "spec {shown} is not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+        .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
+        .into()
+    })
+}
+
 /// Loads and validates a spec. Bad input is a usage error (exit 2) listing
 /// every problem.
 pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
@@ -149,10 +192,7 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
             (yaml.to_string(), format!("images/{name}.yaml"), None, None)
         }
         SpecSource::File(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                CliError::usage(format!("cannot read spec {}: {e}", path.display()))
-                    .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
-            })?;
+            let text = read_spec_file(path)?;
             let dir = path
                 .parent()
                 .map(|p| {

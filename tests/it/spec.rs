@@ -469,3 +469,99 @@ fn the_lock_field_is_validated() {
     let ok = spec::validate::validate(&format!("{base}lock: false\n"), None).unwrap();
     assert_eq!(ok.lock, spec::LockSetting::Disabled);
 }
+
+/// A copy of the example spec with `edit` applied, written to `dir/s.yaml`; its path.
+fn edited_example(dir: &Path, edit: impl Fn(String) -> String) -> String {
+    let text = std::fs::read_to_string(repo_root().join("examples/custom-spec.yaml")).unwrap();
+    let path = dir.join("s.yaml");
+    std::fs::write(&path, edit(text)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn deep_nesting_and_huge_specs_are_refused_before_parsing() {
+    let dir = tempfile::tempdir().unwrap();
+    // 200 KB of brackets took libyaml 80 s of CPU; the pre-scan answers at once.
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        format!("a: {}", "[".repeat(100_000) + &"]".repeat(100_000)),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = imgctl_at_root(&["render", "--spec", deep.to_str().unwrap()]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("(line 1 column 68): brackets nest deeper than 64 levels"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed().as_secs() < 3,
+        "took {:?}",
+        started.elapsed()
+    );
+    // Brackets inside quoted strings and comments do not count.
+    let quoted = edited_example(dir.path(), |t| {
+        let b = "[".repeat(100);
+        let t =
+            regex_free_replace_line(&t, "description:", &format!("# {b}\ndescription: \"{b}\""));
+        t.replacen(
+            "\nlabels:\n",
+            &format!("\nlabels:\n  org.example.b: '{b}'\n"),
+            1,
+        )
+    });
+    let out = imgctl_at_root(&["render", "--spec", &quoted]);
+    assert!(out.status.success(), "{}", texts(&out).1);
+    // Over 256 KiB: refused without reading more (also /dev/zero).
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat(300_000)).unwrap();
+    for path in [big.to_str().unwrap(), "/dev/zero"] {
+        let out = imgctl_at_root(&["render", "--spec", path]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "error: spec {path} is larger than 256 KiB, the most a spec file may be\n"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("hint: "), "{stderr}");
+    }
+}
+
+#[test]
+fn values_too_long_for_a_dockerfile_line_are_spec_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 20 KB description (and label) rendered, then failed the build.
+    let long = "x".repeat(20_000);
+    let spec = edited_example(dir.path(), |t| {
+        let t = regex_free_replace_line(&t, "description:", &format!("description: {long}"));
+        t.replacen(
+            "\nlabels:\n",
+            &format!("\nlabels:\n  org.example.note: {long}\n"),
+            1,
+        )
+    });
+    let out = imgctl_at_root(&["render", "--spec", &spec]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stdout.is_empty());
+    for needle in [
+        "has 2 problems",
+        "\n  description: is 20000 bytes long; at most 16384 (Docker reads a Dockerfile line of at most 64 KiB, and this value is written on one)\n",
+        "\n  labels.org.example.note: is 20000 bytes long; at most 16384",
+    ] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+}
+
+/// `text` with its line starting with `prefix` replaced by `line`.
+fn regex_free_replace_line(text: &str, prefix: &str, line: &str) -> String {
+    text.lines()
+        .map(|l| if l.starts_with(prefix) { line } else { l })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
