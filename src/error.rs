@@ -94,6 +94,27 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `text` with every control character written as its escape (`\n`, `\u{1b}`)
+/// and nothing else changed: for values quoted inside a message that already
+/// quotes them.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(
+            text.chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_debug().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect(),
+        )
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// The exit status an error maps to: that of the first [`CliError`] in its chain,
 /// else [`ExitStatus::Failure`].
 pub fn status_of(err: &anyhow::Error) -> ExitStatus {

@@ -28,11 +28,29 @@ pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
     } else {
         Level::Quick
     };
+    for (flag, patterns) in [("--only", &args.only), ("--skip", &args.skip)] {
+        if patterns.iter().any(|p| p.trim().is_empty()) {
+            return Err(CliError::usage(format!(
+                "{flag} '' names no check (an empty id would select every one)"
+            ))
+            .with_hint(format!(
+                "{flag} takes check ids or id prefixes such as `nvml` or `torch.cuda`; `imgctl verify --list-checks` lists them"
+            ))
+            .into());
+        }
+    }
     let mut unknown = verify::unknown_patterns(&args.only);
     unknown.extend(verify::unknown_patterns(&args.skip));
     if !unknown.is_empty() {
         return Err(
-            CliError::usage(format!("unknown check id(s): {}", unknown.join(", ")))
+            CliError::usage(format!(
+                "unknown check id(s): {}",
+                unknown
+                    .iter()
+                    .map(|u| crate::error::printable(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
                 .with_hint(format!(
                     "valid ids (or their prefixes such as `nvml`; `imgctl verify --list-checks` describes them): {}",
                     verify::all_ids().join(", ")

@@ -212,6 +212,16 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
             )
         }
     };
+    if is_empty_yaml(&text) {
+        return Err(CliError::usage(format!(
+            "spec {} is empty",
+            crate::error::printable(&origin)
+        ))
+        .with_hint(
+            "a spec is a YAML mapping of fields; examples/custom-spec.yaml shows every field",
+        )
+        .into());
+    }
     let spec = validate::validate(&text, dir.as_deref())
         .map_err(|problems| problems_error(&origin, &problems))?;
     Ok(LoadedSpec {
@@ -224,12 +234,22 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
     })
 }
 
+/// Whether YAML `text` holds no document content: only blank lines, comments
+/// and document markers.
+fn is_empty_yaml(text: &str) -> bool {
+    text.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || t == "---" || t == "..."
+    })
+}
+
 /// The usage error for a spec with problems: `spec X has N problems` and one
 /// indented line per problem.
 pub fn problems_error(origin: &str, problems: &[Problem]) -> anyhow::Error {
     let n = problems.len();
     let mut msg = format!(
-        "spec {origin} has {n} problem{}",
+        "spec {} has {n} problem{}",
+        crate::error::printable(origin),
         if n == 1 { "" } else { "s" }
     );
     for p in problems {

@@ -44,11 +44,17 @@ struct Walker {
 }
 
 impl Walker {
+    /// Records a problem. Values from the spec that the path or message quote
+    /// may hold newlines or escape sequences: they are written escaped, so each
+    /// problem stays one line of plain text.
     fn problem(&mut self, path: &str, message: impl Into<String>, valid: Option<String>) {
+        use crate::error::escape_controls;
+        let path = if path.is_empty() { "(top level)" } else { path };
+        let message = message.into();
         self.problems.push(Problem {
-            path: path.to_string(),
-            message: message.into(),
-            valid,
+            path: escape_controls(path).into_owned(),
+            message: escape_controls(&message).into_owned(),
+            valid: valid.map(|v| escape_controls(&v).into_owned()),
         });
     }
 
@@ -849,6 +855,8 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     w.problem("template", format!("'{t}' must be a path relative to the spec file"), None);
                 } else if let Err(e) = inside_spec_dir(dir, p) {
                     w.problem("template", format!("'{t}' {e}; keep it in the spec's folder or below"), None);
+                } else if dir.join(p).is_dir() {
+                    w.problem("template", format!("'{t}' is a directory, not a template file ({})", dir.join(p).display()), None);
                 } else if !dir.join(p).is_file() {
                     w.problem("template", format!("'{t}' does not exist next to the spec (looked for {})", dir.join(p).display()), None);
                 }

@@ -565,3 +565,51 @@ fn regex_free_replace_line(text: &str, prefix: &str, line: &str) -> String {
         .join("\n")
         + "\n"
 }
+
+#[test]
+fn empty_specs_directory_templates_and_control_characters_read_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    // An empty spec (or only comments) was `  : expected a mapping, found nothing (null)`.
+    for text in ["", "# nothing yet\n---\n"] {
+        let path = dir.path().join("empty.yaml");
+        std::fs::write(&path, text).unwrap();
+        let out = imgctl_at_root(&["render", "--spec", path.to_str().unwrap()]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: spec {} is empty\n", path.display())),
+            "{stderr}"
+        );
+        assert!(stderr.contains("\nhint: "), "{stderr}");
+    }
+    // Not a mapping at the top: the field path says so.
+    std::fs::write(dir.path().join("list.yaml"), "- a\n").unwrap();
+    let out = imgctl_at_root(&[
+        "render",
+        "--spec",
+        dir.path().join("list.yaml").to_str().unwrap(),
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.contains("\n  (top level): expected a mapping, found a list\n"),
+        "{stderr}"
+    );
+    // A directory named as the template is not "missing"; a value with a
+    // newline or escape sequence is printed escaped, one problem per line.
+    std::fs::create_dir(dir.path().join("tdir")).unwrap();
+    let spec = edited_example(dir.path(), |t| {
+        let t = regex_free_replace_line(&t, "# template:", "template: tdir");
+        regex_free_replace_line(&t, "  - git", "  - \"gi\\nt\\e[31m\"")
+    });
+    let out = imgctl_at_root(&["render", "--spec", &spec]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for needle in [
+        "has 2 problems\n",
+        "\n  apt[5]: 'gi\\nt\\u{1b}[31m' is not a Debian package name",
+        "\n  template: 'tdir' is a directory, not a template file (",
+    ] {
+        assert!(stderr.contains(needle), "missing {needle:?} in:\n{stderr}");
+    }
+    assert!(!stderr.contains('\x1b'), "{stderr}");
+}

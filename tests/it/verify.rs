@@ -766,3 +766,28 @@ fn gpu_request_on_an_engine_without_the_nvidia_runtime_is_rejected_and_cleaned_u
         "container left behind"
     );
 }
+
+#[test]
+fn empty_or_control_character_check_ids_are_usage_errors() {
+    // `--only ''` selected every check (an empty prefix matches all).
+    for flag in ["--only", "--skip"] {
+        let out = imgctl(&["verify", "--expect-gpus", "0", flag, ""]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "error: {flag} '' names no check (an empty id would select every one)\n"
+            )),
+            "{stderr}"
+        );
+        assert!(stderr.contains("\nhint: "), "{stderr}");
+    }
+    // An unknown id with a newline or escape is quoted and escaped, on one line.
+    let out = imgctl(&["verify", "--only", "nvml\nerror: fake\x1b[31m"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("error: unknown check id(s): \"nvml\\nerror: fake\\u{1b}[31m\"\n"),
+        "{stderr}"
+    );
+}
