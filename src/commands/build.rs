@@ -184,6 +184,9 @@ struct DryRun<'a> {
 
 /// Runs `imgctl build`.
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
+    if let Some(path) = &args.report {
+        crate::output::check_output_file("--report", path)?;
+    }
     let plan = plan(&args)?;
     for note in &plan.notes {
         printer().info(format!("note: {note}"));

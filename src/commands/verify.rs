@@ -117,6 +117,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         return Ok(ExitStatus::Success);
     }
     let opts = options(&args)?;
+    if let Some(path) = &args.junit {
+        crate::output::check_output_file("--junit", path)?;
+    }
     if let Some(image) = &args.image {
         crate::reference::check("--image", image)?;
         let gpus = GpuRequest::parse(&args.gpus)

@@ -828,3 +828,46 @@ fn push_uses_the_docker_config_credentials() {
         "{body}"
     );
 }
+
+#[test]
+fn report_paths_are_checked_before_any_engine_work() {
+    // A directory or a missing folder as --report was found only after the
+    // build (a built image reported as a failure); now it is a usage error
+    // before the engine is asked anything (the dead socket is never reached).
+    let dir = tempfile::tempdir().unwrap();
+    let spec = busybox_spec();
+    let missing = dir.path().join("no/such/report.json");
+    for (path, says) in [
+        (
+            dir.path().to_path_buf(),
+            "is a directory; it takes a file path".to_string(),
+        ),
+        (
+            missing.clone(),
+            format!(
+                "its folder {} does not exist",
+                missing.parent().unwrap().display()
+            ),
+        ),
+    ] {
+        let out = imgctl_env(
+            &[
+                "build",
+                "--spec",
+                spec.to_str().unwrap(),
+                "--report",
+                path.to_str().unwrap(),
+            ],
+            &[("DOCKER_HOST", DEAD_SOCKET)],
+        );
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let first = format!("error: --report {}", path.display());
+        assert!(stderr.starts_with(&first), "{stderr}");
+        assert!(stderr.lines().next().unwrap().contains(&says), "{stderr}");
+        assert!(
+            stderr.contains("\nhint: --report takes the path of a file"),
+            "{stderr}"
+        );
+    }
+}

@@ -791,3 +791,40 @@ fn empty_or_control_character_check_ids_are_usage_errors() {
         "{stderr}"
     );
 }
+
+#[test]
+fn junit_paths_are_checked_before_the_checks_run() {
+    // `--junit DIR` ran every check, then failed writing (exit 1, report lost).
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope/report.xml");
+    for path in [dir.path().to_path_buf(), missing] {
+        let out = imgctl(&[
+            "verify",
+            "--expect-gpus",
+            "0",
+            "--junit",
+            path.to_str().unwrap(),
+        ]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: --junit {}", path.display())),
+            "nothing may run before the error:\n{stderr}"
+        );
+    }
+    let out = imgctl(&[
+        "verify",
+        "--expect-gpus",
+        "0",
+        "--junit",
+        dir.path().to_str().unwrap(),
+    ]);
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: --junit {0} is a directory; it takes a file path (e.g. {0}/report)\n",
+            dir.path().display()
+        )),
+        "{stderr}"
+    );
+}
