@@ -104,6 +104,66 @@ fn check_selection(opts: &Options, with_image: bool) -> anyhow::Result<()> {
     .into())
 }
 
+/// The hint under every `--mount` error.
+const MOUNT_HINT: &str = "--mount takes an existing host path and an absolute path in the container: --mount /data/models:/models:ro";
+
+/// Checks one `--mount SRC:DST[:ro|:rw]` before the engine sees it, and
+/// returns it as a bind for the engine. The source must be an absolute path
+/// that exists: Docker would create a missing one as an empty root-owned
+/// directory, and would take a bare name as a named volume and keep it after
+/// the container is gone. Named volumes are refused (verify leaves nothing
+/// behind); a value without `:` is a usage error naming the form, not the
+/// engine's HTTP 500.
+pub fn check_mount(mount: &str) -> Result<String, CliError> {
+    use crate::error::printable;
+    let shown = printable(mount);
+    let usage = |m: String| CliError::usage(m).with_hint(MOUNT_HINT);
+    let parts: Vec<&str> = mount.split(':').collect();
+    let (src, dst, mode) = match parts.as_slice() {
+        [src, dst] => (*src, *dst, None),
+        [src, dst, mode] => (*src, *dst, Some(*mode)),
+        _ => {
+            return Err(usage(format!(
+                "--mount {shown} is not of the form SRC:DST or SRC:DST:ro"
+            )))
+        }
+    };
+    if let Some(mode) = mode {
+        if mode != "ro" && mode != "rw" {
+            return Err(usage(format!(
+                "--mount {shown}: unknown mode {}; ro (read-only) or rw",
+                printable(mode)
+            )));
+        }
+    }
+    if mount.chars().any(char::is_control) {
+        return Err(usage(format!(
+            "--mount {shown} contains a control character"
+        )));
+    }
+    if !src.starts_with('/') {
+        let what = if src.is_empty() {
+            "the host path is empty".to_string()
+        } else if !src.contains('/') && !src.starts_with('.') && !src.starts_with('~') {
+            format!("'{src}' is not a host path; Docker would take it as a named volume and keep it after the run, so verify does not mount volumes")
+        } else {
+            format!("the host path '{src}' is not absolute")
+        };
+        return Err(usage(format!("--mount {shown}: {what}")));
+    }
+    if std::fs::symlink_metadata(src).is_err() {
+        return Err(usage(format!(
+            "--mount {shown}: the host path {src} does not exist (Docker would create it as an empty directory owned by root)"
+        )));
+    }
+    if !dst.starts_with('/') {
+        return Err(usage(format!(
+            "--mount {shown}: the container path '{dst}' is not absolute"
+        )));
+    }
+    Ok(mount.to_string())
+}
+
 /// Runs `imgctl verify`.
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     if args.list_checks {
@@ -124,11 +184,16 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         crate::reference::check("--image", image)?;
         let gpus = GpuRequest::parse(&args.gpus)
             .map_err(|m| CliError::usage(m).with_hint("--gpus all | 2 | 0,2 | device=0"))?;
+        let mounts = args
+            .mounts
+            .iter()
+            .map(|m| check_mount(m))
+            .collect::<Result<Vec<_>, _>>()?;
         let run = verify::host::ImageRun {
             image: image.clone(),
             gpus,
             opts: opts.clone(),
-            mounts: args.mounts.clone(),
+            mounts,
             labels: Default::default(),
         };
         let nvml = verify::load_real_nvml(opts.timeout);

@@ -828,3 +828,67 @@ fn junit_paths_are_checked_before_the_checks_run() {
         "{stderr}"
     );
 }
+
+#[test]
+fn mounts_are_checked_before_the_engine_sees_them() {
+    // `nocolon` reached the engine (a raw HTTP 500), a missing host path was
+    // created as root, a bare name left a named volume behind.
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("not-here");
+    let missing_arg = format!("{}:/x", missing.display());
+    let rel = "data/models:/x";
+    let cases = [
+        (
+            "nocolon",
+            "error: --mount nocolon is not of the form SRC:DST or SRC:DST:ro".to_string(),
+        ),
+        (
+            "name:/x",
+            "error: --mount name:/x: 'name' is not a host path; Docker would take it as a named volume and keep it after the run, so verify does not mount volumes".to_string(),
+        ),
+        (
+            missing_arg.as_str(),
+            format!(
+                "error: --mount {missing_arg}: the host path {} does not exist (Docker would create it as an empty directory owned by root)",
+                missing.display()
+            ),
+        ),
+        (
+            rel,
+            "error: --mount data/models:/x: the host path 'data/models' is not absolute".to_string(),
+        ),
+        (
+            "/tmp:x",
+            "error: --mount /tmp:x: the container path 'x' is not absolute".to_string(),
+        ),
+        (
+            "/tmp:/x:rx",
+            "error: --mount /tmp:/x:rx: unknown mode rx; ro (read-only) or rw".to_string(),
+        ),
+    ];
+    for (mount, line) in &cases {
+        let out = Command::new(imgctl_bin())
+            .args([
+                "verify",
+                "--image",
+                "imgctl-test/none:x",
+                "--expect-gpus",
+                "0",
+                "--mount",
+                mount,
+            ])
+            .env("NO_COLOR", "1")
+            // Nothing may reach an engine: a dead socket would answer otherwise.
+            .env("DOCKER_HOST", "unix:///nonexistent/imgctl-test.sock")
+            .output()
+            .unwrap();
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{mount}: {stderr}");
+        assert_eq!(stderr.lines().next(), Some(line.as_str()), "{stderr}");
+        assert!(
+            stderr.contains("\nhint: --mount takes an existing host path"),
+            "{stderr}"
+        );
+    }
+    assert!(!missing.exists());
+}
