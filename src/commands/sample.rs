@@ -35,6 +35,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         checkpoint::EMA_FILE
     });
     let cfg = &state.config.model;
+    crate::train::budget::check_sampling(cfg, args.num, device == tch::Device::Cpu)?;
     let vs = VarStore::new(device);
     let model = UNet2DModel::try_new(&vs.root(), cfg)?;
     weights::load_diffusers_state_dict(&vs, &weights_file)?;

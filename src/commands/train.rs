@@ -262,6 +262,7 @@ mod imp {
         });
         config.validate()?;
         let device = parse_device(args.device.as_deref())?;
+        crate::train::budget::check_training(&config, device == Device::Cpu)?;
         let (precision, precision_note) = match (config.training.precision, device) {
             (Some(p), _) => (p, None),
             (None, Device::Cuda(i)) => {

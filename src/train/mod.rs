@@ -13,6 +13,7 @@
 //! [`trainer`] (the step, the loop, the [`trainer::GradSync`] hook for data
 //! parallelism), and [`parallel`] (launch, rendezvous, NCCL/CPU collectives,
 //! gradient buckets, the `--gpus` supervisor).
+pub mod budget;
 pub mod checkpoint;
 pub mod config;
 pub mod data;

@@ -1477,3 +1477,79 @@ print(json.dumps({"lrs": lrs, "decays": decays}))
         );
     }
 }
+
+/// Settings far beyond the host's memory or CPUs are usage errors naming the
+/// largest value that fits, before anything is allocated: they used to abort
+/// in the allocator (exit 134) or panic (exit 101).
+#[test]
+fn settings_beyond_the_host_are_refused_with_the_largest_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_line = |o: &Output, code: i32| {
+        let (_, err) = assert_code(o, code);
+        assert!(err.contains("\nhint: "), "{err}");
+        err.lines().next().unwrap().to_string()
+    };
+    let config = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let out = dir.path().join("o");
+    let line = first_line(
+        &train(&out, &["--steps", "1", "--batch-size", "100000"], &[]),
+        2,
+    );
+    assert!(
+        line.starts_with("error: batch_size 100000 at sample_size 32 needs about "),
+        "{line}"
+    );
+    assert!(line.contains(" fits (or sample_size "), "{line}");
+    let c = config("size.yaml", "model:\n  sample_size: 100000\n");
+    let line = first_line(&train(&out, &["--steps", "1", "--config", &c], &[]), 2);
+    assert!(
+        line.contains("at sample_size 100000 needs about "),
+        "{line}"
+    );
+    assert!(line.contains("; at most sample_size "), "{line}");
+    let c = config("syn.yaml", "training:\n  synthetic_images: 1000000000000\n");
+    let line = first_line(&train(&out, &["--steps", "1", "--config", &c], &[]), 2);
+    assert!(
+        line.starts_with("error: synthetic_images is 1000000000000: its per-epoch index permutation needs 7450.6 GiB"),
+        "{line}"
+    );
+    let line = first_line(
+        &train(&out, &["--steps", "1", "--workers", "100000"], &[]),
+        2,
+    );
+    assert!(
+        line.starts_with("error: workers is 100000; this host allows at most "),
+        "{line}"
+    );
+    assert!(!out.join("metrics.jsonl").exists());
+
+    // sample --num 100000 panicked inside libtorch.
+    let run = dir.path().join("run");
+    assert_code(&train(&run, &["--steps", "1", "--batch-size", "1"], &[]), 0);
+    let o = run_env(
+        &[
+            "sample",
+            "--checkpoint",
+            run.to_str().unwrap(),
+            "--steps",
+            "2",
+            "--num",
+            "100000",
+            "--device",
+            "cpu",
+            "--out",
+            dir.path().join("g.png").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let line = first_line(&o, 2);
+    assert!(
+        line.starts_with("error: --num 100000 needs about "),
+        "{line}"
+    );
+    assert!(line.contains("; at most --num "), "{line}");
+}
