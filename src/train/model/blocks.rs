@@ -66,6 +66,31 @@ impl ResnetBlock2D {
         }
     }
 
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            norm1: self.norm1.shallow_clone(),
+            conv1: self.conv1.shallow_clone(),
+            time_emb_proj: self.time_emb_proj.shallow_clone(),
+            norm2: self.norm2.shallow_clone(),
+            conv2: self.conv2.shallow_clone(),
+            conv_shortcut: self.conv_shortcut.as_ref().map(Conv2d::shallow_clone),
+            opts: self.opts,
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.norm1.params(out);
+        self.conv1.params(out);
+        self.time_emb_proj.params(out);
+        self.norm2.params(out);
+        self.conv2.params(out);
+        if let Some(sc) = &self.conv_shortcut {
+            sc.params(out);
+        }
+    }
+
     /// `x`: `[N, cin, H, W]`; `temb_act`: the time embedding after the
     /// block's nonlinearity, `[N, temb_channels]` (computed once per forward).
     pub fn forward(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
@@ -144,6 +169,28 @@ impl Attention {
         }
     }
 
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            group_norm: self.group_norm.as_ref().map(GroupNorm::shallow_clone),
+            to_q: self.to_q.shallow_clone(),
+            to_k: self.to_k.shallow_clone(),
+            to_v: self.to_v.shallow_clone(),
+            to_out: self.to_out.shallow_clone(),
+            ..*self
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        if let Some(gn) = &self.group_norm {
+            gn.params(out);
+        }
+        for l in [&self.to_q, &self.to_k, &self.to_v, &self.to_out] {
+            l.params(out);
+        }
+    }
+
     /// `x`: `[N, C, H, W]` → same shape.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let (n, c, h, w) = x.size4().expect("attention input is NCHW");
@@ -208,6 +255,14 @@ impl Downsample2D {
         }
     }
 
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            conv: self.conv.shallow_clone(),
+            padding: self.padding,
+        }
+    }
+
     /// Halves H and W.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         if self.padding == 0 {
@@ -229,6 +284,13 @@ impl Upsample2D {
     pub fn new(p: &nn::Path, channels: i64) -> Self {
         Self {
             conv: Conv2d::new(&(p / "conv"), channels, channels, 3, 1, 1),
+        }
+    }
+
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            conv: self.conv.shallow_clone(),
         }
     }
 
@@ -299,6 +361,32 @@ impl DownBlock {
         }
     }
 
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            resnets: self
+                .resnets
+                .iter()
+                .map(ResnetBlock2D::shallow_clone)
+                .collect(),
+            attentions: self
+                .attentions
+                .iter()
+                .map(Attention::shallow_clone)
+                .collect(),
+            downsampler: self.downsampler.as_ref().map(Downsample2D::shallow_clone),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`, for checkpointing.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.resnets.iter().for_each(|r| r.params(out));
+        self.attentions.iter().for_each(|a| a.params(out));
+        if let Some(s) = &self.downsampler {
+            s.conv.params(out);
+        }
+    }
+
     /// Runs the block, pushing every output the up path will consume on `skips`.
     pub fn forward(
         &self,
@@ -355,6 +443,26 @@ impl MidBlock {
         Self { resnets, attention }
     }
 
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            resnets: self
+                .resnets
+                .iter()
+                .map(ResnetBlock2D::shallow_clone)
+                .collect(),
+            attention: self.attention.as_ref().map(Attention::shallow_clone),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`, for checkpointing.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.resnets.iter().for_each(|r| r.params(out));
+        if let Some(a) = &self.attention {
+            a.params(out);
+        }
+    }
+
     /// Runs the block.
     pub fn forward(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
         let mut h = self.resnets[0].forward(x, temb_act, train);
@@ -409,6 +517,32 @@ impl UpBlock {
             resnets,
             attentions,
             upsampler,
+        }
+    }
+
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            resnets: self
+                .resnets
+                .iter()
+                .map(ResnetBlock2D::shallow_clone)
+                .collect(),
+            attentions: self
+                .attentions
+                .iter()
+                .map(Attention::shallow_clone)
+                .collect(),
+            upsampler: self.upsampler.as_ref().map(Upsample2D::shallow_clone),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`, for checkpointing.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.resnets.iter().for_each(|r| r.params(out));
+        self.attentions.iter().for_each(|a| a.params(out));
+        if let Some(s) = &self.upsampler {
+            s.conv.params(out);
         }
     }
 
