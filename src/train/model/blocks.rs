@@ -44,6 +44,7 @@ pub struct ResnetBlock2D {
     conv2: Conv2d,
     conv_shortcut: Option<Conv2d>,
     opts: ResnetOpts,
+    checkpoint: bool,
 }
 
 impl ResnetBlock2D {
@@ -63,6 +64,7 @@ impl ResnetBlock2D {
             conv_shortcut: (cin != cout)
                 .then(|| Conv2d::new(&(p / "conv_shortcut"), cin, cout, 1, 1, 0)),
             opts,
+            checkpoint: false,
         }
     }
 
@@ -76,6 +78,7 @@ impl ResnetBlock2D {
             conv2: self.conv2.shallow_clone(),
             conv_shortcut: self.conv_shortcut.as_ref().map(Conv2d::shallow_clone),
             opts: self.opts,
+            checkpoint: false,
         }
     }
 
@@ -91,9 +94,35 @@ impl ResnetBlock2D {
         }
     }
 
+    /// Checkpoints this block ([`crate::torch_ext::checkpoint`]): in a
+    /// forward that records a graph it keeps only its inputs, and backward
+    /// recomputes it.
+    pub fn set_checkpoint(&mut self, on: bool) {
+        self.checkpoint = on;
+    }
+
     /// `x`: `[N, cin, H, W]`; `temb_act`: the time embedding after the
     /// block's nonlinearity, `[N, temb_channels]` (computed once per forward).
     pub fn forward(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
+        // `x` feeds norm1 and the shortcut here, and often a skip outside:
+        // through an alias, its gradient is summed inside the block first,
+        // the order a checkpointed block (one autograd node) must sum in,
+        // so results are bit-identical with and without checkpointing.
+        let x = x.alias();
+        if !self.checkpoint {
+            return self.forward_inner(&x, temb_act, train);
+        }
+        let mut params = Vec::new();
+        self.params(&mut params);
+        let me = self.shallow_clone();
+        crate::torch_ext::checkpoint(&[&x, temb_act], &params, move |a| {
+            vec![me.forward_inner(&a[0], &a[1], train)]
+        })
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .remove(0)
+    }
+
+    fn forward_inner(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
         let h = activation(self.opts.act, &self.norm1.forward(x));
         let h = self.conv1.forward(&h);
         let t = self
@@ -387,6 +416,11 @@ impl DownBlock {
         }
     }
 
+    /// Checkpoints each ResNet (diffusers' gradient checkpointing).
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
+    }
+
     /// Runs the block, pushing every output the up path will consume on `skips`.
     pub fn forward(
         &self,
@@ -461,6 +495,11 @@ impl MidBlock {
         if let Some(a) = &self.attention {
             a.params(out);
         }
+    }
+
+    /// Checkpoints each ResNet (diffusers' gradient checkpointing).
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
     }
 
     /// Runs the block.
@@ -544,6 +583,11 @@ impl UpBlock {
         if let Some(s) = &self.upsampler {
             s.conv.params(out);
         }
+    }
+
+    /// Checkpoints each ResNet (diffusers' gradient checkpointing).
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
     }
 
     /// Number of skips this block consumes.

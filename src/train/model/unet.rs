@@ -140,14 +140,24 @@ impl UNet2DModel {
         self.channels_last = on;
     }
 
-    /// Checkpoints each down, mid and up block (diffusers'
-    /// `enable_gradient_checkpointing()`): in a forward that records a graph,
-    /// a block keeps only its inputs and outputs, and backward recomputes
-    /// its inside (with the forward's random numbers, so dropout matches).
-    /// Losses and gradients are bit-identical to a run without it; memory
-    /// drops, compute rises by about one block forward per block.
+    /// Checkpoints the down, mid and up blocks as diffusers'
+    /// `enable_gradient_checkpointing()` does, ResNet by ResNet (attention,
+    /// resamplers and the up blocks' skip concatenation are not): in a
+    /// forward that records a graph, each ResNet keeps only its inputs and
+    /// backward recomputes its inside (with the forward's random numbers, so
+    /// dropout matches). Losses and gradients are bit-identical to a run
+    /// without it; memory drops, compute rises by about one forward.
     pub fn set_gradient_checkpointing(&mut self, on: bool) {
         self.gradient_checkpointing = on;
+        for b in &mut self.down_blocks {
+            b.set_gradient_checkpointing(on);
+        }
+        if let Some(m) = &mut self.mid_block {
+            m.set_gradient_checkpointing(on);
+        }
+        for b in &mut self.up_blocks {
+            b.set_gradient_checkpointing(on);
+        }
     }
 
     /// Whether blocks are checkpointed ([`Self::set_gradient_checkpointing`]).
@@ -210,89 +220,18 @@ impl UNet2DModel {
             1 + self.down_blocks.len() * (self.cfg.layers_per_block as usize + 1),
         );
         skips.push(h.shallow_clone());
-        // Each block gets its own alias of its input and of the embedding,
-        // so their gradients are summed inside the block first, then with
-        // the other consumers' (the embedding feeds every block; a down
-        // block's input is also a skip): the order a checkpointed block, one
-        // autograd node, necessarily sums in. With and without checkpointing
-        // the additions then match bit for bit.
-        let ckpt = self.gradient_checkpointing;
         for block in &self.down_blocks {
-            let temb = temb_act.alias();
-            h = h.alias();
-            if ckpt {
-                let b = block.shallow_clone();
-                let outs =
-                    checkpoint_block(&[&h, &temb], block_params(|o| block.params(o)), move |a| {
-                        let mut s = Vec::new();
-                        let _ = b.forward(&a[0], &a[1], &mut s, train);
-                        s
-                    });
-                // The block's last skip is its output.
-                h = outs
-                    .last()
-                    .expect("a down block has a skip")
-                    .shallow_clone();
-                skips.extend(outs);
-            } else {
-                h = block.forward(&h, &temb, &mut skips, train);
-            }
+            h = block.forward(&h, &temb_act, &mut skips, train);
         }
         if let Some(mid) = &self.mid_block {
-            let temb = temb_act.alias();
-            h = h.alias();
-            h = if ckpt {
-                let b = mid.shallow_clone();
-                let mut outs =
-                    checkpoint_block(&[&h, &temb], block_params(|o| mid.params(o)), move |a| {
-                        vec![b.forward(&a[0], &a[1], train)]
-                    });
-                outs.remove(0)
-            } else {
-                mid.forward(&h, &temb, train)
-            };
+            h = mid.forward(&h, &temb_act, train);
         }
         for block in &self.up_blocks {
             debug_assert!(skips.len() >= block.num_skips());
-            let temb = temb_act.alias();
-            h = h.alias();
-            h = if ckpt {
-                // The block's skips in the order it pops them.
-                let mine: Vec<Tensor> = (0..block.num_skips())
-                    .map(|_| skips.pop().expect("one skip per up-block ResNet"))
-                    .collect();
-                let mut args = vec![&h, &temb];
-                args.extend(mine.iter());
-                let b = block.shallow_clone();
-                let mut outs =
-                    checkpoint_block(&args, block_params(|o| block.params(o)), move |a| {
-                        let mut s: Vec<Tensor> =
-                            a[2..].iter().rev().map(Tensor::shallow_clone).collect();
-                        vec![b.forward(&a[0], &a[1], &mut s, train)]
-                    });
-                outs.remove(0)
-            } else {
-                block.forward(&h, &temb, &mut skips, train)
-            };
+            h = block.forward(&h, &temb_act, &mut skips, train);
         }
         // diffusers: conv_act is nn.SiLU() whatever act_fn says.
         let h = self.conv_norm_out.forward(&h).silu();
         self.conv_out.forward(&h)
     }
-}
-
-/// A block's parameters, collected by `f`.
-fn block_params(f: impl FnOnce(&mut Vec<Tensor>)) -> Vec<Tensor> {
-    let mut out = Vec::new();
-    f(&mut out);
-    out
-}
-
-/// Runs `f` as a checkpointed block ([`crate::torch_ext::checkpoint`]);
-/// a failure panics with its reason, as tch's own ops do in a forward.
-fn checkpoint_block<F>(args: &[&Tensor], params: Vec<Tensor>, f: F) -> Vec<Tensor>
-where
-    F: Fn(&[Tensor]) -> Vec<Tensor> + Send + 'static,
-{
-    crate::torch_ext::checkpoint(args, &params, f).unwrap_or_else(|e| panic!("{e:#}"))
 }
