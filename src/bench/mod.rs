@@ -615,6 +615,16 @@ mod tests {
     }
 
     #[test]
+    fn step_memory_per_image_and_batch_in_budget() {
+        let gib = 1u64 << 30;
+        let m = StepMemory::new("t", 4 * gib, 6 * gib, 4);
+        assert_eq!(m.per_image_bytes, gib / 2);
+        // (24 - 4) GiB at 0.5 GiB per image.
+        assert_eq!(m.max_batch_in_budget, 40);
+        assert_eq!(StepMemory::new("t", gib, gib, 2).per_image_bytes, 0);
+    }
+
+    #[test]
     fn step_stats() {
         let s = StepStatsMs::of(&[0.003, 0.001, 0.002, 0.010]);
         assert_eq!(s.median, 2.5);
