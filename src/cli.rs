@@ -250,6 +250,9 @@ pub struct TrainArgs {
     /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
     #[arg(long)]
     pub channels_last: bool,
+    /// Recompute each UNet block's activations in backward instead of keeping them (diffusers' enable_gradient_checkpointing): less memory, more compute, the same results.
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
     /// Average gradient buckets across ranks while backward runs (on, as DDP) or after it (off).
     #[arg(long, value_name = "on|off")]
     pub overlap_grad_reduce: Option<String>,

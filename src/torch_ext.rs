@@ -2,8 +2,8 @@
 //! `csrc/torch_ext.cpp` (compiled by build.rs against the same libtorch):
 //! post-accumulate-grad hooks (the overlapped all-reduce), `pin_memory()`
 //! without tch's deprecated device argument, the fused AdamW kernel, the
-//! CUDA caching allocator's statistics, TF32 for fp32 matmuls, and the Kineto
-//! profiler.
+//! CUDA caching allocator's statistics, TF32 for fp32 matmuls, the Kineto
+//! profiler, and activation checkpointing ([`checkpoint`]).
 //!
 //! Every call passes tch tensors as the `at::Tensor*` they wrap and turns the
 //! shim's error string into an `anyhow` error. This module owns the FFI and
@@ -16,7 +16,36 @@ use tch::{Kind, Tensor};
 /// The callback a gradient hook runs: `(ctx, parameter index)`.
 pub type GradReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
 
+/// A checkpointed computation, called by the shim: `inputs` are `n` borrowed
+/// `at::Tensor*`, each output goes to `imgctl_tensor_vec_push(outputs, ..)`.
+type CkptRunFn = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    inputs: *const *mut c_void,
+    n: i64,
+    outputs: *mut c_void,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int;
+/// Frees a checkpointed computation's context.
+type CkptDropFn = unsafe extern "C" fn(ctx: *mut c_void);
+/// Receives one output as a new heap `at::Tensor*`.
+type TensorSinkFn = unsafe extern "C" fn(sink: *mut c_void, tensor: *mut c_void);
+
 extern "C" {
+    fn imgctl_tensor_vec_push(outputs: *mut c_void, tensor: *mut c_void) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    fn imgctl_checkpoint(
+        run: CkptRunFn,
+        drop: CkptDropFn,
+        ctx: *mut c_void,
+        inputs: *const *mut c_void,
+        n_inputs: i64,
+        n_args: i64,
+        sink: TensorSinkFn,
+        sink_ctx: *mut c_void,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> c_int;
     fn imgctl_set_grad_ready_hook(
         tensor: *mut c_void,
         f: GradReadyFn,
@@ -311,6 +340,131 @@ pub enum FusedError {
     Fused(String),
 }
 
+/// Writes `msg` NUL-terminated (cut to fit) into the shim's error buffer.
+///
+/// # Safety
+/// `err` points to `len` writable bytes, or `len` is 0.
+unsafe fn write_err(err: *mut c_char, len: usize, msg: &str) {
+    if err.is_null() || len == 0 {
+        return;
+    }
+    let bytes = msg.as_bytes();
+    let n = bytes.len().min(len - 1);
+    // SAFETY: n + 1 <= len bytes, as the caller promised.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), err, n);
+        *err.add(n) = 0;
+    }
+}
+
+/// The shim's call into a checkpointed computation `F` (its context is a
+/// `Box<F>`): borrows the inputs as tch tensors, runs `F`, hands the outputs
+/// back; a panic becomes an error (it must not unwind into C++).
+unsafe extern "C" fn ckpt_run<F>(
+    ctx: *mut c_void,
+    inputs: *const *mut c_void,
+    n: i64,
+    outputs: *mut c_void,
+    err: *mut c_char,
+    err_len: usize,
+) -> c_int
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor>,
+{
+    let run = || {
+        // SAFETY: ctx is the Box<F> that `checkpoint` leaked; it lives until
+        // the shim calls `ckpt_drop`, which it does not do during a call.
+        let f = unsafe { &*(ctx as *const F) };
+        let args: Vec<Tensor> = (0..n.max(0) as usize)
+            // SAFETY: the shim passes n live at::Tensor*; shallow copies
+            // (refcounted) are taken, so they need not outlive this call.
+            .map(|i| unsafe { Tensor::clone_from_ptr(*inputs.add(i) as *mut _) })
+            .collect();
+        let outs = f(&args);
+        for t in &outs {
+            // SAFETY: `outputs` is the shim's std::vector; t is live.
+            if unsafe { imgctl_tensor_vec_push(outputs, raw(t)) } != 0 {
+                return Err("cannot collect the block's outputs".to_string());
+            }
+        }
+        Ok(())
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(msg)) => {
+            // SAFETY: the shim's buffer of err_len bytes.
+            unsafe { write_err(err, err_len, &msg) };
+            -1
+        }
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            // SAFETY: the shim's buffer of err_len bytes.
+            unsafe { write_err(err, err_len, msg) };
+            -1
+        }
+    }
+}
+
+/// Frees a checkpointed computation's `Box<F>` (called once by the shim).
+unsafe extern "C" fn ckpt_drop<F>(ctx: *mut c_void) {
+    // SAFETY: ctx is the Box<F> `checkpoint` leaked, freed only here. A
+    // panicking drop (it holds tensors only) must not unwind into C++.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drop(unsafe { Box::from_raw(ctx as *mut F) })
+    }));
+}
+
+/// Collects the shim's outputs into a `Vec<Tensor>`.
+unsafe extern "C" fn collect_output(sink: *mut c_void, tensor: *mut c_void) {
+    // SAFETY: sink is the Vec of `checkpoint`; tensor a new heap at::Tensor*
+    // that tch takes over.
+    unsafe { (*(sink as *mut Vec<Tensor>)).push(Tensor::from_ptr(tensor as *mut _)) };
+}
+
+/// Activation checkpointing (`torch.utils.checkpoint` with
+/// `use_reentrant=True, preserve_rng_state=True`): `f(args)` runs without
+/// recording a graph, and backward recomputes it (with the RNG and autocast
+/// state of the forward, so dropout draws the same mask) to get the
+/// gradients of `args` and of `params`, the tensors `f` reads besides its
+/// arguments whose gradients are wanted (the block's parameters: their
+/// gradients reach their `.grad` through autograd as usual). Only `args`
+/// and `params` are saved for backward.
+///
+/// Without grad mode, or when nothing requires grad, `f` simply runs.
+/// `f` must compute the same thing each call (it runs on the autograd
+/// thread in backward, hence `Send`); a panic in it becomes an error here or
+/// in backward.
+pub fn checkpoint<F>(args: &[&Tensor], params: &[Tensor], f: F) -> anyhow::Result<Vec<Tensor>>
+where
+    F: Fn(&[Tensor]) -> Vec<Tensor> + Send + 'static,
+{
+    let ptrs: Vec<*mut c_void> = args.iter().copied().chain(params.iter()).map(raw).collect();
+    let ctx = Box::into_raw(Box::new(f)) as *mut c_void;
+    let mut outs: Vec<Tensor> = Vec::new();
+    // SAFETY: live tensors; the shim owns ctx from here on and frees it with
+    // ckpt_drop::<F> exactly once; `outs` outlives the call.
+    call(|err, len| unsafe {
+        imgctl_checkpoint(
+            ckpt_run::<F>,
+            ckpt_drop::<F>,
+            ctx,
+            ptrs.as_ptr(),
+            ptrs.len() as i64,
+            args.len() as i64,
+            collect_output,
+            &mut outs as *mut Vec<Tensor> as *mut c_void,
+            err,
+            len,
+        )
+    })
+    .map_err(|why| anyhow::anyhow!("checkpointed forward failed: {why}"))?;
+    Ok(outs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,5 +545,70 @@ mod tests {
         let g = Tensor::ones([4], (Kind::Float, tch::Device::Cpu));
         fused_adamw(&p, &g, &p.zeros_like(), &p.zeros_like(), &step, None, hyper).unwrap();
         assert!(f64::try_from(p.sum(Kind::Float)).unwrap() < 0.0);
+    }
+
+    /// `dropout(sin(x * w) + b)` as a checkpointable body over `w` and `b`.
+    fn body(w: &Tensor, b: &Tensor) -> impl Fn(&[Tensor]) -> Vec<Tensor> + Send + 'static {
+        let (w, b) = (w.shallow_clone(), b.shallow_clone());
+        move |a: &[Tensor]| {
+            let y = (&a[0] * &w).sin() + &b;
+            vec![y.dropout(0.5, true), y.cos()]
+        }
+    }
+
+    /// The two checkpoint tests draw from the global RNG: one at a time.
+    static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn leaves() -> (Tensor, Tensor, Tensor) {
+        let opts = (Kind::Float, tch::Device::Cpu);
+        tch::manual_seed(3);
+        let x = Tensor::randn([4, 5], opts).set_requires_grad(true);
+        let w = Tensor::randn([5], opts).set_requires_grad(true);
+        let b = Tensor::randn([5], opts).set_requires_grad(true);
+        (x, w, b)
+    }
+
+    #[test]
+    fn checkpoint_gives_the_plain_gradients_and_dropout_mask() {
+        let _rng = RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let run = |ckpt: bool| {
+            let (x, w, b) = leaves();
+            tch::manual_seed(7);
+            let outs = if ckpt {
+                checkpoint(&[&x], &[w.shallow_clone(), b.shallow_clone()], body(&w, &b)).unwrap()
+            } else {
+                body(&w, &b)(&[x.shallow_clone()])
+            };
+            let loss = (&outs[0] * 2.0 + &outs[1]).sum(Kind::Float);
+            loss.backward();
+            // The RNG continues as if nothing was recomputed.
+            let after = Tensor::rand([3], (Kind::Float, tch::Device::Cpu));
+            [outs[0].copy(), x.grad(), w.grad(), b.grad(), after]
+                .map(|t| Vec::<f32>::try_from(&t.flatten(0, -1)).unwrap())
+        };
+        assert_eq!(run(true), run(false));
+    }
+
+    #[test]
+    fn checkpoint_without_grad_just_runs_and_a_panic_is_an_error() {
+        let _rng = RNG.lock().unwrap_or_else(|e| e.into_inner());
+        let (x, w, b) = leaves();
+        let outs = tch::no_grad(|| checkpoint(&[&x], &[w.shallow_clone()], body(&w, &b)).unwrap());
+        assert!(!outs[1].requires_grad());
+        let err =
+            checkpoint(&[&x], &[], |_: &[Tensor]| -> Vec<Tensor> { panic!("boom") }).unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
+        // A panic in the recomputation fails backward with the message.
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = flag.clone();
+        let outs = checkpoint(&[&x], &[], move |a: &[Tensor]| {
+            if seen.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                panic!("second run");
+            }
+            vec![&a[0] * 2.0]
+        })
+        .unwrap();
+        let err = outs[0].sum(Kind::Float).f_backward().unwrap_err();
+        assert!(err.to_string().contains("second run"), "{err}");
     }
 }

@@ -23,6 +23,7 @@ use crate::train::data::{Loader, StreamSpec};
 use crate::train::parallel::cudart::CudaRuntime;
 use crate::train::trainer::{self, GradSync, RunOptions, Trainer};
 
+pub mod host_memory;
 pub mod peak;
 pub mod reference;
 pub mod report;
@@ -121,6 +122,44 @@ pub struct Memory {
     pub peak_reserved_bytes: Option<u64>,
 }
 
+/// The memory budget [`StepMemory::max_batch_in_budget`] is computed for
+/// (a 24 GiB GPU).
+pub const BATCH_BUDGET_BYTES: u64 = 24 << 30;
+
+/// What a step holds beyond the model: the peak of the timed steps over the
+/// memory in use before them (parameters, gradients, optimizer state), per
+/// image, and the batch that fits a budget at that rate.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StepMemory {
+    /// How it was measured.
+    pub method: String,
+    /// In use before the timed steps (after the warm-up).
+    pub before_bytes: u64,
+    /// The peak during the timed steps.
+    pub peak_bytes: u64,
+    /// (peak − before) / batch: activations and other per-image transients.
+    pub per_image_bytes: u64,
+    /// The budget of `max_batch_in_budget` ([`BATCH_BUDGET_BYTES`]).
+    pub budget_bytes: u64,
+    /// The largest batch with before + batch × per-image ≤ budget.
+    pub max_batch_in_budget: u64,
+}
+
+impl StepMemory {
+    /// From the memory before and at the peak of steps of `batch` images.
+    pub fn new(method: &str, before: u64, peak: u64, batch: usize) -> Self {
+        let per_image = peak.saturating_sub(before) / batch.max(1) as u64;
+        Self {
+            method: method.into(),
+            before_bytes: before,
+            peak_bytes: peak,
+            per_image_bytes: per_image,
+            budget_bytes: BATCH_BUDGET_BYTES,
+            max_batch_in_budget: BATCH_BUDGET_BYTES.saturating_sub(before) / per_image.max(1),
+        }
+    }
+}
+
 /// Model FLOPs utilisation.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Flops {
@@ -173,6 +212,13 @@ pub struct BenchReport {
     pub buckets_during_backward: f64,
     /// The model ran in channels-last memory layout (`--channels-last`).
     pub channels_last: bool,
+    /// Each UNet block was checkpointed (`--gradient-checkpointing`).
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
+    /// The timed steps' memory over the model's: peak RSS on the CPU, torch's
+    /// allocated bytes on CUDA (where this libtorch reports them).
+    #[serde(default)]
+    pub step_memory: Option<StepMemory>,
     /// cuDNN's autotuner was on (always on CUDA).
     pub cudnn_benchmark: bool,
     /// cpu or cuda:N (as this rank saw it).
@@ -270,13 +316,22 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         Ok((data_s, stats))
     };
 
+    if device == Device::Cpu {
+        host_memory::exact_accounting();
+    }
     for _ in 0..opts.warmup {
         step(&mut trainer)?;
     }
     sync(device);
+    let mut before_steps = None;
     if let Device::Cuda(i) = device {
         // The timed steps' own peaks, as the PyTorch reference resets them.
-        let _ = crate::torch_ext::cuda_allocator_stats(i, true);
+        before_steps = crate::torch_ext::cuda_allocator_stats(i, true)
+            .ok()
+            .flatten()
+            .map(|s| s.allocated_bytes);
+    } else if host_memory::reset_peak() {
+        before_steps = host_memory::read().map(|r| r.current);
     }
     let mut walls = Vec::with_capacity(opts.steps as usize);
     let mut peak_used = baseline.map_or(0, |b| b.0);
@@ -296,6 +351,25 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         Device::Cuda(i) => crate::torch_ext::cuda_allocator_stats(i, false)
             .ok()
             .flatten(),
+        _ => None,
+    };
+    let step_memory = match (before_steps, device) {
+        (Some(before), Device::Cuda(_)) => torch_peaks.map(|t| {
+            StepMemory::new(
+                "torch caching allocator: peak allocated during the timed steps over allocated before them",
+                before,
+                t.peak_allocated_bytes,
+                tr.batch_size,
+            )
+        }),
+        (Some(before), _) => host_memory::read().map(|r| {
+            StepMemory::new(
+                "process RSS: VmHWM during the timed steps (reset through /proc/self/clear_refs) over VmRSS before them; glibc's mmap threshold fixed at 1 MiB so freed tensors leave the RSS",
+                before,
+                r.peak,
+                tr.batch_size,
+            )
+        }),
         _ => None,
     };
 
@@ -420,6 +494,8 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             .filter(|s| s.buckets > 0 && s.overlapped)
             .map_or(0.0, |s| s.buckets_during_backward as f64 / s.buckets as f64),
         channels_last: tr.channels_last,
+        gradient_checkpointing: tr.gradient_checkpointing,
+        step_memory,
         cudnn_benchmark: device.is_cuda(),
         device: device_label(device),
         device_name,
@@ -536,6 +612,16 @@ mod tests {
         assert_eq!(scaling_sizes(2), vec![1, 2]);
         assert_eq!(scaling_sizes(8), vec![1, 2, 4, 8]);
         assert_eq!(scaling_sizes(6), vec![1, 2, 4, 6]);
+    }
+
+    #[test]
+    fn step_memory_per_image_and_batch_in_budget() {
+        let gib = 1u64 << 30;
+        let m = StepMemory::new("t", 4 * gib, 6 * gib, 4);
+        assert_eq!(m.per_image_bytes, gib / 2);
+        // (24 - 4) GiB at 0.5 GiB per image.
+        assert_eq!(m.max_batch_in_budget, 40);
+        assert_eq!(StepMemory::new("t", gib, gib, 2).per_image_bytes, 0);
     }
 
     #[test]

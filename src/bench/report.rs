@@ -135,6 +135,35 @@ pub fn bench_table(r: &BenchReport) -> String {
         }
         None => row("peak device memory", "n/a (CPU)".into()),
     }
+    row(
+        "gradient checkpointing",
+        if r.gradient_checkpointing {
+            "on"
+        } else {
+            "off"
+        }
+        .into(),
+    );
+    if let Some(m) = &r.step_memory {
+        row(
+            "step memory",
+            format!(
+                "{} peak, {} before the steps, {} per image",
+                gib(m.peak_bytes),
+                gib(m.before_bytes),
+                gib(m.per_image_bytes)
+            ),
+        );
+        row(
+            "batch in budget",
+            format!(
+                "{} images in {} (at {} per image)",
+                m.max_batch_in_budget,
+                gib(m.budget_bytes),
+                gib(m.per_image_bytes)
+            ),
+        );
+    }
     let f = &r.flops;
     row(
         "FLOPs",

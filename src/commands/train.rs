@@ -253,6 +253,7 @@ mod imp {
             precision,
             grad_reduce,
             channels_last: args.channels_last,
+            gradient_checkpointing: args.gradient_checkpointing,
             overlap_grad_reduce,
             bucket_cap_mb: args.bucket_cap_mb,
             checkpoint_every: args.checkpoint_every,

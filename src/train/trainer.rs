@@ -371,6 +371,7 @@ impl Trainer {
         let mut master_vs = VarStore::new(Device::Cpu);
         let mut model = UNet2DModel::try_new(&master_vs.root(), &config.model)?;
         model.set_channels_last(config.training.channels_last);
+        model.set_gradient_checkpointing(config.training.gradient_checkpointing);
         if device.is_cuda() {
             // Fixed shapes every step: cuDNN's autotuner pays off after the
             // first step (torch.backends.cudnn.benchmark = True).
@@ -386,6 +387,7 @@ impl Trainer {
             let mut vs = VarStore::new(device);
             let mut m = UNet2DModel::try_new(&vs.root(), &config.model)?;
             m.set_channels_last(config.training.channels_last);
+            m.set_gradient_checkpointing(config.training.gradient_checkpointing);
             vs.bfloat16();
             let flat = layout.bind_params(&vs, Kind::BFloat16);
             tch::no_grad(|| flat.shallow_clone().copy_(&master));

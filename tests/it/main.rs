@@ -2,6 +2,7 @@
 mod common;
 
 mod build;
+mod checkpointing;
 mod cli;
 mod device_check;
 mod image_e2e;

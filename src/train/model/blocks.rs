@@ -44,6 +44,7 @@ pub struct ResnetBlock2D {
     conv2: Conv2d,
     conv_shortcut: Option<Conv2d>,
     opts: ResnetOpts,
+    checkpoint: bool,
 }
 
 impl ResnetBlock2D {
@@ -63,12 +64,65 @@ impl ResnetBlock2D {
             conv_shortcut: (cin != cout)
                 .then(|| Conv2d::new(&(p / "conv_shortcut"), cin, cout, 1, 1, 0)),
             opts,
+            checkpoint: false,
         }
+    }
+
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            norm1: self.norm1.shallow_clone(),
+            conv1: self.conv1.shallow_clone(),
+            time_emb_proj: self.time_emb_proj.shallow_clone(),
+            norm2: self.norm2.shallow_clone(),
+            conv2: self.conv2.shallow_clone(),
+            conv_shortcut: self.conv_shortcut.as_ref().map(Conv2d::shallow_clone),
+            opts: self.opts,
+            checkpoint: false,
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.norm1.params(out);
+        self.conv1.params(out);
+        self.time_emb_proj.params(out);
+        self.norm2.params(out);
+        self.conv2.params(out);
+        if let Some(sc) = &self.conv_shortcut {
+            sc.params(out);
+        }
+    }
+
+    /// Checkpoints this block ([`crate::torch_ext::checkpoint`]): in a
+    /// forward that records a graph it keeps only its inputs, and backward
+    /// recomputes it.
+    pub fn set_checkpoint(&mut self, on: bool) {
+        self.checkpoint = on;
     }
 
     /// `x`: `[N, cin, H, W]`; `temb_act`: the time embedding after the
     /// block's nonlinearity, `[N, temb_channels]` (computed once per forward).
     pub fn forward(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
+        // `x` feeds norm1 and the shortcut here, and often a skip outside:
+        // through an alias, its gradient is summed inside the block first,
+        // the order a checkpointed block (one autograd node) must sum in,
+        // so results are bit-identical with and without checkpointing.
+        let x = x.alias();
+        if !self.checkpoint {
+            return self.forward_inner(&x, temb_act, train);
+        }
+        let mut params = Vec::new();
+        self.params(&mut params);
+        let me = self.shallow_clone();
+        crate::torch_ext::checkpoint(&[&x, temb_act], &params, move |a| {
+            vec![me.forward_inner(&a[0], &a[1], train)]
+        })
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .remove(0)
+    }
+
+    fn forward_inner(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
         let h = activation(self.opts.act, &self.norm1.forward(x));
         let h = self.conv1.forward(&h);
         let t = self
@@ -144,6 +198,28 @@ impl Attention {
         }
     }
 
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            group_norm: self.group_norm.as_ref().map(GroupNorm::shallow_clone),
+            to_q: self.to_q.shallow_clone(),
+            to_k: self.to_k.shallow_clone(),
+            to_v: self.to_v.shallow_clone(),
+            to_out: self.to_out.shallow_clone(),
+            ..*self
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        if let Some(gn) = &self.group_norm {
+            gn.params(out);
+        }
+        for l in [&self.to_q, &self.to_k, &self.to_v, &self.to_out] {
+            l.params(out);
+        }
+    }
+
     /// `x`: `[N, C, H, W]` → same shape.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let (n, c, h, w) = x.size4().expect("attention input is NCHW");
@@ -208,6 +284,14 @@ impl Downsample2D {
         }
     }
 
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            conv: self.conv.shallow_clone(),
+            padding: self.padding,
+        }
+    }
+
     /// Halves H and W.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         if self.padding == 0 {
@@ -229,6 +313,13 @@ impl Upsample2D {
     pub fn new(p: &nn::Path, channels: i64) -> Self {
         Self {
             conv: Conv2d::new(&(p / "conv"), channels, channels, 3, 1, 1),
+        }
+    }
+
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            conv: self.conv.shallow_clone(),
         }
     }
 
@@ -299,6 +390,37 @@ impl DownBlock {
         }
     }
 
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            resnets: self
+                .resnets
+                .iter()
+                .map(ResnetBlock2D::shallow_clone)
+                .collect(),
+            attentions: self
+                .attentions
+                .iter()
+                .map(Attention::shallow_clone)
+                .collect(),
+            downsampler: self.downsampler.as_ref().map(Downsample2D::shallow_clone),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`, for checkpointing.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.resnets.iter().for_each(|r| r.params(out));
+        self.attentions.iter().for_each(|a| a.params(out));
+        if let Some(s) = &self.downsampler {
+            s.conv.params(out);
+        }
+    }
+
+    /// Checkpoints each ResNet (diffusers' gradient checkpointing).
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
+    }
+
     /// Runs the block, pushing every output the up path will consume on `skips`.
     pub fn forward(
         &self,
@@ -353,6 +475,31 @@ impl MidBlock {
             )
         });
         Self { resnets, attention }
+    }
+
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            resnets: self
+                .resnets
+                .iter()
+                .map(ResnetBlock2D::shallow_clone)
+                .collect(),
+            attention: self.attention.as_ref().map(Attention::shallow_clone),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`, for checkpointing.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.resnets.iter().for_each(|r| r.params(out));
+        if let Some(a) = &self.attention {
+            a.params(out);
+        }
+    }
+
+    /// Checkpoints each ResNet (diffusers' gradient checkpointing).
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
     }
 
     /// Runs the block.
@@ -410,6 +557,37 @@ impl UpBlock {
             attentions,
             upsampler,
         }
+    }
+
+    /// The same block (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            resnets: self
+                .resnets
+                .iter()
+                .map(ResnetBlock2D::shallow_clone)
+                .collect(),
+            attentions: self
+                .attentions
+                .iter()
+                .map(Attention::shallow_clone)
+                .collect(),
+            upsampler: self.upsampler.as_ref().map(Upsample2D::shallow_clone),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`, for checkpointing.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        self.resnets.iter().for_each(|r| r.params(out));
+        self.attentions.iter().for_each(|a| a.params(out));
+        if let Some(s) = &self.upsampler {
+            s.conv.params(out);
+        }
+    }
+
+    /// Checkpoints each ResNet (diffusers' gradient checkpointing).
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
     }
 
     /// Number of skips this block consumes.

@@ -43,6 +43,20 @@ impl Conv2d {
         }
     }
 
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            weight: self.weight.shallow_clone(),
+            bias: self.bias.shallow_clone(),
+            ..*self
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        out.extend([self.weight.shallow_clone(), self.bias.shallow_clone()]);
+    }
+
     /// Applies the convolution.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.conv2d(
@@ -75,6 +89,19 @@ impl Linear {
         }
     }
 
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            weight: self.weight.shallow_clone(),
+            bias: self.bias.shallow_clone(),
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        out.extend([self.weight.shallow_clone(), self.bias.shallow_clone()]);
+    }
+
     /// Applies the layer to the last dimension of `x`.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         x.linear(&self.weight, Some(&self.bias))
@@ -99,6 +126,20 @@ impl GroupNorm {
             groups,
             eps,
         }
+    }
+
+    /// The same layer (its parameters shared, not copied).
+    pub fn shallow_clone(&self) -> Self {
+        Self {
+            weight: self.weight.shallow_clone(),
+            bias: self.bias.shallow_clone(),
+            ..*self
+        }
+    }
+
+    /// Appends the parameters (shared) to `out`.
+    pub fn params(&self, out: &mut Vec<Tensor>) {
+        out.extend([self.weight.shallow_clone(), self.bias.shallow_clone()]);
     }
 
     /// Normalises `x` (`[N, C, …]`) with libtorch's fused kernel.
