@@ -19,6 +19,8 @@
 #   IMGCTL_USER           the user services and commands run as (the image sets it);
 #                         as root, a name that is no user of the image is refused.
 #   IMGCTL_JUPYTER_PORT   JupyterLab's port (default 8888).
+#   IMGCTL_SSH_PORT       sshd's port (default 22; Docker lets a non-root process
+#                         bind it, Kubernetes may not: use 2222 there).
 #   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
 #
 # Everything is validated before anything starts; bad settings exit 2 with one
@@ -44,6 +46,7 @@ fi
 SSHD_CONFIG="${IMGCTL_SSHD_CONFIG:-/etc/imgctl/sshd_config}"
 MOUNTED_KEYS="${IMGCTL_AUTHORIZED_KEYS_FILE:-/etc/imgctl/authorized_keys}"
 JUPYTER_PORT="${IMGCTL_JUPYTER_PORT:-8888}"
+SSH_PORT="${IMGCTL_SSH_PORT:-22}"
 WORKSPACE="${IMGCTL_WORKSPACE:-/workspace}"
 # The shortest JUPYTER_TOKEN accepted (a generated one has 48 hex characters).
 MIN_TOKEN_LENGTH=16
@@ -73,6 +76,12 @@ if [ "$(id -u)" = 0 ]; then
         *) id "$IMGCTL_USER" >/dev/null 2>&1 ;;
     esac || die 2 "IMGCTL_USER='$(printf '%s' "$IMGCTL_USER" | tr -c 'A-Za-z0-9._-' '?')' is not a user of this image, and the workload would run as root; name an existing user, or leave IMGCTL_USER as the image sets it"
 fi
+
+case "$SSH_PORT" in
+    '' | *[!0-9]*) die 2 "IMGCTL_SSH_PORT='$SSH_PORT' is not a port number (1-65535)" ;;
+esac
+[ "$SSH_PORT" -ge 1 ] && [ "$SSH_PORT" -le 65535 ] ||
+    die 2 "IMGCTL_SSH_PORT=$SSH_PORT is not a port number (1-65535)"
 
 want_jupyter=no
 want_ssh=no
@@ -180,8 +189,8 @@ KEYS
     fi
     if [ -z "$keys" ]; then
         ssh_skip_reason="no authorized key given (set SSH_AUTHORIZED_KEYS, or mount a key file at $MOUNTED_KEYS or $HOME_DIR/.ssh/authorized_keys)"
-    elif [ "$(id -u)" != 0 ]; then
-        ssh_skip_reason="sshd needs root, and the container runs as uid $(id -u) (drop --user)"
+    elif [ "$(id -u)" != 0 ] && ! id -un >/dev/null 2>&1; then
+        ssh_skip_reason="uid $(id -u) has no account in this image, so sshd cannot log anyone in (run as the image's user, e.g. --user 1000)"
     fi
     if [ -n "$ssh_skip_reason" ]; then
         [ "$mode" != ssh ] || die 2 "IMGCTL_MODE=ssh but sshd cannot start: $ssh_skip_reason"
@@ -249,19 +258,46 @@ trap 'stop_all SIGTERM; exit 0' TERM
 trap 'stop_all SIGINT; exit 130' INT
 
 if [ "$want_ssh" = yes ]; then
-    # Host keys: made at the first start of each container, never in an image layer.
-    ssh-keygen -A >/dev/null
-    mkdir -p /run/sshd
-    chmod 0755 /run/sshd
-    umask 022
+    # Host keys: made at the first start of each container, never in an image
+    # layer. As root (the image started with --user 0): the system's, and
+    # sshd's privilege separation. As the image's user (the default): an
+    # unprivileged sshd that can only log that user in, its host key and the
+    # keys in the user's own 0700 state folder. StrictModes would refuse that
+    # folder's parent (/tmp is world-writable); the entrypoint checked the
+    # folder itself (owned by this uid, not a symlink), and no other account
+    # can write into it.
+    umask 077
+    if [ "$(id -u)" = 0 ]; then
+        ssh-keygen -A >/dev/null
+        mkdir -p /run/sshd
+        chmod 0755 /run/sshd
+        ssh_user=$IMGCTL_USER
+        set -- -o "PidFile=/run/sshd.pid" -o "AuthorizedKeysFile=$RUN_DIR/authorized_keys"
+        for k in /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ecdsa_key /etc/ssh/ssh_host_rsa_key; do
+            set -- "$@" -h "$k"
+        done
+        how="keys only"
+    else
+        ssh_user=$(id -un)
+        [ -f "$RUN_DIR/ssh_host_ed25519_key" ] ||
+            ssh-keygen -q -t ed25519 -N '' -f "$RUN_DIR/ssh_host_ed25519_key" >/dev/null ||
+            die 1 "could not make an SSH host key in $RUN_DIR"
+        set -- -h "$RUN_DIR/ssh_host_ed25519_key" -o "PidFile=$RUN_DIR/sshd.pid" \
+            -o "AuthorizedKeysFile=$RUN_DIR/authorized_keys" -o StrictModes=no
+        how="keys only, unprivileged sshd as uid $(id -u)"
+    fi
     printf '%s' "$keys" >"$RUN_DIR/authorized_keys"
-    chmod 0644 "$RUN_DIR/authorized_keys"
-    /usr/sbin/sshd -t -f "$SSHD_CONFIG" -o "AllowUsers=$IMGCTL_USER" ||
+    chmod 0600 "$RUN_DIR/authorized_keys"
+    [ "$(id -u)" != 0 ] || chmod 0644 "$RUN_DIR/authorized_keys"
+    set -- "$@" -o "Port=$SSH_PORT" -o "AllowUsers=$ssh_user"
+    /usr/sbin/sshd -t -f "$SSHD_CONFIG" "$@" ||
         die 1 "sshd rejected its configuration $SSHD_CONFIG"
-    /usr/sbin/sshd -D -e -f "$SSHD_CONFIG" -o "AllowUsers=$IMGCTL_USER" &
+    /usr/sbin/sshd -D -e -f "$SSHD_CONFIG" "$@" &
     pids="$pids $!"
     started="$started sshd"
-    log "sshd: listening on port 22 for user $IMGCTL_USER (keys only) with keys from:$key_sources"
+    set --
+    umask 022
+    log "sshd: listening on port $SSH_PORT for user $ssh_user ($how) with keys from:$key_sources"
 elif [ "$mode" = both ] || [ "$mode" = ssh ]; then
     log "sshd: not started: $ssh_skip_reason"
 fi

@@ -276,6 +276,33 @@ fn run_bad(guard: &mut EngineGuard, image: &str, name: &str, env: &[&str]) -> (i
     (code, format!("{out}{err}"))
 }
 
+/// Waits until `name`'s healthcheck passes; panics with its logs when it
+/// fails, exits, or is not healthy within [`HEALTHY_DEADLINE`] of `started`.
+fn wait_healthy(name: &str, started: Instant) {
+    loop {
+        let health = inspect(
+            name,
+            "{{if .State.Health}}{{.State.Health.Status}}{{end}} {{.State.Status}}",
+        );
+        if health.starts_with("healthy") {
+            return;
+        }
+        if started.elapsed() > HEALTHY_DEADLINE
+            || health.contains("exited")
+            || health.starts_with("unhealthy")
+        {
+            let logs = docker(&["logs", name]);
+            panic!(
+                "{name} not healthy after {:?} ({health}):\n{}{}",
+                started.elapsed(),
+                texts(&logs).0,
+                texts(&logs).1
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
 fn real_image_end_to_end() {
     let work = tempfile::tempdir().unwrap();
@@ -399,28 +426,7 @@ fn real_image_end_to_end() {
         "127.0.0.1::8888",
         &image,
     ]);
-    loop {
-        let health = inspect(
-            &name,
-            "{{if .State.Health}}{{.State.Health.Status}}{{end}} {{.State.Status}}",
-        );
-        if health.starts_with("healthy") {
-            break;
-        }
-        if started.elapsed() > HEALTHY_DEADLINE
-            || health.contains("exited")
-            || health.starts_with("unhealthy")
-        {
-            let logs = docker(&["logs", &name]);
-            panic!(
-                "not healthy after {:?} ({health}):\n{}{}",
-                started.elapsed(),
-                texts(&logs).0,
-                texts(&logs).1
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_healthy(&name, started);
     let to_healthy = started.elapsed();
     eprintln!(
         "e2e: docker run to healthy: {:.1} s",
@@ -502,6 +508,69 @@ fn real_image_end_to_end() {
     // imgctl inside the running container.
     let exec = docker_ok(&["exec", &name, "imgctl", "--version"]);
     assert!(exec.starts_with("imgctl "), "{exec}");
+    // The image runs as its user from the start (reliability issue, item 4):
+    // every process of the container, and `docker exec`, is dev's.
+    let exec_user = docker_ok(&["exec", &name, "id", "-un"]);
+    assert_eq!(exec_user.trim(), "dev", "docker exec lands as {exec_user}");
+    let owners = docker_ok(&["exec", &name, "ps", "-eo", "user="]);
+    assert!(
+        owners.lines().all(|u| u.trim() == "dev"),
+        "processes not run by dev:\n{owners}"
+    );
+
+    // Kubernetes' restricted profile and a read-only root file system: the
+    // user's uid, every capability dropped, no privilege escalation, writable
+    // /tmp and HOME only. JupyterLab and SSH still work.
+    let hardened = format!("imgctl-e2e-hardened-{pid}");
+    guard.container(&hardened);
+    let started = Instant::now();
+    docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &hardened,
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/home/dev:uid=1000,gid=1000",
+        "--user",
+        "1000:1000",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "-e",
+        &format!("SSH_AUTHORIZED_KEYS={public}"),
+        "-e",
+        &format!("JUPYTER_TOKEN={TOKEN}"),
+        "-p",
+        "127.0.0.1::22",
+        "-p",
+        "127.0.0.1::8888",
+        &image,
+    ]);
+    wait_healthy(&hardened, started);
+    let out = ssh(
+        &key,
+        host_port(&hardened, "22/tcp"),
+        &[],
+        "id -un; touch /tmp/ok && echo writable",
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(
+        out.status.success(),
+        "ssh into the hardened container: {stderr}"
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["dev", "writable"],
+        "{stdout}"
+    );
+    let port = host_port(&hardened, "8888/tcp");
+    assert_eq!(http_status(port, "/api/status", None), 403);
+    assert_eq!(http_status(port, "/api/status", Some(TOKEN)), 200);
+    docker_ok(&["rm", "-f", &hardened]);
 
     // No path from the user to root through the root entrypoint's state
     // (reliability issue, item 3): /run/imgctl is root's, so the user cannot

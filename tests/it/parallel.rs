@@ -1177,6 +1177,23 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
             let c = &spec["containers"][0];
             assert_eq!(c["name"], "pytorch", "{role}: the operator needs this name");
             assert_eq!(c["resources"]["limits"]["nvidia.com/gpu"], 1, "{role}");
+            // Kubernetes' restricted profile, with a read-only root file system
+            // and writable /tmp and HOME (what the image's user writes).
+            assert_eq!(spec["securityContext"]["runAsNonRoot"], true, "{role}");
+            assert_eq!(spec["securityContext"]["runAsUser"], 1000, "{role}");
+            let sec = &c["securityContext"];
+            assert_eq!(sec["allowPrivilegeEscalation"], false, "{role}");
+            assert_eq!(sec["readOnlyRootFilesystem"], true, "{role}");
+            assert_eq!(sec["capabilities"]["drop"][0], "ALL", "{role}");
+            let mounts: Vec<&str> = c["volumeMounts"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|m| m["mountPath"].as_str().unwrap())
+                .collect();
+            for path in ["/tmp", "/home/dev", "/out"] {
+                assert!(mounts.contains(&path), "{role}: {path} is not mounted");
+            }
             let args: Vec<String> = c["args"]
                 .as_sequence()
                 .unwrap()

@@ -114,6 +114,7 @@ fn layers_are_ordered_for_the_cache() {
                 i == "RUN imgctl --version"
                     || [
                         "ENV",
+                        "USER",
                         "WORKDIR",
                         "EXPOSE",
                         "HEALTHCHECK",
