@@ -444,13 +444,20 @@ mod imp {
         }
         // The process that writes --out (rank 0; every rank of a launched
         // job sees the launcher's RANK) locks it before reading anything
-        // there, and holds the lock until summary.json is written.
-        let _lock = if LaunchInfo::from_process_env()?.is_primary() {
-            Some(OutLock::acquire(&out_dir(&args))?)
+        // there, and holds the lock until summary.json is written. A folder
+        // that does not exist yet holds nothing to read: it is locked after
+        // the settings are checked, so a refused command creates nothing.
+        let primary = LaunchInfo::from_process_env()?.is_primary();
+        let out_path = out_dir(&args);
+        let mut _lock = if primary && out_path.exists() {
+            Some(OutLock::acquire(&out_path)?)
         } else {
             None
         };
         let mut opts = resolve_options(&args)?;
+        if primary && _lock.is_none() {
+            _lock = Some(OutLock::acquire(&out_path)?);
+        }
         let out = opts.out.clone();
         let sync = super::super::train_parallel::worker_sync(&args, &mut opts)?;
         let primary = sync.rank() == 0;

@@ -196,7 +196,7 @@ impl EventWriter {
         let value = SummaryValue::Png {
             height,
             width,
-            channels: 3,
+            channels: png_channels(png).unwrap_or(3),
             data: png.to_vec(),
         };
         self.out.write_all(&tfrecord(&encode_summary_event(
@@ -223,9 +223,35 @@ fn png_size(png: &[u8]) -> Option<(u32, u32)> {
     Some((w, h))
 }
 
+/// The colour channels of a PNG, from its IHDR colour type (PNG spec 11.2.2):
+/// grey 1, grey + alpha 2, RGB or palette 3, RGBA 4.
+fn png_channels(png: &[u8]) -> Option<u32> {
+    if png.len() < 26 || &png[12..16] != b"IHDR" {
+        return None;
+    }
+    match png[25] {
+        0 => Some(1),
+        4 => Some(2),
+        2 | 3 => Some(3),
+        6 => Some(4),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn png_channels_follow_the_colour_type() {
+        for (kind, channels) in [(0u8, 1u32), (4, 2), (2, 3), (3, 3), (6, 4)] {
+            let mut png = vec![0u8; 33];
+            png[12..16].copy_from_slice(b"IHDR");
+            png[25] = kind;
+            assert_eq!(png_channels(&png), Some(channels), "colour type {kind}");
+        }
+        assert_eq!(png_channels(b"not a png"), None);
+    }
 
     #[test]
     fn crc_of_known_input_matches_crc32c_reference() {

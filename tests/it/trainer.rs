@@ -1153,7 +1153,9 @@ print(json.dumps(out))
     let images = v["images"].as_array().unwrap();
     assert_eq!(images.len(), 1, "{v}");
     assert_eq!(images[0][0], 3);
-    assert_eq!(images[0][1], 2 + 3 * 34); // 8 images: 3 per row
+    // 8 images: 4 per row, 2 rows, 32-pixel samples enlarged to 128.
+    assert_eq!(images[0][1], 2 + 4 * 130);
+    assert_eq!(images[0][2], 2 + 2 * 130);
 }
 
 /// An empty folder and a folder of only unreadable files are exit 2 before

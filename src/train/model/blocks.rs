@@ -198,28 +198,6 @@ impl Attention {
         }
     }
 
-    /// The same block (its parameters shared, not copied).
-    pub fn shallow_clone(&self) -> Self {
-        Self {
-            group_norm: self.group_norm.as_ref().map(GroupNorm::shallow_clone),
-            to_q: self.to_q.shallow_clone(),
-            to_k: self.to_k.shallow_clone(),
-            to_v: self.to_v.shallow_clone(),
-            to_out: self.to_out.shallow_clone(),
-            ..*self
-        }
-    }
-
-    /// Appends the parameters (shared) to `out`.
-    pub fn params(&self, out: &mut Vec<Tensor>) {
-        if let Some(gn) = &self.group_norm {
-            gn.params(out);
-        }
-        for l in [&self.to_q, &self.to_k, &self.to_v, &self.to_out] {
-            l.params(out);
-        }
-    }
-
     /// `x`: `[N, C, H, W]` → same shape.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let (n, c, h, w) = x.size4().expect("attention input is NCHW");
@@ -284,14 +262,6 @@ impl Downsample2D {
         }
     }
 
-    /// The same layer (its parameters shared, not copied).
-    pub fn shallow_clone(&self) -> Self {
-        Self {
-            conv: self.conv.shallow_clone(),
-            padding: self.padding,
-        }
-    }
-
     /// Halves H and W.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         if self.padding == 0 {
@@ -313,13 +283,6 @@ impl Upsample2D {
     pub fn new(p: &nn::Path, channels: i64) -> Self {
         Self {
             conv: Conv2d::new(&(p / "conv"), channels, channels, 3, 1, 1),
-        }
-    }
-
-    /// The same layer (its parameters shared, not copied).
-    pub fn shallow_clone(&self) -> Self {
-        Self {
-            conv: self.conv.shallow_clone(),
         }
     }
 
@@ -390,32 +353,6 @@ impl DownBlock {
         }
     }
 
-    /// The same block (its parameters shared, not copied).
-    pub fn shallow_clone(&self) -> Self {
-        Self {
-            resnets: self
-                .resnets
-                .iter()
-                .map(ResnetBlock2D::shallow_clone)
-                .collect(),
-            attentions: self
-                .attentions
-                .iter()
-                .map(Attention::shallow_clone)
-                .collect(),
-            downsampler: self.downsampler.as_ref().map(Downsample2D::shallow_clone),
-        }
-    }
-
-    /// Appends the parameters (shared) to `out`, for checkpointing.
-    pub fn params(&self, out: &mut Vec<Tensor>) {
-        self.resnets.iter().for_each(|r| r.params(out));
-        self.attentions.iter().for_each(|a| a.params(out));
-        if let Some(s) = &self.downsampler {
-            s.conv.params(out);
-        }
-    }
-
     /// Checkpoints each ResNet (diffusers' gradient checkpointing).
     pub fn set_gradient_checkpointing(&mut self, on: bool) {
         self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
@@ -477,26 +414,6 @@ impl MidBlock {
         Self { resnets, attention }
     }
 
-    /// The same block (its parameters shared, not copied).
-    pub fn shallow_clone(&self) -> Self {
-        Self {
-            resnets: self
-                .resnets
-                .iter()
-                .map(ResnetBlock2D::shallow_clone)
-                .collect(),
-            attention: self.attention.as_ref().map(Attention::shallow_clone),
-        }
-    }
-
-    /// Appends the parameters (shared) to `out`, for checkpointing.
-    pub fn params(&self, out: &mut Vec<Tensor>) {
-        self.resnets.iter().for_each(|r| r.params(out));
-        if let Some(a) = &self.attention {
-            a.params(out);
-        }
-    }
-
     /// Checkpoints each ResNet (diffusers' gradient checkpointing).
     pub fn set_gradient_checkpointing(&mut self, on: bool) {
         self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
@@ -556,32 +473,6 @@ impl UpBlock {
             resnets,
             attentions,
             upsampler,
-        }
-    }
-
-    /// The same block (its parameters shared, not copied).
-    pub fn shallow_clone(&self) -> Self {
-        Self {
-            resnets: self
-                .resnets
-                .iter()
-                .map(ResnetBlock2D::shallow_clone)
-                .collect(),
-            attentions: self
-                .attentions
-                .iter()
-                .map(Attention::shallow_clone)
-                .collect(),
-            upsampler: self.upsampler.as_ref().map(Upsample2D::shallow_clone),
-        }
-    }
-
-    /// Appends the parameters (shared) to `out`, for checkpointing.
-    pub fn params(&self, out: &mut Vec<Tensor>) {
-        self.resnets.iter().for_each(|r| r.params(out));
-        self.attentions.iter().for_each(|a| a.params(out));
-        if let Some(s) = &self.upsampler {
-            s.conv.params(out);
         }
     }
 
