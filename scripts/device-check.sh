@@ -35,6 +35,7 @@ if [ "$cpu" = 1 ]; then
 
   steps=6 bench_batch=2 bench_batches="2 4" expect=(--expect-gpus 0) train_precisions="fp32"
   profile_args=(--device cpu --warmup 1 --steps 1)
+  default_run=(--steps 6)
   # The data-parallel path with one rank: CPU ranks here, NCCL on the device.
   dp=(env IMGCTL_CPU_RANKS=1 "$bin" train-demo --config "$work/small.yaml")
   gpu_only="bench_fp16"
@@ -50,6 +51,7 @@ else
   model=()
   steps=300 bench_batch=64 bench_batches="64 128 256" expect=() train_precisions="fp32 fp16"
   profile_args=()
+  default_run=()
   dp=("$bin" train-demo --gpus 1)
   gpu_only=""
 fi
@@ -130,6 +132,9 @@ stage bench_bf16 240 "issue 6: benchmark bf16 at the sweep's best batch ($best) 
 stage bench_bf16_cl 60 "issue 6: the bf16 benchmark at batch $best in channels-last layout (decides the default)" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$best" \
   --channels-last --json
+stage bench_bf16_gc 90 "issue 15: the bf16 benchmark at batch $best with --gradient-checkpointing: allocator peak, per-image memory and throughput cost against bench_bf16" -- \
+  "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$best" \
+  --gradient-checkpointing --json
 # Where the step's time goes: imgctl's own step under libtorch's profiler, and
 # diffusers' eager step (autocast bf16) under torch.profiler, summed alike.
 stage trace_bf16 90 "issue 12: imgctl's bf16 step at batch $best, 3 steps under libtorch's profiler, summed by kernel kind" -- \
@@ -144,6 +149,8 @@ stage bench_fp32 150 "issue 6: benchmark fp32 batch $best vs PyTorch (compile ca
   --batch-size "$best" --compare --json
 stage bench_fp16 60 "issue 6: benchmark fp16 (autocast + loss scaling) batch $best" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision fp16 --batch-size "$best" --json
+stage train_default_run 180 "issue 15: the default preset's whole default run (bf16): do its samples show the data? (end line: sample statistics vs the data's)" -- \
+  "$bin" train-demo "${model[@]}" --precision bf16 "${default_run[@]}" --out "$work/train-default" --json
 # Last, as the budget allows: the data-parallel path's own cost at one rank.
 stage nccl_world1_off 90 "issue 6: nccl_world1 with --overlap-grad-reduce off, 50 steps" -- \
   "${dp[@]}" --precision bf16 --steps 50 --sample-every 0 --out "$work/nccl1-off" \
@@ -155,7 +162,7 @@ stage bench_nccl1 90 "issue 6: bf16 benchmark through NCCL with one rank, overla
 for d in "$work"/nccl1 "$work"/nccl1-off; do
   [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$res/$(basename "$d")-metrics.jsonl"
 done
-for d in "$work"/train-bf16 "$work"/train-fp32 "$work"/train-fp16; do
+for d in "$work"/train-bf16 "$work"/train-fp32 "$work"/train-fp16 "$work"/train-default; do
   g=$(ls "$d"/samples/*.png 2>/dev/null | tail -n 1)
   [ -n "$g" ] && cp "$g" "$res/$(basename "$d")-$(basename "$g")"
   [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$res/$(basename "$d")-metrics.jsonl"

@@ -1362,3 +1362,38 @@ fn the_overlapped_all_reduce_gives_the_sequential_result_bit_for_bit() {
         );
     }
 }
+
+/// One CPU rank says "1 rank", and, as its backend is the single one (no
+/// collective runs), reports no all-reduce. One NCCL rank (`--gpus 1`) runs
+/// the real all-reduce and reports it (`grad_sync`): found missing on the
+/// H200, where a one-rank NCCL summary had `grad_sync: null`; that path needs
+/// a GPU (the device check's `nccl_world1` stage).
+#[test]
+fn one_cpu_rank_says_one_rank_and_reports_no_all_reduce() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_config(dir.path());
+    let out = dir.path().join("one");
+    let o = cmd(&[
+        "train-demo",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--steps",
+        "2",
+        "--sample-every",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+    ])
+    .env("IMGCTL_CPU_RANKS", "1")
+    .output()
+    .unwrap();
+    let (stdout, stderr) = texts(&o);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("data parallel: 1 rank, single backend"),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("--json summary");
+    assert!(v["grad_sync"].is_null(), "{stdout}");
+}
