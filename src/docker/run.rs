@@ -3,15 +3,18 @@
 //!
 //! It owns [`GpuRequest`] (parsing `all`, `N`, `0,2`, `GPU-uuid…`),
 //! [`run_to_completion`] and the [`ContainerGuard`] that force-removes the
-//! container when dropped (error, panic) or on Ctrl-C. It knows nothing of
-//! verify's checks: callers pass the command and read stdout/stderr back.
+//! container when dropped (error, panic) or on Ctrl-C. A SIGKILL leaves no
+//! time for that: every container carries the pid of the imgctl that started
+//! it and the boot id of its host, and the next run removes the ones whose
+//! imgctl is gone ([`remove_stale`]). It knows nothing of verify's checks:
+//! callers pass the command and read stdout/stderr back.
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, KillContainerOptions, LogsOptions, RemoveContainerOptions,
-    WaitContainerOptions,
+    CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -148,6 +151,69 @@ impl std::error::Error for GpuRequestRejected {}
 
 /// Label every container imgctl starts carries.
 pub const LABEL_MANAGED: &str = "io.imgctl.managed";
+/// Label: the pid of the imgctl process that started the container.
+pub const LABEL_PID: &str = "io.imgctl.pid";
+/// Label: the boot id of the host that process runs on, so that a run on
+/// another client of a shared engine never judges this host's pids.
+pub const LABEL_BOOT: &str = "io.imgctl.boot";
+
+/// This host's boot id (`/proc/sys/kernel/random/boot_id`).
+fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether process `pid` exists on this host (a signal-0 probe; EPERM means
+/// it exists under another user).
+fn process_exists(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether a container with `labels` was left by an imgctl of this host that
+/// no longer runs (killed before its guard could remove it).
+fn is_stale(labels: &HashMap<String, String>, boot: &str) -> bool {
+    let Some(pid) = labels.get(LABEL_PID).and_then(|p| p.parse::<i32>().ok()) else {
+        return false;
+    };
+    labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
+        && labels.get(LABEL_BOOT).map(String::as_str) == Some(boot)
+        && pid != std::process::id() as i32
+        && !process_exists(pid)
+}
+
+/// Removes the containers that imgctl runs of this host left behind when
+/// they were killed (SIGKILL leaves no time to clean up); returns how many.
+/// Containers of live imgctl processes, and of other hosts, are left alone.
+pub async fn remove_stale(docker: &bollard::Docker) -> anyhow::Result<usize> {
+    let Some(boot) = boot_id() else {
+        return Ok(0);
+    };
+    let mut filters = HashMap::new();
+    filters.insert("label".to_string(), vec![format!("{LABEL_MANAGED}=true")]);
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let mut removed = 0;
+    for c in docker.list_containers(Some(opts)).await? {
+        let (Some(id), Some(labels)) = (c.id, c.labels) else {
+            continue;
+        };
+        if is_stale(&labels, &boot) {
+            remove_container(docker, &id).await?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
 
 /// Force-removes a container when dropped, unless [`ContainerGuard::removed`]
 /// says it is already gone. Drop runs on error returns and panics; it uses its
@@ -249,8 +315,22 @@ pub async fn run_to_completion(
     docker: &bollard::Docker,
     req: RunRequest,
 ) -> anyhow::Result<RunOutput> {
+    match remove_stale(docker).await {
+        Ok(0) => {}
+        Ok(n) => crate::output::printer().info(format!(
+            "removed {n} container{} left by an imgctl run that was killed",
+            if n == 1 { "" } else { "s" }
+        )),
+        Err(e) => crate::output::printer().warn(format!(
+            "could not look for containers left by killed imgctl runs: {e:#}"
+        )),
+    }
     let mut labels = req.labels.clone();
     labels.insert(LABEL_MANAGED.into(), "true".into());
+    labels.insert(LABEL_PID.into(), std::process::id().to_string());
+    if let Some(boot) = boot_id() {
+        labels.insert(LABEL_BOOT.into(), boot);
+    }
     let host_config = HostConfig {
         device_requests: req.gpus.as_ref().map(|g| vec![g.device_request()]),
         binds: (!req.binds.is_empty()).then(|| req.binds.clone()),
@@ -368,6 +448,33 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_containers_of_dead_imgctl_runs_of_this_host_are_stale() {
+        let labels = |pid: &str, boot: &str| -> HashMap<String, String> {
+            [
+                (LABEL_MANAGED, "true"),
+                (LABEL_PID, pid),
+                (LABEL_BOOT, boot),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+        };
+        // A pid that exited: spawn and reap a short-lived process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id().to_string();
+        child.wait().unwrap();
+        assert!(is_stale(&labels(&dead, "b1"), "b1"));
+        // A live process (this one, and pid 1), another host, no pid label.
+        let me = std::process::id().to_string();
+        assert!(!is_stale(&labels(&me, "b1"), "b1"));
+        assert!(!is_stale(&labels("1", "b1"), "b1"));
+        assert!(!is_stale(&labels(&dead, "b2"), "b1"));
+        let mut unlabelled = labels(&dead, "b1");
+        unlabelled.remove(LABEL_PID);
+        assert!(!is_stale(&unlabelled, "b1"));
+    }
 
     #[test]
     fn gpu_request_parsing() {
