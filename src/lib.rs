@@ -23,6 +23,7 @@ pub mod docker;
 pub mod env_vars;
 pub mod error;
 pub mod gpus;
+pub mod invariants;
 pub mod lock;
 pub mod nccl;
 pub mod output;

@@ -5,6 +5,7 @@ mod build;
 mod checkpointing;
 mod cli;
 mod device_check;
+mod fuzz_regressions;
 mod image_e2e;
 mod injection;
 mod linking;

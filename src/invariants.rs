@@ -1,0 +1,124 @@
+//! The invariants of imgctl's input parsers, as functions that panic when one
+//! is broken: the fuzz targets under `fuzz/` call them on generated inputs,
+//! and `tests/it/fuzz_regressions.rs` replays the kept corpus through them in
+//! the ordinary test suite. Each takes any text; an input the parser refuses
+//! is fine, a panic inside the parser or a broken invariant is the bug.
+//! This module holds no parsing of its own.
+use crate::render::{self, RenderOptions};
+use crate::spec::{self, LoadedSpec};
+
+/// The Dockerfile instructions the bundled template uses.
+const TEMPLATE_INSTRUCTIONS: &[&str] = &[
+    "FROM",
+    "ENV",
+    "COPY",
+    "RUN",
+    "USER",
+    "WORKDIR",
+    "EXPOSE",
+    "HEALTHCHECK",
+    "STOPSIGNAL",
+    "ENTRYPOINT",
+    "CMD",
+    "LABEL",
+];
+
+/// The most RUN steps the bundled template renders (apt, venv, torch, other
+/// pip packages, user, the imgctl smoke run).
+const MAX_RUN_STEPS: usize = 6;
+
+/// Spec text → validation → rendering: refused, or a Dockerfile with one
+/// FROM, only the template's instructions and at most its RUN steps (an
+/// injected instruction breaks one of these).
+pub fn spec_text(text: &str) {
+    let Ok(s) = spec::validate::validate(text, None) else {
+        return;
+    };
+    let loaded = LoadedSpec {
+        name: s.name.clone(),
+        sha256: spec::sha256_hex(text.as_bytes()),
+        spec: s,
+        dir: None,
+        origin: "fuzz.yaml".into(),
+        file: None,
+    };
+    let Ok(rendered) = render::render(&loaded, &RenderOptions::default()) else {
+        return;
+    };
+    let words = instruction_words(&rendered.dockerfile);
+    assert_eq!(
+        words.iter().filter(|w| *w == "FROM").count(),
+        1,
+        "{words:?}\n{}",
+        rendered.dockerfile
+    );
+    assert!(
+        words.iter().filter(|w| *w == "RUN").count() <= MAX_RUN_STEPS,
+        "{words:?}"
+    );
+    for w in &words {
+        assert!(
+            TEMPLATE_INSTRUCTIONS.contains(&w.as_str()),
+            "instruction {w:?}: {words:?}"
+        );
+    }
+}
+
+/// The first word of every instruction of `dockerfile` (continuation lines
+/// joined, comments skipped).
+fn instruction_words(dockerfile: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut continued = false;
+    for line in dockerfile.lines() {
+        let t = line.trim();
+        if !continued && (t.is_empty() || t.starts_with('#')) {
+            continue;
+        }
+        if !continued {
+            out.push(t.split_whitespace().next().unwrap_or("").to_uppercase());
+        }
+        continued = t.ends_with('\\');
+    }
+    out
+}
+
+/// Lock text → parse: refused, or only `name==version` packages without
+/// space or control characters, and writing it out and reading it back gives
+/// the same lock.
+pub fn lock_text(text: &str) {
+    let Ok(lock) = crate::lock::LockFile::parse(text) else {
+        return;
+    };
+    for (name, version) in &lock.packages {
+        for part in [name, version] {
+            assert!(
+                !part.is_empty() && !part.chars().any(|c| c.is_whitespace() || c.is_control()),
+                "package {name:?}=={version:?}"
+            );
+        }
+        assert!(
+            !name.contains("==") && !version.contains("=="),
+            "{name}=={version}"
+        );
+    }
+    if lock
+        .inputs
+        .iter()
+        .all(|(k, v)| !k.contains(['\n', '\r']) && !v.contains(['\n', '\r']))
+    {
+        let again = crate::lock::LockFile::parse(&lock.to_text("fuzz.yaml", "imgctl lock"));
+        assert_eq!(again.as_ref(), Ok(&lock), "round trip");
+    }
+}
+
+/// Training config text over the tiny preset → validation: refused or valid,
+/// never a panic.
+#[cfg(feature = "torch")]
+pub fn train_config_text(text: &str) {
+    let Ok(mut cfg) = crate::train::config::TrainConfig::preset("tiny") else {
+        return;
+    };
+    if cfg.apply_yaml(text, "fuzz.yaml", false).is_ok() && cfg.validate().is_ok() {
+        let _ = cfg.image_size();
+    }
+}

@@ -1,0 +1,52 @@
+//! The fuzzers' kept inputs, replayed in the ordinary test suite: every file
+//! of `fuzz/corpus/TARGET/` (the minimised corpus a run of `cargo fuzz run
+//! TARGET` grew) and `fuzz/regressions/TARGET/` (inputs that once broke an
+//! invariant) goes through the same check as the fuzz target
+//! ([`imgctl::invariants`]), so a fixed bug stays fixed without cargo-fuzz.
+use std::path::Path;
+
+use crate::common::repo_root;
+
+/// Runs `check` on every UTF-8 file of the target's corpus and regressions
+/// folders; returns how many inputs ran.
+fn replay(target: &str, check: fn(&str)) -> usize {
+    let mut n = 0;
+    for folder in ["corpus", "regressions"] {
+        let dir = repo_root().join("fuzz").join(folder).join(target);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut files: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        files.sort();
+        for f in files {
+            let Ok(text) = std::fs::read_to_string(&f) else {
+                continue;
+            };
+            let name = f
+                .strip_prefix(repo_root())
+                .unwrap_or(Path::new(""))
+                .display()
+                .to_string();
+            if std::panic::catch_unwind(|| check(&text)).is_err() {
+                panic!("{name} breaks the {target} invariant");
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn the_spec_corpus_renders_only_the_templates_instructions() {
+    assert!(replay("spec_render", imgctl::invariants::spec_text) >= 4);
+}
+
+#[test]
+fn the_lock_corpus_parses_to_name_version_lines_only() {
+    assert!(replay("lock_parse", imgctl::invariants::lock_text) >= 2);
+}
+
+#[test]
+fn the_training_config_corpus_validates_or_is_refused() {
+    assert!(replay("train_config", imgctl::invariants::train_config_text) >= 2);
+}
