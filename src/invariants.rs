@@ -64,9 +64,9 @@ pub fn spec_text(text: &str) {
     }
 }
 
-/// The first word of every instruction of `dockerfile` (continuation lines
-/// joined, comments skipped).
-fn instruction_words(dockerfile: &str) -> Vec<String> {
+/// The first word of every instruction of `dockerfile`, upper-cased
+/// (continuation lines joined, comments and blank lines skipped).
+pub fn instruction_words(dockerfile: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut continued = false;
     for line in dockerfile.lines() {

@@ -34,23 +34,6 @@ lock: false
     .unwrap()
 }
 
-/// The instruction keywords of a Dockerfile, in order (continuations joined).
-fn keywords(dockerfile: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut continued = false;
-    for line in dockerfile.lines() {
-        let t = line.trim();
-        if !continued && !t.is_empty() && !t.starts_with('#') {
-            out.push(t.split_whitespace().next().unwrap_or("").to_uppercase());
-        }
-        if !continued && (t.is_empty() || t.starts_with('#')) {
-            continue;
-        }
-        continued = t.ends_with('\\');
-    }
-    out
-}
-
 /// Writes `spec` to `dir/file_name` and renders it: Ok(Dockerfile) or the error.
 fn render_file(dir: &Path, file_name: &str, spec: &serde_yaml::Mapping) -> anyhow::Result<String> {
     let path = dir.join(file_name);
@@ -177,7 +160,7 @@ proptest! {
         static BASELINE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
         let baseline = BASELINE.get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
-            keywords(&render_file(dir.path(), "spec.yaml", &base_spec()).unwrap())
+            imgctl::invariants::instruction_words(&render_file(dir.path(), "spec.yaml", &base_spec()).unwrap())
         });
         let dir = tempfile::tempdir().unwrap();
         let mut s = base_spec();
@@ -225,7 +208,7 @@ proptest! {
             Field::BaseImage => { s.insert("base_image".into(), format!("nvidia/cuda:12.4.1-base{value}").into()); }
         }
         match render_file(dir.path(), &file_name, &s) {
-            Ok(dockerfile) => prop_assert_eq!(&keywords(&dockerfile), baseline, "{:?} = {:?}:\n{}", field, value, dockerfile),
+            Ok(dockerfile) => prop_assert_eq!(&imgctl::invariants::instruction_words(&dockerfile), baseline, "{:?} = {:?}:\n{}", field, value, dockerfile),
             Err(e) => prop_assert!(usage_error(&e), "{:?} = {:?} failed without a usage error: {:#}", field, value, e),
         }
     }

@@ -613,6 +613,33 @@ fn fake_imgctl(dir: &Path, body: &str) -> PathBuf {
     path
 }
 
+/// Starts `imgctl verify --image` with `sleeper` (a hanging fake imgctl)
+/// mounted over the image's, and returns once its container exists (stderr
+/// piped, for the caller to read after stopping it).
+fn start_hanging_verify(
+    rt: &tokio::runtime::Runtime,
+    docker: &bollard::Docker,
+    sleeper: &Path,
+) -> std::process::Child {
+    let child = Command::new(imgctl_bin())
+        .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
+        .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while rt.block_on(containers_mounting(docker, sleeper)).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the container never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child
+}
+
 #[test]
 fn verify_image_ctrl_c_or_sigterm_removes_the_container() {
     let Some((rt, docker)) = image_setup() else {
@@ -623,28 +650,7 @@ fn verify_image_ctrl_c_or_sigterm_removes_the_container() {
     let sleeper = fake_imgctl(dir.path(), "exec sleep 120");
     // Ctrl-C in a terminal, and the stop of a CI runner or Kubernetes.
     for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
-        let child = Command::new(imgctl_bin())
-            .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
-            .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
-            .env("NO_COLOR", "1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        loop {
-            if !rt
-                .block_on(containers_mounting(&docker, &sleeper))
-                .is_empty()
-            {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "the container never appeared"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let child = start_hanging_verify(&rt, &docker, &sleeper);
         // SAFETY: signalling the child we started, by its pid.
         unsafe { libc::kill(child.id() as i32, signal) };
         let out = child.wait_with_output().unwrap();
@@ -672,25 +678,7 @@ fn a_container_left_by_a_killed_run_is_removed_by_the_next() {
     };
     let dir = tempfile::tempdir().unwrap();
     let sleeper = fake_imgctl(dir.path(), "exec sleep 120");
-    let mut child = Command::new(imgctl_bin())
-        .args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
-        .arg(format!("{}:/usr/local/bin/imgctl:ro", sleeper.display()))
-        .env("NO_COLOR", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while rt
-        .block_on(containers_mounting(&docker, &sleeper))
-        .is_empty()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the container never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut child = start_hanging_verify(&rt, &docker, &sleeper);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(
