@@ -26,6 +26,26 @@ pub struct OutLock {
     _file: Option<File>,
     /// The lock file's path.
     path: PathBuf,
+    /// The output folder, when acquiring the lock created it: a run that
+    /// ends before writing anything there takes it away again.
+    created: Option<PathBuf>,
+}
+
+impl Drop for OutLock {
+    fn drop(&mut self) {
+        let Some(dir) = &self.created else { return };
+        // Only the lock file in it: the run wrote nothing, so a refused or
+        // failed command leaves no empty output folder behind.
+        let only_lock = std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .all(|e| e.file_name() == LOCK_FILE)
+        });
+        if only_lock {
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 impl OutLock {
@@ -42,6 +62,7 @@ impl OutLock {
             .with_hint("choose a writable --out directory")
             .into()
         };
+        let created = (!out.exists()).then(|| out.to_path_buf());
         std::fs::create_dir_all(out).map_err(cannot)?;
         let mut file = OpenOptions::new()
             .read(true)
@@ -61,7 +82,11 @@ impl OutLock {
                 "cannot lock {} ({err}): nothing stops a second run from writing to the same --out",
                 path.display()
             ));
-            return Ok(Self { _file: None, path });
+            return Ok(Self {
+                _file: None,
+                path,
+                created,
+            });
         }
         // Ours now: record the pid for a second run's message. Only that
         // message needs it, so a failure (a full disk) is left to the run's
@@ -73,6 +98,7 @@ impl OutLock {
         Ok(Self {
             _file: Some(file),
             path,
+            created,
         })
     }
 
@@ -117,6 +143,24 @@ fn held_error(out: &Path, path: &Path) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_the_lock_created_goes_when_nothing_was_written() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("run");
+        drop(OutLock::acquire(&out).unwrap());
+        assert!(!out.exists(), "an empty output folder was left behind");
+        // With something written, the folder stays.
+        let lock = OutLock::acquire(&out).unwrap();
+        std::fs::write(out.join("metrics.jsonl"), "{}\n").unwrap();
+        drop(lock);
+        assert!(out.join("metrics.jsonl").exists());
+        // A folder that existed before is never removed.
+        let kept = root.path().join("kept");
+        std::fs::create_dir(&kept).unwrap();
+        drop(OutLock::acquire(&kept).unwrap());
+        assert!(kept.is_dir());
+    }
 
     #[test]
     fn a_second_lock_names_the_holder_and_a_released_lock_is_free() {
