@@ -1,9 +1,7 @@
-//! Exit statuses and the user-facing error type.
-//!
-//! Core code returns `anyhow::Error`s; a [`CliError`] anywhere in the chain
-//! chooses the exit code and carries the hint. [`exit`] renders an error as
-//! `error: …`, `  caused by: …` lines, a blank line and `hint: …`, on stderr.
-use std::fmt;
+//! Exit statuses, and the escaping that keeps input from forging lines in a
+//! message. A leaf: it knows no command, flag or core module; what an error
+//! means for the user (its exit status and hint) is decided in
+//! [`crate::commands::error`].
 
 /// How a command ended; the numeric value is the process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -30,57 +28,6 @@ impl ExitStatus {
         }
     }
 }
-
-/// An error meant for the user: a one-line message, an exit status and a hint.
-#[derive(Debug)]
-pub struct CliError {
-    /// What went wrong, naming the cause.
-    pub message: String,
-    /// What to do about it.
-    pub hint: Option<String>,
-    /// The exit status this error maps to.
-    pub status: ExitStatus,
-}
-
-impl CliError {
-    /// A usage or spec error (exit 2).
-    pub fn usage(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            hint: None,
-            status: ExitStatus::Usage,
-        }
-    }
-    /// A runtime failure (exit 1).
-    pub fn failure(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            hint: None,
-            status: ExitStatus::Failure,
-        }
-    }
-    /// An interruption by Ctrl-C (exit 130).
-    pub fn interrupted(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            hint: None,
-            status: ExitStatus::Interrupted,
-        }
-    }
-    /// Adds a hint line.
-    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
-        self
-    }
-}
-
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for CliError {}
 
 /// `text` as it may appear inside an error message: unchanged when it is one
 /// line of printable text, else quoted and escaped like Rust's `{:?}` (`"a\nb"`),
@@ -113,49 +60,4 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     } else {
         std::borrow::Cow::Borrowed(text)
     }
-}
-
-/// The exit status an error maps to: that of the first [`CliError`] in its chain,
-/// else [`ExitStatus::Failure`].
-pub fn status_of(err: &anyhow::Error) -> ExitStatus {
-    err.chain()
-        .find_map(|e| e.downcast_ref::<CliError>())
-        .map_or(ExitStatus::Failure, |e| e.status)
-}
-
-/// Renders an error for a terminal: `error:`, `caused by:` lines and a `hint:`.
-pub fn render_error(err: &anyhow::Error) -> String {
-    let mut out = format!("error: {err}\n");
-    for cause in err.chain().skip(1) {
-        out.push_str(&format!("  caused by: {cause}\n"));
-    }
-    if let Some(hint) = err
-        .chain()
-        .find_map(|e| e.downcast_ref::<CliError>())
-        .and_then(|e| e.hint.as_ref())
-    {
-        out.push_str(&format!("\nhint: {hint}\n"));
-    }
-    out
-}
-
-/// Maps a command's outcome to a process exit code, printing any error on stderr.
-pub fn exit(result: anyhow::Result<ExitStatus>) -> std::process::ExitCode {
-    let status = match result {
-        Ok(status) => status,
-        Err(err) => {
-            eprint!("{}", render_error(&err));
-            status_of(&err)
-        }
-    };
-    if crate::verify::check::abandoned_threads() > 0 {
-        // A check is still stuck inside a driver call: the libraries' exit
-        // handlers could wait on it forever. Flush, then leave without them.
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: _exit ends the process at once; every output is flushed above.
-        unsafe { libc::_exit(i32::from(status.code())) };
-    }
-    std::process::ExitCode::from(status.code())
 }

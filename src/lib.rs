@@ -37,7 +37,8 @@ pub mod torch_ext;
 pub mod train;
 pub mod verify;
 
-pub use error::{exit, CliError, ExitStatus};
+pub use commands::error::CliError;
+pub use error::ExitStatus;
 
 /// Runs one parsed command line and returns its status.
 pub fn run(cli: cli::Cli) -> anyhow::Result<ExitStatus> {

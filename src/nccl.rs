@@ -595,10 +595,14 @@ mod tests {
             "{e}"
         );
         assert!(
-            crate::error::render_error(&e).contains("hint: NCCL comes with the PyTorch CUDA wheel"),
+            crate::commands::error::render_error(&e)
+                .contains("hint: NCCL comes with the PyTorch CUDA wheel"),
             "{e}"
         );
-        assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Failure);
+        assert_eq!(
+            crate::commands::error::status_of(&e),
+            crate::ExitStatus::Failure
+        );
     }
 
     #[test]
@@ -613,7 +617,10 @@ mod tests {
             )),
             "{e}"
         );
-        assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Failure);
+        assert_eq!(
+            crate::commands::error::status_of(&e),
+            crate::ExitStatus::Failure
+        );
     }
 
     #[test]
@@ -667,6 +674,6 @@ mod tests {
             .find(|c| text.starts_with(&format!("ncclCommInitAll failed: NCCL error {c}: ")))
             .unwrap_or_else(|| panic!("{text}"));
         assert!(text.ends_with(&lib.error_string(code)), "{text}");
-        assert!(crate::error::render_error(&e).contains("hint: set NCCL_DEBUG=INFO"));
+        assert!(crate::commands::error::render_error(&e).contains("hint: set NCCL_DEBUG=INFO"));
     }
 }

@@ -759,7 +759,7 @@ mod tests {
         assert_eq!(ok["B"], "x=y");
         assert_eq!(ok["C"], "");
         let err = parse_pairs(&["NOPE".into()], "--build-arg").unwrap_err();
-        assert_eq!(crate::error::status_of(&err), ExitStatus::Usage);
+        assert_eq!(crate::commands::error::status_of(&err), ExitStatus::Usage);
         assert!(err.to_string().contains("--build-arg \"NOPE\""));
         assert!(parse_pairs(&["=v".into()], "--label").is_err());
     }

@@ -3,7 +3,9 @@
 use crate::cli::{Cli, Command};
 use crate::ExitStatus;
 
+mod advice;
 pub mod build;
+pub mod error;
 pub mod lock;
 pub mod render;
 pub mod sample;

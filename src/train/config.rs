@@ -631,7 +631,10 @@ mod tests {
             let mut c = TrainConfig::preset("tiny").unwrap();
             edit(&mut c);
             let e = c.validate().unwrap_err();
-            assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Usage);
+            assert_eq!(
+                crate::commands::error::status_of(&e),
+                crate::ExitStatus::Usage
+            );
             e.to_string()
         };
         assert_eq!(

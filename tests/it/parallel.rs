@@ -614,7 +614,7 @@ fn missing_nccl_is_a_clear_error() {
     use imgctl::nccl::NcclLibrary;
     let dir = tempfile::tempdir().unwrap();
     let e = NcclLibrary::open(&dir.path().join("libnccl.so.2")).unwrap_err();
-    let text = imgctl::error::render_error(&e);
+    let text = imgctl::commands::error::render_error(&e);
     assert!(
         text.starts_with("error: NCCL is missing: cannot load "),
         "{text}"

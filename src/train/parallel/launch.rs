@@ -639,7 +639,10 @@ mod tests {
         // WORLD_SIZE alone is a half-set launch, not a single process.
         let e = LaunchInfo::from_env(env(&[("WORLD_SIZE", "2")])).unwrap_err();
         assert!(e.to_string().contains("RANK is not"), "{e}");
-        assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Usage);
+        assert_eq!(
+            crate::commands::error::status_of(&e),
+            crate::ExitStatus::Usage
+        );
     }
 
     #[test]
@@ -709,7 +712,10 @@ mod tests {
         ] {
             let e = parse_gpus(bad).unwrap_err();
             assert!(e.to_string().contains(needle), "{bad}: {e}");
-            assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Usage);
+            assert_eq!(
+                crate::commands::error::status_of(&e),
+                crate::ExitStatus::Usage
+            );
         }
     }
 

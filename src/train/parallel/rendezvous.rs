@@ -698,7 +698,10 @@ mod tests {
             )),
             "{m}"
         );
-        assert_eq!(crate::error::status_of(&e), crate::ExitStatus::Failure);
+        assert_eq!(
+            crate::commands::error::status_of(&e),
+            crate::ExitStatus::Failure
+        );
     }
 
     #[test]

@@ -565,7 +565,7 @@ mod tests {
             2,
         ))
         .unwrap_err();
-        let text = crate::error::render_error(&e);
+        let text = crate::commands::error::render_error(&e);
         assert!(
             text.starts_with("error: worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
             "{text}"
@@ -574,7 +574,7 @@ mod tests {
             text.contains("hint: call 112 (rank 1's own hint)"),
             "{text}"
         );
-        assert_eq!(crate::error::status_of(&e), ExitStatus::Usage);
+        assert_eq!(crate::commands::error::status_of(&e), ExitStatus::Usage);
         assert_eq!(
             worker_error(&["x".into(), "error: a".into(), "hint: b".into()]),
             (Some("a".into()), Some("b".into()))
@@ -612,6 +612,6 @@ mod tests {
             full.contains("rank 1 was killed by signal 9 (SIGKILL)"),
             "{full}"
         );
-        assert_eq!(crate::error::status_of(&e), ExitStatus::Usage);
+        assert_eq!(crate::commands::error::status_of(&e), ExitStatus::Usage);
     }
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use imgctl::error::status_of;
+use imgctl::commands::error::status_of;
 use imgctl::train::images::write_grid_png;
 use imgctl::train::model::config::{ActFn, DownBlockType, SampleSize, TimeScaleShift, UpBlockType};
 use imgctl::train::model::weights::{
@@ -464,7 +464,7 @@ fn model_config_presets_yaml_and_errors() {
     let err = UNetConfig::preset("tinyy").unwrap_err();
     assert_eq!(status_of(&err), ExitStatus::Usage);
     assert!(err.to_string().contains("unknown model preset `tinyy`"));
-    let rendered = imgctl::error::render_error(&err);
+    let rendered = imgctl::commands::error::render_error(&err);
     assert!(rendered.contains("did you mean `tiny`?"), "{rendered}");
 
     let yaml = "block_out_channels: [32, 64]\ndown_block_types: [DownBlock2D, AttnDownBlock2D]\n\
