@@ -51,6 +51,29 @@ pub enum Command {
     Specs(SpecsArgs),
     /// Resolve a spec's full Python package set into its pip lock file.
     Lock(LockArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), of imgctl or of one subcommand.
+    Man(ManArgs),
+}
+
+/// `imgctl completions SHELL`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `imgctl man [COMMAND]`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (e.g. `train-demo`); imgctl's own page when absent.
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write every page (imgctl.1, imgctl-build.1, …) into this folder instead of printing one.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub out_dir: Option<PathBuf>,
 }
 
 /// Which spec to use, and the build-time options that shape the Dockerfile.

@@ -5,6 +5,7 @@ use crate::ExitStatus;
 
 mod advice;
 pub mod build;
+pub mod completions;
 pub mod error;
 pub mod lock;
 pub mod render;
@@ -21,6 +22,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Render(args) => render::run(args),
         Command::Specs(args) => specs::run(args),
         Command::Lock(args) => lock::run(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
         Command::Verify(args) => verify::run(args),
         Command::TrainDemo(args) => train::run(args),
         Command::Sample(args) => sample::run(args),

@@ -103,3 +103,89 @@ fn check_timeout_bounds_are_inclusive() {
         assert!(options(bad).is_err(), "{bad}");
     }
 }
+
+/// The subcommands, as `imgctl --help` lists them.
+fn subcommands() -> Vec<String> {
+    let out = imgctl(&["--help"]);
+    let (stdout, _) = texts(&out);
+    let list = stdout
+        .split("Commands:")
+        .nth(1)
+        .expect("a Commands: section");
+    let names: Vec<String> = list
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|n| n != "help")
+        .collect();
+    assert!(names.len() >= 9, "{names:?}");
+    names
+}
+
+#[test]
+fn completion_scripts_name_every_subcommand() {
+    let subs = subcommands();
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let out = imgctl(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let (script, _) = texts(&out);
+        for sub in &subs {
+            assert!(
+                script.contains(sub.as_str()),
+                "{shell}'s script lacks {sub}"
+            );
+        }
+        // Flags of a subcommand complete too, not only the command names.
+        assert!(
+            script.contains("gradient-checkpointing"),
+            "{shell}: no train-demo flags"
+        );
+    }
+    let out = imgctl(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn man_pages_for_imgctl_and_each_subcommand() {
+    let out = imgctl(&["man"]);
+    assert!(out.status.success());
+    let (page, _) = texts(&out);
+    assert!(page.contains(".TH imgctl 1"), "{page}");
+    assert!(
+        page.contains(".SH SUBCOMMANDS") || page.contains("train\\-demo"),
+        "{page}"
+    );
+    let out = imgctl(&["man", "train-demo"]);
+    let (page, _) = texts(&out);
+    assert!(page.contains(".TH imgctl-train-demo 1"), "{page}");
+    assert!(page.contains("\\-\\-gradient\\-checkpointing"), "{page}");
+
+    let out = imgctl(&["man", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.starts_with("error: no subcommand `nope`\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: the pages are: build, render, verify, train-demo"),
+        "{stderr}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = imgctl(&["man", "--out-dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let mut pages: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    let mut want: Vec<String> = subcommands()
+        .iter()
+        .map(|s| format!("imgctl-{s}.1"))
+        .collect();
+    want.push("imgctl.1".into());
+    want.sort();
+    assert_eq!(pages, want);
+}
