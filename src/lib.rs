@@ -27,6 +27,7 @@ pub mod invariants;
 pub mod lock;
 pub mod nccl;
 pub mod output;
+pub mod plot;
 pub mod procmaps;
 pub mod reference;
 pub mod render;
