@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::check::{CheckResult, FnCheck, Level, Scope};
-use super::Context;
+use crate::verify::check::{CheckResult, FnCheck, Level, Scope};
+use crate::verify::Context;
 
 /// The library NVML is loaded from (the driver installs it; the container
 /// toolkit mounts it into containers).
@@ -855,13 +855,13 @@ pub fn fmt_cuda_version(v: i32) -> String {
 fn check_driver(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
     const ID: &str = "nvml.driver";
     let nvml = match &ctx.nvml {
-        super::NvmlState::Ready(b) => b.clone(),
-        super::NvmlState::Hung(e) => {
+        crate::verify::NvmlState::Ready(b) => b.clone(),
+        crate::verify::NvmlState::Hung(e) => {
             return vec![CheckResult::error(ID, e.to_string()).hint(
                 "the driver did not answer nvmlInit in time: check `nvidia-smi` and dmesg for Xid errors; raise --check-timeout if the system is merely slow",
             )];
         }
-        super::NvmlState::Unavailable(e) => {
+        crate::verify::NvmlState::Unavailable(e) => {
             return vec![if ctx.expect.allows_none() {
                 CheckResult::skip(ID, format!("{e}; none expected (--expect-gpus 0)"))
             } else {
