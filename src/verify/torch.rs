@@ -261,10 +261,7 @@ fn same_version(s: &provenance::Shadowed, loaded: &str, wheel: Option<&str>) -> 
         return false;
     };
     match wheel {
-        Some(w) => {
-            version_matches(v, w)
-                && v.split('.').count() >= w.split('.').count().min(3)
-        }
+        Some(w) => version_matches(v, w) && v.split('.').count() >= w.split('.').count().min(3),
         None => version_matches(v, loaded),
     }
 }

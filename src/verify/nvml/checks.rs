@@ -14,7 +14,6 @@ use crate::verify::Context;
 /// power cap is a WARN").
 pub const BENIGN_THROTTLE: u64 = 0x1 | 0x4;
 
-
 /// The NVML checks, in run order.
 pub fn checks() -> Vec<FnCheck> {
     let node = |id, description, run| FnCheck {

@@ -10,7 +10,6 @@ use super::backend::{
     EccInfo, GpuProcess, NvmlBackend, NvmlErr, NvmlResult, PcieLink, RemappedRows, RetiredPages,
 };
 
-
 /// One fake GPU; every field is what the matching backend call returns.
 #[derive(Debug, Clone)]
 pub struct FakeGpu {
@@ -233,7 +232,6 @@ impl NvmlBackend for FakeNvml {
         Ok(self.gpu(gpu, "processes")?.processes.clone())
     }
 }
-
 
 /// A boxed fake, for tests and the test seam.
 pub fn fake(f: FakeNvml) -> Arc<dyn NvmlBackend> {

@@ -14,8 +14,8 @@ mod fake;
 mod real;
 
 pub use backend::{
-    throttle_names, EccInfo, GpuProcess, NvmlBackend, NvmlErr, NvmlResult, PcieLink,
-    RemappedRows, RetiredPages, NVML_LIB, THROTTLE_REASONS,
+    throttle_names, EccInfo, GpuProcess, NvmlBackend, NvmlErr, NvmlResult, PcieLink, RemappedRows,
+    RetiredPages, NVML_LIB, THROTTLE_REASONS,
 };
 pub use checks::{checks, fmt_cuda_version, from_err, BENIGN_THROTTLE};
 #[cfg(test)]
