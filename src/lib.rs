@@ -32,6 +32,8 @@ pub mod procmaps;
 pub mod reference;
 pub mod render;
 pub mod spec;
+#[allow(unsafe_code)]
+pub mod sys;
 #[cfg(feature = "torch")]
 pub mod torch_ext;
 #[cfg(feature = "torch")]

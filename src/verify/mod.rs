@@ -5,8 +5,10 @@
 //! in [`nvml`] (NVML through nvml-wrapper, behind the [`nvml::NvmlBackend`]
 //! seam), [`torch`] (libtorch facts and loaded-library provenance),
 //! [`functional`] (matrix products, bandwidths, NCCL; `--level full`) and
-//! [`host`] (the host side of `verify --image`). [`report`] renders results
-//! as a table, JSON and JUnit. It must not parse CLI arguments (see
+//! [`host`] (the host side of `verify --image`). [`pins`] says which
+//! versions are expected; [`versions`] is the leaf both it and [`torch`] use
+//! to compare and read versions. [`report`] renders results as a table, JSON
+//! and JUnit. It must not parse CLI arguments (see
 //! `commands/verify.rs`) nor talk to the Docker engine except through
 //! `crate::docker`.
 use std::sync::Arc;
@@ -23,6 +25,7 @@ pub mod pins;
 pub mod provenance;
 pub mod report;
 pub mod torch;
+pub mod versions;
 
 pub use check::{Check, CheckResult, Level, Scope, Status};
 pub use pins::Pins;

@@ -11,6 +11,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::versions::{strip_local, torch_version_info, version_matches};
+
 /// Expected versions. `None` means "not pinned": the matching check reports
 /// what it found without a pin comparison.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,7 +180,7 @@ impl Pins {
         // describe torch 2.7.0+cu126. Comparing another torch with them would
         // FAIL a healthy machine for not running imgctl's default torch.
         let builtin = Self::torch_2_7_0_cu126();
-        match torch_dir.and_then(super::torch::torch_version_info) {
+        match torch_dir.and_then(torch_version_info) {
             Some((version, cuda))
                 if !(version_matches(&version, "2.7.0") && cuda.as_deref() == Some("12.6")) =>
             {
@@ -206,20 +208,6 @@ fn exact_requirement(line: &str) -> Option<(String, String)> {
     let version = version.trim();
     let version = version.strip_suffix(".*").unwrap_or(version);
     (!name.is_empty() && !version.is_empty()).then(|| (name.to_string(), version.to_string()))
-}
-
-/// `2.7.0+cu126` → `2.7.0`.
-pub fn strip_local(v: &str) -> &str {
-    v.split('+').next().unwrap_or(v)
-}
-
-/// Whether `found` agrees with `pin` on every component both carry
-/// (`9.5.1` from cudnnGetVersion agrees with the pin `9.5.1.17`; `9.1.0` does not).
-pub fn version_matches(found: &str, pin: &str) -> bool {
-    let f: Vec<&str> = strip_local(found).split('.').collect();
-    let p: Vec<&str> = strip_local(pin).split('.').collect();
-    let n = f.len().min(p.len());
-    n > 0 && f[..n] == p[..n]
 }
 
 #[cfg(test)]
@@ -313,14 +301,5 @@ Requires-Dist: nvidia-cuda-cupti==13.0.85.*; (sys_platform == 'linux' or sys_pla
                 Pins::torch_2_7_0_cu126()
             );
         }
-    }
-
-    #[test]
-    fn version_prefix_matching() {
-        assert!(version_matches("9.5.1", "9.5.1.17"));
-        assert!(version_matches("2.7.0+cu126", "2.7.0"));
-        assert!(!version_matches("9.1.0", "9.5.1.17"));
-        assert!(!version_matches("2.21.5", "2.26.2"));
-        assert!(version_matches("12.6", "12.6.77"));
     }
 }

@@ -6,10 +6,11 @@
 //! The check bodies use tch and exist only with the `torch` feature; without
 //! it, the same ids are registered and report SKIP ("built without torch"),
 //! so ids stay stable. This file must not render output.
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::check::{CheckResult, FnCheck, Level, Scope};
 use super::provenance::{self, LibKind};
+use super::versions::version_matches;
 use super::Context;
 
 /// The torch checks, in run order.
@@ -108,37 +109,6 @@ pub fn loaded_torch_cuda() -> Option<PathBuf> {
         .ok()?
         .into_iter()
         .find(|p| p.file_name().is_some_and(|n| n == "libtorch_cuda.so"))
-}
-
-/// torch's version and the CUDA version its build targets, from the package's
-/// `version.py` (pip wheel: `__version__ = '2.7.0+cu126'`, `cuda = '12.6'`) or
-/// a standalone libtorch's `build-version` file.
-pub fn torch_version_info(torch_dir: &Path) -> Option<(String, Option<String>)> {
-    if let Ok(text) = std::fs::read_to_string(torch_dir.join("version.py")) {
-        let field = |key: &str| {
-            text.lines().find_map(|l| {
-                let l = l.trim();
-                let rest = l.strip_prefix(key)?;
-                let rest = rest.trim_start_matches(|c: char| {
-                    c == ' ' || c == ':' || c.is_alphabetic() || c == '[' || c == ']'
-                });
-                let rest = rest.trim_start_matches([' ', '=']).trim();
-                let v = rest.trim_matches(|c| c == '\'' || c == '"');
-                (v != "None" && !v.is_empty()).then(|| v.to_string())
-            })
-        };
-        if let Some(v) = field("__version__") {
-            return Some((v, field("cuda")));
-        }
-    }
-    let text = std::fs::read_to_string(torch_dir.join("build-version")).ok()?;
-    let v = text.trim().to_string();
-    let cuda = v.split_once("+cu").map(|(_, c)| {
-        // `cu126` → `12.6`, `cu118` → `11.8`
-        let (major, minor) = c.split_at(c.len().saturating_sub(1));
-        format!("{major}.{minor}")
-    });
-    Some((v, cuda))
 }
 
 /// Oldest Linux driver that runs CUDA `major`.x under minor-version
@@ -246,7 +216,7 @@ pub fn loaded_verdict(
     };
     let threshold = pin.map(|p| format!("= {p} ({pin_source})"));
     let mut r = match pin {
-        Some(p) if !super::pins::version_matches(&version, p) || wheel.as_deref().is_some_and(|w| !super::pins::version_matches(w, p)) => {
+        Some(p) if !version_matches(&version, p) || wheel.as_deref().is_some_and(|w| !version_matches(w, p)) => {
             CheckResult::fail(id, format!("{lib} {version} does not match the pin {p}"))
                 .hint("the wrong copy is loaded: check LD_LIBRARY_PATH and the image's library folders (ldconfig -p)")
         }
@@ -291,11 +261,8 @@ fn same_version(s: &provenance::Shadowed, loaded: &str, wheel: Option<&str>) -> 
         return false;
     };
     match wheel {
-        Some(w) => {
-            super::pins::version_matches(v, w)
-                && v.split('.').count() >= w.split('.').count().min(3)
-        }
-        None => super::pins::version_matches(v, loaded),
+        Some(w) => version_matches(v, w) && v.split('.').count() >= w.split('.').count().min(3),
+        None => version_matches(v, loaded),
     }
 }
 
@@ -334,6 +301,7 @@ mod imp {
     use std::sync::OnceLock;
 
     use super::super::fatbin::{self, Coverage};
+    use super::super::versions::torch_version_info;
     use super::*;
 
     /// Initialises CUDA through torch (once) and says whether it is usable.
@@ -368,7 +336,7 @@ mod imp {
             None => format!("{version} (CPU-only) from {}", dir.display()),
         };
         let r = match &ctx.pins.torch {
-            Some(pin) if super::super::pins::version_matches(&version, pin) => {
+            Some(pin) if version_matches(&version, pin) => {
                 CheckResult::pass(ID, format!("torch {version} matches the pin"))
             }
             Some(pin) => CheckResult::fail(ID, format!("torch {version} does not match the pin {pin}"))
@@ -758,36 +726,6 @@ mod tests {
         assert_eq!(
             loaded_verdict(LibKind::Cudnn, &p, Err("boom".into()), None, None, "", &[]).status,
             Status::Error
-        );
-    }
-
-    #[test]
-    fn version_py_parsing() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("version.py"),
-            "__version__ = '2.7.0+cu126'\ndebug = False\ncuda: Optional[str] = '12.6'\n",
-        )
-        .unwrap();
-        assert_eq!(
-            torch_version_info(dir.path()),
-            Some(("2.7.0+cu126".to_string(), Some("12.6".to_string())))
-        );
-        let cpu = tempfile::tempdir().unwrap();
-        std::fs::write(
-            cpu.path().join("version.py"),
-            "__version__ = '2.7.0+cpu'\ncuda: Optional[str] = None\n",
-        )
-        .unwrap();
-        assert_eq!(
-            torch_version_info(cpu.path()),
-            Some(("2.7.0+cpu".to_string(), None))
-        );
-        let standalone = tempfile::tempdir().unwrap();
-        std::fs::write(standalone.path().join("build-version"), "2.7.0+cu128\n").unwrap();
-        assert_eq!(
-            torch_version_info(standalone.path()),
-            Some(("2.7.0+cu128".to_string(), Some("12.8".to_string())))
         );
     }
 }
