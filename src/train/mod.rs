@@ -20,6 +20,7 @@ pub mod data;
 pub mod ema;
 pub mod flat;
 pub mod images;
+pub mod curves;
 pub mod metrics;
 pub mod model;
 pub mod optim;
