@@ -30,7 +30,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
         (Some(slots), true) => bench::supervised(&args, slots),
         (None, true) => bench::local(&args),
         // A single process, or a rank a launcher started.
-        (None, false) => imp::train(args),
+        (None, false) => single_run::train(args),
     }
 }
 
@@ -40,8 +40,9 @@ pub fn run(_args: TrainArgs) -> anyhow::Result<ExitStatus> {
     Err(super::torch_missing("train-demo"))
 }
 
+/// Training in this process, and its summary.
 #[cfg(feature = "torch")]
-mod imp {
+mod single_run {
     use anyhow::Context;
     use tch::Device;
 
@@ -230,7 +231,7 @@ mod imp {
 
 #[cfg(all(test, feature = "torch"))]
 mod tests {
-    use super::imp::cpu_fallback_warning;
+    use super::single_run::cpu_fallback_warning;
     use crate::train::config::TrainConfig;
 
     #[test]
