@@ -9,8 +9,10 @@
 //! for the breakdown, so the synchronisation never distorts the throughput
 //! figure. Memory on CUDA is `cudaMemGetInfo` (device used = total − free)
 //! sampled after every timed step: it includes the CUDA context and torch's
-//! caching-allocator reserve, so it is an upper bound of live tensors. This
-//! module measures and reports; it must not change how the trainer steps.
+//! caching-allocator reserve, so it is an upper bound of live tensors. A
+//! benchmark starts as a run does, through [`crate::train::session`] (without
+//! an output directory or a checkpoint to resume). This module measures and
+//! reports; it must not change how the trainer steps.
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,9 +21,10 @@ use tch::Device;
 
 use crate::output::printer;
 use crate::train::config::Precision;
-use crate::train::data::{Loader, StreamSpec};
 use crate::train::parallel::cudart::CudaRuntime;
-use crate::train::trainer::{self, GradSync, RunOptions, Trainer};
+use crate::train::session::{self, RunOptions};
+use crate::train::sync::GradSync;
+use crate::train::trainer::{self, Trainer};
 
 pub mod host_memory;
 pub mod peak;
@@ -274,9 +277,9 @@ fn sync(d: Device) {
 pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Result<BenchReport> {
     let run = &opts.run;
     let device = run.device;
-    trainer::check_precision(device, run.precision)?;
     let cfg = run.config.clone();
-    let data = trainer::open_dataset(&run.data, &cfg)?;
+    // The preflight of a run, without its output directory (a benchmark writes nothing).
+    let data = session::check_inputs(run, false)?;
     let backend = sync_backend_label(sync_impl.as_ref(), device);
     let rt = match device {
         Device::Cuda(i) => {
@@ -292,19 +295,11 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     let used = |rt: &CudaRuntime| rt.mem_get_info().map(|(free, total)| (total - free, total));
     let baseline = rt.as_ref().map(used).transpose()?;
 
-    let mut trainer = Trainer::new(cfg.clone(), device, run.precision, None, sync_impl)?;
-    trainer.broadcast()?;
+    let mut trainer = session::new_trainer(run, sync_impl)?;
+    session::initial_weights(&mut trainer, None)?;
     let world = trainer.world_size();
-    let rank = trainer.rank();
     let tr = &cfg.training;
-    let spec = StreamSpec {
-        seed: tr.seed,
-        batch_size: tr.batch_size,
-        rank,
-        world_size: world,
-        start_position: 0,
-    };
-    let mut loader = Loader::start(Arc::new(data), spec, tr.workers, tr.prefetch);
+    let mut loader = session::start_loader(&trainer, Arc::new(data));
     let mut last_loss = f64::NAN;
     let mut step = |trainer: &mut Trainer| -> anyhow::Result<(f64, trainer::StepStats)> {
         let t = Instant::now();

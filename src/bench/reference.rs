@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::env_vars as ev;
 use crate::train::data::{build_batch, PermCache, StreamSpec};
-use crate::train::trainer::{open_dataset, RunOptions};
+use crate::train::session::{open_dataset, RunOptions};
 use crate::CliError;
 
 /// The reference script, as shipped in the repository.

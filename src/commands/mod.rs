@@ -11,8 +11,7 @@ pub mod lock;
 pub mod render;
 pub mod sample;
 pub mod specs;
-pub mod train;
-pub mod train_parallel;
+pub mod train_demo;
 pub mod verify;
 
 /// Runs the parsed command.
@@ -25,7 +24,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
         Command::Verify(args) => verify::run(args),
-        Command::TrainDemo(args) => train::run(args),
+        Command::TrainDemo(args) => train_demo::run(args),
         Command::Sample(args) => sample::run(args),
     }
 }

@@ -26,7 +26,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     }
     let dir = checkpoint::resolve(&args.checkpoint)?;
     let state = checkpoint::read_state(&dir)?;
-    let device = super::train::parse_device(args.device.as_deref())?;
+    let device = super::train_demo::options::parse_device(args.device.as_deref())?;
     // Fail on an unwritable output before spending time sampling.
     check_out_png(&args.out)?;
     let weights_file = dir.join(if args.no_ema {

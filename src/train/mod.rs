@@ -9,10 +9,13 @@
 //! (synthetic set, image folders, background loader), [`flat`] (flat
 //! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
 //! scaling), [`ema`], [`checkpoint`], [`out_lock`] (one run per output
-//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`], and
-//! [`trainer`] (the step, the loop, the [`trainer::GradSync`] hook for data
-//! parallelism), and [`parallel`] (launch, rendezvous, NCCL/CPU collectives,
-//! gradient buckets, the `--gpus` supervisor).
+//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`];
+//! [`sync`] (the [`sync::GradSync`] seam for data parallelism), [`session`]
+//! (the preflight and start shared with the benchmark), [`trainer`] (the
+//! step, sampling, checkpoint I/O) and [`run`] (the training loop); and
+//! [`parallel`] (launch, rendezvous, NCCL/CPU collectives, gradient buckets,
+//! the `--gpus` supervisor), which implements [`sync::GradSync`] and imports
+//! neither the trainer nor the run.
 pub mod budget;
 pub mod checkpoint;
 pub mod config;
@@ -26,7 +29,10 @@ pub mod model;
 pub mod optim;
 pub mod out_lock;
 pub mod parallel;
+pub mod run;
 pub mod schedule;
+pub mod session;
 pub mod space;
+pub mod sync;
 pub mod tensorboard;
 pub mod trainer;

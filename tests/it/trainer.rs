@@ -13,7 +13,8 @@ use imgctl::train::checkpoint;
 use imgctl::train::config::{Precision, TrainConfig};
 use imgctl::train::metrics::{read_jsonl, StepRecord};
 use imgctl::train::model::weights::{read_tensors, write_tensors};
-use imgctl::train::trainer::{SingleProcess, Trainer};
+use imgctl::train::sync::SingleProcess;
+use imgctl::train::trainer::Trainer;
 use tch::{Device, Kind, Tensor};
 
 use crate::common::{imgctl_bin, texts};

@@ -15,8 +15,10 @@
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
 //! (parameters broadcast from rank 0 before the first step, flat gradients
-//! averaged in buckets during or after every backward). This module must not own the training loop, the data pipeline or
-//! any output file besides the opt-in parameter-hash log.
+//! averaged in buckets during or after every backward). It meets the trainer
+//! only through that seam, [`crate::train::sync`]: nothing here imports the
+//! trainer or the run. This module must not own the training loop, the data
+//! pipeline or any output file besides the opt-in parameter-hash log.
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 use tch::{Device, Tensor};
 
 use crate::env_vars as ev;
-use crate::train::trainer::{backward_then_sync, GradLayout, GradSync};
+use crate::train::sync::{backward_then_sync, GradLayout, GradSync, SyncStats};
 use crate::CliError;
 
 pub mod buckets;
@@ -60,25 +62,6 @@ pub fn worker_device(launch: &LaunchInfo, visible_gpus: usize) -> anyhow::Result
         .with_hint("start at most one rank per visible GPU on each node (LOCAL_WORLD_SIZE)")
         .into()),
     }
-}
-
-/// Cumulative time spent in gradient synchronisation.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct SyncStats {
-    /// Number of gradient syncs.
-    pub calls: u64,
-    /// Collective calls they made (buckets).
-    pub buckets: u64,
-    /// Host time spent in them: on CPU ranks the exchanges themselves (when
-    /// overlapped, on the worker thread, partly hidden behind backward); on
-    /// GPUs only the enqueueing.
-    pub seconds: f64,
-    /// Bytes all-reduced per sync.
-    pub bytes_per_sync: usize,
-    /// Whether the all-reduce overlaps backward.
-    pub overlapped: bool,
-    /// Buckets whose all-reduce started while backward was still running.
-    pub buckets_during_backward: u64,
 }
 
 /// The data-parallel context of one process; the trainer's [`GradSync`].

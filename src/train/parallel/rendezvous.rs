@@ -15,6 +15,8 @@ use anyhow::Context as _;
 
 use super::launch::LaunchInfo;
 use super::tcpstore::{connect_any, host_port, StoreClient};
+// The CPU backend's exchanges read their timeouts through here.
+pub(crate) use super::tcpstore::is_timeout;
 use crate::CliError;
 
 /// Default time every rank waits for the others (`--rendezvous-timeout`):
@@ -468,11 +470,6 @@ fn join(
         links: Links::Leaf(stream),
         address,
     })
-}
-
-/// Whether an I/O error is a socket read/write timeout.
-pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
 }
 
 fn write_hello(s: &mut TcpStream, rank: usize, world: usize) -> std::io::Result<()> {

@@ -206,7 +206,7 @@ impl StoreClient {
         let mut status = [0u8; 1];
         match self.read_exact(&mut status, deadline) {
             Ok(()) => {}
-            Err(e) if super::rendezvous::is_timeout(&e) => return Ok(None),
+            Err(e) if is_timeout(&e) => return Ok(None),
             Err(e) => {
                 return Err(anyhow::anyhow!(
                     "waiting for key {key:?} in torchrun's agent store at {}: {e}",
@@ -244,6 +244,11 @@ impl StoreClient {
             .map_err(|e| io(e, &self.address))?;
         Ok(Some(v))
     }
+}
+
+/// Whether an I/O error is a socket read/write timeout.
+pub(crate) fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
 }
 
 #[cfg(test)]

@@ -1,0 +1,187 @@
+//! `imgctl train-demo` beyond one process: the worker slots a supervisor
+//! starts (`--gpus`, or the hidden `IMGCTL_CPU_RANKS=N`), the supervisor's
+//! command line, and a worker's gradient sync ([`worker_sync`]: a world of
+//! one, or the rank that torchrun, SLURM, Kubernetes or the supervisor
+//! launched).
+//!
+//! Turns flags and launcher variables into typed options; the work lives in
+//! `train::parallel`. This module must not choose the mode (`super` does) nor
+//! train or benchmark.
+use std::ffi::OsString;
+
+use tch::Device;
+
+use crate::cli::TrainArgs;
+use crate::env_vars as ev;
+use crate::output::printer;
+use crate::train::parallel::launch::{parse_gpus, resolve_gpus, LaunchInfo, LaunchSource};
+use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
+use crate::train::parallel::{rendezvous_timeout, worker_device, DataParallel};
+use crate::train::session::RunOptions;
+use crate::train::sync::GradSync;
+use crate::{CliError, ExitStatus};
+
+/// The gradient sync of this process: a world of one when no launcher set
+/// rank variables, else this rank of the job (NCCL on a GPU, TCP on the
+/// CPU). Moves `opts.device` to `cuda:LOCAL_RANK` when several GPUs are
+/// visible and `--device` was not given or was a bare `cuda` (see
+/// [`launcher_device`]).
+pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Box<dyn GradSync>> {
+    let launch = LaunchInfo::from_process_env()?;
+    if launch.source == LaunchSource::Single {
+        return Ok(Box::new(DataParallel::single(opts.device)));
+    }
+    let timeout = rendezvous_timeout(args.rendezvous_timeout)?;
+    let visible = tch::Cuda::device_count().max(0) as usize;
+    if let Some(d) = launcher_device(args.device.as_deref(), &launch, visible)? {
+        opts.device = d;
+    }
+    let dp = DataParallel::init(launch, opts.device, timeout)?;
+    if dp.is_primary() {
+        printer().info(format!(
+            "data parallel: {} rank{}, {} backend, rendezvous at {}",
+            dp.launch().world_size,
+            if dp.launch().world_size == 1 { "" } else { "s" },
+            dp.backend(),
+            dp.rendezvous_address()
+        ));
+    }
+    Ok(Box::new(dp))
+}
+
+/// The device of a launched rank when `--device` leaves the choice of
+/// GPU to the launcher: no `--device` at all ([`worker_device`]: the CPU
+/// without GPUs), or a bare `cuda`/`gpu` in a multi-rank run, which means
+/// this rank's GPU (`cuda:LOCAL_RANK` among several visible ones, as
+/// torchrun scripts write it), not GPU 0 for every rank. `None`: keep
+/// what `--device` said (`cpu`, `cuda:N`).
+pub(crate) fn launcher_device(
+    arg: Option<&str>,
+    launch: &LaunchInfo,
+    visible: usize,
+) -> anyhow::Result<Option<Device>> {
+    match arg.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+        None => worker_device(launch, visible).map(Some),
+        Some("cuda" | "gpu") if launch.world_size > 1 && visible > 0 => {
+            worker_device(launch, visible).map(Some)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A usage error (exit 2) with its hint.
+pub(super) fn usage(msg: impl Into<String>, hint: impl Into<String>) -> anyhow::Error {
+    CliError::usage(msg).with_hint(hint).into()
+}
+
+/// The worker slots this process must supervise, if any.
+pub(super) fn slots(
+    args: &TrainArgs,
+    launch: &LaunchInfo,
+) -> anyhow::Result<Option<Vec<WorkerSlot>>> {
+    // A launcher that started one process (salloc, `srun -n1`) leaves room for --gpus.
+    let launched = launch.world_size > 1;
+    if let Some(spec) = &args.gpus {
+        if launched {
+            return Err(usage(
+                format!(
+                    "--gpus starts its own workers, but this process already is rank {} of {} (set by the launcher's environment)",
+                    launch.rank, launch.world_size
+                ),
+                "drop --gpus when torchrun, srun or a PyTorchJob starts the processes",
+            ));
+        }
+        if args.device.is_some() {
+            return Err(usage(
+                "--device and --gpus both choose devices",
+                "use --gpus to train on several GPUs, --device for one",
+            ));
+        }
+        let req = parse_gpus(spec)?;
+        let visible = tch::Cuda::device_count().max(0) as usize;
+        let devices = resolve_gpus(&req, visible)?;
+        let parent = std::env::var(ev::CUDA_VISIBLE_DEVICES).ok();
+        return Ok(Some(supervisor::gpu_slots(&devices, parent.as_deref())));
+    }
+    if launched {
+        return Ok(None);
+    }
+    match std::env::var(ev::IMGCTL_CPU_RANKS) {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(Some(vec![WorkerSlot::Cpu; n])),
+            _ => Err(usage(
+                format!(
+                    "{}={v:?} is not a positive number of CPU ranks",
+                    ev::IMGCTL_CPU_RANKS
+                ),
+                format!("unset {} or give a count such as 2", ev::IMGCTL_CPU_RANKS),
+            )),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Supervises one worker per slot, each running this command line without
+/// `--gpus`, and ends with the workers' status.
+pub(super) fn supervise(slots: Vec<WorkerSlot>) -> anyhow::Result<ExitStatus> {
+    let opts = supervisor_options(slots, &["--gpus"], &[], false)?;
+    supervisor::supervise_status(&opts)
+}
+
+/// This executable with this command line minus `strip` (flags that take
+/// a value) and `strip_bool`, plus `extra`.
+pub(super) fn supervisor_options(
+    slots: Vec<WorkerSlot>,
+    strip: &[&str],
+    strip_bool: &[&str],
+    capture: bool,
+) -> anyhow::Result<SupervisorOptions> {
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    for f in strip {
+        args = supervisor::strip_flag(&args, f, true);
+    }
+    for f in strip_bool {
+        args = supervisor::strip_flag(&args, f, false);
+    }
+    if capture {
+        args.push("--json".into());
+    }
+    Ok(SupervisorOptions {
+        program: std::env::current_exe()?,
+        args,
+        slots,
+        grace: supervisor::DEFAULT_GRACE,
+        capture_stdout: capture,
+        env: vec![],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_cuda_follows_the_local_rank() {
+        // Rank 3 of 4, local rank 3, on a node with 4 GPUs.
+        let r3 = LaunchInfo::loopback(3, 4, 29500);
+        let dev =
+            |arg: Option<&str>, l: &LaunchInfo, visible| launcher_device(arg, l, visible).unwrap();
+        assert_eq!(dev(Some("cuda"), &r3, 4), Some(Device::Cuda(3)));
+        assert_eq!(dev(Some(" CUDA "), &r3, 4), Some(Device::Cuda(3)));
+        assert_eq!(dev(Some("gpu"), &r3, 4), Some(Device::Cuda(3)));
+        assert_eq!(dev(None, &r3, 4), Some(Device::Cuda(3)));
+        // One GPU visible (a launcher pinned it): that one.
+        assert_eq!(dev(Some("cuda"), &r3, 1), Some(Device::Cuda(0)));
+        // An explicit choice stays.
+        assert_eq!(dev(Some("cuda:1"), &r3, 4), None);
+        assert_eq!(dev(Some("cpu"), &r3, 4), None);
+        // No GPU: nothing to map (parse_device already refused `cuda`).
+        assert_eq!(dev(Some("cuda"), &r3, 0), None);
+        assert_eq!(dev(None, &r3, 0), Some(Device::Cpu));
+        // A world of one keeps cuda:0.
+        assert_eq!(dev(Some("cuda"), &LaunchInfo::loopback(0, 1, 1), 4), None);
+        // More ranks on the node than GPUs: a clear error, not GPU 0 twice.
+        let e = launcher_device(Some("cuda"), &r3, 2).unwrap_err();
+        assert!(e.to_string().contains("local rank 3 needs GPU 3"), "{e}");
+    }
+}

@@ -1,0 +1,248 @@
+//! `imgctl train-demo`: chooses what this process does, then does it.
+//!
+//! [`run`] reads top-down: the benchmark's flags are checked
+//! ([`bench::check_flags`]), then with `--gpus` (or `IMGCTL_CPU_RANKS`) this
+//! process supervises one worker per GPU ([`launch`]), with `--benchmark` it
+//! measures ([`bench`]), and otherwise it trains: a single process, or one
+//! rank of a launched job ([`launch::worker_sync`]), with the flags resolved
+//! by [`options`]. Those modules never call back into this one. The command
+//! layer only: the work lives in `crate::train` and `crate::bench`.
+use crate::cli::TrainArgs;
+use crate::ExitStatus;
+
+#[cfg(feature = "torch")]
+mod bench;
+#[cfg(feature = "torch")]
+mod launch;
+#[cfg(feature = "torch")]
+pub mod options;
+
+/// Runs `imgctl train-demo`.
+#[cfg(feature = "torch")]
+pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
+    use crate::train::parallel::launch::LaunchInfo;
+
+    bench::check_flags(&args)?;
+    let launch = LaunchInfo::from_process_env()?;
+    match (launch::slots(&args, &launch)?, args.benchmark) {
+        // This process supervises one worker per GPU (CPU rank).
+        (Some(slots), false) => launch::supervise(slots),
+        (Some(slots), true) => bench::supervised(&args, slots),
+        (None, true) => bench::local(&args),
+        // A single process, or a rank a launcher started.
+        (None, false) => single_run::train(args),
+    }
+}
+
+/// Runs `imgctl train-demo` (unavailable without the `torch` feature).
+#[cfg(not(feature = "torch"))]
+pub fn run(_args: TrainArgs) -> anyhow::Result<ExitStatus> {
+    Err(super::torch_missing("train-demo"))
+}
+
+/// Training in this process, and its summary.
+#[cfg(feature = "torch")]
+mod single_run {
+    use anyhow::Context;
+    use tch::Device;
+
+    use super::launch::worker_sync;
+    use super::options::{out_dir, resolve_options};
+    use crate::cli::TrainArgs;
+    use crate::output::printer;
+    use crate::train::checkpoint;
+    use crate::train::config::TrainConfig;
+    use crate::train::out_lock::OutLock;
+    use crate::train::parallel::launch::LaunchInfo;
+    use crate::train::run::{self, TrainSummary};
+    use crate::train::space;
+    use crate::ExitStatus;
+
+    /// Trains in this process (a world of one, or this rank of a launched
+    /// job), writes summary.json and prints the summary.
+    pub fn train(args: TrainArgs) -> anyhow::Result<ExitStatus> {
+        // The process that writes --out (rank 0; every rank of a launched
+        // job sees the launcher's RANK) locks it before reading anything
+        // there, and holds the lock until summary.json is written. A folder
+        // that does not exist yet holds nothing to read: it is locked after
+        // the settings are checked, so a refused command creates nothing.
+        let primary = LaunchInfo::from_process_env()?.is_primary();
+        let out_path = out_dir(&args);
+        let mut _lock = if primary && out_path.exists() {
+            Some(OutLock::acquire(&out_path)?)
+        } else {
+            None
+        };
+        let mut opts = resolve_options(&args)?;
+        if primary && _lock.is_none() {
+            _lock = Some(OutLock::acquire(&out_path)?);
+        }
+        let out = opts.out.clone();
+        let sync = worker_sync(&args, &mut opts)?;
+        let primary = sync.rank() == 0;
+        if primary && args.device.is_none() && opts.device == Device::Cpu {
+            if let Some(line) = cpu_fallback_warning(&opts.config) {
+                printer().warn(line);
+            }
+        }
+        if primary {
+            if let Some(note) = &opts.precision_note {
+                printer().info(note);
+            }
+        }
+        let params = opts.config.model.param_count();
+        let summary =
+            run::run(opts, sync).map_err(|e| space::explain_disk_full(e, &out, params))?;
+        // Only rank 0 writes and prints.
+        if !primary {
+            return Ok(ExitStatus::Success);
+        }
+        let text = serde_json::to_string_pretty(&summary)?;
+        let path = out.join("summary.json");
+        checkpoint::write_file_atomic(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(|e| space::explain_disk_full(e, &out, params))?;
+        let p = printer();
+        for line in summary_lines(&summary) {
+            p.info(line);
+        }
+        if args.json {
+            p.json(&summary)?;
+        }
+        Ok(ExitStatus::Success)
+    }
+
+    /// The human summary lines.
+    pub fn summary_lines(s: &TrainSummary) -> Vec<String> {
+        let mut lines = Vec::new();
+        let loss = match (s.first_loss, s.final_loss) {
+            (Some(a), Some(b)) => format!(
+                "loss {a:.4} at the first step → {b:.4} over the last {} ({:.1}%)",
+                (s.final_step - s.start_step).min(10),
+                100.0 * b / a
+            ),
+            _ => "no loss recorded".into(),
+        };
+        let speed = s
+            .img_per_s
+            .map_or("n/a".to_string(), |v| format!("{v:.1} img/s"));
+        lines.push(format!(
+            "trained steps {}..{} in {:.1} s on {} ({}): {loss}, {speed}",
+            s.start_step + 1,
+            s.final_step,
+            s.elapsed_s,
+            s.device,
+            s.precision
+        ));
+        if let Some(m) = &s.device_memory {
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            let peaks = match (m.peak_allocated_bytes, m.peak_reserved_bytes) {
+                (Some(a), Some(r)) => format!(
+                    "peak {:.2} GiB allocated, {:.2} GiB reserved by torch's allocator; ",
+                    gib(a),
+                    gib(r)
+                ),
+                _ => String::new(),
+            };
+            lines.push(format!(
+                "device memory: {peaks}{:.2} GiB of {:.1} GiB in use on the device after training (CUDA context + allocator reserve)",
+                gib(m.used_bytes),
+                gib(m.total_bytes)
+            ));
+        }
+        if let Some(g) = s.grad_sync.filter(|g| g.calls > 0) {
+            let how = if g.overlapped {
+                format!(
+                    "overlapped with backward ({:.0}% of them started during it)",
+                    100.0 * g.buckets_during_backward as f64 / g.buckets.max(1) as f64
+                )
+            } else {
+                "after backward".to_string()
+            };
+            let per_step = (g.buckets as f64 / g.calls as f64).round();
+            lines.push(format!(
+                "gradient all-reduce: {:.1} MB per step in {per_step:.0} bucket{}, {how}",
+                g.bytes_per_sync as f64 / 1e6,
+                if per_step == 1.0 { "" } else { "s" }
+            ));
+        }
+        if s.skipped_steps > 0 {
+            lines.push(format!(
+                "fp16: {} step(s) skipped for overflow",
+                s.skipped_steps
+            ));
+        }
+        if s.data.unreadable_files > 0 {
+            lines.push(format!(
+                "data: {} unreadable file(s) skipped",
+                s.data.unreadable_files
+            ));
+        }
+        if let Some(c) = &s.checkpoint {
+            lines.push(format!("checkpoint: {}", c.display()));
+        }
+        if let Some(d) = &s.diffusers_model {
+            lines.push(format!(
+                "diffusers model (EMA): {} (UNet2DModel.from_pretrained)",
+                d.display()
+            ));
+        }
+        if let Some(last) = s.samples.last() {
+            lines.push(match &s.sample_stats {
+                Some(st) => format!(
+                    "samples: {} — {} images, DDIM {} steps, EMA weights (neighbour difference {:.3}, saturation {:.3}; training data {:.3}, {:.3})",
+                    last.display(),
+                    st.images,
+                    st.ddim_steps,
+                    st.samples.neighbour_diff,
+                    st.samples.saturation,
+                    st.data.neighbour_diff,
+                    st.data.saturation
+                ),
+                None => format!("samples: {}", last.display()),
+            });
+        }
+        lines.push(format!(
+            "metrics: {} (TensorBoard: tensorboard --logdir {})",
+            s.metrics.display(),
+            s.out_dir.join("tb").display()
+        ));
+        lines
+    }
+
+    /// The warning for a run that fell back to the CPU (no CUDA device, no
+    /// `--device`) with a model too large for a CPU demo: the default model
+    /// trains at about 1 img/s on a CPU (0.24 img/s measured on 2 cores in a
+    /// debug build), so its 1000 × 16 images take hours. `None` for small models.
+    pub fn cpu_fallback_warning(config: &TrainConfig) -> Option<String> {
+        // The tiny preset's ~1 M parameters train in seconds; warn well above it.
+        const LARGE_PARAMS: u64 = 10_000_000;
+        let params = config.model.param_count();
+        (params >= LARGE_PARAMS).then(|| {
+            format!(
+                "no CUDA device: the CPU trains the {:.1} M-parameter {} model at a few images \
+                 per second; use --preset tiny for a CPU demo, or check the GPU with `imgctl verify`",
+                params as f64 / 1e6,
+                config.preset
+            )
+        })
+    }
+}
+
+#[cfg(all(test, feature = "torch"))]
+mod tests {
+    use super::single_run::cpu_fallback_warning;
+    use crate::train::config::TrainConfig;
+
+    #[test]
+    fn cpu_fallback_warns_for_the_default_model_only() {
+        let default = TrainConfig::preset("default").unwrap();
+        let w = cpu_fallback_warning(&default).expect("the default model is large");
+        assert!(w.contains("113.7 M-parameter default model"), "{w}");
+        assert!(w.contains("--preset tiny"), "{w}");
+        assert_eq!(
+            cpu_fallback_warning(&TrainConfig::preset("tiny").unwrap()),
+            None
+        );
+    }
+}

@@ -1,0 +1,357 @@
+//! The preflight a training run and the benchmark share, and the start of
+//! their session: the device facts ([`default_precision`],
+//! [`check_precision`]), the inputs ([`RunOptions`], [`DataChoice`],
+//! [`open_dataset`]), the output directory ([`check_out_dir`]), the
+//! [`Trainer`] built from them, the initial weights made equal on every rank
+//! ([`initial_weights`]) and this rank's data loader ([`start_loader`]).
+//!
+//! In order, as `super::run::run` and `crate::bench::run_rank` call them:
+//! [`check_inputs`] finds everything wrong with the input before any model
+//! is built, [`new_trainer`] builds the model, [`initial_weights`] resumes a
+//! checkpoint and broadcasts rank 0's weights, [`start_loader`] starts the
+//! data stream where the trainer stands. This module must not own the
+//! training loop, the step or any file a run writes (the probes of
+//! [`check_out_dir`] are removed again).
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tch::{Device, Kind, Tensor};
+
+use super::checkpoint::{self, DataSource};
+use super::config::{Precision, TrainConfig};
+use super::data::{Dataset, Loader, StreamSpec};
+use super::space;
+use super::sync::GradSync;
+use super::trainer::Trainer;
+use crate::output::printer;
+use crate::CliError;
+
+/// Where training data comes from.
+#[derive(Debug, Clone)]
+pub enum DataChoice {
+    /// The embedded synthetic dataset.
+    Synthetic,
+    /// A folder of PNG/JPEG images.
+    Folder(PathBuf),
+}
+
+impl DataChoice {
+    /// What a checkpoint records of this choice under `config`: the folder as
+    /// an absolute path (so a resume from another directory finds it), or the
+    /// synthetic set's size and seed.
+    pub fn record(&self, config: &TrainConfig) -> DataSource {
+        match self {
+            Self::Synthetic => DataSource::Synthetic {
+                images: config.training.synthetic_images,
+                seed: config.training.seed,
+            },
+            Self::Folder(d) => DataSource::Folder {
+                path: d.canonicalize().unwrap_or_else(|_| d.clone()),
+            },
+        }
+    }
+}
+
+/// Everything a training run needs besides the config.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Model and training settings.
+    pub config: TrainConfig,
+    /// The device.
+    pub device: Device,
+    /// The precision (already checked against the device).
+    pub precision: Precision,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Training data.
+    pub data: DataChoice,
+    /// diffusers state dict to start from.
+    pub init_from: Option<PathBuf>,
+    /// Checkpoint to resume from.
+    pub resume: Option<PathBuf>,
+    /// `--resume auto`: a checkpoint already at the final step is a finished
+    /// run (a job requeued after its last checkpoint): its outputs are
+    /// written again and nothing is trained, instead of exit 2.
+    pub finished_ok: bool,
+    /// Test knob: NaN loss at this step.
+    pub inject_nan_at: Option<u64>,
+    /// Test knob: behave as if Ctrl-C came right after this step.
+    pub interrupt_after: Option<u64>,
+    /// Why the precision is not the device's usual default, when it is not
+    /// (printed once before training).
+    pub precision_note: Option<String>,
+}
+
+/// Checks everything that can be wrong with the input before a model is
+/// built: the precision on the device, the dataset (opened and returned), and
+/// when `out_dir` (rank 0 of a training run; a benchmark writes nothing) the
+/// disk space for a checkpoint and the output directory.
+pub fn check_inputs(opts: &RunOptions, out_dir: bool) -> anyhow::Result<Dataset> {
+    check_precision(opts.device, opts.precision)?;
+    let data = open_dataset(&opts.data, &opts.config)?;
+    if out_dir {
+        // Room for a checkpoint first: a run that cannot save must not start
+        // (nor leave the folders of check_out_dir behind).
+        space::preflight(&opts.out, opts.config.model.param_count())?;
+        check_out_dir(&opts.out, opts.config.model.param_count())?;
+    }
+    Ok(data)
+}
+
+/// The [`Trainer`] of `opts` (its config, device and precision, started from
+/// `opts.init_from` when given) over `sync`, recording the training data for
+/// its checkpoints.
+pub fn new_trainer(opts: &RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<Trainer> {
+    let mut trainer = Trainer::new(
+        opts.config.clone(),
+        opts.device,
+        opts.precision,
+        opts.init_from.as_deref(),
+        sync,
+    )?;
+    trainer.data = Some(opts.data.record(&opts.config));
+    Ok(trainer)
+}
+
+/// Restores the checkpoint `resume` when given (rank 0 says so), then makes
+/// every rank's weights, EMA and optimizer moments equal to rank 0's.
+pub fn initial_weights(trainer: &mut Trainer, resume: Option<&Path>) -> anyhow::Result<()> {
+    if let Some(dir) = resume {
+        let state = trainer.load_checkpoint(dir)?;
+        if trainer.rank() == 0 {
+            printer().info(format!(
+                "resuming from {} (step {})",
+                dir.display(),
+                state.step
+            ));
+        }
+    }
+    trainer.broadcast()
+}
+
+/// Starts this rank's background loader over `data`: its block of every
+/// global batch, from the sample the trainer has reached.
+pub fn start_loader(trainer: &Trainer, data: Arc<Dataset>) -> Loader {
+    let tr = &trainer.config.training;
+    let spec = StreamSpec {
+        seed: tr.seed,
+        batch_size: tr.batch_size,
+        rank: trainer.rank(),
+        world_size: trainer.world_size(),
+        start_position: trainer.samples_seen,
+    };
+    Loader::start(data, spec, tr.workers, tr.prefetch)
+}
+
+/// Checks that `device` can run `precision` (exit 2 before training if not).
+pub fn check_precision(device: Device, precision: Precision) -> anyhow::Result<()> {
+    match (device, precision) {
+        (_, Precision::Fp32) => Ok(()),
+        (Device::Cpu, Precision::Fp16) => Err(CliError::usage(
+            "fp16 needs a CUDA device: tch's autocast is CUDA-only, so fp16 on the CPU would silently train in fp32",
+        )
+        .with_hint("use --precision fp32 or bf16 on the CPU, or --device cuda")
+        .into()),
+        (d, p) => {
+            let kind = if p == Precision::Bf16 { Kind::BFloat16 } else { Kind::Half };
+            let probe = Tensor::f_ones([8, 8], (kind, d))
+                .and_then(|a| a.f_matmul(&a))
+                .and_then(|m| m.f_sum(Kind::Float))
+                .and_then(f64::try_from);
+            match probe {
+                Ok(512.0) => Ok(()),
+                other => Err(CliError::usage(format!(
+                    "{} is not supported on {d:?} ({})",
+                    p.name(),
+                    match other {
+                        Ok(v) => format!("a test matmul returned {v}"),
+                        Err(e) => e.to_string().lines().next().unwrap_or_default().to_string(),
+                    }
+                ))
+                .with_hint("use --precision fp32")
+                .into()),
+            }
+        }
+    }
+}
+
+/// The folders a run writes under its output directory (TensorBoard events,
+/// checkpoints, sample grids).
+pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
+
+/// The compute capability `(major, minor)` of CUDA device `index`, from the
+/// CUDA runtime libtorch loaded; `None` when there is none or no device.
+pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
+    super::parallel::cudart::CudaRuntime::locate()
+        .ok()?
+        .compute_capability(index)
+}
+
+/// The precision a run gets when none is asked for, and a note when a GPU
+/// gets fp32: fp32 on the CPU; bf16 on a GPU of compute capability 8.0 or
+/// newer (Ampere on, the first with bf16 tensor cores; PyTorch's
+/// `torch.cuda.is_bf16_supported(including_emulation=False)` draws the same
+/// line); fp32 on an
+/// older GPU, where bf16 is emulated and slower than fp32. An unknown
+/// capability keeps bf16, which [`check_precision`] then probes.
+pub fn default_precision(
+    device: Device,
+    capability: Option<(i32, i32)>,
+) -> (Precision, Option<String>) {
+    match (device, capability) {
+        (Device::Cuda(_), Some((major, minor))) if major < 8 => (
+            Precision::Fp32,
+            Some(format!(
+                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32 (--precision fp16 uses fp16 tensor cores where the GPU has them, from compute capability 7.0)",
+                device_name(device)
+            )),
+        ),
+        (Device::Cuda(_), _) => (Precision::Bf16, None),
+        _ => (Precision::Fp32, None),
+    }
+}
+
+/// Checks that `out` and its [`OUT_SUBDIRS`] can be created and written
+/// (exit 2 otherwise; exit 1 for a full disk), so that a file in their way
+/// fails before training, not at the first checkpoint. Leaves no file behind.
+/// `params` (the model's parameters) sizes the space a full disk's hint names.
+pub fn check_out_dir(out: &Path, params: u64) -> anyhow::Result<()> {
+    let fail = |e: std::io::Error| -> anyhow::Error {
+        CliError::usage(format!(
+            "cannot write to the output directory {}: {e}",
+            out.display()
+        ))
+        .with_hint("choose a writable --out directory")
+        .into()
+    };
+    let full = || -> anyhow::Error {
+        CliError::failure(format!(
+            "no space left on the device for the output directory {}",
+            out.display()
+        ))
+        .with_hint(format!(
+            "the run needs about {} there: free space on that file system, or choose another --out",
+            space::human_bytes(space::run_bytes(params))
+        ))
+        .into()
+    };
+    std::fs::create_dir_all(out).map_err(|e| if space::is_full(&e) { full() } else { fail(e) })?;
+    let probe = out.join(format!(".imgctl-write-test-{}", std::process::id()));
+    let written = std::fs::write(&probe, b"ok");
+    // Removed whether or not the write worked (a full disk creates it empty).
+    let removed = std::fs::remove_file(&probe);
+    match written.and(removed) {
+        Err(e) if space::is_full(&e) => return Err(full()),
+        r => r.map_err(fail)?,
+    }
+    for sub in OUT_SUBDIRS {
+        let dir = out.join(sub);
+        if dir.exists() && !dir.is_dir() {
+            return Err(CliError::usage(format!(
+                "cannot write to the output directory: {} is not a directory",
+                dir.display()
+            ))
+            .with_hint("move that file away, or choose another --out")
+            .into());
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| -> anyhow::Error {
+            CliError::usage(format!("cannot create {}: {e}", dir.display()))
+                .with_hint("choose a writable --out directory")
+                .into()
+        })?;
+    }
+    Ok(())
+}
+
+/// Opens the dataset (exit 2 for an unreadable or empty folder).
+pub fn open_dataset(choice: &DataChoice, config: &TrainConfig) -> anyhow::Result<Dataset> {
+    let size = config.image_size()?;
+    match choice {
+        DataChoice::Synthetic => Ok(Dataset::synthetic(
+            config.training.synthetic_images,
+            size,
+            config.training.synthetic_style,
+        )),
+        DataChoice::Folder(dir) => {
+            let data = Dataset::folder(dir, size).map_err(|e| {
+                CliError::usage(format!(
+                    "cannot read the data folder {}: {e}",
+                    dir.display()
+                ))
+                .with_hint("pass a readable directory of PNG or JPEG images to --data")
+            })?;
+            if data.is_empty() {
+                let msg = if data.skipped.is_empty() {
+                    format!(
+                        "the data folder {} holds no PNG or JPEG images",
+                        dir.display()
+                    )
+                } else {
+                    format!(
+                        "the data folder {} holds no readable images ({} unreadable, e.g. {}: {})",
+                        dir.display(),
+                        data.skipped.len(),
+                        data.skipped[0].0.display(),
+                        data.skipped[0].1
+                    )
+                };
+                return Err(CliError::usage(msg)
+                    .with_hint("put .png/.jpg/.jpeg files directly in the folder (subfolders are not searched), or omit --data for the synthetic set")
+                    .into());
+            }
+            Ok(data)
+        }
+    }
+}
+
+/// The device as the messages and the summary name it (`cpu`, `cuda:N`).
+pub(crate) fn device_name(d: Device) -> String {
+    match d {
+        Device::Cpu => "cpu".into(),
+        Device::Cuda(i) => format!("cuda:{i}"),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_is_the_default_only_from_compute_capability_8() {
+        let cuda = Device::Cuda(0);
+        assert_eq!(
+            default_precision(Device::Cpu, None),
+            (Precision::Fp32, None)
+        );
+        assert_eq!(
+            default_precision(cuda, Some((9, 0))),
+            (Precision::Bf16, None)
+        );
+        assert_eq!(
+            default_precision(cuda, Some((8, 0))),
+            (Precision::Bf16, None)
+        );
+        let (p, note) = default_precision(cuda, Some((7, 0)));
+        assert_eq!(p, Precision::Fp32);
+        let note = note.expect("a note for fp32 on a GPU");
+        assert!(
+            note.starts_with("cuda:0 has compute capability 7.0"),
+            "{note}"
+        );
+        // Unknown: bf16, which check_precision probes before training.
+        assert_eq!(default_precision(cuda, None), (Precision::Bf16, None));
+    }
+
+    #[test]
+    fn no_compute_capability_without_a_gpu() {
+        if tch::Cuda::is_available() {
+            let (major, _) = cuda_compute_capability(0).expect("a capability on a GPU");
+            assert!(major >= 3, "{major}");
+        } else {
+            // With a CUDA libtorch the runtime is mapped here and the call
+            // itself fails (no device); with a CPU one nothing is mapped.
+            assert_eq!(cuda_compute_capability(0), None);
+        }
+    }
+}
