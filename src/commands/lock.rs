@@ -4,6 +4,9 @@
 //! This command chooses the specs (`--cuda`, `--spec`, `--all`), finds where
 //! each lock goes, shows progress, and prints the outcome (JSON with
 //! `--json`). The format, the digest and pip itself are [`crate::lock`]'s.
+//! It also owns the lock's words for the user that other commands share: the
+//! command that regenerates a spec's lock ([`lock_command`]) and the line
+//! `build`/`render` print about it ([`build_line`]).
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

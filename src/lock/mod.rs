@@ -5,7 +5,7 @@
 //! lines under a header that records the inputs, in `file.rs`), the inputs and
 //! their digest ([`LockInputs`], `inputs.rs`) on a [`Platform`]
 //! (`platform.rs`), where a spec's lock lives and whether it is fresh
-//! ([`state`], `state.rs`), the resolution itself with pip's own resolver
+//! ([`state()`], `state.rs`), the resolution itself with pip's own resolver
 //! ([`resolve`]), and their errors (`error.rs`). It reads lock files and runs
 //! pip on the host; it renders nothing (the Dockerfile side is
 //! [`crate::render`]), never talks to Docker, and never names a flag or an
