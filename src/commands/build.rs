@@ -298,7 +298,7 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
         build_labels,
         build_args,
         notes: rendered.notes.clone(),
-        lock_line: crate::lock::build_line(&rendered.lock, &loaded),
+        lock_line: super::lock::build_line(&rendered.lock, &loaded),
         no_cache: args.no_cache,
         pull: args.pull,
     })

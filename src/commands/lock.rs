@@ -4,13 +4,16 @@
 //! This command chooses the specs (`--cuda`, `--spec`, `--all`), finds where
 //! each lock goes, shows progress, and prints the outcome (JSON with
 //! `--json`). The format, the digest and pip itself are [`crate::lock`]'s.
+//! It also owns the lock's words for the user that other commands share: the
+//! command that regenerates a spec's lock ([`lock_command`]) and the line
+//! `build`/`render` print about it ([`build_line`]).
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
 
 use crate::cli::LockArgs;
-use crate::lock::{self, resolve, LockFile, LockInputs, LockLocation, LockState};
+use crate::lock::{self, resolve, LockFile, LockFileError, LockInputs, LockLocation, LockState};
 use crate::output::printer;
 use crate::spec::{self, LoadedSpec, SpecSource};
 use crate::{CliError, ExitStatus};
@@ -102,7 +105,7 @@ fn check(specs: &[LoadedSpec], json: bool) -> anyhow::Result<ExitStatus> {
         let (packages, changes) = match &state {
             LockState::Fresh { lock, .. } => (Some(lock.packages.len()), Vec::new()),
             LockState::Stale { changes, .. } => (None, changes.clone()),
-            LockState::Invalid { error, .. } => (None, vec![error.clone()]),
+            LockState::Invalid { error, .. } => (None, vec![file_error_line(error)]),
             _ => (None, Vec::new()),
         };
         let line = match &state {
@@ -116,7 +119,11 @@ fn check(specs: &[LoadedSpec], json: bool) -> anyhow::Result<ExitStatus> {
             }
             LockState::Missing { path, .. } => format!("{}: {path} does not exist", s.name),
             LockState::Invalid { path, error } => {
-                format!("{}: {path} is not a lock file: {error}", s.name)
+                format!(
+                    "{}: {path} is not a lock file: {}",
+                    s.name,
+                    file_error_line(error)
+                )
             }
             LockState::Stale { path, changes } => {
                 format!("{}: {path} is stale: {}", s.name, changes.join("; "))
@@ -129,7 +136,7 @@ fn check(specs: &[LoadedSpec], json: bool) -> anyhow::Result<ExitStatus> {
                 if specs.len() > 1 {
                     p.warn(&line);
                 }
-                bad.push((line, lock::lock_command(s)));
+                bad.push((line, lock_command(s)));
             }
         }
         if let (LockState::Fresh { text, .. }, Some(LockLocation::Bundled { name })) =
@@ -242,7 +249,7 @@ fn write_one(s: &LoadedSpec, python: &resolve::Python, args: &LockArgs) -> anyho
     let display = LockLocation::of(s)
         .map(|l| l.display())
         .unwrap_or_else(|| path.display().to_string());
-    let cmd = lock::lock_command(s);
+    let cmd = lock_command(s);
     // The file on disk (for a bundled profile, the source tree's copy).
     let existing = std::fs::read_to_string(&path).ok();
     if !args.upgrade {
@@ -364,4 +371,57 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
     std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| fail(&e))?;
     tmp.persist(path).map_err(|e| fail(&e.error))?;
     Ok(())
+}
+
+/// The command that (re)generates `spec`'s lock (`imgctl lock --cuda 12.4`).
+pub fn lock_command(spec: &LoadedSpec) -> String {
+    match (&spec.file, spec::bundled_cuda(&spec.name)) {
+        (Some(file), _) => format!("imgctl lock --spec {}", file.display()),
+        (None, Some(cuda)) => format!("imgctl lock --cuda {cuda}"),
+        (None, None) => format!("imgctl lock --spec {}", spec.origin),
+    }
+}
+
+/// Why a lock file is not used, in the user's words (the advice table's line
+/// when it has one, else the error's own).
+fn file_error_line(error: &LockFileError) -> String {
+    super::error::advise(error)
+        .and_then(|a| a.message)
+        .unwrap_or_else(|| error.to_string())
+}
+
+/// What `imgctl build`/`render` say about the lock: (is it a warning, the line).
+pub fn build_line(state: &LockState, spec: &LoadedSpec) -> (bool, String) {
+    let cmd = lock_command(spec);
+    match state {
+        LockState::Fresh { path, lock, .. } => (
+            false,
+            format!("pip lock: {path} ({} packages)", lock.packages.len()),
+        ),
+        LockState::Disabled => (
+            false,
+            "pip lock: none (the spec says `lock: false`; transitive Python packages float)"
+                .to_string(),
+        ),
+        LockState::Missing { path, explicit } => (
+            *explicit,
+            format!(
+                "pip lock: {path} does not exist, so transitive Python packages float; create it with `{cmd}`"
+            ),
+        ),
+        LockState::Invalid { path, error } => (
+            true,
+            format!(
+                "pip lock {path} is not used, it is not a lock file ({}); regenerate it with `{cmd}`",
+                file_error_line(error)
+            ),
+        ),
+        LockState::Stale { path, changes } => (
+            true,
+            format!(
+                "pip lock {path} is stale ({}) and not used; regenerate it with `{cmd}`",
+                changes.join("; ")
+            ),
+        ),
+    }
 }

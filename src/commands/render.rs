@@ -18,7 +18,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
     for note in &rendered.notes {
         p.info(format!("note: {note}"));
     }
-    match crate::lock::build_line(&rendered.lock, &loaded) {
+    match super::lock::build_line(&rendered.lock, &loaded) {
         (true, line) => p.warn(line),
         (false, line) => p.info(line),
     }

@@ -182,8 +182,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     if let Some(image) = &args.image {
         crate::reference::check("--image", image)?;
-        let gpus = GpuRequest::parse(&args.gpus)
-            .map_err(|m| CliError::usage(m).with_hint("--gpus all | 2 | 0,2 | device=0"))?;
+        let gpus = GpuRequest::parse(&args.gpus)?;
         let mounts = args
             .mounts
             .iter()

@@ -11,11 +11,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::{anyhow, Context as _};
+use anyhow::Context as _;
 use base64::Engine as _;
 use bollard::auth::DockerCredentials;
 use serde::Deserialize;
 
+use super::DockerError;
 use crate::env_vars::DOCKER_CONFIG;
 
 /// The key Docker Hub's credentials are stored under in config.json (the
@@ -131,14 +132,18 @@ fn decode_entry(key: &str, entry: &AuthEntry, server: &str) -> anyhow::Result<Do
     if let Some(auth) = &entry.auth {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(auth.trim())
-            .map_err(|e| {
-                anyhow!("the `auth` of {key:?} in the docker config is not base64: {e}")
+            .map_err(|e| DockerError::AuthNotBase64 {
+                key: key.to_string(),
+                error: e.to_string(),
             })?;
-        let text = String::from_utf8(raw)
-            .map_err(|_| anyhow!("the `auth` of {key:?} in the docker config is not UTF-8"))?;
-        let (user, pass) = text.split_once(':').ok_or_else(|| {
-            anyhow!("the `auth` of {key:?} in the docker config is not `user:password`")
+        let text = String::from_utf8(raw).map_err(|_| DockerError::AuthNotUtf8 {
+            key: key.to_string(),
         })?;
+        let (user, pass) =
+            text.split_once(':')
+                .ok_or_else(|| DockerError::AuthNotUserPassword {
+                    key: key.to_string(),
+                })?;
         creds.username = Some(user.to_string());
         creds.password = Some(pass.to_string());
     }
@@ -169,10 +174,12 @@ fn from_helper(helper: &str, server: &str) -> anyhow::Result<DockerCredentials> 
     }
     let out = child.wait_with_output()?;
     if !out.status.success() {
-        return Err(anyhow!(
-            "{program} found no credentials for {server}: {}",
-            String::from_utf8_lossy(&out.stdout).trim()
-        ));
+        return Err(DockerError::CredentialHelper {
+            output: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            program,
+            server: server.to_string(),
+        }
+        .into());
     }
     let reply: HelperReply = serde_json::from_slice(&out.stdout)
         .with_context(|| format!("reading the reply of {program}"))?;

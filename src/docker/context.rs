@@ -7,8 +7,10 @@
 //! knows nothing of specs or of the engine.
 use std::collections::BTreeSet;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use serde::Serialize;
+
+use super::DockerError;
 
 /// The mtime of every entry (the Unix epoch): identical contexts give identical
 /// tars, so `COPY` layers stay cached between builds.
@@ -55,16 +57,20 @@ impl BuildContext {
     }
 
     /// Adds a file. Paths must be relative, without `..`, and unique.
-    pub fn add(&mut self, path: &str, mode: u32, contents: Vec<u8>) -> anyhow::Result<()> {
+    pub fn add(&mut self, path: &str, mode: u32, contents: Vec<u8>) -> Result<(), DockerError> {
         let clean = path.trim_start_matches("./");
         if clean.is_empty()
             || clean.starts_with('/')
             || clean.split('/').any(|c| c == ".." || c.is_empty())
         {
-            bail!("invalid build-context path {path:?}: it must be relative, without `..` or empty parts");
+            return Err(DockerError::ContextPath {
+                path: path.to_string(),
+            });
         }
         if self.entries.iter().any(|e| e.path == clean) {
-            bail!("the build context already holds {clean:?}");
+            return Err(DockerError::ContextDuplicate {
+                path: clean.to_string(),
+            });
         }
         self.entries.push(ContextEntry {
             path: clean.to_string(),

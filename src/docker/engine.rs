@@ -1,6 +1,6 @@
 //! Connecting to the engine: DOCKER_HOST honoured, API version negotiated.
+use super::DockerError;
 use crate::env_vars::DOCKER_HOST;
-use crate::CliError;
 
 /// The address imgctl will try: DOCKER_HOST, else the local socket.
 pub fn engine_address() -> String {
@@ -10,11 +10,11 @@ pub fn engine_address() -> String {
 /// Connects to the engine and negotiates the API version, so that Docker 20.10
 /// (API 1.41) and current engines both work. Fails with one line naming the
 /// address tried when nothing answers (exit 1).
-pub async fn connect() -> anyhow::Result<bollard::Docker> {
+pub async fn connect() -> Result<bollard::Docker, DockerError> {
     let address = engine_address();
-    let unreachable = |e: &dyn std::fmt::Display| {
-        CliError::failure(format!("cannot connect to the Docker engine at {address}: {e}"))
-            .with_hint("start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or point DOCKER_HOST at a running one")
+    let unreachable = |e: &dyn std::fmt::Display| DockerError::Connect {
+        address: address.clone(),
+        error: e.to_string(),
     };
     let docker = bollard::Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
     // negotiate_version pings /version and lowers the client version to the engine's.

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::auth;
 use super::build::engine_message;
-use crate::CliError;
+use super::DockerError;
 
 /// What the build report needs of an image.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -128,16 +128,17 @@ pub fn split_tag(reference: &str) -> (&str, &str) {
     }
 }
 
-/// Checks a `--tag` value with the engine's reference grammar
-/// ([`crate::reference`]); a tag names no digest. A usage error otherwise.
-pub fn validate_tag(reference: &str) -> anyhow::Result<()> {
-    let parsed = crate::reference::check("--tag", reference)?;
+/// Checks a tag with the engine's reference grammar ([`crate::reference`]);
+/// a tag names no digest.
+pub fn validate_tag(reference: &str) -> Result<(), DockerError> {
+    let parsed = crate::reference::parse(reference).map_err(|why| DockerError::InvalidTag {
+        reference: reference.to_string(),
+        why,
+    })?;
     if parsed.digest.is_some() {
-        return Err(CliError::usage(format!(
-            "invalid --tag '{reference}': a tag names no @sha256: digest (the build makes the image, and so its digest)"
-        ))
-        .with_hint("use NAME[:TAG], e.g. `--tag imgctl/cu124:dev`")
-        .into());
+        return Err(DockerError::TagWithDigest {
+            reference: reference.to_string(),
+        });
     }
     Ok(())
 }
@@ -205,21 +206,16 @@ pub async fn push(
                 }
             }
             Err(e) => {
-                let config = config_path
-                    .as_ref()
-                    .map_or("the docker config".to_string(), |p| p.display().to_string());
-                let hint = if credentials.is_none() {
-                    format!(
-                        "no credentials for {registry} in {config}; log in with `docker login {registry}` or add an `auths` entry"
-                    )
-                } else {
-                    format!("check that {registry} is reachable from the engine and that the credentials for it in {config} may push {name}")
-                };
-                return Err(CliError::failure(format!(
-                    "pushing {reference} to {registry} failed: {}",
-                    engine_message(&e)
-                ))
-                .with_hint(hint)
+                return Err(DockerError::Push {
+                    reference: reference.to_string(),
+                    registry,
+                    name: name.to_string(),
+                    config: config_path
+                        .as_ref()
+                        .map_or("the docker config".to_string(), |p| p.display().to_string()),
+                    had_credentials: credentials.is_some(),
+                    message: engine_message(&e),
+                }
                 .into());
             }
         }

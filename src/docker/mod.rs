@@ -5,15 +5,18 @@
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
 //! and running containers with GPU requests ([`run`]), with guards that
 //! remove what it created on every path. It knows nothing of specs or checks,
-//! and it prints nothing: commands do.
+//! and it prints nothing: commands do. Its errors are [`DockerError`] (and
+//! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
 pub mod auth;
 pub mod build;
 pub mod context;
 pub mod engine;
+mod error;
 pub mod image;
 pub mod run;
 
 pub use engine::connect;
+pub use error::DockerError;
 
 /// The signals that end an engine operation early: Ctrl-C (SIGINT), a
 /// supervisor's or Kubernetes' stop (SIGTERM) and a closed terminal (SIGHUP).
@@ -25,7 +28,7 @@ pub struct Termination {
 
 impl Termination {
     /// Installs the handlers (needs a Tokio runtime with signals enabled).
-    pub fn install() -> anyhow::Result<Self> {
+    pub fn install() -> Result<Self, DockerError> {
         use tokio::signal::unix::{signal, SignalKind};
         let kinds = [
             ("SIGINT", SignalKind::interrupt()),
@@ -34,8 +37,10 @@ impl Termination {
         ];
         let mut streams = Vec::with_capacity(kinds.len());
         for (name, kind) in kinds {
-            let s =
-                signal(kind).map_err(|e| anyhow::anyhow!("installing the {name} handler: {e}"))?;
+            let s = signal(kind).map_err(|error| DockerError::SignalHandler {
+                signal: name,
+                error,
+            })?;
             streams.push((name, s));
         }
         Ok(Self { streams })

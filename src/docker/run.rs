@@ -18,7 +18,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use crate::CliError;
+use super::DockerError;
 
 /// Which GPUs a container gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,11 +33,11 @@ pub enum GpuRequest {
 
 impl GpuRequest {
     /// Parses `all`, a count, or a comma-separated list of indices / UUIDs
-    /// (`0,2`, `GPU-8f3c…`; `device=0` for the single device 0, as docker spells it). The message of an error names the bad part.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    /// (`0,2`, `GPU-8f3c…`; `device=0` for the single device 0, as docker spells it). The error names the bad part.
+    pub fn parse(s: &str) -> Result<Self, DockerError> {
         let t = s.trim();
         if t.is_empty() {
-            return Err("--gpus is empty; use all, a count (2) or device ids (0,2)".into());
+            return Err(DockerError::GpusEmpty);
         }
         if t.eq_ignore_ascii_case("all") {
             return Ok(GpuRequest::All);
@@ -50,7 +50,7 @@ impl GpuRequest {
         if !t.contains(',') && !explicit_ids {
             if let Ok(n) = t.parse::<u32>() {
                 return if n == 0 {
-                    Err("--gpus 0 requests no GPU: pass --expect-gpus 0 to run without GPUs, or device=0 for GPU 0".into())
+                    Err(DockerError::GpusZero)
                 } else {
                     Ok(GpuRequest::Count(n))
                 };
@@ -62,12 +62,16 @@ impl GpuRequest {
             let ok_index = !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
             let ok_uuid = (p.starts_with("GPU-") || p.starts_with("MIG-")) && p.len() > 4;
             if !ok_index && !ok_uuid {
-                return Err(format!(
-                    "--gpus `{s}`: `{p}` is not a device index or a GPU-/MIG- UUID; use all, a count (2) or ids (0,2)"
-                ));
+                return Err(DockerError::GpusBadDevice {
+                    request: s.to_string(),
+                    part: p.to_string(),
+                });
             }
             if ids.iter().any(|x| x == p) {
-                return Err(format!("--gpus `{s}` names device `{p}` twice"));
+                return Err(DockerError::GpusTwice {
+                    request: s.to_string(),
+                    part: p.to_string(),
+                });
             }
             ids.push(p.to_string());
         }
@@ -248,7 +252,11 @@ async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
-        Err(e) => Err(anyhow::anyhow!("removing container {id}: {e}")),
+        Err(e) => Err(DockerError::RemoveContainer {
+            id: id.to_string(),
+            error: e.to_string(),
+        }
+        .into()),
     }
 }
 
@@ -284,17 +292,21 @@ pub async fn image_labels(
             .collect()),
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
-        }) => Err(
-            CliError::usage(format!("image `{image}` not found in the engine"))
-                .with_hint("build it with `imgctl build`, or check the tag with `docker images`")
-                .into(),
-        ),
-        Err(e) if e.to_string().contains("invalid reference format") => Err(CliError::usage(
-            format!("`{image}` is not a valid image reference"),
-        )
-        .with_hint("an image is NAME[:TAG] or NAME@sha256:DIGEST, in lower case, e.g. imgctl/pytorch:2.7.0-cu124")
+        }) => Err(DockerError::ImageNotFound {
+            image: image.to_string(),
+        }
         .into()),
-        Err(e) => Err(anyhow::anyhow!("inspecting image {image}: {e}")),
+        Err(e) if e.to_string().contains("invalid reference format") => {
+            Err(DockerError::InvalidImageReference {
+                image: image.to_string(),
+            }
+            .into())
+        }
+        Err(e) => Err(DockerError::InspectImage {
+            image: image.to_string(),
+            error: e.to_string(),
+        }
+        .into()),
     }
 }
 
@@ -359,17 +371,22 @@ pub async fn run_to_completion(
             if is_gpu_rejection(&msg) {
                 anyhow::Error::new(GpuRequestRejected(msg))
             } else if msg.contains("No such image") || msg.contains("404") {
-                CliError::usage(format!("image `{}` not found in the engine", req.image))
-                    .with_hint("build it with `imgctl build`, or check `docker images`")
-                    .into()
+                DockerError::NoImageForContainer {
+                    image: req.image.clone(),
+                }
+                .into()
             } else {
-                anyhow::anyhow!("creating a container of {}: {msg}", req.image)
+                DockerError::CreateContainer {
+                    image: req.image.clone(),
+                    message: msg,
+                }
+                .into()
             }
         })?;
     let mut guard = ContainerGuard::new(created.id.clone());
     let outcome = tokio::select! {
         r = drive(docker, &created.id, &req) => r,
-        sig = interrupt.recv() => Err(CliError::interrupted(format!("interrupted by {sig}; the container was removed")).into()),
+        sig = interrupt.recv() => Err(DockerError::Interrupted { signal: sig }.into()),
     };
     let removed = guard.remove(docker).await;
     // The container is gone: a later signal may end the process as usual.
@@ -385,10 +402,11 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
         if is_gpu_rejection(&msg) {
             return Err(GpuRequestRejected(msg).into());
         }
-        return Err(anyhow::anyhow!(
-            "starting the container of {}: {msg}",
-            req.image
-        ));
+        return Err(DockerError::StartContainer {
+            image: req.image.clone(),
+            message: msg,
+        }
+        .into());
     }
     let wait = async {
         let mut s = docker.wait_container(id, Some(WaitContainerOptions::default()));
@@ -396,8 +414,10 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
             Some(Ok(r)) => Ok(r.status_code),
             // bollard reports a non-zero exit as this error; it is still an exit code.
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(e)) => Err(anyhow::anyhow!("waiting for the container: {e}")),
-            None => Err(anyhow::anyhow!("the engine closed the wait stream")),
+            Some(Err(e)) => Err(DockerError::WaitContainer {
+                error: e.to_string(),
+            }),
+            None => Err(DockerError::WaitStreamClosed),
         }
     };
     let exit_code = match tokio::time::timeout(req.timeout, wait).await {
@@ -411,11 +431,9 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
                     }),
                 )
                 .await;
-            return Err(CliError::failure(format!(
-                "the container did not finish within {}s and was killed",
-                req.timeout.as_secs()
-            ))
-            .with_hint("raise --check-timeout, or look for a hung GPU (nvidia-smi, dmesg)")
+            return Err(DockerError::Timeout {
+                seconds: req.timeout.as_secs(),
+            }
             .into());
         }
     };
@@ -429,7 +447,9 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
     );
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     while let Some(chunk) = logs.next().await {
-        match chunk.map_err(|e| anyhow::anyhow!("reading the container's output: {e}"))? {
+        match chunk.map_err(|e| DockerError::Logs {
+            error: e.to_string(),
+        })? {
             bollard::container::LogOutput::StdOut { message } => stdout.extend_from_slice(&message),
             bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
             bollard::container::LogOutput::Console { message } => {
@@ -478,27 +498,44 @@ mod tests {
 
     #[test]
     fn gpu_request_parsing() {
-        assert_eq!(GpuRequest::parse("all"), Ok(GpuRequest::All));
-        assert_eq!(GpuRequest::parse("4"), Ok(GpuRequest::Count(4)));
+        assert_eq!(GpuRequest::parse("all").unwrap(), GpuRequest::All);
+        assert_eq!(GpuRequest::parse("4").unwrap(), GpuRequest::Count(4));
         assert_eq!(
-            GpuRequest::parse("0,2"),
-            Ok(GpuRequest::Ids(vec!["0".into(), "2".into()]))
+            GpuRequest::parse("0,2").unwrap(),
+            GpuRequest::Ids(vec!["0".into(), "2".into()])
         );
         assert_eq!(
-            GpuRequest::parse("GPU-8f3c0000-1111"),
-            Ok(GpuRequest::Ids(vec!["GPU-8f3c0000-1111".into()]))
+            GpuRequest::parse("GPU-8f3c0000-1111").unwrap(),
+            GpuRequest::Ids(vec!["GPU-8f3c0000-1111".into()])
         );
-        assert!(GpuRequest::parse("").unwrap_err().contains("empty"));
-        assert!(GpuRequest::parse("0")
+        assert!(matches!(GpuRequest::parse(""), Err(DockerError::GpusEmpty)));
+        assert!(matches!(GpuRequest::parse("0"), Err(DockerError::GpusZero)));
+        // The user reads the flags (commands/advice/docker.rs), exit 2.
+        let zero = anyhow::Error::from(GpuRequest::parse("0").unwrap_err());
+        assert_eq!(
+            crate::commands::error::render_error(&zero),
+            "error: --gpus 0 requests no GPU: pass --expect-gpus 0 to run without GPUs, or device=0 for GPU 0\n\nhint: --gpus all | 2 | 0,2 | device=0\n"
+        );
+        assert_eq!(
+            crate::commands::error::status_of(&zero),
+            crate::error::ExitStatus::Usage
+        );
+        assert!(GpuRequest::parse("0,,1")
             .unwrap_err()
-            .contains("--expect-gpus 0"));
-        assert!(GpuRequest::parse("0,,1").unwrap_err().contains("``"));
-        assert!(GpuRequest::parse("0,x").unwrap_err().contains("`x`"));
-        assert!(GpuRequest::parse("1,1").unwrap_err().contains("twice"));
+            .to_string()
+            .contains("``"));
+        assert!(GpuRequest::parse("0,x")
+            .unwrap_err()
+            .to_string()
+            .contains("`x`"));
+        assert!(matches!(
+            GpuRequest::parse("1,1"),
+            Err(DockerError::GpusTwice { .. })
+        ));
         assert!(GpuRequest::parse("-1").is_err());
         assert_eq!(
-            GpuRequest::parse("device=0"),
-            Ok(GpuRequest::Ids(vec!["0".into()]))
+            GpuRequest::parse("device=0").unwrap(),
+            GpuRequest::Ids(vec!["0".into()])
         );
     }
 

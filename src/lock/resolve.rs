@@ -18,10 +18,9 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::LockInputs;
+use super::{LockError, LockInputs};
 use crate::spec::compat;
 use crate::spec::normalize_name;
-use crate::CliError;
 
 /// The oldest pip with `install --dry-run --report` (pip 22.2 release notes,
 /// <https://pip.pypa.io/en/stable/news/#v22-2>).
@@ -38,7 +37,7 @@ pub struct Python {
 
 /// Finds the host's python3 (`IMGCTL_PYTHON` or `python3` on PATH) and checks
 /// that its pip can resolve without installing (pip >= 22.2).
-pub fn find_python() -> anyhow::Result<Python> {
+pub fn find_python() -> Result<Python, LockError> {
     let program =
         std::env::var(crate::env_vars::IMGCTL_PYTHON).unwrap_or_else(|_| "python3".to_string());
     let out = match Command::new(&program)
@@ -49,23 +48,9 @@ pub fn find_python() -> anyhow::Result<Python> {
     {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(CliError::failure(format!(
-                "no Python on this host: `{program}` was not found on PATH; imgctl lock resolves with pip"
-            ))
-            .with_hint(format!(
-                "install Python 3 with pip (Debian/Ubuntu: apt-get install python3-pip), or point {} at one",
-                crate::env_vars::IMGCTL_PYTHON
-            ))
-            .into())
+            return Err(LockError::NoPython { program })
         }
-        Err(e) => {
-            return Err(CliError::failure(format!("cannot run `{program}`: {e}"))
-                .with_hint(format!(
-                    "point {} at a working python3",
-                    crate::env_vars::IMGCTL_PYTHON
-                ))
-                .into())
-        }
+        Err(error) => return Err(LockError::CannotRunPython { program, error }),
     };
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let version = text
@@ -79,15 +64,9 @@ pub fn find_python() -> anyhow::Result<Python> {
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("")
-            .trim();
-        return Err(CliError::failure(format!(
-            "`{program} -m pip` does not work ({why}); imgctl lock resolves with pip"
-        ))
-        .with_hint(format!(
-            "install pip (Debian/Ubuntu: apt-get install python3-pip; else {program} -m ensurepip), or point {} at a python3 with pip",
-            crate::env_vars::IMGCTL_PYTHON
-        ))
-        .into());
+            .trim()
+            .to_string();
+        return Err(LockError::NoPip { program, why });
     };
     let key = compat::version_key(version);
     if (
@@ -95,12 +74,10 @@ pub fn find_python() -> anyhow::Result<Python> {
         key.get(1).copied().unwrap_or(0),
     ) < MIN_PIP
     {
-        return Err(CliError::failure(format!(
-            "pip {version} of `{program}` cannot resolve without installing (`pip install --dry-run --report` needs pip {}.{} or newer)",
-            MIN_PIP.0, MIN_PIP.1
-        ))
-        .with_hint(format!("upgrade it: {program} -m pip install --upgrade pip"))
-        .into());
+        return Err(LockError::OldPip {
+            program,
+            version: version.to_string(),
+        });
     }
     Ok(Python {
         program,
@@ -211,12 +188,12 @@ pub fn resolve(
     requirements: &[String],
     mirror: Option<&str>,
     on_line: &mut dyn FnMut(&str),
-) -> anyhow::Result<Vec<(String, String)>> {
+) -> Result<Vec<(String, String)>, LockError> {
     let idx = Indexes::new(inputs, mirror);
     let dir = tempfile::Builder::new()
         .prefix("imgctl-lock-")
         .tempdir()
-        .map_err(|e| CliError::failure(format!("cannot make a temporary folder: {e}")))?;
+        .map_err(|error| LockError::TempDir { error })?;
     let mut all = vec![inputs.torch.clone()];
     all.extend(requirements.iter().cloned());
     // One `pip install --dry-run --report` pass, named `tag` in the temporary folder.
@@ -225,7 +202,7 @@ pub fn resolve(
                     extra: Option<&str>,
                     constraints: Option<&Path>,
                     reqs: &[String]|
-     -> anyhow::Result<Vec<(String, String)>> {
+     -> Result<Vec<(String, String)>, LockError> {
         let report = dir.path().join(format!("{tag}.json"));
         let target = dir.path().join(tag);
         let args = pip_args(inputs, index, extra, constraints, &target, &report, reqs);
@@ -254,16 +231,22 @@ pub fn resolve(
         .iter()
         .map(|(n, v)| format!("{}=={v}\n", normalize_name(n)))
         .collect();
-    std::fs::write(&constraints, text)
-        .map_err(|e| CliError::failure(format!("cannot write {}: {e}", constraints.display())))?;
+    if let Err(error) = std::fs::write(&constraints, text) {
+        return Err(LockError::WriteConstraints {
+            path: constraints,
+            error,
+        });
+    }
     pass("pins", &idx.pip, Some(&idx.torch), Some(&constraints), &all)
 }
 
 /// The (name, version) pairs pip's installation report would install.
-pub fn read_report(path: &Path, python: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::failure(format!("pip wrote no report ({}): {e}", path.display())))?;
-    parse_report(&text, python).map_err(|e| CliError::failure(format!("pip's report: {e}")).into())
+pub fn read_report(path: &Path, python: &str) -> Result<Vec<(String, String)>, LockError> {
+    let text = std::fs::read_to_string(path).map_err(|error| LockError::NoReport {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    parse_report(&text, python).map_err(LockError::BadReport)
 }
 
 /// Parses pip's installation report
@@ -310,7 +293,7 @@ fn run_pip(
     inputs: &LockInputs,
     indexes: &str,
     on_line: &mut dyn FnMut(&str),
-) -> anyhow::Result<()> {
+) -> Result<(), LockError> {
     crate::output::printer().verbose(format!(
         "$ {} -c <imgctl's marker bootstrap> {}",
         python.program,
@@ -357,9 +340,10 @@ fn run_pip(
         cmd.env(key, value);
     }
     cmd.env_remove("PIP_INDEX_URL");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| CliError::failure(format!("cannot run `{} -m pip`: {e}", python.program)))?;
+    let mut child = cmd.spawn().map_err(|error| LockError::SpawnPip {
+        program: python.program.clone(),
+        error,
+    })?;
     PIP_PID.store(child.id(), Ordering::SeqCst);
     let mut stderr = child.stderr.take().expect("piped stderr");
     let err_reader = std::thread::spawn(move || {
@@ -383,12 +367,9 @@ fn run_pip(
         crate::output::printer().verbose(line);
     }
     if interrupted.load(Ordering::SeqCst) {
-        return Err(CliError::interrupted(
-            "imgctl lock interrupted by Ctrl-C; no lock was written",
-        )
-        .into());
+        return Err(LockError::Interrupted);
     }
-    let status = status.map_err(|e| CliError::failure(format!("waiting for pip: {e}")))?;
+    let status = status.map_err(|error| LockError::WaitPip { error })?;
     if status.success() {
         return Ok(());
     }
@@ -424,7 +405,8 @@ pub fn classify(
     code: Option<i32>,
     inputs: &LockInputs,
     indexes: &str,
-) -> anyhow::Error {
+) -> LockError {
+    let indexes = indexes.to_string();
     let all = format!("{stdout}\n{stderr}");
     let target = format!(
         "CPython {} on {}, binary wheels only",
@@ -432,17 +414,11 @@ pub fn classify(
         inputs.platform.canonical()
     );
     if all.contains("SSLError") || all.contains("CERTIFICATE_VERIFY_FAILED") {
-        return CliError::failure(format!(
-            "cannot reach {indexes}: TLS certificate verification failed"
-        ))
-        .with_hint("behind a TLS-intercepting proxy, give pip its CA: `pip config set global.cert /path/ca.crt` (or PIP_CERT)")
-        .into();
+        return LockError::Tls { indexes };
     }
     if let Some(phrase) = NETWORK_PHRASES.iter().find(|p| all.contains(**p)) {
         let cause = excerpt(&all, phrase);
-        return CliError::failure(format!("cannot reach {indexes}: {cause}"))
-            .with_hint("imgctl lock needs the network to reach the spec's indexes; behind a proxy set HTTPS_PROXY, or resolve through a mirror of PyPI with --pip-index-url URL")
-            .into();
+        return LockError::Unreachable { indexes, cause };
     }
     let errors: Vec<&str> = all
         .lines()
@@ -454,25 +430,16 @@ pub fn classify(
             .find(|l| l.starts_with("Cannot install"))
             .or(errors.first())
             .copied()
-            .unwrap_or("the pins conflict");
-        let causes: Vec<&str> = all
+            .unwrap_or("the pins conflict")
+            .to_string();
+        let causes: Vec<String> = all
             .lines()
             .skip_while(|l| !l.contains("The conflict is caused by"))
             .skip(1)
             .take_while(|l| !l.trim().is_empty())
-            .map(str::trim)
+            .map(|l| l.trim().to_string())
             .collect();
-        let hint = if causes.is_empty() {
-            "change the spec's pins so that they agree, then run imgctl lock again".to_string()
-        } else {
-            format!(
-                "the conflict: {}; change the spec's pins so that they agree",
-                causes.join("; ")
-            )
-        };
-        return CliError::failure(format!("pip cannot resolve the pins: {first}"))
-            .with_hint(hint)
-            .into();
+        return LockError::Conflict { first, causes };
     }
     if let Some(what) = errors
         .iter()
@@ -483,16 +450,17 @@ pub fn classify(
             .find_map(|l| l.split_once("(from versions: "))
             .map(|(_, v)| v.trim_end_matches(')').to_string())
             .unwrap_or_default();
-        let hint = if versions.is_empty() || versions == "none" {
-            format!("no release of it publishes a wheel for {target} on {indexes}, or the index did not answer; check the name and version, and rerun with -v to see pip's output")
+        let versions = if versions.is_empty() || versions == "none" {
+            Vec::new()
         } else {
-            let list: Vec<&str> = versions.split(", ").collect();
-            let tail = list[list.len().saturating_sub(8)..].join(", ");
-            format!("releases with a fitting wheel: … {tail}; pick one of them")
+            versions.split(", ").map(str::to_string).collect()
         };
-        return CliError::failure(format!("pip finds no {what} for {target}"))
-            .with_hint(hint)
-            .into();
+        return LockError::NoMatch {
+            what: what.to_string(),
+            target,
+            indexes,
+            versions,
+        };
     }
     let last = errors
         .last()
@@ -501,12 +469,7 @@ pub fn classify(
         .unwrap_or("no output")
         .trim()
         .to_string();
-    CliError::failure(format!(
-        "pip failed (exit {}): {last}",
-        code.map_or("by a signal".to_string(), |c| c.to_string())
-    ))
-    .with_hint("rerun with -v to see pip's command line and full output")
-    .into()
+    LockError::PipFailed { code, last }
 }
 
 /// `phrase` and what follows it on its line, up to a quote or 120 characters.
@@ -534,9 +497,14 @@ mod tests {
         LockInputs::of(&crate::spec::validate::validate(text, None).unwrap())
     }
 
-    fn message(e: &anyhow::Error) -> (String, String) {
-        let c = e.downcast_ref::<CliError>().unwrap();
-        (c.message.clone(), c.hint.clone().unwrap_or_default())
+    /// The error line and the hint the user reads.
+    fn message(e: LockError) -> (String, String) {
+        let text = crate::commands::error::render_error(&e.into());
+        let (line, hint) = text.split_once("\n\nhint: ").unwrap();
+        (
+            line.strip_prefix("error: ").unwrap().to_string(),
+            hint.trim_end().to_string(),
+        )
     }
 
     #[test]
@@ -600,12 +568,12 @@ mod tests {
         let idx = "https://pypi.org/simple";
         // pip 23.2's words, as seen with no DNS.
         let net = "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f>: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/\nERROR: Could not find a version that satisfies the requirement torch==2.7.0 (from versions: none)\nERROR: No matching distribution found for torch==2.7.0\n";
-        let (m, h) = message(&classify(net, "", Some(1), &i, idx));
+        let (m, h) = message(classify(net, "", Some(1), &i, idx));
         assert_eq!(m, "cannot reach https://pypi.org/simple: Failed to establish a new connection: [Errno -3] Temporary failure in name resolution");
         assert!(h.contains("HTTPS_PROXY"), "{h}");
 
         let conflict = "ERROR: Cannot install python-dateutil==2.9.0.post0 and six==1.4.0 because these package versions have conflicting dependencies.\n\nThe conflict is caused by:\n    The user requested six==1.4.0\n    python-dateutil 2.9.0.post0 depends on six>=1.5\n\nTo fix this you could try to:\n\nERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts\n";
-        let (m, h) = message(&classify(conflict, "", Some(1), &i, idx));
+        let (m, h) = message(classify(conflict, "", Some(1), &i, idx));
         assert_eq!(m, "pip cannot resolve the pins: Cannot install python-dateutil==2.9.0.post0 and six==1.4.0 because these package versions have conflicting dependencies.");
         assert!(
             h.contains("python-dateutil 2.9.0.post0 depends on six>=1.5"),
@@ -613,14 +581,14 @@ mod tests {
         );
 
         let missing = "ERROR: Could not find a version that satisfies the requirement six==9.9 (from versions: 1.15.0, 1.16.0, 1.17.0)\nERROR: No matching distribution found for six==9.9\n";
-        let (m, h) = message(&classify(missing, "", Some(1), &i, idx));
+        let (m, h) = message(classify(missing, "", Some(1), &i, idx));
         assert_eq!(
             m,
             "pip finds no six==9.9 for CPython 3.10 on linux_x86_64 glibc 2.35, binary wheels only"
         );
         assert!(h.contains("1.17.0"), "{h}");
 
-        let (m, _) = message(&classify("ERROR: something odd\n", "", Some(2), &i, idx));
+        let (m, _) = message(classify("ERROR: something odd\n", "", Some(2), &i, idx));
         assert_eq!(m, "pip failed (exit 2): something odd");
     }
 }

@@ -477,7 +477,10 @@ fn a_tampered_lock_fails_check_naming_the_line() {
         &LockInputs::of(&loaded.spec),
         [("six", "1.16.0"), ("torch", "2.7.0")],
     )
-    .to_text(&loaded.origin, &imgctl::lock::lock_command(&loaded));
+    .to_text(
+        &loaded.origin,
+        &imgctl::commands::lock::lock_command(&loaded),
+    );
     let lock_path = dir.path().join("small.lock");
     std::fs::write(&lock_path, &text).unwrap();
     let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
@@ -583,7 +586,10 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
             ("numpy", "2.2.6"),
         ],
     )
-    .to_text(&loaded.origin, &imgctl::lock::lock_command(&loaded));
+    .to_text(
+        &loaded.origin,
+        &imgctl::commands::lock::lock_command(&loaded),
+    );
     let lock_path = dir.path().join("bb.lock");
     std::fs::write(&lock_path, &lock_text).unwrap();
 

@@ -1145,8 +1145,10 @@ fn write_lock(spec_path: &Path, lock_path: &Path) -> String {
     packages.push(("torch".into(), "2.7.0".into()));
     packages.push(("numpy".into(), "2.2.6".into()));
     packages.push(("typing_extensions".into(), "4.13.2".into()));
-    let text = imgctl::lock::LockFile::new(&inputs, packages)
-        .to_text(&loaded.origin, &imgctl::lock::lock_command(&loaded));
+    let text = imgctl::lock::LockFile::new(&inputs, packages).to_text(
+        &loaded.origin,
+        &imgctl::commands::lock::lock_command(&loaded),
+    );
     std::fs::write(lock_path, &text).unwrap();
     text
 }

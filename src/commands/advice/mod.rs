@@ -5,9 +5,13 @@
 
 use super::error::Advice;
 
+mod docker;
+mod lock;
+
 /// What `err` (one error of a chain, not its causes) means for the user, if a
 /// table knows its type.
 pub(crate) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
-    let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] = &[];
+    let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] =
+        &[lock::advise, docker::advise];
     tables.iter().find_map(|table| table(err))
 }

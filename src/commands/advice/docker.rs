@@ -1,0 +1,85 @@
+//! What the engine side's errors mean for the user of `imgctl build` and
+//! `verify --image`: their exit status, the flag names in their lines
+//! (`--tag`, `--gpus`), and the hints (start the engine, build the image, log
+//! in to the registry).
+
+use crate::commands::error::Advice;
+use crate::docker::run::GpuRequestRejected;
+use crate::docker::DockerError;
+
+/// The hint of every bad `--gpus` value.
+const GPUS_HINT: &str = "--gpus all | 2 | 0,2 | device=0";
+
+/// Advice for [`DockerError`] and [`GpuRequestRejected`].
+pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
+    if let Some(e) = err.downcast_ref::<DockerError>() {
+        return Some(docker_error(e));
+    }
+    err.downcast_ref::<GpuRequestRejected>()
+        .map(|_| Advice::failure(None))
+}
+
+fn docker_error(e: &DockerError) -> Advice {
+    let usage = |hint: &str| Advice::usage(hint.to_string());
+    match e {
+        DockerError::Connect { .. } => Advice::failure(
+            "start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or point DOCKER_HOST at a running one".to_string(),
+        ),
+        DockerError::InvalidTag { reference, why } => usage(crate::reference::GRAMMAR)
+            .with_message(format!("invalid --tag '{}': {why}", reference.escape_debug())),
+        DockerError::TagWithDigest { reference } => usage("use NAME[:TAG], e.g. `--tag imgctl/cu124:dev`")
+            .with_message(format!(
+                "invalid --tag '{reference}': a tag names no @sha256: digest (the build makes the image, and so its digest)"
+            )),
+        DockerError::Push {
+            registry,
+            name,
+            config,
+            had_credentials,
+            ..
+        } => Advice::failure(if *had_credentials {
+            format!("check that {registry} is reachable from the engine and that the credentials for it in {config} may push {name}")
+        } else {
+            format!(
+                "no credentials for {registry} in {config}; log in with `docker login {registry}` or add an `auths` entry"
+            )
+        }),
+        DockerError::ImageNotFound { .. } => {
+            usage("build it with `imgctl build`, or check the tag with `docker images`")
+        }
+        DockerError::NoImageForContainer { .. } => {
+            usage("build it with `imgctl build`, or check `docker images`")
+        }
+        DockerError::InvalidImageReference { .. } => usage(
+            "an image is NAME[:TAG] or NAME@sha256:DIGEST, in lower case, e.g. imgctl/pytorch:2.7.0-cu124",
+        ),
+        DockerError::Timeout { .. } => Advice::failure(
+            "raise --check-timeout, or look for a hung GPU (nvidia-smi, dmesg)".to_string(),
+        ),
+        DockerError::Interrupted { .. } => Advice::interrupted(None),
+        DockerError::GpusEmpty => usage(GPUS_HINT)
+            .with_message("--gpus is empty; use all, a count (2) or device ids (0,2)"),
+        DockerError::GpusZero => usage(GPUS_HINT).with_message(
+            "--gpus 0 requests no GPU: pass --expect-gpus 0 to run without GPUs, or device=0 for GPU 0",
+        ),
+        DockerError::GpusBadDevice { request, part } => usage(GPUS_HINT).with_message(format!(
+            "--gpus `{request}`: `{part}` is not a device index or a GPU-/MIG- UUID; use all, a count (2) or ids (0,2)"
+        )),
+        DockerError::GpusTwice { request, part } => usage(GPUS_HINT)
+            .with_message(format!("--gpus `{request}` names device `{part}` twice")),
+        DockerError::SignalHandler { .. }
+        | DockerError::InspectImage { .. }
+        | DockerError::CreateContainer { .. }
+        | DockerError::StartContainer { .. }
+        | DockerError::WaitContainer { .. }
+        | DockerError::WaitStreamClosed
+        | DockerError::Logs { .. }
+        | DockerError::RemoveContainer { .. }
+        | DockerError::AuthNotBase64 { .. }
+        | DockerError::AuthNotUtf8 { .. }
+        | DockerError::AuthNotUserPassword { .. }
+        | DockerError::CredentialHelper { .. }
+        | DockerError::ContextPath { .. }
+        | DockerError::ContextDuplicate { .. } => Advice::failure(None),
+    }
+}

@@ -1,0 +1,202 @@
+//! The engine side's errors ([`DockerError`]): connecting, signals, images,
+//! tags, pushes, containers, GPU requests, registry credentials and the build
+//! context. (A failed build is [`super::build::BuildError`]; an engine without
+//! a GPU runtime is [`super::run::GpuRequestRejected`].)
+//!
+//! Each `Display` is the one line the user reads, in the engine's terms; it
+//! names no flag and no imgctl command, and carries no hint. Exit statuses,
+//! flag names and hints are `commands/advice/docker.rs`'s.
+
+/// What went wrong talking to the engine or preparing what it is sent.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// Nothing answers at the engine's address.
+    #[error("cannot connect to the Docker engine at {address}: {error}")]
+    Connect {
+        /// The address tried (DOCKER_HOST or the local socket).
+        address: String,
+        /// bollard's words.
+        error: String,
+    },
+    /// A signal handler cannot be installed.
+    #[error("installing the {signal} handler: {error}")]
+    SignalHandler {
+        /// `SIGINT`, `SIGTERM` or `SIGHUP`.
+        signal: &'static str,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A tag that is not an image reference.
+    #[error("invalid tag '{}': {why}", .reference.escape_debug())]
+    InvalidTag {
+        /// The tag as given.
+        reference: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A tag that names a digest.
+    #[error("invalid tag '{reference}': a tag names no @sha256: digest (the build makes the image, and so its digest)")]
+    TagWithDigest {
+        /// The tag as given.
+        reference: String,
+    },
+    /// A push the registry or engine refused.
+    #[error("pushing {reference} to {registry} failed: {message}")]
+    Push {
+        /// What was pushed.
+        reference: String,
+        /// Its registry host.
+        registry: String,
+        /// The repository name (without the tag).
+        name: String,
+        /// The docker config read, for the hint (`the docker config` when none).
+        config: String,
+        /// Whether the config held credentials for the registry.
+        had_credentials: bool,
+        /// The engine's words.
+        message: String,
+    },
+    /// The engine has no such image (asked for its labels).
+    #[error("image `{image}` not found in the engine")]
+    ImageNotFound {
+        /// The image reference.
+        image: String,
+    },
+    /// The engine has no image to create a container of.
+    #[error("image `{image}` not found in the engine")]
+    NoImageForContainer {
+        /// The image reference.
+        image: String,
+    },
+    /// The engine refuses the reference's format.
+    #[error("`{image}` is not a valid image reference")]
+    InvalidImageReference {
+        /// The image reference.
+        image: String,
+    },
+    /// Inspecting an image failed otherwise.
+    #[error("inspecting image {image}: {error}")]
+    InspectImage {
+        /// The image reference.
+        image: String,
+        /// bollard's words.
+        error: String,
+    },
+    /// Creating a container failed.
+    #[error("creating a container of {image}: {message}")]
+    CreateContainer {
+        /// The image reference.
+        image: String,
+        /// The engine's words.
+        message: String,
+    },
+    /// Starting a container failed.
+    #[error("starting the container of {image}: {message}")]
+    StartContainer {
+        /// The image reference.
+        image: String,
+        /// The engine's words.
+        message: String,
+    },
+    /// Waiting for a container failed.
+    #[error("waiting for the container: {error}")]
+    WaitContainer {
+        /// bollard's words.
+        error: String,
+    },
+    /// The wait stream ended without an exit code.
+    #[error("the engine closed the wait stream")]
+    WaitStreamClosed,
+    /// The container ran past its time and was killed.
+    #[error("the container did not finish within {seconds}s and was killed")]
+    Timeout {
+        /// The limit, in seconds.
+        seconds: u64,
+    },
+    /// Reading a container's output failed.
+    #[error("reading the container's output: {error}")]
+    Logs {
+        /// bollard's words.
+        error: String,
+    },
+    /// Removing a container failed.
+    #[error("removing container {id}: {error}")]
+    RemoveContainer {
+        /// The container id.
+        id: String,
+        /// bollard's words.
+        error: String,
+    },
+    /// A signal ended the run; the container was removed.
+    #[error("interrupted by {signal}; the container was removed")]
+    Interrupted {
+        /// The signal's name (`SIGINT`).
+        signal: &'static str,
+    },
+    /// An empty GPU request.
+    #[error("the GPU request is empty; use all, a count (2) or device ids (0,2)")]
+    GpusEmpty,
+    /// A GPU request of `0`.
+    #[error("a GPU request of 0 requests no GPU; use device=0 for GPU 0")]
+    GpusZero,
+    /// A part of a GPU list that is neither an index nor a UUID.
+    #[error("GPU request `{request}`: `{part}` is not a device index or a GPU-/MIG- UUID; use all, a count (2) or ids (0,2)")]
+    GpusBadDevice {
+        /// The whole request.
+        request: String,
+        /// The bad part.
+        part: String,
+    },
+    /// A GPU list naming a device twice.
+    #[error("GPU request `{request}` names device `{part}` twice")]
+    GpusTwice {
+        /// The whole request.
+        request: String,
+        /// The device named twice.
+        part: String,
+    },
+    /// A docker config `auth` that is not base64.
+    #[error("the `auth` of {key:?} in the docker config is not base64: {error}")]
+    AuthNotBase64 {
+        /// The `auths` key.
+        key: String,
+        /// The decoder's words.
+        error: String,
+    },
+    /// A docker config `auth` that is not UTF-8.
+    #[error("the `auth` of {key:?} in the docker config is not UTF-8")]
+    AuthNotUtf8 {
+        /// The `auths` key.
+        key: String,
+    },
+    /// A docker config `auth` without `user:password`.
+    #[error("the `auth` of {key:?} in the docker config is not `user:password`")]
+    AuthNotUserPassword {
+        /// The `auths` key.
+        key: String,
+    },
+    /// A credential helper found nothing.
+    #[error("{program} found no credentials for {server}: {output}")]
+    CredentialHelper {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The server asked for.
+        server: String,
+        /// What it printed, trimmed.
+        output: String,
+    },
+    /// A build-context path that is absolute, empty or climbs out.
+    #[error(
+        "invalid build-context path {path:?}: it must be relative, without `..` or empty parts"
+    )]
+    ContextPath {
+        /// The path as given.
+        path: String,
+    },
+    /// A build-context path added twice.
+    #[error("the build context already holds {path:?}")]
+    ContextDuplicate {
+        /// The cleaned path.
+        path: String,
+    },
+}
