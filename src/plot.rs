@@ -442,7 +442,7 @@ pub fn format_number(value: f64, step: f64) -> String {
         return "0".into();
     }
     let abs = value.abs();
-    if !(1e-3..1e6).contains(&abs) {
+    if abs >= 1e6 || (abs < 1e-3 && step.abs() < 1e-4) {
         // As many significant digits as tell neighbouring ticks apart.
         let digits = (abs.log10().floor() - step.abs().max(abs * 1e-6).log10().floor())
             .clamp(0.0, 6.0) as usize;
