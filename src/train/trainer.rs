@@ -158,7 +158,7 @@ fn casts_grads_before_sync(precision: Precision, config: &TrainConfig, world_siz
 /// pinning fails, the plain blocking copy is used.
 fn batch_to_device(t: Tensor, device: Device) -> Tensor {
     if device.is_cuda() {
-        let pinned = crate::torch_ext::pin_memory(&t)
+        let pinned = crate::sys::torch_ext::pin_memory(&t)
             .and_then(|p| Ok(p.f_to_device_(device, p.kind(), true, false)?));
         if let Ok(on_device) = pinned {
             return on_device;
@@ -1057,11 +1057,11 @@ fn device_memory(device: Device) -> Option<DeviceMemory> {
     let Device::Cuda(index) = device else {
         return None;
     };
-    let rt = super::parallel::cudart::CudaRuntime::locate().ok()?;
+    let rt = crate::sys::cudart::CudaRuntime::locate().ok()?;
     // cudaMemGetInfo reads the calling thread's current device.
     rt.set_device(index).ok()?;
     let (free, total) = rt.mem_get_info().ok()?;
-    let torch = crate::torch_ext::cuda_allocator_stats(index, false)
+    let torch = crate::sys::torch_ext::cuda_allocator_stats(index, false)
         .ok()
         .flatten();
     Some(DeviceMemory {
@@ -1079,7 +1079,7 @@ pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
 /// The compute capability `(major, minor)` of CUDA device `index`, from the
 /// CUDA runtime libtorch loaded; `None` when there is none or no device.
 pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
-    super::parallel::cudart::CudaRuntime::locate()
+    crate::sys::cudart::CudaRuntime::locate()
         .ok()?
         .compute_capability(index)
 }
