@@ -14,6 +14,7 @@
 //! [`cli`] holds the clap types only; [`commands`] turns them into typed options
 //! and calls the core; [`output`] decides what goes to stdout and stderr.
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 
 #[cfg(feature = "torch")]
 pub mod bench;
@@ -25,17 +26,13 @@ pub mod error;
 pub mod gpus;
 pub mod invariants;
 pub mod lock;
-pub mod nccl;
 pub mod output;
 pub mod plot;
-pub mod procmaps;
 pub mod reference;
 pub mod render;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod sys;
-#[cfg(feature = "torch")]
-pub mod torch_ext;
 #[cfg(feature = "torch")]
 pub mod train;
 pub mod verify;

@@ -1,5 +1,6 @@
 //! The `imgctl` binary: parse, set up the printer, run, and end the process
 //! with the command's exit code.
+#![deny(unsafe_code)]
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
@@ -12,8 +13,8 @@ fn main() -> std::process::ExitCode {
         use std::io::Write;
         let _ = std::io::stdout().flush();
         let _ = std::io::stderr().flush();
-        // SAFETY: _exit ends the process at once; every output is flushed above.
-        unsafe { libc::_exit(i32::from(status.code())) };
+        // _exit ends the process at once; every output is flushed above.
+        imgctl::sys::process::exit_now(i32::from(status.code()));
     }
     std::process::ExitCode::from(status.code())
 }

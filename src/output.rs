@@ -158,10 +158,5 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> Result<(), crate
 
 /// Whether this process may write `path` (access(2) with `W_OK`).
 fn writable(path: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    crate::sys::fs::writable(path)
 }

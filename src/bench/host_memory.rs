@@ -57,10 +57,7 @@ pub fn total() -> Option<u64> {
 /// Makes glibc map every allocation of 1 MiB or more on its own and unmap it
 /// on free (a fixed `M_MMAP_THRESHOLD`), so RSS tracks live tensors.
 pub fn exact_accounting() {
-    // SAFETY: mallopt only changes allocator parameters; any value is valid.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-    }
+    crate::sys::process::set_mmap_threshold(1 << 20);
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use tch::Device;
 
 use crate::output::printer;
+use crate::sys::cudart::CudaRuntime;
 use crate::train::config::Precision;
-use crate::train::parallel::cudart::CudaRuntime;
 use crate::train::session::{self, RunOptions};
 use crate::train::sync::GradSync;
 use crate::train::trainer::{self, Trainer};
@@ -321,7 +321,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     let mut before_steps = None;
     if let Device::Cuda(i) = device {
         // The timed steps' own peaks, as the PyTorch reference resets them.
-        before_steps = crate::torch_ext::cuda_allocator_stats(i, true)
+        before_steps = crate::sys::torch_ext::cuda_allocator_stats(i, true)
             .ok()
             .flatten()
             .map(|s| s.allocated_bytes);
@@ -343,7 +343,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     sync(device);
     let elapsed = t0.elapsed().as_secs_f64();
     let torch_peaks = match device {
-        Device::Cuda(i) => crate::torch_ext::cuda_allocator_stats(i, false)
+        Device::Cuda(i) => crate::sys::torch_ext::cuda_allocator_stats(i, false)
             .ok()
             .flatten(),
         _ => None,
@@ -383,7 +383,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     // On demand, a Chrome trace of a few more steps (not timed above).
     if let Some(path) = std::env::var_os(crate::env_vars::IMGCTL_PROFILE_TRACE) {
         let path = std::path::PathBuf::from(path);
-        crate::torch_ext::profile_to_trace(&path, device.is_cuda(), || {
+        crate::sys::torch_ext::profile_to_trace(&path, device.is_cuda(), || {
             for _ in 0..TRACE_STEPS {
                 step(&mut trainer)?;
             }

@@ -249,10 +249,8 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(r) => break r?,
             Err(_) if Instant::now() >= deadline => {
-                // SAFETY: kill(2) on our own child.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                }
+                // kill(2) on our own child.
+                let _ = crate::sys::process::kill(pid as i32, libc::SIGKILL);
                 // Reap it, so no zombie is left behind.
                 let _ = rx.recv_timeout(Duration::from_secs(5));
                 // A run that overstays is a result (not ok), so the other

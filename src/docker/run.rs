@@ -175,9 +175,11 @@ fn process_exists(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // Signal 0 only checks that the process exists.
+    match crate::sys::process::kill(pid, 0) {
+        Ok(()) => true,
+        Err(e) => e.raw_os_error() == Some(libc::EPERM),
+    }
 }
 
 /// Whether a container with `labels` was left by an imgctl of this host that

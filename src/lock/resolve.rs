@@ -307,10 +307,8 @@ fn run_pip(
             flag.store(true, Ordering::SeqCst);
             let pid = PIP_PID.load(Ordering::SeqCst);
             if pid != 0 {
-                // SAFETY: kill(2) with a pid we started and a valid signal.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, libc::SIGINT);
-                }
+                // kill(2) with a pid we started and a valid signal.
+                let _ = crate::sys::process::kill(pid as i32, libc::SIGINT);
             }
         });
     }

@@ -91,7 +91,10 @@ mod tests {
     fn smoothing_is_debiased_and_skips_gaps() {
         let s = smooth(&[(1.0, 2.0), (2.0, f64::NAN), (3.0, 2.0)], 0.9);
         assert_eq!(s.len(), 2);
-        assert!((s[0].1 - 2.0).abs() < 1e-12, "a constant stays constant from the first step: {s:?}");
+        assert!(
+            (s[0].1 - 2.0).abs() < 1e-12,
+            "a constant stays constant from the first step: {s:?}"
+        );
         assert!((s[1].1 - 2.0).abs() < 1e-12);
     }
 
@@ -103,7 +106,11 @@ mod tests {
                 step,
                 loss: 1.0 / (1.0 + step as f64 / 30.0) + 0.02 * ((step % 7) as f64),
                 lr: 1e-4 * (step as f64 / 300.0).min(1.0),
-                grad_norm: if step == 5 { f64::INFINITY } else { 0.5 + 0.1 * ((step % 5) as f64) },
+                grad_norm: if step == 5 {
+                    f64::INFINITY
+                } else {
+                    0.5 + 0.1 * ((step % 5) as f64)
+                },
                 loss_scale: 1.0,
                 img_per_s: 10.0,
                 skipped: step == 5,
@@ -114,7 +121,10 @@ mod tests {
         assert_eq!(img.height(), 34 + 3 * 250);
         // Each panel's bold colour is present.
         for color in [PALETTE[0], PALETTE[1], PALETTE[2]] {
-            let n = img.pixels().filter(|p| p.0 == [color.0, color.1, color.2]).count();
+            let n = img
+                .pixels()
+                .filter(|p| p.0 == [color.0, color.1, color.2])
+                .count();
             assert!(n > 200, "{color:?}: {n} pixels");
         }
     }

@@ -19,11 +19,11 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod config;
+pub mod curves;
 pub mod data;
 pub mod ema;
 pub mod flat;
 pub mod images;
-pub mod curves;
 pub mod metrics;
 pub mod model;
 pub mod optim;

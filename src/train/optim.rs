@@ -11,7 +11,7 @@
 //! data or files.
 use tch::{Kind, Tensor};
 
-use crate::torch_ext::{self, FusedError};
+use crate::sys::torch_ext::{self, FusedError};
 
 /// AdamW hyper-parameters. Defaults are diffusers' `train_unconditional.py`
 /// (`--adam_beta1 0.95 --adam_beta2 0.999 --adam_weight_decay 1e-6 --adam_epsilon 1e-08`, lr 1e-4).

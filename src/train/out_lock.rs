@@ -10,7 +10,6 @@
 //! run that has just opened it).
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::output::printer;
@@ -71,10 +70,7 @@ impl OutLock {
             .truncate(false)
             .open(&path)
             .map_err(cannot)?;
-        // SAFETY: flock on a descriptor this function owns; no memory is shared.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
+        if let Err(err) = crate::sys::fs::try_lock_exclusive(&file) {
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Err(held_error(out, &path));
             }

@@ -195,11 +195,11 @@ fn device_memory(device: Device) -> Option<DeviceMemory> {
     let Device::Cuda(index) = device else {
         return None;
     };
-    let rt = super::parallel::cudart::CudaRuntime::locate().ok()?;
+    let rt = crate::sys::cudart::CudaRuntime::locate().ok()?;
     // cudaMemGetInfo reads the calling thread's current device.
     rt.set_device(index).ok()?;
     let (free, total) = rt.mem_get_info().ok()?;
-    let torch = crate::torch_ext::cuda_allocator_stats(index, false)
+    let torch = crate::sys::torch_ext::cuda_allocator_stats(index, false)
         .ok()
         .flatten();
     Some(DeviceMemory {

@@ -182,7 +182,7 @@ pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
 /// The compute capability `(major, minor)` of CUDA device `index`, from the
 /// CUDA runtime libtorch loaded; `None` when there is none or no device.
 pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
-    super::parallel::cudart::CudaRuntime::locate()
+    crate::sys::cudart::CudaRuntime::locate()
         .ok()?
         .compute_capability(index)
 }

@@ -27,14 +27,7 @@ pub fn run_bytes(params: u64) -> u64 {
 
 /// Bytes available to this user on the file system holding `path`.
 pub fn free_bytes(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
-        return None;
-    }
-    Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
+    crate::sys::fs::available_bytes(path)
 }
 
 /// Whether an I/O error means the disk (or the user's quota) is full.

@@ -64,7 +64,7 @@ fn casts_grads_before_sync(precision: Precision, config: &TrainConfig, world_siz
 /// pinning fails, the plain blocking copy is used.
 fn batch_to_device(t: Tensor, device: Device) -> Tensor {
     if device.is_cuda() {
-        let pinned = crate::torch_ext::pin_memory(&t)
+        let pinned = crate::sys::torch_ext::pin_memory(&t)
             .and_then(|p| Ok(p.f_to_device_(device, p.kind(), true, false)?));
         if let Ok(on_device) = pinned {
             return on_device;

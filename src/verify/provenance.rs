@@ -2,12 +2,15 @@
 //! files this process has mapped, which versions those very files report, and
 //! which other copies on disk they shadow.
 //!
-//! It reads /proc/self/maps (with [`crate::procmaps`]), dlopens the
+//! It reads /proc/self/maps (with [`crate::sys::procmaps`]), dlopens the
 //! exact mapped path (dlopen of a loaded path returns the loaded copy; nothing
-//! new is loaded) and calls the libraries' own version functions. It renders
+//! new is loaded) and calls the libraries' own version functions (both
+//! through [`crate::sys::cuda_libs`] and [`crate::sys::nccl`]). It renders
 //! no verdicts; the `torch.*_loaded` checks in [`super::torch`] do.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+use crate::sys::cuda_libs;
 
 /// A CUDA library whose provenance verify reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,59 +92,27 @@ pub fn find_mapped(kind: LibKind, mapped: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `libraryPropertyType` values (library_types.h: MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL).
-const LIBRARY_PROPERTIES: [i32; 3] = [0, 1, 2];
-
 /// Calls the library's own version function on the copy at `path`:
 /// cudaRuntimeGetVersion, cublasGetProperty (no handle needed), cudnnGetVersion,
 /// ncclGetVersion. The library must already be mapped (dlopen of its path then
 /// returns that same copy).
 pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
-    // SAFETY: dlopen of a CUDA library that is already mapped in this process
-    // (or, in tests, a wheel's copy); its initialisers are side-effect free.
-    let lib = unsafe { libloading::Library::new(path) }
-        .map_err(|e| format!("dlopen {}: {e}", path.display()))?;
+    if kind == LibKind::Nccl {
+        // Opened first as the others are, so a missing file reads the same.
+        cuda_libs::check_opens(path)?;
+    }
     match kind {
+        // CUDART_VERSION = 1000 * major + 10 * minor (cuda_runtime_api.h).
         LibKind::Cudart => {
-            type F = unsafe extern "C" fn(*mut i32) -> i32;
-            // SAFETY: cudaError_t cudaRuntimeGetVersion(int*) (cuda_runtime_api.h).
-            let f =
-                unsafe { lib.get::<F>(b"cudaRuntimeGetVersion\0") }.map_err(|e| e.to_string())?;
-            let mut v = 0i32;
-            // SAFETY: one out-pointer.
-            let rc = unsafe { f(&mut v) };
-            if rc != 0 {
-                return Err(format!("cudaRuntimeGetVersion returned error {rc}"));
-            }
-            // CUDART_VERSION = 1000 * major + 10 * minor (cuda_runtime_api.h).
-            Ok(format!("{}.{}", v / 1000, (v % 1000) / 10))
+            cuda_libs::cudart_version(path).map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
         }
         LibKind::Cublas => {
-            type F = unsafe extern "C" fn(i32, *mut i32) -> i32;
-            // SAFETY: cublasStatus_t cublasGetProperty(libraryPropertyType, int*) (cublas_api.h).
-            let f = unsafe { lib.get::<F>(b"cublasGetProperty\0") }.map_err(|e| e.to_string())?;
-            let mut parts = Vec::new();
-            for prop in LIBRARY_PROPERTIES {
-                let mut v = 0i32;
-                // SAFETY: a valid property and an out-pointer.
-                let rc = unsafe { f(prop, &mut v) };
-                if rc != 0 {
-                    return Err(format!("cublasGetProperty({prop}) returned status {rc}"));
-                }
-                parts.push(v.to_string());
-            }
-            Ok(parts.join("."))
+            cuda_libs::cublas_version(path).map(|parts| parts.map(|v| v.to_string()).join("."))
         }
-        LibKind::Cudnn => {
-            type F = unsafe extern "C" fn() -> usize;
-            // SAFETY: size_t cudnnGetVersion(void) (cudnn_graph.h / cudnn.h).
-            let f = unsafe { lib.get::<F>(b"cudnnGetVersion\0") }.map_err(|e| e.to_string())?;
-            // SAFETY: no arguments.
-            Ok(decode_cudnn_version(unsafe { f() }))
-        }
-        LibKind::Nccl => crate::nccl::NcclLibrary::open(path)
+        LibKind::Cudnn => cuda_libs::cudnn_version(path).map(decode_cudnn_version),
+        LibKind::Nccl => crate::sys::nccl::NcclLibrary::open(path)
             .and_then(|l| l.version())
-            .map(crate::nccl::version_string)
+            .map(crate::sys::nccl::version_string)
             .map_err(|e| e.to_string()),
     }
 }
@@ -151,37 +122,7 @@ pub fn query_version(kind: LibKind, path: &Path) -> Result<String, String> {
 /// 35 (CUDA driver version is insufficient for CUDA runtime version)`; `None`
 /// when it counts devices fine.
 pub fn cuda_init_error(path: &Path) -> Option<String> {
-    // SAFETY: dlopen of the runtime already mapped in this process.
-    let lib = unsafe { libloading::Library::new(path) }.ok()?;
-    type CountFn = unsafe extern "C" fn(*mut i32) -> i32;
-    type TextFn = unsafe extern "C" fn(i32) -> *const std::ffi::c_char;
-    // SAFETY: cudaError_t cudaGetDeviceCount(int*) and const char*
-    // cudaGetErrorString(cudaError_t) (cuda_runtime_api.h).
-    let (count, text) = unsafe {
-        (
-            *lib.get::<CountFn>(b"cudaGetDeviceCount\0").ok()?,
-            lib.get::<TextFn>(b"cudaGetErrorString\0").ok().map(|f| *f),
-        )
-    };
-    let mut n = 0i32;
-    // SAFETY: one out-pointer.
-    let rc = unsafe { count(&mut n) };
-    if rc == 0 {
-        return None;
-    }
-    let described = text.and_then(|f| {
-        // SAFETY: a static NUL-terminated string for any code.
-        let p = unsafe { f(rc) };
-        (!p.is_null()).then(|| {
-            unsafe { std::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned()
-        })
-    });
-    Some(match described {
-        Some(t) => format!("CUDA error {rc} ({t})"),
-        None => format!("CUDA error {rc}"),
-    })
+    cuda_libs::device_count_error(path)
 }
 
 /// cudnnGetVersion's encoding: 9.x is `major*10000 + minor*100 + patch`
@@ -325,7 +266,7 @@ mod tests {
 
     #[test]
     fn maps_parser_finds_each_library_once() {
-        let files = crate::procmaps::parse_maps(MAPS);
+        let files = crate::sys::procmaps::parse_maps(MAPS);
         assert_eq!(files.len(), 6);
         let cudnn = find_mapped(LibKind::Cudnn, &files);
         assert_eq!(
@@ -356,8 +297,8 @@ mod tests {
     fn version_decoding() {
         assert_eq!(decode_cudnn_version(90501), "9.5.1");
         assert_eq!(decode_cudnn_version(8907), "8.9.7");
-        assert_eq!(crate::nccl::version_string(22602), "2.26.2");
-        assert_eq!(crate::nccl::version_string(2804), "2.8.4");
+        assert_eq!(crate::sys::nccl::version_string(22602), "2.26.2");
+        assert_eq!(crate::sys::nccl::version_string(2804), "2.8.4");
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub fn loaded_id(kind: LibKind) -> &'static str {
 /// The folder of the torch package this process loaded (`…/site-packages/torch`
 /// or a standalone libtorch), found through the mapped `libtorch_cpu.so`.
 pub fn loaded_torch_dir() -> Option<PathBuf> {
-    let files = crate::procmaps::mapped_files().ok()?;
+    let files = crate::sys::procmaps::mapped_files().ok()?;
     let cpu = files
         .iter()
         .find(|p| p.file_name().is_some_and(|n| n == "libtorch_cpu.so"))?;
@@ -105,7 +105,7 @@ pub fn loaded_torch_dir() -> Option<PathBuf> {
 
 /// The path of the mapped `libtorch_cuda.so`, if any.
 pub fn loaded_torch_cuda() -> Option<PathBuf> {
-    crate::procmaps::mapped_files()
+    crate::sys::procmaps::mapped_files()
         .ok()?
         .into_iter()
         .find(|p| p.file_name().is_some_and(|n| n == "libtorch_cuda.so"))
@@ -386,7 +386,7 @@ mod imp {
             // The runtime's own reason is the answer users need: "driver
             // version is insufficient" (an image newer than the host driver)
             // reads very differently from "no CUDA-capable device".
-            let why = crate::procmaps::mapped_files()
+            let why = crate::sys::procmaps::mapped_files()
                 .ok()
                 .and_then(|m| {
                     provenance::find_mapped(LibKind::Cudart, &m)
@@ -532,7 +532,7 @@ mod imp {
                 "CPU-only libtorch: no CUDA libraries to trace",
             )];
         }
-        let files = match crate::procmaps::mapped_files() {
+        let files = match crate::sys::procmaps::mapped_files() {
             Ok(f) => f,
             Err(e) => {
                 return vec![CheckResult::error(

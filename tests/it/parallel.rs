@@ -594,7 +594,7 @@ fn wheel_nccl() -> PathBuf {
 
 #[test]
 fn nccl_loads_from_the_wheel_and_from_libtorch_and_reports_its_version() {
-    use imgctl::nccl::{version_string, NcclLibrary};
+    use imgctl::sys::nccl::{version_string, NcclLibrary};
     let path = wheel_nccl();
     let lib = NcclLibrary::open(&path).unwrap();
     assert_eq!(lib.version().unwrap(), 22602);
@@ -611,7 +611,7 @@ fn nccl_loads_from_the_wheel_and_from_libtorch_and_reports_its_version() {
 
 #[test]
 fn missing_nccl_is_a_clear_error() {
-    use imgctl::nccl::NcclLibrary;
+    use imgctl::sys::nccl::NcclLibrary;
     let dir = tempfile::tempdir().unwrap();
     let e = NcclLibrary::open(&dir.path().join("libnccl.so.2")).unwrap_err();
     let text = imgctl::commands::error::render_error(&e);
@@ -1233,8 +1233,8 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
 /// communicator silently bound to another device.
 #[test]
 fn nccl_without_a_gpu_fails_cleanly() {
-    use imgctl::nccl::NcclLibrary;
-    use imgctl::train::parallel::nccl::NcclCollective;
+    use imgctl::sys::nccl::NcclLibrary;
+    use imgctl::train::parallel::collective::nccl::NcclCollective;
     if tch::Cuda::device_count() > 0 {
         // On a GPU machine the same call succeeds; this test is about CPU machines.
         return;

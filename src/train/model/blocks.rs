@@ -94,7 +94,7 @@ impl ResnetBlock2D {
         }
     }
 
-    /// Checkpoints this block ([`crate::torch_ext::checkpoint`]): in a
+    /// Checkpoints this block ([`crate::sys::torch_ext::checkpoint`]): in a
     /// forward that records a graph it keeps only its inputs, and backward
     /// recomputes it.
     pub fn set_checkpoint(&mut self, on: bool) {
@@ -115,7 +115,7 @@ impl ResnetBlock2D {
         let mut params = Vec::new();
         self.params(&mut params);
         let me = self.shallow_clone();
-        crate::torch_ext::checkpoint(&[&x, temb_act], &params, move |a| {
+        crate::sys::torch_ext::checkpoint(&[&x, temb_act], &params, move |a| {
             vec![me.forward_inner(&a[0], &a[1], train)]
         })
         .unwrap_or_else(|e| panic!("{e:#}"))

@@ -8,12 +8,11 @@
 //! (the all-reduce worker of [`super::overlap`]). Hooks run on the autograd
 //! thread while backward is still running, so the callback only takes a lock
 //! and notifies. This module knows nothing of collectives.
-use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use tch::Tensor;
 
-use crate::torch_ext;
+use crate::sys::torch_ext::{GradReady, GradReadyHooks};
 
 /// Per-backward state of the buckets.
 #[derive(Debug, Default)]
@@ -181,28 +180,24 @@ impl Drop for CloseOnDrop<'_> {
     }
 }
 
-unsafe extern "C" fn on_grad_ready(ctx: *mut c_void, index: i64) {
-    // SAFETY: ctx is the `Readiness` of the `GradHooks` that set this hook,
-    // kept alive by its Arc until the hooks are cleared (see `Drop`).
-    let readiness = unsafe { &*(ctx as *const Readiness) };
-    // Never unwind into libtorch's C++ frames.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        readiness.report(index as usize);
-    }));
+/// Each hook reports its parameter here, on the autograd thread.
+impl GradReady for Readiness {
+    fn grad_ready(&self, index: usize) {
+        self.report(index);
+    }
 }
 
 /// Post-accumulate-grad hooks on a set of parameters, reporting to one
 /// [`Readiness`]; removed when dropped.
 pub struct GradHooks {
-    params: Vec<(String, Tensor)>,
-    readiness: Arc<Readiness>,
+    hooks: GradReadyHooks<Readiness>,
 }
 
 impl std::fmt::Debug for GradHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GradHooks")
-            .field("params", &self.params.len())
-            .field("buckets", &self.readiness.buckets())
+            .field("params", &self.hooks.len())
+            .field("buckets", &self.hooks.sink().buckets())
             .finish()
     }
 }
@@ -211,36 +206,18 @@ impl GradHooks {
     /// Hooks `params` (leaf tensors that require grad; parameter `i` reports
     /// index `i`) to `readiness`. Replaces earlier hooks of those tensors.
     pub fn set(params: Vec<(String, Tensor)>, readiness: Arc<Readiness>) -> anyhow::Result<Self> {
-        let mut hooks = Self {
-            params: Vec::with_capacity(params.len()),
-            readiness,
-        };
+        let mut hooks = GradReadyHooks::new(readiness);
         for (i, (name, t)) in params.into_iter().enumerate() {
-            let ctx = Arc::as_ptr(&hooks.readiness) as *mut c_void;
-            // SAFETY: ctx (our Readiness) outlives the hook: `hooks` keeps the
-            // Arc and the tensor until Drop clears the hook; on_grad_ready
-            // never unwinds.
-            unsafe { torch_ext::set_grad_ready_hook(&t, on_grad_ready, ctx, i as i64) }.map_err(
-                |why| anyhow::anyhow!("could not set the gradient hook of parameter {name}: {why}"),
-            )?;
-            hooks.params.push((name, t));
+            hooks.add(t, i).map_err(|why| {
+                anyhow::anyhow!("could not set the gradient hook of parameter {name}: {why}")
+            })?;
         }
-        Ok(hooks)
+        Ok(Self { hooks })
     }
 
     /// The readiness the hooks report to.
     pub fn readiness(&self) -> &Arc<Readiness> {
-        &self.readiness
-    }
-}
-
-impl Drop for GradHooks {
-    fn drop(&mut self) {
-        for (_, t) in &self.params {
-            // Clearing drops the C++ hook object, after which nothing refers
-            // to our Readiness; it cannot fail on a live tensor.
-            let _ = torch_ext::clear_grad_ready_hook(t);
-        }
+        self.hooks.sink()
     }
 }
 

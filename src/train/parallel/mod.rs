@@ -4,7 +4,7 @@
 //! - [`launch`]: rank/world size from torchrun, SLURM or Kubernetes variables; `--gpus`.
 //! - [`supervisor`]: `--gpus` starts one worker per GPU from this executable.
 //! - [`rendezvous`]: ranks meet at rank 0's TCP server (NCCL unique id, CPU links).
-//! - [`collective`]: the [`Collective`] trait; backends [`nccl`] (GPUs) and [`cpu`] (TCP).
+//! - [`collective`]: the [`Collective`] trait; backends [`collective::nccl`] (GPUs) and [`collective::cpu`] (TCP).
 //! - [`buckets`]: gradient bucketing and the start-of-run parameter broadcast.
 //!
 //! - [`hooks`] and [`overlap`]: the all-reduce of each bucket starts as soon as
@@ -32,11 +32,8 @@ use crate::CliError;
 
 pub mod buckets;
 pub mod collective;
-pub mod cpu;
-pub mod cudart;
 pub mod hooks;
 pub mod launch;
-pub mod nccl;
 pub mod overlap;
 pub mod rendezvous;
 pub mod supervisor;
@@ -126,13 +123,13 @@ impl DataParallel {
     pub fn init(launch: LaunchInfo, device: Device, timeout: Duration) -> anyhow::Result<Self> {
         match device {
             Device::Cuda(index) => {
-                let rt = cudart::CudaRuntime::locate()?;
+                let rt = crate::sys::cudart::CudaRuntime::locate()?;
                 rt.set_device(index)?;
-                let lib = Arc::new(crate::nccl::NcclLibrary::locate()?);
+                let lib = Arc::new(crate::sys::nccl::NcclLibrary::locate()?);
                 let l = lib.clone();
                 let session =
                     rendezvous::rendezvous(&launch, move || Ok(l.unique_id()?.to_vec()), timeout)?;
-                let coll = nccl::NcclCollective::init(
+                let coll = collective::nccl::NcclCollective::init(
                     lib,
                     &session.payload,
                     session.rank,
@@ -152,7 +149,7 @@ impl DataParallel {
                 let bound = collective_timeout()?;
                 let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
                 let address = session.address.clone();
-                let coll = cpu::CpuCollective::new(session, bound)?;
+                let coll = collective::cpu::CpuCollective::new(session, bound)?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = address;
                 Ok(dp)
@@ -325,11 +322,14 @@ impl Drop for DataParallel {
 }
 
 /// How long a collective may wait for the other ranks before its rank gives
-/// up: `$IMGCTL_COLLECTIVE_TIMEOUT` seconds, else [`cpu::COLLECTIVE_TIMEOUT`]
+/// up: `$IMGCTL_COLLECTIVE_TIMEOUT` seconds, else [`collective::cpu::COLLECTIVE_TIMEOUT`]
 /// (30 min, which covers rank 0 writing a checkpoint or a sample grid while
 /// the others wait). Bounds the CPU backend's exchanges and the NCCL watchdog.
 pub fn collective_timeout() -> anyhow::Result<Duration> {
-    ev::seconds(ev::IMGCTL_COLLECTIVE_TIMEOUT, cpu::COLLECTIVE_TIMEOUT)
+    ev::seconds(
+        ev::IMGCTL_COLLECTIVE_TIMEOUT,
+        collective::cpu::COLLECTIVE_TIMEOUT,
+    )
 }
 
 /// The rendezvous timeout from `--rendezvous-timeout` (seconds), else the default.

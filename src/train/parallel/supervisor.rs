@@ -216,10 +216,8 @@ fn spawn_pump<R: Read + Send + 'static>(
 /// Signals a worker's whole process group (it leads its own group), so that
 /// anything it started goes too.
 fn signal(child: &Child, sig: i32) {
-    // SAFETY: kill(2) on the process group of our own child.
-    unsafe {
-        libc::kill(-(child.id() as libc::pid_t), sig);
-    }
+    // kill(2) on the process group of our own child.
+    let _ = crate::sys::process::kill(-(child.id() as i32), sig);
 }
 
 /// Installs the Ctrl-C handler once (a second install attempt is harmless).
@@ -274,18 +272,7 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
         // with the supervisor gone, nothing else would end it.
         // A supervisor that died between the fork and the prctl sent no
         // signal: the child checks that its parent is still this process.
-        let supervisor = std::process::id() as libc::pid_t;
-        // SAFETY: prctl, getppid and _exit are async-signal-safe; this runs
-        // in the child before exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() != supervisor {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        crate::sys::process::kill_child_with_parent(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {

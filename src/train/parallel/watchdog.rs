@@ -10,7 +10,7 @@
 //! supervisor) see the failure and stop the other ranks.
 //!
 //! The queue and its verdicts are plain logic over the [`Completion`] trait,
-//! testable without a GPU; the CUDA side is [`super::cudart::Marker`]. This
+//! testable without a GPU; the CUDA side is [`crate::sys::cudart::Marker`]. This
 //! module must not issue collectives or decide the timeout.
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -21,6 +21,13 @@ use std::time::{Duration, Instant};
 pub trait Completion: Send {
     /// Whether the work is done; an error is a failed device (reported as such).
     fn is_done(&self) -> anyhow::Result<bool>;
+}
+
+/// A CUDA event recorded after the collective: done once the GPU passed it.
+impl Completion for crate::sys::cudart::Marker {
+    fn is_done(&self) -> anyhow::Result<bool> {
+        self.query()
+    }
 }
 
 /// Polls NCCL's asynchronous error; `Some(text)` when the communicator failed.
@@ -238,8 +245,8 @@ pub fn exit_rank(rank: usize, world_size: usize) -> FireAction {
             "error: rank {rank} of {world_size}: {reason}; stopping this rank\n\nhint: the failing rank's own log names the cause; NCCL_DEBUG=INFO shows NCCL's view"
         );
         let _ = std::io::stderr().flush();
-        // SAFETY: ends the process at once; nothing of ours needs unwinding.
-        unsafe { libc::_exit(1) };
+        // Ends the process at once; nothing of ours needs unwinding.
+        crate::sys::process::exit_now(1);
     })
 }
 

@@ -83,7 +83,7 @@ fn host_copy(ctx: &Context, gpu: Option<u32>, id: &str, to_device: bool) -> Vec<
         let host = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, Device::Cpu))?;
         // Without tch's device argument, which torch deprecates with a warning.
         let host =
-            crate::torch_ext::pin_memory(&host).map_err(|e| TchError::Torch(e.to_string()))?;
+            crate::sys::torch_ext::pin_memory(&host).map_err(|e| TchError::Torch(e.to_string()))?;
         let dev = Tensor::f_ones([BUF_BYTES / 4], (Kind::Uint8, device))?;
         if to_device {
             let mut d = dev;

@@ -102,7 +102,7 @@ fn matmul(ctx: &Context, gpu: Option<u32>, id: &str, mode: Mode) -> Vec<CheckRes
         Kind::Float
     };
     let _tf32_guard = match mode {
-        Mode::Tf32 => match crate::torch_ext::Tf32Matmul::on() {
+        Mode::Tf32 => match crate::sys::torch_ext::Tf32Matmul::on() {
             Ok(g) => Some(g),
             Err(e) => return vec![CheckResult::error(id, format!("cannot turn TF32 on: {e}"))],
         },

@@ -2,7 +2,7 @@
 //! every GPU from one thread (ncclCommInitAll), its result checked element by
 //! element and its bus bandwidth reported.
 //!
-//! NCCL is reached through the shared shim [`crate::nccl`] over the very
+//! NCCL is reached through the shared shim [`crate::sys::nccl`] over the very
 //! `libnccl.so.2` torch mapped, and the tensors are handed to it through
 //! [`crate::sys::nccl_tensors`]. This file renders nothing and must not
 //! load NCCL by soname search.
@@ -12,7 +12,7 @@ use std::time::Instant;
 use tch::{Device, Kind, Tensor};
 
 use super::allreduce_busbw;
-use crate::nccl::{version_string, Communicator, NcclLibrary, RedOp};
+use crate::sys::nccl::{version_string, Communicator, NcclLibrary, RedOp};
 use crate::sys::nccl_tensors::all_reduce_into;
 use crate::verify::check::CheckResult;
 use crate::verify::Context;

@@ -2,12 +2,15 @@
 //!
 //! [`Collective`] is what the gradient buckets and the trainer call: sum or
 //! average a flat buffer across ranks, broadcast from rank 0, and a barrier.
-//! Backends: [`super::nccl::NcclCollective`] on GPUs, [`super::cpu::CpuCollective`]
+//! Backends: [`nccl::NcclCollective`] on GPUs, [`cpu::CpuCollective`]
 //! over TCP for CPU ranks, and [`Solo`] for a world of one. This module owns the
 //! trait and the buffer checks; it must not open sockets or load libraries.
 use tch::{Device, Kind, Tensor};
 
 use crate::CliError;
+
+pub mod cpu;
+pub mod nccl;
 
 /// Which engine moves the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

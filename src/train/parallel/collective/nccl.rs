@@ -4,18 +4,18 @@
 //! parameter buffers in place.
 //!
 //! Loading `libnccl.so.2` and its raw entry points belong to the shared shim
-//! [`crate::nccl`] (re-exported here for the trainer's callers); this module
-//! maps [`Elem`] to NCCL data types, bounds communicator set-up by a timeout,
+//! [`crate::sys::nccl`], handing a tensor to it to [`crate::sys::nccl_tensors`];
+//! this module bounds communicator set-up by a timeout,
 //! and keeps the calling thread's CUDA device. Collectives run on CUDA stream
 //! 0 (the legacy default stream), which orders them with torch's kernels (tch
 //! has no stream API), except the overlapped gradient all-reduce: it runs on
-//! a non-blocking stream of its own ([`super::cudart::CommStream`]), ordered
+//! a non-blocking stream of its own ([`crate::sys::cudart::CommStream`]), ordered
 //! after the backward kernels that wrote each bucket and before the optimizer
 //! by CUDA events, so backward keeps computing while NCCL reduces. Every
-//! collective queued is followed by a [`super::watchdog::Watchdog`] (a CUDA event
+//! collective queued is followed by a [`crate::train::parallel::watchdog::Watchdog`] (a CUDA event
 //! after it), which ends the rank when one never completes. A failed call leaves the communicator to be aborted,
 //! not destroyed, when the collective is dropped (see
-//! [`crate::nccl::Communicator`]). This module must not decide which backend a
+//! [`crate::sys::nccl::Communicator`]). This module must not decide which backend a
 //! run uses.
 use std::sync::mpsc::{self, SendError};
 use std::sync::Arc;
@@ -23,12 +23,11 @@ use std::time::Duration;
 
 use tch::{Device, Tensor};
 
-use super::collective::{check_buffer, Backend, Collective, Elem};
-use super::cudart::{CommStream, CudaRuntime, Marker};
-use super::watchdog::Watchdog;
-use crate::nccl::{
-    Communicator, DataType, NcclLibrary, RedOp, AVG_MIN_VERSION, LEGACY_STREAM, UNIQUE_ID_BYTES,
-};
+use super::{check_buffer, Backend, Collective, Elem};
+use crate::sys::cudart::{CommStream, CudaRuntime, Marker};
+use crate::sys::nccl::{Communicator, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
+use crate::sys::nccl_tensors;
+use crate::train::parallel::watchdog::{self, Watchdog};
 use crate::CliError;
 
 /// An NCCL communicator over one GPU per rank.
@@ -79,7 +78,7 @@ impl NcclCollective {
         })?;
         let version = lib.version()?;
         // Read before any set-up, so a malformed value fails at once.
-        let watch_timeout = super::collective_timeout()?;
+        let watch_timeout = crate::train::parallel::collective_timeout()?;
         // One runtime for the set-up thread, the watchdog and the comm stream.
         let rt = Arc::new(CudaRuntime::locate()?);
         let setup_rt = rt.clone();
@@ -110,7 +109,7 @@ impl NcclCollective {
                 CliError::failure(format!(
                     "NCCL communicator set-up timed out after {}: rank {rank} of {world_size} \
                      waited in ncclCommInitRank for the other ranks",
-                    super::rendezvous::fmt_secs(timeout)
+                    crate::train::parallel::rendezvous::fmt_secs(timeout)
                 ))
                 .with_hint("check that every rank reached NCCL set-up; NCCL_DEBUG=INFO shows the transport"),
             )
@@ -120,7 +119,7 @@ impl NcclCollective {
         let watch_rt = rt.clone();
         let watchdog = Watchdog::start(
             watch_timeout,
-            super::watchdog::POLL,
+            watchdog::POLL,
             Box::new(move || {
                 // Poll on the rank's own device: a thread's first CUDA call
                 // would otherwise create a context on GPU 0.
@@ -132,7 +131,7 @@ impl NcclCollective {
                 }
             }),
             Some(Box::new(move || probe.check())),
-            super::watchdog::exit_rank(rank, world_size),
+            watchdog::exit_rank(rank, world_size),
         )?;
         Ok(Self {
             watchdog,
@@ -157,49 +156,33 @@ impl NcclCollective {
         self.comm.library()
     }
 
-    fn dtype(elem: Elem) -> DataType {
-        match elem {
-            Elem::F32 => DataType::Float32,
-            Elem::Bf16 => DataType::Bfloat16,
-        }
+    fn reduce(&self, buf: &Tensor, op: RedOp) -> anyhow::Result<()> {
+        self.reduce_on(None, buf, op)
     }
 
-    fn reduce(&mut self, buf: &Tensor, op: RedOp) -> anyhow::Result<()> {
-        self.reduce_on(LEGACY_STREAM, buf, op)
-    }
-
-    /// All-reduces `buf` in place on `stream` (null: the legacy default stream).
+    /// All-reduces `buf` in place on `stream` (`None`: the legacy default stream).
     fn reduce_on(
-        &mut self,
-        stream: *mut std::ffi::c_void,
+        &self,
+        stream: Option<&CommStream>,
         buf: &Tensor,
         op: RedOp,
     ) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(self.device))?;
-        let p = buf.data_ptr();
-        // SAFETY: check_buffer proved `buf` contiguous on this communicator's
-        // device, so p points to numel elements of `elem` there, alive while
-        // the caller holds `buf` (the flat gradient buffers live as long as
-        // the trainer); in place (send == recv) is allowed by NCCL; `stream`
-        // is null or our CommStream, alive while `self` is.
-        unsafe {
-            self.comm
-                .all_reduce(stream, p, p, buf.numel(), Self::dtype(elem), op)?;
-        }
+        nccl_tensors::all_reduce_in_place(&self.comm, stream, buf, op)?;
         self.watch("all-reduce", buf, elem, stream)
     }
 
-    /// Has the watchdog follow the collective just queued on `stream`.
+    /// Has the watchdog follow the collective just queued on `stream`
+    /// (`None`: the legacy default stream).
     fn watch(
         &self,
         what: &str,
         buf: &Tensor,
         elem: Elem,
-        stream: *mut std::ffi::c_void,
+        stream: Option<&CommStream>,
     ) -> anyhow::Result<()> {
         let mb = (buf.numel() * elem.size()) as f64 / 1e6;
-        // SAFETY: `stream` is null or our CommStream, alive while `self` is.
-        let marker = unsafe { Marker::record(&self.rt, stream) }.inspect_err(|_| {
+        let marker = Marker::record(&self.rt, stream).inspect_err(|_| {
             // The collective is queued but cannot be followed: tear the
             // communicator down with an abort, which does not wait for it.
             self.comm.mark_failed();
@@ -246,13 +229,8 @@ impl Collective for NcclCollective {
     }
     fn broadcast(&mut self, buf: &Tensor) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(self.device))?;
-        let p = buf.data_ptr();
-        // SAFETY: as in `reduce`; root 0.
-        unsafe {
-            self.comm
-                .broadcast(p, p, buf.numel(), Self::dtype(elem), 0)?
-        };
-        self.watch("broadcast", buf, elem, LEGACY_STREAM)
+        nccl_tensors::broadcast_in_place(&self.comm, buf, 0)?;
+        self.watch("broadcast", buf, elem, None)
     }
     fn begin_async(&mut self) -> anyhow::Result<()> {
         let Device::Cuda(index) = self.device else {
@@ -265,19 +243,16 @@ impl Collective for NcclCollective {
         Ok(())
     }
     fn all_reduce_avg_async(&mut self, buf: &Tensor) -> anyhow::Result<()> {
-        let stream = match &self.stream {
-            Some(s) => {
-                s.wait_for_compute()?;
-                s.raw()
-            }
-            None => return self.all_reduce_avg(buf),
+        let Some(stream) = &self.stream else {
+            return self.all_reduce_avg(buf);
         };
+        stream.wait_for_compute()?;
         if self.version >= AVG_MIN_VERSION {
-            return self.reduce_on(stream, buf, RedOp::Avg);
+            return self.reduce_on(Some(stream), buf, RedOp::Avg);
         }
         // NCCL < 2.10 has no ncclAvg: sum on the comm stream now, divide on
         // the compute stream in `wait_async` (waiting here would stall backward).
-        self.reduce_on(stream, buf, RedOp::Sum)?;
+        self.reduce_on(Some(stream), buf, RedOp::Sum)?;
         self.to_divide.push(buf.shallow_clone());
         Ok(())
     }

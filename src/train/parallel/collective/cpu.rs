@@ -14,8 +14,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tch::{Device, Tensor};
 
-use super::collective::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
-use super::rendezvous::{is_timeout, Links, Session};
+use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
+use crate::sys::tensor::with_cpu_bytes;
+use crate::train::parallel::rendezvous::{Links, Session};
+use crate::train::parallel::tcpstore::is_timeout;
 use crate::CliError;
 
 /// How long one collective waits for the other ranks: 30 minutes, torch.distributed's
@@ -225,19 +227,6 @@ fn encode(elem: Elem, values: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Runs `f` on the bytes of a contiguous CPU tensor, writable in place.
-fn with_tensor_bytes<R>(buf: &Tensor, elem: Elem, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    let len = buf.numel() * elem.size();
-    if len == 0 {
-        return f(&mut []);
-    }
-    // SAFETY: `check_buffer` established a contiguous CPU tensor of `numel`
-    // elements of `elem`; the slice does not outlive this call, and no other
-    // Rust reference reads the storage during the collective.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(buf.data_ptr() as *mut u8, len) };
-    f(bytes)
-}
-
 impl Collective for CpuCollective {
     fn rank(&self) -> usize {
         self.rank
@@ -250,11 +239,11 @@ impl Collective for CpuCollective {
     }
     fn all_reduce_sum(&mut self, buf: &Tensor) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(Device::Cpu))?;
-        with_tensor_bytes(buf, elem, |b| self.run(OP_ALL_REDUCE, elem, b))
+        with_cpu_bytes(buf, |b| self.run(OP_ALL_REDUCE, elem, b))?
     }
     fn broadcast(&mut self, buf: &Tensor) -> anyhow::Result<()> {
         let elem = check_buffer(buf, Some(Device::Cpu))?;
-        with_tensor_bytes(buf, elem, |b| self.run(OP_BROADCAST, elem, b))
+        with_cpu_bytes(buf, |b| self.run(OP_BROADCAST, elem, b))?
     }
     fn barrier(&mut self) -> anyhow::Result<()> {
         self.run(OP_BARRIER, Elem::F32, &mut [])
@@ -273,7 +262,7 @@ fn peer_error(
     if is_timeout(&e) {
         CliError::failure(format!(
             "rank {rank} waited {} for rank {peer} in a CPU {} and gave up",
-            super::rendezvous::fmt_secs(timeout),
+            crate::train::parallel::rendezvous::fmt_secs(timeout),
             op_name(op)
         ))
         .with_hint("another rank is stuck or much slower; check its output")
@@ -288,9 +277,9 @@ fn peer_error(
 
 #[cfg(test)]
 mod tests {
-    use super::super::launch::LaunchInfo;
-    use super::super::rendezvous::{free_port, rendezvous};
     use super::*;
+    use crate::train::parallel::launch::LaunchInfo;
+    use crate::train::parallel::rendezvous::{free_port, rendezvous};
     use tch::Kind;
 
     fn group(world: usize) -> Vec<CpuCollective> {

@@ -1,12 +1,12 @@
 //! The one run-time shim over NCCL (`libnccl.so.2`), shared by data-parallel
-//! training (`train::parallel::nccl`) and verify's `func.nccl_allreduce` check.
+//! training (`train::parallel::collective::nccl`) and verify's `func.nccl_allreduce` check.
 //!
 //! tch 0.20 has no NCCL bindings, so the entry points imgctl needs
 //! ([`SYMBOLS`]) are resolved with libloading from the very `libnccl.so.2`
 //! libtorch uses: libtorch_cuda.so links it (wheel `nvidia-nccl-cu12`), so it
 //! is already mapped in this process and found in `/proc/self/maps`. The file
 //! is `libnccl.so.2`: the unversioned `libnccl.so` exists only in development
-//! packages, never in the wheel ([`crate::procmaps`] finds it). This module
+//! packages, never in the wheel ([`super::procmaps`] finds it). This module
 //! owns the soname, the typed entry points with their `ncclResult_t`
 //! → [`CliError`] mapping, and the communicator's lifetime ([`Communicator`]:
 //! destroyed on drop, aborted after an error). Collectives are enqueued on
@@ -19,7 +19,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::procmaps::mapped_library;
+use super::procmaps::mapped_library;
 use crate::CliError;
 
 /// The NCCL library's soname (the wheel ships only this file).

@@ -9,12 +9,13 @@
 //! works: torch 2.7's cu126 wheel maps `nvidia/cuda_runtime/lib/libcudart.so.12`,
 //! torch 2.11's cu130 wheel `nvidia/cu13/lib/libcudart.so.13` (file lists of
 //! the nvidia-cuda-runtime-cu12 12.6.77 and nvidia-cuda-runtime 13.0.96
-//! wheels). This module must not allocate device memory.
+//! wheels). This module must not allocate device memory, nor know what its
+//! callers (training's collectives and watchdog, the benchmark) do with it.
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::nccl::LEGACY_STREAM;
+use super::nccl::LEGACY_STREAM;
 
 use crate::CliError;
 
@@ -51,14 +52,15 @@ pub fn pick_mapped_cudart<'a>(paths: impl IntoIterator<Item = &'a str>) -> Optio
 
 /// The CUDA runtime mapped in this process, if any.
 pub fn mapped_cudart() -> Option<PathBuf> {
-    let files = crate::procmaps::mapped_files().ok()?;
+    let files = super::procmaps::mapped_files().ok()?;
     pick_mapped_cudart(files.iter().filter_map(|p| p.to_str()))
 }
 
 type SetDeviceFn = unsafe extern "C" fn(c_int) -> c_int;
 type MemGetInfoFn = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
 type GetDevicePropertiesFn = unsafe extern "C" fn(*mut u8, c_int) -> c_int;
-type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
+/// `const char* cudaGetErrorString(cudaError_t)` (also used by [`super::cuda_libs`]).
+pub(super) type GetErrorStringFn = unsafe extern "C" fn(c_int) -> *const std::ffi::c_char;
 /// `cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device)`
 /// (the enum is an int).
 type GetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
@@ -107,6 +109,25 @@ struct StreamApi {
 /// `clockRate` (both measured with gcc on the wheels' headers); generous so
 /// a newer, larger struct still fits.
 const DEVICE_PROP_BYTES: usize = 8192;
+
+/// `CUDA error 100 (no CUDA-capable device is detected)`: the code with the
+/// runtime's own text when its cudaGetErrorString is at hand.
+pub(super) fn describe_error(get_error_string: Option<GetErrorStringFn>, code: c_int) -> String {
+    let text = get_error_string.and_then(|f| {
+        // SAFETY: cudaGetErrorString returns a static NUL-terminated string
+        // for any code (cuda_runtime_api.h).
+        let p = unsafe { f(code) };
+        (!p.is_null()).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    });
+    match text {
+        Some(t) => format!("CUDA error {code} ({t})"),
+        None => format!("CUDA error {code}"),
+    }
+}
 
 fn load_error(what: &str, why: &str) -> anyhow::Error {
     CliError::failure(format!("cannot load the CUDA runtime {what} ({why})"))
@@ -228,20 +249,7 @@ impl CudaRuntime {
     /// `CUDA error 100 (no CUDA-capable device is detected)`: the code with
     /// the runtime's own text (cudaGetErrorString).
     fn describe(&self, code: c_int) -> String {
-        let text = self.get_error_string.and_then(|f| {
-            // SAFETY: cudaGetErrorString returns a static NUL-terminated string
-            // for any code (cuda_runtime_api.h).
-            let p = unsafe { f(code) };
-            (!p.is_null()).then(|| {
-                unsafe { std::ffi::CStr::from_ptr(p) }
-                    .to_string_lossy()
-                    .into_owned()
-            })
-        });
-        match text {
-            Some(t) => format!("CUDA error {code} ({t})"),
-            None => format!("CUDA error {code}"),
-        }
+        describe_error(self.get_error_string, code)
     }
 
     /// Makes `index` the calling thread's current device.
@@ -320,7 +328,8 @@ impl CudaRuntime {
 }
 
 /// An event recorded after the work queued so far on a stream: polled from
-/// any thread (the collective watchdog) to see whether that work is done.
+/// any thread (the collective watchdog) to see whether that work is done
+/// ([`Marker::query`]).
 pub struct Marker {
     rt: Arc<CudaRuntime>,
     api: StreamApi,
@@ -333,11 +342,9 @@ unsafe impl Send for Marker {}
 
 impl Marker {
     /// Records a marker after the work queued so far on `stream` (of the
-    /// calling thread's current device; null: the legacy default stream).
-    ///
-    /// # Safety
-    /// `stream` must be null or a live stream of the current device.
-    pub unsafe fn record(rt: &Arc<CudaRuntime>, stream: *mut c_void) -> anyhow::Result<Self> {
+    /// calling thread's current device; `None`: the legacy default stream).
+    pub fn record(rt: &Arc<CudaRuntime>, stream: Option<&CommStream>) -> anyhow::Result<Self> {
+        let stream = stream.map_or(LEGACY_STREAM, |s| s.stream);
         let api = rt.streams.ok_or_else(|| {
             anyhow::anyhow!(
                 "the CUDA runtime {} lacks the stream and event calls",
@@ -350,7 +357,8 @@ impl Marker {
             event: std::ptr::null_mut(),
         };
         // SAFETY: the first call writes one handle (released by Drop); the
-        // second records it on `stream`, live as the caller promised.
+        // second records it on `stream`, the legacy stream or a CommStream
+        // kept alive by the borrow.
         unsafe {
             m.rt.check(
                 "cudaEventCreateWithFlags",
@@ -362,8 +370,9 @@ impl Marker {
     }
 }
 
-impl super::watchdog::Completion for Marker {
-    fn is_done(&self) -> anyhow::Result<bool> {
+impl Marker {
+    /// Whether the work before the marker has completed (cudaEventQuery).
+    pub fn query(&self) -> anyhow::Result<bool> {
         // SAFETY: a live event made in `record`.
         match unsafe { (self.api.event_query)(self.event) } {
             0 => Ok(true),
@@ -451,7 +460,8 @@ impl CommStream {
     }
 
     /// The raw `cudaStream_t`, for NCCL.
-    pub fn raw(&self) -> *mut c_void {
+    #[cfg(feature = "torch")]
+    pub(super) fn raw(&self) -> *mut c_void {
         self.stream
     }
 
@@ -550,7 +560,7 @@ mod tests {
         // A maps line whose path holds a space, beside one with no file.
         let maps = "7f1a2b000000-7f1a2c000000 r-xp 00000000 08:01 42                         /opt/my env/nvidia/cu13/lib/libcudart.so.13\n\
                     7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0   [stack]\n";
-        let files = crate::procmaps::parse_maps(maps);
+        let files = crate::sys::procmaps::parse_maps(maps);
         assert_eq!(
             pick_mapped_cudart(files.iter().filter_map(|p| p.to_str())),
             Some(PathBuf::from("/opt/my env/nvidia/cu13/lib/libcudart.so.13"))

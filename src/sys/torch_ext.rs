@@ -10,11 +10,12 @@
 //! the checks the C++ side assumes; what the calls are for belongs to their
 //! callers.
 use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::Arc;
 
 use tch::{Kind, Tensor};
 
 /// The callback a gradient hook runs: `(ctx, parameter index)`.
-pub type GradReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
+type GradReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
 
 /// A checkpointed computation, called by the shim: `inputs` are `n` borrowed
 /// `at::Tensor*`, each output goes to `imgctl_tensor_vec_push(outputs, ..)`.
@@ -119,7 +120,7 @@ fn call(f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), String> {
 /// # Safety
 /// `ctx` must stay valid for `f` until the hook is cleared
 /// ([`clear_grad_ready_hook`]) or the tensor is freed, and `f` must not unwind.
-pub unsafe fn set_grad_ready_hook(
+unsafe fn set_grad_ready_hook(
     tensor: &Tensor,
     f: GradReadyFn,
     ctx: *mut c_void,
@@ -133,6 +134,78 @@ pub unsafe fn set_grad_ready_hook(
 pub fn clear_grad_ready_hook(tensor: &Tensor) -> Result<(), String> {
     // SAFETY: a live tensor; clearing drops the C++ hook object.
     call(|err, len| unsafe { imgctl_clear_grad_ready_hook(raw(tensor), err, len) })
+}
+
+/// What gradient hooks report to: the index of each parameter whose gradient
+/// became final. Called on the autograd thread while backward still runs, so
+/// it must be quick; a panic in it is caught (never unwinds into libtorch).
+pub trait GradReady: Send + Sync {
+    /// Parameter `index`'s gradient is final for this backward pass.
+    fn grad_ready(&self, index: usize);
+}
+
+unsafe extern "C" fn on_grad_ready<S: GradReady>(ctx: *mut c_void, index: i64) {
+    // SAFETY: ctx is the `S` of the `GradReadyHooks` that set this hook,
+    // kept alive by its Arc until the hooks are cleared (see `Drop`).
+    let sink = unsafe { &*(ctx as *const S) };
+    // Never unwind into libtorch's C++ frames.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sink.grad_ready(index as usize);
+    }));
+}
+
+/// Post-accumulate-grad hooks on a set of tensors, all reporting to one
+/// [`GradReady`] sink; each tensor and the sink are kept until the hooks are
+/// removed, when this is dropped.
+pub struct GradReadyHooks<S: GradReady> {
+    sink: Arc<S>,
+    tensors: Vec<Tensor>,
+}
+
+impl<S: GradReady> GradReadyHooks<S> {
+    /// No hooks yet, reporting to `sink`.
+    pub fn new(sink: Arc<S>) -> Self {
+        Self {
+            sink,
+            tensors: Vec::new(),
+        }
+    }
+
+    /// Hooks `tensor` (a leaf that requires grad) to report `index`,
+    /// replacing an earlier hook of it; the error is the shim's message.
+    pub fn add(&mut self, tensor: Tensor, index: usize) -> Result<(), String> {
+        let ctx = Arc::as_ptr(&self.sink) as *mut c_void;
+        // SAFETY: ctx (our sink) outlives the hook: `self` keeps the Arc and
+        // the tensor until Drop clears the hook; on_grad_ready never unwinds.
+        unsafe { set_grad_ready_hook(&tensor, on_grad_ready::<S>, ctx, index as i64) }?;
+        self.tensors.push(tensor);
+        Ok(())
+    }
+
+    /// The sink the hooks report to.
+    pub fn sink(&self) -> &Arc<S> {
+        &self.sink
+    }
+
+    /// How many tensors are hooked.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether no tensor is hooked.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+}
+
+impl<S: GradReady> Drop for GradReadyHooks<S> {
+    fn drop(&mut self) {
+        for t in &self.tensors {
+            // Clearing drops the C++ hook object, after which nothing refers
+            // to our sink; it cannot fail on a live tensor.
+            let _ = clear_grad_ready_hook(t);
+        }
+    }
 }
 
 /// A copy of the CPU tensor `t` in page-locked memory (torch's pinned-memory

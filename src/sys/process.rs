@@ -1,0 +1,66 @@
+//! Processes, through libc: a signal to another process (or group), this
+//! process's immediate exit, a child's death with its parent, and glibc's
+//! allocator setting. Safe wrappers only; which process gets which signal,
+//! and when to leave, belongs to the callers.
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// Sends `sig` to process `pid` (kill(2): a negative `pid` is a process
+/// group, signal 0 only checks that the process exists). The error is the
+/// call's errno (`EPERM`: the process exists under another user).
+pub fn kill(pid: i32, sig: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Ends this process at once with `code` (`_exit(2)`): no exit handlers, no
+/// destructors, no flush of Rust's buffered output (flush before calling).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit ends the process at once; the caller flushed its output.
+    unsafe { libc::_exit(code) }
+}
+
+/// Makes the child `cmd` starts get SIGKILL when this process dies
+/// (`PR_SET_PDEATHSIG`); a child whose parent already died between the fork
+/// and the prctl sent no signal, so it checks that its parent is still this
+/// process, and exits with status 1 otherwise.
+pub fn kill_child_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; this runs
+    // in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Fixes glibc's `M_MMAP_THRESHOLD` at `bytes`: every allocation that large
+/// is mapped on its own and unmapped on free (mallopt(3)).
+pub fn set_mmap_threshold(bytes: i32) {
+    // SAFETY: mallopt only changes allocator parameters; any value is valid.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_zero_probes_a_process() {
+        kill(std::process::id() as i32, 0).unwrap();
+        // No process has pid i32::MAX (pid_max is at most 2^22).
+        let e = kill(i32::MAX, 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+    }
+}
