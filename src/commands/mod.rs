@@ -3,7 +3,6 @@
 use crate::cli::{Cli, Command};
 use crate::ExitStatus;
 
-mod advice;
 pub mod build;
 pub mod completions;
 pub mod error;

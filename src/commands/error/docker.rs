@@ -3,7 +3,7 @@
 //! (`--tag`, `--gpus`), and the hints (start the engine, build the image, log
 //! in to the registry).
 
-use crate::commands::error::Advice;
+use super::advice::Advice;
 use crate::docker::run::GpuRequestRejected;
 use crate::docker::DockerError;
 

@@ -2,7 +2,7 @@
 //! `render`: their exit status, the command names in their lines, and the hints
 //! (how to get a working pip, the network, a conflict in the pins).
 
-use crate::commands::error::Advice;
+use super::advice::Advice;
 use crate::env_vars::IMGCTL_PYTHON;
 use crate::lock::resolve::MIN_PIP;
 use crate::lock::{LockError, LockFileError};

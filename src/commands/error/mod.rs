@@ -1,0 +1,70 @@
+//! Errors as the user sees them: the one place that gives a core error its
+//! exit status, flag names and hint.
+//!
+//! Core modules return their own error enums; [`advise`] walks an error's
+//! chain and asks each core area's table (one file per area here: `docker`,
+//! `lock`, …) what it means. Each table matches every variant of its area's
+//! enums, so a new variant without advice does not compile. A [`CliError`] (built by `commands/` itself) carries its status and
+//! hint directly. [`render_error`] prints `error: …`, `  caused by: …` lines, a
+//! blank line and `hint: …`.
+use crate::error::ExitStatus;
+
+mod advice;
+mod docker;
+mod lock;
+
+pub use advice::{Advice, CliError};
+
+/// What one error (not its causes) means for the user, if `commands/` knows it.
+pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
+    if let Some(e) = err.downcast_ref::<CliError>() {
+        return Some(Advice {
+            status: e.status,
+            message: None,
+            hint: e.hint.clone(),
+        });
+    }
+    let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] =
+        &[lock::advise, docker::advise];
+    tables.iter().find_map(|table| table(err))
+}
+
+/// The exit status an error maps to: that of the first error in its chain
+/// that [`advise`] knows, else [`ExitStatus::Failure`].
+pub fn status_of(err: &anyhow::Error) -> ExitStatus {
+    err.chain()
+        .find_map(advise)
+        .map_or(ExitStatus::Failure, |a| a.status)
+}
+
+/// Renders an error for a terminal: `error:`, `caused by:` lines and a `hint:`
+/// (the hint of the first error in the chain that [`advise`] knows).
+pub fn render_error(err: &anyhow::Error) -> String {
+    let line = |e: &(dyn std::error::Error + 'static)| match advise(e).and_then(|a| a.message) {
+        Some(message) => message,
+        None => e.to_string(),
+    };
+    let mut chain = err.chain();
+    let mut out = match chain.next() {
+        Some(first) => format!("error: {}\n", line(first)),
+        None => format!("error: {err}\n"),
+    };
+    for cause in chain {
+        out.push_str(&format!("  caused by: {}\n", line(cause)));
+    }
+    if let Some(hint) = err.chain().find_map(advise).and_then(|a| a.hint) {
+        out.push_str(&format!("\nhint: {hint}\n"));
+    }
+    out
+}
+
+/// A command's outcome as an exit status, printing any error on stderr.
+pub fn finish(result: anyhow::Result<ExitStatus>) -> ExitStatus {
+    match result {
+        Ok(status) => status,
+        Err(err) => {
+            eprint!("{}", render_error(&err));
+            status_of(&err)
+        }
+    }
+}
