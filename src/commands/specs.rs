@@ -2,8 +2,8 @@
 //!
 //! Reads the embedded specs and the compatibility table; prints through
 //! [`crate::output`] (the table and the JSON are the command's data, on stdout).
-//! On a terminal (or with `COLUMNS`) the table fits its width; piped, and
-//! with `-v`, it has every column in full.
+//! On a terminal (or with `COLUMNS`) the table fits its width, and `-v`
+//! lists every field in full under it; piped, it has every column in full.
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde::Serialize;
 
@@ -101,7 +101,7 @@ pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
     Ok(rows)
 }
 
-/// Every column and the full text: piped output, and `-v`.
+/// Every column and the full text: piped output.
 fn full_table(rows: &[ProfileRow]) -> Table {
     let mut table = Table::new();
     table
@@ -213,16 +213,37 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
         p.json(&serde_json::json!({ "schema_version": 1, "profiles": rows }))?;
         return Ok(ExitStatus::Success);
     }
-    let fit = output::table_fit(output::Stream::Stdout, p.verbose > 0);
-    let table = match fit {
-        output::Fit::Cut(width) => fitted_table(&rows, width),
-        _ => {
-            let mut table = full_table(&rows);
-            output::fit_table(&mut table, fit);
-            table
-        }
+    // A table of ten columns wrapped into 80 is unreadable: on a terminal
+    // the table always fits, and `-v` adds every field in full below it.
+    let width = output::table_width(output::Stream::Stdout);
+    let table = match width {
+        Some(w) => fitted_table(&rows, w),
+        None => full_table(&rows),
     };
     p.data(table.to_string());
+    if p.verbose > 0 && width.is_some() {
+        for r in &rows {
+            p.data(output::wrap_text(
+                &format!(
+                    "{}: base image {}, --cuda {}, torch {}+{} from {}, CUDA runtime {}, cuDNN {}, NCCL {}, python {}, min driver {} ({} native), pip lock {}",
+                    profile(r),
+                    r.base_image,
+                    r.cuda_flag,
+                    r.torch,
+                    r.torch_variant,
+                    r.torch_index,
+                    r.cuda_runtime,
+                    r.cudnn,
+                    r.nccl,
+                    r.python,
+                    r.driver_min,
+                    r.driver_native,
+                    lock(r)
+                ),
+                width,
+            ));
+        }
+    }
     for r in rows
         .iter()
         .filter(|r| r.compat == "minor-version-compatibility")

@@ -93,18 +93,21 @@ const THRESHOLD_PERCENT: u16 = 18;
 
 /// The results as a table. `color` colours the status column (the label
 /// stays, so it reads the same without colour); `fit` says how it meets the
-/// terminal's width ([`Fit::Cut`]: shortened paths, fewer columns below 120
-/// and 100 columns, one line per row).
+/// terminal's width: below 120 and 110 columns, fewer columns (the
+/// measured values and thresholds then follow the table); [`Fit::Cut`] also
+/// shortens paths and cuts each row to one line, [`Fit::Wrap`] (`-v`) wraps
+/// the full text instead.
 pub fn table(report: &Report, color: bool, fit: Fit) -> String {
-    let width = match fit {
-        Fit::Cut(w) => Some(w),
-        _ => None,
+    let (width, full) = match fit {
+        Fit::Cut(w) => (Some(w), false),
+        Fit::Wrap(w) => (Some(w), true),
+        Fit::Natural => (None, true),
     };
     let all_node = report.results.iter().all(|r| r.gpu.is_none());
     let fold_subject = width.is_some_and(|w| w < MEDIUM);
     let narrow = width.is_some_and(|w| w < NARROW);
     let short = |s: &str| {
-        if width.is_some() {
+        if !full {
             output::shorten_paths(s)
         } else {
             s.to_string()
@@ -173,8 +176,9 @@ pub fn table(report: &Report, color: bool, fit: Fit) -> String {
     out.push('\n');
     let notable = |r: &&CheckResult| r.status != Status::Pass && r.status != Status::Skip;
     if narrow {
-        // The threshold stays next to the measured value, under the table.
-        for r in report.results.iter().filter(notable) {
+        // The threshold stays next to the measured value, under the table:
+        // for every row with `-v`, else for WARN, FAIL and ERROR.
+        for r in report.results.iter().filter(|r| full || notable(r)) {
             if r.measured.is_none() && r.threshold.is_none() {
                 continue;
             }
@@ -203,10 +207,10 @@ pub fn table(report: &Report, color: bool, fit: Fit) -> String {
         out.push_str(&output::wrap_text(&line, width));
         out.push('\n');
     }
-    if cut || narrow {
+    if cut || (narrow && !full) {
         out.push_str("(shortened to fit the terminal; -v or --json show every column in full)\n");
     }
-    out.push_str(&summary_line(report));
+    out.push_str(&output::wrap_text(&summary_line(report), width));
     out.push('\n');
     out
 }

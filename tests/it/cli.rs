@@ -250,9 +250,10 @@ fn tables_fit_columns_80() {
         wide.join("\n")
     );
 
-    // -v keeps the full text, wrapped to the width.
+    // -v adds every field in full, wrapped to the width.
     let out = imgctl_columns(&["-v", "specs"], Some("80"));
     let (stdout, _) = texts(&out);
+    assert!(stdout.contains("nvidia/cuda:12.4.1"), "{stdout}");
     assert!(stdout.contains("native"), "{stdout}");
     assert!(too_wide(&stdout, 80).is_empty(), "{stdout}");
 }
