@@ -110,3 +110,7 @@ pub fn seconds(var: &str, default: std::time::Duration) -> anyhow::Result<std::t
         },
     }
 }
+/// Width of the terminal in columns, when the shell exports it: tables fit
+/// this width even when piped (POSIX lists `COLUMNS` among the variables
+/// that override the terminal's width).
+pub const COLUMNS: &str = "COLUMNS";

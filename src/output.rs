@@ -2,7 +2,9 @@
 //!
 //! One process-wide [`Printer`] set up from the global flags. Progress bars
 //! are drawn only on a terminal; elsewhere, long work prints plain lines.
-//! `NO_COLOR` and `--color never` turn colour off.
+//! `NO_COLOR` and `--color never` turn colour off. Tables fit the width of
+//! the terminal they go to (or `COLUMNS`): [`table_fit`] says how, and
+//! [`fit_table`] / [`drop_columns`] / [`shorten_paths`] do it.
 use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -113,6 +115,175 @@ impl Printer {
     }
 }
 
+/// The stream a table is printed to: its terminal gives the width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Standard output (data: `imgctl specs`).
+    Stdout,
+    /// Standard error (human reports: `imgctl verify`, benchmarks).
+    Stderr,
+}
+
+/// How a table meets the width of the screen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// No width known (piped, `COLUMNS` unset): every column, full text, no
+    /// wrapping. What scripts and logs get.
+    Natural,
+    /// Every column and the full text, wrapped to this width (`-v`).
+    Wrap(u16),
+    /// At most this wide, one line per row: long paths shortened, the least
+    /// useful columns dropped, cells cut with `…` (`--json` and `-v` keep
+    /// the full text).
+    Cut(u16),
+}
+
+/// Narrower than this, `COLUMNS` is taken as a mistake and ignored.
+const MIN_COLUMNS: u16 = 20;
+
+/// The width a table printed to `stream` must fit: `COLUMNS` when set to a
+/// number, else the width of the terminal `stream` is attached to, else
+/// `None` (piped: no limit).
+pub fn table_width(stream: Stream) -> Option<u16> {
+    let columns = std::env::var(crate::env_vars::COLUMNS)
+        .ok()
+        .and_then(|v| v.trim().parse::<u16>().ok())
+        .filter(|n| *n >= MIN_COLUMNS);
+    if columns.is_some() {
+        return columns;
+    }
+    // comfy-table asks the terminal (TIOCGWINSZ through crossterm) when the
+    // stream is one.
+    let mut probe = comfy_table::Table::new();
+    if stream == Stream::Stderr {
+        probe.use_stderr();
+    }
+    probe.width().filter(|w| *w >= MIN_COLUMNS)
+}
+
+/// How a table for `stream` fits: [`Fit::Natural`] without a known width,
+/// [`Fit::Wrap`] with `full` (the `-v` view), [`Fit::Cut`] otherwise.
+pub fn table_fit(stream: Stream, full: bool) -> Fit {
+    match table_width(stream) {
+        None => Fit::Natural,
+        Some(w) if full => Fit::Wrap(w),
+        Some(w) => Fit::Cut(w),
+    }
+}
+
+/// The width `table` takes unwrapped: its visible columns' widest cells plus
+/// padding and one border line per column and one more.
+pub fn natural_width(table: &comfy_table::Table) -> usize {
+    let widths = table.column_max_content_widths();
+    let mut total = 1;
+    for column in table.column_iter() {
+        if column.is_hidden() {
+            continue;
+        }
+        let content = widths.get(column.index).copied().unwrap_or(0) as usize;
+        total += content + column.padding_width() as usize + 1;
+    }
+    total
+}
+
+/// Hides columns of `table`, in the order of `drop_order` (column indices,
+/// least useful first), until its natural width fits `width`. Returns the
+/// hidden ones.
+pub fn drop_columns(
+    table: &mut comfy_table::Table,
+    width: u16,
+    drop_order: &[usize],
+) -> Vec<usize> {
+    let mut hidden = Vec::new();
+    for &i in drop_order {
+        if natural_width(table) <= width as usize {
+            break;
+        }
+        if let Some(c) = table.column_mut(i) {
+            c.set_constraint(comfy_table::ColumnConstraint::Hidden);
+            hidden.push(i);
+        }
+    }
+    hidden
+}
+
+/// Applies `fit` to `table`: nothing for [`Fit::Natural`], wrapping to the
+/// width for [`Fit::Wrap`], and for [`Fit::Cut`] wrapping then cutting every
+/// row to one line with `…`. Returns whether text was cut.
+pub fn fit_table(table: &mut comfy_table::Table, fit: Fit) -> bool {
+    let width = match fit {
+        Fit::Natural => return false,
+        Fit::Wrap(w) | Fit::Cut(w) => w,
+    };
+    table
+        .set_width(width)
+        .set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
+    if !matches!(fit, Fit::Cut(_)) {
+        return false;
+    }
+    let wrapped = table.lines().count();
+    table.set_truncation_indicator("…");
+    for row in table.row_iter_mut() {
+        row.max_height(1);
+    }
+    table.lines().count() < wrapped
+}
+
+/// Word-wraps `text` to `width` columns (no change without a width); lines
+/// after the first are indented by two spaces. A word longer than a line
+/// stays whole.
+pub fn wrap_text(text: &str, width: Option<u16>) -> String {
+    let Some(width) = width.map(usize::from) else {
+        return text.to_string();
+    };
+    let mut out = String::new();
+    let mut line = 0;
+    for word in text.split(' ') {
+        let len = word.chars().count();
+        if line > 0 && line + 1 + len > width {
+            out.push_str("\n  ");
+            line = 2;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(word);
+        line += len;
+    }
+    out
+}
+
+/// Longer than this, a word with a `/` in it is shown as `…/` and its last
+/// component.
+const LONG_PATH: usize = 20;
+
+/// Shortens each long path in `text` to `…/` and its last component
+/// (`from /root/.cache/…/lib/libcudnn.so.9` → `from …/libcudnn.so.9`),
+/// keeping brackets and punctuation around it. Words without a `/`, and
+/// short ones, stay as they are.
+pub fn shorten_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let core = word.trim_start_matches(['(', '[', '\'', '"', '`']);
+        let core = core.trim_end_matches([')', ']', ',', ';', ':', '\'', '"', '`']);
+        let last = core.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+        if core.contains('/') && core.chars().count() > LONG_PATH && !last.is_empty() {
+            let start = word.len() - word.trim_start_matches(['(', '[', '\'', '"', '`']).len();
+            let end = start + core.len();
+            out.push_str(&word[..start]);
+            out.push_str("…/");
+            out.push_str(last);
+            out.push_str(&word[end..]);
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
 /// Checks, before any work, that `path` (the value of `flag`, e.g. `--junit`)
 /// can take a report file: it is not a directory, its parent folder exists,
 /// and the file (when it exists) or the folder is writable. A usage error
@@ -159,4 +330,63 @@ pub fn check_output_file(flag: &str, path: &std::path::Path) -> Result<(), crate
 /// Whether this process may write `path` (access(2) with `W_OK`).
 fn writable(path: &std::path::Path) -> bool {
     crate::sys::fs::writable(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_paths_keep_their_last_component() {
+        assert_eq!(
+            shorten_paths("9.5.1 (wheel 9.5.1.17) from /root/.cache/imgctl/venv/lib/nvidia/cudnn/lib/libcudnn.so.9"),
+            "9.5.1 (wheel 9.5.1.17) from …/libcudnn.so.9"
+        );
+        assert_eq!(
+            shorten_paths("= 9.5.1.17 (torch-2.7.0.dist-info/METADATA)"),
+            "= 9.5.1.17 (…/METADATA)"
+        );
+        // Short ones and units stay.
+        assert_eq!(
+            shorten_paths("812.4 TFLOP/s from /usr/lib"),
+            "812.4 TFLOP/s from /usr/lib"
+        );
+    }
+
+    #[test]
+    fn text_wraps_at_words_with_an_indent() {
+        let w = wrap_text("note: one two three four five six", Some(14));
+        assert_eq!(w, "note: one two\n  three four\n  five six");
+        assert!(w.lines().all(|l| l.chars().count() <= 14));
+        assert_eq!(wrap_text("a b c", None), "a b c");
+    }
+
+    #[test]
+    fn columns_drop_in_order_until_the_table_fits() {
+        let mut t = comfy_table::Table::new();
+        t.set_header(vec!["aaaa", "bbbbbbbbbb", "cc", "dddddddddd"]);
+        // 1 + (4+3) + (10+3) + (2+3) + (10+3) = 39.
+        assert_eq!(natural_width(&t), 39);
+        assert_eq!(drop_columns(&mut t, 30, &[3, 1]), vec![3]);
+        assert_eq!(natural_width(&t), 26);
+        assert!(drop_columns(&mut t, 40, &[1]).is_empty());
+    }
+
+    #[test]
+    fn cut_rows_take_one_line() {
+        let mut t = comfy_table::Table::new();
+        t.set_header(vec!["id", "details"]);
+        t.add_row(vec![
+            "x",
+            "a long message that cannot fit in a narrow table at all",
+        ]);
+        assert!(fit_table(&mut t, Fit::Cut(30)));
+        let text = t.to_string();
+        assert_eq!(text.lines().count(), 5, "{text}");
+        assert!(text.contains('…'), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 30), "{text}");
+        let mut n = comfy_table::Table::new();
+        n.add_row(vec!["short"]);
+        assert!(!fit_table(&mut n, Fit::Natural));
+    }
 }

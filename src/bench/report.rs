@@ -1,6 +1,10 @@
 //! Human tables (comfy-table) for the benchmark, scaling and comparison
-//! reports. Every number carries its unit. Owns formatting only.
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+//! reports. Every number carries its unit. Owns formatting only. The tables
+//! go to stderr and fit its terminal (or `COLUMNS`): long cells are cut to
+//! one line (`-v` wraps them instead; `--json` has everything).
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, ColumnConstraint, Table};
+
+use crate::output::{self, Fit};
 
 use super::reference::CompareReport;
 use super::{BenchReport, ScalingReport};
@@ -11,6 +15,23 @@ fn table(header: &[&str]) -> Table {
     t.set_header(header.iter().map(|h| Cell::new(*h)));
     t
 }
+
+/// How the tables meet stderr's width.
+fn fit() -> Fit {
+    output::table_fit(output::Stream::Stderr, output::printer().verbose > 0)
+}
+
+/// Renders `t` fitted to stderr's terminal, its first column never cut.
+fn render(mut t: Table, fit: Fit) -> String {
+    if let Some(c) = t.column_mut(0) {
+        c.set_constraint(ColumnConstraint::ContentWidth);
+    }
+    output::fit_table(&mut t, fit);
+    t.to_string()
+}
+
+/// Below this width the benchmark table gives its longest values two rows.
+const NARROW: u16 = 100;
 
 fn right(s: String) -> Cell {
     Cell::new(s).set_alignment(CellAlignment::Right)
@@ -38,6 +59,13 @@ fn pct(x: f64) -> String {
 
 /// The benchmark of one world size.
 pub fn bench_table(r: &BenchReport) -> String {
+    bench_table_fit(r, fit())
+}
+
+/// [`bench_table`] for a given fit: below 100 columns the device and
+/// step-memory rows split in two, so that no value is cut.
+pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
+    let narrow = matches!(fit, Fit::Cut(w) if w < NARROW);
     let mut t = table(&["metric", "value"]);
     let mut row = |k: &str, v: String| {
         t.add_row(vec![Cell::new(k), right(v)]);
@@ -49,7 +77,7 @@ pub fn bench_table(r: &BenchReport) -> String {
             r.preset, r.params, r.image_size, r.image_size
         ),
     );
-    let reduce = if r.world_size > 1 {
+    let reduce = if r.world_size > 1 && !narrow {
         format!(", gradients reduced in {}", r.grad_reduce)
     } else {
         String::new()
@@ -61,6 +89,9 @@ pub fn bench_table(r: &BenchReport) -> String {
             r.world_size, r.device_name, r.precision, r.backend
         ),
     );
+    if r.world_size > 1 && narrow {
+        row("  gradients reduced in", r.grad_reduce.to_string());
+    }
     row(
         "batch",
         format!("{} per rank, {} global", r.batch_per_rank, r.global_batch),
@@ -145,15 +176,27 @@ pub fn bench_table(r: &BenchReport) -> String {
         .into(),
     );
     if let Some(m) = &r.step_memory {
-        row(
-            "step memory",
-            format!(
-                "{} peak, {} before the steps, {} per image",
-                gib(m.peak_bytes),
-                gib(m.before_bytes),
-                gib(m.per_image_bytes)
-            ),
-        );
+        if narrow {
+            row(
+                "step memory",
+                format!(
+                    "{} peak, {} before the steps",
+                    gib(m.peak_bytes),
+                    gib(m.before_bytes)
+                ),
+            );
+            row("  per image", gib(m.per_image_bytes));
+        } else {
+            row(
+                "step memory",
+                format!(
+                    "{} peak, {} before the steps, {} per image",
+                    gib(m.peak_bytes),
+                    gib(m.before_bytes),
+                    gib(m.per_image_bytes)
+                ),
+            );
+        }
         row(
             "batch in budget",
             format!(
@@ -184,7 +227,7 @@ pub fn bench_table(r: &BenchReport) -> String {
         ),
         _ => row("MFU", f.mfu_note.clone().unwrap_or_else(|| "n/a".into())),
     }
-    t.to_string()
+    render(t, fit)
 }
 
 /// `--scaling`.
@@ -205,7 +248,7 @@ pub fn scaling_table(s: &ScalingReport) -> String {
             right(pct(r.all_reduce_share)),
         ]);
     }
-    t.to_string()
+    render(t, fit())
 }
 
 /// `--compare`. "peak memory (own)" is each run's peak device use minus its
@@ -273,7 +316,7 @@ pub fn compare_table(c: &CompareReport) -> String {
             ]);
         }
     }
-    let mut s = t.to_string();
+    let mut s = render(t, fit());
     if let Some(n) = &c.compile_note {
         s.push_str(&format!("\ntorch.compile: {n}"));
     }
@@ -308,6 +351,19 @@ mod tests {
             "last_loss": 0.1
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn bench_table_fits_80_columns_without_cutting() {
+        let mut r = imgctl_report();
+        r.world_size = 8;
+        r.device_name = "NVIDIA H100 80GB HBM3".into();
+        let t = bench_table_fit(&r, Fit::Cut(80));
+        assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+        assert!(!t.contains('…'), "{t}");
+        assert!(t.contains("gradients reduced in"), "{t}");
+        let full = bench_table_fit(&r, Fit::Natural);
+        assert!(full.contains(", gradients reduced in fp32)"), "{full}");
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //!
 //! Reads the embedded specs and the compatibility table; prints through
 //! [`crate::output`] (the table and the JSON are the command's data, on stdout).
+//! On a terminal (or with `COLUMNS`) the table fits its width, and `-v`
+//! lists every field in full under it; piped, it has every column in full.
 use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde::Serialize;
 
 use crate::cli::SpecsArgs;
-use crate::output::printer;
+use crate::output::{self, printer};
 use crate::spec::{self, compat, SpecSource};
 use crate::ExitStatus;
 
@@ -99,14 +101,8 @@ pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
     Ok(rows)
 }
 
-/// Runs `imgctl specs`.
-pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
-    let rows = rows()?;
-    let p = printer();
-    if args.json {
-        p.json(&serde_json::json!({ "schema_version": 1, "profiles": rows }))?;
-        return Ok(ExitStatus::Success);
-    }
+/// Every column and the full text: piped output.
+fn full_table(rows: &[ProfileRow]) -> Table {
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL_CONDENSED)
@@ -123,9 +119,9 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
             "min driver",
             "pip lock",
         ]);
-    for r in &rows {
+    for r in rows {
         table.add_row(vec![
-            format!("{}{}", r.name, if r.default { " (default)" } else { "" }),
+            profile(r),
             r.cuda_flag.clone(),
             r.base_image.clone(),
             format!("{}+{}", r.torch, r.torch_variant),
@@ -134,20 +130,130 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
             r.nccl.clone(),
             r.python.clone(),
             format!("{} ({} native)", r.driver_min, r.driver_native),
+            lock(r),
+        ]);
+    }
+    table
+}
+
+/// Column indices of [`fitted_table`], least useful first: what a narrower
+/// terminal loses. The profile name says `--cuda`; the base image follows
+/// from the profile; the torch wheel's variant says the CUDA runtime.
+const DROP_ORDER: [usize; 5] = [1, 2, 9, 7, 4];
+
+/// The table at most `width` columns wide: the base image without its
+/// `nvidia/cuda:` repository, the native driver in a column of its own, and
+/// columns dropped in [`DROP_ORDER`] until it fits.
+fn fitted_table(rows: &[ProfileRow], width: u16) -> Table {
+    const REPO: &str = "nvidia/cuda:";
+    let all_cuda = rows.iter().all(|r| r.base_image.starts_with(REPO));
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "profile",
+        "--cuda",
+        if all_cuda {
+            "base (nvidia/cuda)"
+        } else {
+            "base image"
+        },
+        "torch",
+        "CUDA runtime",
+        "cuDNN",
+        "NCCL",
+        "python",
+        "min driver",
+        "native driver",
+        "pip lock",
+    ]);
+    for r in rows {
+        let base = match r.base_image.strip_prefix(REPO) {
+            Some(tag) if all_cuda => tag.to_string(),
+            _ => r.base_image.clone(),
+        };
+        table.add_row(vec![
+            profile(r),
+            r.cuda_flag.clone(),
+            base,
+            format!("{}+{}", r.torch, r.torch_variant),
+            r.cuda_runtime.clone(),
+            r.cudnn.clone(),
+            r.nccl.clone(),
+            r.python.clone(),
+            r.driver_min.clone(),
+            r.driver_native.clone(),
             match r.lock_packages {
-                Some(n) => format!("{n} packages"),
+                Some(n) => format!("{n} pkgs"),
                 None => r.lock.clone(),
             },
         ]);
     }
+    output::drop_columns(&mut table, width, &DROP_ORDER);
+    output::fit_table(&mut table, output::Fit::Cut(width));
+    table
+}
+
+/// `cu124 (default)`.
+fn profile(r: &ProfileRow) -> String {
+    format!("{}{}", r.name, if r.default { " (default)" } else { "" })
+}
+
+/// `149 packages`, or the lock's state.
+fn lock(r: &ProfileRow) -> String {
+    match r.lock_packages {
+        Some(n) => format!("{n} packages"),
+        None => r.lock.clone(),
+    }
+}
+
+/// Runs `imgctl specs`.
+pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
+    let rows = rows()?;
+    let p = printer();
+    if args.json {
+        p.json(&serde_json::json!({ "schema_version": 1, "profiles": rows }))?;
+        return Ok(ExitStatus::Success);
+    }
+    // A table of ten columns wrapped into 80 is unreadable: on a terminal
+    // the table always fits, and `-v` adds every field in full below it.
+    let width = output::table_width(output::Stream::Stdout);
+    let table = match width {
+        Some(w) => fitted_table(&rows, w),
+        None => full_table(&rows),
+    };
     p.data(table.to_string());
+    if p.verbose > 0 && width.is_some() {
+        for r in &rows {
+            p.data(output::wrap_text(
+                &format!(
+                    "{}: base image {}, --cuda {}, torch {}+{} from {}, CUDA runtime {}, cuDNN {}, NCCL {}, python {}, min driver {} ({} native), pip lock {}",
+                    profile(r),
+                    r.base_image,
+                    r.cuda_flag,
+                    r.torch,
+                    r.torch_variant,
+                    r.torch_index,
+                    r.cuda_runtime,
+                    r.cudnn,
+                    r.nccl,
+                    r.python,
+                    r.driver_min,
+                    r.driver_native,
+                    lock(r)
+                ),
+                width,
+            ));
+        }
+    }
     for r in rows
         .iter()
         .filter(|r| r.compat == "minor-version-compatibility")
     {
-        p.info(format!(
-            "note: {} carries the {} wheel on a CUDA {} base (torch {} has no build for it); it runs by CUDA minor-version compatibility",
-            r.name, r.torch_variant, r.cuda, r.torch
+        p.info(output::wrap_text(
+            &format!(
+                "note: {} carries the {} wheel on a CUDA {} base (torch {} has no build for it); it runs by CUDA minor-version compatibility",
+                r.name, r.torch_variant, r.cuda, r.torch
+            ),
+            output::table_width(output::Stream::Stderr),
         ));
     }
     Ok(ExitStatus::Success)

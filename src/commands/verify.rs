@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cli::VerifyArgs;
 use crate::docker::run::GpuRequest;
-use crate::output::printer;
+use crate::output::{self, printer};
 use crate::verify::{self, ExpectGpus, Level, Options, Report};
 use crate::{CliError, ExitStatus};
 
@@ -172,7 +172,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         if args.json {
             p.json(&rows)?;
         } else {
-            p.data(verify::report::check_list_table(&rows, p.color, p.interactive).trim_end());
+            let fit = output::table_fit(output::Stream::Stdout, true);
+            p.data(verify::report::check_list_table(&rows, p.color, fit).trim_end());
         }
         return Ok(ExitStatus::Success);
     }
@@ -200,8 +201,15 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let report = rt.block_on(verify::host::verify_image(run, nvml))?;
-        return emit(&report, &args);
+        let spinner = if args.json {
+            indicatif::ProgressBar::hidden()
+        } else {
+            printer().spinner(format!("verify {image}"))
+        };
+        let phase = |what: &str| spinner.set_message(what.to_string());
+        let report = rt.block_on(verify::host::verify_image_with(run, nvml, &phase));
+        spinner.finish_and_clear();
+        return emit(&report?, &args);
     }
     // CUDA numbers devices fastest-first unless told otherwise; NVML uses PCI
     // order. Make them agree before anything initialises CUDA.
@@ -212,8 +220,28 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     let pins = verify::Pins::resolve(verify::torch::loaded_torch_dir().as_deref())
         .map_err(|m| CliError::usage(m).with_hint("IMGCTL_VERIFY_PINS holds a JSON object like {\"torch\":\"2.7.0\",\"cudnn\":\"9.5.1.17\"}"))?;
     printer().verbose(format!("pins from {}", pins.source));
-    let report = verify::run_local(nvml, &opts, pins);
+    let bar = progress_bar(&args);
+    let step = |s: verify::Step<'_>| {
+        bar.set_length(s.total as u64);
+        bar.set_position(s.index as u64);
+        bar.set_message(s.label.to_string());
+    };
+    let report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
+    bar.finish_and_clear();
     emit(&report, &args)
+}
+
+/// The bar of a local run on a terminal: `⠋ [3/17] nvml.ecc (2s)`. Hidden
+/// when stderr is not a terminal, with `-q`, and with `--json`.
+fn progress_bar(args: &VerifyArgs) -> indicatif::ProgressBar {
+    if args.json {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = printer().progress(0, "{spinner} verify [{pos}/{len}] {wide_msg} {elapsed}");
+    if !bar.is_hidden() {
+        bar.enable_steady_tick(Duration::from_millis(120));
+    }
+    bar
 }
 
 /// Prints the report and maps it to an exit status: 0 when nothing failed,
@@ -237,7 +265,8 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
         return Err(CliError::failure(line).with_hint(NO_DRIVER_HINT).into());
     }
     if !p.quiet {
-        eprint!("{}", verify::report::table(report, p.color, p.interactive));
+        let fit = output::table_fit(output::Stream::Stderr, p.verbose > 0);
+        eprint!("{}", verify::report::table(report, p.color, fit));
     }
     Ok(if report.passed {
         ExitStatus::Success

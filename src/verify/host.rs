@@ -375,8 +375,21 @@ pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> Chec
 /// Runs `imgctl verify` inside a container of the image and returns the
 /// merged report (host checks around the container's results).
 pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result<Report> {
+    verify_image_with(run, host_nvml, &|_| {}).await
+}
+
+/// [`verify_image`], telling `phase` what it does as each phase starts (a
+/// command shows it as a spinner's message; verify prints nothing itself).
+pub async fn verify_image_with(
+    run: ImageRun,
+    host_nvml: NvmlState,
+    phase: &dyn Fn(&str),
+) -> anyhow::Result<Report> {
+    phase("connecting to the Docker engine");
     let docker = crate::docker::connect().await?;
+    phase(&format!("reading the labels of {}", run.image));
     let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
+    phase("asking the host's NVML for its GPUs");
     let host = host_gpus(&host_nvml, run.opts.timeout);
     let mut env = vec!["NO_COLOR=1".to_string()];
     if let Some(p) = pins_from_labels(&run.image, &labels) {
@@ -411,7 +424,13 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
         timeout,
     };
     let started = std::time::Instant::now();
+    // One call creates, starts, waits for, collects and removes the container.
+    phase(&format!(
+        "running imgctl verify in a container of {} (create, start, run, collect, remove)",
+        run.image
+    ));
     let outcome = crate::docker::run::run_to_completion(&docker, req).await;
+    phase("comparing the host's GPUs and driver with the container's");
     let mut results = Vec::new();
     let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.describe());
     let mut container_report: Option<Report> = None;

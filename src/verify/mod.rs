@@ -216,16 +216,52 @@ fn family(id: &str) -> &'static str {
     }
 }
 
+/// Where a run stands, told to a [`Progress`] before each check starts.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// 1-based position of the check about to run.
+    pub index: usize,
+    /// How many checks the run holds (it grows when a verdict the
+    /// selection left out must be reported).
+    pub total: usize,
+    /// The check and its subject: `nvml.ecc`, `nvml.ecc gpu1`.
+    pub label: &'a str,
+}
+
+/// Told of each check as it starts, so that a command can draw progress;
+/// verify itself prints nothing. `&|_| {}` when nobody watches.
+pub type Progress<'a> = &'a dyn Fn(Step<'_>);
+
 /// Runs checks, short-circuiting a family after its first hang.
-struct Runner {
+struct Runner<'a> {
     ctx: Arc<Context>,
     timeout: Duration,
     /// Family → what hung in it.
     hung: Vec<(&'static str, String)>,
+    progress: Progress<'a>,
+    /// Checks started so far, and how many the run holds.
+    started: usize,
+    total: usize,
 }
 
-impl Runner {
+impl Runner<'_> {
+    /// Tells the watcher that the next check (on `gpu`) starts.
+    fn step(&mut self, id: &str, gpu: Option<u32>) {
+        self.started += 1;
+        self.total = self.total.max(self.started);
+        let label = match gpu {
+            Some(g) => format!("{id} gpu{g}"),
+            None => id.to_string(),
+        };
+        (self.progress)(Step {
+            index: self.started,
+            total: self.total,
+            label: &label,
+        });
+    }
+
     fn run(&mut self, c: &Arc<dyn Check>, gpu: Option<u32>) -> Vec<CheckResult> {
+        self.step(c.id(), gpu);
         let fam = family(c.id());
         if let Some((_, what)) = self.hung.iter().find(|(f, _)| *f == fam) {
             let mut r = CheckResult::error(
@@ -265,10 +301,22 @@ impl Runner {
 /// Runs the selected checks in order, each subject under its own deadline,
 /// then applies the node-median rule.
 pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
+    run_checks_with(ctx, opts, &|_| {})
+}
+
+/// [`run_checks`], telling `progress` of each check as it starts.
+pub fn run_checks_with(
+    ctx: Arc<Context>,
+    opts: &Options,
+    progress: Progress<'_>,
+) -> Vec<CheckResult> {
     let mut runner = Runner {
         ctx: ctx.clone(),
         timeout: opts.timeout,
         hung: Vec::new(),
+        progress,
+        started: 0,
+        total: 0,
     };
     let count = match &ctx.nvml {
         NvmlState::Ready(b) => {
@@ -289,20 +337,34 @@ pub fn run_checks(ctx: Arc<Context>, opts: &Options) -> Vec<CheckResult> {
         }
     };
     let mut results = Vec::new();
-    for c in registry() {
-        if !selected(c.id(), c.level(), opts) {
-            continue;
-        }
+    let chosen: Vec<Arc<dyn Check>> = registry()
+        .into_iter()
+        .filter(|c| selected(c.id(), c.level(), opts))
+        .collect();
+    runner.total = chosen
+        .iter()
+        .map(|c| match (c.scope(), &count) {
+            (Scope::PerGpu, Ok(n)) if *n > 0 => *n as usize,
+            _ => 1,
+        })
+        .sum();
+    for c in chosen {
         match c.scope() {
             Scope::Node => results.extend(runner.run(&c, None)),
             Scope::PerGpu => match &count {
-                Ok(0) => results.push(CheckResult::skip(c.id(), "no GPU found")),
+                Ok(0) => {
+                    runner.step(c.id(), None);
+                    results.push(CheckResult::skip(c.id(), "no GPU found"));
+                }
                 Ok(n) => {
                     for g in 0..*n {
                         results.extend(runner.run(&c, Some(g)));
                     }
                 }
-                Err(why) => results.push(CheckResult::skip(c.id(), why.clone())),
+                Err(why) => {
+                    runner.step(c.id(), None);
+                    results.push(CheckResult::skip(c.id(), why.clone()));
+                }
             },
         }
     }
@@ -493,6 +555,17 @@ pub fn run_local(nvml: NvmlState, opts: &Options, pins: Pins) -> Report {
 
 /// [`run_local`], told whether it runs inside a container (tests drive both).
 pub fn run_local_in(nvml: NvmlState, opts: &Options, pins: Pins, in_container: bool) -> Report {
+    run_local_with(nvml, opts, pins, in_container, &|_| {})
+}
+
+/// [`run_local_in`], telling `progress` of each check as it starts.
+pub fn run_local_with(
+    nvml: NvmlState,
+    opts: &Options,
+    pins: Pins,
+    in_container: bool,
+    progress: Progress<'_>,
+) -> Report {
     let ctx = Arc::new(Context {
         nvml,
         expect: opts.expect,
@@ -500,7 +573,7 @@ pub fn run_local_in(nvml: NvmlState, opts: &Options, pins: Pins, in_container: b
         pins,
         in_container,
     });
-    let results = run_checks(ctx, opts);
+    let results = run_checks_with(ctx, opts, progress);
     // `verify --image` shows "container".
     let context = if in_container { "container" } else { "host" };
     Report::new(context, None, opts.level, opts.expect, results)

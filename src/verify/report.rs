@@ -3,9 +3,10 @@
 //! per subject) and the one-line summary. JSON is the serde form of
 //! [`Report`] itself. This module computes no verdicts and does no I/O
 //! besides returning strings.
-use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
+use comfy_table::{presets, Cell, CellAlignment, Color, ColumnConstraint, Table, Width};
 
 use super::{CheckResult, Report, Status};
+use crate::output::{self, Fit};
 
 /// One row of `verify --list-checks`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -51,36 +52,68 @@ pub fn check_list() -> Vec<CheckInfo> {
     rows
 }
 
-/// An empty table: box-drawing borders with `color`, ASCII without; fitted
-/// to the terminal's width with `wrap`.
-fn new_table(color: bool, wrap: bool) -> Table {
+/// An empty table: box-drawing borders with `color`, ASCII without.
+fn new_table(color: bool) -> Table {
     let mut t = Table::new();
     t.load_preset(if color {
         presets::UTF8_FULL_CONDENSED
     } else {
         presets::ASCII_FULL_CONDENSED
     });
-    if wrap {
-        t.set_content_arrangement(ContentArrangement::Dynamic);
+    if color {
+        // Colour through comfy-table, which knows escapes take no columns
+        // (raw escapes in a cell were counted, and cut, when wrapping).
+        t.enforce_styling();
     }
     t
 }
 
-/// The check list as a table.
-pub fn check_list_table(rows: &[CheckInfo], color: bool, wrap: bool) -> String {
-    let mut t = new_table(color, wrap);
+/// The check list as a table, wrapped to the width in `fit`.
+pub fn check_list_table(rows: &[CheckInfo], color: bool, fit: Fit) -> String {
+    let mut t = new_table(color);
     t.set_header(vec!["check", "level", "on", "what it checks"]);
     for r in rows {
         t.add_row(vec![r.id, r.level, r.scope, r.description]);
     }
+    output::fit_table(&mut t, fit);
     format!("{t}\n")
 }
 
-/// The results as a table. `color` adds ANSI colour to the status column
-/// (the label stays, so it reads the same without colour); `wrap` fits the
-/// table to the terminal's width.
-pub fn table(report: &Report, color: bool, wrap: bool) -> String {
-    let mut t = new_table(color, wrap);
+/// Below this width the table has no measured and threshold columns: WARN,
+/// FAIL and ERROR rows show them under the table instead. (At 100 columns
+/// three text columns of about 20 each cut nearly every message.)
+const NARROW: u16 = 110;
+/// Below this width the subject (`gpu1`) joins the check id.
+const MEDIUM: u16 = 120;
+/// The share of the width that the measured and the threshold columns may
+/// take at most, so that the details keep the rest.
+const MEASURED_PERCENT: u16 = 22;
+/// See [`MEASURED_PERCENT`].
+const THRESHOLD_PERCENT: u16 = 18;
+
+/// The results as a table. `color` colours the status column (the label
+/// stays, so it reads the same without colour); `fit` says how it meets the
+/// terminal's width: below 120 and 110 columns, fewer columns (the
+/// measured values and thresholds then follow the table); [`Fit::Cut`] also
+/// shortens paths and cuts each row to one line, [`Fit::Wrap`] (`-v`) wraps
+/// the full text instead.
+pub fn table(report: &Report, color: bool, fit: Fit) -> String {
+    let (width, full) = match fit {
+        Fit::Cut(w) => (Some(w), false),
+        Fit::Wrap(w) => (Some(w), true),
+        Fit::Natural => (None, true),
+    };
+    let all_node = report.results.iter().all(|r| r.gpu.is_none());
+    let fold_subject = width.is_some_and(|w| w < MEDIUM);
+    let narrow = width.is_some_and(|w| w < NARROW);
+    let short = |s: &str| {
+        if !full {
+            output::shorten_paths(s)
+        } else {
+            s.to_string()
+        }
+    };
+    let mut t = new_table(color);
     t.set_header(vec![
         "check",
         "on",
@@ -90,42 +123,94 @@ pub fn table(report: &Report, color: bool, wrap: bool) -> String {
         "details",
     ]);
     for r in &report.results {
-        let status = if color {
-            let code = match r.status {
-                Status::Pass => "32",
-                Status::Warn => "33",
-                Status::Fail | Status::Error => "31",
-                Status::Skip => "2",
-            };
-            format!("\x1b[{code}m{}\x1b[0m", r.status.label())
-        } else {
-            r.status.label().to_string()
+        let mut status = Cell::new(r.status.label()).set_alignment(CellAlignment::Center);
+        if color {
+            status = status.fg(match r.status {
+                Status::Pass => Color::Green,
+                Status::Warn => Color::Yellow,
+                Status::Fail | Status::Error => Color::Red,
+                Status::Skip => Color::DarkGrey,
+            });
+        }
+        let check = match (fold_subject, r.gpu) {
+            (true, Some(_)) => format!("{} {}", r.id, r.subject()),
+            _ => r.id.clone(),
         };
         t.add_row(vec![
-            Cell::new(&r.id),
+            Cell::new(check),
             Cell::new(r.subject()),
-            Cell::new(status).set_alignment(CellAlignment::Center),
-            Cell::new(r.measured.as_deref().unwrap_or("")),
-            Cell::new(r.threshold.as_deref().unwrap_or("")),
-            Cell::new(&r.message),
+            status,
+            Cell::new(short(r.measured.as_deref().unwrap_or(""))),
+            Cell::new(short(r.threshold.as_deref().unwrap_or(""))),
+            Cell::new(short(&r.message)),
         ]);
     }
+    let mut hide = Vec::new();
+    // A column that says `node` on every row says nothing.
+    if fold_subject || (width.is_some() && all_node) {
+        hide.push(1);
+    }
+    if narrow {
+        hide.extend([3, 4]);
+    }
+    for i in hide {
+        if let Some(c) = t.column_mut(i) {
+            c.set_constraint(ColumnConstraint::Hidden);
+        }
+    }
+    // The id and the verdict are never cut.
+    for i in [0, 2] {
+        if let Some(c) = t.column_mut(i) {
+            c.set_constraint(ColumnConstraint::ContentWidth);
+        }
+    }
+    if !narrow && width.is_some() {
+        for (i, percent) in [(3, MEASURED_PERCENT), (4, THRESHOLD_PERCENT)] {
+            if let Some(c) = t.column_mut(i) {
+                c.set_constraint(ColumnConstraint::UpperBoundary(Width::Percentage(percent)));
+            }
+        }
+    }
+    let cut = output::fit_table(&mut t, fit);
     let mut out = t.to_string();
     out.push('\n');
-    let hints: Vec<&CheckResult> = report
+    let notable = |r: &&CheckResult| r.status != Status::Pass && r.status != Status::Skip;
+    if narrow {
+        // The threshold stays next to the measured value, under the table:
+        // for every row with `-v`, else for WARN, FAIL and ERROR.
+        for r in report.results.iter().filter(|r| full || notable(r)) {
+            if r.measured.is_none() && r.threshold.is_none() {
+                continue;
+            }
+            let both = [("measured", &r.measured), ("threshold", &r.threshold)]
+                .iter()
+                .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k} {}", short(v))))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let line = format!("{} {}: {both}", r.id, r.subject());
+            out.push_str(&output::wrap_text(&line, width));
+            out.push('\n');
+        }
+    }
+    for r in report
         .results
         .iter()
-        .filter(|r| r.status != Status::Pass && r.status != Status::Skip && r.hint.is_some())
-        .collect();
-    for r in hints {
-        out.push_str(&format!(
-            "hint ({} {}): {}\n",
+        .filter(notable)
+        .filter(|r| r.hint.is_some())
+    {
+        let line = format!(
+            "hint ({} {}): {}",
             r.id,
             r.subject(),
             r.hint.as_deref().unwrap_or("")
-        ));
+        );
+        out.push_str(&output::wrap_text(&line, width));
+        out.push('\n');
     }
-    out.push_str(&summary_line(report));
+    if cut || (narrow && !full) {
+        out.push_str("(shortened to fit the terminal; -v or --json show every column in full)\n");
+    }
+    out.push_str(&output::wrap_text(&summary_line(report), width));
     out.push('\n');
     out
 }
@@ -266,12 +351,42 @@ mod tests {
 
     #[test]
     fn table_has_thresholds_and_plain_labels() {
-        let t = table(&sample(), false, false);
+        let t = table(&sample(), false, Fit::Natural);
         assert!(t.contains(" FAIL "), "{t}");
         assert!(t.contains("0 errors"));
         assert!(t.contains("hint (nvml.ecc gpu1): drain"));
         assert!(!t.contains('\x1b'));
         assert!(t.contains("verify FAILED: 1 pass, 1 warn, 1 fail, 1 skip, 1 error"));
+    }
+
+    #[test]
+    fn cut_tables_fit_80_100_and_120_columns() {
+        let mut report = sample();
+        report.results[0].measured =
+            Some("9.5.1 from /root/.cache/imgctl/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9".into());
+        report.recount();
+        for width in [80u16, 100, 120] {
+            let plain = table(&report, false, Fit::Cut(width));
+            for line in plain.lines() {
+                assert!(
+                    line.chars().count() <= width as usize,
+                    "{width}: {line:?}\n{plain}"
+                );
+            }
+            assert!(plain.contains("nvml.ecc"), "{plain}");
+            assert!(plain.contains(" FAIL "), "{plain}");
+            assert!(!plain.contains("/root/.cache"), "{plain}");
+            // The threshold of a failure is shown at every width.
+            assert!(plain.contains("0 errors"), "{width}:\n{plain}");
+            assert!(plain.contains("--json"), "{plain}");
+        }
+        // Colour comes from comfy-table: the status label stays whole.
+        let coloured = table(&report, true, Fit::Cut(80));
+        assert!(coloured.contains("FAIL"), "{coloured}");
+        // Natural: every column, full text, as piped output always was.
+        let full = table(&report, false, Fit::Natural);
+        assert!(full.contains("/root/.cache/imgctl"), "{full}");
+        assert!(full.contains("| on "), "{full}");
     }
 
     #[test]

@@ -33,7 +33,11 @@ fn find<'a>(r: &'a Report, id: &str, gpu: Option<u32>) -> &'a CheckResult {
 #[test]
 fn healthy_node_passes_every_nvml_check() {
     let r = run_fake(FakeNvml::healthy(2), ExpectGpus::Exactly(2), &["nvml"]);
-    assert!(r.passed, "{}", report::table(&r, false, false));
+    assert!(
+        r.passed,
+        "{}",
+        report::table(&r, false, crate::output::Fit::Natural)
+    );
     for x in &r.results {
         // Retired pages are NotSupported on Hopper: SKIP with the reason, never PASS.
         if x.id == "nvml.retired_pages" {

@@ -189,3 +189,101 @@ fn man_pages_for_imgctl_and_each_subcommand() {
     want.sort();
     assert_eq!(pages, want);
 }
+
+/// Runs imgctl at the repository root with `COLUMNS` set (or removed).
+fn imgctl_columns(args: &[&str], columns: Option<&str>) -> std::process::Output {
+    let mut cmd = std::process::Command::new(crate::common::imgctl_bin());
+    cmd.args(args)
+        .current_dir(crate::common::repo_root())
+        .env("NO_COLOR", "1");
+    match columns {
+        Some(c) => cmd.env("COLUMNS", c),
+        None => cmd.env_remove("COLUMNS"),
+    };
+    cmd.output().expect("run imgctl")
+}
+
+/// Lines wider than `width` terminal columns (every character here takes one).
+fn too_wide(text: &str, width: usize) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.chars().count() > width)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn tables_fit_columns_80() {
+    // COLUMNS forces the width even though the output is piped.
+    let out = imgctl_columns(&["verify", "--expect-gpus", "0"], Some("80"));
+    let (stdout, stderr) = texts(&out);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("verify passed") || stderr.contains("verify FAILED"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("torch.version"), "{stderr}");
+    let wide = too_wide(&stderr, 80);
+    assert!(
+        wide.is_empty(),
+        "lines over 80 columns:\n{}",
+        wide.join("\n")
+    );
+    // Cut text says where the rest is.
+    assert!(stderr.contains("--json"), "{stderr}");
+
+    let out = imgctl_columns(&["specs"], Some("80"));
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    for needle in [
+        "cu124 (default)",
+        "2.7.0+cu126",
+        "9.5.1.17",
+        "525.60.13",
+        "pip lock",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} not in:\n{stdout}");
+    }
+    let wide = too_wide(&format!("{stdout}{stderr}"), 80);
+    assert!(
+        wide.is_empty(),
+        "lines over 80 columns:\n{}",
+        wide.join("\n")
+    );
+
+    // -v adds every field in full, wrapped to the width.
+    let out = imgctl_columns(&["-v", "specs"], Some("80"));
+    let (stdout, _) = texts(&out);
+    assert!(stdout.contains("nvidia/cuda:12.4.1"), "{stdout}");
+    assert!(stdout.contains("native"), "{stdout}");
+    assert!(too_wide(&stdout, 80).is_empty(), "{stdout}");
+}
+
+#[test]
+fn piped_output_has_no_progress_or_escapes() {
+    for args in [
+        &["verify", "--expect-gpus", "0"][..],
+        &["verify", "--expect-gpus", "0", "--json"][..],
+        &["specs"][..],
+    ] {
+        let out = imgctl_columns(args, None);
+        let (stdout, stderr) = texts(&out);
+        for (name, text) in [("stdout", &stdout), ("stderr", &stderr)] {
+            assert!(
+                !text.contains('\x1b'),
+                "{args:?} {name} has an escape:\n{text}"
+            );
+            assert!(
+                !text.contains('\r'),
+                "{args:?} {name} has a carriage return:\n{text}"
+            );
+            assert!(
+                !text.contains("verify ["),
+                "{args:?} {name} has a progress bar:\n{text}"
+            );
+        }
+        // Piped and without COLUMNS, tables keep every column in full.
+        if args == ["specs"] {
+            assert!(stdout.contains("nvidia/cuda:12.4.1"), "{stdout}");
+        }
+    }
+}
