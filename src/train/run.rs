@@ -104,6 +104,24 @@ fn data_stats(data: &Dataset, seed: u64) -> Option<images::ImageStats> {
     images::ImageStats::of(&Tensor::stack(&imgs, 0)).ok()
 }
 
+/// Redraws `out/loss.png` from the metrics written so far; a failure is a
+/// warning (once per run), never the run's end: the numbers are in
+/// metrics.jsonl and TensorBoard either way.
+fn redraw_curves(out: &std::path::Path, warned: &mut bool) -> Option<PathBuf> {
+    match super::curves::redraw(out) {
+        Ok(path) => Some(path),
+        Err(e) => {
+            if !std::mem::replace(warned, true) {
+                printer().warn(format!(
+                    "could not draw {}: {e}",
+                    out.join(super::curves::LOSS_PNG).display()
+                ));
+            }
+            None
+        }
+    }
+}
+
 /// One skipped file.
 #[derive(Debug, Clone, Serialize)]
 pub struct UnreadableFile {
@@ -163,6 +181,9 @@ pub struct TrainSummary {
     pub metrics: PathBuf,
     /// The TensorBoard event file.
     pub tensorboard: PathBuf,
+    /// The curves (loss, learning rate, gradient norm) as a picture; `null`
+    /// on other ranks and when it could not be drawn (a warning says why).
+    pub loss_plot: Option<PathBuf>,
     /// Sample grids written.
     pub samples: Vec<PathBuf>,
     /// What the last grid shows, and how it compares with the training data.
@@ -339,6 +360,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let mut training_data_stats = None;
     let mut skipped_steps = 0;
     let mut last_loss = None;
+    let mut loss_plot = None;
+    let mut plot_warned = false;
     let epoch_len = data.len() as u64;
 
     let write_checkpoint = |trainer: &Trainer, last_loss: Option<f64>| -> anyhow::Result<PathBuf> {
@@ -538,6 +561,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         if lead && ((tr.checkpoint_every > 0 && trainer.step % tr.checkpoint_every == 0) || done) {
             if let Some(m) = metrics.as_mut() {
                 m.flush()?;
+                loss_plot = redraw_curves(&opts.out, &mut plot_warned);
             }
             let dir = write_checkpoint(&trainer, last_loss)?;
             last_checkpoint = Some(dir);
@@ -562,6 +586,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let (metrics_path, tb_path) = match metrics.as_mut() {
         Some(m) => {
             m.flush()?;
+            loss_plot = redraw_curves(&opts.out, &mut plot_warned);
             (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
         }
         None => (PathBuf::new(), PathBuf::new()),
@@ -613,6 +638,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         checkpoint: last_checkpoint,
         metrics: metrics_path,
         tensorboard: tb_path,
+        loss_plot,
         samples,
         sample_stats,
         diffusers_model,

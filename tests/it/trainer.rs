@@ -1103,8 +1103,20 @@ fn train_tensorboard_reader_reads_scalars_and_images() {
         ],
         &[],
     );
-    assert_code(&o, 0);
+    let (_, stderr) = assert_code(&o, 0);
     assert!(image::open(out.join("samples/step-000003.png")).is_ok());
+    // The curves are a picture too, named in the summary.
+    let curves = image::open(out.join("loss.png"))
+        .expect("loss.png")
+        .to_rgb8();
+    assert_eq!(curves.width(), 960);
+    assert!(
+        stderr.contains(&format!("curves: {}", out.join("loss.png").display())),
+        "{stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["loss_plot"], out.join("loss.png").to_str().unwrap());
     // Grids, summary.json and unet/ are renamed into place: no temporaries left.
     for d in [out.clone(), out.join("samples"), out.join("unet")] {
         for e in std::fs::read_dir(&d).unwrap() {

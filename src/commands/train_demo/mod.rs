@@ -207,6 +207,9 @@ mod single_run {
             s.metrics.display(),
             s.out_dir.join("tb").display()
         ));
+        if let Some(plot) = &s.loss_plot {
+            lines.push(format!("curves: {}", plot.display()));
+        }
         lines
     }
 
