@@ -324,6 +324,10 @@ pub struct TrainArgs {
     /// With --benchmark: also run the PyTorch reference and print the ratio.
     #[arg(long)]
     pub compare: bool,
+    /// With --scaling or --compare: write the chart (PNG) here; default
+    /// OUT/scaling.png or OUT/compare.png when --out is given.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
     /// Warm-up steps before timing (benchmark).
     #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<u64>,

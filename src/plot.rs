@@ -46,6 +46,10 @@ pub struct Panel<'a> {
     pub series: Vec<Series<'a>>,
     /// A logarithmic y axis (for values that fall over decades, like a loss).
     pub log_y: bool,
+    /// The y axis starts at zero (rates, percentages) instead of at the data.
+    pub y_zero: bool,
+    /// Ticks at these x values (the measured rank counts) instead of round ones.
+    pub x_ticks: Option<&'a [f64]>,
 }
 
 /// One bar of a bar chart.
@@ -226,8 +230,11 @@ fn draw_panel(
     };
     let all: Vec<(f64, f64)> = panel.series.iter().flat_map(points).collect();
     let (x_lo, x_hi) = span(all.iter().map(|p| p.0));
-    let (y_lo, y_hi) = span(all.iter().map(|p| p.1));
-    let x_ticks = nice_ticks(x_lo, x_hi, 8);
+    let (y_lo, y_hi) = span(all.iter().map(|p| p.1).chain(panel.y_zero.then_some(0.0)));
+    let x_ticks = match panel.x_ticks {
+        Some(t) if !t.is_empty() => t.to_vec(),
+        _ => nice_ticks(x_lo, x_hi, 8),
+    };
     let y_ticks = if panel.log_y {
         log_ticks(y_lo, y_hi)
     } else {
@@ -237,6 +244,13 @@ fn draw_panel(
         x_lo.min(x_ticks[0]),
         x_hi.max(*x_ticks.last().unwrap_or(&x_hi)),
     );
+    // Measured points on the edges keep their markers whole.
+    let pad = if panel.x_ticks.is_some() {
+        (x_hi - x_lo) * 0.04
+    } else {
+        0.0
+    };
+    let (x_lo, x_hi) = (x_lo - pad, x_hi + pad);
     let (y_lo, y_hi) = if panel.log_y {
         (y_lo, y_hi)
     } else {
@@ -303,6 +317,14 @@ fn draw_panel(
         } else {
             rgb(s.color).stroke_width(2)
         };
+        if pts.len() <= 32 && !s.faint {
+            // Few measurements: mark each one, so a line between two is not
+            // read as data.
+            let marker = rgb(s.color).filled();
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, marker)))
+                .map_err(|e| e.to_string())?;
+        }
         chart
             .draw_series(LineSeries::new(pts, style))
             .map_err(|e| e.to_string())?;
@@ -578,6 +600,8 @@ mod tests {
                     faint: false,
                 }],
                 log_y: true,
+                y_zero: false,
+                x_ticks: None,
             },
             Panel {
                 title: "learning rate",
@@ -588,6 +612,8 @@ mod tests {
                     faint: false,
                 }],
                 log_y: false,
+                y_zero: false,
+                x_ticks: None,
             },
         ];
         lines_png(&path, "train-demo", "step", &panels).unwrap();

@@ -26,6 +26,7 @@ use crate::train::session::{self, RunOptions};
 use crate::train::sync::GradSync;
 use crate::train::trainer::{self, Trainer};
 
+pub mod charts;
 pub mod host_memory;
 pub mod peak;
 pub mod reference;

@@ -58,11 +58,15 @@ pub fn draw(out: &Path, records: &[StepRecord]) -> std::io::Result<PathBuf> {
                 line("smoothed", &loss_smooth, PALETTE[0], false),
             ],
             log_y: true,
+            y_zero: false,
+            x_ticks: None,
         },
         Panel {
             title: "learning rate",
             series: vec![line("lr", &lr, PALETTE[1], false)],
             log_y: false,
+            y_zero: false,
+            x_ticks: None,
         },
         Panel {
             title: "gradient norm (L2, before clipping)",
@@ -71,6 +75,8 @@ pub fn draw(out: &Path, records: &[StepRecord]) -> std::io::Result<PathBuf> {
                 line("smoothed", &grad_smooth, PALETTE[2], false),
             ],
             log_y: true,
+            y_zero: false,
+            x_ticks: None,
         },
     ];
     let last = records.last().map_or(0, |r| r.step);

@@ -973,8 +973,17 @@ fn bf16_gradients_are_reduced_in_fp32_unless_bf16_is_asked_for() {
 #[test]
 fn cpu_scaling_benchmark_over_two_ranks() {
     let dir = tempfile::tempdir().unwrap();
-    let v = small_bench(dir.path(), Some(2), "3", &["--scaling"]);
+    let chart = dir.path().join("scaling.png");
+    let v = small_bench(
+        dir.path(),
+        Some(2),
+        "3",
+        &["--scaling", "--plot", chart.to_str().unwrap()],
+    );
     assert_eq!(v["kind"], "imgctl.train_scaling");
+    // The chart: img/s and efficiency panels against the rank count.
+    let png = image::open(&chart).expect("the --plot chart").to_rgb8();
+    assert_eq!((png.width(), png.height()), (960, 34 + 2 * 250));
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{v}");
     assert_eq!(rows[0]["ranks"], 1);
@@ -1020,8 +1029,19 @@ fn compare(dir: &Path, steps: &str, extra: &[&str], envs: &[(&str, &str)]) -> Ou
 #[test]
 fn compare_runs_the_pytorch_reference_on_the_same_model() {
     let dir = tempfile::tempdir().unwrap();
-    let v = json(&compare(dir.path(), "3", &["--precision", "bf16"], &[]));
+    let out = dir.path().join("cmp");
+    let v = json(&compare(
+        dir.path(),
+        "3",
+        &["--precision", "bf16", "--out", out.to_str().unwrap()],
+        &[],
+    ));
     assert_eq!(v["kind"], "imgctl.train_compare");
+    // The bar chart lands in --out by default.
+    assert!(
+        image::open(out.join("compare.png")).is_ok(),
+        "no OUT/compare.png"
+    );
     let eager = &v["pytorch"][0];
     assert_eq!(eager["mode"], "eager");
     assert_eq!(eager["ok"], true, "{eager}");

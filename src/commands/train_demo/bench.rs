@@ -10,7 +10,9 @@ use tch::Device;
 
 use super::launch::{supervisor_options, usage, worker_sync};
 use super::options::resolve_options;
-use crate::bench::{self, reference, report, BenchOptions, BenchReport};
+use anyhow::Context as _;
+
+use crate::bench::{self, charts, reference, report, BenchOptions, BenchReport};
 use crate::cli::TrainArgs;
 use crate::env_vars as ev;
 use crate::output::printer;
@@ -46,6 +48,15 @@ pub(super) fn check_flags(args: &TrainArgs) -> anyhow::Result<()> {
                 ));
             }
         }
+    }
+    if args.plot.is_some() && !(args.scaling || args.compare) {
+        return Err(usage(
+            "--plot draws the chart of --scaling or --compare",
+            "add --benchmark --scaling (or --compare), or drop --plot",
+        ));
+    }
+    if let Some(path) = &args.plot {
+        crate::output::check_output_file("--plot", path)?;
     }
     if args.scaling && args.compare {
         return Err(usage(
@@ -104,7 +115,7 @@ pub(super) fn supervised(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Re
             ));
             let mut opts = supervisor_options(
                 slots[..k].to_vec(),
-                &["--gpus"],
+                &["--gpus", "--plot"],
                 &["--scaling", "--json"],
                 true,
             )?;
@@ -122,15 +133,35 @@ pub(super) fn supervised(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Re
             p.info(report::bench_table(last));
         }
         p.info(report::scaling_table(&s));
+        if let Some(path) = chart_path(args, "scaling.png")? {
+            charts::scaling_png(&path, &s)
+                .with_context(|| format!("writing the chart {}", path.display()))?;
+            p.info(format!("chart: {}", path.display()));
+        }
         if args.json {
             p.json(&s)?;
         }
         return Ok(ExitStatus::Success);
     }
-    let opts = supervisor_options(slots, &["--gpus"], &["--compare", "--json"], true)?;
+    let opts = supervisor_options(slots, &["--gpus", "--plot"], &["--compare", "--json"], true)?;
     let out = supervisor::supervise(&opts)?;
     let r = parse_report(&out.stdout)?;
     finish_report(args, r)
+}
+
+/// Where the chart goes: `--plot`, else `name` in `--out` (created), else nowhere.
+fn chart_path(args: &TrainArgs, name: &str) -> anyhow::Result<Option<std::path::PathBuf>> {
+    if let Some(path) = &args.plot {
+        return Ok(Some(path.clone()));
+    }
+    match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            Ok(Some(dir.join(name)))
+        }
+        None => Ok(None),
+    }
 }
 
 fn parse_report(stdout: &str) -> anyhow::Result<BenchReport> {
@@ -218,6 +249,11 @@ fn finish_local(
     });
     let c = reference::CompareReport::new(r, runs, compile_note);
     p.info(report::compare_table(&c));
+    if let Some(path) = chart_path(args, "compare.png")? {
+        charts::compare_png(&path, &c)
+            .with_context(|| format!("writing the chart {}", path.display()))?;
+        p.info(format!("chart: {}", path.display()));
+    }
     if args.json {
         p.json(&c)?;
     }

@@ -174,6 +174,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         gpus: _,
         scaling: _,
         compare: _,
+        plot: _,
         warmup: _,
         rendezvous_timeout: _,
         json: _,
