@@ -8,6 +8,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::output::ColorChoice;
+
 /// Build, verify and exercise pinned PyTorch / CUDA GPU images.
 #[derive(Debug, Parser)]
 #[command(name = "imgctl", version, about, long_about = None, propagate_version = true)]
@@ -30,8 +32,8 @@ pub struct GlobalArgs {
     #[arg(short, long, global = true)]
     pub quiet: bool,
     /// Colour: auto, always or never (NO_COLOR is honoured).
-    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "always", "never"])]
-    pub color: String,
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, hide_possible_values = true)]
+    pub color: ColorChoice,
 }
 
 /// The subcommands.

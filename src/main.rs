@@ -5,7 +5,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let cli = imgctl::cli::Cli::parse();
-    imgctl::output::init(&cli.global);
+    imgctl::output::init(cli.global.verbose, cli.global.quiet, cli.global.color);
     let status = imgctl::commands::error::finish(imgctl::run(cli));
     if imgctl::verify::check::abandoned_threads() > 0 {
         // A check is still stuck inside a driver call: the libraries' exit

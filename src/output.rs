@@ -11,8 +11,6 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::cli::GlobalArgs;
-
 /// Output settings shared by every command.
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
@@ -28,17 +26,30 @@ pub struct Printer {
 
 static PRINTER: OnceLock<Printer> = OnceLock::new();
 
-/// Sets up the process-wide printer from the global flags (first call wins).
-pub fn init(global: &GlobalArgs) {
+/// When to colour output (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set.
+    #[default]
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Sets up the process-wide printer (first call wins): `verbose` (`-v`
+/// count), `quiet` (`-q`) and the colour choice.
+pub fn init(verbose: u8, quiet: bool, color: ColorChoice) {
     let interactive = std::io::stderr().is_terminal();
-    let color = match global.color.as_str() {
-        "always" => true,
-        "never" => false,
-        _ => interactive && std::env::var_os(crate::env_vars::NO_COLOR).is_none(),
+    let color = match color {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => interactive && std::env::var_os(crate::env_vars::NO_COLOR).is_none(),
     };
     let _ = PRINTER.set(Printer {
-        verbose: global.verbose,
-        quiet: global.quiet,
+        verbose,
+        quiet,
         interactive,
         color,
     });
