@@ -14,8 +14,10 @@ use sha2::{Digest, Sha256};
 use crate::CliError;
 
 pub mod compat;
+pub mod limits;
 pub mod schema;
 pub mod validate;
+mod walker;
 
 pub use schema::{normalize_name, ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec};
 pub use validate::Problem;
