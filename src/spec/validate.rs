@@ -20,7 +20,10 @@ use super::schema::{
     ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION, TOP_LEVEL_KEYS,
     TORCH_KEYS, USER_KEYS,
 };
-pub use super::walker::{did_you_mean, Problem};
+pub use super::walker::{did_you_mean, Mention, Problem};
+
+/// The program's name, as the schema-version message says it.
+const PROGRAM: &str = env!("CARGO_PKG_NAME");
 use super::walker::{kind, show, Walker};
 
 fn is_name(s: &str, max: usize) -> bool {
@@ -206,7 +209,8 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                 };
                 w.problem(
                     "schema_version",
-                    format!("unknown schema version {shown}; this imgctl reads version {SCHEMA_VERSION} (a newer imgctl may read this spec)"),
+                    // The program's name, not a command: "this imgctl reads version 1".
+                    format!("unknown schema version {shown}; this {PROGRAM} reads version {SCHEMA_VERSION} (a newer {PROGRAM} may read this spec)"),
                     Some(SCHEMA_VERSION.to_string()),
                 );
                 return Err(w.problems);
@@ -572,19 +576,46 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
     let template = w.string(&top, "template", "");
     if let Some(t) = &template {
         match spec_dir {
-            None => w.problem("template", "bundled specs use the bundled template; only a spec file (--spec) may name its own", None),
+            None => w.problem_mentioning(
+                "template",
+                "bundled specs use the bundled template; only a spec file may name its own",
+                None,
+                Mention::TemplateNeedsSpecFile,
+            ),
             Some(dir) => {
                 let p = Path::new(t);
                 if t.chars().any(char::is_control) {
                     w.problem("template", format!("{t:?} contains a control character (a newline would start a Dockerfile instruction)"), None);
                 } else if p.is_absolute() || t.is_empty() {
-                    w.problem("template", format!("'{t}' must be a path relative to the spec file"), None);
+                    w.problem(
+                        "template",
+                        format!("'{t}' must be a path relative to the spec file"),
+                        None,
+                    );
                 } else if let Err(e) = inside_spec_dir(dir, p) {
-                    w.problem("template", format!("'{t}' {e}; keep it in the spec's folder or below"), None);
+                    w.problem(
+                        "template",
+                        format!("'{t}' {e}; keep it in the spec's folder or below"),
+                        None,
+                    );
                 } else if dir.join(p).is_dir() {
-                    w.problem("template", format!("'{t}' is a directory, not a template file ({})", dir.join(p).display()), None);
+                    w.problem(
+                        "template",
+                        format!(
+                            "'{t}' is a directory, not a template file ({})",
+                            dir.join(p).display()
+                        ),
+                        None,
+                    );
                 } else if !dir.join(p).is_file() {
-                    w.problem("template", format!("'{t}' does not exist next to the spec (looked for {})", dir.join(p).display()), None);
+                    w.problem(
+                        "template",
+                        format!(
+                            "'{t}' does not exist next to the spec (looked for {})",
+                            dir.join(p).display()
+                        ),
+                        None,
+                    );
                 }
             }
         }
@@ -597,7 +628,12 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
         Some(Value::String(l)) => {
             let p = Path::new(l);
             if spec_dir.is_none() {
-                w.problem("lock", "bundled specs use their bundled lock (images/<name>.lock); only a spec file (--spec) may name its own", None);
+                w.problem_mentioning(
+                    "lock",
+                    "bundled specs use their bundled lock (images/<name>.lock); only a spec file may name its own",
+                    None,
+                    Mention::LockNeedsSpecFile,
+                );
             } else if l.chars().any(char::is_control) {
                 w.problem(
                     "lock",
@@ -617,10 +653,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     Some("false, true, or a relative path like my.lock".to_string()),
                 );
             } else if !l.ends_with(".lock") {
-                w.problem(
+                w.problem_mentioning(
                     "lock",
-                    format!("'{l}' does not end in .lock (a lock file is written by `imgctl lock`, not a requirements file)"),
+                    format!("'{l}' does not end in .lock (a lock file is written by the lock command, not a requirements file)"),
                     Some("false, true, or a relative path like my.lock".to_string()),
+                    Mention::LockNotLockFile {
+                        value: crate::error::escape_controls(l).into_owned(),
+                    },
                 );
             }
             // A missing file is no problem here: `imgctl lock` creates it.
@@ -680,6 +719,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             path: "(spec)".to_string(),
             message: "incomplete spec".to_string(),
             valid: None,
+            mention: None,
         }]),
     }
 }

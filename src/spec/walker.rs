@@ -18,6 +18,27 @@ pub struct Problem {
     pub message: String,
     /// The valid choices, when there is a short list of them.
     pub valid: Option<String>,
+    /// What the message points at on the command line, when it does
+    /// (`message` then says it without naming a flag or a command).
+    pub mention: Option<Mention>,
+}
+
+/// A problem whose remedy is on the command line. Core words it without a
+/// flag or a command name; `commands/` words it with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mention {
+    /// `template` in a bundled spec: only a spec file of the user's own may
+    /// name a template.
+    TemplateNeedsSpecFile,
+    /// A `lock` path in a bundled spec: only a spec file of the user's own may
+    /// name a lock file.
+    LockNeedsSpecFile,
+    /// A `lock` path that does not end in `.lock`: lock files are written by
+    /// the lock command.
+    LockNotLockFile {
+        /// The path as written (control characters escaped).
+        value: String,
+    },
 }
 
 impl std::fmt::Display for Problem {
@@ -46,13 +67,35 @@ impl Walker {
         message: impl Into<String>,
         valid: Option<String>,
     ) {
+        self.push(path, message.into(), valid, None);
+    }
+
+    /// Records a problem whose remedy is on the command line ([`Mention`]);
+    /// `message` says it without naming a flag or a command.
+    pub(super) fn problem_mentioning(
+        &mut self,
+        path: &str,
+        message: impl Into<String>,
+        valid: Option<String>,
+        mention: Mention,
+    ) {
+        self.push(path, message.into(), valid, Some(mention));
+    }
+
+    fn push(
+        &mut self,
+        path: &str,
+        message: String,
+        valid: Option<String>,
+        mention: Option<Mention>,
+    ) {
         use crate::error::escape_controls;
         let path = if path.is_empty() { "(top level)" } else { path };
-        let message = message.into();
         self.problems.push(Problem {
             path: escape_controls(path).into_owned(),
             message: escape_controls(&message).into_owned(),
             valid: valid.map(|v| escape_controls(&v).into_owned()),
+            mention,
         });
     }
 
