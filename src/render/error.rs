@@ -3,8 +3,8 @@
 //! The messages name the spec field, template or value at fault in the
 //! spec's and the template's words; they name no command-line flag and give
 //! no hint. `commands/` (its advice table) gives each variant its exit status,
-//! the flag names and the hint.
-use super::template::{describe_char, field_name};
+//! the flag names and the hint. [`field_name`] and [`describe_char`] word
+//! the field and the character of a control character in the context.
 
 /// A spec, options or template that cannot be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -70,4 +70,40 @@ pub enum RenderError {
         /// The URL, credentials masked.
         masked: String,
     },
+}
+
+/// What a person calls the context field at `path` (the spec field or the
+/// option it came from).
+pub fn field_name(path: &[String]) -> String {
+    let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+    match parts.as_slice() {
+        ["spec_origin"] => "the spec's path".to_string(),
+        ["profile"] => "the spec's `name`".to_string(),
+        ["description"] => "the spec's `description`".to_string(),
+        ["base_image"] => "the base image (`base_image` or its replacement)".to_string(),
+        ["spec_base_image"] => "the spec's `base_image`".to_string(),
+        ["lock", "origin"] => "the spec's `lock` path".to_string(),
+        ["labels", i, "0"] => format!("the key of label {i} (`labels`)"),
+        ["labels", _, "1"] => "a label value (`labels`, `description` or `name`)".to_string(),
+        ["pip", i] => format!("`pip[{i}]`"),
+        ["apt", i] => format!("`apt[{i}]`"),
+        ["user", "name"] => "the spec's `user.name`".to_string(),
+        ["pip_index_url"] => "the pip index URL".to_string(),
+        ["torch", field] => format!("the spec's `torch.{field}`"),
+        ["notes", ..] => "a build note (from `name` or the base image)".to_string(),
+        _ => format!("the template value `{}`", path.join(".")),
+    }
+}
+
+/// `U+000A (line feed)` and the like.
+pub fn describe_char(c: char) -> String {
+    let name = match c {
+        '\n' => " (line feed)",
+        '\r' => " (carriage return)",
+        '\t' => " (tab)",
+        '\0' => " (NUL)",
+        '\u{1b}' => " (escape)",
+        _ => "",
+    };
+    format!("U+{:04X}{name}", c as u32)
 }

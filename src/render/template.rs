@@ -49,42 +49,6 @@ fn find_control(value: &serde_json::Value, path: &mut Vec<String>) -> Option<(Ve
     }
 }
 
-/// What a person calls the context field at `path` (the spec field or the
-/// option it came from).
-pub fn field_name(path: &[String]) -> String {
-    let parts: Vec<&str> = path.iter().map(String::as_str).collect();
-    match parts.as_slice() {
-        ["spec_origin"] => "the spec's path".to_string(),
-        ["profile"] => "the spec's `name`".to_string(),
-        ["description"] => "the spec's `description`".to_string(),
-        ["base_image"] => "the base image (`base_image` or its replacement)".to_string(),
-        ["spec_base_image"] => "the spec's `base_image`".to_string(),
-        ["lock", "origin"] => "the spec's `lock` path".to_string(),
-        ["labels", i, "0"] => format!("the key of label {i} (`labels`)"),
-        ["labels", _, "1"] => "a label value (`labels`, `description` or `name`)".to_string(),
-        ["pip", i] => format!("`pip[{i}]`"),
-        ["apt", i] => format!("`apt[{i}]`"),
-        ["user", "name"] => "the spec's `user.name`".to_string(),
-        ["pip_index_url"] => "the pip index URL".to_string(),
-        ["torch", field] => format!("the spec's `torch.{field}`"),
-        ["notes", ..] => "a build note (from `name` or the base image)".to_string(),
-        _ => format!("the template value `{}`", path.join(".")),
-    }
-}
-
-/// `U+000A (line feed)` and the like.
-pub fn describe_char(c: char) -> String {
-    let name = match c {
-        '\n' => " (line feed)",
-        '\r' => " (carriage return)",
-        '\t' => " (tab)",
-        '\0' => " (NUL)",
-        '\u{1b}' => " (escape)",
-        _ => "",
-    };
-    format!("U+{:04X}{name}", c as u32)
-}
-
 /// Renders `source` with `ctx` in strict mode; the error names the template,
 /// the line and what was undefined or wrong.
 pub fn render_template<S: Serialize>(name: &str, source: &str, ctx: &S) -> Result<String, String> {

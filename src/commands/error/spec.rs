@@ -180,3 +180,44 @@ fn env(e: &EnvError) -> Advice {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::commands::error::{render_error, status_of};
+    use crate::error::ExitStatus;
+
+    #[test]
+    fn problems_name_the_flag_and_the_command_their_remedy_is() {
+        let base = crate::spec::bundled()[0].1;
+        let problems = crate::spec::validate::validate(
+            &format!("{base}lock: my.lock\ntemplate: t.j2\n"),
+            None,
+        )
+        .unwrap_err();
+        let err = anyhow::Error::from(crate::spec::problems_error("images/cu124.yaml", &problems));
+        assert_eq!(status_of(&err), ExitStatus::Usage);
+        let text = render_error(&err);
+        assert!(text.contains("  template: bundled specs use the bundled template; only a spec file (--spec) may name its own\n"), "{text}");
+        assert!(text.contains("  lock: bundled specs use their bundled lock (images/<name>.lock); only a spec file (--spec) may name its own\n"), "{text}");
+        // The core's own words name neither.
+        assert!(!err.to_string().contains("--spec"), "{err}");
+    }
+
+    #[test]
+    fn references_name_the_flag_of_their_role() {
+        use crate::reference::{check, Role};
+        for (role, flag) in [
+            (Role::BaseImage, "--base-image"),
+            (Role::Image, "--image"),
+            (Role::Tag, "--tag"),
+        ] {
+            let err = anyhow::Error::from(check(role, "Bad!").unwrap_err());
+            assert_eq!(status_of(&err), ExitStatus::Usage);
+            assert!(
+                render_error(&err).starts_with(&format!("error: invalid {flag} 'Bad!': ")),
+                "{}",
+                render_error(&err)
+            );
+        }
+    }
+}
