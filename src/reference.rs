@@ -1,9 +1,9 @@
 //! Image references as the Docker engine reads them, parsed before any
-//! request: `--base-image`, `verify --image` and `build --tag` go through
-//! [`check`], so that a bad name is an error naming what is wrong (for
-//! `commands/`, a usage error, exit 2), not the engine's raw "status code
-//! 400" or a redirect. The errors name the reference's role, not a flag:
-//! `commands/` names the flag.
+//! request: `--base-image` and `verify --image` go through [`check`] (and
+//! `build --tag` through [`parse`]), so that a bad name is an error naming
+//! what is wrong (for `commands/`, a usage error, exit 2), not the engine's
+//! raw "status code 400" or a redirect. The errors name the reference's
+//! role, not a flag: `commands/` names the flag.
 //!
 //! The grammar is docker's (distribution/reference): an optional registry host
 //! (`host[:port]`, recognised by a `.` or `:` or as `localhost`), then
@@ -86,8 +86,6 @@ pub enum Role {
     BaseImage,
     /// The image to verify inside.
     Image,
-    /// A tag for a built image.
-    Tag,
 }
 
 impl std::fmt::Display for Role {
@@ -95,7 +93,6 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Role::BaseImage => "base image",
             Role::Image => "image",
-            Role::Tag => "tag",
         })
     }
 }

@@ -164,7 +164,6 @@ fn reference(e: &ReferenceError) -> Advice {
             let flag = match role {
                 Role::BaseImage => "--base-image",
                 Role::Image => "--image",
-                Role::Tag => "--tag",
             };
             Advice::usage(GRAMMAR.to_string())
                 .with_message(format!("invalid {flag} '{value}': {reason}"))
@@ -206,11 +205,7 @@ mod tests {
     #[test]
     fn references_name_the_flag_of_their_role() {
         use crate::reference::{check, Role};
-        for (role, flag) in [
-            (Role::BaseImage, "--base-image"),
-            (Role::Image, "--image"),
-            (Role::Tag, "--tag"),
-        ] {
+        for (role, flag) in [(Role::BaseImage, "--base-image"), (Role::Image, "--image")] {
             let err = anyhow::Error::from(check(role, "Bad!").unwrap_err());
             assert_eq!(status_of(&err), ExitStatus::Usage);
             assert!(
