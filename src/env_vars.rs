@@ -1,4 +1,6 @@
-//! Every environment variable imgctl reads, declared once.
+//! Every environment variable imgctl reads, declared once, and the reading
+//! of a duration from one ([`seconds`], whose error is an [`EnvError`];
+//! `commands/` gives it its exit status and hint).
 
 /// Docker engine address (`unix:///var/run/docker.sock`, `tcp://host:2375`).
 pub const DOCKER_HOST: &str = "DOCKER_HOST";
@@ -92,20 +94,33 @@ pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
 /// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
 pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";
 
+/// An environment variable whose value imgctl cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// Not a positive number of seconds.
+    #[error("{var}={value:?} is not a positive number of seconds")]
+    NotSeconds {
+        /// The variable.
+        var: String,
+        /// Its value.
+        value: String,
+        /// What it means when unset.
+        default: std::time::Duration,
+    },
+}
+
 /// The duration in seconds that `var` holds, else `default`; a value that is
-/// not a positive number is a usage error (exit 2) naming the variable.
+/// not a positive number is an [`EnvError`] naming the variable.
 pub fn seconds(var: &str, default: std::time::Duration) -> anyhow::Result<std::time::Duration> {
     match std::env::var(var) {
         Err(_) => Ok(default),
         Ok(v) => match v.trim().parse::<f64>() {
             Ok(s) if s.is_finite() && s > 0.0 => Ok(std::time::Duration::from_secs_f64(s)),
-            _ => Err(crate::CliError::usage(format!(
-                "{var}={v:?} is not a positive number of seconds"
-            ))
-            .with_hint(format!(
-                "e.g. {var}=600, or unset it for {} s",
-                default.as_secs()
-            ))
+            _ => Err(EnvError::NotSeconds {
+                var: var.to_string(),
+                value: v,
+                default,
+            }
             .into()),
         },
     }

@@ -295,54 +295,6 @@ pub fn shorten_paths(text: &str) -> String {
     out
 }
 
-/// Checks, before any work, that `path` (the value of `flag`, e.g. `--junit`)
-/// can take a report file: it is not a directory, its parent folder exists,
-/// and the file (when it exists) or the folder is writable. A usage error
-/// (exit 2) naming the cause otherwise, so that a long build or verify run
-/// does not end with its result lost.
-pub fn check_output_file(flag: &str, path: &std::path::Path) -> Result<(), crate::CliError> {
-    use crate::error::printable;
-    let shown = printable(&path.display().to_string()).into_owned();
-    let hint = format!("{flag} takes the path of a file to write, in an existing writable folder");
-    let usage = |m: String| crate::CliError::usage(m).with_hint(hint.clone());
-    if path.as_os_str().is_empty() {
-        return Err(usage(format!("{flag} is empty")));
-    }
-    if path.is_dir() {
-        return Err(usage(format!(
-            "{flag} {shown} is a directory; it takes a file path (e.g. {shown}/report)"
-        )));
-    }
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    if !parent.is_dir() {
-        let what = if parent.exists() {
-            "is not a directory"
-        } else {
-            "does not exist"
-        };
-        return Err(usage(format!(
-            "{flag} {shown}: its folder {} {what}",
-            printable(&parent.display().to_string())
-        )));
-    }
-    let target = if path.exists() { path } else { parent };
-    if !writable(target) {
-        return Err(usage(format!(
-            "{flag} {shown}: {} is not writable",
-            printable(&target.display().to_string())
-        )));
-    }
-    Ok(())
-}
-
-/// Whether this process may write `path` (access(2) with `W_OK`).
-fn writable(path: &std::path::Path) -> bool {
-    crate::sys::fs::writable(path)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,15 +1,15 @@
 //! Image references as the Docker engine reads them, parsed before any
-//! request: `--base-image`, `verify --image` and `build --tag` go through
-//! [`check`], so that a bad name is a usage error (exit 2) naming what is
-//! wrong, not the engine's raw "status code 400" or a redirect.
+//! request: `--base-image` and `verify --image` go through [`check`] (and
+//! `build --tag` through [`parse`]), so that a bad name is an error naming
+//! what is wrong (for `commands/`, a usage error, exit 2), not the engine's
+//! raw "status code 400" or a redirect. The errors name the reference's
+//! role, not a flag: `commands/` names the flag.
 //!
 //! The grammar is docker's (distribution/reference): an optional registry host
 //! (`host[:port]`, recognised by a `.` or `:` or as `localhost`), then
 //! lower-case path components `[a-z0-9]+` joined by `.`, `_`, `__` or dashes,
 //! separated by `/`; an optional `:tag` (`[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`);
 //! an optional `@sha256:` digest of 64 hex digits.
-use crate::CliError;
-
 /// The grammar, for hints.
 pub const GRAMMAR: &str = "an image reference is [HOST[:PORT]/]PATH[:TAG][@sha256:<64 hex>]: PATH is lower-case components [a-z0-9]+([._-][a-z0-9]+)* separated by /, TAG is [A-Za-z0-9_][A-Za-z0-9_.-]{0,127} (e.g. nvidia/cuda:12.4.1-base-ubuntu22.04)";
 
@@ -78,12 +78,47 @@ pub fn parse(s: &str) -> Result<Reference, String> {
     })
 }
 
-/// Parses `value` of `flag` (`--base-image`); a usage error with the grammar
-/// as its hint otherwise.
-pub fn check(flag: &str, value: &str) -> Result<Reference, CliError> {
-    parse(value).map_err(|why| {
-        CliError::usage(format!("invalid {flag} '{}': {why}", value.escape_debug()))
-            .with_hint(GRAMMAR)
+/// What a checked reference is for; the error names it, and `commands/`
+/// names the flag that gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The base image that replaces a spec's own.
+    BaseImage,
+    /// The image to verify inside.
+    Image,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::BaseImage => "base image",
+            Role::Image => "image",
+        })
+    }
+}
+
+/// An image reference that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    /// `value` is not a reference: `reason` says why ([`GRAMMAR`] says what is).
+    #[error("invalid {role} '{value}': {reason}")]
+    Invalid {
+        /// What the reference is for.
+        role: Role,
+        /// The value as given, escaped (`escape_debug`).
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Parses `value`, a reference for `role`; a [`ReferenceError`] naming what
+/// is wrong otherwise.
+pub fn check(role: Role, value: &str) -> Result<Reference, ReferenceError> {
+    parse(value).map_err(|reason| ReferenceError::Invalid {
+        role,
+        value: value.escape_debug().to_string(),
+        reason,
     })
 }
 

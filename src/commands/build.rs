@@ -185,7 +185,7 @@ struct DryRun<'a> {
 /// Runs `imgctl build`.
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
     if let Some(path) = &args.report {
-        crate::output::check_output_file("--report", path)?;
+        super::output::check_output_file("--report", path)?;
     }
     let plan = plan(&args)?;
     for note in &plan.notes {
@@ -233,8 +233,7 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
         image::validate_tag(tag)?;
     }
 
-    let source =
-        crate::spec::SpecSource::from_args(args.image.cuda.as_deref(), args.image.spec.as_deref());
+    let source = super::image_args::spec_source(&args.image);
     let loaded = crate::spec::load(&source)?;
     let options = crate::render::RenderOptions::from_args(&args.image)?;
     let rendered = crate::render::render(&loaded, &options)?;

@@ -5,12 +5,12 @@
 use crate::cli::RenderArgs;
 use crate::output::printer;
 use crate::render::{self, RenderOptions};
-use crate::spec::{self, SpecSource};
+use crate::spec;
 use crate::{CliError, ExitStatus};
 
 /// Runs `imgctl render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
-    let src = SpecSource::from_args(args.image.cuda.as_deref(), args.image.spec.as_deref());
+    let src = super::image_args::spec_source(&args.image);
     let opts = RenderOptions::from_args(&args.image)?;
     let loaded = spec::load(&src)?;
     let rendered = render::render(&loaded, &opts)?;

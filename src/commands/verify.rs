@@ -179,10 +179,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     let opts = options(&args)?;
     if let Some(path) = &args.junit {
-        crate::output::check_output_file("--junit", path)?;
+        super::output::check_output_file("--junit", path)?;
     }
     if let Some(image) = &args.image {
-        crate::reference::check("--image", image)?;
+        crate::reference::check(crate::reference::Role::Image, image)?;
         let gpus = GpuRequest::parse(&args.gpus)?;
         let mounts = args
             .mounts

@@ -7,12 +7,12 @@
 //! refused, naming it. Each certificate's base64 must decode to DER that
 //! starts with a SEQUENCE (`0x30`). Reading stops after [`MAX_CA_CERT_BYTES`]
 //! (a `/dev/zero` argument is refused before it is read at all).
+//!
+//! Its errors ([`CaError`]) name no flag; `commands/` does.
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-
-use crate::CliError;
 
 /// The largest `--ca-cert` file accepted (1 MiB; a full system bundle is ~200 KiB).
 pub const MAX_CA_CERT_BYTES: u64 = 1024 * 1024;
@@ -20,23 +20,58 @@ pub const MAX_CA_CERT_BYTES: u64 = 1024 * 1024;
 /// The only PEM block type `--ca-cert` accepts.
 const CERTIFICATE: &str = "CERTIFICATE";
 
-/// Reads and checks a `--ca-cert` file; every problem is a usage error (exit 2).
-pub fn read_ca_cert(path: &Path) -> Result<Vec<u8>, CliError> {
+/// A CA certificate file that cannot be used. The messages say "CA
+/// certificate"; `commands/` names the flag and gives the hint.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    /// The file cannot be read.
+    #[error("cannot read CA certificate {}: {error}", path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// The file is larger than [`MAX_CA_CERT_BYTES`].
+    #[error("CA certificate {} is larger than {MAX_CA_CERT_BYTES} bytes (1 MiB): not a CA certificate file", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A directory, device, FIFO or socket.
+    #[error("CA certificate {} is {what}, not a certificate file", path.display())]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead (`a directory`).
+        what: &'static str,
+    },
+    /// Not PEM certificates only ([`check_pem`]'s reason).
+    #[error("CA certificate {} {problem}", path.display())]
+    NotPem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the line number.
+        problem: String,
+    },
+}
+
+/// Reads and checks a `--ca-cert` file; every problem is a [`CaError`].
+pub fn read_ca_cert(path: &Path) -> Result<Vec<u8>, CaError> {
     let bytes = read_capped(path)?;
-    check_pem(&bytes).map_err(|problem| {
-        CliError::usage(format!("--ca-cert {} {problem}", path.display())).with_hint(
-            "pass only the proxy's CA certificate(s) in PEM, never a key, e.g. `openssl x509 -in bundle.pem -out ca.crt` (a DER file: add `-inform der`)",
-        )
+    check_pem(&bytes).map_err(|problem| CaError::NotPem {
+        path: path.to_path_buf(),
+        problem,
     })?;
     Ok(bytes)
 }
 
 /// The file's bytes: a regular file (symlinks followed) of at most
 /// [`MAX_CA_CERT_BYTES`], read without ever holding more than one byte over it.
-fn read_capped(path: &Path) -> Result<Vec<u8>, CliError> {
-    let hint = "pass a PEM certificate file, e.g. /etc/ssl/certs/ca-certificates.crt";
-    let cannot = |e: std::io::Error| {
-        CliError::usage(format!("cannot read --ca-cert {}: {e}", path.display())).with_hint(hint)
+fn read_capped(path: &Path) -> Result<Vec<u8>, CaError> {
+    let cannot = |error: std::io::Error| CaError::Unreadable {
+        path: path.to_path_buf(),
+        error,
     };
     // Checked before opening: opening a FIFO would wait for a writer.
     refuse_non_regular(path, &std::fs::metadata(path).map_err(cannot)?)?;
@@ -47,18 +82,15 @@ fn read_capped(path: &Path) -> Result<Vec<u8>, CliError> {
         .read_to_end(&mut bytes)
         .map_err(cannot)?;
     if bytes.len() as u64 > MAX_CA_CERT_BYTES {
-        return Err(CliError::usage(format!(
-            "--ca-cert {} is larger than {} bytes (1 MiB): not a CA certificate file",
-            path.display(),
-            MAX_CA_CERT_BYTES
-        ))
-        .with_hint(hint));
+        return Err(CaError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
     Ok(bytes)
 }
 
-/// A directory, device, FIFO or socket is a usage error naming what it is.
-fn refuse_non_regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), CliError> {
+/// A directory, device, FIFO or socket is an error naming what it is.
+fn refuse_non_regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), CaError> {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     let what = if t.is_file() {
@@ -74,11 +106,10 @@ fn refuse_non_regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), CliEr
     } else {
         "not a regular file"
     };
-    Err(CliError::usage(format!(
-        "--ca-cert {} is {what}, not a certificate file",
-        path.display()
-    ))
-    .with_hint("pass a PEM certificate file, e.g. /etc/ssl/certs/ca-certificates.crt"))
+    Err(CaError::NotRegular {
+        path: path.to_path_buf(),
+        what,
+    })
 }
 
 /// Checks that `bytes` hold one or more PEM `CERTIFICATE` blocks and no other

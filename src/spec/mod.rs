@@ -5,20 +5,23 @@
 //! This module reads spec files and nothing else (their pip lock files are
 //! [`crate::lock`]'s, the bundled ones are embedded here); it renders nothing (see
 //! [`crate::render`]) and never talks to Docker. Every problem in a spec is
-//! reported at once as a usage error (exit 2), one `field.path: message` line
-//! each.
+//! reported at once as a [`SpecError`], one `field.path: message` line each;
+//! its messages name no command-line flag (`commands/` adds those and the
+//! hints).
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::CliError;
-
 pub mod compat;
+mod error;
+pub mod limits;
 pub mod schema;
 pub mod validate;
+mod walker;
 
+pub use error::{problems_message, SpecError};
 pub use schema::{normalize_name, ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec};
-pub use validate::Problem;
+pub use validate::{Mention, Problem};
 
 /// The profile `imgctl build` uses without `--cuda`/`--spec`.
 pub const DEFAULT_CUDA: &str = "12.4";
@@ -132,19 +135,15 @@ pub const MAX_SPEC_BYTES: u64 = 256 * 1024;
 /// Reads a user's spec file, refusing one over [`MAX_SPEC_BYTES`] (at most
 /// that many bytes are read, so `/dev/zero` or a growing file costs nothing)
 /// and one that is not UTF-8 text.
-fn read_spec_file(path: &Path) -> anyhow::Result<String> {
+fn read_spec_file(path: &Path) -> Result<String, SpecError> {
     use std::io::Read;
     let shown = crate::error::printable(&path.display().to_string()).into_owned();
-    let cannot = |e: std::io::Error| {
-        CliError::usage(format!("cannot read spec {shown}: {e}"))
-            .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
+    let cannot = |error: std::io::Error| SpecError::Unreadable {
+        shown: shown.clone(),
+        error,
     };
     if path.is_dir() {
-        return Err(
-            CliError::usage(format!("spec {shown} is a directory, not a spec file"))
-                .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
-                .into(),
-        );
+        return Err(SpecError::IsDirectory { shown });
     }
     let file = std::fs::File::open(path).map_err(cannot)?;
     let mut bytes = Vec::new();
@@ -152,37 +151,28 @@ fn read_spec_file(path: &Path) -> anyhow::Result<String> {
         .read_to_end(&mut bytes)
         .map_err(cannot)?;
     if bytes.len() as u64 > MAX_SPEC_BYTES {
-        return Err(CliError::usage(format!(
-            "spec {shown} is larger than {} KiB, the most a spec file may be",
-            MAX_SPEC_BYTES / 1024
-        ))
-        .with_hint("a spec lists pins and names, a few KiB at most; check that --spec names the right file")
-        .into());
+        return Err(SpecError::TooLarge {
+            shown,
+            max_kib: MAX_SPEC_BYTES / 1024,
+        });
     }
-    String::from_utf8(bytes).map_err(|e| {
-        CliError::usage(format!(
-            "spec {shown} is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-        .with_hint("--spec takes a YAML spec file; see examples/custom-spec.yaml")
-        .into()
+    String::from_utf8(bytes).map_err(|e| SpecError::NotUtf8 {
+        shown,
+        offset: e.utf8_error().valid_up_to(),
     })
 }
 
-/// Loads and validates a spec. Bad input is a usage error (exit 2) listing
-/// every problem.
+/// Loads and validates a spec. Bad input is a [`SpecError`] (for
+/// `commands/`, a usage error, exit 2) listing every problem.
 pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
     let (text, origin, dir, file) = match src {
         SpecSource::Bundled { cuda } => {
             let name = profile_for_cuda(cuda).ok_or_else(|| {
                 let valid: Vec<&str> = BUNDLED.iter().map(|(_, mm, _)| *mm).collect();
-                let msg = format!(
-                    "unknown --cuda '{cuda}': no bundled profile for it (valid: {})",
-                    valid.join(", ")
-                );
-                CliError::usage(msg).with_hint(
-                    "`imgctl specs` lists the bundled profiles; --spec FILE takes a spec of your own",
-                )
+                SpecError::UnknownCuda {
+                    cuda: cuda.clone(),
+                    valid: valid.join(", "),
+                }
             })?;
             let (_, _, yaml) = BUNDLED
                 .iter()
@@ -213,13 +203,9 @@ pub fn load(src: &SpecSource) -> anyhow::Result<LoadedSpec> {
         }
     };
     if is_empty_yaml(&text) {
-        return Err(CliError::usage(format!(
-            "spec {} is empty",
-            crate::error::printable(&origin)
-        ))
-        .with_hint(
-            "a spec is a YAML mapping of fields; examples/custom-spec.yaml shows every field",
-        )
+        return Err(SpecError::Empty {
+            origin: crate::error::printable(&origin).into_owned(),
+        }
         .into());
     }
     let spec = validate::validate(&text, dir.as_deref())
@@ -243,21 +229,13 @@ fn is_empty_yaml(text: &str) -> bool {
     })
 }
 
-/// The usage error for a spec with problems: `spec X has N problems` and one
+/// The error for a spec with problems: `spec X has N problems` and one
 /// indented line per problem.
-pub fn problems_error(origin: &str, problems: &[Problem]) -> anyhow::Error {
-    let n = problems.len();
-    let mut msg = format!(
-        "spec {} has {n} problem{}",
-        crate::error::printable(origin),
-        if n == 1 { "" } else { "s" }
-    );
-    for p in problems {
-        msg.push_str(&format!("\n  {p}"));
+pub fn problems_error(origin: &str, problems: &[Problem]) -> SpecError {
+    SpecError::Problems {
+        origin: origin.to_string(),
+        problems: problems.to_vec(),
     }
-    CliError::usage(msg)
-        .with_hint("fix the fields above; examples/custom-spec.yaml shows every field, and `imgctl specs` lists the bundled profiles")
-        .into()
 }
 
 /// Lowercase hex sha256.

@@ -3,182 +3,28 @@
 //! The validator walks the parsed YAML itself instead of deserializing with
 //! serde, because serde stops at the first error and users should see all of
 //! them. Each [`Problem`] names its field path (`torch.variant`, `pip[2]`), says
-//! what is wrong and lists the valid choices. This module does no I/O besides
-//! checking that a user spec's `template` file exists.
+//! what is wrong and lists the valid choices. This module holds the field
+//! checks; the walker that records problems and reports unknown keys is
+//! [`super::walker`], the size limits checked first are [`super::limits`]. It
+//! does no I/O besides checking that a user spec's `template` (and `lock`)
+//! path stays in the spec's folder and exists.
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_yaml::Value;
 
 use super::compat;
+use super::limits::{flow_depth_exceeds, long_strings};
+pub use super::limits::{MAX_JOINED_BYTES, MAX_NESTING, MAX_STRING_BYTES};
 use super::schema::{
     ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION, TOP_LEVEL_KEYS,
     TORCH_KEYS, USER_KEYS,
 };
+pub use super::walker::{did_you_mean, Mention, Problem};
 
-/// One thing wrong with a spec.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// Dotted field path (`torch.variant`, `pip[2]`, `(file)` for syntax errors).
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-    /// The valid choices, when there is a short list of them.
-    pub valid: Option<String>,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)?;
-        if let Some(v) = &self.valid {
-            write!(f, " (valid: {v})")?;
-        }
-        Ok(())
-    }
-}
-
-/// Collects problems while walking the YAML.
-#[derive(Default)]
-struct Walker {
-    problems: Vec<Problem>,
-}
-
-impl Walker {
-    /// Records a problem. Values from the spec that the path or message quote
-    /// may hold newlines or escape sequences: they are written escaped, so each
-    /// problem stays one line of plain text.
-    fn problem(&mut self, path: &str, message: impl Into<String>, valid: Option<String>) {
-        use crate::error::escape_controls;
-        let path = if path.is_empty() { "(top level)" } else { path };
-        let message = message.into();
-        self.problems.push(Problem {
-            path: escape_controls(path).into_owned(),
-            message: escape_controls(&message).into_owned(),
-            valid: valid.map(|v| escape_controls(&v).into_owned()),
-        });
-    }
-
-    /// The known entries of a mapping; unknown keys and missing required keys
-    /// become problems.
-    fn mapping<'a>(
-        &mut self,
-        value: &'a Value,
-        path: &str,
-        allowed: &[&str],
-        required: &[&str],
-    ) -> Option<BTreeMap<String, &'a Value>> {
-        let Value::Mapping(map) = value else {
-            self.problem(
-                path,
-                format!("expected a mapping, found {}", kind(value)),
-                None,
-            );
-            return None;
-        };
-        let mut known = BTreeMap::new();
-        for (k, v) in map {
-            let Some(key) = k.as_str() else {
-                self.problem(
-                    path,
-                    format!("keys must be strings, found {}", kind(k)),
-                    None,
-                );
-                continue;
-            };
-            let field = join(path, key);
-            if allowed.contains(&key) {
-                known.insert(key.to_string(), v);
-            } else {
-                let message = match did_you_mean(key, allowed) {
-                    Some(s) => format!("unknown key; did you mean `{s}`?"),
-                    None => "unknown key".to_string(),
-                };
-                self.problem(&field, message, Some(allowed.join(", ")));
-            }
-        }
-        for r in required {
-            if !known.contains_key(*r) {
-                self.problem(&join(path, r), "missing", None);
-            }
-        }
-        Some(known)
-    }
-
-    /// A string field. Numbers get a hint to quote them (YAML reads `3.10` as 3.1).
-    fn string(&mut self, map: &BTreeMap<String, &Value>, key: &str, path: &str) -> Option<String> {
-        let v = map.get(key)?;
-        let field = join(path, key);
-        match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => {
-                self.problem(
-                    &field,
-                    format!("expected a string, found the number {n} (YAML reads an unquoted 3.10 as 3.1); quote it as written, e.g. {key}: \"3.10\""),
-                    None,
-                );
-                None
-            }
-            other => {
-                self.problem(
-                    &field,
-                    format!("expected a string, found {}", kind(other)),
-                    None,
-                );
-                None
-            }
-        }
-    }
-
-    fn list<'a>(
-        &mut self,
-        map: &BTreeMap<String, &'a Value>,
-        key: &str,
-        path: &str,
-    ) -> Vec<&'a Value> {
-        match map.get(key) {
-            None => Vec::new(),
-            Some(Value::Sequence(items)) => items.iter().collect(),
-            Some(other) => {
-                self.problem(
-                    &join(path, key),
-                    format!("expected a list, found {}", kind(other)),
-                    None,
-                );
-                Vec::new()
-            }
-        }
-    }
-}
-
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing (null)",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Sequence(_) => "a list",
-        Value::Mapping(_) => "a mapping",
-        Value::Tagged(_) => "a tagged value",
-    }
-}
-
-/// The closest of `choices` to `word`, when close enough to be a likely typo.
-pub fn did_you_mean<'a>(word: &str, choices: &[&'a str]) -> Option<&'a str> {
-    choices
-        .iter()
-        .map(|c| (strsim::jaro_winkler(word, c), *c))
-        .filter(|(score, _)| *score >= 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c)
-}
+/// The program's name, as the schema-version message says it.
+const PROGRAM: &str = env!("CARGO_PKG_NAME");
+use super::walker::{kind, show, Walker};
 
 fn is_name(s: &str, max: usize) -> bool {
     let mut chars = s.chars();
@@ -313,123 +159,6 @@ fn inside_spec_dir(dir: &Path, rel: &Path) -> Result<(), String> {
     }
 }
 
-/// The deepest nesting of flow collections (`[` and `{`) a spec may have.
-/// libyaml's scanner is quadratic in the nesting depth (50 000 brackets take
-/// seconds to minutes of CPU before its own recursion limit answers), so
-/// [`validate`] measures the depth with [`flow_depth_exceeds`] before parsing.
-pub const MAX_NESTING: usize = 64;
-
-/// The longest string a spec may hold (16 KiB). Docker reads a Dockerfile
-/// line of at most 64 KiB, and a spec's values are written on one line each,
-/// quoted (which can double their length) and next to other text.
-pub const MAX_STRING_BYTES: usize = 16 * 1024;
-
-/// The longest a list may be once joined onto one Dockerfile line (`apt`,
-/// `ports`): half of Docker's 64 KiB line limit.
-pub const MAX_JOINED_BYTES: usize = 32 * 1024;
-
-/// Where (1-based line and column) the nesting of `[`/`{` in `text` first
-/// goes deeper than `max`, counting only brackets outside quoted scalars and
-/// comments. A cheap linear pre-scan: it may over-count brackets inside plain
-/// scalars, never under-count what the YAML parser will nest.
-pub fn flow_depth_exceeds(text: &str, max: usize) -> Option<(usize, usize)> {
-    #[derive(PartialEq)]
-    enum State {
-        Plain,
-        Single,
-        Double,
-        DoubleEscape,
-        Comment,
-    }
-    let mut state = State::Plain;
-    let mut depth = 0usize;
-    let (mut line, mut col) = (1usize, 0usize);
-    // Whether the previous character ends a token, so that a quote or `#` here starts one.
-    let mut boundary = true;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        col += 1;
-        if c == '\n' {
-            line += 1;
-            col = 0;
-        }
-        match state {
-            State::Plain => match c {
-                '[' | '{' => {
-                    depth += 1;
-                    if depth > max {
-                        return Some((line, col));
-                    }
-                }
-                ']' | '}' => depth = depth.saturating_sub(1),
-                '\'' if boundary => state = State::Single,
-                '"' if boundary => state = State::Double,
-                '#' if boundary => state = State::Comment,
-                _ => {}
-            },
-            State::Single => {
-                if c == '\'' {
-                    if chars.peek() == Some(&'\'') {
-                        chars.next();
-                        col += 1;
-                    } else {
-                        state = State::Plain;
-                    }
-                }
-            }
-            State::Double => match c {
-                '\\' => state = State::DoubleEscape,
-                '"' => state = State::Plain,
-                _ => {}
-            },
-            State::DoubleEscape => state = State::Double,
-            State::Comment => {
-                if c == '\n' {
-                    state = State::Plain;
-                }
-            }
-        }
-        boundary = c.is_whitespace() || "[]{},:-?".contains(c);
-    }
-    None
-}
-
-/// Every string (key or value) in `value` longer than [`MAX_STRING_BYTES`],
-/// as a problem at its field path.
-fn long_strings(w: &mut Walker, value: &Value, path: &str) {
-    let too_long = |s: &str| s.len() > MAX_STRING_BYTES;
-    let problem = |w: &mut Walker, path: &str, len: usize| {
-        w.problem(
-            if path.is_empty() { "(spec)" } else { path },
-            format!(
-                "is {len} bytes long; at most {MAX_STRING_BYTES} (Docker reads a Dockerfile line of at most 64 KiB, and this value is written on one)"
-            ),
-            None,
-        )
-    };
-    match value {
-        Value::String(s) if too_long(s) => problem(w, path, s.len()),
-        Value::Sequence(items) => {
-            for (i, item) in items.iter().enumerate() {
-                long_strings(w, item, &format!("{path}[{i}]"));
-            }
-        }
-        Value::Mapping(map) => {
-            for (k, v) in map {
-                match k.as_str() {
-                    Some(key) if too_long(key) => {
-                        problem(w, &join(path, "(a key)"), key.len());
-                    }
-                    Some(key) => long_strings(w, v, &join(path, key)),
-                    None => long_strings(w, v, path),
-                }
-            }
-        }
-        Value::Tagged(t) => long_strings(w, &t.value, path),
-        _ => {}
-    }
-}
-
 /// Validates spec `text`. `spec_dir` is the folder of a user spec (used to
 /// check that `template` exists); `None` for bundled specs, which may not name
 /// a template.
@@ -480,7 +209,8 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                 };
                 w.problem(
                     "schema_version",
-                    format!("unknown schema version {shown}; this imgctl reads version {SCHEMA_VERSION} (a newer imgctl may read this spec)"),
+                    // The program's name, not a command: "this imgctl reads version 1".
+                    format!("unknown schema version {shown}; this {PROGRAM} reads version {SCHEMA_VERSION} (a newer {PROGRAM} may read this spec)"),
                     Some(SCHEMA_VERSION.to_string()),
                 );
                 return Err(w.problems);
@@ -846,19 +576,46 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
     let template = w.string(&top, "template", "");
     if let Some(t) = &template {
         match spec_dir {
-            None => w.problem("template", "bundled specs use the bundled template; only a spec file (--spec) may name its own", None),
+            None => w.problem_mentioning(
+                "template",
+                "bundled specs use the bundled template; only a spec file may name its own",
+                None,
+                Mention::TemplateNeedsSpecFile,
+            ),
             Some(dir) => {
                 let p = Path::new(t);
                 if t.chars().any(char::is_control) {
                     w.problem("template", format!("{t:?} contains a control character (a newline would start a Dockerfile instruction)"), None);
                 } else if p.is_absolute() || t.is_empty() {
-                    w.problem("template", format!("'{t}' must be a path relative to the spec file"), None);
+                    w.problem(
+                        "template",
+                        format!("'{t}' must be a path relative to the spec file"),
+                        None,
+                    );
                 } else if let Err(e) = inside_spec_dir(dir, p) {
-                    w.problem("template", format!("'{t}' {e}; keep it in the spec's folder or below"), None);
+                    w.problem(
+                        "template",
+                        format!("'{t}' {e}; keep it in the spec's folder or below"),
+                        None,
+                    );
                 } else if dir.join(p).is_dir() {
-                    w.problem("template", format!("'{t}' is a directory, not a template file ({})", dir.join(p).display()), None);
+                    w.problem(
+                        "template",
+                        format!(
+                            "'{t}' is a directory, not a template file ({})",
+                            dir.join(p).display()
+                        ),
+                        None,
+                    );
                 } else if !dir.join(p).is_file() {
-                    w.problem("template", format!("'{t}' does not exist next to the spec (looked for {})", dir.join(p).display()), None);
+                    w.problem(
+                        "template",
+                        format!(
+                            "'{t}' does not exist next to the spec (looked for {})",
+                            dir.join(p).display()
+                        ),
+                        None,
+                    );
                 }
             }
         }
@@ -871,7 +628,12 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
         Some(Value::String(l)) => {
             let p = Path::new(l);
             if spec_dir.is_none() {
-                w.problem("lock", "bundled specs use their bundled lock (images/<name>.lock); only a spec file (--spec) may name its own", None);
+                w.problem_mentioning(
+                    "lock",
+                    "bundled specs use their bundled lock (images/<name>.lock); only a spec file may name its own",
+                    None,
+                    Mention::LockNeedsSpecFile,
+                );
             } else if l.chars().any(char::is_control) {
                 w.problem(
                     "lock",
@@ -891,10 +653,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     Some("false, true, or a relative path like my.lock".to_string()),
                 );
             } else if !l.ends_with(".lock") {
-                w.problem(
+                w.problem_mentioning(
                     "lock",
-                    format!("'{l}' does not end in .lock (a lock file is written by `imgctl lock`, not a requirements file)"),
+                    format!("'{l}' does not end in .lock (a lock file is written by the lock command, not a requirements file)"),
                     Some("false, true, or a relative path like my.lock".to_string()),
+                    Mention::LockNotLockFile {
+                        value: crate::error::escape_controls(l).into_owned(),
+                    },
                 );
             }
             // A missing file is no problem here: `imgctl lock` creates it.
@@ -954,15 +719,8 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             path: "(spec)".to_string(),
             message: "incomplete spec".to_string(),
             valid: None,
+            mention: None,
         }]),
-    }
-}
-
-fn show(v: &Value) -> String {
-    match v {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format!("'{s}'"),
-        other => kind(other).to_string(),
     }
 }
 

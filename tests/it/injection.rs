@@ -5,9 +5,10 @@
 //! instructions, or be refused as a usage error.
 use std::path::Path;
 
+use imgctl::commands::error::status_of;
 use imgctl::render::{self, RenderOptions};
 use imgctl::spec::{self, SpecSource};
-use imgctl::{CliError, ExitStatus};
+use imgctl::ExitStatus;
 use proptest::prelude::*;
 
 use crate::common::{imgctl, texts};
@@ -44,9 +45,7 @@ fn render_file(dir: &Path, file_name: &str, spec: &serde_yaml::Mapping) -> anyho
 }
 
 fn usage_error(e: &anyhow::Error) -> bool {
-    e.chain()
-        .filter_map(|c| c.downcast_ref::<CliError>())
-        .any(|c| c.status == ExitStatus::Usage)
+    status_of(e) == ExitStatus::Usage
 }
 
 #[test]
