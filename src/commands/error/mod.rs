@@ -10,8 +10,10 @@
 use crate::error::ExitStatus;
 
 mod advice;
+mod bench;
 mod docker;
 mod lock;
+mod train;
 
 pub use advice::{Advice, CliError};
 
@@ -25,7 +27,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         });
     }
     let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] =
-        &[lock::advise, docker::advise];
+        &[lock::advise, docker::advise, train::advise, bench::advise];
     tables.iter().find_map(|table| table(err))
 }
 
