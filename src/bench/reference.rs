@@ -17,7 +17,19 @@ use serde::{Deserialize, Serialize};
 use crate::env_vars as ev;
 use crate::train::data::{build_batch, PermCache, StreamSpec};
 use crate::train::session::{open_dataset, RunOptions};
-use crate::CliError;
+
+/// The reference run cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    /// The interpreter cannot be started (exit 2).
+    #[error("cannot run the PyTorch reference with `{python}`: {error}")]
+    Spawn {
+        /// The interpreter ([`python`]).
+        python: String,
+        /// Why not.
+        error: std::io::Error,
+    },
+}
 
 /// The reference script, as shipped in the repository.
 pub const SCRIPT: &str = include_str!("../../scripts/bench_reference.py");
@@ -224,13 +236,9 @@ pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     if a.channels_last {
         cmd.arg("--channels-last");
     }
-    let child = cmd.spawn().map_err(|e| {
-        anyhow::Error::from(
-            CliError::usage(format!(
-                "cannot run the PyTorch reference with `{py}`: {e}"
-            ))
-            .with_hint("install Python 3 with torch and diffusers (scripts/setup.sh does), or point IMGCTL_PYTHON at such an interpreter"),
-        )
+    let child = cmd.spawn().map_err(|error| ReferenceError::Spawn {
+        python: py.clone(),
+        error,
     })?;
     let pid = child.id();
     let deadline = Instant::now() + timeout;

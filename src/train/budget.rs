@@ -14,7 +14,6 @@
 //! so CUDA runs are checked for the host-side costs only.
 use crate::train::config::TrainConfig;
 use crate::train::model::config::{DownBlockType, UNetConfig, UpBlockType};
-use crate::CliError;
 
 /// The most data-loading workers a run may start (also at most 4 per CPU).
 pub const MAX_WORKERS: usize = 256;
@@ -86,7 +85,7 @@ fn largest_fitting(upper: u64, fits: impl Fn(u64) -> bool) -> u64 {
 }
 
 /// `n` bytes for a message: `3.2 GiB`.
-fn gib(n: f64) -> String {
+pub fn gib(n: f64) -> String {
     format!("{:.1} GiB", n / (1u64 << 30) as f64)
 }
 
@@ -94,18 +93,14 @@ fn gib(n: f64) -> String {
 /// synthetic set's index permutation, and (on the CPU) a batch's activations.
 /// A usage error (exit 2) naming the setting, the estimate and the largest
 /// value that fits.
-pub fn check_training(config: &TrainConfig, on_cpu: bool) -> Result<(), CliError> {
+pub fn check_training(config: &TrainConfig, on_cpu: bool) -> Result<(), BudgetError> {
     let t = &config.training;
     let max_w = max_workers();
     if t.workers > max_w {
-        return Err(CliError::usage(format!(
-            "workers is {}; this host allows at most {max_w} (4 per CPU, at most {MAX_WORKERS})",
-            t.workers
-        ))
-        .with_hint(format!(
-            "use --workers {} or fewer: data loading needs a few threads, not thousands",
-            max_w
-        )));
+        return Err(BudgetError::Workers {
+            workers: t.workers,
+            max: max_w,
+        });
     }
     let Some(available) = host_available_bytes() else {
         return Ok(());
@@ -115,13 +110,12 @@ pub fn check_training(config: &TrainConfig, on_cpu: bool) -> Result<(), CliError
     let budget = available as f64 / 2.0;
     if t.synthetic_images as f64 * per_index > budget {
         let largest = (budget / per_index) as u64;
-        return Err(CliError::usage(format!(
-            "synthetic_images is {}: its per-epoch index permutation needs {}, more than half of the {} of host memory available; at most {largest} fit",
-            t.synthetic_images,
-            gib(t.synthetic_images as f64 * per_index),
-            gib(available as f64)
-        ))
-        .with_hint(format!("set synthetic_images to {largest} or fewer (a few thousand is plenty)")));
+        return Err(BudgetError::SyntheticImages {
+            images: t.synthetic_images,
+            need: t.synthetic_images as f64 * per_index,
+            available,
+            largest,
+        });
     }
     if on_cpu {
         let per_image = activation_bytes_per_image(&config.model, true);
@@ -134,26 +128,13 @@ pub fn check_training(config: &TrainConfig, on_cpu: bool) -> Result<(), CliError
                 m.sample_size = crate::train::model::config::SampleSize::Square(s as i64);
                 activation_bytes_per_image(&m, true) * t.batch_size as f64 <= available as f64
             });
-            let head = format!(
-                "batch_size {} at sample_size {h} needs about {} of activations, more than the {} of host memory available",
-                t.batch_size,
-                gib(need),
-                gib(available as f64)
-            );
-            return Err(if largest_batch == 0 {
-                CliError::usage(format!(
-                    "{head}; at most sample_size {largest_size} fits at this batch size"
-                ))
-                .with_hint(format!(
-                    "set model.sample_size to {largest_size} or less (train-demo's presets use 16 to 64)"
-                ))
-            } else {
-                CliError::usage(format!(
-                    "{head}; at most batch_size {largest_batch} fits (or sample_size {largest_size} at this batch size)"
-                ))
-                .with_hint(format!(
-                    "use --batch-size {largest_batch} or less, or a smaller model.sample_size"
-                ))
+            return Err(BudgetError::Activations {
+                batch_size: t.batch_size,
+                sample_size: h,
+                need,
+                available,
+                largest_batch,
+                largest_size,
             });
         }
     }
@@ -162,7 +143,7 @@ pub fn check_training(config: &TrainConfig, on_cpu: bool) -> Result<(), CliError
 
 /// Checks `imgctl sample --num` against this host (CPU sampling denoises
 /// every image in one batch). A usage error with the largest `--num` that fits.
-pub fn check_sampling(model: &UNetConfig, num: i64, on_cpu: bool) -> Result<(), CliError> {
+pub fn check_sampling(model: &UNetConfig, num: i64, on_cpu: bool) -> Result<(), BudgetError> {
     if !on_cpu {
         return Ok(());
     }
@@ -173,14 +154,78 @@ pub fn check_sampling(model: &UNetConfig, num: i64, on_cpu: bool) -> Result<(), 
     let need = per_image * num.max(0) as f64;
     if need > available as f64 {
         let largest = (available as f64 / per_image) as u64;
-        return Err(CliError::usage(format!(
-            "--num {num} needs about {} to denoise at once, more than the {} of host memory available; at most --num {largest} fits",
-            gib(need),
-            gib(available as f64)
-        ))
-        .with_hint(format!("ask for {largest} images or fewer (run sample again for more)")));
+        return Err(BudgetError::Sampling {
+            num,
+            need,
+            available,
+            largest,
+        });
     }
     Ok(())
+}
+
+/// A setting that costs more than this host has (all usage errors: exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetError {
+    /// More data-loading workers than the host allows.
+    #[error(
+        "workers is {workers}; this host allows at most {max} (4 per CPU, at most {MAX_WORKERS})"
+    )]
+    Workers {
+        /// Workers asked for.
+        workers: usize,
+        /// The most this host allows ([`max_workers`]).
+        max: usize,
+    },
+    /// A synthetic set whose index permutation does not fit in memory.
+    #[error("synthetic_images is {images}: its per-epoch index permutation needs {}, more than half of the {} of host memory available; at most {largest} fit", gib(*.need), gib(*.available as f64))]
+    SyntheticImages {
+        /// Images asked for.
+        images: usize,
+        /// Bytes of the permutation.
+        need: f64,
+        /// Bytes of host memory available.
+        available: u64,
+        /// The most images that fit.
+        largest: u64,
+    },
+    /// A batch whose activations do not fit in host memory (CPU training).
+    #[error("batch_size {batch_size} at sample_size {sample_size} needs about {} of activations, more than the {} of host memory available; {}", gib(*.need), gib(*.available as f64), activation_tail(*.largest_batch, *.largest_size))]
+    Activations {
+        /// The batch size.
+        batch_size: usize,
+        /// The side of the images.
+        sample_size: i64,
+        /// Bytes of activations needed.
+        need: f64,
+        /// Bytes of host memory available.
+        available: u64,
+        /// The largest batch that fits (0: none at this size).
+        largest_batch: u64,
+        /// The largest sample size that fits at this batch size.
+        largest_size: u64,
+    },
+    /// More images to sample at once than host memory holds (CPU sampling).
+    #[error("{num} images need about {} to denoise at once, more than the {} of host memory available; at most {largest} fit", gib(*.need), gib(*.available as f64))]
+    Sampling {
+        /// Images asked for.
+        num: i64,
+        /// Bytes needed.
+        need: f64,
+        /// Bytes of host memory available.
+        available: u64,
+        /// The most images that fit.
+        largest: u64,
+    },
+}
+
+/// The end of [`BudgetError::Activations`]'s line: what fits instead.
+fn activation_tail(largest_batch: u64, largest_size: u64) -> String {
+    if largest_batch == 0 {
+        format!("at most sample_size {largest_size} fits at this batch size")
+    } else {
+        format!("at most batch_size {largest_batch} fits (or sample_size {largest_size} at this batch size)")
+    }
 }
 
 #[cfg(test)]

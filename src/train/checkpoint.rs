@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
 use super::optim::GradScaler;
-use crate::CliError;
 
 /// Directory of the checkpoints inside an output directory.
 pub const CHECKPOINTS: &str = "checkpoints";
@@ -227,43 +226,77 @@ pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
         return Ok(p);
     }
     if path.is_dir() {
-        return Err(CliError::usage(format!("no checkpoint in {}", path.display()))
-            .with_hint("pass a train-demo --out directory with checkpoints/step-*/, or one step-* directory")
-            .into());
+        return Err(CheckpointError::NoCheckpoint {
+            path: path.to_path_buf(),
+        }
+        .into());
     }
-    Err(
-        CliError::usage(format!("checkpoint path {} does not exist", path.display()))
-            .with_hint(
-                "pass a train-demo --out directory or one of its checkpoints/step-* directories",
-            )
-            .into(),
-    )
+    Err(CheckpointError::NotFound {
+        path: path.to_path_buf(),
+    }
+    .into())
 }
 
 /// Reads a checkpoint's `state.json`.
 pub fn read_state(dir: &Path) -> anyhow::Result<State> {
     let path = dir.join(STATE_FILE);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        CliError::usage(format!("cannot read {}: {e}", path.display()))
-            .with_hint("the checkpoint is incomplete; pick another step directory")
-    })?;
-    let state: State = serde_json::from_str(&text).map_err(|e| {
-        CliError::usage(format!(
-            "{} is not a valid imgctl checkpoint state: {e}",
-            path.display()
-        ))
-        .with_hint("it was written by a different imgctl version, or damaged")
-    })?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) => return Err(CheckpointError::ReadState { path, error }.into()),
+    };
+    let state: State = match serde_json::from_str(&text) {
+        Ok(state) => state,
+        Err(error) => return Err(CheckpointError::BadState { path, error }.into()),
+    };
     if state.schema_version != STATE_VERSION {
-        return Err(CliError::usage(format!(
-            "{} has schema_version {}, this imgctl reads {STATE_VERSION}",
-            path.display(),
-            state.schema_version
-        ))
-        .with_hint("use the imgctl version that wrote the checkpoint")
+        return Err(CheckpointError::Version {
+            path,
+            found: state.schema_version,
+        }
         .into());
     }
     Ok(state)
+}
+
+/// A checkpoint that cannot be found or read (all usage errors: exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// An existing directory with no checkpoint in it.
+    #[error("no checkpoint in {}", .path.display())]
+    NoCheckpoint {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A path that does not exist.
+    #[error("checkpoint path {} does not exist", .path.display())]
+    NotFound {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A `state.json` that cannot be read.
+    #[error("cannot read {}: {error}", .path.display())]
+    ReadState {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// A `state.json` that does not parse.
+    #[error("{} is not a valid imgctl checkpoint state: {error}", .path.display())]
+    BadState {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        error: serde_json::Error,
+    },
+    /// A `state.json` of another layout version.
+    #[error("{} has schema_version {found}, this imgctl reads {STATE_VERSION}", .path.display())]
+    Version {
+        /// The file.
+        path: PathBuf,
+        /// Its `schema_version`.
+        found: u32,
+    },
 }
 
 fn fsync_path(path: &Path) -> std::io::Result<()> {

@@ -8,7 +8,7 @@
 //! `training` (fields of [`TrainingConfig`], merged over the preset's); every
 //! unknown key is an error naming its path. Owns parsing and validation only;
 //! must not touch tensors or files other than the config file.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +16,96 @@ use super::ema::EmaConfig;
 use super::model::UNetConfig;
 use super::optim::AdamWConfig;
 use super::schedule::NUM_TRAIN_TIMESTEPS;
-use crate::CliError;
+
+/// What can be wrong with a training config (all usage errors: exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum TrainConfigError {
+    /// A gradient reduction dtype other than fp32 or bf16.
+    #[error("unknown gradient reduction dtype `{value}`")]
+    UnknownGradReduce {
+        /// The name given.
+        value: String,
+    },
+    /// A precision other than fp32, fp16 or bf16.
+    #[error("unknown precision `{value}`")]
+    UnknownPrecision {
+        /// The name given.
+        value: String,
+    },
+    /// A training setting out of range.
+    #[error("invalid training setting: {what}")]
+    Setting {
+        /// The setting and its value (`steps is 0`).
+        what: String,
+        /// Which check it failed.
+        check: SettingCheck,
+    },
+    /// A config file that does not parse or holds unknown keys.
+    #[error("invalid training config {file}: {error}")]
+    File {
+        /// The file (or source) as named in messages.
+        file: String,
+        /// What is wrong with it.
+        error: String,
+    },
+    /// A config file that cannot be read.
+    #[error("cannot read config file {}: {error}", .path.display())]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// A model whose output width differs from its input width.
+    #[error(
+        "invalid model config: out_channels is {out_channels} but in_channels is {in_channels}"
+    )]
+    OutChannels {
+        /// `out_channels`.
+        out_channels: i64,
+        /// `in_channels`.
+        in_channels: i64,
+    },
+    /// A non-square `sample_size`.
+    #[error("sample_size {h}x{w} is not square")]
+    NotSquare {
+        /// Height.
+        h: i64,
+        /// Width.
+        w: i64,
+    },
+}
+
+/// The range check a training setting failed ([`TrainConfigError::Setting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingCheck {
+    /// `steps` is 0.
+    Steps,
+    /// `batch_size` is 0.
+    BatchSize,
+    /// `lr` is not positive.
+    Lr,
+    /// An Adam beta outside [0, 1).
+    AdamBetas,
+    /// Adam `eps` not positive or `weight_decay` negative.
+    AdamEps,
+    /// `max_grad_norm` not positive.
+    MaxGradNorm,
+    /// EMA `max_decay` or `inv_gamma` out of range.
+    Ema,
+    /// EMA `power` not positive.
+    EmaPower,
+    /// `bucket_cap_mb` not positive.
+    BucketCap,
+    /// `keep` is 0.
+    Keep,
+    /// Sample grids of no image or no step.
+    Sampling,
+    /// More sampling steps than the scheduler has.
+    SampleSteps,
+    /// `synthetic_images` is 0.
+    SyntheticImages,
+}
 
 /// Numeric precision of the forward and backward passes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,11 +141,10 @@ impl GradReduce {
         match s.to_ascii_lowercase().as_str() {
             "fp32" | "float32" => Ok(Self::Fp32),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
-            _ => Err(
-                CliError::usage(format!("unknown gradient reduction dtype `{s}`"))
-                    .with_hint("use --grad-reduce fp32 (as DDP) or bf16 (half the traffic)")
-                    .into(),
-            ),
+            _ => Err(TrainConfigError::UnknownGradReduce {
+                value: s.to_string(),
+            }
+            .into()),
         }
     }
 
@@ -66,20 +154,6 @@ impl GradReduce {
             Self::Fp32 => "fp32",
             Self::Bf16 => "bf16",
         }
-    }
-}
-
-/// Parses an on/off switch given to `flag` (`on`, `off`, `true`, `false`,
-/// `1`, `0`; exit 2 otherwise).
-pub fn parse_on_off(flag: &'static str) -> impl Fn(&str) -> anyhow::Result<bool> {
-    move |s| match s.to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" | "yes" => Ok(true),
-        "off" | "false" | "0" | "no" => Ok(false),
-        _ => Err(
-            CliError::usage(format!("{flag} takes on or off, not `{s}`"))
-                .with_hint(format!("e.g. {flag} off"))
-                .into(),
-        ),
     }
 }
 
@@ -93,9 +167,10 @@ impl Precision {
             "fp32" | "float32" | "no" => Ok(Self::Fp32),
             "fp16" | "float16" | "half" => Ok(Self::Fp16),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
-            _ => Err(CliError::usage(format!("unknown precision `{s}`"))
-                .with_hint("use --precision fp32, fp16 or bf16")
-                .into()),
+            _ => Err(TrainConfigError::UnknownPrecision {
+                value: s.to_string(),
+            }
+            .into()),
         }
     }
 
@@ -276,28 +351,23 @@ impl TrainingConfig {
 
     /// Checks ranges (exit 2 on a bad value).
     pub fn validate(&self) -> anyhow::Result<()> {
-        let bad = |what: String, hint: &str| -> anyhow::Result<()> {
-            Err(CliError::usage(format!("invalid training setting: {what}"))
-                .with_hint(hint.to_string())
-                .into())
+        let bad = |what: String, check: SettingCheck| -> anyhow::Result<()> {
+            Err(TrainConfigError::Setting { what, check }.into())
         };
         if self.steps == 0 {
-            return bad("steps is 0".into(), "train at least one step (--steps N)");
+            return bad("steps is 0".into(), SettingCheck::Steps);
         }
         if self.batch_size == 0 {
-            return bad("batch_size is 0".into(), "use --batch-size 1 or more");
+            return bad("batch_size is 0".into(), SettingCheck::BatchSize);
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
-            return bad(
-                format!("lr is {}", self.lr),
-                "use a positive learning rate such as 1e-4",
-            );
+            return bad(format!("lr is {}", self.lr), SettingCheck::Lr);
         }
         let a = self.adam;
         if !(0.0..1.0).contains(&a.beta1) || !(0.0..1.0).contains(&a.beta2) {
             return bad(
                 format!("adam betas {} / {}", a.beta1, a.beta2),
-                "betas lie in [0, 1)",
+                SettingCheck::AdamBetas,
             );
         }
         if a.eps.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
@@ -305,43 +375,37 @@ impl TrainingConfig {
         {
             return bad(
                 format!("adam eps {} / weight_decay {}", a.eps, a.weight_decay),
-                "eps > 0, weight_decay >= 0",
+                SettingCheck::AdamEps,
             );
         }
         if self.max_grad_norm.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             return bad(
                 format!("max_grad_norm is {}", self.max_grad_norm),
-                "use a positive norm such as 1.0",
+                SettingCheck::MaxGradNorm,
             );
         }
         if !(0.0..1.0).contains(&self.ema.max_decay)
             || self.ema.inv_gamma.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
         {
-            return bad("ema settings".into(), "max_decay in [0, 1), inv_gamma > 0");
+            return bad("ema settings".into(), SettingCheck::Ema);
         }
         if !(self.ema.power.is_finite() && self.ema.power > 0.0) {
             return bad(
                 format!("ema power is {}", self.ema.power),
-                "use a positive warm-up power such as 0.75",
+                SettingCheck::EmaPower,
             );
         }
         if !(self.bucket_cap_mb.is_finite() && self.bucket_cap_mb > 0.0) {
             return bad(
                 format!("bucket_cap_mb is {}", self.bucket_cap_mb),
-                "use a positive size in MiB such as 25 (--bucket-cap-mb 25)",
+                SettingCheck::BucketCap,
             );
         }
         if self.keep == 0 {
-            return bad(
-                "keep is 0".into(),
-                "keep at least one checkpoint (--keep 1)",
-            );
+            return bad("keep is 0".into(), SettingCheck::Keep);
         }
         if self.sample_every > 0 && (self.sample_num <= 0 || self.sample_steps == 0) {
-            return bad(
-                "sample_num / sample_steps".into(),
-                "sample grids need at least one image and one step",
-            );
+            return bad("sample_num / sample_steps".into(), SettingCheck::Sampling);
         }
         // The samplers visit `sample_steps` of the scheduler's training
         // timesteps: more cannot be spaced (found at the first grid otherwise).
@@ -351,13 +415,13 @@ impl TrainingConfig {
                     "sample_steps is {}, more than the scheduler's {NUM_TRAIN_TIMESTEPS} train timesteps",
                     self.sample_steps
                 ),
-                &format!("use 1 to {NUM_TRAIN_TIMESTEPS} sampling steps (50 is DDIM's usual), or --sample-every 0"),
+                SettingCheck::SampleSteps,
             );
         }
         if self.synthetic_images == 0 {
             return bad(
                 "synthetic_images is 0".into(),
-                "use a positive dataset size",
+                SettingCheck::SyntheticImages,
             );
         }
         Ok(())
@@ -427,9 +491,11 @@ fn merge(base: &mut serde_yaml::Value, over: serde_yaml::Value) {
 }
 
 fn config_error(source: &str, e: impl std::fmt::Display) -> anyhow::Error {
-    CliError::usage(format!("invalid training config {source}: {e}"))
-        .with_hint("top-level keys are preset, model (diffusers UNet2DModel fields) and training; unknown keys are rejected")
-        .into()
+    TrainConfigError::File {
+        file: source.to_string(),
+        error: e.to_string(),
+    }
+    .into()
 }
 
 impl TrainConfig {
@@ -492,9 +558,9 @@ impl TrainConfig {
 
     /// Reads and applies a config file.
     pub fn apply_file(&mut self, path: &Path, preset_from_flag: bool) -> anyhow::Result<()> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::usage(format!("cannot read config file {}: {e}", path.display()))
-                .with_hint("pass a readable YAML file to --config")
+        let text = std::fs::read_to_string(path).map_err(|error| TrainConfigError::ReadFile {
+            path: path.to_path_buf(),
+            error,
         })?;
         self.apply_yaml(&text, &path.display().to_string(), preset_from_flag)
     }
@@ -554,11 +620,10 @@ impl TrainConfig {
         // The model predicts the noise added to its input: a different
         // output width would broadcast in the loss and train nonsense.
         if self.model.out_channels != self.model.in_channels {
-            return Err(CliError::usage(format!(
-                "invalid model config: out_channels is {} but in_channels is {}",
-                self.model.out_channels, self.model.in_channels
-            ))
-            .with_hint("a noise-predicting UNet outputs as many channels as it reads: set both to the same value")
+            return Err(TrainConfigError::OutChannels {
+                out_channels: self.model.out_channels,
+                in_channels: self.model.in_channels,
+            }
             .into());
         }
         self.image_size()?;
@@ -569,11 +634,7 @@ impl TrainConfig {
     pub fn image_size(&self) -> anyhow::Result<u32> {
         let (h, w) = self.model.sample_size.hw();
         if h != w {
-            return Err(
-                CliError::usage(format!("sample_size {h}x{w} is not square"))
-                    .with_hint("train-demo trains on square images; set sample_size to one number")
-                    .into(),
-            );
+            return Err(TrainConfigError::NotSquare { h, w }.into());
         }
         Ok(h as u32)
     }

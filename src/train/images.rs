@@ -7,13 +7,11 @@
 //! a grid shape without empty cells where the count allows one (8 → 4×2, 12 →
 //! 4×3), and a thin black border (torchvision `make_grid`'s 2-pixel padding).
 //! Files are written atomically. It must not generate images.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use image::{DynamicImage, ImageBuffer, ImageFormat, Luma, Rgb, Rgba};
 use tch::{Device, Kind, Tensor};
-
-use crate::CliError;
 
 /// Pixels between and around the tiles (torchvision `make_grid` default).
 pub const GRID_PADDING: usize = 2;
@@ -150,9 +148,9 @@ pub fn write_grid_png(images: &Tensor, path: &Path, nrow: Option<usize>) -> anyh
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let cannot = |e: &dyn std::fmt::Display| {
-        CliError::usage(format!("cannot write {}: {e}", path.display()))
-            .with_hint("choose a writable output path")
+    let cannot = |e: &dyn std::fmt::Display| ImagesError::Write {
+        path: path.to_path_buf(),
+        error: e.to_string(),
     };
     let mut tmp = tempfile::Builder::new()
         .prefix(".imgctl-")
@@ -162,6 +160,19 @@ pub fn write_grid_png(images: &Tensor, path: &Path, nrow: Option<usize>) -> anyh
     std::io::Write::write_all(&mut tmp, &png).map_err(|e| cannot(&e))?;
     tmp.persist(path).map_err(|e| cannot(&e.error))?;
     Ok(())
+}
+
+/// An image file that cannot be written (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ImagesError {
+    /// The file or its temporary sibling cannot be written.
+    #[error("cannot write {}: {error}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        error: String,
+    },
 }
 
 #[cfg(test)]

@@ -12,9 +12,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::output::printer;
-use crate::CliError;
-
 /// The lock file's name inside the output directory.
 pub const LOCK_FILE: &str = ".imgctl.lock";
 
@@ -28,6 +25,9 @@ pub struct OutLock {
     /// The output folder, when acquiring the lock created it: a run that
     /// ends before writing anything there takes it away again.
     created: Option<PathBuf>,
+    /// Why the file system refused the lock, when it did (no `flock`
+    /// support): the run goes on unlocked.
+    unlocked: Option<std::io::Error>,
 }
 
 impl Drop for OutLock {
@@ -50,15 +50,15 @@ impl Drop for OutLock {
 impl OutLock {
     /// Takes the lock on `out` (created when missing). Another live run
     /// holding it is exit 2 naming that run's pid. On a file system without
-    /// `flock` support the run goes on unlocked, with a warning.
+    /// `flock` support the run goes on unlocked ([`OutLock::unlocked`] says
+    /// why, for the caller's warning).
     pub fn acquire(out: &Path) -> anyhow::Result<Self> {
         let path = out.join(LOCK_FILE);
-        let cannot = |e: std::io::Error| -> anyhow::Error {
-            CliError::usage(format!(
-                "cannot write to the output directory {}: {e}",
-                out.display()
-            ))
-            .with_hint("choose a writable --out directory")
+        let cannot = |error: std::io::Error| -> anyhow::Error {
+            OutLockError::CannotWrite {
+                path: out.to_path_buf(),
+                error,
+            }
             .into()
         };
         let created = (!out.exists()).then(|| out.to_path_buf());
@@ -74,14 +74,11 @@ impl OutLock {
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Err(held_error(out, &path));
             }
-            printer().warn(format!(
-                "cannot lock {} ({err}): nothing stops a second run from writing to the same --out",
-                path.display()
-            ));
             return Ok(Self {
                 _file: None,
                 path,
                 created,
+                unlocked: Some(err),
             });
         }
         // Ours now: record the pid for a second run's message. Only that
@@ -95,12 +92,18 @@ impl OutLock {
             _file: Some(file),
             path,
             created,
+            unlocked: None,
         })
     }
 
     /// The lock file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Why the run holds no lock (the file system refused `flock`), if so.
+    pub fn unlocked(&self) -> Option<&std::io::Error> {
+        self.unlocked.as_ref()
     }
 }
 
@@ -122,18 +125,40 @@ fn held_error(out: &Path, path: &Path) -> anyhow::Error {
         std::thread::sleep(std::time::Duration::from_millis(25));
         pid = holder_pid(path);
     }
-    let (who, stop) = match pid {
-        Some(p) => (format!("pid {p}"), format!("stop it (kill {p})")),
-        None => ("pid unknown".to_string(), "stop it".to_string()),
-    };
-    CliError::usage(format!(
-        "--out {} is in use by another imgctl run ({who})",
-        out.display()
-    ))
-    .with_hint(format!(
-        "wait for that run to end or {stop}, or choose another --out"
-    ))
+    OutLockError::Held {
+        out: out.to_path_buf(),
+        pid,
+    }
     .into()
+}
+
+/// The output directory cannot be locked (usage errors: exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum OutLockError {
+    /// The output directory or its lock file cannot be created.
+    #[error("cannot write to the output directory {}: {error}", .path.display())]
+    CannotWrite {
+        /// The output directory.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// Another live run holds the lock.
+    #[error("{} is in use by another imgctl run ({})", .out.display(), holder(*.pid))]
+    Held {
+        /// The output directory.
+        out: PathBuf,
+        /// The holder's pid, when it has written it.
+        pid: Option<u32>,
+    },
+}
+
+/// The holder of a lock in words: `pid 123` or `pid unknown`.
+pub fn holder(pid: Option<u32>) -> String {
+    match pid {
+        Some(p) => format!("pid {p}"),
+        None => "pid unknown".to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -170,12 +195,12 @@ mod tests {
         // flock locks belong to the open file: a second open conflicts,
         // even in the same process.
         let e = OutLock::acquire(&out).unwrap_err();
-        let cli = e.downcast_ref::<CliError>().expect("a CliError");
-        assert_eq!(cli.status, crate::ExitStatus::Usage);
+        use crate::commands::error::{render_error, status_of};
+        assert_eq!(status_of(&e), crate::ExitStatus::Usage);
         assert_eq!(
-            e.to_string(),
+            render_error(&e).lines().next().unwrap(),
             format!(
-                "--out {} is in use by another imgctl run (pid {})",
+                "error: --out {} is in use by another imgctl run (pid {})",
                 out.display(),
                 std::process::id()
             )

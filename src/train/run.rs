@@ -27,7 +27,54 @@ use super::space;
 use super::sync::{GradSync, SyncStats};
 use super::trainer::{sync_device, StepError, Trainer};
 use crate::output::printer;
-use crate::CliError;
+
+/// Ways a run stops before its last step.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The ranks resumed at different steps (exit 1).
+    #[error(
+        "rank {rank} starts at step {start_step}, but the ranks disagree (their mean is {mean:.1})"
+    )]
+    RanksDisagree {
+        /// This rank.
+        rank: usize,
+        /// The step it starts at.
+        start_step: u64,
+        /// The ranks' mean start step.
+        mean: f64,
+    },
+    /// The resumed checkpoint is at (or past) the last step (exit 2).
+    #[error("the checkpoint is at step {step}, and the run has {steps} steps")]
+    AlreadyDone {
+        /// The checkpoint's step.
+        step: u64,
+        /// The run's steps.
+        steps: u64,
+    },
+    /// Ctrl-C: the run saved a checkpoint and stopped (exit 130).
+    #[error("interrupted at step {step}{}", .checkpoint.as_ref().map(|d| format!("; checkpoint {}", d.display())).unwrap_or_default())]
+    Interrupted {
+        /// The last step trained.
+        step: u64,
+        /// The checkpoint of that step (rank 0 only).
+        checkpoint: Option<PathBuf>,
+        /// The output directory.
+        out: PathBuf,
+        /// The data folder, when not the synthetic set.
+        data: Option<PathBuf>,
+    },
+    /// The loss or the gradients stopped being finite (exit 1); resuming
+    /// unchanged replays the same NaN, the run being deterministic.
+    #[error("{error}; {}", .kept.as_ref().map_or("no checkpoint was written before it".to_string(), |d| format!("the last good checkpoint is {}", d.display())))]
+    Diverged {
+        /// The step's error ([`StepError`]).
+        error: String,
+        /// The last good checkpoint, if one was written.
+        kept: Option<PathBuf>,
+        /// The run's precision.
+        precision: Precision,
+    },
+}
 
 /// Version of the summary JSON.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
@@ -260,13 +307,11 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let mut agreed = [start_step as f64];
     trainer.sync_mean_scalars(&mut agreed)?;
     if (agreed[0] - start_step as f64).abs() > 0.5 {
-        return Err(CliError::failure(format!(
-            "rank {rank} starts at step {start_step}, but the ranks disagree (their mean is {:.1})",
-            agreed[0]
-        ))
-        .with_hint(
-            "every rank must see the same --out (a shared file system), with the same checkpoints",
-        )
+        return Err(RunError::RanksDisagree {
+            rank,
+            start_step,
+            mean: agreed[0],
+        }
         .into());
     }
     if start_step >= tr.steps && opts.finished_ok {
@@ -278,11 +323,10 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
             ));
         }
     } else if start_step >= tr.steps {
-        return Err(CliError::usage(format!(
-            "the checkpoint is at step {start_step}, and the run has {} steps",
-            tr.steps
-        ))
-        .with_hint("pass a larger --steps to train further")
+        return Err(RunError::AlreadyDone {
+            step: start_step,
+            steps: tr.steps,
+        }
         .into());
     }
 
@@ -382,9 +426,10 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         }
         match write_checkpoint(trainer, last_loss) {
             Ok(dir) => p.warn(format!(
-                "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with --resume)",
+                "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with {})",
                 trainer.step,
-                dir.display()
+                dir.display(),
+                opts.resume_flag
             )),
             Err(e) => p.warn(format!(
                 "could not save a checkpoint of step {} before stopping: {}",
@@ -399,7 +444,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         let stop = interrupt.load(Ordering::SeqCst);
         if trainer.sync_any_rank(stop)? {
             bar.finish_and_clear();
-            let mut where_ = String::new();
+            let mut checkpoint = None;
             if lead {
                 if let Some(m) = metrics.as_mut() {
                     m.flush()?;
@@ -409,20 +454,17 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 } else {
                     write_checkpoint(&trainer, last_loss)?
                 };
-                where_ = format!("; checkpoint {}", dir.display());
+                checkpoint = Some(dir);
             }
-            return Err(CliError::interrupted(format!(
-                "interrupted at step {}{where_}",
-                trainer.step
-            ))
-            .with_hint(format!(
-                "continue with `imgctl train-demo --resume --out {}{}`",
-                opts.out.display(),
-                match &opts.data {
-                    DataChoice::Folder(d) => format!(" --data {}", d.display()),
-                    DataChoice::Synthetic => String::new(),
-                }
-            ))
+            return Err(RunError::Interrupted {
+                step: trainer.step,
+                checkpoint,
+                out: opts.out.clone(),
+                data: match &opts.data {
+                    DataChoice::Folder(d) => Some(d.clone()),
+                    DataChoice::Synthetic => None,
+                },
+            }
             .into());
         }
         let step_start = Instant::now();
@@ -445,20 +487,12 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                     let _ = m.flush();
                 }
                 if e.downcast_ref::<StepError>().is_some() {
-                    let kept = match &last_checkpoint {
-                        Some(d) => format!("the last good checkpoint is {}", d.display()),
-                        None => "no checkpoint was written before it".to_string(),
-                    };
-                    // Resuming unchanged replays the same NaN: the run is deterministic.
-                    let hint = match (opts.precision, &last_checkpoint) {
-                        (Precision::Fp32, Some(_)) => "resume with a lower --lr",
-                        (Precision::Fp32, None) => "start again with a lower --lr",
-                        (_, Some(_)) => "resume with --precision fp32 or a lower --lr",
-                        (_, None) => "start again with --precision fp32 or a lower --lr",
-                    };
-                    return Err(CliError::failure(format!("{e}; {kept}"))
-                        .with_hint(hint)
-                        .into());
+                    return Err(RunError::Diverged {
+                        error: e.to_string(),
+                        kept: last_checkpoint.clone(),
+                        precision: opts.precision,
+                    }
+                    .into());
                 }
                 return Err(e);
             }

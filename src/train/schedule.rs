@@ -19,8 +19,6 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use crate::CliError;
-
 /// Diffusion steps of training (DDPM, Ho et al. 2020; diffusers' default).
 pub const NUM_TRAIN_TIMESTEPS: i64 = 1000;
 /// First beta of the linear schedule (Ho et al. 2020, §4).
@@ -29,6 +27,23 @@ pub const BETA_START: f64 = 1e-4;
 pub const BETA_END: f64 = 0.02;
 /// Predicted clean images are clipped to ±this (diffusers `clip_sample_range`).
 pub const CLIP_SAMPLE_RANGE: f64 = 1.0;
+
+/// A sampler or a number of sampling steps that does not exist (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// A sampler other than ddpm or ddim.
+    #[error("unknown sampler `{name}`")]
+    UnknownSampler {
+        /// The name given (lower-cased).
+        name: String,
+    },
+    /// Sampling steps outside 1..=[`NUM_TRAIN_TIMESTEPS`].
+    #[error("{steps} sampling steps is out of range")]
+    Steps {
+        /// The steps asked for.
+        steps: i64,
+    },
+}
 
 /// How to walk from noise back to an image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,9 +61,10 @@ impl FromStr for Sampler {
         match s.to_ascii_lowercase().as_str() {
             "ddpm" => Ok(Sampler::Ddpm),
             "ddim" => Ok(Sampler::Ddim),
-            other => Err(CliError::usage(format!("unknown sampler `{other}`"))
-                .with_hint("use ddpm or ddim")
-                .into()),
+            other => Err(ScheduleError::UnknownSampler {
+                name: other.to_string(),
+            }
+            .into()),
         }
     }
 }
@@ -127,11 +143,7 @@ impl DdpmSchedule {
     /// first ("leading" spacing: `i · (T / steps)` for `i < steps`).
     pub fn inference_timesteps(steps: i64) -> anyhow::Result<Vec<i64>> {
         if !(1..=NUM_TRAIN_TIMESTEPS).contains(&steps) {
-            return Err(
-                CliError::usage(format!("{steps} sampling steps is out of range"))
-                    .with_hint(format!("use between 1 and {NUM_TRAIN_TIMESTEPS} steps"))
-                    .into(),
-            );
+            return Err(ScheduleError::Steps { steps }.into());
         }
         let ratio = NUM_TRAIN_TIMESTEPS / steps;
         Ok((0..steps).rev().map(|i| i * ratio).collect())

@@ -24,7 +24,6 @@ use super::space;
 use super::sync::GradSync;
 use super::trainer::Trainer;
 use crate::output::printer;
-use crate::CliError;
 
 /// Where training data comes from.
 #[derive(Debug, Clone)]
@@ -80,6 +79,10 @@ pub struct RunOptions {
     /// Why the precision is not the device's usual default, when it is not
     /// (printed once before training).
     pub precision_note: Option<String>,
+    /// The flag that continues this run after a stop (`--resume`), named by
+    /// the warning of a checkpoint saved before an error: only `commands/`
+    /// knows flags, so it fills this in.
+    pub resume_flag: &'static str,
 }
 
 /// Checks everything that can be wrong with the input before a model is
@@ -147,28 +150,27 @@ pub fn start_loader(trainer: &Trainer, data: Arc<Dataset>) -> Loader {
 pub fn check_precision(device: Device, precision: Precision) -> anyhow::Result<()> {
     match (device, precision) {
         (_, Precision::Fp32) => Ok(()),
-        (Device::Cpu, Precision::Fp16) => Err(CliError::usage(
-            "fp16 needs a CUDA device: tch's autocast is CUDA-only, so fp16 on the CPU would silently train in fp32",
-        )
-        .with_hint("use --precision fp32 or bf16 on the CPU, or --device cuda")
-        .into()),
+        (Device::Cpu, Precision::Fp16) => Err(SessionError::Fp16OnCpu.into()),
         (d, p) => {
-            let kind = if p == Precision::Bf16 { Kind::BFloat16 } else { Kind::Half };
+            let kind = if p == Precision::Bf16 {
+                Kind::BFloat16
+            } else {
+                Kind::Half
+            };
             let probe = Tensor::f_ones([8, 8], (kind, d))
                 .and_then(|a| a.f_matmul(&a))
                 .and_then(|m| m.f_sum(Kind::Float))
                 .and_then(f64::try_from);
             match probe {
                 Ok(512.0) => Ok(()),
-                other => Err(CliError::usage(format!(
-                    "{} is not supported on {d:?} ({})",
-                    p.name(),
-                    match other {
+                other => Err(SessionError::Unsupported {
+                    precision: p,
+                    device: format!("{d:?}"),
+                    why: match other {
                         Ok(v) => format!("a test matmul returned {v}"),
                         Err(e) => e.to_string().lines().next().unwrap_or_default().to_string(),
-                    }
-                ))
-                .with_hint("use --precision fp32")
+                    },
+                }
                 .into()),
             }
         }
@@ -194,6 +196,8 @@ pub fn cuda_compute_capability(index: usize) -> Option<(i32, i32)> {
 /// line); fp32 on an
 /// older GPU, where bf16 is emulated and slower than fp32. An unknown
 /// capability keeps bf16, which [`check_precision`] then probes.
+/// The note says why in the device's terms; which flag changes it is the
+/// caller's to add.
 pub fn default_precision(
     device: Device,
     capability: Option<(i32, i32)>,
@@ -202,7 +206,7 @@ pub fn default_precision(
         (Device::Cuda(_), Some((major, minor))) if major < 8 => (
             Precision::Fp32,
             Some(format!(
-                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32 (--precision fp16 uses fp16 tensor cores where the GPU has them, from compute capability 7.0)",
+                "{} has compute capability {major}.{minor}, without bf16 tensor cores (8.0+): training in fp32",
                 device_name(device)
             )),
         ),
@@ -216,23 +220,18 @@ pub fn default_precision(
 /// fails before training, not at the first checkpoint. Leaves no file behind.
 /// `params` (the model's parameters) sizes the space a full disk's hint names.
 pub fn check_out_dir(out: &Path, params: u64) -> anyhow::Result<()> {
-    let fail = |e: std::io::Error| -> anyhow::Error {
-        CliError::usage(format!(
-            "cannot write to the output directory {}: {e}",
-            out.display()
-        ))
-        .with_hint("choose a writable --out directory")
+    let fail = |error: std::io::Error| -> anyhow::Error {
+        SessionError::OutDir {
+            path: out.to_path_buf(),
+            error,
+        }
         .into()
     };
     let full = || -> anyhow::Error {
-        CliError::failure(format!(
-            "no space left on the device for the output directory {}",
-            out.display()
-        ))
-        .with_hint(format!(
-            "the run needs about {} there: free space on that file system, or choose another --out",
-            space::human_bytes(space::run_bytes(params))
-        ))
+        SessionError::OutDirFull {
+            path: out.to_path_buf(),
+            need: space::run_bytes(params),
+        }
         .into()
     };
     std::fs::create_dir_all(out).map_err(|e| if space::is_full(&e) { full() } else { fail(e) })?;
@@ -247,18 +246,10 @@ pub fn check_out_dir(out: &Path, params: u64) -> anyhow::Result<()> {
     for sub in OUT_SUBDIRS {
         let dir = out.join(sub);
         if dir.exists() && !dir.is_dir() {
-            return Err(CliError::usage(format!(
-                "cannot write to the output directory: {} is not a directory",
-                dir.display()
-            ))
-            .with_hint("move that file away, or choose another --out")
-            .into());
+            return Err(SessionError::NotADirectory { path: dir }.into());
         }
-        std::fs::create_dir_all(&dir).map_err(|e| -> anyhow::Error {
-            CliError::usage(format!("cannot create {}: {e}", dir.display()))
-                .with_hint("choose a writable --out directory")
-                .into()
-        })?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|error| SessionError::CreateDir { path: dir, error })?;
     }
     Ok(())
 }
@@ -273,35 +264,99 @@ pub fn open_dataset(choice: &DataChoice, config: &TrainConfig) -> anyhow::Result
             config.training.synthetic_style,
         )),
         DataChoice::Folder(dir) => {
-            let data = Dataset::folder(dir, size).map_err(|e| {
-                CliError::usage(format!(
-                    "cannot read the data folder {}: {e}",
-                    dir.display()
-                ))
-                .with_hint("pass a readable directory of PNG or JPEG images to --data")
+            let data = Dataset::folder(dir, size).map_err(|e| SessionError::DataFolder {
+                path: dir.clone(),
+                error: e.to_string(),
             })?;
             if data.is_empty() {
-                let msg = if data.skipped.is_empty() {
-                    format!(
-                        "the data folder {} holds no PNG or JPEG images",
-                        dir.display()
-                    )
-                } else {
-                    format!(
-                        "the data folder {} holds no readable images ({} unreadable, e.g. {}: {})",
-                        dir.display(),
-                        data.skipped.len(),
-                        data.skipped[0].0.display(),
-                        data.skipped[0].1
-                    )
-                };
-                return Err(CliError::usage(msg)
-                    .with_hint("put .png/.jpg/.jpeg files directly in the folder (subfolders are not searched), or omit --data for the synthetic set")
-                    .into());
+                return Err(match data.skipped.first() {
+                    None => SessionError::NoImages { path: dir.clone() },
+                    Some((first, why)) => SessionError::NoReadableImages {
+                        path: dir.clone(),
+                        unreadable: data.skipped.len(),
+                        first: first.clone(),
+                        why: why.clone(),
+                    },
+                }
+                .into());
             }
             Ok(data)
         }
     }
+}
+
+/// What can be wrong with a run's inputs before its first step.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// fp16 asked for on the CPU (exit 2).
+    #[error("fp16 needs a CUDA device: tch's autocast is CUDA-only, so fp16 on the CPU would silently train in fp32")]
+    Fp16OnCpu,
+    /// The device failed a probe matmul in the precision (exit 2).
+    #[error("{} is not supported on {device} ({why})", .precision.name())]
+    Unsupported {
+        /// The precision asked for.
+        precision: Precision,
+        /// The device, as tch debug-prints it (`Cuda(0)`).
+        device: String,
+        /// What the probe got.
+        why: String,
+    },
+    /// The output directory cannot be created or written (exit 2).
+    #[error("cannot write to the output directory {}: {error}", .path.display())]
+    OutDir {
+        /// The output directory.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// The disk under the output directory is full (exit 1).
+    #[error("no space left on the device for the output directory {}", .path.display())]
+    OutDirFull {
+        /// The output directory.
+        path: PathBuf,
+        /// Bytes the run needs there.
+        need: u64,
+    },
+    /// A file stands where a folder of the output directory goes (exit 2).
+    #[error("cannot write to the output directory: {} is not a directory", .path.display())]
+    NotADirectory {
+        /// The file in the way.
+        path: PathBuf,
+    },
+    /// A folder of the output directory cannot be created (exit 2).
+    #[error("cannot create {}: {error}", .path.display())]
+    CreateDir {
+        /// The folder.
+        path: PathBuf,
+        /// Why not.
+        error: std::io::Error,
+    },
+    /// The data folder cannot be read (exit 2).
+    #[error("cannot read the data folder {}: {error}", .path.display())]
+    DataFolder {
+        /// The folder.
+        path: PathBuf,
+        /// Why not.
+        error: String,
+    },
+    /// The data folder holds no image file (exit 2).
+    #[error("the data folder {} holds no PNG or JPEG images", .path.display())]
+    NoImages {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// The data folder holds image files, none readable (exit 2).
+    #[error("the data folder {} holds no readable images ({unreadable} unreadable, e.g. {}: {why})", .path.display(), .first.display())]
+    NoReadableImages {
+        /// The folder.
+        path: PathBuf,
+        /// How many files were unreadable.
+        unreadable: usize,
+        /// The first of them.
+        first: PathBuf,
+        /// Why it is unreadable.
+        why: String,
+    },
 }
 
 /// The device as the messages and the summary name it (`cpu`, `cuda:N`).

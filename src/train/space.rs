@@ -6,9 +6,7 @@
 //! for one checkpoint and the final model ([`preflight`]); a disk that fills
 //! up later ([`explain_disk_full`]) names what was being written and how
 //! much a checkpoint needs.
-use std::path::Path;
-
-use crate::CliError;
+use std::path::{Path, PathBuf};
 
 /// Bytes of one checkpoint of a model with `params` parameters: fp32
 /// weights, fp32 EMA weights and the two fp32 AdamW moments (16 bytes per
@@ -63,9 +61,9 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
-/// The free space of `out`'s file system in words (`3.1 MB are free`).
-fn free_words(out: &Path) -> String {
-    match free_bytes(out) {
+/// Free space in words (`3.1 MB are free`; `free` from [`free_bytes`]).
+pub fn free_words(free: Option<u64>) -> String {
+    match free {
         Some(free) => format!("{} are free", human_bytes(free)),
         None => "the free space is unknown".into(),
     }
@@ -76,17 +74,12 @@ fn free_words(out: &Path) -> String {
 pub fn preflight(out: &Path, params: u64) -> anyhow::Result<()> {
     let need = run_bytes(params);
     match free_bytes(out) {
-        Some(free) if free < need => Err(CliError::failure(format!(
-            "not enough free space in {}: {} are free, the run needs about {} (a checkpoint of {} and the final model)",
-            out.display(),
-            human_bytes(free),
-            human_bytes(need),
-            human_bytes(checkpoint_bytes(params))
-        ))
-        .with_hint(format!(
-            "free at least {} on that file system, or choose another --out",
-            human_bytes(need - free)
-        ))
+        Some(free) if free < need => Err(SpaceError::NotEnough {
+            path: out.to_path_buf(),
+            free,
+            need,
+            checkpoint: checkpoint_bytes(params),
+        }
         .into()),
         _ => Ok(()),
     }
@@ -99,14 +92,13 @@ pub fn explain_disk_full(err: anyhow::Error, out: &Path, params: u64) -> anyhow:
     if !chain_is_full(&err) {
         return err;
     }
-    CliError::failure(format!("no space left on the device while {}", what(&err)))
-        .with_hint(format!(
-            "a checkpoint needs about {} and {} in {}: free space there, then continue with --resume (or choose another --out)",
-            human_bytes(checkpoint_bytes(params)),
-            free_words(out),
-            out.display()
-        ))
-        .into()
+    SpaceError::DiskFull {
+        what: what(&err),
+        out: out.to_path_buf(),
+        checkpoint: checkpoint_bytes(params),
+        free: free_bytes(out),
+    }
+    .into()
 }
 
 /// The outermost message of `err`, as a clause (`writing …`).
@@ -117,6 +109,35 @@ fn what(err: &anyhow::Error) -> String {
         Some(c) => c.to_lowercase().chain(chars).collect(),
         None => "writing".into(),
     }
+}
+
+/// No room for a run's files (runtime failures: exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum SpaceError {
+    /// Too little free space before the first step.
+    #[error("not enough free space in {}: {} are free, the run needs about {} (a checkpoint of {} and the final model)", .path.display(), human_bytes(*.free), human_bytes(*.need), human_bytes(*.checkpoint))]
+    NotEnough {
+        /// The output directory.
+        path: PathBuf,
+        /// Bytes free there.
+        free: u64,
+        /// Bytes the run needs ([`run_bytes`]).
+        need: u64,
+        /// Bytes of one checkpoint.
+        checkpoint: u64,
+    },
+    /// The disk filled up while the run wrote something.
+    #[error("no space left on the device while {what}")]
+    DiskFull {
+        /// What was being written, as a clause (`writing …`).
+        what: String,
+        /// The output directory.
+        out: PathBuf,
+        /// Bytes of one checkpoint.
+        checkpoint: u64,
+        /// Bytes free there, when known.
+        free: Option<u64>,
+    },
 }
 
 #[cfg(test)]
@@ -135,20 +156,17 @@ mod tests {
             "no space left on the device while writing the checkpoint of step 3 under x"
         );
         assert_eq!(e.chain().count(), 1, "no debug text below it");
-        let cli = e.downcast_ref::<CliError>().unwrap();
-        assert_eq!(cli.status, crate::ExitStatus::Failure);
+        use crate::commands::error::{render_error, status_of};
+        assert_eq!(status_of(&e), crate::ExitStatus::Failure);
+        let text = render_error(&e);
         assert!(
-            cli.hint
-                .as_deref()
-                .unwrap()
-                .starts_with("a checkpoint needs about 16.2 MB and "),
-            "{:?}",
-            cli.hint
+            text.contains("\nhint: a checkpoint needs about 16.2 MB and "),
+            "{text}"
         );
         // Other errors pass unchanged.
         let other = anyhow::Error::from(std::io::Error::from_raw_os_error(libc::EACCES));
         assert!(explain_disk_full(other, Path::new("/"), 1)
-            .downcast_ref::<CliError>()
+            .downcast_ref::<SpaceError>()
             .is_none());
         assert!(chain_is_full(
             &anyhow::Error::from(enospc()).context("metrics")

@@ -41,7 +41,6 @@ use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
 use super::schedule::{DdpmSchedule, Sampler};
 use super::sync::{GradLayout, GradSync, SyncStats};
 use crate::output::printer;
-use crate::CliError;
 
 /// fp16 steps skipped in a row before the run is declared diverged: at a
 /// back-off of 0.5 per skip, 64 skips take the initial 2^16 scale to 2^-48.
@@ -192,16 +191,43 @@ pub fn step_panic_error(
         .map(|(_, rest)| rest.trim_end_matches("\")").replace("\\n", "\n"))
         .unwrap_or(text);
     let first = inner.lines().next().unwrap_or_default().trim().to_string();
-    let hint = if first.contains("out of memory") {
-        "lower --batch-size, or use --precision bf16"
-    } else if matches!(device, Device::Cuda(_)) {
-        "check the GPU with `imgctl verify --level full`, and the kernel log (dmesg) for Xid errors"
-    } else {
-        "rerun with RUST_BACKTRACE=1 and report the message"
-    };
-    CliError::failure(format!("training step {step} failed in libtorch: {first}"))
-        .with_hint(hint)
-        .into()
+    TrainerError::Libtorch {
+        step,
+        first,
+        device,
+    }
+    .into()
+}
+
+/// What can go wrong in the trainer itself.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainerError {
+    /// A training step panicked inside libtorch (exit 1).
+    #[error("training step {step} failed in libtorch: {first}")]
+    Libtorch {
+        /// The step (1-based).
+        step: u64,
+        /// The first line of libtorch's message.
+        first: String,
+        /// The device it ran on.
+        device: Device,
+    },
+    /// A checkpoint of another model config (exit 2).
+    #[error("the checkpoint {} was trained with a different model config", .dir.display())]
+    ModelMismatch {
+        /// The checkpoint directory.
+        dir: PathBuf,
+    },
+    /// A checkpoint file without a tensor the model needs (exit 2).
+    #[error("checkpoint {} lacks `{key}` in {file}", .dir.display())]
+    MissingTensor {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The tensor's name.
+        key: String,
+        /// The file in the checkpoint.
+        file: &'static str,
+    },
 }
 
 /// Waits for every kernel queued on `device` (nothing on the CPU).
@@ -639,11 +665,9 @@ impl Trainer {
     pub fn load_checkpoint(&mut self, dir: &Path) -> anyhow::Result<State> {
         let state = checkpoint::read_state(dir)?;
         if state.config.model != self.config.model {
-            return Err(CliError::usage(format!(
-                "the checkpoint {} was trained with a different model config",
-                dir.display()
-            ))
-            .with_hint("resume with the same --preset / --config model section, or start a new --out directory")
+            return Err(TrainerError::ModelMismatch {
+                dir: dir.to_path_buf(),
+            }
             .into());
         }
         weights::load_diffusers_state_dict(&self.master_vs, &dir.join(checkpoint::MODEL_FILE))?;
@@ -653,18 +677,17 @@ impl Trainer {
         let opt: std::collections::HashMap<String, Tensor> = opt.into_iter().collect();
         tch::no_grad(|| -> anyhow::Result<()> {
             for e in &self.layout.entries {
-                let find =
-                    |map: &std::collections::HashMap<String, Tensor>, key: &str, file: &str| {
-                        map.get(key).map(|t| t.shallow_clone()).ok_or_else(|| {
-                            anyhow::Error::from(
-                                CliError::usage(format!(
-                                    "checkpoint {} lacks `{key}` in {file}",
-                                    dir.display()
-                                ))
-                                .with_hint("the checkpoint is damaged or from another model"),
-                            )
+                let find = |map: &std::collections::HashMap<String, Tensor>,
+                            key: &str,
+                            file: &'static str| {
+                    map.get(key).map(|t| t.shallow_clone()).ok_or_else(|| {
+                        anyhow::Error::from(TrainerError::MissingTensor {
+                            dir: dir.to_path_buf(),
+                            key: key.to_string(),
+                            file,
                         })
-                    };
+                    })
+                };
                 let src = find(&ema, &e.name, checkpoint::EMA_FILE)?;
                 self.layout
                     .view(&self.ema.shadow, e)
@@ -714,14 +737,17 @@ mod tests {
                 .expect_err("a view of the wrong size panics in tch");
         std::panic::set_hook(hook);
         let e = step_panic_error(7, Device::Cpu, panic.as_ref());
-        let cli = e.downcast_ref::<CliError>().expect("a CliError");
+        assert!(matches!(
+            e.downcast_ref::<TrainerError>(),
+            Some(TrainerError::Libtorch { .. })
+        ));
         let msg = e.to_string();
         assert!(
             msg.starts_with("training step 7 failed in libtorch: shape '[3]' is invalid"),
             "{msg}"
         );
         assert!(!msg.contains("unwrap") && !msg.contains('\n'), "{msg}");
-        assert!(cli.hint.is_some());
+        assert!(crate::commands::error::render_error(&e).contains("\nhint: "));
         let oom = step_panic_error(
             1,
             Device::Cuda(0),

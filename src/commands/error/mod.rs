@@ -10,9 +10,11 @@
 use crate::error::ExitStatus;
 
 mod advice;
+mod bench;
 mod docker;
 mod lock;
 mod spec;
+mod train;
 
 pub use advice::{Advice, CliError};
 
@@ -25,8 +27,13 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
             hint: e.hint.clone(),
         });
     }
-    let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] =
-        &[lock::advise, docker::advise, spec::advise];
+    let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] = &[
+        lock::advise,
+        docker::advise,
+        spec::advise,
+        train::advise,
+        bench::advise,
+    ];
     tables.iter().find_map(|table| table(err))
 }
 

@@ -69,13 +69,13 @@ mod single_run {
         let primary = LaunchInfo::from_process_env()?.is_primary();
         let out_path = out_dir(&args);
         let mut _lock = if primary && out_path.exists() {
-            Some(OutLock::acquire(&out_path)?)
+            Some(lock_out(&out_path)?)
         } else {
             None
         };
         let mut opts = resolve_options(&args)?;
         if primary && _lock.is_none() {
-            _lock = Some(OutLock::acquire(&out_path)?);
+            _lock = Some(lock_out(&out_path)?);
         }
         let out = opts.out.clone();
         let sync = worker_sync(&args, &mut opts)?;
@@ -110,6 +110,19 @@ mod single_run {
             p.json(&summary)?;
         }
         Ok(ExitStatus::Success)
+    }
+
+    /// Locks `out` (see [`OutLock::acquire`]), warning when its file system
+    /// refuses the lock and the run goes on unlocked.
+    fn lock_out(out: &std::path::Path) -> anyhow::Result<OutLock> {
+        let lock = OutLock::acquire(out)?;
+        if let Some(err) = lock.unlocked() {
+            printer().warn(format!(
+                "cannot lock {} ({err}): nothing stops a second run from writing to the same --out",
+                lock.path().display()
+            ));
+        }
+        Ok(lock)
     }
 
     /// The human summary lines.

@@ -16,7 +16,7 @@ use crate::cli::TrainArgs;
 use crate::env_vars;
 use crate::output::printer;
 use crate::train::checkpoint::{self, DataSource};
-use crate::train::config::{parse_on_off, GradReduce, Overrides, Precision, TrainConfig};
+use crate::train::config::{GradReduce, Overrides, Precision, TrainConfig};
 use crate::train::session::{self, DataChoice, RunOptions};
 use crate::CliError;
 
@@ -286,6 +286,10 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         }
         (None, _) => session::default_precision(device, None),
     };
+    // The note says why a GPU trains in fp32; the flag that changes it is ours to name.
+    let precision_note = precision_note.map(|note| {
+        format!("{note} (--precision fp16 uses fp16 tensor cores where the GPU has them, from compute capability 7.0)")
+    });
     let data = resolve_data(
         data.as_deref(),
         state.as_ref().and_then(|s| s.data.as_ref()),
@@ -332,7 +336,22 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         inject_nan_at: env_step(env_vars::IMGCTL_TEST_INJECT_NAN_AT_STEP)?,
         interrupt_after: env_step(env_vars::IMGCTL_TEST_INTERRUPT_AFTER_STEP)?,
         precision_note,
+        resume_flag: "--resume",
     })
+}
+
+/// Parses an on/off switch given to `flag` (`on`, `off`, `true`, `false`,
+/// `1`, `0`; exit 2 otherwise).
+fn parse_on_off(flag: &'static str) -> impl Fn(&str) -> anyhow::Result<bool> {
+    move |s| match s.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        _ => Err(
+            CliError::usage(format!("{flag} takes on or off, not `{s}`"))
+                .with_hint(format!("e.g. {flag} off"))
+                .into(),
+        ),
+    }
 }
 
 #[cfg(test)]

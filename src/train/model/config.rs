@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::CliError;
+use super::error::{ModelCheck, ModelConfigError};
 
 /// The names `UNetConfig::preset` accepts.
 pub const PRESETS: &[&str] = &["default", "tiny", "smoke"];
@@ -264,18 +264,15 @@ impl UNetConfig {
                 ..Self::tiny()
             }),
             other => {
-                let mut err = CliError::usage(format!("unknown model preset `{other}`"));
                 let close = PRESETS
                     .iter()
-                    .find(|p| strsim::jaro_winkler(p, other) > 0.8);
-                err = match close {
-                    Some(p) => err.with_hint(format!(
-                        "did you mean `{p}`? The presets are: {}",
-                        PRESETS.join(", ")
-                    )),
-                    None => err.with_hint(format!("the presets are: {}", PRESETS.join(", "))),
-                };
-                Err(err.into())
+                    .find(|p| strsim::jaro_winkler(p, other) > 0.8)
+                    .copied();
+                Err(ModelConfigError::UnknownPreset {
+                    name: other.to_string(),
+                    close,
+                }
+                .into())
             }
         }
     }
@@ -284,11 +281,11 @@ impl UNetConfig {
     /// the field path). `source` names the input in errors.
     pub fn from_yaml_str(text: &str, source: &str) -> anyhow::Result<Self> {
         let de = serde_yaml::Deserializer::from_str(text);
-        let cfg: Self = serde_path_to_error::deserialize(de).map_err(|e| {
-            CliError::usage(format!("invalid model config {source}: {e}")).with_hint(
-                "fields are those of diffusers' UNet2DModel config.json; unknown fields are rejected",
-            )
-        })?;
+        let cfg: Self =
+            serde_path_to_error::deserialize(de).map_err(|e| ModelConfigError::Yaml {
+                file: source.to_string(),
+                error: e.to_string(),
+            })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -297,26 +294,28 @@ impl UNetConfig {
     /// `_` (`_class_name`, `_diffusers_version`, …) are metadata and skipped;
     /// any other unknown key is an error.
     pub fn from_diffusers_json_str(text: &str, source: &str) -> anyhow::Result<Self> {
-        let mut value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            CliError::usage(format!("{source} is not valid JSON: {e}"))
-                .with_hint("pass the config.json that diffusers' save_pretrained wrote")
-        })?;
+        let mut value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| ModelConfigError::NotJson {
+                file: source.to_string(),
+                error: e.to_string(),
+            })?;
         if let Some(class) = value.get("_class_name").and_then(|c| c.as_str()) {
             if class != "UNet2DModel" {
-                return Err(CliError::usage(format!(
-                    "{source} describes a `{class}`, not a `UNet2DModel`"
-                ))
-                .with_hint("imgctl implements diffusers' UNet2DModel only")
+                return Err(ModelConfigError::NotUNet {
+                    file: source.to_string(),
+                    class: class.to_string(),
+                }
                 .into());
             }
         }
         if let Some(map) = value.as_object_mut() {
             map.retain(|k, _| !k.starts_with('_'));
         }
-        let cfg: Self = serde_path_to_error::deserialize(value).map_err(|e| {
-            CliError::usage(format!("invalid model config {source}: {e}"))
-                .with_hint("fields are those of diffusers' UNet2DModel config.json")
-        })?;
+        let cfg: Self =
+            serde_path_to_error::deserialize(value).map_err(|e| ModelConfigError::Json {
+                file: source.to_string(),
+                error: e.to_string(),
+            })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -324,9 +323,9 @@ impl UNetConfig {
     /// Loads a model config file: `.json` as a diffusers `config.json`, anything
     /// else as YAML.
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            CliError::usage(format!("cannot read model config {}: {e}", path.display()))
-                .with_hint("pass a readable YAML file or a diffusers config.json")
+        let text = std::fs::read_to_string(path).map_err(|error| ModelConfigError::Read {
+            path: path.to_path_buf(),
+            error,
         })?;
         let source = path.display().to_string();
         if path
@@ -354,17 +353,12 @@ impl UNetConfig {
     /// block counts, positive sizes, channels divisible by the norm groups, and
     /// a sample size the down/up path maps back onto itself.
     pub fn validate(&self) -> anyhow::Result<()> {
-        let bad = |msg: String, hint: &str| -> anyhow::Result<()> {
-            Err(CliError::usage(format!("invalid model config: {msg}"))
-                .with_hint(hint.to_string())
-                .into())
+        let bad = |what: String, check: ModelCheck| -> anyhow::Result<()> {
+            Err(ModelConfigError::Invalid { what, check }.into())
         };
         let n = self.block_out_channels.len();
         if n == 0 {
-            return bad(
-                "block_out_channels is empty".into(),
-                "give one channel count per block, e.g. [32, 64]",
-            );
+            return bad("block_out_channels is empty".into(), ModelCheck::NoBlocks);
         }
         if self.down_block_types.len() != n || self.up_block_types.len() != n {
             return bad(
@@ -373,13 +367,13 @@ impl UNetConfig {
                     self.down_block_types.len(),
                     self.up_block_types.len()
                 ),
-                "give one down block type, one up block type and one channel count per level",
+                ModelCheck::BlockCounts,
             );
         }
         if let Some(c) = self.block_out_channels.iter().find(|&&c| c <= 0) {
             return bad(
                 format!("block_out_channels contains {c}"),
-                "channel counts must be positive",
+                ModelCheck::Channels,
             );
         }
         for (name, v) in [
@@ -389,45 +383,42 @@ impl UNetConfig {
             ("norm_num_groups", self.norm_num_groups),
         ] {
             if v <= 0 {
-                return bad(format!("{name} is {v}"), "it must be a positive integer");
+                return bad(format!("{name} is {v}"), ModelCheck::Positive);
             }
         }
         if let Some(d) = self.time_embedding_dim {
             if d <= 0 {
                 return bad(
                     format!("time_embedding_dim is {d}"),
-                    "use a positive width or null",
+                    ModelCheck::TimeEmbedding,
                 );
             }
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return bad(
-                format!("dropout is {}", self.dropout),
-                "use a probability in [0, 1)",
-            );
+            return bad(format!("dropout is {}", self.dropout), ModelCheck::Dropout);
         }
         if self.norm_eps <= 0.0 || !self.norm_eps.is_finite() {
             return bad(
                 format!("norm_eps is {}", self.norm_eps),
-                "use a small positive value such as 1e-5",
+                ModelCheck::NormEps,
             );
         }
         if self.mid_block_scale_factor == 0.0 || !self.mid_block_scale_factor.is_finite() {
             return bad(
                 format!("mid_block_scale_factor is {}", self.mid_block_scale_factor),
-                "use a finite non-zero factor (diffusers' default is 1)",
+                ModelCheck::MidBlockScale,
             );
         }
         if !matches!(self.downsample_padding, 0 | 1) {
             return bad(
                 format!("downsample_padding is {}", self.downsample_padding),
-                "use 1 (diffusers' default) or 0",
+                ModelCheck::DownsamplePadding,
             );
         }
         if self.class_embed_type.is_some() || self.num_class_embeds.is_some() {
             return bad(
                 "class conditioning (class_embed_type / num_class_embeds) is not supported".into(),
-                "imgctl trains unconditional models; set both to null",
+                ModelCheck::ClassConditioning,
             );
         }
         for c in self.block_out_channels.iter().copied() {
@@ -435,7 +426,7 @@ impl UNetConfig {
                 if hd <= 0 || c < hd {
                     return bad(
                         format!("attention_head_dim {hd} does not fit a block of {c} channels"),
-                        "use a head dimension between 1 and the smallest channel count",
+                        ModelCheck::AttentionHeadDim,
                     );
                 }
             }
@@ -444,7 +435,7 @@ impl UNetConfig {
             if c % g != 0 {
                 return bad(
                     format!("{what} has {c} channels, not divisible by {g} norm groups"),
-                    "choose norm_num_groups dividing every block's channel count (and skip concatenations)",
+                    ModelCheck::NormGroups,
                 );
             }
         }
@@ -453,7 +444,7 @@ impl UNetConfig {
         if h <= 0 || w <= 0 || h % factor != 0 || w % factor != 0 {
             return bad(
                 format!("sample_size {h}x{w} is not a positive multiple of {factor} ({n} levels halve it {} times)", n - 1),
-                "use a sample size divisible by 2^(number of blocks - 1)",
+                ModelCheck::SampleSize,
             );
         }
         Ok(())

@@ -6,13 +6,15 @@
 //!   analytic parameter count and FLOPs);
 //! - [`layers`], [`embedding`], [`blocks`]: the pieces;
 //! - [`unet`]: [`UNet2DModel`] and its forward pass;
-//! - [`weights`]: safetensors save and strict load.
+//! - [`weights`]: safetensors save and strict load;
+//! - [`error`]: their errors.
 //!
 //! This module must not own training concerns (optimizer, data, loss): those
 //! live in the rest of `train/`.
 pub mod blocks;
 pub mod config;
 pub mod embedding;
+pub mod error;
 pub mod layers;
 pub mod unet;
 pub mod weights;

@@ -14,8 +14,8 @@ use anyhow::Context;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use tch::{nn::VarStore, Device, Kind, Tensor};
 
+use super::error::WeightsError;
 use super::UNetConfig;
-use crate::CliError;
 
 /// Longest list of offending keys an error message spells out per category.
 const MAX_LISTED: usize = 12;
@@ -108,9 +108,9 @@ pub fn write_tensors(
         .prefix(".imgctl-")
         .suffix(".safetensors.tmp")
         .tempfile_in(dir)
-        .map_err(|e| {
-            CliError::usage(format!("cannot write {}: {e}", path.display()))
-                .with_hint("choose a writable output directory")
+        .map_err(|error| WeightsError::Write {
+            path: path.to_path_buf(),
+            error,
         })?;
     safetensors::tensor::serialize_to_file(views, &metadata, tmp.path())
         .with_context(|| format!("writing safetensors {}", path.display()))?;
@@ -148,21 +148,20 @@ pub fn read_metadata(path: &Path) -> anyhow::Result<HashMap<String, String>> {
 }
 
 fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        CliError::usage(format!("cannot read weights {}: {e}", path.display()))
-            .with_hint("pass an existing .safetensors file")
-            .into()
+    std::fs::read(path).map_err(|error| {
+        WeightsError::Read {
+            path: path.to_path_buf(),
+            error,
+        }
+        .into()
     })
 }
 
 fn not_safetensors(path: &Path, e: safetensors::SafeTensorError) -> anyhow::Error {
-    CliError::usage(format!(
-        "{} is not a valid safetensors file: {e:?}",
-        path.display()
-    ))
-    .with_hint(
-        "pass a .safetensors file, e.g. diffusion_pytorch_model.safetensors written by diffusers",
-    )
+    WeightsError::NotSafetensors {
+        path: path.to_path_buf(),
+        error: format!("{e:?}"),
+    }
     .into()
 }
 
@@ -199,9 +198,9 @@ pub const DIFFUSERS_CONFIG_NAME: &str = "config.json";
 /// `diffusion_pytorch_model.safetensors`, the layout
 /// `UNet2DModel.from_pretrained(dir)` reads. Creates `dir` if needed.
 pub fn save_pretrained(vs: &VarStore, cfg: &UNetConfig, dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| {
-        CliError::usage(format!("cannot create {}: {e}", dir.display()))
-            .with_hint("choose a writable output directory")
+    std::fs::create_dir_all(dir).map_err(|error| WeightsError::CreateDir {
+        path: dir.to_path_buf(),
+        error,
     })?;
     save_safetensors(vs, &dir.join(DIFFUSERS_WEIGHTS_NAME))?;
     let json = serde_json::to_string_pretty(&cfg.to_diffusers_json())?;
@@ -301,14 +300,10 @@ pub fn load_diffusers_state_dict(vs: &VarStore, path: &Path) -> anyhow::Result<(
                 listed(&bad_dtype)
             ));
         }
-        return Err(CliError::usage(format!(
-            "weights {} do not match the model: {}",
-            path.display(),
-            parts.join("; ")
-        ))
-        .with_hint(
-            "pass a diffusers UNet2DModel state dict saved for the same config (--config / --preset)",
-        )
+        return Err(WeightsError::Mismatch {
+            path: path.to_path_buf(),
+            problems: parts.join("; "),
+        }
         .into());
     }
     tch::no_grad(|| -> anyhow::Result<()> {
