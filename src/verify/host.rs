@@ -8,19 +8,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::check::CheckResult;
-use super::{NvmlState, Options, Pins, Report, Status};
+use super::context::{matches, selected, NvmlState, Options};
+use super::pins::Pins;
+use super::registry::registry;
+pub use super::registry::{HOST_DESCRIPTIONS as DESCRIPTIONS, HOST_IDS as IDS};
+use super::report::{Report, SCHEMA_VERSION};
+use super::result::{CheckResult, Level, Status};
 use crate::docker::run::{GpuRequest, GpuRequestRejected, RunRequest};
-
-/// Ids of the host-side checks.
-pub const IDS: [&str; 3] = ["host.container", "host.gpu_uuids", "host.driver_image_cuda"];
-
-/// What each host-side check looks at, in [`IDS`] order.
-pub const DESCRIPTIONS: [&str; 3] = [
-    "the image's imgctl ran in a container with the GPUs and gave a consistent report",
-    "the GPUs the container sees are exactly those requested (UUIDs)",
-    "the host driver runs the image's CUDA runtime (natively or by minor-version compatibility)",
-];
 
 /// Image labels `imgctl build` writes (mirrors `render::labels`).
 pub mod label {
@@ -122,8 +116,8 @@ pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
 /// The command line run inside the container (after the `imgctl` entrypoint).
 pub fn container_args(opts: &Options) -> Vec<String> {
     let level = match opts.level {
-        super::Level::Quick => "quick",
-        super::Level::Full => "full",
+        Level::Quick => "quick",
+        Level::Full => "full",
     };
     let mut args: Vec<String> = vec![
         "verify".into(),
@@ -140,8 +134,8 @@ pub fn container_args(opts: &Options) -> Vec<String> {
     // results: the container reports them even when not asked to (they are
     // dropped from the output again, see `verify_image`).
     let identity = "nvml.identity";
-    let need_identity = super::selected("host.gpu_uuids", super::Level::Quick, opts)
-        && !super::selected(identity, super::Level::Quick, opts);
+    let need_identity =
+        selected("host.gpu_uuids", Level::Quick, opts) && !selected(identity, Level::Quick, opts);
     let mut only: Vec<String> = opts.only.iter().filter(not_host).cloned().collect();
     if only.is_empty() && !opts.only.is_empty() {
         // Only host checks asked for: the container still reports its driver.
@@ -152,13 +146,13 @@ pub fn container_args(opts: &Options) -> Vec<String> {
     }
     let mut skip: Vec<String> = Vec::new();
     for p in opts.skip.iter().filter(not_host) {
-        if need_identity && super::matches(identity, p) {
+        if need_identity && matches(identity, p) {
             // `--skip nvml`: skip every id it names but nvml.identity.
             skip.extend(
-                super::registry()
+                registry()
                     .iter()
                     .map(|c| c.id())
-                    .filter(|id| *id != identity && super::matches(id, p))
+                    .filter(|id| *id != identity && matches(id, p))
                     .map(str::to_string),
             );
         } else {
@@ -173,9 +167,9 @@ pub fn container_args(opts: &Options) -> Vec<String> {
         skip: skip.clone(),
         ..opts.clone()
     };
-    if !super::registry()
+    if !registry()
         .iter()
-        .any(|c| super::selected(c.id(), c.level(), &inside))
+        .any(|c| selected(c.id(), c.level(), &inside))
     {
         only = vec!["nvml.driver".to_string()];
         if need_identity {
@@ -297,12 +291,10 @@ fn host_nvml_missing(id: &str, host: &HostGpus) -> Option<CheckResult> {
 /// another schema, no results, or a verdict that disagrees with its own
 /// results or with the process's exit code (0 passed, 1 failed).
 pub fn container_report_problem(exit_code: i64, report: &Report) -> Option<String> {
-    if report.schema_version != super::SCHEMA_VERSION {
+    if report.schema_version != SCHEMA_VERSION {
         return Some(format!(
             "the image's imgctl {} writes report schema {}, this imgctl reads schema {}",
-            report.imgctl_version,
-            report.schema_version,
-            super::SCHEMA_VERSION
+            report.imgctl_version, report.schema_version, SCHEMA_VERSION
         ));
     }
     if report.results.is_empty() {
@@ -408,7 +400,7 @@ pub async fn verify_image_with(
     } else {
         (Some(run.gpus.clone()), None)
     };
-    let n_checks = super::registry().len() as f64;
+    let n_checks = registry().len() as f64;
     let gpu_factor = host.uuids.len().max(1) as f64;
     // Every check of every GPU may use its full deadline, plus a minute to start.
     let timeout =
@@ -508,7 +500,7 @@ pub async fn verify_image_with(
     }
     let seen = container_report.as_ref().map(container_uuids);
     let (level, expect) = (run.opts.level, run.opts.expect);
-    let want = |id: &str| super::selected(id, super::Level::Quick, &run.opts);
+    let want = |id: &str| selected(id, Level::Quick, &run.opts);
     if let Some(rep) = container_report {
         // nvml.identity may have been asked for only for host.gpu_uuids.
         let keep_identity = want("nvml.identity");
@@ -552,7 +544,7 @@ pub fn no_driver_line(report: &Report) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::ExpectGpus;
+    use crate::verify::context::ExpectGpus;
 
     fn host(uuids: &[&str]) -> HostGpus {
         HostGpus {
@@ -621,13 +613,7 @@ mod tests {
     }
 
     fn container_report(results: Vec<CheckResult>) -> Report {
-        Report::new(
-            "container",
-            None,
-            super::super::Level::Quick,
-            ExpectGpus::Any,
-            results,
-        )
+        Report::new("container", None, Level::Quick, ExpectGpus::Any, results)
     }
 
     #[test]
@@ -684,7 +670,7 @@ mod tests {
     #[test]
     fn host_uuid_check_gets_the_identity_results_it_compares() {
         let mut opts = Options {
-            level: super::super::Level::Quick,
+            level: Level::Quick,
             expect: ExpectGpus::Any,
             only: vec!["host".into()],
             skip: vec![],
@@ -718,7 +704,7 @@ mod tests {
     #[test]
     fn args_forward_selection_without_host_ids() {
         let opts = Options {
-            level: super::super::Level::Full,
+            level: Level::Full,
             expect: ExpectGpus::Exactly(0),
             only: vec!["nvml".into(), "host.gpu_uuids".into()],
             skip: vec!["nvml.ecc".into()],

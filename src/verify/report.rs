@@ -1,12 +1,99 @@
-//! Rendering a [`Report`]: a table (comfy-table, readable without colour,
+//! The [`Report`] of a verify run (what `--json` prints, and what the host
+//! reads back from a container) and its rendering: a table (comfy-table, readable without colour,
 //! thresholds next to measured values), JUnit XML (one test case per check
 //! per subject) and the one-line summary. JSON is the serde form of
 //! [`Report`] itself. This module computes no verdicts and does no I/O
 //! besides returning strings.
 use comfy_table::{presets, Cell, CellAlignment, Color, ColumnConstraint, Table, Width};
 
-use super::{CheckResult, Report, Status};
+use serde::{Deserialize, Serialize};
+
+use super::context::ExpectGpus;
+use super::registry::{registry, HOST_DESCRIPTIONS, HOST_IDS};
+use super::result::{CheckResult, Level, Scope, Status};
 use crate::output::{self, Fit};
+
+/// Version of the JSON report layout (`--json`); bump on incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A whole verify run: what the JSON report holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The imgctl that produced it.
+    pub imgctl_version: String,
+    /// Where the checks ran: `host`, or `container` (of `image`).
+    pub context: String,
+    /// The image, for `verify --image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// quick or full.
+    pub level: Level,
+    /// `any` or a count.
+    pub expect_gpus: String,
+    /// Every result, in run order.
+    pub results: Vec<CheckResult>,
+    /// Counts per status.
+    pub summary: Summary,
+    /// True when no result is FAIL or ERROR.
+    pub passed: bool,
+}
+
+/// Counts per status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// PASS results.
+    pub pass: usize,
+    /// WARN results.
+    pub warn: usize,
+    /// FAIL results.
+    pub fail: usize,
+    /// SKIP results.
+    pub skip: usize,
+    /// ERROR results.
+    pub error: usize,
+}
+
+impl Report {
+    /// Builds a report from results, computing the summary and verdict.
+    pub fn new(
+        context: &str,
+        image: Option<String>,
+        level: Level,
+        expect: ExpectGpus,
+        results: Vec<CheckResult>,
+    ) -> Self {
+        let mut r = Self {
+            schema_version: SCHEMA_VERSION,
+            imgctl_version: env!("CARGO_PKG_VERSION").to_string(),
+            context: context.to_string(),
+            image,
+            level,
+            expect_gpus: expect.as_arg(),
+            results,
+            summary: Summary::default(),
+            passed: true,
+        };
+        r.recount();
+        r
+    }
+    /// Recomputes the summary and verdict after results changed.
+    pub fn recount(&mut self) {
+        let mut s = Summary::default();
+        for r in &self.results {
+            match r.status {
+                Status::Pass => s.pass += 1,
+                Status::Warn => s.warn += 1,
+                Status::Fail => s.fail += 1,
+                Status::Skip => s.skip += 1,
+                Status::Error => s.error += 1,
+            }
+        }
+        self.passed = s.fail == 0 && s.error == 0;
+        self.summary = s;
+    }
+}
 
 /// One row of `verify --list-checks`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -23,25 +110,25 @@ pub struct CheckInfo {
 
 /// Every check, in run order, host-side checks last.
 pub fn check_list() -> Vec<CheckInfo> {
-    let mut rows: Vec<CheckInfo> = super::registry()
+    let mut rows: Vec<CheckInfo> = registry()
         .iter()
         .map(|c| CheckInfo {
             id: c.id(),
             level: match c.level() {
-                super::Level::Quick => "quick",
-                super::Level::Full => "full",
+                Level::Quick => "quick",
+                Level::Full => "full",
             },
             scope: match c.scope() {
-                super::Scope::Node => "node",
-                super::Scope::PerGpu => "gpu",
+                Scope::Node => "node",
+                Scope::PerGpu => "gpu",
             },
             description: c.description(),
         })
         .collect();
     rows.extend(
-        super::host::IDS
+        HOST_IDS
             .iter()
-            .zip(super::host::DESCRIPTIONS)
+            .zip(HOST_DESCRIPTIONS)
             .map(|(id, description)| CheckInfo {
                 id,
                 level: "quick",
@@ -324,7 +411,6 @@ pub fn junit(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::{ExpectGpus, Level};
 
     fn sample() -> Report {
         Report::new(

@@ -9,9 +9,9 @@
 use std::path::PathBuf;
 
 use super::check::{CheckResult, FnCheck, Level, Scope};
+use super::context::Context;
 use super::provenance::{self, LibKind};
 use super::versions::version_matches;
-use super::Context;
 
 /// The torch checks, in run order.
 pub fn checks() -> Vec<FnCheck> {
@@ -148,7 +148,7 @@ pub fn driver_compat_verdict(driver: &str, driver_cuda: i32, runtime: &str) -> C
     };
     let measured = format!(
         "driver {driver} (CUDA {})",
-        super::nvml::fmt_cuda_version(driver_cuda)
+        super::nvml::checks::fmt_cuda_version(driver_cuda)
     );
     if driver_cuda >= rt {
         return CheckResult::pass(ID, format!("driver supports CUDA {runtime} natively"))
@@ -352,8 +352,9 @@ mod imp {
 
     fn nvml_count(ctx: &Context) -> Option<u32> {
         match &ctx.nvml {
-            super::super::NvmlState::Ready(b) => b.device_count().ok(),
-            super::super::NvmlState::Unavailable(_) | super::super::NvmlState::Hung(_) => None,
+            super::super::context::NvmlState::Ready(b) => b.device_count().ok(),
+            super::super::context::NvmlState::Unavailable(_)
+            | super::super::context::NvmlState::Hung(_) => None,
         }
     }
 
@@ -394,7 +395,7 @@ mod imp {
                         .next()
                 })
                 .and_then(|p| provenance::cuda_init_error(&p));
-            let no_driver = matches!(ctx.nvml, super::super::NvmlState::Unavailable(_));
+            let no_driver = matches!(ctx.nvml, super::super::context::NvmlState::Unavailable(_));
             match why {
                 Some(e) if no_driver => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
                     "there is no NVIDIA driver here (see nvml.driver), which CUDA reports as error 35; install it, or start the container with the GPU (`docker run --gpus all`)",
@@ -461,7 +462,13 @@ mod imp {
         };
         let (major, minor) = match nvml.compute_capability(gpu.unwrap_or(0)) {
             Ok(cc) => cc,
-            Err(e) => return vec![super::super::nvml::from_err(ID, "compute capability", &e)],
+            Err(e) => {
+                return vec![super::super::nvml::checks::from_err(
+                    ID,
+                    "compute capability",
+                    &e,
+                )]
+            }
         };
         let list = match arch_list() {
             Ok(l) => l,
@@ -512,11 +519,23 @@ mod imp {
         };
         let driver = match nvml.driver_version() {
             Ok(d) => d,
-            Err(e) => return vec![super::super::nvml::from_err(ID, "driver version", &e)],
+            Err(e) => {
+                return vec![super::super::nvml::checks::from_err(
+                    ID,
+                    "driver version",
+                    &e,
+                )]
+            }
         };
         let dcuda = match nvml.cuda_driver_version() {
             Ok(v) => v,
-            Err(e) => return vec![super::super::nvml::from_err(ID, "CUDA driver version", &e)],
+            Err(e) => {
+                return vec![super::super::nvml::checks::from_err(
+                    ID,
+                    "CUDA driver version",
+                    &e,
+                )]
+            }
         };
         vec![driver_compat_verdict(&driver, dcuda, &runtime)]
     }
@@ -577,41 +596,41 @@ mod tests {
         // R580 (CUDA 13.0) runs a CUDA 12.6 torch natively.
         assert_eq!(
             driver_compat_verdict("580.159.03", 13000, "12.6").status,
-            super::super::Status::Pass
+            super::super::result::Status::Pass
         );
         // R550 (CUDA 12.4) runs 12.6 by minor-version compatibility.
         let r = driver_compat_verdict("550.54.15", 12040, "12.6");
-        assert_eq!(r.status, super::super::Status::Pass);
+        assert_eq!(r.status, super::super::result::Status::Pass);
         assert!(r.message.contains("minor-version"));
         // R470 (CUDA 11.4) cannot run 12.6.
         assert_eq!(
             driver_compat_verdict("470.82.01", 11040, "12.6").status,
-            super::super::Status::Fail
+            super::super::result::Status::Fail
         );
         // A 12.x driver older than 525.60.13 cannot use minor-version compatibility.
         assert_eq!(
             driver_compat_verdict("520.61.05", 12000, "12.6").status,
-            super::super::Status::Fail
+            super::super::result::Status::Fail
         );
         // torch 2.11's cu130 wheel on the H200 machine's R580 driver: native.
         assert_eq!(
             driver_compat_verdict("580.82.07", 13000, "13.0").status,
-            super::super::Status::Pass
+            super::super::result::Status::Pass
         );
         // A CUDA 13.2 torch on an R580 (CUDA 13.0) driver: minor-version compatibility.
         let r = driver_compat_verdict("580.82.07", 13000, "13.2");
-        assert_eq!(r.status, super::super::Status::Pass, "{r:?}");
+        assert_eq!(r.status, super::super::result::Status::Pass, "{r:?}");
         assert!(r.message.contains("minor-version"));
         // An R575 (CUDA 12.9) driver cannot run CUDA 13.
         assert_eq!(
             driver_compat_verdict("575.57.08", 12090, "13.0").status,
-            super::super::Status::Fail
+            super::super::result::Status::Fail
         );
     }
 
     #[test]
     fn provenance_verdicts() {
-        use super::super::Status;
+        use super::super::result::Status;
         let p = vec![PathBuf::from("/w/nvidia/cudnn/lib/libcudnn.so.9")];
         let ok = loaded_verdict(
             LibKind::Cudnn,

@@ -8,7 +8,7 @@
 //! measured value. This file must not import nvml-wrapper nor render output.
 use super::backend::{throttle_names, GpuProcess, NvmlErr};
 use crate::verify::check::{CheckResult, FnCheck, Level, Scope};
-use crate::verify::Context;
+use crate::verify::context::{Context, NvmlState};
 
 /// Reasons that are benign (the issue: "anything beyond idle or the software
 /// power cap is a WARN").
@@ -145,13 +145,13 @@ pub fn fmt_cuda_version(v: i32) -> String {
 fn check_driver(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
     const ID: &str = "nvml.driver";
     let nvml = match &ctx.nvml {
-        crate::verify::NvmlState::Ready(b) => b.clone(),
-        crate::verify::NvmlState::Hung(e) => {
+        NvmlState::Ready(b) => b.clone(),
+        NvmlState::Hung(e) => {
             return vec![CheckResult::error(ID, e.to_string()).hint(
                 "the driver did not answer nvmlInit in time: check `nvidia-smi` and dmesg for Xid errors; raise --check-timeout if the system is merely slow",
             )];
         }
-        crate::verify::NvmlState::Unavailable(e) => {
+        NvmlState::Unavailable(e) => {
             return vec![if ctx.expect.allows_none() {
                 CheckResult::skip(ID, format!("{e}; none expected (--expect-gpus 0)"))
             } else {
