@@ -167,6 +167,7 @@ pub fn run_check(
     let id = check.id();
     let start = Instant::now();
     let c = check.clone();
+    let words = ctx.words;
     let outcome = run_with_deadline(timeout, move || c.run(&ctx, gpu));
     let elapsed = start.elapsed().as_millis() as u64;
     let timed_out = matches!(outcome, Err(DeadlineError::TimedOut(_)));
@@ -175,7 +176,7 @@ pub fn run_check(
         Ok(r) => r,
         Err(e @ DeadlineError::TimedOut(_)) => vec![CheckResult::error(id, e.to_string())
             .threshold(format!("deadline {}", fmt_secs(timeout)))
-            .hint("a driver or library call hung; check `nvidia-smi` and the kernel log (dmesg) for Xid errors, or raise --check-timeout")],
+            .hint(format!("a driver or library call hung; check `nvidia-smi` and the kernel log (dmesg) for Xid errors, or raise {}", words.check_timeout))],
         Err(e) => vec![CheckResult::error(id, e.to_string())],
     };
     for r in &mut results {

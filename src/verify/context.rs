@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::VerifyError;
 use super::nvml::backend::NvmlBackend;
 use super::pins::Pins;
 use super::result::{CheckResult, Level};
+use super::wording::Wording;
 
 /// How many GPUs the run requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,14 +27,16 @@ pub enum ExpectGpus {
 
 impl ExpectGpus {
     /// Parses `any` or a count.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, VerifyError> {
         let t = s.trim();
         if t.eq_ignore_ascii_case("any") {
             return Ok(ExpectGpus::Any);
         }
         t.parse::<u32>()
             .map(ExpectGpus::Exactly)
-            .map_err(|_| format!("--expect-gpus takes a number or `any`, not `{s}`"))
+            .map_err(|_| VerifyError::ExpectGpus {
+                value: s.to_string(),
+            })
     }
     /// Whether `count` GPUs satisfy the expectation.
     pub fn accepts(self, count: u32) -> bool {
@@ -85,6 +89,8 @@ pub struct Context {
     pub pins: Pins,
     /// Whether verify runs inside a container (see [`in_container`]).
     pub in_container: bool,
+    /// The command-line words hints quote (from the command layer).
+    pub words: Wording,
 }
 
 /// Whether this process runs inside a container: the runtimes create these
@@ -121,6 +127,8 @@ pub struct Options {
     pub skip: Vec<String>,
     /// Deadline per check and subject.
     pub timeout: Duration,
+    /// The command-line words hints quote (from the command layer).
+    pub words: Wording,
 }
 
 /// Whether check `id` matches a pattern: the id itself or an id prefix

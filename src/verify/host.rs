@@ -9,12 +9,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::context::{matches, selected, NvmlState, Options};
+use super::error::VerifyError;
 use super::pins::Pins;
 use super::registry::registry;
 pub use super::registry::{HOST_DESCRIPTIONS as DESCRIPTIONS, HOST_IDS as IDS};
 use super::report::{Report, SCHEMA_VERSION};
 use super::result::{CheckResult, Level, Status};
-use crate::docker::run::{GpuRequest, GpuRequestRejected, RunRequest};
+use super::wording::Wording;
+use crate::docker::run::{ContainerPhase, GpuRequest, GpuRequestRejected, RunRequest};
 
 /// Image labels `imgctl build` writes (mirrors `render::labels`).
 pub mod label {
@@ -198,11 +200,13 @@ pub fn container_uuids(report: &Report) -> Vec<String> {
         .collect()
 }
 
-/// `host.gpu_uuids`: the GPUs the container saw against those requested on the host.
+/// `host.gpu_uuids`: the GPUs the container saw against those requested on
+/// the host (`words` names the flag that requested them).
 pub fn uuid_verdict(
     host: &HostGpus,
     requested: Option<&GpuRequest>,
     container: Option<&[String]>,
+    words: &Wording,
 ) -> CheckResult {
     const ID: &str = "host.gpu_uuids";
     if let Some(r) = host_nvml_missing(ID, host) {
@@ -250,7 +254,7 @@ pub fn uuid_verdict(
             })
             .collect(),
     };
-    let threshold = format!("the GPUs of --gpus {}", req.describe());
+    let threshold = format!("the GPUs of {} {}", words.gpus, req.describe());
     match expected {
         Err(e) => CheckResult::fail(ID, e)
             .measured(measured)
@@ -364,8 +368,25 @@ pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> Chec
     r
 }
 
-/// Runs `imgctl verify` inside a container of the image and returns the
-/// merged report (host checks around the container's results).
+/// What [`verify_image_with`] is doing, told to its watcher as each phase
+/// starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImagePhase {
+    /// Connecting to the Docker engine.
+    Connect,
+    /// Reading the image's labels.
+    Labels,
+    /// Asking the host's NVML for its GPUs.
+    HostGpus,
+    /// A step of the container that runs the image's verify: create, start,
+    /// run, collect, remove.
+    Container(ContainerPhase),
+    /// Comparing the host's GPUs and driver with the container's.
+    Compare,
+}
+
+/// Runs the image's own verify inside a container of the image and returns
+/// the merged report (host checks around the container's results).
 pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result<Report> {
     verify_image_with(run, host_nvml, &|_| {}).await
 }
@@ -375,13 +396,14 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
 pub async fn verify_image_with(
     run: ImageRun,
     host_nvml: NvmlState,
-    phase: &dyn Fn(&str),
+    phase: &(dyn Fn(ImagePhase) + Sync),
 ) -> anyhow::Result<Report> {
-    phase("connecting to the Docker engine");
+    let words = run.opts.words;
+    phase(ImagePhase::Connect);
     let docker = crate::docker::connect().await?;
-    phase(&format!("reading the labels of {}", run.image));
+    phase(ImagePhase::Labels);
     let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
-    phase("asking the host's NVML for its GPUs");
+    phase(ImagePhase::HostGpus);
     let host = host_gpus(&host_nvml, run.opts.timeout);
     let mut env = vec!["NO_COLOR=1".to_string()];
     if let Some(p) = pins_from_labels(&run.image, &labels) {
@@ -394,7 +416,10 @@ pub async fn verify_image_with(
     // No GPU request when none is expected or the host has no driver: an engine
     // without the nvidia runtime rejects any GPU request.
     let (gpus, why_none) = if run.opts.expect.allows_none() {
-        (None, Some("none expected (--expect-gpus 0)".to_string()))
+        (
+            None,
+            Some(format!("none expected ({} 0)", words.expect_gpus)),
+        )
     } else if let (Some(why), false) = (&host.unavailable, host.hung) {
         (None, Some(format!("the host has no GPU driver ({why})")))
     } else {
@@ -417,12 +442,14 @@ pub async fn verify_image_with(
     };
     let started = std::time::Instant::now();
     // One call creates, starts, waits for, collects and removes the container.
-    phase(&format!(
-        "running imgctl verify in a container of {} (create, start, run, collect, remove)",
-        run.image
-    ));
-    let outcome = crate::docker::run::run_to_completion(&docker, req).await;
-    phase("comparing the host's GPUs and driver with the container's");
+    let outcome = crate::docker::run::run_to_completion_with(&docker, req, &|p| {
+        phase(ImagePhase::Container(p))
+    })
+    .await;
+    phase(ImagePhase::Compare);
+    let this_binary = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "/path/to/imgctl".into());
     let mut results = Vec::new();
     let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.describe());
     let mut container_report: Option<Report> = None;
@@ -434,13 +461,15 @@ pub async fn verify_image_with(
             {
                 results.push(
                     CheckResult::fail("host.container", rej.to_string())
-                        .threshold(format!("--gpus {gpus_text}"))
-                        .hint("install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or pass --expect-gpus 0 to run without GPUs"),
+                        .threshold(format!("{} {gpus_text}", words.gpus))
+                        .hint(format!("install the NVIDIA Container Toolkit and restart the engine (`{}`), or pass {} 0 to run without GPUs", words.toolkit_configure, words.expect_gpus)),
                 );
             } else if e.to_string().contains("executable file not found") {
-                return Err(crate::CliError::failure(format!("the image {} has no imgctl on its PATH: {e}", run.image))
-                    .with_hint("use an image built by `imgctl build` (it installs /usr/local/bin/imgctl), or mount one with --mount /path/to/imgctl:/usr/local/bin/imgctl:ro")
-                    .into());
+                return Err(VerifyError::NoImgctlInImage {
+                    image: run.image.clone(),
+                    error: e.to_string(),
+                }
+                .into());
             } else {
                 return Err(e);
             }
@@ -454,15 +483,15 @@ pub async fn verify_image_with(
                     results.push(
                         CheckResult::error("host.container", problem)
                             .measured(format!("exit code {}, {} results", out.exit_code, rep.results.len()))
-                            .hint(format!("the image's imgctl is not one this imgctl can trust: rebuild the image with this imgctl (`imgctl build`), or mount this binary with --mount {}:/usr/local/bin/imgctl:ro", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))),
+                            .hint(format!("the image's imgctl is not one this imgctl can trust: rebuild the image with this imgctl (`{}`), or mount this binary with {} {this_binary}:/usr/local/bin/imgctl:ro", words.build, words.mount)),
                     );
                 }
                 Ok((None, rep)) => {
                     let mut r = CheckResult::pass(
                         "host.container",
                         format!(
-                            "imgctl verify ran in a container of {} (GPUs: {gpus_text})",
-                            run.image
+                            "{} ran in a container of {} (GPUs: {gpus_text})",
+                            words.verify, run.image
                         ),
                     )
                     .measured(format!(
@@ -489,9 +518,9 @@ pub async fn verify_image_with(
                         .hint(if out.exit_code == 2 {
                             // Its own usage error: an imgctl of another version
                             // that does not know an option or a check id.
-                            format!("the image's imgctl refused the arguments: its stderr above says why; an image built by another imgctl version may not know every option or check id (rebuild it, or mount this binary with --mount {}:/usr/local/bin/imgctl:ro)", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))
+                            format!("the image's imgctl refused the arguments: its stderr above says why; an image built by another imgctl version may not know every option or check id (rebuild it, or mount this binary with {} {this_binary}:/usr/local/bin/imgctl:ro)", words.mount)
                         } else {
-                            format!("is imgctl on the image's PATH? `docker run --rm --entrypoint imgctl {} verify` shows its output ({parse})", run.image)
+                            format!("is imgctl on the image's PATH? `{} imgctl {} verify` shows its output ({parse})", words.docker_run_entrypoint, run.image)
                         }),
                     );
                 }
@@ -511,7 +540,7 @@ pub async fn verify_image_with(
         );
     }
     if want("host.gpu_uuids") {
-        results.push(uuid_verdict(&host, gpus.as_ref(), seen.as_deref()));
+        results.push(uuid_verdict(&host, gpus.as_ref(), seen.as_deref(), &words));
     }
     if want("host.driver_image_cuda") {
         results.push(driver_verdict(&host, &labels));
@@ -544,6 +573,15 @@ pub fn no_driver_line(report: &Report) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::commands::verify::WORDS;
+
+    fn uuid_verdict(
+        host: &HostGpus,
+        requested: Option<&GpuRequest>,
+        container: Option<&[String]>,
+    ) -> CheckResult {
+        super::uuid_verdict(host, requested, container, &WORDS)
+    }
     use crate::verify::context::ExpectGpus;
 
     fn host(uuids: &[&str]) -> HostGpus {
@@ -675,6 +713,7 @@ mod tests {
             only: vec!["host".into()],
             skip: vec![],
             timeout: Duration::from_secs(5),
+            words: WORDS,
         };
         let tail = |a: Vec<String>| a[8..].to_vec();
         assert_eq!(
@@ -709,6 +748,7 @@ mod tests {
             only: vec!["nvml".into(), "host.gpu_uuids".into()],
             skip: vec!["nvml.ecc".into()],
             timeout: Duration::from_secs(5),
+            words: WORDS,
         };
         let a = container_args(&opts);
         assert_eq!(

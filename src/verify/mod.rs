@@ -17,6 +17,7 @@
 //! `crate::docker`.
 pub mod check;
 pub mod context;
+pub mod error;
 pub mod fatbin;
 pub mod functional;
 pub mod host;
@@ -29,9 +30,11 @@ pub mod result;
 pub mod run;
 pub mod torch;
 pub mod versions;
+pub mod wording;
 
 pub use check::Check;
 pub use context::{in_container, matches, selected, Context, ExpectGpus, NvmlState, Options};
+pub use error::VerifyError;
 pub use pins::Pins;
 pub use registry::{all_ids, registry, unknown_patterns};
 pub use report::{Report, Summary, SCHEMA_VERSION};
@@ -40,6 +43,7 @@ pub use run::{
     apply_node_median, load_real_nvml, run_checks, run_checks_with, run_local, run_local_in,
     run_local_with, Progress, Step, MEDIAN_FRACTION, MEDIAN_RULE_IDS,
 };
+pub use wording::Wording;
 
 #[cfg(test)]
 mod tests;

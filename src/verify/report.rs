@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::context::ExpectGpus;
 use super::registry::{registry, HOST_DESCRIPTIONS, HOST_IDS};
 use super::result::{CheckResult, Level, Scope, Status};
+use super::wording::Wording;
 use crate::output::{self, Fit};
 
 /// Version of the JSON report layout (`--json`); bump on incompatible change.
@@ -105,11 +106,12 @@ pub struct CheckInfo {
     /// `node`, `gpu` or `host` (with --image only).
     pub scope: &'static str,
     /// What it checks.
-    pub description: &'static str,
+    pub description: String,
 }
 
-/// Every check, in run order, host-side checks last.
-pub fn check_list() -> Vec<CheckInfo> {
+/// Every check, in run order, host-side checks last; `words` fills the
+/// descriptions that name a flag.
+pub fn check_list(words: &Wording) -> Vec<CheckInfo> {
     let mut rows: Vec<CheckInfo> = registry()
         .iter()
         .map(|c| CheckInfo {
@@ -122,7 +124,7 @@ pub fn check_list() -> Vec<CheckInfo> {
                 Scope::Node => "node",
                 Scope::PerGpu => "gpu",
             },
-            description: c.description(),
+            description: words.fill(c.description()),
         })
         .collect();
     rows.extend(
@@ -133,7 +135,7 @@ pub fn check_list() -> Vec<CheckInfo> {
                 id,
                 level: "quick",
                 scope: "host",
-                description,
+                description: description.to_string(),
             }),
     );
     rows
@@ -160,7 +162,7 @@ pub fn check_list_table(rows: &[CheckInfo], color: bool, fit: Fit) -> String {
     let mut t = new_table(color);
     t.set_header(vec!["check", "level", "on", "what it checks"]);
     for r in rows {
-        t.add_row(vec![r.id, r.level, r.scope, r.description]);
+        t.add_row(vec![r.id, r.level, r.scope, r.description.as_str()]);
     }
     output::fit_table(&mut t, fit);
     format!("{t}\n")
@@ -183,8 +185,9 @@ const THRESHOLD_PERCENT: u16 = 18;
 /// terminal's width: below 120 and 110 columns, fewer columns (the
 /// measured values and thresholds then follow the table); [`Fit::Cut`] also
 /// shortens paths and cuts each row to one line, [`Fit::Wrap`] (`-v`) wraps
-/// the full text instead.
-pub fn table(report: &Report, color: bool, fit: Fit) -> String {
+/// the full text instead. A shortened table ends with a note naming
+/// `words.full_view`.
+pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String {
     let (width, full) = match fit {
         Fit::Cut(w) => (Some(w), false),
         Fit::Wrap(w) => (Some(w), true),
@@ -295,7 +298,10 @@ pub fn table(report: &Report, color: bool, fit: Fit) -> String {
         out.push('\n');
     }
     if cut || (narrow && !full) {
-        out.push_str("(shortened to fit the terminal; -v or --json show every column in full)\n");
+        out.push_str(&format!(
+            "(shortened to fit the terminal; {} show every column in full)\n",
+            words.full_view
+        ));
     }
     out.push_str(&output::wrap_text(&summary_line(report), width));
     out.push('\n');
@@ -437,7 +443,12 @@ mod tests {
 
     #[test]
     fn table_has_thresholds_and_plain_labels() {
-        let t = table(&sample(), false, Fit::Natural);
+        let t = table(
+            &sample(),
+            false,
+            Fit::Natural,
+            &crate::commands::verify::WORDS,
+        );
         assert!(t.contains(" FAIL "), "{t}");
         assert!(t.contains("0 errors"));
         assert!(t.contains("hint (nvml.ecc gpu1): drain"));
@@ -452,7 +463,12 @@ mod tests {
             Some("9.5.1 from /root/.cache/imgctl/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9".into());
         report.recount();
         for width in [80u16, 100, 120] {
-            let plain = table(&report, false, Fit::Cut(width));
+            let plain = table(
+                &report,
+                false,
+                Fit::Cut(width),
+                &crate::commands::verify::WORDS,
+            );
             for line in plain.lines() {
                 assert!(
                     line.chars().count() <= width as usize,
@@ -467,10 +483,15 @@ mod tests {
             assert!(plain.contains("--json"), "{plain}");
         }
         // Colour comes from comfy-table: the status label stays whole.
-        let coloured = table(&report, true, Fit::Cut(80));
+        let coloured = table(&report, true, Fit::Cut(80), &crate::commands::verify::WORDS);
         assert!(coloured.contains("FAIL"), "{coloured}");
         // Natural: every column, full text, as piped output always was.
-        let full = table(&report, false, Fit::Natural);
+        let full = table(
+            &report,
+            false,
+            Fit::Natural,
+            &crate::commands::verify::WORDS,
+        );
         assert!(full.contains("/root/.cache/imgctl"), "{full}");
         assert!(full.contains("| on "), "{full}");
     }

@@ -206,13 +206,10 @@ pub fn run_checks_with(
             Err(_) => true,
         };
     let mut front = Vec::new();
+    let unmet = format!("the GPU count does not meet {}", ctx.words.expect_gpus);
     for (id, needed, why) in [
         ("nvml.driver", nvml_missing, "NVML is required"),
-        (
-            "nvml.device_count",
-            count_unmet,
-            "the GPU count does not meet --expect-gpus",
-        ),
+        ("nvml.device_count", count_unmet, unmet.as_str()),
     ] {
         if !needed || results.iter().any(|r| r.id == id) {
             continue;
@@ -317,6 +314,7 @@ pub fn run_local_with(
         level: opts.level,
         pins,
         in_container,
+        words: opts.words,
     });
     let results = run_checks_with(ctx, opts, progress);
     // `verify --image` shows "container".

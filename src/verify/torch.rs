@@ -372,7 +372,10 @@ mod imp {
             if ctx.expect.allows_none() {
                 CheckResult::skip(
                     ID,
-                    "this libtorch is CPU-only; no GPU expected (--expect-gpus 0)",
+                    format!(
+                        "this libtorch is CPU-only; no GPU expected ({} 0)",
+                        ctx.words.expect_gpus
+                    ),
                 )
             } else {
                 CheckResult::fail(ID, "this libtorch is CPU-only")
@@ -381,7 +384,10 @@ mod imp {
         } else if ctx.expect.allows_none() && nvml.unwrap_or(0) == 0 {
             CheckResult::skip(
                 ID,
-                "CUDA not available: no GPU here, none expected (--expect-gpus 0)",
+                format!(
+                    "CUDA not available: no GPU here, none expected ({} 0)",
+                    ctx.words.expect_gpus
+                ),
             )
         } else {
             // The runtime's own reason is the answer users need: "driver
@@ -396,16 +402,17 @@ mod imp {
                 })
                 .and_then(|p| provenance::cuda_init_error(&p));
             let no_driver = matches!(ctx.nvml, super::super::context::NvmlState::Unavailable(_));
+            let docker_gpus = ctx.words.docker_run_gpus;
             match why {
-                Some(e) if no_driver => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
-                    "there is no NVIDIA driver here (see nvml.driver), which CUDA reports as error 35; install it, or start the container with the GPU (`docker run --gpus all`)",
-                ),
-                Some(e) => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
-                    "error 35 or 803: the host driver is too old for this CUDA runtime (see torch.driver_compat); 100: no GPU visible to this process (`docker run --gpus`, CUDA_VISIBLE_DEVICES)",
-                ),
-                None => CheckResult::fail(ID, "torch cannot use CUDA").hint(
-                    "no GPU visible to this process: check the driver (nvml.driver), `docker run --gpus`, and CUDA_VISIBLE_DEVICES",
-                ),
+                Some(e) if no_driver => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(format!(
+                    "there is no NVIDIA driver here (see nvml.driver), which CUDA reports as error 35; install it, or start the container with the GPU (`{docker_gpus} all`)",
+                )),
+                Some(e) => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(format!(
+                    "error 35 or 803: the host driver is too old for this CUDA runtime (see torch.driver_compat); 100: no GPU visible to this process (`{docker_gpus}`, CUDA_VISIBLE_DEVICES)",
+                )),
+                None => CheckResult::fail(ID, "torch cannot use CUDA").hint(format!(
+                    "no GPU visible to this process: check the driver (nvml.driver), `{docker_gpus}`, and CUDA_VISIBLE_DEVICES",
+                )),
             }
         };
         vec![r.measured(measured).threshold("available")]
@@ -437,9 +444,10 @@ mod imp {
                 Some(v) => format!("CUDA_VISIBLE_DEVICES={v}"),
                 None => "CUDA_VISIBLE_DEVICES is unset".to_string(),
             };
-            CheckResult::fail(ID, format!("torch sees {torch} GPU(s) but NVML sees {nvml} ({why})")).hint(
-                "CUDA_VISIBLE_DEVICES hides GPUs from torch, or the container's device mapping (--gpus / NVIDIA_VISIBLE_DEVICES) differs from the /dev/nvidia* nodes mounted; unset it or match the two",
-            )
+            CheckResult::fail(ID, format!("torch sees {torch} GPU(s) but NVML sees {nvml} ({why})")).hint(format!(
+                "CUDA_VISIBLE_DEVICES hides GPUs from torch, or the container's device mapping ({} / NVIDIA_VISIBLE_DEVICES) differs from the /dev/nvidia* nodes mounted; unset it or match the two",
+                ctx.words.gpus
+            ))
         };
         vec![r.measured(measured).threshold("torch = NVML")]
     }
