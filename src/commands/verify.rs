@@ -4,25 +4,41 @@
 use std::time::Duration;
 
 use crate::cli::VerifyArgs;
+use crate::docker::run::ContainerPhase;
 use crate::docker::run::GpuRequest;
 use crate::output::{self, printer};
-use crate::verify::{self, ExpectGpus, Level, Options, Report};
+use crate::verify::host::ImagePhase;
+use crate::verify::{self, ExpectGpus, Level, Options, Report, Wording};
 use crate::{CliError, ExitStatus};
 
-/// The hint under "no NVIDIA driver".
 /// Accepted `--check-timeout` seconds: long enough for any check to start
 /// (1e-300 made every check time out), at most an hour.
 const CHECK_TIMEOUT_RANGE: std::ops::RangeInclusive<f64> = 0.1..=3600.0;
 
+/// The hint under "no NVIDIA driver".
 const NO_DRIVER_HINT: &str = "install the NVIDIA driver (or run the container with the GPU: `--gpus all` and the NVIDIA Container Toolkit); on a CPU-only host pass --expect-gpus 0";
+
+/// The command-line words verify's check results quote (hints, thresholds,
+/// the note under a shortened table, one check description): verify's
+/// texts name no flag or command themselves.
+pub const WORDS: Wording = Wording {
+    expect_gpus: "--expect-gpus",
+    check_timeout: "--check-timeout",
+    gpus: "--gpus",
+    mount: "--mount",
+    image: "--image",
+    verify: "imgctl verify",
+    build: "imgctl build",
+    full_view: "-v or --json",
+    docker_run_gpus: "docker run --gpus",
+    docker_run_entrypoint: "docker run --rm --entrypoint",
+    toolkit_configure: "nvidia-ctk runtime configure --runtime=docker",
+};
 
 /// Parses and checks the arguments; every problem is a usage error (exit 2).
 pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
-    let expect = ExpectGpus::parse(&args.expect_gpus).map_err(|m| {
-        CliError::usage(m).with_hint(
-            "--expect-gpus 8 requires exactly 8 GPUs; `any` at least one; 0 a CPU-only host",
-        )
-    })?;
+    // A bad value is a `VerifyError`; `commands/error/verify.rs` words it.
+    let expect = ExpectGpus::parse(&args.expect_gpus)?;
     let level = if args.level == "full" {
         Level::Full
     } else {
@@ -74,6 +90,7 @@ pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
         only: args.only.clone(),
         skip: args.skip.clone(),
         timeout: Duration::from_secs_f64(args.check_timeout),
+        words: WORDS,
     };
     check_selection(&opts, args.image.is_some())?;
     Ok(opts)
@@ -168,7 +185,7 @@ pub fn check_mount(mount: &str) -> Result<String, CliError> {
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     if args.list_checks {
         let p = printer();
-        let rows = verify::report::check_list();
+        let rows = verify::report::check_list(&WORDS);
         if args.json {
             p.json(&rows)?;
         } else {
@@ -206,7 +223,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         } else {
             printer().spinner(format!("verify {image}"))
         };
-        let phase = |what: &str| spinner.set_message(what.to_string());
+        let phase = |p: ImagePhase| spinner.set_message(phase_text(p, image));
         let report = rt.block_on(verify::host::verify_image_with(run, nvml, &phase));
         spinner.finish_and_clear();
         return emit(&report?, &args);
@@ -229,6 +246,29 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     let report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
     bar.finish_and_clear();
     emit(&report, &args)
+}
+
+/// The spinner's message for each phase of `verify --image`.
+fn phase_text(phase: ImagePhase, image: &str) -> String {
+    match phase {
+        ImagePhase::Connect => "connecting to the Docker engine".to_string(),
+        ImagePhase::Labels => format!("reading the labels of {image}"),
+        ImagePhase::HostGpus => "asking the host's NVML for its GPUs".to_string(),
+        ImagePhase::Container(ContainerPhase::Create) => {
+            format!("creating a container of {image}")
+        }
+        ImagePhase::Container(ContainerPhase::Start) => "starting the container".to_string(),
+        ImagePhase::Container(ContainerPhase::Run) => {
+            "running imgctl verify in the container".to_string()
+        }
+        ImagePhase::Container(ContainerPhase::Collect) => {
+            "collecting the container's output".to_string()
+        }
+        ImagePhase::Container(ContainerPhase::Remove) => "removing the container".to_string(),
+        ImagePhase::Compare => {
+            "comparing the host's GPUs and driver with the container's".to_string()
+        }
+    }
 }
 
 /// The bar of a local run on a terminal: `⠋ [3/17] nvml.ecc (2s)`. Hidden
@@ -266,7 +306,7 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     if !p.quiet {
         let fit = output::table_fit(output::Stream::Stderr, p.verbose > 0);
-        eprint!("{}", verify::report::table(report, p.color, fit));
+        eprint!("{}", verify::report::table(report, p.color, fit, &WORDS));
     }
     Ok(if report.passed {
         ExitStatus::Success

@@ -2,7 +2,8 @@
 //! equivalent of `docker run --gpus`), and removing it on every path.
 //!
 //! It owns [`GpuRequest`] (parsing `all`, `N`, `0,2`, `GPU-uuid…`),
-//! [`run_to_completion`] and the [`ContainerGuard`] that force-removes the
+//! [`run_to_completion`] (and [`run_to_completion_with`], which tells a
+//! watcher each [`ContainerPhase`]) and the [`ContainerGuard`] that force-removes the
 //! container when dropped (error, panic) or on Ctrl-C. A SIGKILL leaves no
 //! time for that: every container carries the pid of the imgctl that started
 //! it and the boot id of its host, and the next run removes the ones whose
@@ -320,6 +321,21 @@ fn is_gpu_rejection(msg: &str) -> bool {
         || m.contains("unknown runtime")
 }
 
+/// A step of [`run_to_completion_with`], told to its watcher as it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerPhase {
+    /// Creating the container (after removing those left by killed runs).
+    Create,
+    /// Starting it.
+    Start,
+    /// Waiting for its main process to end.
+    Run,
+    /// Reading its stdout and stderr.
+    Collect,
+    /// Removing it (on every path, error or not).
+    Remove,
+}
+
 /// Creates the container, starts it, waits for it (at most `req.timeout`),
 /// collects its output, and removes it, on every path: success, error, timeout,
 /// panic (the guard), and Ctrl-C, SIGTERM or SIGHUP (an interrupted error, exit 130).
@@ -329,6 +345,17 @@ pub async fn run_to_completion(
     docker: &bollard::Docker,
     req: RunRequest,
 ) -> anyhow::Result<RunOutput> {
+    run_to_completion_with(docker, req, &|_| {}).await
+}
+
+/// [`run_to_completion`], telling `phase` of each step as it starts (a
+/// command shows it as a spinner's message; this module prints no progress).
+pub async fn run_to_completion_with(
+    docker: &bollard::Docker,
+    req: RunRequest,
+    phase: &(dyn Fn(ContainerPhase) + Sync),
+) -> anyhow::Result<RunOutput> {
+    phase(ContainerPhase::Create);
     match remove_stale(docker).await {
         Ok(0) => {}
         Ok(n) => crate::output::printer().info(format!(
@@ -387,9 +414,10 @@ pub async fn run_to_completion(
         })?;
     let mut guard = ContainerGuard::new(created.id.clone());
     let outcome = tokio::select! {
-        r = drive(docker, &created.id, &req) => r,
+        r = drive(docker, &created.id, &req, phase) => r,
         sig = interrupt.recv() => Err(DockerError::Interrupted { signal: sig }.into()),
     };
+    phase(ContainerPhase::Remove);
     let removed = guard.remove(docker).await;
     // The container is gone: a later signal may end the process as usual.
     interrupt.exit_on_next();
@@ -398,7 +426,13 @@ pub async fn run_to_completion(
     Ok(out)
 }
 
-async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::Result<RunOutput> {
+async fn drive(
+    docker: &bollard::Docker,
+    id: &str,
+    req: &RunRequest,
+    phase: &(dyn Fn(ContainerPhase) + Sync),
+) -> anyhow::Result<RunOutput> {
+    phase(ContainerPhase::Start);
     if let Err(e) = docker.start_container(id, None).await {
         let msg = e.to_string();
         if is_gpu_rejection(&msg) {
@@ -422,6 +456,7 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
             None => Err(DockerError::WaitStreamClosed),
         }
     };
+    phase(ContainerPhase::Run);
     let exit_code = match tokio::time::timeout(req.timeout, wait).await {
         Ok(code) => code?,
         Err(_) => {
@@ -439,6 +474,7 @@ async fn drive(docker: &bollard::Docker, id: &str, req: &RunRequest) -> anyhow::
             .into());
         }
     };
+    phase(ContainerPhase::Collect);
     let mut logs = docker.logs(
         id,
         Some(LogsOptions {

@@ -8,19 +8,15 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::check::CheckResult;
-use super::{NvmlState, Options, Pins, Report, Status};
-use crate::docker::run::{GpuRequest, GpuRequestRejected, RunRequest};
-
-/// Ids of the host-side checks.
-pub const IDS: [&str; 3] = ["host.container", "host.gpu_uuids", "host.driver_image_cuda"];
-
-/// What each host-side check looks at, in [`IDS`] order.
-pub const DESCRIPTIONS: [&str; 3] = [
-    "the image's imgctl ran in a container with the GPUs and gave a consistent report",
-    "the GPUs the container sees are exactly those requested (UUIDs)",
-    "the host driver runs the image's CUDA runtime (natively or by minor-version compatibility)",
-];
+use super::context::{matches, selected, NvmlState, Options};
+use super::error::VerifyError;
+use super::pins::Pins;
+use super::registry::registry;
+pub use super::registry::{HOST_DESCRIPTIONS as DESCRIPTIONS, HOST_IDS as IDS};
+use super::report::{Report, SCHEMA_VERSION};
+use super::result::{CheckResult, Level, Status};
+use super::wording::Wording;
+use crate::docker::run::{ContainerPhase, GpuRequest, GpuRequestRejected, RunRequest};
 
 /// Image labels `imgctl build` writes (mirrors `render::labels`).
 pub mod label {
@@ -122,8 +118,8 @@ pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
 /// The command line run inside the container (after the `imgctl` entrypoint).
 pub fn container_args(opts: &Options) -> Vec<String> {
     let level = match opts.level {
-        super::Level::Quick => "quick",
-        super::Level::Full => "full",
+        Level::Quick => "quick",
+        Level::Full => "full",
     };
     let mut args: Vec<String> = vec![
         "verify".into(),
@@ -140,8 +136,8 @@ pub fn container_args(opts: &Options) -> Vec<String> {
     // results: the container reports them even when not asked to (they are
     // dropped from the output again, see `verify_image`).
     let identity = "nvml.identity";
-    let need_identity = super::selected("host.gpu_uuids", super::Level::Quick, opts)
-        && !super::selected(identity, super::Level::Quick, opts);
+    let need_identity =
+        selected("host.gpu_uuids", Level::Quick, opts) && !selected(identity, Level::Quick, opts);
     let mut only: Vec<String> = opts.only.iter().filter(not_host).cloned().collect();
     if only.is_empty() && !opts.only.is_empty() {
         // Only host checks asked for: the container still reports its driver.
@@ -152,13 +148,13 @@ pub fn container_args(opts: &Options) -> Vec<String> {
     }
     let mut skip: Vec<String> = Vec::new();
     for p in opts.skip.iter().filter(not_host) {
-        if need_identity && super::matches(identity, p) {
+        if need_identity && matches(identity, p) {
             // `--skip nvml`: skip every id it names but nvml.identity.
             skip.extend(
-                super::registry()
+                registry()
                     .iter()
                     .map(|c| c.id())
-                    .filter(|id| *id != identity && super::matches(id, p))
+                    .filter(|id| *id != identity && matches(id, p))
                     .map(str::to_string),
             );
         } else {
@@ -173,9 +169,9 @@ pub fn container_args(opts: &Options) -> Vec<String> {
         skip: skip.clone(),
         ..opts.clone()
     };
-    if !super::registry()
+    if !registry()
         .iter()
-        .any(|c| super::selected(c.id(), c.level(), &inside))
+        .any(|c| selected(c.id(), c.level(), &inside))
     {
         only = vec!["nvml.driver".to_string()];
         if need_identity {
@@ -204,11 +200,13 @@ pub fn container_uuids(report: &Report) -> Vec<String> {
         .collect()
 }
 
-/// `host.gpu_uuids`: the GPUs the container saw against those requested on the host.
+/// `host.gpu_uuids`: the GPUs the container saw against those requested on
+/// the host (`words` names the flag that requested them).
 pub fn uuid_verdict(
     host: &HostGpus,
     requested: Option<&GpuRequest>,
     container: Option<&[String]>,
+    words: &Wording,
 ) -> CheckResult {
     const ID: &str = "host.gpu_uuids";
     if let Some(r) = host_nvml_missing(ID, host) {
@@ -256,7 +254,7 @@ pub fn uuid_verdict(
             })
             .collect(),
     };
-    let threshold = format!("the GPUs of --gpus {}", req.describe());
+    let threshold = format!("the GPUs of {} {}", words.gpus, req.describe());
     match expected {
         Err(e) => CheckResult::fail(ID, e)
             .measured(measured)
@@ -297,12 +295,10 @@ fn host_nvml_missing(id: &str, host: &HostGpus) -> Option<CheckResult> {
 /// another schema, no results, or a verdict that disagrees with its own
 /// results or with the process's exit code (0 passed, 1 failed).
 pub fn container_report_problem(exit_code: i64, report: &Report) -> Option<String> {
-    if report.schema_version != super::SCHEMA_VERSION {
+    if report.schema_version != SCHEMA_VERSION {
         return Some(format!(
             "the image's imgctl {} writes report schema {}, this imgctl reads schema {}",
-            report.imgctl_version,
-            report.schema_version,
-            super::SCHEMA_VERSION
+            report.imgctl_version, report.schema_version, SCHEMA_VERSION
         ));
     }
     if report.results.is_empty() {
@@ -372,8 +368,25 @@ pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> Chec
     r
 }
 
-/// Runs `imgctl verify` inside a container of the image and returns the
-/// merged report (host checks around the container's results).
+/// What [`verify_image_with`] is doing, told to its watcher as each phase
+/// starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImagePhase {
+    /// Connecting to the Docker engine.
+    Connect,
+    /// Reading the image's labels.
+    Labels,
+    /// Asking the host's NVML for its GPUs.
+    HostGpus,
+    /// A step of the container that runs the image's verify: create, start,
+    /// run, collect, remove.
+    Container(ContainerPhase),
+    /// Comparing the host's GPUs and driver with the container's.
+    Compare,
+}
+
+/// Runs the image's own verify inside a container of the image and returns
+/// the merged report (host checks around the container's results).
 pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result<Report> {
     verify_image_with(run, host_nvml, &|_| {}).await
 }
@@ -383,13 +396,14 @@ pub async fn verify_image(run: ImageRun, host_nvml: NvmlState) -> anyhow::Result
 pub async fn verify_image_with(
     run: ImageRun,
     host_nvml: NvmlState,
-    phase: &dyn Fn(&str),
+    phase: &(dyn Fn(ImagePhase) + Sync),
 ) -> anyhow::Result<Report> {
-    phase("connecting to the Docker engine");
+    let words = run.opts.words;
+    phase(ImagePhase::Connect);
     let docker = crate::docker::connect().await?;
-    phase(&format!("reading the labels of {}", run.image));
+    phase(ImagePhase::Labels);
     let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
-    phase("asking the host's NVML for its GPUs");
+    phase(ImagePhase::HostGpus);
     let host = host_gpus(&host_nvml, run.opts.timeout);
     let mut env = vec!["NO_COLOR=1".to_string()];
     if let Some(p) = pins_from_labels(&run.image, &labels) {
@@ -402,13 +416,16 @@ pub async fn verify_image_with(
     // No GPU request when none is expected or the host has no driver: an engine
     // without the nvidia runtime rejects any GPU request.
     let (gpus, why_none) = if run.opts.expect.allows_none() {
-        (None, Some("none expected (--expect-gpus 0)".to_string()))
+        (
+            None,
+            Some(format!("none expected ({} 0)", words.expect_gpus)),
+        )
     } else if let (Some(why), false) = (&host.unavailable, host.hung) {
         (None, Some(format!("the host has no GPU driver ({why})")))
     } else {
         (Some(run.gpus.clone()), None)
     };
-    let n_checks = super::registry().len() as f64;
+    let n_checks = registry().len() as f64;
     let gpu_factor = host.uuids.len().max(1) as f64;
     // Every check of every GPU may use its full deadline, plus a minute to start.
     let timeout =
@@ -425,12 +442,14 @@ pub async fn verify_image_with(
     };
     let started = std::time::Instant::now();
     // One call creates, starts, waits for, collects and removes the container.
-    phase(&format!(
-        "running imgctl verify in a container of {} (create, start, run, collect, remove)",
-        run.image
-    ));
-    let outcome = crate::docker::run::run_to_completion(&docker, req).await;
-    phase("comparing the host's GPUs and driver with the container's");
+    let outcome = crate::docker::run::run_to_completion_with(&docker, req, &|p| {
+        phase(ImagePhase::Container(p))
+    })
+    .await;
+    phase(ImagePhase::Compare);
+    let this_binary = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "/path/to/imgctl".into());
     let mut results = Vec::new();
     let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.describe());
     let mut container_report: Option<Report> = None;
@@ -442,13 +461,15 @@ pub async fn verify_image_with(
             {
                 results.push(
                     CheckResult::fail("host.container", rej.to_string())
-                        .threshold(format!("--gpus {gpus_text}"))
-                        .hint("install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or pass --expect-gpus 0 to run without GPUs"),
+                        .threshold(format!("{} {gpus_text}", words.gpus))
+                        .hint(format!("install the NVIDIA Container Toolkit and restart the engine (`{}`), or pass {} 0 to run without GPUs", words.toolkit_configure, words.expect_gpus)),
                 );
             } else if e.to_string().contains("executable file not found") {
-                return Err(crate::CliError::failure(format!("the image {} has no imgctl on its PATH: {e}", run.image))
-                    .with_hint("use an image built by `imgctl build` (it installs /usr/local/bin/imgctl), or mount one with --mount /path/to/imgctl:/usr/local/bin/imgctl:ro")
-                    .into());
+                return Err(VerifyError::NoImgctlInImage {
+                    image: run.image.clone(),
+                    error: e.to_string(),
+                }
+                .into());
             } else {
                 return Err(e);
             }
@@ -462,15 +483,15 @@ pub async fn verify_image_with(
                     results.push(
                         CheckResult::error("host.container", problem)
                             .measured(format!("exit code {}, {} results", out.exit_code, rep.results.len()))
-                            .hint(format!("the image's imgctl is not one this imgctl can trust: rebuild the image with this imgctl (`imgctl build`), or mount this binary with --mount {}:/usr/local/bin/imgctl:ro", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))),
+                            .hint(format!("the image's imgctl is not one this imgctl can trust: rebuild the image with this imgctl (`{}`), or mount this binary with {} {this_binary}:/usr/local/bin/imgctl:ro", words.build, words.mount)),
                     );
                 }
                 Ok((None, rep)) => {
                     let mut r = CheckResult::pass(
                         "host.container",
                         format!(
-                            "imgctl verify ran in a container of {} (GPUs: {gpus_text})",
-                            run.image
+                            "{} ran in a container of {} (GPUs: {gpus_text})",
+                            words.verify, run.image
                         ),
                     )
                     .measured(format!(
@@ -497,9 +518,9 @@ pub async fn verify_image_with(
                         .hint(if out.exit_code == 2 {
                             // Its own usage error: an imgctl of another version
                             // that does not know an option or a check id.
-                            format!("the image's imgctl refused the arguments: its stderr above says why; an image built by another imgctl version may not know every option or check id (rebuild it, or mount this binary with --mount {}:/usr/local/bin/imgctl:ro)", std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "/path/to/imgctl".into()))
+                            format!("the image's imgctl refused the arguments: its stderr above says why; an image built by another imgctl version may not know every option or check id (rebuild it, or mount this binary with {} {this_binary}:/usr/local/bin/imgctl:ro)", words.mount)
                         } else {
-                            format!("is imgctl on the image's PATH? `docker run --rm --entrypoint imgctl {} verify` shows its output ({parse})", run.image)
+                            format!("is imgctl on the image's PATH? `{} imgctl {} verify` shows its output ({parse})", words.docker_run_entrypoint, run.image)
                         }),
                     );
                 }
@@ -508,7 +529,7 @@ pub async fn verify_image_with(
     }
     let seen = container_report.as_ref().map(container_uuids);
     let (level, expect) = (run.opts.level, run.opts.expect);
-    let want = |id: &str| super::selected(id, super::Level::Quick, &run.opts);
+    let want = |id: &str| selected(id, Level::Quick, &run.opts);
     if let Some(rep) = container_report {
         // nvml.identity may have been asked for only for host.gpu_uuids.
         let keep_identity = want("nvml.identity");
@@ -519,7 +540,7 @@ pub async fn verify_image_with(
         );
     }
     if want("host.gpu_uuids") {
-        results.push(uuid_verdict(&host, gpus.as_ref(), seen.as_deref()));
+        results.push(uuid_verdict(&host, gpus.as_ref(), seen.as_deref(), &words));
     }
     if want("host.driver_image_cuda") {
         results.push(driver_verdict(&host, &labels));
@@ -552,7 +573,16 @@ pub fn no_driver_line(report: &Report) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::ExpectGpus;
+    use crate::commands::verify::WORDS;
+
+    fn uuid_verdict(
+        host: &HostGpus,
+        requested: Option<&GpuRequest>,
+        container: Option<&[String]>,
+    ) -> CheckResult {
+        super::uuid_verdict(host, requested, container, &WORDS)
+    }
+    use crate::verify::context::ExpectGpus;
 
     fn host(uuids: &[&str]) -> HostGpus {
         HostGpus {
@@ -621,13 +651,7 @@ mod tests {
     }
 
     fn container_report(results: Vec<CheckResult>) -> Report {
-        Report::new(
-            "container",
-            None,
-            super::super::Level::Quick,
-            ExpectGpus::Any,
-            results,
-        )
+        Report::new("container", None, Level::Quick, ExpectGpus::Any, results)
     }
 
     #[test]
@@ -684,11 +708,12 @@ mod tests {
     #[test]
     fn host_uuid_check_gets_the_identity_results_it_compares() {
         let mut opts = Options {
-            level: super::super::Level::Quick,
+            level: Level::Quick,
             expect: ExpectGpus::Any,
             only: vec!["host".into()],
             skip: vec![],
             timeout: Duration::from_secs(5),
+            words: WORDS,
         };
         let tail = |a: Vec<String>| a[8..].to_vec();
         assert_eq!(
@@ -718,11 +743,12 @@ mod tests {
     #[test]
     fn args_forward_selection_without_host_ids() {
         let opts = Options {
-            level: super::super::Level::Full,
+            level: Level::Full,
             expect: ExpectGpus::Exactly(0),
             only: vec!["nvml".into(), "host.gpu_uuids".into()],
             skip: vec!["nvml.ecc".into()],
             timeout: Duration::from_secs(5),
+            words: WORDS,
         };
         let a = container_args(&opts);
         assert_eq!(

@@ -1,12 +1,100 @@
-//! Rendering a [`Report`]: a table (comfy-table, readable without colour,
+//! The [`Report`] of a verify run (what `--json` prints, and what the host
+//! reads back from a container) and its rendering: a table (comfy-table, readable without colour,
 //! thresholds next to measured values), JUnit XML (one test case per check
 //! per subject) and the one-line summary. JSON is the serde form of
 //! [`Report`] itself. This module computes no verdicts and does no I/O
 //! besides returning strings.
 use comfy_table::{presets, Cell, CellAlignment, Color, ColumnConstraint, Table, Width};
 
-use super::{CheckResult, Report, Status};
+use serde::{Deserialize, Serialize};
+
+use super::context::ExpectGpus;
+use super::registry::{registry, HOST_DESCRIPTIONS, HOST_IDS};
+use super::result::{CheckResult, Level, Scope, Status};
+use super::wording::Wording;
 use crate::output::{self, Fit};
+
+/// Version of the JSON report layout (`--json`); bump on incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A whole verify run: what the JSON report holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The imgctl that produced it.
+    pub imgctl_version: String,
+    /// Where the checks ran: `host`, or `container` (of `image`).
+    pub context: String,
+    /// The image, for `verify --image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// quick or full.
+    pub level: Level,
+    /// `any` or a count.
+    pub expect_gpus: String,
+    /// Every result, in run order.
+    pub results: Vec<CheckResult>,
+    /// Counts per status.
+    pub summary: Summary,
+    /// True when no result is FAIL or ERROR.
+    pub passed: bool,
+}
+
+/// Counts per status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// PASS results.
+    pub pass: usize,
+    /// WARN results.
+    pub warn: usize,
+    /// FAIL results.
+    pub fail: usize,
+    /// SKIP results.
+    pub skip: usize,
+    /// ERROR results.
+    pub error: usize,
+}
+
+impl Report {
+    /// Builds a report from results, computing the summary and verdict.
+    pub fn new(
+        context: &str,
+        image: Option<String>,
+        level: Level,
+        expect: ExpectGpus,
+        results: Vec<CheckResult>,
+    ) -> Self {
+        let mut r = Self {
+            schema_version: SCHEMA_VERSION,
+            imgctl_version: env!("CARGO_PKG_VERSION").to_string(),
+            context: context.to_string(),
+            image,
+            level,
+            expect_gpus: expect.as_arg(),
+            results,
+            summary: Summary::default(),
+            passed: true,
+        };
+        r.recount();
+        r
+    }
+    /// Recomputes the summary and verdict after results changed.
+    pub fn recount(&mut self) {
+        let mut s = Summary::default();
+        for r in &self.results {
+            match r.status {
+                Status::Pass => s.pass += 1,
+                Status::Warn => s.warn += 1,
+                Status::Fail => s.fail += 1,
+                Status::Skip => s.skip += 1,
+                Status::Error => s.error += 1,
+            }
+        }
+        self.passed = s.fail == 0 && s.error == 0;
+        self.summary = s;
+    }
+}
 
 /// One row of `verify --list-checks`.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -18,35 +106,36 @@ pub struct CheckInfo {
     /// `node`, `gpu` or `host` (with --image only).
     pub scope: &'static str,
     /// What it checks.
-    pub description: &'static str,
+    pub description: String,
 }
 
-/// Every check, in run order, host-side checks last.
-pub fn check_list() -> Vec<CheckInfo> {
-    let mut rows: Vec<CheckInfo> = super::registry()
+/// Every check, in run order, host-side checks last; `words` fills the
+/// descriptions that name a flag.
+pub fn check_list(words: &Wording) -> Vec<CheckInfo> {
+    let mut rows: Vec<CheckInfo> = registry()
         .iter()
         .map(|c| CheckInfo {
             id: c.id(),
             level: match c.level() {
-                super::Level::Quick => "quick",
-                super::Level::Full => "full",
+                Level::Quick => "quick",
+                Level::Full => "full",
             },
             scope: match c.scope() {
-                super::Scope::Node => "node",
-                super::Scope::PerGpu => "gpu",
+                Scope::Node => "node",
+                Scope::PerGpu => "gpu",
             },
-            description: c.description(),
+            description: words.fill(c.description()),
         })
         .collect();
     rows.extend(
-        super::host::IDS
+        HOST_IDS
             .iter()
-            .zip(super::host::DESCRIPTIONS)
+            .zip(HOST_DESCRIPTIONS)
             .map(|(id, description)| CheckInfo {
                 id,
                 level: "quick",
                 scope: "host",
-                description,
+                description: description.to_string(),
             }),
     );
     rows
@@ -73,7 +162,7 @@ pub fn check_list_table(rows: &[CheckInfo], color: bool, fit: Fit) -> String {
     let mut t = new_table(color);
     t.set_header(vec!["check", "level", "on", "what it checks"]);
     for r in rows {
-        t.add_row(vec![r.id, r.level, r.scope, r.description]);
+        t.add_row(vec![r.id, r.level, r.scope, r.description.as_str()]);
     }
     output::fit_table(&mut t, fit);
     format!("{t}\n")
@@ -96,8 +185,9 @@ const THRESHOLD_PERCENT: u16 = 18;
 /// terminal's width: below 120 and 110 columns, fewer columns (the
 /// measured values and thresholds then follow the table); [`Fit::Cut`] also
 /// shortens paths and cuts each row to one line, [`Fit::Wrap`] (`-v`) wraps
-/// the full text instead.
-pub fn table(report: &Report, color: bool, fit: Fit) -> String {
+/// the full text instead. A shortened table ends with a note naming
+/// `words.full_view`.
+pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String {
     let (width, full) = match fit {
         Fit::Cut(w) => (Some(w), false),
         Fit::Wrap(w) => (Some(w), true),
@@ -208,7 +298,10 @@ pub fn table(report: &Report, color: bool, fit: Fit) -> String {
         out.push('\n');
     }
     if cut || (narrow && !full) {
-        out.push_str("(shortened to fit the terminal; -v or --json show every column in full)\n");
+        out.push_str(&format!(
+            "(shortened to fit the terminal; {} show every column in full)\n",
+            words.full_view
+        ));
     }
     out.push_str(&output::wrap_text(&summary_line(report), width));
     out.push('\n');
@@ -324,7 +417,6 @@ pub fn junit(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::{ExpectGpus, Level};
 
     fn sample() -> Report {
         Report::new(
@@ -351,7 +443,12 @@ mod tests {
 
     #[test]
     fn table_has_thresholds_and_plain_labels() {
-        let t = table(&sample(), false, Fit::Natural);
+        let t = table(
+            &sample(),
+            false,
+            Fit::Natural,
+            &crate::commands::verify::WORDS,
+        );
         assert!(t.contains(" FAIL "), "{t}");
         assert!(t.contains("0 errors"));
         assert!(t.contains("hint (nvml.ecc gpu1): drain"));
@@ -366,7 +463,12 @@ mod tests {
             Some("9.5.1 from /root/.cache/imgctl/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9".into());
         report.recount();
         for width in [80u16, 100, 120] {
-            let plain = table(&report, false, Fit::Cut(width));
+            let plain = table(
+                &report,
+                false,
+                Fit::Cut(width),
+                &crate::commands::verify::WORDS,
+            );
             for line in plain.lines() {
                 assert!(
                     line.chars().count() <= width as usize,
@@ -381,10 +483,15 @@ mod tests {
             assert!(plain.contains("--json"), "{plain}");
         }
         // Colour comes from comfy-table: the status label stays whole.
-        let coloured = table(&report, true, Fit::Cut(80));
+        let coloured = table(&report, true, Fit::Cut(80), &crate::commands::verify::WORDS);
         assert!(coloured.contains("FAIL"), "{coloured}");
         // Natural: every column, full text, as piped output always was.
-        let full = table(&report, false, Fit::Natural);
+        let full = table(
+            &report,
+            false,
+            Fit::Natural,
+            &crate::commands::verify::WORDS,
+        );
         assert!(full.contains("/root/.cache/imgctl"), "{full}");
         assert!(full.contains("| on "), "{full}");
     }

@@ -11,6 +11,7 @@ fn opts(expect: ExpectGpus, only: &[&str]) -> Options {
         only: only.iter().map(|s| s.to_string()).collect(),
         skip: Vec::new(),
         timeout: Duration::from_secs(10),
+        words: crate::commands::verify::WORDS,
     }
 }
 
@@ -36,7 +37,12 @@ fn healthy_node_passes_every_nvml_check() {
     assert!(
         r.passed,
         "{}",
-        report::table(&r, false, crate::output::Fit::Natural)
+        report::table(
+            &r,
+            false,
+            crate::output::Fit::Natural,
+            &crate::commands::verify::WORDS
+        )
     );
     for x in &r.results {
         // Retired pages are NotSupported on Hopper: SKIP with the reason, never PASS.
@@ -436,6 +442,7 @@ fn selection_by_id_prefix_and_unknown_ids() {
         only: vec!["nvml".into()],
         skip: vec!["nvml.ecc".into()],
         timeout: Duration::from_secs(1),
+        words: crate::commands::verify::WORDS,
     };
     assert!(selected("nvml.pcie", Level::Quick, &o));
     assert!(!selected("nvml.ecc", Level::Quick, &o));

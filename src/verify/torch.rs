@@ -9,9 +9,9 @@
 use std::path::PathBuf;
 
 use super::check::{CheckResult, FnCheck, Level, Scope};
+use super::context::Context;
 use super::provenance::{self, LibKind};
 use super::versions::version_matches;
-use super::Context;
 
 /// The torch checks, in run order.
 pub fn checks() -> Vec<FnCheck> {
@@ -148,7 +148,7 @@ pub fn driver_compat_verdict(driver: &str, driver_cuda: i32, runtime: &str) -> C
     };
     let measured = format!(
         "driver {driver} (CUDA {})",
-        super::nvml::fmt_cuda_version(driver_cuda)
+        super::nvml::checks::fmt_cuda_version(driver_cuda)
     );
     if driver_cuda >= rt {
         return CheckResult::pass(ID, format!("driver supports CUDA {runtime} natively"))
@@ -352,8 +352,9 @@ mod imp {
 
     fn nvml_count(ctx: &Context) -> Option<u32> {
         match &ctx.nvml {
-            super::super::NvmlState::Ready(b) => b.device_count().ok(),
-            super::super::NvmlState::Unavailable(_) | super::super::NvmlState::Hung(_) => None,
+            super::super::context::NvmlState::Ready(b) => b.device_count().ok(),
+            super::super::context::NvmlState::Unavailable(_)
+            | super::super::context::NvmlState::Hung(_) => None,
         }
     }
 
@@ -371,7 +372,10 @@ mod imp {
             if ctx.expect.allows_none() {
                 CheckResult::skip(
                     ID,
-                    "this libtorch is CPU-only; no GPU expected (--expect-gpus 0)",
+                    format!(
+                        "this libtorch is CPU-only; no GPU expected ({} 0)",
+                        ctx.words.expect_gpus
+                    ),
                 )
             } else {
                 CheckResult::fail(ID, "this libtorch is CPU-only")
@@ -380,7 +384,10 @@ mod imp {
         } else if ctx.expect.allows_none() && nvml.unwrap_or(0) == 0 {
             CheckResult::skip(
                 ID,
-                "CUDA not available: no GPU here, none expected (--expect-gpus 0)",
+                format!(
+                    "CUDA not available: no GPU here, none expected ({} 0)",
+                    ctx.words.expect_gpus
+                ),
             )
         } else {
             // The runtime's own reason is the answer users need: "driver
@@ -394,17 +401,18 @@ mod imp {
                         .next()
                 })
                 .and_then(|p| provenance::cuda_init_error(&p));
-            let no_driver = matches!(ctx.nvml, super::super::NvmlState::Unavailable(_));
+            let no_driver = matches!(ctx.nvml, super::super::context::NvmlState::Unavailable(_));
+            let docker_gpus = ctx.words.docker_run_gpus;
             match why {
-                Some(e) if no_driver => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
-                    "there is no NVIDIA driver here (see nvml.driver), which CUDA reports as error 35; install it, or start the container with the GPU (`docker run --gpus all`)",
-                ),
-                Some(e) => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(
-                    "error 35 or 803: the host driver is too old for this CUDA runtime (see torch.driver_compat); 100: no GPU visible to this process (`docker run --gpus`, CUDA_VISIBLE_DEVICES)",
-                ),
-                None => CheckResult::fail(ID, "torch cannot use CUDA").hint(
-                    "no GPU visible to this process: check the driver (nvml.driver), `docker run --gpus`, and CUDA_VISIBLE_DEVICES",
-                ),
+                Some(e) if no_driver => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(format!(
+                    "there is no NVIDIA driver here (see nvml.driver), which CUDA reports as error 35; install it, or start the container with the GPU (`{docker_gpus} all`)",
+                )),
+                Some(e) => CheckResult::fail(ID, format!("torch cannot use CUDA: {e}")).hint(format!(
+                    "error 35 or 803: the host driver is too old for this CUDA runtime (see torch.driver_compat); 100: no GPU visible to this process (`{docker_gpus}`, CUDA_VISIBLE_DEVICES)",
+                )),
+                None => CheckResult::fail(ID, "torch cannot use CUDA").hint(format!(
+                    "no GPU visible to this process: check the driver (nvml.driver), `{docker_gpus}`, and CUDA_VISIBLE_DEVICES",
+                )),
             }
         };
         vec![r.measured(measured).threshold("available")]
@@ -436,9 +444,10 @@ mod imp {
                 Some(v) => format!("CUDA_VISIBLE_DEVICES={v}"),
                 None => "CUDA_VISIBLE_DEVICES is unset".to_string(),
             };
-            CheckResult::fail(ID, format!("torch sees {torch} GPU(s) but NVML sees {nvml} ({why})")).hint(
-                "CUDA_VISIBLE_DEVICES hides GPUs from torch, or the container's device mapping (--gpus / NVIDIA_VISIBLE_DEVICES) differs from the /dev/nvidia* nodes mounted; unset it or match the two",
-            )
+            CheckResult::fail(ID, format!("torch sees {torch} GPU(s) but NVML sees {nvml} ({why})")).hint(format!(
+                "CUDA_VISIBLE_DEVICES hides GPUs from torch, or the container's device mapping ({} / NVIDIA_VISIBLE_DEVICES) differs from the /dev/nvidia* nodes mounted; unset it or match the two",
+                ctx.words.gpus
+            ))
         };
         vec![r.measured(measured).threshold("torch = NVML")]
     }
@@ -461,7 +470,13 @@ mod imp {
         };
         let (major, minor) = match nvml.compute_capability(gpu.unwrap_or(0)) {
             Ok(cc) => cc,
-            Err(e) => return vec![super::super::nvml::from_err(ID, "compute capability", &e)],
+            Err(e) => {
+                return vec![super::super::nvml::checks::from_err(
+                    ID,
+                    "compute capability",
+                    &e,
+                )]
+            }
         };
         let list = match arch_list() {
             Ok(l) => l,
@@ -512,11 +527,23 @@ mod imp {
         };
         let driver = match nvml.driver_version() {
             Ok(d) => d,
-            Err(e) => return vec![super::super::nvml::from_err(ID, "driver version", &e)],
+            Err(e) => {
+                return vec![super::super::nvml::checks::from_err(
+                    ID,
+                    "driver version",
+                    &e,
+                )]
+            }
         };
         let dcuda = match nvml.cuda_driver_version() {
             Ok(v) => v,
-            Err(e) => return vec![super::super::nvml::from_err(ID, "CUDA driver version", &e)],
+            Err(e) => {
+                return vec![super::super::nvml::checks::from_err(
+                    ID,
+                    "CUDA driver version",
+                    &e,
+                )]
+            }
         };
         vec![driver_compat_verdict(&driver, dcuda, &runtime)]
     }
@@ -577,41 +604,41 @@ mod tests {
         // R580 (CUDA 13.0) runs a CUDA 12.6 torch natively.
         assert_eq!(
             driver_compat_verdict("580.159.03", 13000, "12.6").status,
-            super::super::Status::Pass
+            super::super::result::Status::Pass
         );
         // R550 (CUDA 12.4) runs 12.6 by minor-version compatibility.
         let r = driver_compat_verdict("550.54.15", 12040, "12.6");
-        assert_eq!(r.status, super::super::Status::Pass);
+        assert_eq!(r.status, super::super::result::Status::Pass);
         assert!(r.message.contains("minor-version"));
         // R470 (CUDA 11.4) cannot run 12.6.
         assert_eq!(
             driver_compat_verdict("470.82.01", 11040, "12.6").status,
-            super::super::Status::Fail
+            super::super::result::Status::Fail
         );
         // A 12.x driver older than 525.60.13 cannot use minor-version compatibility.
         assert_eq!(
             driver_compat_verdict("520.61.05", 12000, "12.6").status,
-            super::super::Status::Fail
+            super::super::result::Status::Fail
         );
         // torch 2.11's cu130 wheel on the H200 machine's R580 driver: native.
         assert_eq!(
             driver_compat_verdict("580.82.07", 13000, "13.0").status,
-            super::super::Status::Pass
+            super::super::result::Status::Pass
         );
         // A CUDA 13.2 torch on an R580 (CUDA 13.0) driver: minor-version compatibility.
         let r = driver_compat_verdict("580.82.07", 13000, "13.2");
-        assert_eq!(r.status, super::super::Status::Pass, "{r:?}");
+        assert_eq!(r.status, super::super::result::Status::Pass, "{r:?}");
         assert!(r.message.contains("minor-version"));
         // An R575 (CUDA 12.9) driver cannot run CUDA 13.
         assert_eq!(
             driver_compat_verdict("575.57.08", 12090, "13.0").status,
-            super::super::Status::Fail
+            super::super::result::Status::Fail
         );
     }
 
     #[test]
     fn provenance_verdicts() {
-        use super::super::Status;
+        use super::super::result::Status;
         let p = vec![PathBuf::from("/w/nvidia/cudnn/lib/libcudnn.so.9")];
         let ok = loaded_verdict(
             LibKind::Cudnn,

@@ -15,6 +15,7 @@ mod docker;
 mod lock;
 mod spec;
 mod train;
+mod verify;
 
 pub use advice::{Advice, CliError};
 
@@ -33,6 +34,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         spec::advise,
         train::advise,
         bench::advise,
+        verify::advise,
     ];
     tables.iter().find_map(|table| table(err))
 }

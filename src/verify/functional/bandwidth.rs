@@ -9,9 +9,11 @@ use std::time::Instant;
 use tch::{Device, Kind, TchError, Tensor};
 
 use super::device::{device_or_skip, gpu_name, sync};
-use super::{judge_rate, pcie_lane_gbs, peaks_for, MEM_FLOOR_FRACTION, PCIE_FLOOR_FRACTION};
+use super::thresholds::{
+    judge_rate, pcie_lane_gbs, peaks_for, MEM_FLOOR_FRACTION, PCIE_FLOOR_FRACTION,
+};
 use crate::verify::check::CheckResult;
-use crate::verify::Context;
+use crate::verify::context::Context;
 
 /// GB/s of `dst.copy_(src)` repeated `iters` times, counting `bytes_per_copy`.
 fn copy_rate(
@@ -119,9 +121,9 @@ fn host_copy(ctx: &Context, gpu: Option<u32>, id: &str, to_device: bool) -> Vec<
             )
         });
     let mut r = judge_rate(id, &format!("{what} (pinned, 256 MiB)"), gbs, "GB/s", floor);
-    if r.status == crate::verify::Status::Fail {
+    if r.status == crate::verify::result::Status::Fail {
         // Host copies also depend on NUMA placement and the IOMMU: a WARN, not a verdict on the GPU.
-        r.status = crate::verify::Status::Warn;
+        r.status = crate::verify::result::Status::Warn;
         r.hint = Some(
             "check NUMA affinity (`nvidia-smi topo -m`), the IOMMU setting and nvml.pcie".into(),
         );

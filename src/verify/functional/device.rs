@@ -6,7 +6,7 @@
 use tch::{Device, Kind, TchError, Tensor};
 
 use crate::verify::check::CheckResult;
-use crate::verify::Context;
+use crate::verify::context::Context;
 
 /// The product name NVML reports for GPU `g`, if NVML can say.
 pub(super) fn gpu_name(ctx: &Context, g: u32) -> Option<String> {

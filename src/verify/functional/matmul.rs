@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use tch::{Device, Kind, TchError, Tensor};
 
 use super::device::{device_or_skip, gpu_name, sync};
-use super::{
+use super::thresholds::{
     fp32_matmul_uses_tf32, judge_rate, peaks_for, BF16_REL_ERR, ELEMENT_ERR_FACTOR, FLOOR_FRACTION,
     FP32_REL_ERR, TF32_REL_ERR,
 };
 use crate::verify::check::CheckResult;
-use crate::verify::Context;
+use crate::verify::context::Context;
 
 /// Minimum warm-up before a timed loop: cuBLAS picks its kernels on the
 /// first call, and an idle GPU runs at idle clocks until GPU Boost raises

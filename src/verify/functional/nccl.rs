@@ -11,11 +11,11 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
-use super::allreduce_busbw;
+use super::thresholds::allreduce_busbw;
 use crate::sys::nccl::{version_string, Communicator, NcclLibrary, RedOp};
 use crate::sys::nccl_tensors::all_reduce_into;
 use crate::verify::check::CheckResult;
-use crate::verify::Context;
+use crate::verify::context::Context;
 
 /// The body of `func.nccl_allreduce`.
 pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {

@@ -8,7 +8,7 @@
 //! measured value. This file must not import nvml-wrapper nor render output.
 use super::backend::{throttle_names, GpuProcess, NvmlErr};
 use crate::verify::check::{CheckResult, FnCheck, Level, Scope};
-use crate::verify::Context;
+use crate::verify::context::{Context, NvmlState};
 
 /// Reasons that are benign (the issue: "anything beyond idle or the software
 /// power cap is a WARN").
@@ -40,7 +40,7 @@ pub fn checks() -> Vec<FnCheck> {
         ),
         node(
             "nvml.device_count",
-            "GPU count against --expect-gpus; every GPU reachable",
+            "GPU count against {expect_gpus}; every GPU reachable",
             check_device_count,
         ),
         per_gpu(
@@ -145,19 +145,24 @@ pub fn fmt_cuda_version(v: i32) -> String {
 fn check_driver(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
     const ID: &str = "nvml.driver";
     let nvml = match &ctx.nvml {
-        crate::verify::NvmlState::Ready(b) => b.clone(),
-        crate::verify::NvmlState::Hung(e) => {
-            return vec![CheckResult::error(ID, e.to_string()).hint(
-                "the driver did not answer nvmlInit in time: check `nvidia-smi` and dmesg for Xid errors; raise --check-timeout if the system is merely slow",
-            )];
+        NvmlState::Ready(b) => b.clone(),
+        NvmlState::Hung(e) => {
+            return vec![CheckResult::error(ID, e.to_string()).hint(format!(
+                "the driver did not answer nvmlInit in time: check `nvidia-smi` and dmesg for Xid errors; raise {} if the system is merely slow",
+                ctx.words.check_timeout
+            ))];
         }
-        crate::verify::NvmlState::Unavailable(e) => {
+        NvmlState::Unavailable(e) => {
             return vec![if ctx.expect.allows_none() {
-                CheckResult::skip(ID, format!("{e}; none expected (--expect-gpus 0)"))
-            } else {
-                CheckResult::fail(ID, e.to_string()).hint(
-                    "install the NVIDIA driver, or start the container with the GPU (`docker run --gpus all`, NVIDIA Container Toolkit); on a CPU-only host pass --expect-gpus 0",
+                CheckResult::skip(
+                    ID,
+                    format!("{e}; none expected ({} 0)", ctx.words.expect_gpus),
                 )
+            } else {
+                CheckResult::fail(ID, e.to_string()).hint(format!(
+                    "install the NVIDIA driver, or start the container with the GPU (`{} all`, NVIDIA Container Toolkit); on a CPU-only host pass {} 0",
+                    ctx.words.docker_run_gpus, ctx.words.expect_gpus
+                ))
             }];
         }
     };
@@ -191,10 +196,13 @@ fn check_device_count(ctx: &Context, _gpu: Option<u32>) -> Vec<CheckResult> {
             .hint("check `nvidia-smi` and dmesg for Xid errors; a GPU that fell off the bus needs a reset or reboot")
     } else if !ctx.expect.accepts(count) {
         CheckResult::fail(ID, format!("found {count} GPU(s), expected {threshold}")).hint(
-            "a GPU may be missing (check `nvidia-smi -L`, dmesg), or the container was given fewer GPUs (--gpus / CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES)",
+            format!("a GPU may be missing (check `nvidia-smi -L`, dmesg), or the container was given fewer GPUs ({} / CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES)", ctx.words.gpus),
         )
     } else if count == 0 {
-        CheckResult::skip(ID, "no GPU found; none expected (--expect-gpus 0)")
+        CheckResult::skip(
+            ID,
+            format!("no GPU found; none expected ({} 0)", ctx.words.expect_gpus),
+        )
     } else {
         CheckResult::pass(ID, format!("{count} GPU(s)"))
     };
@@ -586,7 +594,7 @@ fn check_processes(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
             "no other process visible, but inside a container NVML lists only this container's processes",
         )
         .measured("0 processes visible")
-        .hint("run `imgctl verify` on the host (or `imgctl verify --image` from it) to see every process")];
+        .hint(format!("run `{verify}` on the host (or `{verify} {image}` from it) to see every process", verify = ctx.words.verify, image = ctx.words.image))];
     }
     if others.is_empty() {
         return vec![CheckResult::pass(ID, "no other process holds this GPU")

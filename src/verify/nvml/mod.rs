@@ -7,11 +7,11 @@
 //! lives in `crate::sys::nvml_raw`. The checks see the backend through the
 //! trait, so every verdict path can be driven from a test. This module only
 //! re-exports: the paths `verify::nvml::X` are the public ones.
-mod backend;
-mod checks;
+pub(super) mod backend;
+pub(super) mod checks;
 #[cfg(test)]
 mod fake;
-mod real;
+pub(super) mod real;
 
 pub use backend::{
     throttle_names, EccInfo, GpuProcess, NvmlBackend, NvmlErr, NvmlResult, PcieLink, RemappedRows,
