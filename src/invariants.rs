@@ -106,7 +106,7 @@ pub fn lock_text(text: &str) {
         .iter()
         .all(|(k, v)| !k.contains(['\n', '\r']) && !v.contains(['\n', '\r']))
     {
-        let again = crate::lock::LockFile::parse(&lock.to_text("fuzz.yaml", "imgctl lock"));
+        let again = crate::lock::LockFile::parse(&lock.to_text("fuzz.yaml", "regenerate-the-lock"));
         assert_eq!(again.as_ref(), Ok(&lock), "round trip");
     }
 }

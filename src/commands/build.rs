@@ -17,12 +17,13 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::cli::BuildArgs;
+use crate::commands::error::CliError;
 use crate::docker::build::{BuildError, BuildEvent, BuildOutcome, BuildRequest, BuildTracker};
 use crate::docker::context::{BuildContext, ContextListing};
 use crate::docker::image::{self, BaseImage};
 use crate::env_vars::SOURCE_DATE_EPOCH;
 use crate::output::printer;
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// Version of the JSON build report (and of the `--dry-run --json` plan).
 pub const REPORT_SCHEMA_VERSION: u32 = 1;

@@ -7,7 +7,8 @@ use anyhow::Context as _;
 use clap::CommandFactory;
 
 use crate::cli::{Cli, CompletionsArgs, ManArgs};
-use crate::{CliError, ExitStatus};
+use crate::commands::error::CliError;
+use crate::ExitStatus;
 
 /// Prints the completion script for one shell on stdout.
 pub fn completions(args: CompletionsArgs) -> anyhow::Result<ExitStatus> {

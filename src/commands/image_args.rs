@@ -8,10 +8,10 @@
 //! flag that nobody handles fails to compile. Rendering itself is
 //! [`crate::render`]'s.
 use crate::cli::ImageArgs;
+use crate::commands::error::CliError;
 use crate::reference::{self, Role};
 use crate::render::{self, ca, RenderOptions, DEFAULT_ID, ID_RANGE};
 use crate::spec::SpecSource;
-use crate::CliError;
 
 /// Where the spec comes from: `--spec` wins; else `--cuda`, defaulting to
 /// the default profile.

@@ -13,10 +13,11 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::cli::LockArgs;
+use crate::commands::error::CliError;
 use crate::lock::{self, resolve, LockFile, LockFileError, LockInputs, LockLocation, LockState};
 use crate::output::printer;
 use crate::spec::{self, LoadedSpec, SpecSource};
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// Version of the `--json` output.
 pub const JSON_SCHEMA_VERSION: u32 = 1;

@@ -33,7 +33,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
 /// The error a torch-only command gives in a binary built without the `torch` feature.
 #[cfg(not(feature = "torch"))]
 pub(crate) fn torch_missing(command: &str) -> anyhow::Error {
-    crate::CliError::usage(format!("`imgctl {command}` needs libtorch, and this imgctl was built without the `torch` feature"))
+    crate::commands::error::CliError::usage(format!("`imgctl {command}` needs libtorch, and this imgctl was built without the `torch` feature"))
         .with_hint("use the imgctl inside an image built by `imgctl build`, or build with default features (`cargo build --release`)")
         .into()
 }

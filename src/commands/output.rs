@@ -3,7 +3,7 @@
 //! not end with its result lost.
 //!
 //! It only checks paths and words the flag; printing is [`crate::output`]'s.
-use crate::CliError;
+use crate::commands::error::CliError;
 
 /// Checks, before any work, that `path` (the value of `flag`, e.g. `--junit`)
 /// can take a report file: it is not a directory, its parent folder exists,

@@ -3,10 +3,11 @@
 //! Turns the clap args into a spec source and render options, renders, and
 //! writes the Dockerfile to stdout or `-o FILE`; notes go to stderr.
 use crate::cli::RenderArgs;
+use crate::commands::error::CliError;
 use crate::output::printer;
 use crate::render::{self, RenderOptions};
 use crate::spec;
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// Runs `imgctl render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {

@@ -8,12 +8,12 @@ use crate::ExitStatus;
 pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     use tch::nn::VarStore;
 
+    use crate::commands::error::CliError;
     use crate::output::printer;
     use crate::train::checkpoint;
     use crate::train::images::write_grid_png;
     use crate::train::model::{weights, UNet2DModel};
     use crate::train::schedule::{DdpmSchedule, Sampler};
-    use crate::CliError;
 
     let sampler: Sampler = args.sampler.parse()?;
     DdpmSchedule::inference_timesteps(args.steps as i64)?;
@@ -71,7 +71,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
 /// otherwise.
 #[cfg(feature = "torch")]
 fn check_out_png(out: &std::path::Path) -> anyhow::Result<()> {
-    use crate::CliError;
+    use crate::commands::error::CliError;
     let cannot = |why: String, hint: &str| -> anyhow::Error {
         CliError::usage(format!("cannot write {}: {why}", out.display()))
             .with_hint(hint.to_string())

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use crate::cli::VerifyArgs;
+use crate::commands::error::CliError;
 use crate::docker::run::ContainerPhase;
 use crate::docker::run::GpuRequest;
 use crate::output::{self, printer};
 use crate::verify::host::ImagePhase;
 use crate::verify::{self, ExpectGpus, Level, Options, Report, Wording};
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// Accepted `--check-timeout` seconds: long enough for any check to start
 /// (1e-300 made every check time out), at most an hour.

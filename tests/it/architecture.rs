@@ -277,6 +277,13 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     st.out
 }
 
+/// Lines outside the command layer that may name a flag, each with its reason.
+const ALLOWED: &[(&str, &str, &str)] = &[(
+    "src/lock/file.rs",
+    "# Check: {regenerate} --check.",
+    "file content, not a message: a lock file's header says how to check it",
+)];
+
 /// imgctl's subcommands, as a message would name them (`imgctl build`).
 const SUBCOMMANDS: &[&str] = &[
     "build",
@@ -384,7 +391,12 @@ fn only_the_command_layer_speaks_the_users_language() {
                     .iter()
                     .any(|c| t.contains(&format!("imgctl {c}")))
             });
-            if line.contains("CliError") || line.contains("crate::cli") || flag || command {
+            let allowed = ALLOWED
+                .iter()
+                .any(|(file, text, _why)| s.file == *file && line.contains(text));
+            if !allowed
+                && (line.contains("CliError") || line.contains("crate::cli") || flag || command)
+            {
                 found.push(format!("{}: {}", s.file, line.trim()));
             }
         }

@@ -1,6 +1,7 @@
 //! imgctl's integration tests: one binary (libtorch links once), one module per area.
 mod common;
 
+mod architecture;
 mod build;
 mod checkpointing;
 mod cli;

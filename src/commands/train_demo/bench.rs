@@ -14,10 +14,11 @@ use anyhow::Context as _;
 
 use crate::bench::{self, charts, reference, report, BenchOptions, BenchReport};
 use crate::cli::TrainArgs;
+use crate::commands::error::CliError;
 use crate::env_vars as ev;
 use crate::output::printer;
 use crate::train::parallel::supervisor::{self, WorkerSlot};
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// Refuses benchmark flags without `--benchmark`, and training-only flags
 /// with it (exit 2), before any work.

@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use tch::Device;
 
 use crate::cli::TrainArgs;
+use crate::commands::error::CliError;
 use crate::env_vars as ev;
 use crate::output::printer;
 use crate::train::parallel::launch::{parse_gpus, resolve_gpus, LaunchInfo, LaunchSource};
@@ -19,7 +20,7 @@ use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
 use crate::train::parallel::{rendezvous_timeout, worker_device, DataParallel};
 use crate::train::session::RunOptions;
 use crate::train::sync::GradSync;
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// The gradient sync of this process: a world of one when no launcher set
 /// rank variables, else this rank of the job (NCCL on a GPU, TCP on the

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use tch::Device;
 
 use crate::cli::TrainArgs;
+use crate::commands::error::CliError;
 use crate::env_vars;
 use crate::output::printer;
 use crate::train::checkpoint::{self, DataSource};
 use crate::train::config::{GradReduce, Overrides, Precision, TrainConfig};
 use crate::train::session::{self, DataChoice, RunOptions};
-use crate::CliError;
 
 /// Default output directory.
 const DEFAULT_OUT: &str = "imgctl-train";
@@ -360,7 +360,7 @@ mod tests {
 
     use super::resolve_options;
     use crate::cli::{Cli, Command, TrainArgs};
-    use crate::CliError;
+    use crate::commands::error::CliError;
 
     fn train_args(args: &[&str]) -> TrainArgs {
         let cli = Cli::try_parse_from(["imgctl", "train-demo"].iter().chain(args)).unwrap();
