@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::common::imgctl_bin;
@@ -274,14 +274,11 @@ impl Proc {
         // The pipe closes when the last holder exits; a leftover child of
         // the process must not keep this waiting.
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self
-                .rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(l) => self.lines.push(l),
-                Err(RecvTimeoutError::Disconnected) | Err(RecvTimeoutError::Timeout) => break,
-            }
+        while let Ok(l) = self
+            .rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.lines.push(l);
         }
         Some(status)
     }
