@@ -34,7 +34,8 @@ apt_install() {
 # docker-registry + apache2-utils (htpasswd): the `--push` test runs a local registry with auth.
 # python3-pip: `imgctl lock` runs pip's resolver with the host's python3.
 # g++: torch-sys's C++ wrapper and our csrc/torch_ext.cpp are compiled at build time.
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils
+# iproute2: tests/it/multinode.rs makes its "nodes" with `ip netns` and veth pairs.
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

@@ -11,6 +11,7 @@ mod image_e2e;
 mod injection;
 mod linking;
 mod lock;
+mod multinode;
 mod parallel;
 mod render;
 mod smoke;

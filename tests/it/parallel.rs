@@ -64,7 +64,7 @@ fn free_port() -> u16 {
 }
 
 /// Every tensor of a safetensors file, as f32.
-fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
+pub(crate) fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mut out: Vec<(String, Vec<f32>)> = st
@@ -84,7 +84,13 @@ fn tensors(path: &Path) -> Vec<(String, Vec<f32>)> {
     out
 }
 
-fn train(dir: &Path, name: &str, ranks: Option<usize>, batch: usize, steps: u64) -> PathBuf {
+pub(crate) fn train(
+    dir: &Path,
+    name: &str,
+    ranks: Option<usize>,
+    batch: usize,
+    steps: u64,
+) -> PathBuf {
     train_with(dir, name, ranks, batch, steps, &[])
 }
 
@@ -127,7 +133,7 @@ fn train_with(
     out
 }
 
-fn final_model(out: &Path, steps: u64) -> PathBuf {
+pub(crate) fn final_model(out: &Path, steps: u64) -> PathBuf {
     out.join("checkpoints")
         .join(format!("step-{steps:06}"))
         .join("model.safetensors")
@@ -161,7 +167,7 @@ fn relative_l2(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f64, f64,
     ((num / den.max(1e-30)).sqrt(), worst.0, worst.1)
 }
 
-fn assert_close(a: &Path, b: &Path, what: &str) {
+pub(crate) fn assert_close(a: &Path, b: &Path, what: &str) {
     let (global, tensor, name) = relative_l2(&tensors(a), &tensors(b));
     assert!(
         global <= 1e-5,
@@ -311,7 +317,7 @@ fn small_train_args(dir: &Path, name: &str, steps: &str) -> Vec<String> {
 }
 
 /// The hash logs of rank 0 and rank 1 under `dir` are equal and complete.
-fn assert_ranks_agree(hashes: &Path, steps: usize, err: &str) {
+pub(crate) fn assert_ranks_agree(hashes: &Path, steps: usize, err: &str) {
     let h0 = std::fs::read_to_string(hashes.join("rank-0.txt"))
         .unwrap_or_else(|e| panic!("rank 0 wrote no hashes ({e}):\n{err}"));
     let h1 = std::fs::read_to_string(hashes.join("rank-1.txt"))

@@ -9,9 +9,9 @@
 //! module owns the wire format of the operations; it must not know about
 //! models or gradients.
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use tch::{Device, Tensor};
 
 use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
@@ -83,10 +83,13 @@ impl CpuCollective {
     /// Runs one operation; `bytes` is this rank's buffer (empty for a barrier).
     fn run(&mut self, op: u8, elem: Elem, bytes: &mut [u8]) -> anyhow::Result<()> {
         let header = header(op, elem, bytes.len());
+        // One deadline for the whole operation, not one per socket call.
+        let deadline = Instant::now() + self.timeout;
         match &mut self.links {
             Links::Alone => Ok(()),
             Links::Leaf(s) => {
                 let res = (|| -> std::io::Result<()> {
+                    let mut s = By(s, deadline);
                     let mut msg = Vec::with_capacity(16 + bytes.len());
                     msg.extend_from_slice(&header);
                     if op != OP_BROADCAST {
@@ -119,6 +122,7 @@ impl CpuCollective {
                 let mut mismatch = None;
                 for (i, s) in peers.iter_mut().enumerate() {
                     let peer = i + 1;
+                    let mut s = By(s, deadline);
                     let mut h = [0u8; 16];
                     if let Err(e) = s.read_exact(&mut h) {
                         let err = peer_error(0, self.timeout, peer, op, e);
@@ -130,7 +134,7 @@ impl CpuCollective {
                     }
                     if op == OP_ALL_REDUCE {
                         s.read_exact(&mut self.scratch)
-                            .with_context(|| format!("rank 0: receiving from rank {peer}"))?;
+                            .map_err(|e| peer_error(0, self.timeout, peer, op, e))?;
                         // Sum in rank order: acc = ((r0 + r1) + r2) + …
                         match elem {
                             Elem::F32 => {
@@ -162,6 +166,7 @@ impl CpuCollective {
                     encode(elem, &self.acc, bytes);
                 }
                 for (i, s) in peers.iter_mut().enumerate() {
+                    let mut s = By(s, deadline);
                     let res = s.write_all(&[0u8]).and_then(|_| {
                         if op != OP_BARRIER {
                             s.write_all(bytes)
@@ -180,6 +185,38 @@ impl CpuCollective {
                 Ok(())
             }
         }
+    }
+}
+
+/// A socket whose reads and writes all end by one deadline: the socket's own
+/// timeout bounds each call, so a transfer that made some progress before its
+/// peer fell silent (a cut link) would otherwise wait once more.
+struct By<'a>(&'a mut TcpStream, Instant);
+
+impl By<'_> {
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.1.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        Ok(left)
+    }
+}
+
+impl Read for By<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.set_read_timeout(Some(self.left()?))?;
+        self.0.read(buf)
+    }
+}
+
+impl Write for By<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.set_write_timeout(Some(self.left()?))?;
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 
