@@ -11,6 +11,7 @@
 //!   backward has finished its gradients, while backward goes on (DDP's overlap).
 //! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
 //!   peer) ends the rank after a timeout, instead of hanging it forever.
+//! - [`timeouts`]: how long collectives wait, and how a wait reads.
 //!
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
@@ -38,11 +39,13 @@ pub mod overlap;
 pub mod rendezvous;
 pub mod supervisor;
 pub mod tcpstore;
+pub mod timeouts;
 pub mod watchdog;
 
 pub use buckets::DEFAULT_BUCKET_BYTES;
 pub use collective::{Backend, Collective, Solo};
 pub use launch::{LaunchInfo, LaunchSource};
+pub use timeouts::collective_timeout;
 
 /// The device a worker trains on, from its launch info and the visible GPUs:
 /// none visible → CPU; one visible (a launcher pinned it, e.g. the `--gpus`
@@ -319,17 +322,6 @@ impl Drop for DataParallel {
             }
         }
     }
-}
-
-/// How long a collective may wait for the other ranks before its rank gives
-/// up: `$IMGCTL_COLLECTIVE_TIMEOUT` seconds, else [`collective::cpu::COLLECTIVE_TIMEOUT`]
-/// (30 min, which covers rank 0 writing a checkpoint or a sample grid while
-/// the others wait). Bounds the CPU backend's exchanges and the NCCL watchdog.
-pub fn collective_timeout() -> anyhow::Result<Duration> {
-    ev::seconds(
-        ev::IMGCTL_COLLECTIVE_TIMEOUT,
-        collective::cpu::COLLECTIVE_TIMEOUT,
-    )
 }
 
 /// The rendezvous timeout from `--rendezvous-timeout` (seconds), else the default.

@@ -15,6 +15,7 @@ use anyhow::Context as _;
 
 use super::launch::LaunchInfo;
 use super::tcpstore::{connect_any, host_port, is_timeout, StoreClient};
+use super::timeouts::fmt_secs;
 use crate::sys::net::bind_all_interfaces;
 use crate::CliError;
 
@@ -68,16 +69,6 @@ fn timed_out(timeout: Duration, what: String) -> anyhow::Error {
 const TIMEOUT_HINT: &str =
     "start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; \
      raise --rendezvous-timeout (IMGCTL_RENDEZVOUS_TIMEOUT) if ranks start slowly";
-
-/// `30 s`, `2.5 s`, `300 s`.
-pub(crate) fn fmt_secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if (s - s.round()).abs() < 1e-9 {
-        format!("{} s", s.round() as u64)
-    } else {
-        format!("{s:.1} s")
-    }
-}
 
 fn ranks_list(ranks: &[usize]) -> String {
     let v: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();

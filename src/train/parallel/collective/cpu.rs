@@ -18,12 +18,8 @@ use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
 use crate::sys::tensor::with_cpu_bytes;
 use crate::train::parallel::rendezvous::{Links, Session};
 use crate::train::parallel::tcpstore::is_timeout;
+use crate::train::parallel::timeouts::fmt_secs;
 use crate::CliError;
-
-/// How long one collective waits for the other ranks: 30 minutes, torch.distributed's
-/// default process-group timeout (`default_pg_timeout`, torch/distributed/constants.py).
-/// Long because rank 0 may be writing a checkpoint or a sample grid meanwhile.
-pub const COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 const OP_ALL_REDUCE: u8 = 1;
 const OP_BROADCAST: u8 = 2;
@@ -262,7 +258,7 @@ fn peer_error(
     if is_timeout(&e) {
         CliError::failure(format!(
             "rank {rank} waited {} for rank {peer} in a CPU {} and gave up",
-            crate::train::parallel::rendezvous::fmt_secs(timeout),
+            fmt_secs(timeout),
             op_name(op)
         ))
         .with_hint("another rank is stuck or much slower; check its output")

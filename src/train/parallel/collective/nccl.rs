@@ -27,6 +27,7 @@ use super::{check_buffer, Backend, Collective, Elem};
 use crate::sys::cudart::{CommStream, CudaRuntime, Marker};
 use crate::sys::nccl::{Communicator, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
 use crate::sys::nccl_tensors;
+use crate::train::parallel::timeouts::{collective_timeout, fmt_secs};
 use crate::train::parallel::watchdog::{self, Watchdog};
 use crate::CliError;
 
@@ -78,7 +79,7 @@ impl NcclCollective {
         })?;
         let version = lib.version()?;
         // Read before any set-up, so a malformed value fails at once.
-        let watch_timeout = crate::train::parallel::collective_timeout()?;
+        let watch_timeout = collective_timeout()?;
         // One runtime for the set-up thread, the watchdog and the comm stream.
         let rt = Arc::new(CudaRuntime::locate()?);
         let setup_rt = rt.clone();
@@ -109,7 +110,7 @@ impl NcclCollective {
                 CliError::failure(format!(
                     "NCCL communicator set-up timed out after {}: rank {rank} of {world_size} \
                      waited in ncclCommInitRank for the other ranks",
-                    crate::train::parallel::rendezvous::fmt_secs(timeout)
+                    fmt_secs(timeout)
                 ))
                 .with_hint("check that every rank reached NCCL set-up; NCCL_DEBUG=INFO shows the transport"),
             )
