@@ -12,6 +12,7 @@ use crate::error::ExitStatus;
 mod advice;
 mod docker;
 mod lock;
+mod parallel;
 
 pub use advice::{Advice, CliError};
 
@@ -25,7 +26,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         });
     }
     let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] =
-        &[lock::advise, docker::advise];
+        &[lock::advise, docker::advise, parallel::advise];
     tables.iter().find_map(|table| table(err))
 }
 
