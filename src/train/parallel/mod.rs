@@ -11,7 +11,8 @@
 //!   backward has finished its gradients, while backward goes on (DDP's overlap).
 //! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
 //!   peer) ends the rank after a timeout, instead of hanging it forever.
-//! - [`timeouts`]: how long collectives wait, and how a wait reads.
+//! - [`timeouts`]: how long collectives wait; [`error`]: the typed errors
+//!   (`commands/` gives them their exit status and hints).
 //!
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
@@ -29,10 +30,10 @@ use tch::{Device, Tensor};
 
 use crate::env_vars as ev;
 use crate::train::sync::{backward_then_sync, GradLayout, GradSync, SyncStats};
-use crate::CliError;
 
 pub mod buckets;
 pub mod collective;
+pub mod error;
 pub mod hooks;
 pub mod launch;
 pub mod overlap;
@@ -44,6 +45,7 @@ pub mod watchdog;
 
 pub use buckets::DEFAULT_BUCKET_BYTES;
 pub use collective::{Backend, Collective, Solo};
+pub use error::{CollectiveError, LaunchError, RendezvousError};
 pub use launch::{LaunchInfo, LaunchSource};
 pub use timeouts::collective_timeout;
 
@@ -55,11 +57,10 @@ pub fn worker_device(launch: &LaunchInfo, visible_gpus: usize) -> anyhow::Result
         0 => Ok(Device::Cpu),
         1 => Ok(Device::Cuda(0)),
         n if launch.local_rank < n => Ok(Device::Cuda(launch.local_rank)),
-        n => Err(CliError::usage(format!(
-            "local rank {} needs GPU {} but only {n} GPUs are visible on this node",
-            launch.local_rank, launch.local_rank
-        ))
-        .with_hint("start at most one rank per visible GPU on each node (LOCAL_WORLD_SIZE)")
+        n => Err(LaunchError::LocalRankWithoutGpu {
+            local_rank: launch.local_rank,
+            visible: n,
+        }
         .into()),
     }
 }
@@ -329,10 +330,6 @@ pub fn rendezvous_timeout(secs: Option<f64>) -> anyhow::Result<Duration> {
     match secs {
         None => Ok(rendezvous::DEFAULT_TIMEOUT),
         Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-        Some(s) => Err(CliError::usage(format!(
-            "--rendezvous-timeout {s} is not a positive number of seconds"
-        ))
-        .with_hint("e.g. --rendezvous-timeout 300 (or IMGCTL_RENDEZVOUS_TIMEOUT=300)")
-        .into()),
+        Some(secs) => Err(RendezvousError::BadTimeout { secs }.into()),
     }
 }
