@@ -17,7 +17,43 @@ use std::sync::Arc;
 
 use super::nccl::LEGACY_STREAM;
 
-use crate::CliError;
+/// A CUDA runtime that cannot be loaded, or a call that failed. The lines
+/// name the library and the call; `commands/` adds the exit status and the hint.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    /// No CUDA runtime loaded.
+    #[error("cannot load the CUDA runtime {what} ({why})")]
+    Load {
+        /// The file or sonames tried.
+        what: String,
+        /// The dynamic loader's reasons.
+        why: String,
+    },
+    /// The runtime lacks an entry point imgctl needs.
+    #[error("the CUDA runtime {} has no {name} ({why})", .path.display())]
+    MissingSymbol {
+        /// The library.
+        path: PathBuf,
+        /// The symbol.
+        name: String,
+        /// The dynamic loader's reason.
+        why: String,
+    },
+    /// `cudaSetDevice` failed.
+    #[error("cudaSetDevice({index}) failed with {error}")]
+    SetDevice {
+        /// The device index.
+        index: usize,
+        /// The code and the runtime's text.
+        error: String,
+    },
+    /// `cudaMemGetInfo` failed.
+    #[error("cudaMemGetInfo failed with {error}")]
+    MemGetInfo {
+        /// The code and the runtime's text.
+        error: String,
+    },
+}
 
 /// CUDA runtime sonames the dynamic loader is asked for when libtorch mapped
 /// none (a CPU-only libtorch), newest first: CUDA 13 (`nvidia-cuda-runtime`
@@ -130,12 +166,11 @@ pub(super) fn describe_error(get_error_string: Option<GetErrorStringFn>, code: c
 }
 
 fn load_error(what: &str, why: &str) -> anyhow::Error {
-    CliError::failure(format!("cannot load the CUDA runtime {what} ({why})"))
-        .with_hint(
-            "libtorch's CUDA wheels ship it (libcudart.so.12 in nvidia-cuda-runtime-cu12, \
-             libcudart.so.13 in nvidia-cuda-runtime); use a CUDA build of torch, or train on the CPU",
-        )
-        .into()
+    CudaError::Load {
+        what: what.to_string(),
+        why: why.to_string(),
+    }
+    .into()
 }
 
 /// The loaded CUDA runtime.
@@ -190,10 +225,11 @@ impl CudaRuntime {
             }
         };
         let symbol = |name: &str, e: libloading::Error| {
-            anyhow::Error::from(CliError::failure(format!(
-                "the CUDA runtime {} has no {name} ({e})",
-                path.display()
-            )))
+            anyhow::Error::from(CudaError::MissingSymbol {
+                path: path.clone(),
+                name: name.to_string(),
+                why: e.to_string(),
+            })
         };
         // SAFETY: signatures from cuda_runtime_api.h (CUDA 12 and 13 alike).
         unsafe {
@@ -257,11 +293,10 @@ impl CudaRuntime {
         // SAFETY: plain call with an int.
         let r = unsafe { (self.set_device)(index as c_int) };
         if r != 0 {
-            return Err(CliError::failure(format!(
-                "cudaSetDevice({index}) failed with {}",
-                self.describe(r)
-            ))
-            .with_hint("check CUDA_VISIBLE_DEVICES and `imgctl verify`")
+            return Err(CudaError::SetDevice {
+                index,
+                error: self.describe(r),
+            }
             .into());
         }
         Ok(())
@@ -288,10 +323,9 @@ impl CudaRuntime {
         // SAFETY: writes two size_t.
         let r = unsafe { (self.mem_get_info)(&mut free, &mut total) };
         if r != 0 {
-            return Err(CliError::failure(format!(
-                "cudaMemGetInfo failed with {}",
-                self.describe(r)
-            ))
+            return Err(CudaError::MemGetInfo {
+                error: self.describe(r),
+            }
             .into());
         }
         Ok((free as u64, total as u64))

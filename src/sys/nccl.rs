@@ -8,7 +8,7 @@
 //! is `libnccl.so.2`: the unversioned `libnccl.so` exists only in development
 //! packages, never in the wheel ([`super::procmaps`] finds it). This module
 //! owns the soname, the typed entry points with their `ncclResult_t`
-//! → [`CliError`] mapping, and the communicator's lifetime ([`Communicator`]:
+//! → [`NcclError`] mapping, and the communicator's lifetime ([`Communicator`]:
 //! destroyed on drop, aborted after an error). Collectives are enqueued on
 //! CUDA stream 0 (the legacy default stream), which orders them with torch's
 //! kernels (tch has no stream API), unless the caller names a stream of its
@@ -20,10 +20,46 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::procmaps::mapped_library;
-use crate::CliError;
 
 /// The NCCL library's soname (the wheel ships only this file).
 pub const NCCL_SONAME: &str = "libnccl.so.2";
+
+/// NCCL that cannot be loaded or used, or a call that failed. The lines name
+/// the library and the call; `commands/` adds the exit status and the hint.
+#[derive(Debug, thiserror::Error)]
+pub enum NcclError {
+    /// The library did not load.
+    #[error("NCCL is missing: cannot load {} ({why})", .path.display())]
+    Load {
+        /// The file or soname tried.
+        path: PathBuf,
+        /// The dynamic loader's reason.
+        why: String,
+    },
+    /// The library loaded but lacks an entry point imgctl needs.
+    #[error("{} is not a usable NCCL: symbol {name} is missing ({why})", .path.display())]
+    MissingSymbol {
+        /// The library.
+        path: PathBuf,
+        /// The symbol.
+        name: String,
+        /// The dynamic loader's reason.
+        why: String,
+    },
+    /// No `libnccl.so.2` is mapped in this process.
+    #[error("libnccl is not mapped in this process (torch did not load it)")]
+    NotMapped,
+    /// An NCCL call returned an error code.
+    #[error("{call} failed: NCCL error {code}: {text}")]
+    Call {
+        /// The entry point.
+        call: String,
+        /// The `ncclResult_t`.
+        code: i32,
+        /// NCCL's text for it (`ncclGetErrorString`).
+        text: String,
+    },
+}
 
 /// `NCCL_UNIQUE_ID_BYTES` in nccl.h.
 pub const UNIQUE_ID_BYTES: usize = 128;
@@ -173,21 +209,13 @@ entry_points! {
 /// `T` must be the function-pointer type of `name`'s C signature.
 unsafe fn symbol<T: Copy>(lib: &libloading::Library, path: &Path, name: &str) -> anyhow::Result<T> {
     // SAFETY: the caller guarantees that `T` is `name`'s signature.
-    let s: libloading::Symbol<T> = unsafe { lib.get(name.as_bytes()) }.map_err(|e| {
-        anyhow::Error::from(
-            CliError::failure(format!(
-                "{} is not a usable NCCL: symbol {name} is missing ({e})",
-                path.display()
-            ))
-            .with_hint(missing_hint()),
-        )
-    })?;
+    let s: libloading::Symbol<T> =
+        unsafe { lib.get(name.as_bytes()) }.map_err(|e| NcclError::MissingSymbol {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            why: e.to_string(),
+        })?;
     Ok(*s)
-}
-
-fn missing_hint() -> &'static str {
-    "NCCL comes with the PyTorch CUDA wheel (nvidia-nccl-cu12, file libnccl.so.2); \
-     use an image built by `imgctl build`, or train on one device without --gpus"
 }
 
 /// `22602` → `"2.26.2"` (codes ≥ 10000 are `major*10000 + minor*100 + patch`,
@@ -230,15 +258,7 @@ impl NcclLibrary {
     /// Opens only the `libnccl.so.2` already mapped in this process (the copy
     /// torch loaded), never another one from the loader's search path.
     pub fn mapped() -> anyhow::Result<Self> {
-        let path = mapped_library(NCCL_SONAME).ok_or_else(|| {
-            anyhow::Error::from(
-                CliError::failure("libnccl is not mapped in this process (torch did not load it)")
-                    .with_hint(
-                        "a CUDA build of libtorch loads libnccl.so.2 (libtorch_cuda.so links it); \
-                     a CPU-only libtorch has no NCCL",
-                    ),
-            )
-        })?;
+        let path = mapped_library(NCCL_SONAME).ok_or(NcclError::NotMapped)?;
         Self::open(&path)
     }
 
@@ -246,14 +266,9 @@ impl NcclLibrary {
     /// search) and resolves every symbol in [`SYMBOLS`].
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
-            anyhow::Error::from(
-                CliError::failure(format!(
-                    "NCCL is missing: cannot load {} ({e})",
-                    path.display()
-                ))
-                .with_hint(missing_hint()),
-            )
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| NcclError::Load {
+            path: path.to_path_buf(),
+            why: e.to_string(),
         })?;
         // SAFETY: each type in `entry_points!` is the nccl.h signature of its
         // symbol (NCCL 2.x stable C ABI), quoted next to the type alias.
@@ -290,11 +305,11 @@ impl NcclLibrary {
         if r == 0 {
             return Ok(());
         }
-        Err(CliError::failure(format!(
-            "{call} failed: NCCL error {r}: {}",
-            self.error_string(r)
-        ))
-        .with_hint("set NCCL_DEBUG=INFO for NCCL's own diagnostics")
+        Err(NcclError::Call {
+            call: call.to_string(),
+            code: r,
+            text: self.error_string(r),
+        }
         .into())
     }
 

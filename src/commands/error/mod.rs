@@ -13,6 +13,7 @@ mod advice;
 mod bench;
 mod docker;
 mod lock;
+mod parallel;
 mod spec;
 mod train;
 mod verify;
@@ -35,6 +36,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         train::advise,
         bench::advise,
         verify::advise,
+        parallel::advise,
     ];
     tables.iter().find_map(|table| table(err))
 }

@@ -9,8 +9,8 @@
 //! tests can hand it a map; it must not open sockets or start processes.
 use std::fmt;
 
+use super::error::LaunchError;
 use crate::env_vars as ev;
-use crate::CliError;
 
 /// torchrun's default rendezvous port (`--master-port`, default 29500:
 /// <https://pytorch.org/docs/stable/elastic/run.html>); used under SLURM when
@@ -131,25 +131,17 @@ impl LaunchInfo {
             let info = slurm(&get)?;
             if let Some(w) = env_usize(&get, ev::WORLD_SIZE)? {
                 if w != info.world_size {
-                    return Err(CliError::usage(format!(
-                        "WORLD_SIZE={w} disagrees with SLURM_NTASKS={} under srun",
-                        info.world_size
-                    ))
-                    .with_hint("drop WORLD_SIZE from the batch script, or set it to $SLURM_NTASKS")
+                    return Err(LaunchError::SlurmWorldSize {
+                        world: w,
+                        ntasks: info.world_size,
+                    }
                     .into());
                 }
             }
             return Ok(info);
         }
         if let Some(w) = get(ev::WORLD_SIZE) {
-            return Err(CliError::usage(format!(
-                "WORLD_SIZE={w} is set, but RANK is not (and this is no srun task)"
-            ))
-            .with_hint(
-                "a data-parallel launch needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT \
-                 (torchrun and Kubernetes PyTorchJob set them all); unset WORLD_SIZE for one process",
-            )
-            .into());
+            return Err(LaunchError::WorldSizeWithoutRank { world: w }.into());
         }
         Ok(Self::single())
     }
@@ -159,9 +151,11 @@ fn env_usize(get: &impl Fn(&str) -> Option<String>, key: &str) -> anyhow::Result
     match get(key) {
         None => Ok(None),
         Some(v) => v.trim().parse::<usize>().map(Some).map_err(|_| {
-            CliError::usage(format!("{key}={v:?} is not a non-negative integer"))
-                .with_hint(format!("set {key} to a number, as torchrun and SLURM do"))
-                .into()
+            LaunchError::NotACount {
+                key: key.to_string(),
+                value: v,
+            }
+            .into()
         }),
     }
 }
@@ -171,53 +165,39 @@ fn env_port(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<u16>
         None => Ok(None),
         Some(v) => match v.trim().parse::<u16>() {
             Ok(p) if p > 0 => Ok(Some(p)),
-            _ => Err(
-                CliError::usage(format!("MASTER_PORT={v:?} is not a TCP port (1-65535)"))
-                    .with_hint("set MASTER_PORT to a free port on rank 0's host, e.g. 29500")
-                    .into(),
-            ),
+            _ => Err(LaunchError::BadPort { value: v }.into()),
         },
     }
 }
 
 fn check_ranks(info: &LaunchInfo, rank_var: &str, size_var: &str) -> anyhow::Result<()> {
     if info.world_size == 0 {
-        return Err(
-            CliError::usage(format!("{size_var}=0: a job needs at least one rank"))
-                .with_hint(format!("set {size_var} to the number of processes"))
-                .into(),
-        );
+        return Err(LaunchError::NoRanks {
+            size_var: size_var.to_string(),
+        }
+        .into());
     }
     if info.rank >= info.world_size {
-        return Err(CliError::usage(format!(
-            "{rank_var}={} is out of range for {size_var}={} (ranks are 0..{})",
-            info.rank,
-            info.world_size,
-            info.world_size - 1
-        ))
-        .with_hint("every process needs a distinct rank below the world size")
+        return Err(LaunchError::RankOutOfRange {
+            rank_var: rank_var.to_string(),
+            rank: info.rank,
+            size_var: size_var.to_string(),
+            world: info.world_size,
+        }
         .into());
     }
     if info.local_world_size == 0 || info.local_rank >= info.local_world_size {
-        return Err(CliError::usage(format!(
-            "local rank {} is out of range for {} ranks on this node",
-            info.local_rank, info.local_world_size
-        ))
-        .with_hint("check LOCAL_RANK/LOCAL_WORLD_SIZE (or SLURM_LOCALID/SLURM_NTASKS_PER_NODE)")
+        return Err(LaunchError::LocalRankOutOfRange {
+            local_rank: info.local_rank,
+            local_world: info.local_world_size,
+        }
         .into());
     }
     Ok(())
 }
 
 fn torchrun(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
-    let missing = |k: &str| -> anyhow::Error {
-        CliError::usage(format!("{k} is not set, but RANK is"))
-            .with_hint(
-                "a data-parallel launch needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT \
-                 (torchrun and Kubernetes PyTorchJob set them all)",
-            )
-            .into()
-    };
+    let missing = |k: &str| -> anyhow::Error { LaunchError::Missing { key: k.to_string() }.into() };
     let rank = env_usize(get, ev::RANK)?.ok_or_else(|| missing(ev::RANK))?;
     let world_size = env_usize(get, ev::WORLD_SIZE)?.ok_or_else(|| missing(ev::WORLD_SIZE))?;
     // A PyTorchJob without torchrun sets no LOCAL_*: one process per pod.
@@ -261,14 +241,10 @@ fn agent_store(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<Option<A
     let run_id = get(ev::TORCHELASTIC_RUN_ID).unwrap_or_else(|| "none".into());
     let restart_count = match get(ev::TORCHELASTIC_RESTART_COUNT) {
         None => 0,
-        Some(v) => v.trim().parse::<u64>().map_err(|_| {
-            anyhow::Error::from(
-                CliError::usage(format!(
-                    "TORCHELASTIC_RESTART_COUNT={v:?} is not a non-negative integer"
-                ))
-                .with_hint("torchrun sets it; do not override it"),
-            )
-        })?,
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .map_err(|_| anyhow::Error::from(LaunchError::BadRestartCount { value: v }))?,
     };
     Ok(Some(AgentStore {
         run_id: run_id.trim().to_string(),
@@ -301,14 +277,7 @@ fn slurm(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
         None => match list {
             Some((var, l)) => first_host(var, &l)?,
             None if world_size == 1 => "127.0.0.1".into(),
-            None => {
-                return Err(CliError::usage(
-                    "cannot find rank 0's host under SLURM: MASTER_ADDR, \
-                     SLURM_STEP_NODELIST and SLURM_JOB_NODELIST are all unset",
-                )
-                .with_hint("export MASTER_ADDR=<first node> in the batch script")
-                .into())
-            }
+            None => return Err(LaunchError::NoSlurmHost.into()),
         },
     };
     let master_port = env_port(get)?.unwrap_or(DEFAULT_MASTER_PORT);
@@ -337,9 +306,11 @@ fn first_tasks_per_node(s: &str) -> Option<usize> {
 /// hostnames`). `var` names the variable it came from, for the error.
 pub fn first_host(var: &str, nodelist: &str) -> anyhow::Result<String> {
     let bad = || -> anyhow::Error {
-        CliError::usage(format!("{var}={nodelist:?} is not a SLURM host list"))
-            .with_hint("export MASTER_ADDR=<first node> in the batch script")
-            .into()
+        LaunchError::BadNodelist {
+            var: var.to_string(),
+            nodelist: nodelist.to_string(),
+        }
+        .into()
     };
     let s = nodelist.trim();
     // The first entry ends at the first comma outside brackets.
@@ -400,8 +371,6 @@ impl fmt::Display for GpuRequest {
     }
 }
 
-const GPUS_HINT: &str = "use --gpus all, a count (--gpus 4) or device ids (--gpus 0,2,5)";
-
 /// Parses `--gpus all|N|0,2,5`. A bare number is a count; a list with a comma
 /// (or a single id written `--gpus 3,`) is device ids.
 pub fn parse_gpus(text: &str) -> anyhow::Result<GpuRequest> {
@@ -410,20 +379,15 @@ pub fn parse_gpus(text: &str) -> anyhow::Result<GpuRequest> {
         return Ok(GpuRequest::All);
     }
     if t.is_empty() {
-        return Err(CliError::usage("--gpus is empty")
-            .with_hint(GPUS_HINT)
-            .into());
+        return Err(LaunchError::GpusEmpty.into());
     }
     if !t.contains(',') {
         return match t.parse::<usize>() {
-            Ok(0) => Err(CliError::usage("--gpus 0 asks for no GPU")
-                .with_hint("omit --gpus to train on one device, or ask for at least 1 GPU")
-                .into()),
+            Ok(0) => Err(LaunchError::GpusZero.into()),
             Ok(n) => Ok(GpuRequest::Count(n)),
-            Err(_) => Err(CliError::usage(format!(
-                "--gpus {t:?} is not `all`, a count or a list of device ids"
-            ))
-            .with_hint(GPUS_HINT)
+            Err(_) => Err(LaunchError::GpusNotUnderstood {
+                text: t.to_string(),
+            }
             .into()),
         };
     }
@@ -435,27 +399,24 @@ pub fn parse_gpus(text: &str) -> anyhow::Result<GpuRequest> {
             if i > 0 && i == t.split(',').count() - 1 && !ids.is_empty() {
                 continue;
             }
-            return Err(CliError::usage(format!(
-                "--gpus {t:?} is a malformed GPU list: entry {} is empty",
-                i + 1
-            ))
-            .with_hint(GPUS_HINT)
+            return Err(LaunchError::GpusEmptyEntry {
+                text: t.to_string(),
+                entry: i + 1,
+            }
             .into());
         }
         let id: usize = p.parse().map_err(|_| {
-            anyhow::Error::from(
-                CliError::usage(format!(
-                    "--gpus {t:?} is a malformed GPU list: {p:?} is not a device id"
-                ))
-                .with_hint(GPUS_HINT),
-            )
+            anyhow::Error::from(LaunchError::GpusBadId {
+                text: t.to_string(),
+                part: p.to_string(),
+            })
         })?;
         if ids.contains(&id) {
-            return Err(
-                CliError::usage(format!("--gpus {t:?} lists GPU {id} twice"))
-                    .with_hint("list each device id once")
-                    .into(),
-            );
+            return Err(LaunchError::GpusTwice {
+                text: t.to_string(),
+                id,
+            }
+            .into());
         }
         ids.push(id);
     }
@@ -466,35 +427,22 @@ pub fn parse_gpus(text: &str) -> anyhow::Result<GpuRequest> {
 /// indices to use, one worker each.
 pub fn resolve_gpus(req: &GpuRequest, visible: usize) -> anyhow::Result<Vec<usize>> {
     if visible == 0 {
-        return Err(CliError::usage(format!(
-            "--gpus {req} needs CUDA GPUs, but no CUDA device is visible to libtorch"
-        ))
-        .with_hint(
-            "omit --gpus to train on the CPU, or start CPU ranks through the environment \
-             (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); in a container, run it with --gpus all",
-        )
+        return Err(LaunchError::NoCuda {
+            requested: req.to_string(),
+        }
         .into());
     }
     match req {
         GpuRequest::All => Ok((0..visible).collect()),
         GpuRequest::Count(n) if *n <= visible => Ok((0..*n).collect()),
-        GpuRequest::Count(n) => Err(CliError::usage(format!(
-            "requested {n} GPUs but only {visible} {} visible",
-            if visible == 1 { "is" } else { "are" }
-        ))
-        .with_hint(format!(
-            "use --gpus all or a count up to {visible}; check CUDA_VISIBLE_DEVICES"
-        ))
+        GpuRequest::Count(n) => Err(LaunchError::TooManyGpus {
+            requested: *n,
+            visible,
+        }
         .into()),
         GpuRequest::Ids(ids) => {
             if let Some(bad) = ids.iter().find(|&&i| i >= visible) {
-                return Err(CliError::usage(format!(
-                    "GPU {bad} requested but only {visible} {} visible (ids 0..{})",
-                    if visible == 1 { "is" } else { "are" },
-                    visible - 1
-                ))
-                .with_hint("device ids count from 0 among the visible GPUs (CUDA_VISIBLE_DEVICES)")
-                .into());
+                return Err(LaunchError::NoSuchGpu { id: *bad, visible }.into());
             }
             Ok(ids.clone())
         }

@@ -11,6 +11,8 @@
 //!   backward has finished its gradients, while backward goes on (DDP's overlap).
 //! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
 //!   peer) ends the rank after a timeout, instead of hanging it forever.
+//! - [`timeouts`]: how long collectives wait; [`error`]: the typed errors
+//!   (`commands/` gives them their exit status and hints).
 //!
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
@@ -28,21 +30,24 @@ use tch::{Device, Tensor};
 
 use crate::env_vars as ev;
 use crate::train::sync::{backward_then_sync, GradLayout, GradSync, SyncStats};
-use crate::CliError;
 
 pub mod buckets;
 pub mod collective;
+pub mod error;
 pub mod hooks;
 pub mod launch;
 pub mod overlap;
 pub mod rendezvous;
 pub mod supervisor;
 pub mod tcpstore;
+pub mod timeouts;
 pub mod watchdog;
 
 pub use buckets::DEFAULT_BUCKET_BYTES;
 pub use collective::{Backend, Collective, Solo};
+pub use error::{CollectiveError, LaunchError, RendezvousError};
 pub use launch::{LaunchInfo, LaunchSource};
+pub use timeouts::collective_timeout;
 
 /// The device a worker trains on, from its launch info and the visible GPUs:
 /// none visible → CPU; one visible (a launcher pinned it, e.g. the `--gpus`
@@ -52,11 +57,10 @@ pub fn worker_device(launch: &LaunchInfo, visible_gpus: usize) -> anyhow::Result
         0 => Ok(Device::Cpu),
         1 => Ok(Device::Cuda(0)),
         n if launch.local_rank < n => Ok(Device::Cuda(launch.local_rank)),
-        n => Err(CliError::usage(format!(
-            "local rank {} needs GPU {} but only {n} GPUs are visible on this node",
-            launch.local_rank, launch.local_rank
-        ))
-        .with_hint("start at most one rank per visible GPU on each node (LOCAL_WORLD_SIZE)")
+        n => Err(LaunchError::LocalRankWithoutGpu {
+            local_rank: launch.local_rank,
+            visible: n,
+        }
         .into()),
     }
 }
@@ -321,26 +325,11 @@ impl Drop for DataParallel {
     }
 }
 
-/// How long a collective may wait for the other ranks before its rank gives
-/// up: `$IMGCTL_COLLECTIVE_TIMEOUT` seconds, else [`collective::cpu::COLLECTIVE_TIMEOUT`]
-/// (30 min, which covers rank 0 writing a checkpoint or a sample grid while
-/// the others wait). Bounds the CPU backend's exchanges and the NCCL watchdog.
-pub fn collective_timeout() -> anyhow::Result<Duration> {
-    ev::seconds(
-        ev::IMGCTL_COLLECTIVE_TIMEOUT,
-        collective::cpu::COLLECTIVE_TIMEOUT,
-    )
-}
-
 /// The rendezvous timeout from `--rendezvous-timeout` (seconds), else the default.
 pub fn rendezvous_timeout(secs: Option<f64>) -> anyhow::Result<Duration> {
     match secs {
         None => Ok(rendezvous::DEFAULT_TIMEOUT),
         Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-        Some(s) => Err(CliError::usage(format!(
-            "--rendezvous-timeout {s} is not a positive number of seconds"
-        ))
-        .with_hint("e.g. --rendezvous-timeout 300 (or IMGCTL_RENDEZVOUS_TIMEOUT=300)")
-        .into()),
+        Some(secs) => Err(RendezvousError::BadTimeout { secs }.into()),
     }
 }

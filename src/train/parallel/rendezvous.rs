@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use super::error::RendezvousError;
 use super::launch::LaunchInfo;
 use super::tcpstore::{connect_any, host_port, is_timeout, StoreClient};
+use super::timeouts::fmt_secs;
 use crate::sys::net::bind_all_interfaces;
-use crate::CliError;
 
 /// Default time every rank waits for the others (`--rendezvous-timeout`):
 /// 300 s, the order of torchrun's own rendezvous timeout (900 s for c10d
@@ -57,26 +58,7 @@ pub struct Session {
 }
 
 fn timed_out(timeout: Duration, what: String) -> anyhow::Error {
-    CliError::failure(format!(
-        "rendezvous timed out after {}: {what}",
-        fmt_secs(timeout)
-    ))
-    .with_hint(TIMEOUT_HINT)
-    .into()
-}
-
-const TIMEOUT_HINT: &str =
-    "start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; \
-     raise --rendezvous-timeout (IMGCTL_RENDEZVOUS_TIMEOUT) if ranks start slowly";
-
-/// `30 s`, `2.5 s`, `300 s`.
-pub(crate) fn fmt_secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if (s - s.round()).abs() < 1e-9 {
-        format!("{} s", s.round() as u64)
-    } else {
-        format!("{s:.1} s")
-    }
+    RendezvousError::TimedOut { timeout, what }.into()
 }
 
 fn ranks_list(ranks: &[usize]) -> String {
@@ -106,16 +88,10 @@ pub fn bind(info: &LaunchInfo) -> anyhow::Result<TcpListener> {
     bind_port(info, info.master_port).map_err(|e| {
         let addr = host_port(&info.master_addr, info.master_port);
         if e.kind() == ErrorKind::AddrInUse {
-            CliError::usage(format!(
-                "MASTER_PORT {} is already in use on this host: rank 0 cannot listen for {addr}",
-                info.master_port
-            ))
-            .with_hint(format!(
-                "choose a free port (MASTER_PORT={}) or stop the process holding it \
-                 (`ss -ltnp 'sport = :{}'`)",
-                info.master_port.wrapping_add(1).max(1024),
-                info.master_port
-            ))
+            RendezvousError::PortInUse {
+                port: info.master_port,
+                addr,
+            }
             .into()
         } else {
             anyhow::Error::from(e).context(format!("rank 0 cannot listen for {addr}"))
@@ -207,12 +183,11 @@ pub fn rendezvous(
                 .ok()
                 .filter(|a| a.port() > 0)
                 .ok_or_else(|| {
-                    anyhow::Error::from(
-                        CliError::failure(format!(
-                            "key {key:?} in torchrun's agent store at {store_at} holds {text:?}, not rank 0's address"
-                        ))
-                        .with_hint("another program wrote that key; restart the job"),
-                    )
+                    anyhow::Error::from(RendezvousError::BadAgentAddress {
+                        key: key.clone(),
+                        store_at: store_at.clone(),
+                        text: text.to_string(),
+                    })
                 })?;
             join(info, &at.ip().to_string(), at.port(), timeout, deadline)
         }
@@ -221,14 +196,11 @@ pub fn rendezvous(
 
 /// A failure to talk to torchrun's agent store, with the hint that goes with it.
 fn store_error(e: anyhow::Error, timeout: Duration) -> anyhow::Error {
-    CliError::failure(format!("rendezvous failed: {e:#}"))
-        .with_hint(format!(
-            "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's c10d store is at \
-             MASTER_ADDR:MASTER_PORT; run under torchrun (not with its variables copied), \
-             or raise --rendezvous-timeout (now {})",
-            fmt_secs(timeout)
-        ))
-        .into()
+    RendezvousError::Store {
+        cause: format!("{e:#}"),
+        timeout,
+    }
+    .into()
 }
 
 /// Rank 0 with an already bound listener (tests bind port 0 first).
@@ -299,9 +271,7 @@ fn serve_until(
             for s in peers.iter_mut().flatten() {
                 let _ = send_reply(s, Reply::Refused(&msg));
             }
-            return Err(CliError::usage(format!("rendezvous failed: {msg}"))
-                .with_hint("start every rank with the same WORLD_SIZE")
-                .into());
+            return Err(RendezvousError::WorldSizeMismatch { msg }.into());
         }
         if rank == 0 || rank >= n || peers[rank].is_some() {
             let msg = if rank == 0 || peers[rank].is_some() {
@@ -313,9 +283,7 @@ fn serve_until(
             for s in peers.iter_mut().flatten() {
                 let _ = send_reply(s, Reply::Refused(&msg));
             }
-            return Err(CliError::usage(format!("rendezvous failed: {msg}"))
-                .with_hint("give every process a distinct RANK below WORLD_SIZE")
-                .into());
+            return Err(RendezvousError::BadRank { msg }.into());
         }
         peers[rank] = Some(stream);
         arrived += 1;
@@ -364,18 +332,14 @@ fn join(
     let payload = match read_reply(&mut stream) {
         Ok(Ok(p)) => p,
         Ok(Err((TIMED_OUT, msg))) => {
-            return Err(CliError::failure(format!(
-                "rendezvous failed: rank {} reached rank 0 at {address}, but {msg}",
-                info.rank
-            ))
-            .with_hint(TIMEOUT_HINT)
+            return Err(RendezvousError::RootGaveUp {
+                rank: info.rank,
+                address,
+                msg,
+            }
             .into())
         }
-        Ok(Err((_, msg))) => {
-            return Err(CliError::usage(format!("rendezvous failed: {msg}"))
-                .with_hint("start every rank with the same WORLD_SIZE and a distinct RANK")
-                .into())
-        }
+        Ok(Err((_, msg))) => return Err(RendezvousError::Refused { msg }.into()),
         Err(e) if is_timeout(&e) => {
             return Err(timed_out(
                 timeout,

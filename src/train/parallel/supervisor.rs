@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::env_vars as ev;
 use crate::output::printer;
-use crate::{CliError, ExitStatus};
+use crate::ExitStatus;
 
 /// How many of a worker's last stderr lines a failure report shows.
 pub const TAIL_LINES: usize = 20;
@@ -91,6 +91,61 @@ fn signal_name(s: i32) -> &'static str {
         libc::SIGHUP => "SIGHUP",
         _ => "signal",
     }
+}
+
+/// Why a supervised run failed. `commands/` gives a failed worker the exit
+/// status its end implies (2 for its usage error, 130 for its own interrupt).
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    /// Ctrl-C: the workers were stopped.
+    #[error(
+        "interrupted: {} worker{} stopped ({})",
+        .ends.len(),
+        if .ends.len() == 1 { "" } else { "s" },
+        .ends.iter().enumerate().map(|(r, e)| format!("rank {r} {e}")).collect::<Vec<_>>().join(", ")
+    )]
+    Interrupted {
+        /// How each rank ended, by rank.
+        ends: Vec<WorkerEnd>,
+    },
+    /// A worker ended badly; the others were stopped.
+    #[error("{}", worker_failed(*.rank, *.world_size, .end, .said.as_deref(), .others))]
+    WorkerFailed {
+        /// The rank that failed first.
+        rank: usize,
+        /// The number of workers.
+        world_size: usize,
+        /// How it ended.
+        end: WorkerEnd,
+        /// Its own `error:` line, if it printed one.
+        said: Option<String>,
+        /// Its own `hint:` line, if it printed one.
+        worker_hint: Option<String>,
+        /// How the other ranks ended.
+        others: Vec<(usize, WorkerEnd)>,
+    },
+}
+
+/// The line of [`SupervisorError::WorkerFailed`].
+fn worker_failed(
+    rank: usize,
+    n: usize,
+    end: &WorkerEnd,
+    said: Option<&str>,
+    others: &[(usize, WorkerEnd)],
+) -> String {
+    let mut msg = format!("worker rank {rank} of {n} failed: it {end}");
+    if let Some(said) = said {
+        msg.push_str(&format!(": {said}"));
+    }
+    if !others.is_empty() {
+        let others: Vec<String> = others
+            .iter()
+            .map(|(r, e)| format!("rank {r} {e}"))
+            .collect();
+        msg.push_str(&format!("; stopped the others ({})", others.join(", ")));
+    }
+    msg
 }
 
 /// The result of a supervised run.
@@ -396,34 +451,18 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
     }
     let ends: Vec<WorkerEnd> = workers.iter().map(|w| w.end.clone().unwrap()).collect();
     if INTERRUPTS.load(Ordering::SeqCst) > started {
-        return Err(CliError::interrupted(format!(
-            "interrupted: {n} worker{} stopped ({})",
-            if n == 1 { "" } else { "s" },
-            ends.iter()
-                .enumerate()
-                .map(|(r, e)| format!("rank {r} {e}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-        .into());
+        return Err(SupervisorError::Interrupted { ends }.into());
     }
     if let Some(i) = failed {
         let w = &workers[i];
         let end = w.end.clone().unwrap();
         let tail: Vec<String> = w.tail.lock().unwrap().iter().cloned().collect();
-        let others: Vec<String> = workers
+        let others: Vec<(usize, WorkerEnd)> = workers
             .iter()
             .filter(|o| o.rank != w.rank)
-            .map(|o| format!("rank {} {}", o.rank, o.end.clone().unwrap()))
+            .map(|o| (o.rank, o.end.clone().unwrap()))
             .collect();
-        let (said, hint) = worker_error(&tail);
-        let mut msg = format!("worker rank {} of {n} failed: it {end}", w.rank);
-        if let Some(said) = &said {
-            msg.push_str(&format!(": {said}"));
-        }
-        if !others.is_empty() {
-            msg.push_str(&format!("; stopped the others ({})", others.join(", ")));
-        }
+        let (said, worker_hint) = worker_error(&tail);
         // The worker's own error block was forwarded live ([rank N] lines)
         // and its error line is in ours: print nothing twice. Without one (a
         // crash, a signal) its last lines tell what happened, as a block
@@ -439,20 +478,15 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
                 ));
             }
         }
-        let err = match end {
-            WorkerEnd::Code(2) => CliError::usage(msg),
-            // A worker that stopped on an interrupt of its own (exit 130).
-            WorkerEnd::Code(130) => CliError::interrupted(msg),
-            _ => CliError::failure(msg),
+        return Err(SupervisorError::WorkerFailed {
+            rank: w.rank,
+            world_size: n,
+            end,
+            said,
+            worker_hint,
+            others,
         }
-        .with_hint(match hint {
-            Some(h) => format!("{h} (rank {}'s own hint)", w.rank),
-            None => format!(
-                "the lines prefixed [rank {}] above are that worker's own output",
-                w.rank
-            ),
-        });
-        return Err(err.into());
+        .into());
     }
     let stdout = captured.lock().unwrap().clone();
     Ok(SupervisorReport { ends, stdout })

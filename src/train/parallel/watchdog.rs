@@ -181,8 +181,8 @@ impl Watchdog {
                         Verdict::TimedOut { what, waited } => {
                             fire(format!(
                                 "{what} did not complete within {} (pending for {}): a peer rank died, hung or never reached it",
-                                super::rendezvous::fmt_secs(timeout),
-                                super::rendezvous::fmt_secs(Duration::from_secs(waited.as_secs()))
+                                super::timeouts::fmt_secs(timeout),
+                                super::timeouts::fmt_secs(Duration::from_secs(waited.as_secs()))
                             ));
                             return;
                         }

@@ -16,14 +16,9 @@ use tch::{Device, Tensor};
 
 use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
 use crate::sys::tensor::with_cpu_bytes;
+use crate::train::parallel::error::CollectiveError;
 use crate::train::parallel::rendezvous::{Links, Session};
 use crate::train::parallel::tcpstore::is_timeout;
-use crate::CliError;
-
-/// How long one collective waits for the other ranks: 30 minutes, torch.distributed's
-/// default process-group timeout (`default_pg_timeout`, torch/distributed/constants.py).
-/// Long because rank 0 may be writing a checkpoint or a sample grid meanwhile.
-pub const COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 const OP_ALL_REDUCE: u8 = 1;
 const OP_BROADCAST: u8 = 2;
@@ -156,10 +151,11 @@ impl CpuCollective {
                     for s in peers.iter_mut() {
                         let _ = s.write_all(&[1u8]);
                     }
-                    return Err(CliError::failure(format!(
-                        "ranks diverged: rank 0 called {}, rank {peer} called {theirs}",
-                        describe(&header)
-                    ))
+                    return Err(CollectiveError::Diverged {
+                        ours: describe(&header),
+                        peer,
+                        theirs,
+                    }
                     .into());
                 }
                 if op == OP_ALL_REDUCE {
@@ -297,12 +293,12 @@ fn peer_error(
     e: std::io::Error,
 ) -> anyhow::Error {
     if is_timeout(&e) {
-        CliError::failure(format!(
-            "rank {rank} waited {} for rank {peer} in a CPU {} and gave up",
-            crate::train::parallel::rendezvous::fmt_secs(timeout),
-            op_name(op)
-        ))
-        .with_hint("another rank is stuck or much slower; check its output")
+        CollectiveError::PeerTimeout {
+            rank,
+            peer,
+            timeout,
+            op: op_name(op),
+        }
         .into()
     } else {
         anyhow::Error::from(e).context(format!(

@@ -7,7 +7,7 @@
 //! trait and the buffer checks; it must not open sockets or load libraries.
 use tch::{Device, Kind, Tensor};
 
-use crate::CliError;
+use super::error::CollectiveError;
 
 pub mod cpu;
 pub mod nccl;
@@ -139,22 +139,17 @@ pub fn check_buffer(buf: &Tensor, device: Option<Device>) -> anyhow::Result<Elem
     let elem = match buf.kind() {
         Kind::Float => Elem::F32,
         Kind::BFloat16 => Elem::Bf16,
-        k => {
-            return Err(CliError::failure(format!(
-                "collective buffers must be f32 or bf16, got {k:?}"
-            ))
-            .into())
-        }
+        k => return Err(CollectiveError::Kind(k).into()),
     };
     if !buf.is_contiguous() {
-        return Err(CliError::failure("collective buffers must be contiguous").into());
+        return Err(CollectiveError::NotContiguous.into());
     }
     if let Some(d) = device {
         if buf.device() != d {
-            return Err(CliError::failure(format!(
-                "collective buffer is on {:?}, the communicator on {d:?}",
-                buf.device()
-            ))
+            return Err(CollectiveError::WrongDevice {
+                buffer: buf.device(),
+                comm: d,
+            }
             .into());
         }
     }

@@ -27,8 +27,9 @@ use super::{check_buffer, Backend, Collective, Elem};
 use crate::sys::cudart::{CommStream, CudaRuntime, Marker};
 use crate::sys::nccl::{Communicator, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
 use crate::sys::nccl_tensors;
+use crate::train::parallel::error::CollectiveError;
+use crate::train::parallel::timeouts::collective_timeout;
 use crate::train::parallel::watchdog::{self, Watchdog};
-use crate::CliError;
 
 /// An NCCL communicator over one GPU per rank.
 pub struct NcclCollective {
@@ -70,15 +71,14 @@ impl NcclCollective {
         device: Device,
         timeout: Duration,
     ) -> anyhow::Result<Self> {
-        let uid: [u8; UNIQUE_ID_BYTES] = id.try_into().map_err(|_| {
-            CliError::failure(format!(
-                "rendezvous delivered a {}-byte NCCL id, expected {UNIQUE_ID_BYTES}",
-                id.len()
-            ))
-        })?;
+        let uid: [u8; UNIQUE_ID_BYTES] =
+            id.try_into().map_err(|_| CollectiveError::NcclIdLength {
+                len: id.len(),
+                expected: UNIQUE_ID_BYTES,
+            })?;
         let version = lib.version()?;
         // Read before any set-up, so a malformed value fails at once.
-        let watch_timeout = crate::train::parallel::collective_timeout()?;
+        let watch_timeout = collective_timeout()?;
         // One runtime for the set-up thread, the watchdog and the comm stream.
         let rt = Arc::new(CudaRuntime::locate()?);
         let setup_rt = rt.clone();
@@ -104,16 +104,13 @@ impl NcclCollective {
                 late.abort();
             }
         });
-        let joined = rx.recv_timeout(timeout).map_err(|_| {
-            anyhow::Error::from(
-                CliError::failure(format!(
-                    "NCCL communicator set-up timed out after {}: rank {rank} of {world_size} \
-                     waited in ncclCommInitRank for the other ranks",
-                    crate::train::parallel::rendezvous::fmt_secs(timeout)
-                ))
-                .with_hint("check that every rank reached NCCL set-up; NCCL_DEBUG=INFO shows the transport"),
-            )
-        })?;
+        let joined = rx
+            .recv_timeout(timeout)
+            .map_err(|_| CollectiveError::NcclInitTimeout {
+                rank,
+                world_size,
+                timeout,
+            })?;
         let comm = joined?;
         let probe = comm.async_error_probe();
         let watch_rt = rt.clone();
