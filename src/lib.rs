@@ -37,7 +37,6 @@ pub mod sys;
 pub mod train;
 pub mod verify;
 
-pub use commands::error::CliError;
 pub use error::ExitStatus;
 
 /// Runs one parsed command line and returns its status.
