@@ -14,6 +14,8 @@
 //! [`cli`] holds the clap types only; [`commands`] turns them into typed options
 //! and calls the core; [`output`] decides what goes to stdout and stderr.
 #![warn(missing_docs)]
+// Everything printed goes through output::Printer (stdout: data alone).
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![deny(unsafe_code)]
 
 #[cfg(feature = "torch")]

@@ -5,6 +5,8 @@
 //! `NO_COLOR` and `--color never` turn colour off. Tables fit the width of
 //! the terminal they go to (or `COLUMNS`): [`table_fit`] says how, and
 //! [`fit_table`] / [`drop_columns`] / [`shorten_paths`] do it.
+// The one place that prints (lib.rs denies printing everywhere else).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -69,7 +71,7 @@ impl Printer {
     /// An informational line on stderr (hidden by `-q`).
     pub fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {
-            eprintln!("{}", msg.as_ref());
+            self.stderr_text(format!("{}\n", msg.as_ref()));
         }
     }
     /// A warning on stderr (always shown).
@@ -85,6 +87,13 @@ impl Printer {
         if self.verbose > 0 {
             eprintln!("{}", msg.as_ref());
         }
+    }
+    /// `text` on stderr exactly as given (no newline added, not hidden by
+    /// `-q`): errors, and blocks that are already laid out.
+    pub fn stderr_text(&self, text: impl AsRef<str>) {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(text.as_ref().as_bytes());
+        let _ = err.flush();
     }
     /// Machine-readable data on stdout, alone.
     pub fn data(&self, text: impl AsRef<str>) {

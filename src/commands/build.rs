@@ -570,7 +570,7 @@ fn build_failure(err: BuildError) -> anyhow::Error {
             for line in &tail {
                 text.push_str(&format!("  | {line}\n"));
             }
-            eprint!("{text}");
+            crate::output::printer().stderr_text(text);
             let (code, hint) = match exit_code {
                 Some(c) => (
                     format!(" with exit code {c}"),

@@ -307,7 +307,7 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     if !p.quiet {
         let fit = output::table_fit(output::Stream::Stderr, p.verbose > 0);
-        eprint!("{}", verify::report::table(report, p.color, fit, &WORDS));
+        p.stderr_text(verify::report::table(report, p.color, fit, &WORDS));
     }
     Ok(if report.passed {
         ExitStatus::Success

@@ -54,7 +54,7 @@ impl Termination {
     pub fn exit_on_next(mut self) {
         tokio::spawn(async move {
             let sig = self.recv().await;
-            eprintln!("error: interrupted by {sig}");
+            crate::output::printer().stderr_text(format!("error: interrupted by {sig}\n"));
             std::process::exit(130);
         });
     }

@@ -89,7 +89,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         // current step; a second one ends the process at once.
         let handler = move || {
             if f.swap(true, Ordering::SeqCst) {
-                eprintln!("second interrupt: exiting without a checkpoint");
+                printer().stderr_text("second interrupt: exiting without a checkpoint\n");
                 std::process::exit(130);
             }
         };

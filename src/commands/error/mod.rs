@@ -75,7 +75,7 @@ pub fn finish(result: anyhow::Result<ExitStatus>) -> ExitStatus {
     match result {
         Ok(status) => status,
         Err(err) => {
-            eprint!("{}", render_error(&err));
+            crate::output::printer().stderr_text(render_error(&err));
             status_of(&err)
         }
     }

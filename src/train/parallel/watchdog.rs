@@ -158,7 +158,7 @@ impl Watchdog {
             .name("imgctl-watchdog".into())
             .spawn(move || {
                 if let Err(e) = setup() {
-                    eprintln!("warning: the collective watchdog is off: {e}");
+                    crate::output::printer().stderr_text(format!("warning: the collective watchdog is off: {e}\n"));
                     return;
                 }
                 loop {
