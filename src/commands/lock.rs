@@ -368,7 +368,10 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
         CliError::failure(format!("cannot write {}: {e}", path.display()))
             .with_hint("check that the folder exists and is writable")
     };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| fail(&e))?;
+    let mut tmp = tempfile::Builder::new()
+        .permissions(crate::output::new_file_mode())
+        .tempfile_in(dir)
+        .map_err(|e| fail(&e))?;
     std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| fail(&e))?;
     tmp.persist(path).map_err(|e| fail(&e.error))?;
     Ok(())

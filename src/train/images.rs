@@ -155,6 +155,7 @@ pub fn write_grid_png(images: &Tensor, path: &Path, nrow: Option<usize>) -> anyh
     let mut tmp = tempfile::Builder::new()
         .prefix(".imgctl-")
         .suffix(".png.tmp")
+        .permissions(crate::output::new_file_mode())
         .tempfile_in(dir)
         .map_err(|e| cannot(&e))?;
     std::io::Write::write_all(&mut tmp, &png).map_err(|e| cannot(&e))?;

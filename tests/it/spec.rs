@@ -496,8 +496,11 @@ fn deep_nesting_and_huge_specs_are_refused_before_parsing() {
         stderr.contains("(line 1 column 68): brackets nest deeper than 64 levels"),
         "{stderr}"
     );
+    // The parse this refuses took 80 s of CPU; a debug imgctl (libtorch
+    // loaded) starts in 1-2 s alone and took 3.3-5.9 s while the suite ran
+    // training tests beside it on 2 cores, so the bound is far from both.
     assert!(
-        started.elapsed().as_secs() < 3,
+        started.elapsed().as_secs() < 20,
         "took {:?}",
         started.elapsed()
     );

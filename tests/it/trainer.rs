@@ -1117,6 +1117,31 @@ fn train_tensorboard_reader_reads_scalars_and_images() {
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["loss_plot"], out.join("loss.png").to_str().unwrap());
+    // One rule for file modes: 0666 less the umask, whether a file was
+    // written in place or through a temporary file and a rename.
+    let umask = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:").map(|v| v.trim().to_string()))
+        })
+        .and_then(|v| u32::from_str_radix(&v, 8).ok())
+        .unwrap_or(0o022);
+    let mut files = vec![out.clone()];
+    while let Some(p) = files.pop() {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(&p).unwrap();
+        if meta.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(
+                meta.permissions().mode() & 0o777,
+                0o666 & !umask,
+                "{}",
+                p.display()
+            );
+        }
+    }
     // Grids, summary.json and unet/ are renamed into place: no temporaries left.
     for d in [out.clone(), out.join("samples"), out.join("unet")] {
         for e in std::fs::read_dir(&d).unwrap() {

@@ -107,6 +107,7 @@ pub fn write_tensors(
     let tmp = tempfile::Builder::new()
         .prefix(".imgctl-")
         .suffix(".safetensors.tmp")
+        .permissions(crate::output::new_file_mode())
         .tempfile_in(dir)
         .map_err(|error| WeightsError::Write {
             path: path.to_path_buf(),
@@ -204,7 +205,9 @@ pub fn save_pretrained(vs: &VarStore, cfg: &UNetConfig, dir: &Path) -> anyhow::R
     })?;
     save_safetensors(vs, &dir.join(DIFFUSERS_WEIGHTS_NAME))?;
     let json = serde_json::to_string_pretty(&cfg.to_diffusers_json())?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .permissions(crate::output::new_file_mode())
+        .tempfile_in(dir)?;
     std::io::Write::write_all(&mut tmp, json.as_bytes())?;
     tmp.persist(dir.join(DIFFUSERS_CONFIG_NAME)).map_err(|e| {
         anyhow::anyhow!(
