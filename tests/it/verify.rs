@@ -456,13 +456,16 @@ fn site_packages() -> PathBuf {
         .to_path_buf()
 }
 
-/// Sets up the engine side once per test; None (with a note) when the engine
-/// or the debian base is missing, which CI's set-up provides.
+/// Sets up the engine side once per test; None (with a note) when no engine
+/// answers. The debian base is made here when missing (`ensure_bases`).
 fn image_setup() -> Option<(tokio::runtime::Runtime, bollard::Docker)> {
     let rt = runtime();
     let docker = rt.block_on(engine())?;
+    // Makes the debian base when this test runs before any build test (a
+    // clean engine, or `cargo test --test it verify::` alone).
+    crate::build::ensure_bases();
     if rt.block_on(docker.inspect_image(BASE)).is_err() {
-        panic!("the base image {BASE} is missing: run scripts/test-bases.sh first");
+        panic!("the base image {BASE} is missing after scripts/test-bases.sh");
     }
     rt.block_on(build_test_image(&docker))
         .expect("build the verify test image");
