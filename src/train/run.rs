@@ -406,6 +406,9 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let mut last_loss = None;
     let mut loss_plot = None;
     let mut plot_warned = false;
+    // The step the curves were last drawn at: the last step is a checkpoint,
+    // so the end draws again only when the loop left before it.
+    let mut plotted_step = None;
     let epoch_len = data.len() as u64;
 
     let write_checkpoint = |trainer: &Trainer, last_loss: Option<f64>| -> anyhow::Result<PathBuf> {
@@ -596,6 +599,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
             if let Some(m) = metrics.as_mut() {
                 m.flush()?;
                 loss_plot = redraw_curves(&opts.out, &mut plot_warned);
+                plotted_step = Some(trainer.step);
             }
             let dir = write_checkpoint(&trainer, last_loss)?;
             last_checkpoint = Some(dir);
@@ -620,7 +624,9 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let (metrics_path, tb_path) = match metrics.as_mut() {
         Some(m) => {
             m.flush()?;
-            loss_plot = redraw_curves(&opts.out, &mut plot_warned);
+            if plotted_step != Some(trainer.step) {
+                loss_plot = redraw_curves(&opts.out, &mut plot_warned);
+            }
             (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
         }
         None => (PathBuf::new(), PathBuf::new()),
