@@ -399,14 +399,9 @@ fn assert_same_as_two_ranks_on_one_host(dir: &Path, out: &Path, hashes: &Path, s
 /// and both ranks' hash logs identical.
 #[test]
 fn two_nodes_under_torchrun_c10d_match_one_process_with_the_double_batch() {
-    let torchrun = crate::common::venv().join("bin/torchrun");
-    if !torchrun.exists() {
-        eprintln!(
-            "SKIPPED: {} does not exist (run scripts/setup.sh)",
-            torchrun.display()
-        );
+    let Some(torchrun) = crate::parallel::torchrun_or_skip() else {
         return;
-    }
+    };
     let Some(nodes) = nodes_or_skip() else { return };
     let dir = tempfile::tempdir().unwrap();
     let hashes = dir.path().join("hashes");

@@ -326,19 +326,27 @@ pub(crate) fn assert_ranks_agree(hashes: &Path, steps: usize, err: &str) {
     assert_eq!(h0, h1, "ranks hold different parameters or gradients");
 }
 
-/// The real torchrun of the set-up venv (scripts/setup.sh installs torch
-/// there) launches two CPU ranks: its elastic agent holds MASTER_PORT with
-/// its own c10d TCPStore, so rank 0 must publish a port of its own there.
-#[test]
-fn torchrun_launches_two_cpu_ranks_through_its_agent_store() {
+/// The set-up venv's torchrun, or None after a `SKIPPED:` line when it is missing.
+pub(crate) fn torchrun_or_skip() -> Option<PathBuf> {
     let torchrun = crate::common::venv().join("bin/torchrun");
     if !torchrun.exists() {
         eprintln!(
             "SKIPPED: {} does not exist (run scripts/setup.sh)",
             torchrun.display()
         );
-        return;
+        return None;
     }
+    Some(torchrun)
+}
+
+/// The real torchrun of the set-up venv (scripts/setup.sh installs torch
+/// there) launches two CPU ranks: its elastic agent holds MASTER_PORT with
+/// its own c10d TCPStore, so rank 0 must publish a port of its own there.
+#[test]
+fn torchrun_launches_two_cpu_ranks_through_its_agent_store() {
+    let Some(torchrun) = torchrun_or_skip() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let hashes = dir.path().join("hashes");
     std::fs::create_dir_all(&hashes).unwrap();
