@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::docker::build::BuilderChoice;
 use crate::output::ColorChoice;
 
 /// Build, verify and exercise pinned PyTorch / CUDA GPU images.
@@ -90,9 +91,18 @@ pub struct ImageArgs {
     /// Replace the spec's base image (mirrors, offline engines).
     #[arg(long, value_name = "IMAGE")]
     pub base_image: Option<String>,
-    /// A proxy CA certificate that apt and pip inside the build must trust.
+    /// A proxy CA certificate that apt and pip inside the build must trust;
+    /// installed in the image, so it is trusted at run time too.
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
+    /// Like --ca-cert, but for the build only: bound into the downloading steps,
+    /// never copied into a layer (BuildKit only).
+    #[arg(long, value_name = "FILE", conflicts_with = "ca_cert")]
+    pub ca_cert_secret: Option<PathBuf>,
+    /// The builder: buildkit (cache mounts), classic (the legacy builder), or
+    /// auto (buildkit on engines at API 1.42+, honouring DOCKER_BUILDKIT; render: classic).
+    #[arg(long, value_enum, default_value_t = BuilderChoice::Auto)]
+    pub builder: BuilderChoice,
     /// pip index URL to use inside the build.
     #[arg(long, value_name = "URL")]
     pub pip_index_url: Option<String>,

@@ -4,6 +4,9 @@
 
 /// Docker engine address (`unix:///var/run/docker.sock`, `tcp://host:2375`).
 pub const DOCKER_HOST: &str = "DOCKER_HOST";
+/// `1` or `0`: the docker CLI's switch between BuildKit and the classic
+/// builder; `imgctl build --builder auto` honours it.
+pub const DOCKER_BUILDKIT: &str = "DOCKER_BUILDKIT";
 /// Directory holding the docker client `config.json` (registry credentials).
 pub const DOCKER_CONFIG: &str = "DOCKER_CONFIG";
 /// Disables colour when set to any value (<https://no-color.org>).

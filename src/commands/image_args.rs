@@ -9,6 +9,7 @@
 //! [`crate::render`]'s.
 use crate::cli::ImageArgs;
 use crate::commands::error::CliError;
+use crate::docker::build::BuilderChoice;
 use crate::reference::{self, Role};
 use crate::render::{self, ca, RenderOptions, DEFAULT_ID, ID_RANGE};
 use crate::spec::SpecSource;
@@ -30,6 +31,8 @@ impl RenderOptions {
             spec: _,
             base_image,
             ca_cert,
+            ca_cert_secret,
+            builder,
             pip_index_url,
             uid,
             gid,
@@ -41,6 +44,20 @@ impl RenderOptions {
             None => None,
             Some(path) => Some(ca::read_ca_cert(path)?),
         };
+        let ca_cert_build_only = match ca_cert_secret {
+            None => None,
+            Some(path) => Some(ca::read_ca_cert(path)?),
+        };
+        // `auto` renders the classic variant; `build` sets `buildkit` again
+        // once the engine has decided.
+        let buildkit = *builder == BuilderChoice::BuildKit;
+        if ca_cert_build_only.is_some() && *builder == BuilderChoice::Classic {
+            return Err(CliError::usage(
+                "--ca-cert-secret needs BuildKit, and --builder classic was asked for",
+            )
+            .with_hint("use --ca-cert to install the CA in the image, or --builder buildkit")
+            .into());
+        }
         if let Some(url) = pip_index_url {
             render::check_pip_index_url(url)?;
         }
@@ -57,6 +74,8 @@ impl RenderOptions {
             uid,
             gid,
             sudo: *sudo,
+            buildkit,
+            ca_cert_build_only,
         })
     }
 }

@@ -33,6 +33,7 @@ pub(super) struct FilesCtx {
     pub(super) imgctl: &'static str,
     pub(super) rootfs: &'static str,
     pub(super) ca_cert: &'static str,
+    pub(super) ca_cert_build_only: &'static str,
     pub(super) pip_lock: &'static str,
 }
 
@@ -74,6 +75,13 @@ pub(super) struct Ctx {
     pub(super) ports: Vec<u16>,
     pub(super) labels: Vec<(String, String)>,
     pub(super) ca_cert: bool,
+    /// The BuildKit variant (cache mounts).
+    pub(super) buildkit: bool,
+    /// Names the apt cache mounts per base image (one distro's lists and
+    /// packages never meet another's).
+    pub(super) cache_key: String,
+    /// A build-only proxy CA is bound into the downloading steps.
+    pub(super) ca_cert_build_only: bool,
     pub(super) notes: Vec<Vec<String>>,
     pub(super) files: FilesCtx,
     pub(super) lock: Option<LockCtx>,

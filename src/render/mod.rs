@@ -40,6 +40,9 @@ pub const IMGCTL_BINARY_PATH: &str = "imgctl";
 pub const ROOTFS_DIR: &str = "image/rootfs/";
 /// Context path of the proxy CA (`--ca-cert`).
 pub const CA_CERT_PATH: &str = "image/ca.crt";
+/// Context path of the build-only proxy CA: bound into the downloading RUN
+/// steps (BuildKit's `RUN --mount=type=bind`), never copied into the image.
+pub const CA_CERT_BUILD_ONLY_PATH: &str = "build-only/proxy-ca.crt";
 /// Context path of the spec's pip lock (COPYed to [`crate::lock::IMAGE_LOCK_PATH`]).
 pub const PIP_LOCK_PATH: &str = "image/pip.lock";
 
@@ -329,11 +332,15 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         ports: s.ports.clone(),
         labels: lab.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         ca_cert: opts.ca_cert.is_some(),
+        buildkit: opts.buildkit,
+        cache_key: crate::spec::sha256_hex(base_image.as_bytes())[..12].to_string(),
+        ca_cert_build_only: opts.ca_cert_build_only.is_some(),
         notes: notes.iter().map(|n| wrap(n, 74)).collect(),
         files: FilesCtx {
             imgctl: IMGCTL_BINARY_PATH,
             rootfs: ROOTFS_DIR,
             ca_cert: CA_CERT_PATH,
+            ca_cert_build_only: CA_CERT_BUILD_ONLY_PATH,
             pip_lock: PIP_LOCK_PATH,
         },
         lock,
@@ -406,6 +413,13 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
     if let Some(ca) = &opts.ca_cert {
         files.push(ContextFile {
             path: CA_CERT_PATH.to_string(),
+            mode: 0o644,
+            contents: ca.clone(),
+        });
+    }
+    if let Some(ca) = &opts.ca_cert_build_only {
+        files.push(ContextFile {
+            path: CA_CERT_BUILD_ONLY_PATH.to_string(),
             mode: 0o644,
             contents: ca.clone(),
         });

@@ -32,6 +32,13 @@ pub struct RenderOptions {
     pub gid: u32,
     /// Passwordless sudo for the user (`--sudo`).
     pub sudo: bool,
+    /// Render the BuildKit variant: apt and pip downloads through cache
+    /// mounts (`RUN --mount=type=cache`), which the classic builder rejects.
+    pub buildkit: bool,
+    /// A proxy CA (PEM) that apt and pip trust during the build only: bound
+    /// into the downloading RUN steps from the build context, never copied
+    /// into a layer (BuildKit only).
+    pub ca_cert_build_only: Option<Vec<u8>>,
 }
 
 impl Default for RenderOptions {
@@ -44,6 +51,8 @@ impl Default for RenderOptions {
             uid: DEFAULT_ID,
             gid: DEFAULT_ID,
             sudo: false,
+            buildkit: false,
+            ca_cert_build_only: None,
         }
     }
 }

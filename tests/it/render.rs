@@ -310,6 +310,8 @@ fn build_options_shape_the_dockerfile() {
         spec: None,
         base_image: None,
         ca_cert: Some(ca.clone()),
+        ca_cert_secret: None,
+        builder: imgctl::docker::build::BuilderChoice::Auto,
         pip_index_url: None,
         uid: None,
         gid: None,

@@ -10,7 +10,6 @@
 //! [`crate::docker`].
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
@@ -18,28 +17,25 @@ use serde::Serialize;
 
 use crate::cli::BuildArgs;
 use crate::commands::error::CliError;
-use crate::docker::build::{BuildError, BuildEvent, BuildOutcome, BuildRequest, BuildTracker};
+use crate::docker::build::{
+    BuildError, BuildEvent, BuildOutcome, BuildRequest, BuildTracker, Builder, BuilderChoice,
+};
 use crate::docker::context::{BuildContext, ContextListing};
-use crate::docker::image::{self, BaseImage};
+use crate::docker::image;
 use crate::env_vars::SOURCE_DATE_EPOCH;
 use crate::output::printer;
 use crate::ExitStatus;
 
-/// Version of the JSON build report (and of the `--dry-run --json` plan).
-pub const REPORT_SCHEMA_VERSION: u32 = 1;
+mod progress;
+mod report;
+
+use progress::{cut, ProgressView};
+pub use report::{BuildReport, SpecRef, StepCounts, REPORT_SCHEMA_VERSION};
 
 /// How long the engine gets to remove a cancelled build's intermediate
 /// containers itself before imgctl force-removes them (our choice: the
 /// engine's own container stop timeout is 10 s).
 const CANCEL_GRACE: Duration = Duration::from_secs(15);
-
-/// Instructions are cut to this many characters in progress lines (a long
-/// `RUN a && b && …` would wrap over many terminal rows).
-const INSTRUCTION_DISPLAY_CHARS: usize = 160;
-
-/// Interval of the "still running" lines without a terminal (our choice: CI
-/// services commonly kill jobs silent for 10 minutes).
-const HEARTBEAT: Duration = Duration::from_secs(60);
 
 /// Everything needed to build, independent of where it came from.
 #[derive(Debug, Clone)]
@@ -69,6 +65,8 @@ pub struct BuildPlan {
     pub no_cache: bool,
     /// `--pull`.
     pub pull: bool,
+    /// The Dockerfile is the BuildKit variant (cache mounts).
+    pub buildkit: bool,
 }
 
 impl BuildPlan {
@@ -119,58 +117,6 @@ fn quote(text: &str) -> String {
     q
 }
 
-/// The JSON build report (schema_version 1).
-#[derive(Debug, Serialize)]
-pub struct BuildReport {
-    /// Always [`REPORT_SCHEMA_VERSION`].
-    pub schema_version: u32,
-    /// The built image id (`sha256:…`).
-    pub image_id: String,
-    /// The tags applied.
-    pub tags: Vec<String>,
-    /// Uncompressed image size in bytes, as the engine reports it.
-    pub size_bytes: u64,
-    /// Wall time of the build (without the push) in seconds.
-    pub duration_s: f64,
-    /// The spec the image was rendered from.
-    pub spec: SpecRef,
-    /// The base image(s) and their resolved digests.
-    pub base_images: Vec<BaseImage>,
-    /// The digest of the first base image (`name@sha256:…`, or its local id).
-    pub base_digest: Option<String>,
-    /// Every label of the built image: the pins (torch, CUDA, cuDNN, NCCL,
-    /// python, imgctl version, spec hash) and the OCI labels.
-    pub pins: BTreeMap<String, String>,
-    /// Step counts.
-    pub steps: StepCounts,
-    /// The renderer's notes.
-    pub notes: Vec<String>,
-    /// Tags pushed (`--push`).
-    pub pushed: Vec<String>,
-}
-
-/// Which spec.
-#[derive(Debug, Serialize)]
-pub struct SpecRef {
-    /// Spec name.
-    pub name: String,
-    /// SHA-256 of the spec file.
-    pub sha256: String,
-}
-
-/// Step counts of a build.
-#[derive(Debug, Serialize)]
-pub struct StepCounts {
-    /// Steps the builder ran in total.
-    pub total: usize,
-    /// Steps satisfied from the layer cache.
-    pub cached: usize,
-    /// Steps that ran (neither cached nor `FROM`).
-    pub executed: usize,
-    /// Each step.
-    pub detail: Vec<crate::docker::build::StepRecord>,
-}
-
 /// `--dry-run --json` output.
 #[derive(Debug, Serialize)]
 struct DryRun<'a> {
@@ -188,7 +134,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
     if let Some(path) = &args.report {
         super::output::check_output_file("--report", path)?;
     }
-    let plan = plan(&args)?;
+    // The flags are checked (and the spec rendered) before any engine work;
+    // `auto` renders the classic variant until the engine has decided.
+    let plan = plan(&args, args.image.builder == BuilderChoice::BuildKit)?;
     for note in &plan.notes {
         printer().info(format!("note: {note}"));
     }
@@ -203,7 +151,29 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let report = runtime.block_on(build(plan, args.push))?;
+    let report = runtime.block_on(async {
+        // A build can stream for an hour without new headers; bollard's default
+        // request timeout (120 s) only covers the response headers, but the
+        // context upload of a large binary counts too.
+        let docker = crate::docker::connect()
+            .await?
+            .with_timeout(Duration::from_secs(3600));
+        // A build-only CA needs BuildKit: `auto` then asks for it by name.
+        let choice = match args.image.builder {
+            BuilderChoice::Auto if args.image.ca_cert_secret.is_some() => BuilderChoice::BuildKit,
+            other => other,
+        };
+        let (builder, reason) = crate::docker::build::choose_builder(&docker, choice)
+            .await
+            .map_err(build_failure)?;
+        let plan = if (builder == Builder::BuildKit) == plan.buildkit {
+            plan
+        } else {
+            self::plan(&args, builder == Builder::BuildKit)?
+        };
+        printer().info(format!("builder: {builder} ({reason})"));
+        build(&docker, plan, builder, args.push).await
+    })?;
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.report {
         std::fs::write(path, format!("{json}\n"))
@@ -217,8 +187,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
 }
 
 /// Turns the arguments into a [`BuildPlan`]: parses K=V lists and tags, loads
-/// and renders the spec, assembles the context and the labels.
-pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
+/// and renders the spec (its BuildKit variant when `buildkit`), assembles the
+/// context and the labels.
+pub fn plan(args: &BuildArgs, buildkit: bool) -> anyhow::Result<BuildPlan> {
     let build_args = parse_pairs(&args.build_args, "--build-arg")?;
     let user_labels = parse_pairs(&args.labels, "--label")?;
     if let Some((k, _)) = user_labels.iter().find(|(_, v)| v.contains('\n')) {
@@ -236,7 +207,10 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
 
     let source = super::image_args::spec_source(&args.image);
     let loaded = crate::spec::load(&source)?;
-    let options = crate::render::RenderOptions::from_args(&args.image)?;
+    let options = crate::render::RenderOptions {
+        buildkit,
+        ..crate::render::RenderOptions::from_args(&args.image)?
+    };
     let rendered = crate::render::render(&loaded, &options)?;
 
     let tags = if args.tags.is_empty() {
@@ -301,6 +275,7 @@ pub fn plan(args: &BuildArgs) -> anyhow::Result<BuildPlan> {
         lock_line: super::lock::build_line(&rendered.lock, &loaded),
         no_cache: args.no_cache,
         pull: args.pull,
+        buildkit,
     })
 }
 
@@ -410,16 +385,15 @@ fn dry_run(plan: &BuildPlan, json: bool) -> anyhow::Result<ExitStatus> {
 }
 
 /// Builds the plan on the engine; Ctrl-C cancels it (exit 130).
-async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
+async fn build(
+    docker: &bollard::Docker,
+    plan: BuildPlan,
+    builder: Builder,
+    push: bool,
+) -> anyhow::Result<BuildReport> {
     let p = printer();
-    // A build can stream for an hour without new headers; bollard's default
-    // request timeout (120 s) only covers the response headers, but the
-    // context upload of a large binary counts too.
-    let docker = crate::docker::connect()
-        .await?
-        .with_timeout(Duration::from_secs(3600));
     let base_refs = image::from_images(plan.context.dockerfile());
-    let bases = image::resolve_bases(&docker, &base_refs).await?;
+    let bases = image::resolve_bases(docker, &base_refs).await?;
     let mut plan = plan;
     if let Some(digest) = bases.first().and_then(|b| b.digest.clone()) {
         plan.add_label("org.opencontainers.image.base.digest", &digest);
@@ -440,6 +414,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
         build_args: plan.build_args.clone(),
         // In the Dockerfile instead (one step, not one per label).
         labels: BTreeMap::new(),
+        builder,
     };
     let tar = plan.context.to_tar()?;
     p.info(format!(
@@ -456,7 +431,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
     let outcome = {
         let mut on_event = |ev: &BuildEvent| view.event(ev);
         let build =
-            crate::docker::build::build_image(&docker, tar, &request, &tracker, &mut on_event);
+            crate::docker::build::build_image(docker, tar, &request, &tracker, &mut on_event);
         tokio::select! {
             res = build => Ok(res),
             sig = signals.recv() => Err(sig),
@@ -479,7 +454,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
                 "interrupted by {sig}: cancelling the build on the engine…"
             ));
             let forced =
-                crate::docker::build::remove_leftovers(&docker, &tracker, CANCEL_GRACE).await;
+                crate::docker::build::remove_leftovers(docker, &tracker, CANCEL_GRACE).await;
             if !forced.is_empty() {
                 p.info(format!(
                     "removed {} intermediate container(s) left by the build",
@@ -492,9 +467,9 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
         Ok(Ok(outcome)) => outcome,
     };
     for extra in plan.tags.iter().skip(1) {
-        image::tag(&docker, &outcome.image_id, extra).await?;
+        image::tag(docker, &outcome.image_id, extra).await?;
     }
-    let facts = image::inspect(&docker, &outcome.image_id)
+    let facts = image::inspect(docker, &outcome.image_id)
         .await?
         .ok_or_else(|| {
             CliError::failure(format!(
@@ -521,7 +496,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
         for tag in &plan.tags {
             p.info(format!("pushing {tag}"));
             let spinner = p.spinner(format!("pushing {tag}"));
-            image::push(&docker, tag, &mut |status| {
+            image::push(docker, tag, &mut |status| {
                 spinner.set_message(format!("pushing {tag}: {status}"));
                 printer().verbose(status);
             })
@@ -536,6 +511,7 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
         image_id: outcome.image_id.clone(),
         tags: plan.tags.clone(),
         size_bytes: facts.size,
+        builder,
         duration_s: (duration * 1000.0).round() / 1000.0,
         spec: SpecRef {
             name: plan.spec_name.clone(),
@@ -589,141 +565,15 @@ fn build_failure(err: BuildError) -> anyhow::Error {
             .with_hint(hint)
             .into()
         }
+        e @ BuildError::BuildKitUnsupported { .. } => CliError::usage(e.to_string())
+            .with_hint("build with --builder classic (or auto), and --ca-cert instead of --ca-cert-secret")
+            .into(),
+        e @ BuildError::BadDockerBuildkit { .. } => CliError::usage(e.to_string())
+            .with_hint("set DOCKER_BUILDKIT=1 (BuildKit) or 0 (classic), or unset it, or pass --builder")
+            .into(),
         BuildError::Engine(message) => CliError::failure(format!("the build failed: {message}"))
             .with_hint("check the base image exists on the engine (no registry is needed for a local base; see --base-image)")
             .into(),
-    }
-}
-
-/// Progress display: a bar on a terminal, plain lines otherwise, the full log with -v.
-struct ProgressView {
-    bar: Option<indicatif::ProgressBar>,
-    plain: bool,
-    verbose: bool,
-    /// The running step (`Step n/total`) and when it began, for the heartbeat.
-    current: Arc<Mutex<Option<(String, Instant)>>>,
-}
-
-impl ProgressView {
-    fn new() -> Self {
-        let p = printer();
-        Self {
-            bar: None,
-            plain: !p.interactive,
-            verbose: p.verbose > 0,
-            current: Arc::new(Mutex::new(None)),
-        }
-    }
-
-    /// Without a terminal, a line every [`HEARTBEAT`] while one step runs
-    /// long (a torch install is minutes of silence), so logs show progress.
-    /// Never completes; race it against the build.
-    fn heartbeat(&self) -> impl std::future::Future<Output = std::convert::Infallible> + 'static {
-        let current = Arc::clone(&self.current);
-        let plain = self.plain;
-        async move {
-            loop {
-                tokio::time::sleep(HEARTBEAT).await;
-                if !plain {
-                    continue;
-                }
-                let step = current.lock().ok().and_then(|c| c.clone());
-                if let Some((label, since)) = step {
-                    if since.elapsed() >= HEARTBEAT {
-                        let secs = since.elapsed().as_secs();
-                        printer().info(format!(
-                            "  … {label} still running ({})",
-                            humantime::format_duration(Duration::from_secs(secs))
-                        ));
-                    }
-                }
-            }
-        }
-    }
-
-    fn line(&self, text: &str) {
-        match &self.bar {
-            Some(bar) if !bar.is_hidden() => bar.println(text),
-            _ => printer().info(text),
-        }
-    }
-
-    fn event(&mut self, ev: &BuildEvent) {
-        if let BuildEvent::Step {
-            n,
-            total,
-            instruction,
-        } = ev
-        {
-            if self.bar.is_none() {
-                let bar = printer().progress(
-                    u64::from(*total),
-                    "{spinner} [{elapsed_precise}] [{bar:25}] step {pos}/{len} {wide_msg}",
-                );
-                bar.enable_steady_tick(Duration::from_millis(120));
-                self.bar = Some(bar);
-            }
-            if let Some(bar) = &self.bar {
-                bar.set_position(u64::from(*n));
-                bar.set_message(cut(instruction, INSTRUCTION_DISPLAY_CHARS));
-            }
-            if let Ok(mut current) = self.current.lock() {
-                *current = Some((format!("step {n}/{total}"), Instant::now()));
-            }
-        }
-        if self.verbose {
-            self.line(&raw_line(ev));
-            return;
-        }
-        if self.plain {
-            match ev {
-                BuildEvent::Step {
-                    n,
-                    total,
-                    instruction,
-                } => printer().info(format!(
-                    "Step {n}/{total} : {}",
-                    cut(instruction, INSTRUCTION_DISPLAY_CHARS)
-                )),
-                BuildEvent::Cached => printer().info(" ---> Using cache"),
-                _ => {}
-            }
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(bar) = self.bar.take() {
-            bar.finish_and_clear();
-        }
-    }
-}
-
-/// The builder's line for an event, as `docker build` shows it.
-fn raw_line(ev: &BuildEvent) -> String {
-    match ev {
-        BuildEvent::Step {
-            n,
-            total,
-            instruction,
-        } => format!("Step {n}/{total} : {instruction}"),
-        BuildEvent::Cached => " ---> Using cache".to_string(),
-        BuildEvent::Running(id) => format!(" ---> Running in {id}"),
-        BuildEvent::Output(line) => line.clone(),
-        BuildEvent::Layer(id) => format!(" ---> {id}"),
-        BuildEvent::Removed(id) => format!("Removing intermediate container {id}"),
-    }
-}
-
-/// Collapses whitespace (the builder joins continuation lines with their
-/// indentation) and cuts to `max` characters.
-fn cut(text: &str, max: usize) -> String {
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if text.chars().count() <= max {
-        text
-    } else {
-        let mut s: String = text.chars().take(max.saturating_sub(1)).collect();
-        s.push('…');
-        s
     }
 }
 

@@ -1,134 +1,22 @@
-//! Running a build on the engine's classic builder and reading its stream.
+//! The classic builder (BuilderV1): its text stream and its steps.
 //!
-//! It owns the `/build` request (context tar, tags, labels, build args, cache
-//! and pull flags), the parsing of the builder's text stream into steps
-//! ([`StepParser`]), the failure report of a broken step, and the removal of
-//! intermediate containers a cancelled build may leave behind. It does not
-//! print: callers receive [`BuildEvent`]s and decide how to show them.
-//!
-//! The classic builder (BuilderV1, API 1.41 on Docker 20.10) streams JSON
-//! messages whose `stream` text reads `Step 3/14 : RUN …`, ` ---> Using cache`,
-//! ` ---> Running in <id>`, the step's output, ` ---> <layer id>`; the final
-//! image id comes in `aux.ID`, and a failure as `errorDetail`.
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+//! The classic builder (API 1.41 on Docker 20.10, deprecated but still served
+//! by current engines) streams JSON messages whose `stream` text reads
+//! `Step 3/14 : RUN …`, ` ---> Using cache`, ` ---> Running in <id>`, the
+//! step's output, ` ---> <layer id>`; the final image id comes in `aux.ID`,
+//! and a failure as `errorDetail`. [`StepParser`] turns that text into
+//! [`BuildEvent`]s.
+use std::collections::VecDeque;
+use std::time::Instant;
 
+use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
 use futures_util::StreamExt;
-use serde::Serialize;
 
-/// How many output lines of a failing step the error shows (issue 2: "the last 20 lines").
-pub const FAILURE_TAIL_LINES: usize = 20;
-
-/// How to build (the context travels separately, by value).
-#[derive(Debug, Clone, Default)]
-pub struct BuildRequest {
-    /// Tags to apply (`name:tag`); the first is given to the builder, the rest
-    /// are added with the tag API after a successful build.
-    pub tags: Vec<String>,
-    /// Ignore the layer cache.
-    pub no_cache: bool,
-    /// Always try to pull the base image.
-    pub pull: bool,
-    /// `--build-arg` values.
-    pub build_args: BTreeMap<String, String>,
-    /// Image labels (applied by the builder after the last instruction).
-    pub labels: BTreeMap<String, String>,
-}
-
-/// Something the builder reported, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BuildEvent {
-    /// A new step began: `Step n/total : instruction`.
-    Step {
-        /// 1-based step number.
-        n: u32,
-        /// Number of steps the builder announced.
-        total: u32,
-        /// The instruction as the builder echoed it.
-        instruction: String,
-    },
-    /// The current step was satisfied from the layer cache.
-    Cached,
-    /// The current step runs in this intermediate container.
-    Running(String),
-    /// A line of the current step's output (or another builder message).
-    Output(String),
-    /// The current step produced this layer/image id.
-    Layer(String),
-    /// The builder removed this intermediate container.
-    Removed(String),
-}
-
-/// One step as it ended up.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct StepRecord {
-    /// 1-based step number.
-    pub n: u32,
-    /// The instruction.
-    pub instruction: String,
-    /// Whether the layer cache satisfied it.
-    pub cached: bool,
-    /// Wall time of the step in seconds.
-    pub seconds: f64,
-}
-
-/// A finished build.
-#[derive(Debug, Clone, Serialize)]
-pub struct BuildOutcome {
-    /// The image id (`sha256:…`).
-    pub image_id: String,
-    /// The steps in order.
-    pub steps: Vec<StepRecord>,
-    /// Wall time of the whole build in seconds.
-    pub seconds: f64,
-}
-
-impl BuildOutcome {
-    /// Steps taken from the cache.
-    pub fn cached_steps(&self) -> usize {
-        self.steps.iter().filter(|s| s.cached).count()
-    }
-    /// Steps that ran (neither cached nor a `FROM`).
-    pub fn executed_steps(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| !s.cached && !is_from(&s.instruction))
-            .count()
-    }
-}
-
-fn is_from(instruction: &str) -> bool {
-    instruction
-        .split_whitespace()
-        .next()
-        .is_some_and(|w| w.eq_ignore_ascii_case("FROM"))
-}
-
-/// Why a build failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    /// A step (typically a RUN) failed.
-    #[error("step {n}/{total} failed: {instruction}: {message}")]
-    StepFailed {
-        /// 1-based step number.
-        n: u32,
-        /// Steps announced.
-        total: u32,
-        /// The instruction that failed.
-        instruction: String,
-        /// The builder's error (`The command '…' returned a non-zero code: 1`).
-        message: String,
-        /// The command's exit code, when the builder reported one.
-        exit_code: Option<i64>,
-        /// The last [`FAILURE_TAIL_LINES`] lines of the step's output.
-        tail: Vec<String>,
-    },
-    /// The engine refused or failed the build before or outside a step.
-    #[error("the engine failed the build: {0}")]
-    Engine(String),
-}
+use super::{
+    engine_message, exit_code_of, options, BuildError, BuildEvent, BuildOutcome, BuildRequest,
+    BuildTracker, StepRecord, FAILURE_TAIL_LINES,
+};
 
 /// Turns the builder's `stream` text (chunks not aligned on lines) into events.
 #[derive(Debug, Default)]
@@ -215,28 +103,6 @@ fn parse_line(line: &str) -> Option<BuildEvent> {
     Some(BuildEvent::Output(line.to_string()))
 }
 
-/// Intermediate containers seen during a build, shared so that a cancelled
-/// build (its future dropped) can still be cleaned up.
-#[derive(Debug, Clone, Default)]
-pub struct BuildTracker {
-    containers: Arc<Mutex<Vec<String>>>,
-}
-
-impl BuildTracker {
-    /// The intermediate container ids seen so far.
-    pub fn containers(&self) -> Vec<String> {
-        self.containers
-            .lock()
-            .map(|c| c.clone())
-            .unwrap_or_default()
-    }
-    fn record(&self, id: &str) {
-        if let Ok(mut c) = self.containers.lock() {
-            c.push(id.to_string());
-        }
-    }
-}
-
 /// The step being run, for the failure report.
 struct Current {
     n: u32,
@@ -247,14 +113,9 @@ struct Current {
     tail: VecDeque<String>,
 }
 
-/// Runs a build of `context` (a tar, see
-/// [`super::context::BuildContext::to_tar`]) on the classic builder with `rm`
-/// and `forcerm`, so that the engine removes intermediate containers on
-/// success and on failure. Calls
-/// `on_event` for each event in order. Dropping the returned future closes the
-/// connection, which cancels the build on the engine; then call
-/// [`remove_leftovers`] with the tracker.
-pub async fn build_image(
+/// Runs a build on the classic builder with `rm` and `forcerm`, so that the
+/// engine removes intermediate containers on success and on failure.
+pub(super) async fn run(
     docker: &bollard::Docker,
     context: Vec<u8>,
     request: &BuildRequest,
@@ -263,16 +124,10 @@ pub async fn build_image(
 ) -> Result<BuildOutcome, BuildError> {
     let started = Instant::now();
     let options = BuildImageOptions {
-        dockerfile: "Dockerfile".to_string(),
-        t: request.tags.first().cloned(),
-        nocache: request.no_cache,
-        pull: request.pull.then(|| "1".to_string()),
         rm: true,
         forcerm: true,
-        buildargs: (!request.build_args.is_empty()).then(|| to_hash(&request.build_args)),
-        labels: (!request.labels.is_empty()).then(|| to_hash(&request.labels)),
         version: BuilderVersion::BuilderV1,
-        ..Default::default()
+        ..options(request)
     };
     let body = bollard::body_full(context.into());
     let mut stream = docker.build_image(options, None, Some(body));
@@ -339,8 +194,10 @@ pub async fn build_image(
                         &mut steps,
                     );
                 }
-                if let Some(id) = info.aux.and_then(|a| a.id) {
-                    image_id = Some(id);
+                if let Some(BuildInfoAux::Default(aux)) = info.aux {
+                    if let Some(id) = aux.id {
+                        image_id = Some(id);
+                    }
                 }
             }
             Err(err) => {
@@ -388,66 +245,6 @@ impl Current {
             seconds: self.started.elapsed().as_secs_f64(),
         }
     }
-}
-
-fn to_hash(map: &BTreeMap<String, String>) -> HashMap<String, String> {
-    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
-/// The engine's own words for an error, without bollard's wrapping.
-pub(crate) fn engine_message(err: &bollard::errors::Error) -> String {
-    match err {
-        bollard::errors::Error::DockerStreamError { error } => error.trim().to_string(),
-        bollard::errors::Error::DockerResponseServerError { message, .. } => {
-            message.trim().to_string()
-        }
-        other => other.to_string(),
-    }
-}
-
-/// The exit code in "The command '…' returned a non-zero code: 2".
-fn exit_code_of(message: &str) -> Option<i64> {
-    let (_, code) = message.rsplit_once("returned a non-zero code:")?;
-    code.trim().parse().ok()
-}
-
-/// After a cancelled build: waits for the engine to remove the intermediate
-/// containers (it does so when the client goes away, with `forcerm`), and
-/// force-removes any still there after `grace`. Returns the ids it had to
-/// remove itself.
-pub async fn remove_leftovers(
-    docker: &bollard::Docker,
-    tracker: &BuildTracker,
-    grace: Duration,
-) -> Vec<String> {
-    let deadline = Instant::now() + grace;
-    let mut removed = Vec::new();
-    for id in tracker.containers() {
-        loop {
-            match docker
-                .inspect_container(
-                    &id,
-                    None::<bollard::query_parameters::InspectContainerOptions>,
-                )
-                .await
-            {
-                Err(_) => break, // gone (404) or unreachable: nothing we can do more
-                Ok(_) if Instant::now() >= deadline => {
-                    let opts = bollard::query_parameters::RemoveContainerOptions {
-                        force: true,
-                        v: true,
-                        ..Default::default()
-                    };
-                    if docker.remove_container(&id, Some(opts)).await.is_ok() {
-                        removed.push(id.clone());
-                    }
-                    break;
-                }
-                Ok(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-    }
-    removed
 }
 
 #[cfg(test)]
