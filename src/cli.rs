@@ -1,15 +1,77 @@
 //! Command-line types (clap derive) and nothing else.
 //!
-//! Commands turn these into typed options in `commands/`; core modules never
-//! see clap types. Numeric flags take negative numbers (and `--uid`/`--gid`
-//! values starting with `-`), so that `--batch-size -1` reaches the range
-//! check that names the problem instead of clap's "unexpected argument '-1'".
+//! Commands turn these into typed options in `commands/`. A flag with a closed
+//! set of values takes the core's own enum, which derives `clap::ValueEnum`
+//! beside serde ([`crate::choices`], [`Level`]): clap reads and checks it (a
+//! bad value is clap's usage error naming the value and listing the possible
+//! ones, exit 2), and the same names work in config files and reports. Core
+//! modules never see this file's types. Numeric flags take negative numbers
+//! (and `--uid`/`--gid` values starting with `-`), so that `--batch-size -1`
+//! reaches the range check that names the problem instead of clap's
+//! "unexpected argument '-1'".
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::PossibleValue;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::choices::{GradReduce, Precision, Preset, Sampler};
 use crate::docker::build::BuilderChoice;
 use crate::output::ColorChoice;
+use crate::render::ID_RANGE;
+use crate::verify::Level;
+
+/// An on/off flag value; `true`/`false`, `yes`/`no` and `1`/`0` are read too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+// By hand rather than derived: a derived variant's doc line would be
+// printed as the value's help ("on: On").
+impl ValueEnum for Switch {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Switch::On, Switch::Off]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            Switch::On => PossibleValue::new("on").aliases(["true", "yes", "1"]),
+            Switch::Off => PossibleValue::new("off").aliases(["false", "no", "0"]),
+        })
+    }
+}
+
+impl From<Switch> for bool {
+    fn from(s: Switch) -> bool {
+        s == Switch::On
+    }
+}
+
+/// `--uid`/`--gid` (`what`: `UID` or `GID`, `id_flag`: `-u` or `-g`): an
+/// integer in [`ID_RANGE`] (login.defs' UID_MIN..UID_MAX).
+fn user_or_group_id(s: &str, what: &str, id_flag: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if ID_RANGE.contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected an integer {}-{} (0 is root); use your own {what} (`id {id_flag}`) so files in mounted folders keep sane owners",
+            ID_RANGE.start(),
+            ID_RANGE.end()
+        )),
+    }
+}
+
+/// `--uid`'s value parser.
+fn user_id(s: &str) -> Result<u32, String> {
+    user_or_group_id(s, "UID", "-u")
+}
+
+/// `--gid`'s value parser.
+fn group_id(s: &str) -> Result<u32, String> {
+    user_or_group_id(s, "GID", "-g")
+}
 
 /// Build, verify and exercise pinned PyTorch / CUDA GPU images.
 #[derive(Debug, Parser)]
@@ -106,12 +168,12 @@ pub struct ImageArgs {
     /// pip index URL to use inside the build.
     #[arg(long, value_name = "URL")]
     pub pip_index_url: Option<String>,
-    /// UID of the non-root user (match the host user for mounted files).
-    #[arg(long, allow_hyphen_values = true)]
-    pub uid: Option<String>,
-    /// GID of the non-root user.
-    #[arg(long, allow_hyphen_values = true)]
-    pub gid: Option<String>,
+    /// UID of the non-root user (match the host user for mounted files; default 1000).
+    #[arg(long, allow_hyphen_values = true, value_parser = user_id)]
+    pub uid: Option<u32>,
+    /// GID of the non-root user (default 1000).
+    #[arg(long, allow_hyphen_values = true, value_parser = group_id)]
+    pub gid: Option<u32>,
     /// Give the non-root user passwordless sudo.
     #[arg(long)]
     pub sudo: bool,
@@ -206,7 +268,7 @@ pub struct VerifyArgs {
     /// Run the checks inside a container of this image instead of here.
     #[arg(long, value_name = "TAG")]
     pub image: Option<String>,
-    /// With --image: GPUs for the container: all, a count, or device ids (0,2).
+    /// With --image: GPUs for the container: all, a count, device ids (0,2; one: device=3) or GPU-/MIG- UUIDs.
     #[arg(
         long,
         default_value = "all",
@@ -214,9 +276,9 @@ pub struct VerifyArgs {
         requires = "image"
     )]
     pub gpus: String,
-    /// quick (NVML and library facts) or full (adds functional checks).
-    #[arg(long, default_value = "quick", value_parser = ["quick", "full"])]
-    pub level: String,
+    /// Which checks run.
+    #[arg(long, value_enum, default_value_t = Level::Quick)]
+    pub level: Level,
     /// How many GPUs must be present: a number, or any (at least one).
     #[arg(long, default_value = "any", value_name = "N|any")]
     pub expect_gpus: String,
@@ -251,10 +313,9 @@ pub struct VerifyArgs {
 /// `imgctl train-demo`.
 #[derive(Debug, Args, Clone)]
 pub struct TrainArgs {
-    /// Model preset: default (diffusers train_unconditional) or tiny
-    /// [default: default, or the config file's / resumed checkpoint's].
-    #[arg(long)]
-    pub preset: Option<String>,
+    /// Model preset [default: default, or the config file's / resumed checkpoint's].
+    #[arg(long, value_enum)]
+    pub preset: Option<Preset>,
     /// YAML file with model and training settings (flags override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -276,12 +337,12 @@ pub struct TrainArgs {
     /// A folder of PNG/JPEG images instead of the synthetic dataset.
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
-    /// fp32, fp16 or bf16.
-    #[arg(long)]
-    pub precision: Option<String>,
-    /// Dtype of the gradient all-reduce in bf16 multi-rank runs: fp32 (as DDP, the default) or bf16 (half the traffic).
-    #[arg(long, value_name = "fp32|bf16")]
-    pub grad_reduce: Option<String>,
+    /// Numeric precision [default: bf16 on GPUs with bf16 tensor cores (compute capability 8.0+), else fp32].
+    #[arg(long, value_enum, ignore_case = true)]
+    pub precision: Option<Precision>,
+    /// Dtype of the gradient all-reduce in bf16 multi-rank runs [default: fp32].
+    #[arg(long, value_enum, ignore_case = true, value_name = "fp32|bf16")]
+    pub grad_reduce: Option<GradReduce>,
     /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
     #[arg(long)]
     pub channels_last: bool,
@@ -289,8 +350,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub gradient_checkpointing: bool,
     /// Average gradient buckets across ranks while backward runs (on, as DDP) or after it (off).
-    #[arg(long, value_name = "on|off")]
-    pub overlap_grad_reduce: Option<String>,
+    #[arg(long, value_enum, ignore_case = true, value_name = "on|off")]
+    pub overlap_grad_reduce: Option<Switch>,
     /// Gradient bucket cap in MiB for the all-reduce (DDP's bucket_cap_mb; default 25).
     #[arg(long, value_name = "MB", allow_negative_numbers = true)]
     pub bucket_cap_mb: Option<f64>,
@@ -322,7 +383,7 @@ pub struct TrainArgs {
     /// Data loader worker threads.
     #[arg(long, allow_negative_numbers = true)]
     pub workers: Option<usize>,
-    /// GPUs to train on: all, a count, or device ids (0,2,5); one worker each.
+    /// GPUs to train on: all, a count, or device ids (0,2,5; one: device=3 or 3,); one worker each.
     // allow_hyphen_values: `--gpus -1` reaches imgctl's own GPU-list parser
     // (a clear usage error) instead of clap's "unexpected argument '-1'".
     #[arg(long, value_name = "all|N|IDS", allow_hyphen_values = true)]
@@ -365,9 +426,9 @@ pub struct SampleArgs {
     /// Denoising steps.
     #[arg(long, default_value_t = 50, allow_negative_numbers = true)]
     pub steps: usize,
-    /// ddim or ddpm.
-    #[arg(long, default_value = "ddim")]
-    pub sampler: String,
+    /// How to walk from noise to an image.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = Sampler::Ddim)]
+    pub sampler: Sampler,
     /// Number of images in the grid.
     #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
     pub num: i64,

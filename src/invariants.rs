@@ -115,9 +115,7 @@ pub fn lock_text(text: &str) {
 /// never a panic.
 #[cfg(feature = "torch")]
 pub fn train_config_text(text: &str) {
-    let Ok(mut cfg) = crate::train::config::TrainConfig::preset("tiny") else {
-        return;
-    };
+    let mut cfg = crate::train::config::TrainConfig::preset(crate::choices::Preset::Tiny);
     if cfg.apply_yaml(text, "fuzz.yaml", false).is_ok() && cfg.validate().is_ok() {
         let _ = cfg.image_size();
     }

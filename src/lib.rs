@@ -12,7 +12,10 @@
 //!    `torch` feature).
 //!
 //! [`cli`] holds the clap types only; [`commands`] turns them into typed options
-//! and calls the core; [`output`] decides what goes to stdout and stderr.
+//! and calls the core; [`output`] decides what goes to stdout and stderr. A
+//! flag with a closed set of values takes the core's own enum (deriving
+//! `clap::ValueEnum`: [`choices`], `verify::Level`), so the command line, the
+//! config files and the reports spell each value alike.
 #![warn(missing_docs)]
 // Everything printed goes through output::Printer (stdout: data alone).
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
@@ -20,6 +23,7 @@
 
 #[cfg(feature = "torch")]
 pub mod bench;
+pub mod choices;
 pub mod cli;
 pub mod commands;
 pub mod docker;

@@ -472,7 +472,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     Ok(BenchReport {
         schema_version: SCHEMA_VERSION,
         kind: "imgctl.train_benchmark".into(),
-        preset: cfg.preset.clone(),
+        preset: cfg.preset.name().into(),
         params: trainer.param_count(),
         image_size: cfg.image_size()?,
         precision: run.precision.name().into(),

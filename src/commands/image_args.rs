@@ -1,8 +1,8 @@
 //! The image flags shared by `build` and `render` ([`ImageArgs`]) → the spec
 //! source and the [`RenderOptions`].
 //!
-//! Each flag is parsed and checked here, before any work: `--uid`/`--gid`
-//! integers in 1000-60000, the `--ca-cert` file PEM certificates only, the
+//! Each flag is checked here, before any work (clap has read `--uid`/`--gid`
+//! as integers in 1000-60000): the `--ca-cert` file PEM certificates only, the
 //! `--pip-index-url` and `--base-image` sane. Bad input is a usage error
 //! (exit 2) naming the flag. The args are destructured exhaustively, so a new
 //! flag that nobody handles fails to compile. Rendering itself is
@@ -11,7 +11,7 @@ use crate::cli::ImageArgs;
 use crate::commands::error::CliError;
 use crate::docker::build::BuilderChoice;
 use crate::reference::{self, Role};
-use crate::render::{self, ca, RenderOptions, DEFAULT_ID, ID_RANGE};
+use crate::render::{self, ca, RenderOptions, DEFAULT_ID};
 use crate::spec::SpecSource;
 
 /// Where the spec comes from: `--spec` wins; else `--cuda`, defaulting to
@@ -22,8 +22,8 @@ pub fn spec_source(args: &ImageArgs) -> SpecSource {
 
 impl RenderOptions {
     /// Reads and validates the image flags: the `--ca-cert` file must hold
-    /// PEM certificates and nothing else ([`ca::read_ca_cert`]), `--uid`/`--gid`
-    /// integers in 1000-60000, URLs and image names sane. Bad input is a usage
+    /// PEM certificates and nothing else ([`ca::read_ca_cert`]), URLs and
+    /// image names sane; `--uid`/`--gid` default to [`DEFAULT_ID`]. Bad input is a usage
     /// error (exit 2). (Defined in `commands/`, where flags are known.)
     pub fn from_args(args: &ImageArgs) -> anyhow::Result<RenderOptions> {
         let ImageArgs {
@@ -38,8 +38,8 @@ impl RenderOptions {
             gid,
             sudo,
         } = args;
-        let uid = parse_id("--uid", uid.as_deref())?;
-        let gid = parse_id("--gid", gid.as_deref())?;
+        let uid = uid.unwrap_or(DEFAULT_ID);
+        let gid = gid.unwrap_or(DEFAULT_ID);
         let ca_cert = match ca_cert {
             None => None,
             Some(path) => Some(ca::read_ca_cert(path)?),
@@ -77,41 +77,5 @@ impl RenderOptions {
             buildkit,
             ca_cert_build_only,
         })
-    }
-}
-
-/// The value of `--uid` or `--gid` (`flag`): [`DEFAULT_ID`] when absent, else
-/// an integer in [`ID_RANGE`].
-fn parse_id(flag: &str, value: Option<&str>) -> anyhow::Result<u32> {
-    let Some(v) = value else {
-        return Ok(DEFAULT_ID);
-    };
-    match v.trim().parse::<u32>() {
-        Ok(n) if ID_RANGE.contains(&n) => Ok(n),
-        _ => Err(CliError::usage(format!(
-            "invalid {flag} '{v}': expected an integer {}-{} (0 is root)",
-            ID_RANGE.start(),
-            ID_RANGE.end()
-        ))
-        .with_hint(format!(
-            "use your own {} (`id -{}`) so files in mounted folders keep sane owners",
-            if flag == "--uid" { "UID" } else { "GID" },
-            if flag == "--uid" { "u" } else { "g" }
-        ))
-        .into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids() {
-        assert_eq!(parse_id("--uid", None).unwrap(), 1000);
-        assert_eq!(parse_id("--uid", Some("1234")).unwrap(), 1234);
-        for bad in ["abc", "0", "999", "60001", "-5"] {
-            assert!(parse_id("--uid", Some(bad)).is_err(), "{bad}");
-        }
     }
 }

@@ -13,9 +13,9 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     use crate::train::checkpoint;
     use crate::train::images::write_grid_png;
     use crate::train::model::{weights, UNet2DModel};
-    use crate::train::schedule::{DdpmSchedule, Sampler};
+    use crate::train::schedule::DdpmSchedule;
 
-    let sampler: Sampler = args.sampler.parse()?;
+    let sampler = args.sampler;
     DdpmSchedule::inference_timesteps(args.steps as i64)?;
     if args.num <= 0 {
         return Err(

@@ -6,7 +6,6 @@ use std::time::Duration;
 use crate::cli::VerifyArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::ContainerPhase;
-use crate::docker::run::GpuRequest;
 use crate::output::{self, printer};
 use crate::verify::host::ImagePhase;
 use crate::verify::{self, ExpectGpus, Level, Options, Report, Wording};
@@ -40,11 +39,7 @@ pub const WORDS: Wording = Wording {
 pub fn options(args: &VerifyArgs) -> anyhow::Result<Options> {
     // A bad value is a `VerifyError`; `commands/error/verify.rs` words it.
     let expect = ExpectGpus::parse(&args.expect_gpus)?;
-    let level = if args.level == "full" {
-        Level::Full
-    } else {
-        Level::Quick
-    };
+    let level = args.level;
     for (flag, patterns) in [("--only", &args.only), ("--skip", &args.skip)] {
         if patterns.iter().any(|p| p.trim().is_empty()) {
             return Err(CliError::usage(format!(
@@ -201,7 +196,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     if let Some(image) = &args.image {
         crate::reference::check(crate::reference::Role::Image, image)?;
-        let gpus = GpuRequest::parse(&args.gpus)?;
+        let gpus = crate::gpus::GpuSelection::parse(&args.gpus)?;
         let mounts = args
             .mounts
             .iter()

@@ -1,7 +1,8 @@
 //! The engine side's errors ([`DockerError`]): connecting, signals, images,
-//! tags, pushes, containers, GPU requests, registry credentials and the build
-//! context. (A failed build is [`super::build::BuildError`]; an engine without
-//! a GPU runtime is [`super::run::GpuRequestRejected`].)
+//! tags, pushes, containers, registry credentials and the build context. (A
+//! failed build is [`super::build::BuildError`]; an engine without a GPU
+//! runtime is [`super::run::GpuRequestRejected`]; a GPU selection that does
+//! not parse is [`crate::gpus::GpuSelectionError`].)
 //!
 //! Each `Display` is the one line the user reads, in the engine's terms; it
 //! names no flag and no imgctl command, and carries no hint. Exit statuses,
@@ -132,28 +133,6 @@ pub enum DockerError {
     Interrupted {
         /// The signal's name (`SIGINT`).
         signal: &'static str,
-    },
-    /// An empty GPU request.
-    #[error("the GPU request is empty; use all, a count (2) or device ids (0,2)")]
-    GpusEmpty,
-    /// A GPU request of `0`.
-    #[error("a GPU request of 0 requests no GPU; use device=0 for GPU 0")]
-    GpusZero,
-    /// A part of a GPU list that is neither an index nor a UUID.
-    #[error("GPU request `{request}`: `{part}` is not a device index or a GPU-/MIG- UUID; use all, a count (2) or ids (0,2)")]
-    GpusBadDevice {
-        /// The whole request.
-        request: String,
-        /// The bad part.
-        part: String,
-    },
-    /// A GPU list naming a device twice.
-    #[error("GPU request `{request}` names device `{part}` twice")]
-    GpusTwice {
-        /// The whole request.
-        request: String,
-        /// The device named twice.
-        part: String,
     },
     /// A docker config `auth` that is not base64.
     #[error("the `auth` of {key:?} in the docker config is not base64: {error}")]

@@ -1,7 +1,7 @@
 //! Running a container to completion, with GPU device requests (the Engine API
 //! equivalent of `docker run --gpus`), and removing it on every path.
 //!
-//! It owns [`GpuRequest`] (parsing `all`, `N`, `0,2`, `GPU-uuid…`),
+//! It owns the device request for a [`GpuSelection`] ([`device_request`]),
 //! [`run_to_completion`] (and [`run_to_completion_with`], which tells a
 //! watcher each [`ContainerPhase`]) and the [`ContainerGuard`] that force-removes the
 //! container when dropped (error, panic) or on Ctrl-C. A SIGKILL leaves no
@@ -20,89 +20,23 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 use super::DockerError;
+use crate::gpus::{GpuId, GpuSelection};
 
-/// Which GPUs a container gets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GpuRequest {
-    /// Every GPU (`--gpus all`, count −1).
-    All,
-    /// Any N GPUs.
-    Count(u32),
-    /// These device indices or UUIDs.
-    Ids(Vec<String>),
-}
-
-impl GpuRequest {
-    /// Parses `all`, a count, or a comma-separated list of indices / UUIDs
-    /// (`0,2`, `GPU-8f3c…`; `device=0` for the single device 0, as docker spells it). The error names the bad part.
-    pub fn parse(s: &str) -> Result<Self, DockerError> {
-        let t = s.trim();
-        if t.is_empty() {
-            return Err(DockerError::GpusEmpty);
-        }
-        if t.eq_ignore_ascii_case("all") {
-            return Ok(GpuRequest::All);
-        }
-        // `device=0` (docker's spelling) names device 0 rather than a count.
-        let (t, explicit_ids) = match t.strip_prefix("device=") {
-            Some(rest) => (rest.trim_matches('"'), true),
-            None => (t, false),
-        };
-        if !t.contains(',') && !explicit_ids {
-            if let Ok(n) = t.parse::<u32>() {
-                return if n == 0 {
-                    Err(DockerError::GpusZero)
-                } else {
-                    Ok(GpuRequest::Count(n))
-                };
-            }
-        }
-        let mut ids = Vec::new();
-        for part in t.split(',') {
-            let p = part.trim();
-            let ok_index = !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
-            let ok_uuid = (p.starts_with("GPU-") || p.starts_with("MIG-")) && p.len() > 4;
-            if !ok_index && !ok_uuid {
-                return Err(DockerError::GpusBadDevice {
-                    request: s.to_string(),
-                    part: p.to_string(),
-                });
-            }
-            if ids.iter().any(|x| x == p) {
-                return Err(DockerError::GpusTwice {
-                    request: s.to_string(),
-                    part: p.to_string(),
-                });
-            }
-            ids.push(p.to_string());
-        }
-        Ok(GpuRequest::Ids(ids))
-    }
-
-    /// The Engine API device request: driver `nvidia`, capabilities `[["gpu"]]`,
-    /// with count −1 (all), N, or the device ids (as the docker CLI sends for `--gpus`).
-    pub fn device_request(&self) -> DeviceRequest {
-        let (count, device_ids) = match self {
-            GpuRequest::All => (Some(-1), None),
-            GpuRequest::Count(n) => (Some(i64::from(*n)), None),
-            GpuRequest::Ids(ids) => (None, Some(ids.clone())),
-        };
-        DeviceRequest {
-            driver: Some("nvidia".into()),
-            count,
-            device_ids,
-            capabilities: Some(vec![vec!["gpu".into()]]),
-            options: None,
-        }
-    }
-
-    /// `all`, `2`, `0,2`.
-    pub fn describe(&self) -> String {
-        match self {
-            GpuRequest::All => "all".into(),
-            GpuRequest::Count(n) => n.to_string(),
-            GpuRequest::Ids(ids) => ids.join(","),
-        }
+/// The Engine API device request for `gpus`: driver `nvidia`, capabilities
+/// `[["gpu"]]`, with count −1 (all), N, or the device ids, indices and UUIDs
+/// alike (as the docker CLI sends for `--gpus`).
+pub fn device_request(gpus: &GpuSelection) -> DeviceRequest {
+    let (count, device_ids) = match gpus {
+        GpuSelection::All => (Some(-1), None),
+        GpuSelection::Count(n) => (Some(i64::from(*n)), None),
+        GpuSelection::Devices(ids) => (None, Some(ids.iter().map(GpuId::to_string).collect())),
+    };
+    DeviceRequest {
+        driver: Some("nvidia".into()),
+        count,
+        device_ids,
+        capabilities: Some(vec![vec!["gpu".into()]]),
+        options: None,
     }
 }
 
@@ -118,7 +52,7 @@ pub struct RunRequest {
     /// `K=V` environment entries.
     pub env: Vec<String>,
     /// GPUs to request; None requests none.
-    pub gpus: Option<GpuRequest>,
+    pub gpus: Option<GpuSelection>,
     /// Bind mounts (`/host:/container:ro`).
     pub binds: Vec<String>,
     /// Container labels (tests find leftovers by them).
@@ -373,7 +307,7 @@ pub async fn run_to_completion_with(
         labels.insert(LABEL_BOOT.into(), boot);
     }
     let host_config = HostConfig {
-        device_requests: req.gpus.as_ref().map(|g| vec![g.device_request()]),
+        device_requests: req.gpus.as_ref().map(|g| vec![device_request(g)]),
         binds: (!req.binds.is_empty()).then(|| req.binds.clone()),
         ..Default::default()
     };
@@ -535,57 +469,21 @@ mod tests {
     }
 
     #[test]
-    fn gpu_request_parsing() {
-        assert_eq!(GpuRequest::parse("all").unwrap(), GpuRequest::All);
-        assert_eq!(GpuRequest::parse("4").unwrap(), GpuRequest::Count(4));
-        assert_eq!(
-            GpuRequest::parse("0,2").unwrap(),
-            GpuRequest::Ids(vec!["0".into(), "2".into()])
-        );
-        assert_eq!(
-            GpuRequest::parse("GPU-8f3c0000-1111").unwrap(),
-            GpuRequest::Ids(vec!["GPU-8f3c0000-1111".into()])
-        );
-        assert!(matches!(GpuRequest::parse(""), Err(DockerError::GpusEmpty)));
-        assert!(matches!(GpuRequest::parse("0"), Err(DockerError::GpusZero)));
-        // The user reads the flags (commands/advice/docker.rs), exit 2.
-        let zero = anyhow::Error::from(GpuRequest::parse("0").unwrap_err());
-        assert_eq!(
-            crate::commands::error::render_error(&zero),
-            "error: --gpus 0 requests no GPU: pass --expect-gpus 0 to run without GPUs, or device=0 for GPU 0\n\nhint: --gpus all | 2 | 0,2 | device=0\n"
-        );
-        assert_eq!(
-            crate::commands::error::status_of(&zero),
-            crate::error::ExitStatus::Usage
-        );
-        assert!(GpuRequest::parse("0,,1")
-            .unwrap_err()
-            .to_string()
-            .contains("``"));
-        assert!(GpuRequest::parse("0,x")
-            .unwrap_err()
-            .to_string()
-            .contains("`x`"));
-        assert!(matches!(
-            GpuRequest::parse("1,1"),
-            Err(DockerError::GpusTwice { .. })
-        ));
-        assert!(GpuRequest::parse("-1").is_err());
-        assert_eq!(
-            GpuRequest::parse("device=0").unwrap(),
-            GpuRequest::Ids(vec!["0".into()])
-        );
-    }
-
-    #[test]
     fn device_request_matches_docker_cli() {
-        let all = GpuRequest::All.device_request();
+        let request = |s: &str| device_request(&GpuSelection::parse(s).unwrap());
+        let all = request("all");
         assert_eq!(all.driver.as_deref(), Some("nvidia"));
         assert_eq!(all.count, Some(-1));
         assert_eq!(all.capabilities, Some(vec![vec!["gpu".to_string()]]));
-        let ids = GpuRequest::Ids(vec!["0".into(), "2".into()]).device_request();
+        let ids = request("0,2");
         assert_eq!(ids.count, None);
         assert_eq!(ids.device_ids, Some(vec!["0".to_string(), "2".to_string()]));
-        assert_eq!(GpuRequest::Count(2).device_request().count, Some(2));
+        assert_eq!(request("2").count, Some(2));
+        // docker's spelling of one device, and UUIDs, pass through as ids.
+        assert_eq!(request("device=0").device_ids, Some(vec!["0".to_string()]));
+        assert_eq!(
+            request("GPU-8f3c0000-1111,MIG-a").device_ids,
+            Some(vec!["GPU-8f3c0000-1111".to_string(), "MIG-a".to_string()])
+        );
     }
 }

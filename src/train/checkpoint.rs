@@ -507,7 +507,7 @@ mod tests {
             batch_size: 2,
             precision: "fp32".into(),
             last_loss: None,
-            config: TrainConfig::preset("tiny").unwrap(),
+            config: TrainConfig::preset(crate::choices::Preset::Tiny),
             data: Some(DataSource::Folder {
                 path: PathBuf::from("/data/cats"),
             }),

@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+// The value sets the flags, the file and the checkpoints share live in a leaf.
+pub use crate::choices::{GradReduce, Precision, Preset};
+
 use super::ema::EmaConfig;
+use super::model::config::unknown_preset;
 use super::model::UNetConfig;
 use super::optim::AdamWConfig;
 use super::schedule::NUM_TRAIN_TIMESTEPS;
@@ -20,18 +24,6 @@ use super::schedule::NUM_TRAIN_TIMESTEPS;
 /// What can be wrong with a training config (all usage errors: exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum TrainConfigError {
-    /// A gradient reduction dtype other than fp32 or bf16.
-    #[error("unknown gradient reduction dtype `{value}`")]
-    UnknownGradReduce {
-        /// The name given.
-        value: String,
-    },
-    /// A precision other than fp32, fp16 or bf16.
-    #[error("unknown precision `{value}`")]
-    UnknownPrecision {
-        /// The name given.
-        value: String,
-    },
     /// A training setting out of range.
     #[error("invalid training setting: {what}")]
     Setting {
@@ -105,83 +97,6 @@ pub enum SettingCheck {
     SampleSteps,
     /// `synthetic_images` is 0.
     SyntheticImages,
-}
-
-/// Numeric precision of the forward and backward passes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// Everything in fp32.
-    Fp32,
-    /// fp16 autocast (CUDA) with dynamic loss scaling; fp32 weights.
-    Fp16,
-    /// The model runs in bf16 (weights, activations, gradients); the optimizer
-    /// keeps fp32 master weights and moments.
-    Bf16,
-}
-
-/// The dtype gradients are averaged in across ranks in a bf16 run (fp32 and
-/// fp16 runs always hold fp32 gradients, so this only matters for bf16).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GradReduce {
-    /// Cast the bf16 gradients to fp32 first, then all-reduce: the numerics
-    /// of PyTorch DDP under bf16 autocast (whose parameter gradients are
-    /// fp32) and Megatron-LM's default for bf16; twice the traffic of bf16.
-    #[default]
-    Fp32,
-    /// All-reduce the bf16 gradients as they are: half the bytes on the
-    /// wire, with a bf16 rounding at every reduction step.
-    Bf16,
-}
-
-impl GradReduce {
-    /// Parses `fp32` or `bf16` (exit 2 otherwise).
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "fp32" | "float32" => Ok(Self::Fp32),
-            "bf16" | "bfloat16" => Ok(Self::Bf16),
-            _ => Err(TrainConfigError::UnknownGradReduce {
-                value: s.to_string(),
-            }
-            .into()),
-        }
-    }
-
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Fp32 => "fp32",
-            Self::Bf16 => "bf16",
-        }
-    }
-}
-
-impl Precision {
-    /// The accepted names.
-    pub const NAMES: &'static [&'static str] = &["fp32", "fp16", "bf16"];
-
-    /// Parses `fp32`, `fp16` or `bf16` (exit 2 otherwise).
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "fp32" | "float32" | "no" => Ok(Self::Fp32),
-            "fp16" | "float16" | "half" => Ok(Self::Fp16),
-            "bf16" | "bfloat16" => Ok(Self::Bf16),
-            _ => Err(TrainConfigError::UnknownPrecision {
-                value: s.to_string(),
-            }
-            .into()),
-        }
-    }
-
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Fp32 => "fp32",
-            Self::Fp16 => "fp16",
-            Self::Bf16 => "bf16",
-        }
-    }
 }
 
 /// Training hyper-parameters and output cadence. Every field is optional in a
@@ -268,7 +183,7 @@ impl TrainingConfig {
     }
 
     /// The training settings of a preset.
-    pub fn preset(name: &str) -> anyhow::Result<Self> {
+    pub fn preset(preset: Preset) -> Self {
         // Defaults from diffusers' train_unconditional.py: batch 16, lr 1e-4, warm-up 500.
         let default = Self {
             // A demo length, not diffusers' 100 epochs: long enough to see the loss fall.
@@ -302,11 +217,11 @@ impl TrainingConfig {
             synthetic_images: 4096,
             synthetic_style: crate::train::data::SyntheticStyle::Shapes,
         };
-        match name {
-            "default" => Ok(default),
+        match preset {
+            Preset::Default => default,
             // The tiny model learns the synthetic set in a few hundred steps on a CPU at a
             // higher rate (measured: see tests/it/trainer.rs `train_tiny_loss_falls`).
-            "tiny" => Ok(Self {
+            Preset::Tiny => Self {
                 steps: 200,
                 batch_size: 8,
                 lr: 1e-3,
@@ -319,14 +234,14 @@ impl TrainingConfig {
                 // Small enough for the tiny model to fit quickly.
                 synthetic_images: 512,
                 ..default
-            }),
+            },
             // A smoke run that visibly learns its data on a CPU: the tiny UNet
             // at 16×16 on the bold synthetic set (one big shape on a flat
             // ground). Measured on 2 shared CPU cores: 1200 steps in about
             // 2 minutes with start-up; the samples show the data's coloured
             // discs and squares (see tests/it/smoke.rs); 400 steps still
             // give blurred blobs.
-            "smoke" => Ok(Self {
+            Preset::Smoke => Self {
                 steps: 1200,
                 batch_size: 16,
                 lr: 2e-3,
@@ -339,8 +254,7 @@ impl TrainingConfig {
                 synthetic_images: 512,
                 synthetic_style: crate::train::data::SyntheticStyle::Bold,
                 ..default
-            }),
-            other => UNetConfig::preset(other).map(|_| default),
+            },
         }
     }
 
@@ -433,7 +347,7 @@ impl TrainingConfig {
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// The preset this config started from.
-    pub preset: String,
+    pub preset: Preset,
     /// The model architecture.
     pub model: UNetConfig,
     /// The training settings.
@@ -500,12 +414,12 @@ fn config_error(source: &str, e: impl std::fmt::Display) -> anyhow::Error {
 
 impl TrainConfig {
     /// The config of a preset.
-    pub fn preset(name: &str) -> anyhow::Result<Self> {
-        Ok(Self {
-            preset: name.to_string(),
-            model: UNetConfig::preset(name)?,
-            training: TrainingConfig::preset(name)?,
-        })
+    pub fn preset(preset: Preset) -> Self {
+        Self {
+            preset,
+            model: UNetConfig::preset(preset),
+            training: TrainingConfig::preset(preset),
+        }
     }
 
     /// Applies a YAML document over `self` (see the module docs). A `preset`
@@ -524,11 +438,14 @@ impl TrainConfig {
             _ => return Err(config_error(source, "the document is not a mapping")),
         };
         if let Some(p) = map.remove("preset") {
-            let name = p
-                .as_str()
-                .ok_or_else(|| config_error(source, "preset: expected a string"))?;
+            // The preset's serde names are its flag values (`crate::choices`).
+            let preset: Preset = match p.as_str() {
+                Some(name) => serde_yaml::from_value(p.clone())
+                    .map_err(|_| anyhow::Error::from(unknown_preset(name)))?,
+                None => return Err(config_error(source, "preset: expected a string")),
+            };
             if !preset_from_flag {
-                *self = Self::preset(name)?;
+                *self = Self::preset(preset);
             }
         }
         let mut base = serde_yaml::to_value(&*self).map_err(|e| config_error(source, e))?;
@@ -646,7 +563,7 @@ mod tests {
 
     #[test]
     fn file_merges_over_the_preset_and_flags_win() {
-        let mut c = TrainConfig::preset("tiny").unwrap();
+        let mut c = TrainConfig::preset(Preset::Tiny);
         c.apply_yaml(
             "training:\n  lr: 0.01\n  steps: 7\nmodel:\n  norm_num_groups: 4\n",
             "t.yaml",
@@ -666,7 +583,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_name_their_path() {
-        let mut c = TrainConfig::preset("tiny").unwrap();
+        let mut c = TrainConfig::preset(Preset::Tiny);
         let e = c
             .apply_yaml("training:\n  stepz: 7\n", "t.yaml", true)
             .unwrap_err();
@@ -678,9 +595,9 @@ mod tests {
 
     #[test]
     fn preset_key_in_file_selects_the_base() {
-        let mut c = TrainConfig::preset("default").unwrap();
+        let mut c = TrainConfig::preset(Preset::Default);
         c.apply_yaml("preset: tiny\n", "t.yaml", false).unwrap();
-        assert_eq!(c.preset, "tiny");
+        assert_eq!(c.preset, Preset::Tiny);
         assert_eq!(c.training.batch_size, 8);
     }
 
@@ -689,7 +606,7 @@ mod tests {
     #[test]
     fn late_failures_are_caught_by_validation() {
         let invalid = |edit: &dyn Fn(&mut TrainConfig)| {
-            let mut c = TrainConfig::preset("tiny").unwrap();
+            let mut c = TrainConfig::preset(Preset::Tiny);
             edit(&mut c);
             let e = c.validate().unwrap_err();
             assert_eq!(
@@ -702,7 +619,7 @@ mod tests {
             invalid(&|c| c.training.sample_steps = 5000),
             "invalid training setting: sample_steps is 5000, more than the scheduler's 1000 train timesteps"
         );
-        let mut c = TrainConfig::preset("tiny").unwrap();
+        let mut c = TrainConfig::preset(Preset::Tiny);
         c.training.sample_steps = 1000;
         c.validate().unwrap();
         // Not sampling, the value is not used.
@@ -717,9 +634,22 @@ mod tests {
         );
     }
 
+    /// The file's `preset:` takes the flag's names; a misspelt one is the
+    /// model's unknown-preset error, with the near name.
     #[test]
-    fn precision_names() {
-        assert_eq!(Precision::parse("BF16").unwrap(), Precision::Bf16);
-        assert!(Precision::parse("fp8").is_err());
+    fn the_files_preset_is_read_by_its_flag_names() {
+        let mut c = TrainConfig::preset(Preset::Default);
+        c.apply_yaml("preset: smoke\n", "t.yaml", false).unwrap();
+        assert_eq!(c.preset, Preset::Smoke);
+        let e = c
+            .apply_yaml("preset: tinyy\n", "t.yaml", false)
+            .unwrap_err();
+        assert_eq!(e.to_string(), "unknown model preset `tinyy`");
+        let e = c.apply_yaml("preset: 3\n", "t.yaml", false).unwrap_err();
+        assert!(e.to_string().contains("preset: expected a string"), "{e}");
+        // The precision's aliases read in the file as on the command line.
+        c.apply_yaml("training:\n  precision: bfloat16\n", "t.yaml", false)
+            .unwrap();
+        assert_eq!(c.training.precision, Some(Precision::Bf16));
     }
 }

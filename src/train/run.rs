@@ -644,7 +644,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     Ok(TrainSummary {
         schema_version: SUMMARY_SCHEMA_VERSION,
         status: "completed".into(),
-        preset: cfg.preset.clone(),
+        preset: cfg.preset.name().into(),
         device: device_name(opts.device),
         precision: opts.precision.name().into(),
         world_size: world,

@@ -12,11 +12,8 @@
 //! libtorch's global generator, so drawing a sample grid in the middle of a
 //! training run does not perturb the run's random stream, and a seed gives the
 //! same images on every device.
-use std::str::FromStr;
-
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
 /// Diffusion steps of training (DDPM, Ho et al. 2020; diffusers' default).
@@ -28,15 +25,9 @@ pub const BETA_END: f64 = 0.02;
 /// Predicted clean images are clipped to ±this (diffusers `clip_sample_range`).
 pub const CLIP_SAMPLE_RANGE: f64 = 1.0;
 
-/// A sampler or a number of sampling steps that does not exist (exit 2).
+/// A number of sampling steps that does not exist (exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
-    /// A sampler other than ddpm or ddim.
-    #[error("unknown sampler `{name}`")]
-    UnknownSampler {
-        /// The name given (lower-cased).
-        name: String,
-    },
     /// Sampling steps outside 1..=[`NUM_TRAIN_TIMESTEPS`].
     #[error("{steps} sampling steps is out of range")]
     Steps {
@@ -45,38 +36,8 @@ pub enum ScheduleError {
     },
 }
 
-/// How to walk from noise back to an image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Sampler {
-    /// Ancestral DDPM (stochastic; diffusers `DDPMScheduler`).
-    Ddpm,
-    /// DDIM with eta 0 (deterministic; diffusers `DDIMScheduler`).
-    Ddim,
-}
-
-impl FromStr for Sampler {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> anyhow::Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "ddpm" => Ok(Sampler::Ddpm),
-            "ddim" => Ok(Sampler::Ddim),
-            other => Err(ScheduleError::UnknownSampler {
-                name: other.to_string(),
-            }
-            .into()),
-        }
-    }
-}
-
-impl std::fmt::Display for Sampler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Sampler::Ddpm => "ddpm",
-            Sampler::Ddim => "ddim",
-        })
-    }
-}
+// The samplers' names are flag values too: the enum lives in a leaf.
+pub use crate::choices::Sampler;
 
 /// The linear-beta DDPM schedule: `alphas_cumprod` on the host (for the
 /// samplers' scalar coefficients) and its square roots on a device (for

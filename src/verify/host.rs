@@ -16,7 +16,8 @@ pub use super::registry::{HOST_DESCRIPTIONS as DESCRIPTIONS, HOST_IDS as IDS};
 use super::report::{Report, SCHEMA_VERSION};
 use super::result::{CheckResult, Level, Status};
 use super::wording::Wording;
-use crate::docker::run::{ContainerPhase, GpuRequest, GpuRequestRejected, RunRequest};
+use crate::docker::run::{ContainerPhase, GpuRequestRejected, RunRequest};
+use crate::gpus::{GpuId, GpuSelection};
 
 /// Image labels `imgctl build` writes (mirrors `render::labels`).
 pub mod label {
@@ -55,7 +56,7 @@ pub struct ImageRun {
     /// The image.
     pub image: String,
     /// GPUs to give the container.
-    pub gpus: GpuRequest,
+    pub gpus: GpuSelection,
     /// Checks, level, expectation and deadline (forwarded into the container).
     pub opts: Options,
     /// Extra bind mounts (`SRC:DST[:ro]`).
@@ -204,7 +205,7 @@ pub fn container_uuids(report: &Report) -> Vec<String> {
 /// the host (`words` names the flag that requested them).
 pub fn uuid_verdict(
     host: &HostGpus,
-    requested: Option<&GpuRequest>,
+    requested: Option<&GpuSelection>,
     container: Option<&[String]>,
     words: &Wording,
 ) -> CheckResult {
@@ -231,8 +232,8 @@ pub fn uuid_verdict(
         .hint("the container reports a different machine's GPUs: check DOCKER_HOST");
     }
     let expected: Result<BTreeSet<String>, String> = match req {
-        GpuRequest::All => Ok(host.uuids.iter().cloned().collect()),
-        GpuRequest::Count(n) => {
+        GpuSelection::All => Ok(host.uuids.iter().cloned().collect()),
+        GpuSelection::Count(n) => {
             if seen.len() as u32 == *n {
                 Ok(seen.iter().map(|s| (*s).clone()).collect())
             } else {
@@ -242,19 +243,19 @@ pub fn uuid_verdict(
                 ))
             }
         }
-        GpuRequest::Ids(ids) => ids
+        GpuSelection::Devices(ids) => ids
             .iter()
-            .map(|id| match id.parse::<usize>() {
-                Ok(i) => host
+            .map(|id| match id {
+                GpuId::Index(i) => host
                     .uuids
-                    .get(i)
+                    .get(*i as usize)
                     .cloned()
                     .ok_or_else(|| format!("host has no GPU {i}")),
-                Err(_) => Ok(id.clone()),
+                GpuId::Uuid(u) => Ok(u.clone()),
             })
             .collect(),
     };
-    let threshold = format!("the GPUs of {} {}", words.gpus, req.describe());
+    let threshold = format!("the GPUs of {} {}", words.gpus, req);
     match expected {
         Err(e) => CheckResult::fail(ID, e)
             .measured(measured)
@@ -451,7 +452,7 @@ pub async fn verify_image_with(
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "/path/to/imgctl".into());
     let mut results = Vec::new();
-    let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.describe());
+    let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.to_string());
     let mut container_report: Option<Report> = None;
     match outcome {
         Err(e) => {
@@ -577,7 +578,7 @@ mod tests {
 
     fn uuid_verdict(
         host: &HostGpus,
-        requested: Option<&GpuRequest>,
+        requested: Option<&GpuSelection>,
         container: Option<&[String]>,
     ) -> CheckResult {
         super::uuid_verdict(host, requested, container, &WORDS)
@@ -599,18 +600,18 @@ mod tests {
         let h = host(&["GPU-a", "GPU-b", "GPU-c"]);
         let all: Vec<String> = h.uuids.clone();
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), Some(&all)).status,
+            uuid_verdict(&h, Some(&GpuSelection::All), Some(&all)).status,
             Status::Pass
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), Some(&all[..2])).status,
+            uuid_verdict(&h, Some(&GpuSelection::All), Some(&all[..2])).status,
             Status::Fail
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::Count(2)), Some(&all[..2])).status,
+            uuid_verdict(&h, Some(&GpuSelection::Count(2)), Some(&all[..2])).status,
             Status::Pass
         );
-        let ids = GpuRequest::Ids(vec!["0".into(), "2".into()]);
+        let ids = GpuSelection::parse("0,2").unwrap();
         assert_eq!(
             uuid_verdict(&h, Some(&ids), Some(&["GPU-a".into(), "GPU-c".into()])).status,
             Status::Pass
@@ -620,13 +621,13 @@ mod tests {
             Status::Fail
         );
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), Some(&["GPU-z".into()])).status,
+            uuid_verdict(&h, Some(&GpuSelection::All), Some(&["GPU-z".into()])).status,
             Status::Fail
         );
         assert_eq!(uuid_verdict(&h, None, Some(&[])).status, Status::Skip);
         // No report from the container: nothing to compare (host.container errs).
         assert_eq!(
-            uuid_verdict(&h, Some(&GpuRequest::All), None).status,
+            uuid_verdict(&h, Some(&GpuSelection::All), None).status,
             Status::Skip
         );
         // A wedged host NVML is an unknown verdict, not "no driver".
@@ -636,7 +637,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            uuid_verdict(&wedged, Some(&GpuRequest::All), Some(&all)).status,
+            uuid_verdict(&wedged, Some(&GpuSelection::All), Some(&all)).status,
             Status::Error
         );
         assert_eq!(
@@ -645,7 +646,7 @@ mod tests {
         );
         wedged.hung = false;
         assert_eq!(
-            uuid_verdict(&wedged, Some(&GpuRequest::All), Some(&all)).status,
+            uuid_verdict(&wedged, Some(&GpuSelection::All), Some(&all)).status,
             Status::Skip
         );
     }

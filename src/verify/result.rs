@@ -43,8 +43,9 @@ impl Status {
     }
 }
 
-/// When a check runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// When a check runs. Also `verify --level`'s values (clap's names are the
+/// serde names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// NVML and library facts (seconds).

@@ -26,6 +26,86 @@ fn usage_errors_exit_2() {
     assert!(stderr.contains("bogus"), "{stderr}");
 }
 
+/// A flag with a closed set of values: clap's error names the flag and the
+/// bad value on its first line and lists the possible values (exit 2,
+/// before any work); every former spelling (aliases, any case) is still
+/// read.
+#[test]
+fn closed_value_sets_are_checked_by_clap() {
+    for (args, first, values) in [
+        (
+            &["train-demo", "--precision", "fp8"][..],
+            "error: invalid value 'fp8' for '--precision <PRECISION>'",
+            "[possible values: fp32, fp16, bf16]",
+        ),
+        (
+            &["train-demo", "--grad-reduce", "fp16"][..],
+            "error: invalid value 'fp16' for '--grad-reduce <fp32|bf16>'",
+            "[possible values: fp32, bf16]",
+        ),
+        (
+            &["train-demo", "--overlap-grad-reduce", "maybe"][..],
+            "error: invalid value 'maybe' for '--overlap-grad-reduce <on|off>'",
+            "[possible values: on, off]",
+        ),
+        (
+            &["train-demo", "--preset", "tinyy"][..],
+            "error: invalid value 'tinyy' for '--preset <PRESET>'",
+            "[possible values: default, tiny, smoke]",
+        ),
+        (
+            &["sample", "--checkpoint", "none", "--sampler", "euler"][..],
+            "error: invalid value 'euler' for '--sampler <SAMPLER>'",
+            "[possible values: ddpm, ddim]",
+        ),
+        (
+            &["verify", "--level", "slow"][..],
+            "error: invalid value 'slow' for '--level <LEVEL>'",
+            "[possible values: quick, full]",
+        ),
+    ] {
+        let out = imgctl(args);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+        assert_eq!(stderr.lines().next(), Some(first), "{args:?}: {stderr}");
+        assert!(stderr.contains(values), "{args:?}: {stderr}");
+    }
+    use clap::Parser;
+    let parses = |args: &[&str]| {
+        imgctl::cli::Cli::try_parse_from(["imgctl"].iter().chain(args))
+            .map_err(|e| e.to_string())
+            .map(|_| ())
+    };
+    for spelling in [
+        "fp32", "float32", "no", "FP16", "float16", "half", "bf16", "BFloat16",
+    ] {
+        assert_eq!(
+            parses(&["train-demo", "--precision", spelling]),
+            Ok(()),
+            "{spelling}"
+        );
+    }
+    for spelling in ["fp32", "float32", "BF16", "bfloat16"] {
+        assert_eq!(
+            parses(&["train-demo", "--grad-reduce", spelling]),
+            Ok(()),
+            "{spelling}"
+        );
+    }
+    for spelling in ["on", "OFF", "true", "false", "yes", "no", "1", "0"] {
+        assert_eq!(
+            parses(&["train-demo", "--overlap-grad-reduce", spelling]),
+            Ok(()),
+            "{spelling}"
+        );
+    }
+    assert_eq!(
+        parses(&["sample", "--checkpoint", "c", "--sampler", "DDPM"]),
+        Ok(())
+    );
+}
+
 #[test]
 fn negative_and_tiny_numbers_get_the_range_error() {
     for (args, line) in [
@@ -47,11 +127,11 @@ fn negative_and_tiny_numbers_get_the_range_error() {
         ),
         (
             &["render", "--uid", "-5"][..],
-            "error: invalid --uid '-5': expected an integer 1000-60000 (0 is root)",
+            "error: invalid value '-5' for '--uid <UID>': expected an integer 1000-60000 (0 is root); use your own UID (`id -u`) so files in mounted folders keep sane owners",
         ),
         (
             &["render", "--gid", "-1000"][..],
-            "error: invalid --gid '-1000': expected an integer 1000-60000 (0 is root)",
+            "error: invalid value '-1000' for '--gid <GID>': expected an integer 1000-60000 (0 is root); use your own GID (`id -g`) so files in mounted folders keep sane owners",
         ),
         (
             &["train-demo", "--lr", "-0.1"][..],

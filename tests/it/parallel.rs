@@ -570,7 +570,13 @@ fn bad_gpu_selections_are_usage_errors() {
         ),
         (
             "0,-1",
-            "--gpus \"0,-1\" is a malformed GPU list: \"-1\" is not a device id",
+            "--gpus \"0,-1\" is a malformed GPU list: \"-1\" is not a device index or a GPU-/MIG- UUID",
+        ),
+        ("0", "--gpus 0 asks for no GPU"),
+        // The grammar is verify's too; UUIDs are not the workers' (before any GPU is looked for).
+        (
+            "GPU-8f3c0000-1111",
+            "--gpus names GPUs by UUID (GPU-8f3c0000-1111); train-demo places its workers by device index",
         ),
     ] {
         let o = run(&mut cmd(&["train-demo", "--preset", "tiny", "--gpus", arg]));
@@ -1390,7 +1396,8 @@ fn the_overlapped_all_reduce_gives_the_sequential_result_bit_for_bit() {
     let off = bench("off");
     assert_eq!(off["grad_overlap"], false, "{off}");
     assert_eq!(off["buckets_during_backward"].as_f64(), Some(0.0), "{off}");
-    // Bad values are usage errors that name the flag.
+    // Bad values are usage errors that name the flag (--overlap-grad-reduce's
+    // values are clap's to check: tests/it/cli.rs).
     for (flag, value) in [("--overlap-grad-reduce", "maybe"), ("--bucket-cap-mb", "0")] {
         let bad = run(&mut cmd(&["train-demo", flag, value, "--steps", "1"]));
         assert_eq!(bad.status.code(), Some(2), "{}", texts(&bad).1);

@@ -293,9 +293,14 @@ fn usage_errors_exit_2() {
     let out = imgctl(&["verify", "--image", "imgctl-test/none:x", "--gpus", "0,x"]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("`x` is not a device index"), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: --gpus \"0,x\" is a malformed GPU list: \"x\" is not a device index or a GPU-/MIG- UUID\n"
+        ),
+        "{stderr}"
+    );
 
-    // --level is checked by clap.
+    // --level is checked by clap (its message: tests/it/cli.rs).
     assert_eq!(
         imgctl(&["verify", "--level", "slow"]).status.code(),
         Some(2)
@@ -758,7 +763,8 @@ fn verify_image_does_not_trust_a_report_that_contradicts_itself() {
 
 #[test]
 fn gpu_request_on_an_engine_without_the_nvidia_runtime_is_rejected_and_cleaned_up() {
-    use imgctl::docker::run::{run_to_completion, GpuRequest, GpuRequestRejected, RunRequest};
+    use imgctl::docker::run::{run_to_completion, GpuRequestRejected, RunRequest};
+    use imgctl::gpus::GpuSelection;
     let rt = runtime();
     let Some(docker) = rt.block_on(engine()) else {
         panic!("no Docker engine");
@@ -777,7 +783,7 @@ fn gpu_request_on_an_engine_without_the_nvidia_runtime_is_rejected_and_cleaned_u
         image: BASE.into(),
         entrypoint: Some(vec!["true".into()]),
         cmd: vec![],
-        gpus: Some(GpuRequest::All),
+        gpus: Some(GpuSelection::All),
         binds: vec![probe_arg(dir.path())],
         timeout: Duration::from_secs(60),
         ..Default::default()

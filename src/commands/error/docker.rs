@@ -1,14 +1,11 @@
 //! What the engine side's errors mean for the user of `imgctl build` and
 //! `verify --image`: their exit status, the flag names in their lines
-//! (`--tag`, `--gpus`), and the hints (start the engine, build the image, log
+//! (`--tag`), and the hints (start the engine, build the image, log
 //! in to the registry).
 
 use super::advice::Advice;
 use crate::docker::run::GpuRequestRejected;
 use crate::docker::DockerError;
-
-/// The hint of every bad `--gpus` value.
-const GPUS_HINT: &str = "--gpus all | 2 | 0,2 | device=0";
 
 /// Advice for [`DockerError`] and [`GpuRequestRejected`].
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
@@ -57,16 +54,6 @@ fn docker_error(e: &DockerError) -> Advice {
             "raise --check-timeout, or look for a hung GPU (nvidia-smi, dmesg)".to_string(),
         ),
         DockerError::Interrupted { .. } => Advice::interrupted(None),
-        DockerError::GpusEmpty => usage(GPUS_HINT)
-            .with_message("--gpus is empty; use all, a count (2) or device ids (0,2)"),
-        DockerError::GpusZero => usage(GPUS_HINT).with_message(
-            "--gpus 0 requests no GPU: pass --expect-gpus 0 to run without GPUs, or device=0 for GPU 0",
-        ),
-        DockerError::GpusBadDevice { request, part } => usage(GPUS_HINT).with_message(format!(
-            "--gpus `{request}`: `{part}` is not a device index or a GPU-/MIG- UUID; use all, a count (2) or ids (0,2)"
-        )),
-        DockerError::GpusTwice { request, part } => usage(GPUS_HINT)
-            .with_message(format!("--gpus `{request}` names device `{part}` twice")),
         DockerError::SignalHandler { .. }
         | DockerError::InspectImage { .. }
         | DockerError::CreateContainer { .. }

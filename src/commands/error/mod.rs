@@ -12,6 +12,7 @@ use crate::error::ExitStatus;
 mod advice;
 mod bench;
 mod docker;
+mod gpus;
 mod lock;
 mod parallel;
 mod spec;
@@ -32,6 +33,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
     let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] = &[
         lock::advise,
         docker::advise,
+        gpus::advise,
         spec::advise,
         train::advise,
         bench::advise,

@@ -16,10 +16,6 @@ use crate::train::parallel::{
     CollectiveError, LaunchError, RendezvousError,
 };
 
-/// The hint of every malformed `--gpus` value.
-#[cfg(feature = "torch")]
-const GPUS_HINT: &str = "use --gpus all, a count (--gpus 4) or device ids (--gpus 0,2,5)";
-
 /// The hint of a rendezvous that timed out (here, or at rank 0).
 #[cfg(feature = "torch")]
 const TIMEOUT_HINT: &str =
@@ -123,22 +119,14 @@ fn launch_error(e: &LaunchError) -> Advice {
         LaunchError::NoSlurmHost | LaunchError::BadNodelist { .. } => {
             usage("export MASTER_ADDR=<first node> in the batch script")
         }
-        LaunchError::GpusEmpty => usage(GPUS_HINT).with_message("--gpus is empty"),
-        LaunchError::GpusZero => {
-            usage("omit --gpus to train on one device, or ask for at least 1 GPU")
-                .with_message("--gpus 0 asks for no GPU")
-        }
-        LaunchError::GpusNotUnderstood { text } => usage(GPUS_HINT).with_message(format!(
-            "--gpus {text:?} is not `all`, a count or a list of device ids"
+        LaunchError::GpuUuids { uuids } => usage(&format!(
+            "CUDA_VISIBLE_DEVICES takes UUIDs: CUDA_VISIBLE_DEVICES={} with --gpus all, or device indices (--gpus 0,2)",
+            uuids.join(",")
+        ))
+        .with_message(format!(
+            "--gpus names GPUs by UUID ({}); train-demo places its workers by device index",
+            uuids.join(", ")
         )),
-        LaunchError::GpusEmptyEntry { text, entry } => usage(GPUS_HINT).with_message(format!(
-            "--gpus {text:?} is a malformed GPU list: entry {entry} is empty"
-        )),
-        LaunchError::GpusBadId { text, part } => usage(GPUS_HINT).with_message(format!(
-            "--gpus {text:?} is a malformed GPU list: {part:?} is not a device id"
-        )),
-        LaunchError::GpusTwice { text, id } => usage("list each device id once")
-            .with_message(format!("--gpus {text:?} lists GPU {id} twice")),
         LaunchError::NoCuda { requested } => usage(
             "omit --gpus to train on the CPU, or start CPU ranks through the environment \
              (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); in a container, run it with --gpus all",
@@ -279,29 +267,30 @@ mod tests {
     #[cfg(feature = "torch")]
     #[test]
     fn the_gpu_selection_speaks_of_the_flag() {
-        use crate::train::parallel::launch::{parse_gpus, resolve_gpus, GpuRequest};
-        let e = parse_gpus("0,,2").unwrap_err();
+        use crate::gpus::GpuSelection;
+        use crate::train::parallel::launch::resolve_gpus;
+        let resolve = |s: &str, visible| resolve_gpus(&GpuSelection::parse(s).unwrap(), visible);
+        let e = resolve("device=1", 0).unwrap_err();
         assert_eq!(
             render_error(&e),
-            "error: --gpus \"0,,2\" is a malformed GPU list: entry 2 is empty\n\n\
-             hint: use --gpus all, a count (--gpus 4) or device ids (--gpus 0,2,5)\n"
-        );
-        assert_eq!(status_of(&e), ExitStatus::Usage);
-        let e = parse_gpus("").unwrap_err();
-        assert!(render_error(&e).starts_with("error: --gpus is empty\n"));
-        let e = resolve_gpus(&GpuRequest::Ids(vec![1]), 0).unwrap_err();
-        assert_eq!(
-            render_error(&e),
-            "error: --gpus 1 needs CUDA GPUs, but no CUDA device is visible to libtorch\n\n\
+            "error: --gpus device=1 needs CUDA GPUs, but no CUDA device is visible to libtorch\n\n\
              hint: omit --gpus to train on the CPU, or start CPU ranks through the environment \
              (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); in a container, run it with --gpus all\n"
         );
-        let e = resolve_gpus(&GpuRequest::Count(3), 2).unwrap_err();
+        let e = resolve("3", 2).unwrap_err();
         assert_eq!(
             render_error(&e),
             "error: requested 3 GPUs but only 2 are visible\n\n\
              hint: use --gpus all or a count up to 2; check CUDA_VISIBLE_DEVICES\n"
         );
+        let e = resolve("GPU-a,GPU-b", 2).unwrap_err();
+        assert_eq!(
+            render_error(&e),
+            "error: --gpus names GPUs by UUID (GPU-a, GPU-b); train-demo places its workers by device index\n\n\
+             hint: CUDA_VISIBLE_DEVICES takes UUIDs: CUDA_VISIBLE_DEVICES=GPU-a,GPU-b with --gpus all, \
+             or device indices (--gpus 0,2)\n"
+        );
+        assert_eq!(status_of(&e), ExitStatus::Usage);
     }
 
     #[cfg(feature = "torch")]

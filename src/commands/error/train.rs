@@ -30,7 +30,7 @@ mod with_torch {
     use crate::train::checkpoint::CheckpointError;
     use crate::train::config::{Precision, SettingCheck, TrainConfigError};
     use crate::train::images::ImagesError;
-    use crate::train::model::config::PRESETS;
+    use crate::train::model::config::preset_names;
     use crate::train::model::error::{ModelCheck, ModelConfigError, WeightsError};
     use crate::train::out_lock::{holder, OutLockError};
     use crate::train::run::RunError;
@@ -72,9 +72,6 @@ mod with_torch {
         }
         if let Some(e) = err.downcast_ref::<ScheduleError>() {
             return Some(match e {
-                ScheduleError::UnknownSampler { .. } => {
-                    Advice::usage("use ddpm or ddim".to_string())
-                }
                 ScheduleError::Steps { .. } => {
                     Advice::usage(format!("use between 1 and {NUM_TRAIN_TIMESTEPS} steps"))
                 }
@@ -95,12 +92,6 @@ mod with_torch {
 
     fn config(e: &TrainConfigError) -> Advice {
         let hint = match e {
-            TrainConfigError::UnknownGradReduce { .. } => {
-                "use --grad-reduce fp32 (as DDP) or bf16 (half the traffic)".to_string()
-            }
-            TrainConfigError::UnknownPrecision { .. } => {
-                "use --precision fp32, fp16 or bf16".to_string()
-            }
             TrainConfigError::Setting { check, .. } => setting_hint(*check),
             TrainConfigError::File { .. } => "top-level keys are preset, model (diffusers UNet2DModel fields) and training; unknown keys are rejected".to_string(),
             TrainConfigError::ReadFile { .. } => "pass a readable YAML file to --config".to_string(),
@@ -315,9 +306,9 @@ mod with_torch {
             ModelConfigError::UnknownPreset { close, .. } => match close {
                 Some(p) => format!(
                     "did you mean `{p}`? The presets are: {}",
-                    PRESETS.join(", ")
+                    preset_names().join(", ")
                 ),
-                None => format!("the presets are: {}", PRESETS.join(", ")),
+                None => format!("the presets are: {}", preset_names().join(", ")),
             },
             ModelConfigError::Yaml { .. } => "fields are those of diffusers' UNet2DModel config.json; unknown fields are rejected".to_string(),
             ModelConfigError::NotJson { .. } => {

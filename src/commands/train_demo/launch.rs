@@ -14,8 +14,9 @@ use tch::Device;
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::env_vars as ev;
+use crate::gpus::GpuSelection;
 use crate::output::printer;
-use crate::train::parallel::launch::{parse_gpus, resolve_gpus, LaunchInfo, LaunchSource};
+use crate::train::parallel::launch::{resolve_gpus, LaunchInfo, LaunchSource};
 use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
 use crate::train::parallel::{rendezvous_timeout, worker_device, DataParallel};
 use crate::train::session::RunOptions;
@@ -98,7 +99,7 @@ pub(super) fn slots(
                 "use --gpus to train on several GPUs, --device for one",
             ));
         }
-        let req = parse_gpus(spec)?;
+        let req = GpuSelection::parse(spec)?;
         let visible = tch::Cuda::device_count().max(0) as usize;
         let devices = resolve_gpus(&req, visible)?;
         let parent = std::env::var(ev::CUDA_VISIBLE_DEVICES).ok();

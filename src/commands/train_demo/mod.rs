@@ -248,16 +248,16 @@ mod single_run {
 #[cfg(all(test, feature = "torch"))]
 mod tests {
     use super::single_run::cpu_fallback_warning;
-    use crate::train::config::TrainConfig;
+    use crate::train::config::{Preset, TrainConfig};
 
     #[test]
     fn cpu_fallback_warns_for_the_default_model_only() {
-        let default = TrainConfig::preset("default").unwrap();
+        let default = TrainConfig::preset(Preset::Default);
         let w = cpu_fallback_warning(&default).expect("the default model is large");
         assert!(w.contains("113.7 M-parameter default model"), "{w}");
         assert!(w.contains("--preset tiny"), "{w}");
         assert_eq!(
-            cpu_fallback_warning(&TrainConfig::preset("tiny").unwrap()),
+            cpu_fallback_warning(&TrainConfig::preset(Preset::Tiny)),
             None
         );
     }

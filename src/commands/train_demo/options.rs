@@ -17,14 +17,14 @@ use crate::commands::error::CliError;
 use crate::env_vars;
 use crate::output::printer;
 use crate::train::checkpoint::{self, DataSource};
-use crate::train::config::{GradReduce, Overrides, Precision, TrainConfig};
+use crate::train::config::{Overrides, Preset, TrainConfig};
 use crate::train::session::{self, DataChoice, RunOptions};
 
 /// Default output directory.
 const DEFAULT_OUT: &str = "imgctl-train";
 /// The preset when neither --preset, a config file nor a resumed
 /// checkpoint names one (diffusers' train_unconditional.py model).
-const DEFAULT_PRESET: &str = "default";
+const DEFAULT_PRESET: Preset = Preset::Default;
 
 /// Parses `cpu`, `cuda` or `cuda:N`; `None` picks cuda:0 when available,
 /// else the CPU. A CUDA device that is not there is an error (exit 2).
@@ -227,7 +227,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
     let state = resume.as_deref().map(checkpoint::read_state).transpose()?;
     let mut config = match &state {
         Some(state) => {
-            if let Some(p) = preset.as_deref() {
+            if let Some(p) = *preset {
                 if p != state.config.preset {
                     return Err(CliError::usage(format!(
                         "--preset {p} does not match the checkpoint's preset {}",
@@ -239,7 +239,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
             }
             state.config.clone()
         }
-        None => TrainConfig::preset(preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
+        None => TrainConfig::preset(preset.unwrap_or(DEFAULT_PRESET)),
     };
     if let Some(file) = config_file {
         // A `preset:` in the file applies unless --preset (or the
@@ -247,12 +247,6 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         let preset_from_flag = preset.is_some() || state.is_some();
         config.apply_file(file, preset_from_flag)?;
     }
-    let precision = precision.as_deref().map(Precision::parse).transpose()?;
-    let grad_reduce = grad_reduce.as_deref().map(GradReduce::parse).transpose()?;
-    let overlap_grad_reduce = overlap_grad_reduce
-        .as_deref()
-        .map(parse_on_off("--overlap-grad-reduce"))
-        .transpose()?;
     if let Some(b) = *batch_size {
         if b <= 0 {
             return Err(CliError::usage(format!("--batch-size {b} is not positive"))
@@ -265,11 +259,11 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         batch_size: batch_size.map(|b| b as usize),
         lr: *lr,
         seed: *seed,
-        precision,
-        grad_reduce,
+        precision: *precision,
+        grad_reduce: *grad_reduce,
         channels_last: *channels_last,
         gradient_checkpointing: *gradient_checkpointing,
-        overlap_grad_reduce,
+        overlap_grad_reduce: overlap_grad_reduce.map(bool::from),
         bucket_cap_mb: *bucket_cap_mb,
         checkpoint_every: *checkpoint_every,
         keep: *keep,
@@ -340,20 +334,6 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
     })
 }
 
-/// Parses an on/off switch given to `flag` (`on`, `off`, `true`, `false`,
-/// `1`, `0`; exit 2 otherwise).
-fn parse_on_off(flag: &'static str) -> impl Fn(&str) -> anyhow::Result<bool> {
-    move |s| match s.to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" | "yes" => Ok(true),
-        "off" | "false" | "0" | "no" => Ok(false),
-        _ => Err(
-            CliError::usage(format!("{flag} takes on or off, not `{s}`"))
-                .with_hint(format!("e.g. {flag} off"))
-                .into(),
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -361,6 +341,7 @@ mod tests {
     use super::resolve_options;
     use crate::cli::{Cli, Command, TrainArgs};
     use crate::commands::error::CliError;
+    use crate::train::config::Preset;
 
     fn train_args(args: &[&str]) -> TrainArgs {
         let cli = Cli::try_parse_from(["imgctl", "train-demo"].iter().chain(args)).unwrap();
@@ -385,10 +366,13 @@ mod tests {
             a.extend_from_slice(extra);
             resolve_options(&train_args(&a)).unwrap().config.preset
         };
-        assert_eq!(preset(&["--preset", "default", "--config", f]), "default");
-        assert_eq!(preset(&["--config", f]), "tiny");
-        assert_eq!(preset(&[]), "default");
-        assert_eq!(preset(&["--preset", "tiny"]), "tiny");
+        assert_eq!(
+            preset(&["--preset", "default", "--config", f]),
+            Preset::Default
+        );
+        assert_eq!(preset(&["--config", f]), Preset::Tiny);
+        assert_eq!(preset(&[]), Preset::Default);
+        assert_eq!(preset(&["--preset", "tiny"]), Preset::Tiny);
     }
 
     /// Without --resume, an --out that holds checkpoints is exit 2 naming it.

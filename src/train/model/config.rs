@@ -8,12 +8,28 @@
 //! without a device.
 use std::path::Path;
 
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ModelCheck, ModelConfigError};
+use crate::choices::Preset;
 
-/// The names `UNetConfig::preset` accepts.
-pub const PRESETS: &[&str] = &["default", "tiny", "smoke"];
+/// The names of the presets ([`Preset`]'s, as flags and files spell them).
+pub fn preset_names() -> Vec<&'static str> {
+    Preset::value_variants().iter().map(|p| p.name()).collect()
+}
+
+/// The error for a preset name that is none of [`preset_names`], with the
+/// one it is close to, if any.
+pub fn unknown_preset(name: &str) -> ModelConfigError {
+    let close = preset_names()
+        .into_iter()
+        .find(|p| strsim::jaro_winkler(p, name) > 0.8);
+    ModelConfigError::UnknownPreset {
+        name: name.to_string(),
+        close,
+    }
+}
 
 /// A down block type (diffusers `get_down_block` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,28 +268,17 @@ impl UNetConfig {
         }
     }
 
-    /// The preset called `name` (`default` or `tiny`), validated.
-    pub fn preset(name: &str) -> anyhow::Result<Self> {
-        match name {
-            "default" => Ok(Self::default()),
-            "tiny" => Ok(Self::tiny()),
+    /// The model of a preset.
+    pub fn preset(preset: Preset) -> Self {
+        match preset {
+            Preset::Default => Self::default(),
+            Preset::Tiny => Self::tiny(),
             // The tiny UNet at 16×16: four times fewer pixels, so a CPU run
             // reaches recognisable samples within minutes (the smoke preset).
-            "smoke" => Ok(Self {
+            Preset::Smoke => Self {
                 sample_size: SampleSize::Square(16),
                 ..Self::tiny()
-            }),
-            other => {
-                let close = PRESETS
-                    .iter()
-                    .find(|p| strsim::jaro_winkler(p, other) > 0.8)
-                    .copied();
-                Err(ModelConfigError::UnknownPreset {
-                    name: other.to_string(),
-                    close,
-                }
-                .into())
-            }
+            },
         }
     }
 

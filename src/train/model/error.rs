@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// model (all usage errors: exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum ModelConfigError {
-    /// A preset name that is not one of [`super::config::PRESETS`].
+    /// A preset name (in a config file) that is none of [`super::config::preset_names`].
     #[error("unknown model preset `{name}`")]
     UnknownPreset {
         /// The name given.

@@ -104,41 +104,12 @@ pub enum LaunchError {
         /// Its value.
         nodelist: String,
     },
-    /// An empty GPU selection.
-    #[error("the GPU selection is empty")]
-    GpusEmpty,
-    /// A GPU count of 0.
-    #[error("GPU selection 0 asks for no GPU")]
-    GpusZero,
-    /// A GPU selection that is no `all`, count or list.
-    #[error("GPU selection {text:?} is not `all`, a count or a list of device ids")]
-    GpusNotUnderstood {
-        /// The selection as given.
-        text: String,
-    },
-    /// A GPU list with an empty entry.
-    #[error("GPU selection {text:?} is a malformed GPU list: entry {entry} is empty")]
-    GpusEmptyEntry {
-        /// The selection as given.
-        text: String,
-        /// The entry, counted from 1.
-        entry: usize,
-    },
-    /// A GPU list entry that is no device id.
-    #[error("GPU selection {text:?} is a malformed GPU list: {part:?} is not a device id")]
-    GpusBadId {
-        /// The selection as given.
-        text: String,
-        /// The entry.
-        part: String,
-    },
-    /// A GPU list naming a device twice.
-    #[error("GPU selection {text:?} lists GPU {id} twice")]
-    GpusTwice {
-        /// The selection as given.
-        text: String,
-        /// The device listed twice.
-        id: usize,
+    /// A GPU selection that names devices by UUID: local workers are placed
+    /// by index.
+    #[error("local workers are placed by device index, not by UUID ({})", .uuids.join(", "))]
+    GpuUuids {
+        /// The UUIDs in the selection.
+        uuids: Vec<String>,
     },
     /// GPUs asked for where libtorch sees none.
     #[error(

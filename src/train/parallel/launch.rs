@@ -4,13 +4,13 @@
 //! Owns the parsing of torchrun / Kubernetes PyTorchJob variables (`RANK`,
 //! `LOCAL_RANK`, `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
 //! and torchrun's `TORCHELASTIC_USE_AGENT_STORE`/`_RUN_ID`/`_RESTART_COUNT`),
-//! SLURM variables (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, …) and of
-//! `--gpus all|N|0,2,5`. It reads the environment through a lookup function so
+//! SLURM variables (`SLURM_PROCID`, `SLURM_LOCALID`, `SLURM_NTASKS`, …), and
+//! the devices a [`GpuSelection`] (`--gpus`, parsed by [`crate::gpus`]) gives
+//! the local workers ([`resolve_gpus`]). It reads the environment through a lookup function so
 //! tests can hand it a map; it must not open sockets or start processes.
-use std::fmt;
-
 use super::error::LaunchError;
 use crate::env_vars as ev;
+use crate::gpus::{GpuId, GpuSelection};
 
 /// torchrun's default rendezvous port (`--master-port`, default 29500:
 /// <https://pytorch.org/docs/stable/elastic/run.html>); used under SLURM when
@@ -347,85 +347,22 @@ pub fn first_host(var: &str, nodelist: &str) -> anyhow::Result<String> {
     }
 }
 
-/// What `--gpus` asked for, before it is matched against the visible devices.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GpuRequest {
-    /// Every visible GPU.
-    All,
-    /// The first N visible GPUs.
-    Count(usize),
-    /// These device indices (among the visible ones).
-    Ids(Vec<usize>),
-}
-
-impl fmt::Display for GpuRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            GpuRequest::All => f.write_str("all"),
-            GpuRequest::Count(n) => write!(f, "{n}"),
-            GpuRequest::Ids(ids) => {
-                let s: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-                f.write_str(&s.join(","))
-            }
-        }
-    }
-}
-
-/// Parses `--gpus all|N|0,2,5`. A bare number is a count; a list with a comma
-/// (or a single id written `--gpus 3,`) is device ids.
-pub fn parse_gpus(text: &str) -> anyhow::Result<GpuRequest> {
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("all") {
-        return Ok(GpuRequest::All);
-    }
-    if t.is_empty() {
-        return Err(LaunchError::GpusEmpty.into());
-    }
-    if !t.contains(',') {
-        return match t.parse::<usize>() {
-            Ok(0) => Err(LaunchError::GpusZero.into()),
-            Ok(n) => Ok(GpuRequest::Count(n)),
-            Err(_) => Err(LaunchError::GpusNotUnderstood {
-                text: t.to_string(),
-            }
-            .into()),
-        };
-    }
-    let mut ids = Vec::new();
-    for (i, part) in t.split(',').enumerate() {
-        let p = part.trim();
-        if p.is_empty() {
-            // Tolerate one trailing comma ("3,") as a single-id list.
-            if i > 0 && i == t.split(',').count() - 1 && !ids.is_empty() {
-                continue;
-            }
-            return Err(LaunchError::GpusEmptyEntry {
-                text: t.to_string(),
-                entry: i + 1,
-            }
-            .into());
-        }
-        let id: usize = p.parse().map_err(|_| {
-            anyhow::Error::from(LaunchError::GpusBadId {
-                text: t.to_string(),
-                part: p.to_string(),
+/// Matches a selection against `visible` CUDA devices and returns the device
+/// indices to use, one worker each. Local workers are placed by index: a
+/// selection that names UUIDs is refused (CUDA_VISIBLE_DEVICES takes them).
+pub fn resolve_gpus(req: &GpuSelection, visible: usize) -> anyhow::Result<Vec<usize>> {
+    if let GpuSelection::Devices(ids) = req {
+        let uuids: Vec<String> = ids
+            .iter()
+            .filter_map(|id| match id {
+                GpuId::Uuid(u) => Some(u.clone()),
+                GpuId::Index(_) => None,
             })
-        })?;
-        if ids.contains(&id) {
-            return Err(LaunchError::GpusTwice {
-                text: t.to_string(),
-                id,
-            }
-            .into());
+            .collect();
+        if !uuids.is_empty() {
+            return Err(LaunchError::GpuUuids { uuids }.into());
         }
-        ids.push(id);
     }
-    Ok(GpuRequest::Ids(ids))
-}
-
-/// Matches a request against `visible` CUDA devices and returns the device
-/// indices to use, one worker each.
-pub fn resolve_gpus(req: &GpuRequest, visible: usize) -> anyhow::Result<Vec<usize>> {
     if visible == 0 {
         return Err(LaunchError::NoCuda {
             requested: req.to_string(),
@@ -433,18 +370,25 @@ pub fn resolve_gpus(req: &GpuRequest, visible: usize) -> anyhow::Result<Vec<usiz
         .into());
     }
     match req {
-        GpuRequest::All => Ok((0..visible).collect()),
-        GpuRequest::Count(n) if *n <= visible => Ok((0..*n).collect()),
-        GpuRequest::Count(n) => Err(LaunchError::TooManyGpus {
-            requested: *n,
+        GpuSelection::All => Ok((0..visible).collect()),
+        GpuSelection::Count(n) if *n as usize <= visible => Ok((0..*n as usize).collect()),
+        GpuSelection::Count(n) => Err(LaunchError::TooManyGpus {
+            requested: *n as usize,
             visible,
         }
         .into()),
-        GpuRequest::Ids(ids) => {
+        GpuSelection::Devices(ids) => {
+            let ids: Vec<usize> = ids
+                .iter()
+                .filter_map(|id| match id {
+                    GpuId::Index(i) => Some(*i as usize),
+                    GpuId::Uuid(_) => None,
+                })
+                .collect();
             if let Some(bad) = ids.iter().find(|&&i| i >= visible) {
                 return Err(LaunchError::NoSuchGpu { id: *bad, visible }.into());
             }
-            Ok(ids.clone())
+            Ok(ids)
         }
     }
 }
@@ -645,41 +589,30 @@ mod tests {
     }
 
     #[test]
-    fn gpus_parsing() {
-        assert_eq!(parse_gpus("all").unwrap(), GpuRequest::All);
-        assert_eq!(parse_gpus("4").unwrap(), GpuRequest::Count(4));
-        assert_eq!(parse_gpus("0,2,5").unwrap(), GpuRequest::Ids(vec![0, 2, 5]));
-        assert_eq!(parse_gpus("3,").unwrap(), GpuRequest::Ids(vec![3]));
-        for (bad, needle) in [
-            ("0,,2", "entry 2 is empty"),
-            ("0,x", "\"x\" is not a device id"),
-            ("0,2,0", "lists GPU 0 twice"),
-            ("many", "is not `all`"),
-            ("0", "asks for no GPU"),
-            ("", "is empty"),
-        ] {
-            let e = parse_gpus(bad).unwrap_err();
-            assert!(e.to_string().contains(needle), "{bad}: {e}");
-            assert_eq!(
-                crate::commands::error::status_of(&e),
-                crate::ExitStatus::Usage
-            );
-        }
-    }
-
-    #[test]
     fn gpus_resolution() {
-        assert_eq!(resolve_gpus(&GpuRequest::All, 2).unwrap(), vec![0, 1]);
-        assert_eq!(resolve_gpus(&GpuRequest::Count(1), 8).unwrap(), vec![0]);
-        let e = resolve_gpus(&GpuRequest::Count(9), 1).unwrap_err();
+        let resolve = |s: &str, visible| resolve_gpus(&GpuSelection::parse(s).unwrap(), visible);
+        assert_eq!(resolve("all", 2).unwrap(), vec![0, 1]);
+        assert_eq!(resolve("1", 8).unwrap(), vec![0]);
+        assert_eq!(resolve("3,", 4).unwrap(), vec![3]);
+        assert_eq!(resolve("device=2", 4).unwrap(), vec![2]);
+        assert_eq!(resolve("2,0", 4).unwrap(), vec![2, 0]);
+        let e = resolve("9", 1).unwrap_err();
         assert_eq!(e.to_string(), "requested 9 GPUs but only 1 is visible");
-        let e = resolve_gpus(&GpuRequest::Ids(vec![0, 5]), 2).unwrap_err();
+        let e = resolve("0,5", 2).unwrap_err();
         assert!(
             e.to_string()
                 .contains("GPU 5 requested but only 2 are visible"),
             "{e}"
         );
-        let e = resolve_gpus(&GpuRequest::Count(1), 0).unwrap_err();
+        let e = resolve("1", 0).unwrap_err();
         assert!(e.to_string().contains("no CUDA device is visible"), "{e}");
+        // UUIDs place no local worker, with GPUs or without.
+        for visible in [0, 8] {
+            let e = resolve("0,GPU-8f3c,MIG-1", visible).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "local workers are placed by device index, not by UUID (GPU-8f3c, MIG-1)"
+            );
+        }
     }
 }

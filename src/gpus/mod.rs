@@ -1,0 +1,13 @@
+//! GPU facts and words shared by verify, training and the container runs:
+//! the datasheet peaks ([`peaks`]: verify's functional floors and the
+//! benchmark's MFU read the one table) and the GPU selection grammar
+//! ([`select`]: `all`, a count, device indices or UUIDs, as `train-demo
+//! --gpus` and `verify --image --gpus` take it).
+//!
+//! Leaves both: they hold figures and parse text; measuring, launching and
+//! device requests are their callers' jobs.
+pub mod peaks;
+pub mod select;
+
+pub use peaks::{lookup, GpuPeak, PEAKS};
+pub use select::{GpuId, GpuSelection, GpuSelectionError};
