@@ -415,9 +415,9 @@ async fn build(plan: BuildPlan, push: bool) -> anyhow::Result<BuildReport> {
     // A build can stream for an hour without new headers; bollard's default
     // request timeout (120 s) only covers the response headers, but the
     // context upload of a large binary counts too.
-    let docker = crate::docker::connect()
-        .await?
-        .with_timeout(Duration::from_secs(3600));
+    let engine = crate::docker::connect().await?;
+    p.info(super::engine_line::engine_line(&engine.info, None));
+    let docker = engine.docker.with_timeout(Duration::from_secs(3600));
     let base_refs = image::from_images(plan.context.dockerfile());
     let bases = image::resolve_bases(&docker, &base_refs).await?;
     let mut plan = plan;
