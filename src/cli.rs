@@ -97,6 +97,14 @@ pub struct GlobalArgs {
     /// Colour: auto, always or never (NO_COLOR is honoured).
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, hide_possible_values = true)]
     pub color: ColorChoice,
+    /// Docker context of the engine for build and verify --image (as `docker --context`; beats DOCKER_HOST, DOCKER_CONTEXT and `docker context use`).
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
+    )]
+    pub context: Option<String>,
 }
 
 /// The subcommands.

@@ -4,11 +4,21 @@
 
 /// Docker engine address (`unix:///var/run/docker.sock`, `tcp://host:2375`).
 pub const DOCKER_HOST: &str = "DOCKER_HOST";
+/// Pins the Engine API version the client speaks (`1.41`), as for the docker
+/// CLI; without it the version is negotiated.
+pub const DOCKER_API_VERSION: &str = "DOCKER_API_VERSION";
 /// `1` or `0`: the docker CLI's switch between BuildKit and the classic
 /// builder; `imgctl build --builder auto` honours it.
 pub const DOCKER_BUILDKIT: &str = "DOCKER_BUILDKIT";
-/// Directory holding the docker client `config.json` (registry credentials).
+/// Directory holding the docker client `config.json` (registry credentials,
+/// `currentContext`) and its context store (`contexts/`).
 pub const DOCKER_CONFIG: &str = "DOCKER_CONFIG";
+/// The docker context to use (a name in the context store, or `default`);
+/// `DOCKER_HOST` beats it, as in the docker CLI.
+pub const DOCKER_CONTEXT: &str = "DOCKER_CONTEXT";
+/// Set (non-empty): the docker CLI talks TLS to `DOCKER_HOST`; imgctl refuses
+/// such an address instead of talking plain HTTP to it.
+pub const DOCKER_TLS_VERIFY: &str = "DOCKER_TLS_VERIFY";
 /// Disables colour when set to any value (<https://no-color.org>).
 pub const NO_COLOR: &str = "NO_COLOR";
 /// Global rank of a worker (torchrun).

@@ -5,6 +5,7 @@ use crate::ExitStatus;
 
 pub mod build;
 pub mod completions;
+pub mod engine_line;
 pub mod error;
 pub mod image_args;
 pub mod lock;
@@ -17,6 +18,11 @@ pub mod verify;
 
 /// Runs the parsed command.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
+    if let Some(name) = &cli.global.context {
+        // Global, as `docker --context`: every engine connection of the
+        // process (the build, verify --image, their clean-up guards) uses it.
+        crate::docker::engine::choose_context(name);
+    }
     match cli.command {
         Command::Build(args) => build::run(args),
         Command::Render(args) => render::run(args),

@@ -1,70 +1,35 @@
-//! Registry credentials from the docker client's config, for `--push`.
+//! Registry credentials from the docker client's config, for `--push`, in
+//! the docker CLI's order.
 //!
-//! It owns finding the config (`$DOCKER_CONFIG/config.json`, else
-//! `~/.docker/config.json`), matching a registry host against its `auths`
-//! keys, decoding the base64 `user:password` pairs, and asking a credential
-//! helper (`credHelpers` / `credsStore`, the `docker-credential-<name> get`
-//! protocol) when the config names one. It never calls the docker CLI and
-//! never prints a secret.
-use std::collections::BTreeMap;
+//! It owns matching a registry host against the config's keys, decoding the
+//! base64 `user:password` pairs of `auths`, and asking a credential helper
+//! (the `docker-credential-<name> get` protocol of docker-credential-helpers).
+//! As in the docker CLI, a helper configured for the registry
+//! (`credHelpers[host]`), else the default helper (`credsStore`), is the only
+//! source when there is one: an `auths` entry beside it is not read (it is a
+//! leftover of an earlier `docker login`), and a helper that has no
+//! credentials for the registry (its "credentials not found" reply) means an
+//! anonymous push. Only without a helper are `auths` entries used. It never
+//! calls the docker CLI and never prints a secret. Reading the config is
+//! [`super::config`]'s.
+use std::ffi::OsStr;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use anyhow::Context as _;
 use base64::Engine as _;
 use bollard::auth::DockerCredentials;
 use serde::Deserialize;
 
+use super::config::{AuthEntry, DockerConfig};
 use super::DockerError;
-use crate::env_vars::DOCKER_CONFIG;
 
 /// The key Docker Hub's credentials are stored under in config.json (the
 /// docker CLI's `registry.IndexServer`).
 pub const DOCKER_HUB_INDEX: &str = "https://index.docker.io/v1/";
 
-/// The parts of config.json imgctl reads.
-#[derive(Debug, Default, Deserialize)]
-pub struct DockerConfig {
-    /// Per-registry credentials.
-    #[serde(default)]
-    pub auths: BTreeMap<String, AuthEntry>,
-    /// Default credential helper.
-    #[serde(default, rename = "credsStore")]
-    pub creds_store: Option<String>,
-    /// Per-registry credential helpers.
-    #[serde(default, rename = "credHelpers")]
-    pub cred_helpers: BTreeMap<String, String>,
-}
-
-/// One `auths` entry.
-#[derive(Debug, Default, Deserialize)]
-pub struct AuthEntry {
-    /// base64 of `user:password`.
-    #[serde(default)]
-    pub auth: Option<String>,
-    /// An OAuth identity token (used instead of a password).
-    #[serde(default, rename = "identitytoken")]
-    pub identity_token: Option<String>,
-}
-
-/// The config file path: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.
-pub fn config_path() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os(DOCKER_CONFIG) {
-        return Some(PathBuf::from(dir).join("config.json"));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker").join("config.json"))
-}
-
-/// Reads a config file; a missing file is an empty config.
-pub fn load_config(path: &Path) -> anyhow::Result<DockerConfig> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .with_context(|| format!("reading the docker config {}", path.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DockerConfig::default()),
-        Err(e) => Err(e).with_context(|| format!("reading the docker config {}", path.display())),
-    }
-}
+/// What a helper prints (on stdout, exiting non-zero) when it holds nothing
+/// for the server (docker-credential-helpers' `credentials.errCredentialsNotFoundMessage`).
+pub const HELPER_NOT_FOUND: &str = "credentials not found in native keychain";
 
 /// The registry host of an image reference: the first path component when it
 /// looks like a host (has a `.` or `:`, or is `localhost`), else Docker Hub.
@@ -93,37 +58,79 @@ fn is_hub(host: &str) -> bool {
     )
 }
 
+/// Whether config key `key` names the registry `server` (as given to helpers).
+fn same_registry(key: &str, server: &str) -> bool {
+    let (key, server) = (normalize_host(key), normalize_host(server));
+    key == server || (is_hub(key) && is_hub(server))
+}
+
+/// What the config gives for one registry.
+#[derive(Debug, Default)]
+pub struct Lookup {
+    /// The credentials to push with; `None` pushes anonymously.
+    pub credentials: Option<DockerCredentials>,
+    /// The helper program asked (`docker-credential-<name>`), when the
+    /// config names one for the registry.
+    pub helper: Option<String>,
+}
+
 impl DockerConfig {
-    /// Credentials for `registry` (as returned by [`registry_of`]), or `None`
-    /// when the config holds none for it.
-    pub fn credentials_for(&self, registry: &str) -> anyhow::Result<Option<DockerCredentials>> {
+    /// The helper for `server`: `credHelpers[host]`, else `credsStore`.
+    pub fn helper_for(&self, server: &str) -> Option<&str> {
+        self.cred_helpers
+            .iter()
+            .find(|(k, _)| same_registry(k, server))
+            .map(|(_, v)| v.as_str())
+            .or(self.creds_store.as_deref())
+            .filter(|h| !h.is_empty())
+    }
+
+    /// Credentials for `registry` (as returned by [`registry_of`]), helpers
+    /// found on the process's PATH.
+    pub fn credentials_for(&self, registry: &str) -> Result<Lookup, DockerError> {
+        self.credentials_with(registry, None)
+    }
+
+    /// Credentials for `registry`: from its helper when the config names one
+    /// (`credHelpers[host]`, then `credsStore`; "not found" is anonymous),
+    /// else from its `auths` entry, else none. `path` is the PATH the helper
+    /// is looked up in (`None`: the process's).
+    pub fn credentials_with(
+        &self,
+        registry: &str,
+        path: Option<&OsStr>,
+    ) -> Result<Lookup, DockerError> {
         let server = if is_hub(registry) {
             DOCKER_HUB_INDEX.to_string()
         } else {
             registry.to_string()
         };
-        let helper = self
-            .cred_helpers
-            .iter()
-            .find(|(k, _)| normalize_host(k) == normalize_host(&server))
-            .map(|(_, v)| v.clone());
-        let entry = self.auths.iter().find(|(k, _)| {
-            let host = normalize_host(k);
-            host == normalize_host(&server) || (is_hub(registry) && is_hub(host))
-        });
-        if let Some((key, entry)) = entry {
-            if entry.auth.is_some() || entry.identity_token.is_some() {
-                return decode_entry(key, entry, &server).map(Some);
+        if let Some(helper) = self.helper_for(&server) {
+            let program = format!("docker-credential-{helper}");
+            return Ok(Lookup {
+                credentials: from_helper(&program, &server, path)?,
+                helper: Some(program),
+            });
+        }
+        let entry = self.auths.iter().find(|(k, _)| same_registry(k, &server));
+        let credentials = match entry {
+            Some((key, entry)) if entry.auth.is_some() || entry.identity_token.is_some() => {
+                Some(decode_entry(key, entry, &server)?)
             }
-        }
-        match helper.or_else(|| self.creds_store.clone()) {
-            Some(helper) => from_helper(&helper, &server).map(Some),
-            None => Ok(None),
-        }
+            _ => None,
+        };
+        Ok(Lookup {
+            credentials,
+            helper: None,
+        })
     }
 }
 
-fn decode_entry(key: &str, entry: &AuthEntry, server: &str) -> anyhow::Result<DockerCredentials> {
+fn decode_entry(
+    key: &str,
+    entry: &AuthEntry,
+    server: &str,
+) -> Result<DockerCredentials, DockerError> {
     let mut creds = DockerCredentials {
         serveraddress: Some(server.to_string()),
         identitytoken: entry.identity_token.clone(),
@@ -152,39 +159,67 @@ fn decode_entry(key: &str, entry: &AuthEntry, server: &str) -> anyhow::Result<Do
 
 #[derive(Deserialize)]
 struct HelperReply {
-    #[serde(rename = "Username")]
+    #[serde(rename = "Username", default)]
     username: String,
-    #[serde(rename = "Secret")]
+    #[serde(rename = "Secret", default)]
     secret: String,
 }
 
-/// Asks `docker-credential-<helper> get` (the credential-helper protocol:
-/// server URL on stdin, `{"Username","Secret"}` on stdout).
-fn from_helper(helper: &str, server: &str) -> anyhow::Result<DockerCredentials> {
-    let program = format!("docker-credential-{helper}");
-    let mut child = Command::new(&program)
+/// Asks `program get` (the credential-helper protocol: the server on stdin,
+/// `{"Username","Secret"}` on stdout). `Ok(None)` when the helper holds
+/// nothing for the server: its "credentials not found" reply, or an empty one.
+fn from_helper(
+    program: &str,
+    server: &str,
+    path: Option<&OsStr>,
+) -> Result<Option<DockerCredentials>, DockerError> {
+    let run_failed = |e: std::io::Error| DockerError::CredentialHelperRun {
+        program: program.to_string(),
+        error: e.to_string(),
+    };
+    let mut command = Command::new(program);
+    command
         .arg("get")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running the credential helper {program}"))?;
+        .stderr(Stdio::piped());
+    if let Some(path) = path {
+        // The child's PATH is also where the program is looked up.
+        command.env("PATH", path);
+    }
+    let mut child = command.spawn().map_err(run_failed)?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(server.as_bytes())?;
+        // A helper that exits without reading its input is judged by its reply.
+        let _ = stdin.write_all(server.as_bytes());
     }
-    let out = child.wait_with_output()?;
+    let out = child.wait_with_output().map_err(run_failed)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(DockerError::CredentialHelper {
-            output: String::from_utf8_lossy(&out.stdout).trim().to_string(),
-            program,
-            server: server.to_string(),
+        if stdout.trim() == HELPER_NOT_FOUND {
+            return Ok(None);
         }
-        .into());
+        let said = if stdout.trim().is_empty() {
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        } else {
+            stdout.into_owned()
+        };
+        return Err(DockerError::CredentialHelper {
+            program: program.to_string(),
+            server: server.to_string(),
+            status: out.status.to_string(),
+            output: said.split_whitespace().collect::<Vec<_>>().join(" "),
+        });
     }
-    let reply: HelperReply = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("reading the reply of {program}"))?;
+    let reply: HelperReply =
+        serde_json::from_slice(&out.stdout).map_err(|e| DockerError::CredentialHelperReply {
+            program: program.to_string(),
+            error: e.to_string(),
+        })?;
+    if reply.username.is_empty() && reply.secret.is_empty() {
+        return Ok(None);
+    }
     // "<token>" as the user name means the secret is an identity token (protocol).
-    Ok(if reply.username == "<token>" {
+    Ok(Some(if reply.username == "<token>" {
         DockerCredentials {
             identitytoken: Some(reply.secret),
             serveraddress: Some(server.to_string()),
@@ -197,18 +232,69 @@ fn from_helper(helper: &str, server: &str) -> anyhow::Result<DockerCredentials> 
             serveraddress: Some(server.to_string()),
             ..Default::default()
         }
-    })
+    }))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::ffi::OsString;
+
     use super::*;
+    use crate::docker::config::load_config;
 
     fn config(json: &str) -> DockerConfig {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.json");
         std::fs::write(&path, json).unwrap();
         load_config(&path).unwrap()
+    }
+
+    /// A folder holding `docker-credential-<name>` scripts (`sh` bodies that
+    /// read the server from stdin into `$server`), and the PATH that puts it
+    /// first. The scripts are installed by `install(1)`, so that no test
+    /// thread's fork holds them open for writing when they run (ETXTBSY).
+    struct Helpers {
+        dir: tempfile::TempDir,
+    }
+
+    impl Helpers {
+        fn new(scripts: &[(&str, &str)]) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            for (name, body) in scripts {
+                let source = dir.path().join(format!("{name}.txt"));
+                std::fs::write(&source, format!("#!/bin/sh\nread -r server\n{body}\n")).unwrap();
+                let status = Command::new("install")
+                    .arg("-m")
+                    .arg("0755")
+                    .arg(&source)
+                    .arg(dir.path().join(format!("docker-credential-{name}")))
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
+            Self { dir }
+        }
+
+        fn path(&self) -> OsString {
+            let mut path = self.dir.path().as_os_str().to_owned();
+            if let Some(rest) = std::env::var_os("PATH") {
+                path.push(":");
+                path.push(rest);
+            }
+            path
+        }
+    }
+
+    /// Replies alice/pw for `expected` and fails otherwise.
+    fn replies(expected: &str, user: &str) -> String {
+        format!(
+            r#"[ "$server" = "{expected}" ] || {{ echo "asked for $server"; exit 3; }}
+printf '{{"ServerURL":"%s","Username":"{user}","Secret":"pw-from-helper"}}' "$server""#
+        )
+    }
+
+    fn user(lookup: &Lookup) -> Option<&str> {
+        lookup.credentials.as_ref()?.username.as_deref()
     }
 
     #[test]
@@ -229,16 +315,19 @@ mod tests {
                 "registry.example.com:5000": {"auth": "Ym9iOnB3"}
             }}"#,
         );
-        let hub = cfg.credentials_for("docker.io").unwrap().unwrap();
-        assert_eq!(hub.username.as_deref(), Some("alice"));
-        assert_eq!(hub.password.as_deref(), Some("s3cr:et"));
-        assert_eq!(hub.serveraddress.as_deref(), Some(DOCKER_HUB_INDEX));
-        let private = cfg
-            .credentials_for("registry.example.com:5000")
+        let hub = cfg.credentials_for("docker.io").unwrap();
+        let creds = hub.credentials.as_ref().unwrap();
+        assert_eq!(creds.username.as_deref(), Some("alice"));
+        assert_eq!(creds.password.as_deref(), Some("s3cr:et"));
+        assert_eq!(creds.serveraddress.as_deref(), Some(DOCKER_HUB_INDEX));
+        assert!(hub.helper.is_none());
+        let private = cfg.credentials_for("registry.example.com:5000").unwrap();
+        assert_eq!(user(&private), Some("bob"));
+        assert!(cfg
+            .credentials_for("ghcr.io")
             .unwrap()
-            .unwrap();
-        assert_eq!(private.username.as_deref(), Some("bob"));
-        assert!(cfg.credentials_for("ghcr.io").unwrap().is_none());
+            .credentials
+            .is_none());
     }
 
     #[test]
@@ -249,8 +338,118 @@ mod tests {
     }
 
     #[test]
-    fn missing_config_is_empty() {
-        let cfg = load_config(Path::new("/nonexistent/imgctl/config.json")).unwrap();
-        assert!(cfg.auths.is_empty());
+    fn a_helper_wins_over_a_stale_auths_entry() {
+        let helpers = Helpers::new(&[("imgctl-fresh", &replies("ghcr.io", "from-helper"))]);
+        // "stale:old" in base64, beside the helper for the same host.
+        let cfg = config(
+            r#"{"auths": {"ghcr.io": {"auth": "c3RhbGU6b2xk"}},
+                "credHelpers": {"ghcr.io": "imgctl-fresh"}}"#,
+        );
+        let found = cfg
+            .credentials_with("ghcr.io", Some(&helpers.path()))
+            .unwrap();
+        assert_eq!(user(&found), Some("from-helper"));
+        let creds = found.credentials.as_ref().unwrap();
+        assert_eq!(creds.password.as_deref(), Some("pw-from-helper"));
+        assert_eq!(creds.serveraddress.as_deref(), Some("ghcr.io"));
+        assert_eq!(
+            found.helper.as_deref(),
+            Some("docker-credential-imgctl-fresh")
+        );
+    }
+
+    #[test]
+    fn cred_helpers_come_before_creds_store_and_creds_store_before_auths() {
+        let helpers = Helpers::new(&[
+            ("imgctl-per-host", &replies("ghcr.io", "per-host")),
+            ("imgctl-store", &replies("quay.io", "store")),
+            ("imgctl-hub", &replies(DOCKER_HUB_INDEX, "hub")),
+        ]);
+        let path = helpers.path();
+        let cfg = config(
+            r#"{"auths": {"ghcr.io": {"auth": "c3RhbGU6b2xk"}, "quay.io": {"auth": "c3RhbGU6b2xk"}},
+                "credsStore": "imgctl-store",
+                "credHelpers": {"ghcr.io": "imgctl-per-host", "index.docker.io": "imgctl-hub"}}"#,
+        );
+        let per_host = cfg.credentials_with("ghcr.io", Some(&path)).unwrap();
+        assert_eq!(user(&per_host), Some("per-host"));
+        let store = cfg.credentials_with("quay.io", Some(&path)).unwrap();
+        assert_eq!(user(&store), Some("store"));
+        // Docker Hub is asked for under its index URL, as the docker CLI does.
+        let hub = cfg.credentials_with("docker.io", Some(&path)).unwrap();
+        assert_eq!(user(&hub), Some("hub"));
+    }
+
+    #[test]
+    fn a_helper_without_credentials_means_anonymous_not_the_auths_entry() {
+        let helpers = Helpers::new(&[(
+            "imgctl-empty",
+            &format!("echo '{HELPER_NOT_FOUND}'; exit 1"),
+        )]);
+        let cfg = config(
+            r#"{"auths": {"ghcr.io": {"auth": "c3RhbGU6b2xk"}}, "credsStore": "imgctl-empty"}"#,
+        );
+        let found = cfg
+            .credentials_with("ghcr.io", Some(&helpers.path()))
+            .unwrap();
+        assert!(found.credentials.is_none(), "{found:?}");
+        assert_eq!(
+            found.helper.as_deref(),
+            Some("docker-credential-imgctl-empty")
+        );
+    }
+
+    #[test]
+    fn a_token_reply_is_an_identity_token() {
+        let helpers = Helpers::new(&[(
+            "imgctl-token",
+            r#"printf '{"Username":"<token>","Secret":"tok"}'"#,
+        )]);
+        let cfg = config(r#"{"credsStore": "imgctl-token"}"#);
+        let found = cfg
+            .credentials_with("ghcr.io", Some(&helpers.path()))
+            .unwrap();
+        let creds = found.credentials.unwrap();
+        assert_eq!(creds.identitytoken.as_deref(), Some("tok"));
+        assert!(creds.username.is_none() && creds.password.is_none());
+    }
+
+    #[test]
+    fn other_helper_failures_are_one_line_errors() {
+        let helpers = Helpers::new(&[
+            (
+                "imgctl-broken",
+                "echo 'keychain locked'; echo 'try again' >&2; exit 4",
+            ),
+            ("imgctl-quiet", "echo 'no dbus' >&2; exit 1"),
+            ("imgctl-garbage", "echo 'not json'"),
+        ]);
+        let path = helpers.path();
+        let ask = |helper: &str| {
+            config(&format!(r#"{{"credsStore": "{helper}"}}"#))
+                .credentials_with("ghcr.io", Some(&path))
+                .unwrap_err()
+                .to_string()
+        };
+        let err = ask("imgctl-broken");
+        assert_eq!(
+            err,
+            "docker-credential-imgctl-broken get failed for ghcr.io (exit status: 4): keychain locked"
+        );
+        let err = ask("imgctl-quiet");
+        assert!(err.ends_with("(exit status: 1): no dbus"), "{err}");
+        let err = ask("imgctl-garbage");
+        assert!(
+            err.starts_with("docker-credential-imgctl-garbage replied with something other than"),
+            "{err}"
+        );
+        let err = ask("imgctl-absent");
+        assert!(
+            err.starts_with("cannot run the credential helper docker-credential-imgctl-absent: "),
+            "{err}"
+        );
+        for err in [ask("imgctl-broken"), ask("imgctl-absent")] {
+            assert!(!err.contains('\n'), "{err}");
+        }
     }
 }

@@ -1,26 +1,131 @@
-//! Connecting to the engine: DOCKER_HOST honoured, API version negotiated.
-use super::DockerError;
-use crate::env_vars::DOCKER_HOST;
+//! Connecting to the engine: the address the docker CLI would use
+//! ([`super::endpoint`]: a chosen context, `DOCKER_HOST`, `DOCKER_CONTEXT`,
+//! `currentContext`, the local socket), the API version negotiated, and what
+//! answered ([`EngineInfo`]) for the command to show.
+use std::sync::OnceLock;
 
-/// The address imgctl will try: DOCKER_HOST, else the local socket.
-pub fn engine_address() -> String {
-    std::env::var(DOCKER_HOST).unwrap_or_else(|_| "unix:///var/run/docker.sock".to_string())
+use super::endpoint::{self, Endpoint, Origin, Settings};
+use super::DockerError;
+use crate::env_vars::DOCKER_API_VERSION;
+
+/// bollard's request timeout (its `DEFAULT_TIMEOUT`, seconds); callers that
+/// stream for long raise it with `with_timeout`.
+const REQUEST_TIMEOUT_S: u64 = 120;
+
+/// The context chosen on the command line, for every connection of this
+/// process (the build, and the guards that clean up after it).
+static CHOSEN: OnceLock<String> = OnceLock::new();
+
+/// Chooses context `name` for every later [`connect`] of this process (the
+/// first call wins). It is resolved when connecting: a command that never
+/// reaches the engine never reads the context store.
+pub fn choose_context(name: &str) {
+    let _ = CHOSEN.set(name.to_string());
 }
 
-/// Connects to the engine and negotiates the API version, so that Docker 20.10
-/// (API 1.41) and current engines both work. Fails with one line naming the
-/// address tried when nothing answers (exit 1).
-pub async fn connect() -> Result<bollard::Docker, DockerError> {
-    let address = engine_address();
+/// The context chosen by [`choose_context`], if any.
+pub fn chosen_context() -> Option<&'static str> {
+    CHOSEN.get().map(String::as_str)
+}
+
+/// What answered, and how imgctl reached it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// The engine's version (`20.10.24+dfsg1`).
+    pub version: String,
+    /// The API version the engine speaks at most (`1.41`).
+    pub engine_api: String,
+    /// The API version imgctl uses: the lower of the engine's and bollard's.
+    pub api_version: String,
+    /// The address connected to.
+    pub address: String,
+    /// The context that named the address, if one did (`default` included).
+    pub context: Option<String>,
+    /// The setting that chose the address.
+    pub origin: Origin,
+}
+
+/// A connected engine.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    /// The client, at the negotiated API version.
+    pub docker: bollard::Docker,
+    /// What answered.
+    pub info: EngineInfo,
+}
+
+/// Connects to the engine the docker CLI would use (with the context of
+/// [`choose_context`], if any) and negotiates the API version, so that Docker
+/// 20.10 (API 1.41) and current engines both work.
+pub async fn connect() -> Result<Engine, DockerError> {
+    let endpoint = endpoint::resolve(chosen_context(), &Settings::from_env())?;
+    connect_to(endpoint).await
+}
+
+/// Connects to `endpoint` and negotiates the API version. Fails with one
+/// line naming the address (and context) when nothing answers.
+pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
+    let Endpoint {
+        address,
+        context,
+        origin,
+    } = endpoint;
     let unreachable = |e: &dyn std::fmt::Display| DockerError::Connect {
         address: address.clone(),
+        context: context.clone(),
         error: e.to_string(),
     };
-    let docker = bollard::Docker::connect_with_defaults().map_err(|e| unreachable(&e))?;
-    // negotiate_version pings /version and lowers the client version to the engine's.
-    let docker = docker
-        .negotiate_version()
-        .await
-        .map_err(|e| unreachable(&e))?;
-    Ok(docker)
+    // DOCKER_API_VERSION pins the client's API version, as it does the
+    // docker CLI's: no negotiation then.
+    let pinned = pinned_api_version()?;
+    let version = pinned.as_ref().unwrap_or(bollard::API_DEFAULT_VERSION);
+    let docker = if address.starts_with("unix://") {
+        bollard::Docker::connect_with_unix(&address, REQUEST_TIMEOUT_S, version)
+    } else {
+        // tcp:// and http:// (endpoint::resolve let no other scheme through).
+        bollard::Docker::connect_with_http(&address, REQUEST_TIMEOUT_S, version)
+    }
+    .map_err(|e| unreachable(&e))?;
+    // negotiate_version asks /version and lowers the client version to the engine's.
+    let docker = match pinned {
+        Some(_) => docker,
+        None => docker
+            .negotiate_version()
+            .await
+            .map_err(|e| unreachable(&e))?,
+    };
+    let facts = docker.version().await.map_err(|e| unreachable(&e))?;
+    let unknown = || "unknown".to_string();
+    let info = EngineInfo {
+        version: facts.version.unwrap_or_else(unknown),
+        engine_api: facts.api_version.unwrap_or_else(unknown),
+        api_version: docker.client_version().to_string(),
+        address,
+        context,
+        origin,
+    };
+    Ok(Engine { docker, info })
+}
+
+/// `DOCKER_API_VERSION` (`1.41`) as a client version; unset or empty: none.
+fn pinned_api_version() -> Result<Option<bollard::ClientVersion>, DockerError> {
+    let Ok(text) = std::env::var(DOCKER_API_VERSION) else {
+        return Ok(None);
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let parsed = text
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)));
+    match parsed {
+        Some((major_version, minor_version)) => Ok(Some(bollard::ClientVersion {
+            major_version,
+            minor_version,
+        })),
+        None => Err(DockerError::BadApiVersion {
+            value: text.to_string(),
+        }),
+    }
 }

@@ -1,6 +1,7 @@
-//! The engine side's errors ([`DockerError`]): connecting, signals, images,
-//! tags, pushes, containers, registry credentials and the build context. (A
-//! failed build is [`super::build::BuildError`]; an engine without a GPU
+//! The engine side's errors ([`DockerError`]): choosing the engine (contexts,
+//! addresses), connecting, the docker config, signals, images, tags, pushes,
+//! containers, registry credentials and their helpers, and the build context.
+//! (A failed build is [`super::build::BuildError`]; an engine without a GPU
 //! runtime is [`super::run::GpuRequestRejected`]; a GPU selection that does
 //! not parse is [`crate::gpus::GpuSelectionError`].)
 //!
@@ -11,12 +12,69 @@
 /// What went wrong talking to the engine or preparing what it is sent.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
+    /// `DOCKER_API_VERSION` is not `MAJOR.MINOR`.
+    #[error("DOCKER_API_VERSION={value:?} is not an API version such as 1.41")]
+    BadApiVersion {
+        /// The value found.
+        value: String,
+    },
     /// Nothing answers at the engine's address.
-    #[error("cannot connect to the Docker engine at {address}: {error}")]
+    #[error("cannot connect to the Docker engine at {address}{}: {error}", in_context(.context.as_deref()))]
     Connect {
-        /// The address tried (DOCKER_HOST or the local socket).
+        /// The address tried.
         address: String,
+        /// The context that named it, if one did.
+        context: Option<String>,
         /// bollard's words.
+        error: String,
+    },
+    /// An engine address imgctl does not connect over (TLS, ssh://, an
+    /// unknown scheme).
+    #[error("cannot use the Docker engine at {address}{}: {why}", in_context(.context.as_deref()))]
+    AddressUnsupported {
+        /// The address.
+        address: String,
+        /// The context that named it, if one did.
+        context: Option<String>,
+        /// What is not supported.
+        why: String,
+    },
+    /// A context name the context store does not hold.
+    #[error("no Docker context `{}` ({origin}); the contexts are: {}", .name.escape_debug(), .known.join(", "))]
+    UnknownContext {
+        /// The name.
+        name: String,
+        /// The setting that named it.
+        origin: super::endpoint::Origin,
+        /// The contexts there are (`default` first).
+        known: Vec<String>,
+    },
+    /// A context whose meta file cannot be read or holds no engine address.
+    #[error("Docker context `{name}` ({path}) is unreadable: {why}")]
+    ContextInvalid {
+        /// The context's name.
+        name: String,
+        /// Its meta.json.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A context that needs what imgctl does not do (TLS).
+    #[error("cannot use Docker context `{name}` ({address}): {why}")]
+    ContextUnsupported {
+        /// The context's name.
+        name: String,
+        /// Its engine address.
+        address: String,
+        /// What is not supported.
+        why: String,
+    },
+    /// The docker client's config.json cannot be read or parsed.
+    #[error("reading the docker config {path}: {error}")]
+    Config {
+        /// The file.
+        path: String,
+        /// The reader's words.
         error: String,
     },
     /// A signal handler cannot be installed.
@@ -42,21 +100,8 @@ pub enum DockerError {
         reference: String,
     },
     /// A push the registry or engine refused.
-    #[error("pushing {reference} to {registry} failed: {message}")]
-    Push {
-        /// What was pushed.
-        reference: String,
-        /// Its registry host.
-        registry: String,
-        /// The repository name (without the tag).
-        name: String,
-        /// The docker config read, for the hint (`the docker config` when none).
-        config: String,
-        /// Whether the config held credentials for the registry.
-        had_credentials: bool,
-        /// The engine's words.
-        message: String,
-    },
+    #[error("pushing {} to {} failed: {}", .0.reference, .0.registry, .0.message)]
+    Push(Box<PushFailure>),
     /// The engine has no such image (asked for its labels).
     #[error("image `{image}` not found in the engine")]
     ImageNotFound {
@@ -154,15 +199,35 @@ pub enum DockerError {
         /// The `auths` key.
         key: String,
     },
-    /// A credential helper found nothing.
-    #[error("{program} found no credentials for {server}: {output}")]
+    /// A credential helper failed (other than "credentials not found").
+    #[error("{program} get failed for {server} ({status}): {output}")]
     CredentialHelper {
         /// `docker-credential-<name>`.
         program: String,
         /// The server asked for.
         server: String,
-        /// What it printed, trimmed.
+        /// How it exited (`exit status: 1`).
+        status: String,
+        /// What it printed (stdout, else stderr), on one line.
         output: String,
+    },
+    /// A credential helper that cannot be started (not on PATH).
+    #[error("cannot run the credential helper {program}: {error}")]
+    CredentialHelperRun {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The system's words.
+        error: String,
+    },
+    /// A credential helper's reply that is not the protocol's JSON.
+    #[error(
+        "{program} replied with something other than {{\"Username\",\"Secret\"}} JSON: {error}"
+    )]
+    CredentialHelperReply {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The parser's words (never the reply itself: it may hold a secret).
+        error: String,
     },
     /// A build-context path that is absolute, empty or climbs out.
     #[error(
@@ -178,4 +243,28 @@ pub enum DockerError {
         /// The cleaned path.
         path: String,
     },
+}
+
+/// ` (context NAME)` when a context named the engine.
+fn in_context(context: Option<&str>) -> String {
+    context.map_or_else(String::new, |c| format!(" (context {c})"))
+}
+
+/// What [`DockerError::Push`] knows (boxed: it is the largest variant).
+#[derive(Debug)]
+pub struct PushFailure {
+    /// What was pushed.
+    pub reference: String,
+    /// Its registry host.
+    pub registry: String,
+    /// The repository name (without the tag).
+    pub name: String,
+    /// The docker config read, for the hint (`the docker config` when none).
+    pub config: String,
+    /// Whether the config gave credentials for the registry.
+    pub had_credentials: bool,
+    /// The credential helper asked (`docker-credential-<name>`), if any.
+    pub helper: Option<String>,
+    /// The engine's words.
+    pub message: String,
 }

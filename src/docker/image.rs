@@ -11,9 +11,9 @@ use bollard::query_parameters::{PushImageOptions, RemoveImageOptions, TagImageOp
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::auth;
 use super::build::engine_message;
-use super::DockerError;
+use super::{auth, config};
+use super::{DockerError, PushFailure};
 
 /// What the build report needs of an image.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -183,12 +183,15 @@ pub async fn push(
     on_status: &mut (dyn FnMut(&str) + Send),
 ) -> anyhow::Result<()> {
     let registry = auth::registry_of(reference);
-    let config_path = auth::config_path();
+    let config_path = config::config_path();
     let config = match &config_path {
-        Some(p) => auth::load_config(p)?,
-        None => auth::DockerConfig::default(),
+        Some(p) => config::load_config(p)?,
+        None => config::DockerConfig::default(),
     };
-    let credentials = config.credentials_for(&registry)?;
+    let auth::Lookup {
+        credentials,
+        helper,
+    } = config.credentials_for(&registry)?;
     let (name, tag) = split_tag(reference);
     let mut stream = docker.push_image(
         name,
@@ -206,7 +209,7 @@ pub async fn push(
                 }
             }
             Err(e) => {
-                return Err(DockerError::Push {
+                return Err(DockerError::Push(Box::new(PushFailure {
                     reference: reference.to_string(),
                     registry,
                     name: name.to_string(),
@@ -214,8 +217,9 @@ pub async fn push(
                         .as_ref()
                         .map_or("the docker config".to_string(), |p| p.display().to_string()),
                     had_credentials: credentials.is_some(),
+                    helper,
                     message: engine_message(&e),
-                }
+                }))
                 .into());
             }
         }

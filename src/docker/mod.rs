@@ -1,6 +1,8 @@
 //! The Docker Engine API, through bollard: the only module that imports it.
 //!
-//! It owns connecting to the engine ([`engine`]), the in-memory build context
+//! It owns choosing the engine as the docker CLI does (contexts,
+//! `DOCKER_HOST`: [`endpoint`]) and connecting to it ([`engine`]), reading
+//! the docker client's config folder ([`config`]), the in-memory build context
 //! ([`context`]), running a build and reading its stream ([`build`]), images
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
 //! and running containers with GPU requests ([`run`]), with guards that
@@ -9,14 +11,16 @@
 //! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
 pub mod auth;
 pub mod build;
+pub mod config;
 pub mod context;
+pub mod endpoint;
 pub mod engine;
 mod error;
 pub mod image;
 pub mod run;
 
-pub use engine::connect;
-pub use error::DockerError;
+pub use engine::{connect, Engine, EngineInfo};
+pub use error::{DockerError, PushFailure};
 
 /// The signals that end an engine operation early: Ctrl-C (SIGINT), a
 /// supervisor's or Kubernetes' stop (SIGTERM) and a closed terminal (SIGHUP).

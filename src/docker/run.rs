@@ -206,8 +206,8 @@ impl Drop for ContainerGuard {
                 .build()
                 .ok()?;
             rt.block_on(async {
-                let docker = super::connect().await.ok()?;
-                remove_container(&docker, &id).await.ok()
+                let engine = super::connect().await.ok()?;
+                remove_container(&engine.docker, &id).await.ok()
             })
         });
         let _ = handle.join();

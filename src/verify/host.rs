@@ -401,7 +401,7 @@ pub async fn verify_image_with(
 ) -> anyhow::Result<Report> {
     let words = run.opts.words;
     phase(ImagePhase::Connect);
-    let docker = crate::docker::connect().await?;
+    let docker = crate::docker::connect().await?.docker;
     phase(ImagePhase::Labels);
     let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
     phase(ImagePhase::HostGpus);

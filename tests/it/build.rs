@@ -20,7 +20,7 @@ pub const DEBIAN_BASE: &str = "imgctl-test/debian:bookworm";
 /// Repository of the images these tests build (pid-suffixed tags).
 const TEST_REPO: &str = "imgctl-test/it-build";
 /// A socket nothing listens on.
-const DEAD_SOCKET: &str = "unix:///tmp/nonexistent.sock";
+pub const DEAD_SOCKET: &str = "unix:///tmp/nonexistent.sock";
 
 /// The docker CLI, for inspection only (imgctl itself never calls it). The
 /// CLI may be newer than the engine (Docker 20.10 speaks API 1.41).
@@ -106,12 +106,12 @@ impl Drop for EngineGuard {
 }
 
 /// A tag unique to this process and test.
-fn test_tag(name: &str) -> String {
+pub fn test_tag(name: &str) -> String {
     format!("{TEST_REPO}:{}-{name}", std::process::id())
 }
 
 /// The busybox fixture spec (its template builds FROM [`BUSYBOX_BASE`]).
-fn busybox_spec() -> PathBuf {
+pub fn busybox_spec() -> PathBuf {
     repo_root().join("tests/fixtures/specs/busybox.yaml")
 }
 
@@ -677,14 +677,16 @@ fn push_to_an_unreachable_registry_fails_clearly() {
 
 /// A local registry (Debian's `docker-registry`, the CNCF distribution
 /// registry 2.8) with htpasswd auth, stopped when dropped.
-struct LocalRegistry {
+pub struct LocalRegistry {
     child: std::process::Child,
-    port: u16,
+    /// The port it listens on (127.0.0.1).
+    pub port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl LocalRegistry {
-    fn start(user: &str, password: &str) -> Self {
+    /// Starts one that lets `user` in with `password`.
+    pub fn start(user: &str, password: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let which = Command::new("sh")
             .args(["-c", "command -v docker-registry && command -v htpasswd"])
@@ -736,7 +738,7 @@ impl LocalRegistry {
     }
 
     /// GET on the registry API with basic auth; returns (status, body).
-    fn get(&self, path: &str, user: &str, password: &str) -> (u16, String) {
+    pub fn get(&self, path: &str, user: &str, password: &str) -> (u16, String) {
         use base64::Engine as _;
         use std::io::{Read, Write};
         let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));

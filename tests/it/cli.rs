@@ -221,6 +221,14 @@ fn completion_scripts_name_every_subcommand() {
             script.contains("gradient-checkpointing"),
             "{shell}: no train-demo flags"
         );
+        // The global --context completes before and after every subcommand.
+        let context = if shell == "fish" {
+            "-l context"
+        } else {
+            "--context"
+        };
+        let n = script.matches(context).count();
+        assert!(n > subs.len(), "{shell}: --context completes in {n} places");
     }
     let out = imgctl(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));

@@ -6,6 +6,7 @@ mod build;
 mod checkpointing;
 mod cli;
 mod device_check;
+mod engine;
 mod fuzz_regressions;
 mod image_e2e;
 mod injection;

@@ -374,7 +374,10 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn engine() -> Option<bollard::Docker> {
-    imgctl::docker::connect().await.ok()
+    imgctl::docker::connect()
+        .await
+        .ok()
+        .map(|engine| engine.docker)
 }
 
 /// Builds FROM the local debian base an image holding this imgctl at

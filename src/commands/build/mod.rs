@@ -155,9 +155,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
         // A build can stream for an hour without new headers; bollard's default
         // request timeout (120 s) only covers the response headers, but the
         // context upload of a large binary counts too.
-        let docker = crate::docker::connect()
-            .await?
-            .with_timeout(Duration::from_secs(3600));
+        let engine = crate::docker::connect().await?;
+        let docker = engine.docker.with_timeout(Duration::from_secs(3600));
         // A build-only CA needs BuildKit: `auto` then asks for it by name.
         let choice = match args.image.builder {
             BuilderChoice::Auto if args.image.ca_cert_secret.is_some() => BuilderChoice::BuildKit,
@@ -171,7 +170,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
         } else {
             self::plan(&args, builder == Builder::BuildKit)?
         };
-        printer().info(format!("builder: {builder} ({reason})"));
+        printer().info(super::engine_line::engine_line(
+            &engine.info,
+            Some(&format!("{builder} ({reason})")),
+        ));
         build(&docker, plan, builder, args.push).await
     })?;
     let json = serde_json::to_string_pretty(&report)?;

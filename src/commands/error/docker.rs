@@ -1,11 +1,12 @@
 //! What the engine side's errors mean for the user of `imgctl build` and
 //! `verify --image`: their exit status, the flag names in their lines
-//! (`--tag`), and the hints (start the engine, build the image, log
-//! in to the registry).
+//! (`--tag`, `--gpus`, `--context`), and the hints (start the engine, choose
+//! a context, build the image, log in to the registry, fix a credential helper).
 
 use super::advice::Advice;
+use crate::docker::endpoint::Origin;
 use crate::docker::run::GpuRequestRejected;
-use crate::docker::DockerError;
+use crate::docker::{DockerError, PushFailure};
 
 /// Advice for [`DockerError`] and [`GpuRequestRejected`].
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
@@ -19,28 +20,47 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
 fn docker_error(e: &DockerError) -> Advice {
     let usage = |hint: &str| Advice::usage(hint.to_string());
     match e {
-        DockerError::Connect { .. } => Advice::failure(
+        DockerError::BadApiVersion { .. } => usage(
+            "set DOCKER_API_VERSION to MAJOR.MINOR (e.g. 1.41), or unset it to negotiate",
+        ),
+        DockerError::Connect { context: None, .. } => Advice::failure(
             "start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or point DOCKER_HOST at a running one".to_string(),
         ),
+        DockerError::Connect {
+            context: Some(context),
+            ..
+        } => Advice::failure(format!(
+            "check that the engine of context `{context}` runs (`docker --context {context} version`), or choose another with --context NAME (`docker context ls` lists them)"
+        )),
+        DockerError::AddressUnsupported { .. } | DockerError::ContextUnsupported { .. } => usage(
+            "imgctl reaches engines over unix://, tcp:// and http:// only: choose another context (--context NAME, `docker context ls`), or forward a remote engine's socket (`ssh -NL /tmp/docker.sock:/var/run/docker.sock HOST`, then DOCKER_HOST=unix:///tmp/docker.sock)",
+        ),
+        DockerError::UnknownContext {
+            name,
+            origin,
+            known,
+        } => unknown_context(name, origin, known),
+        DockerError::ContextInvalid { name, .. } => Advice::failure(format!(
+            "recreate it (`docker context rm {name}`, then `docker context create {name} --docker host=…`), or choose another with --context NAME"
+        )),
+        DockerError::Config { .. } => Advice::failure(
+            "fix the file's JSON, or point DOCKER_CONFIG at a folder with a valid config.json".to_string(),
+        ),
+        DockerError::CredentialHelper {
+            program, server, ..
+        } => Advice::failure(format!(
+            "run `echo {server} | {program} get` to see what the helper says, or log in again with `docker login {server}`"
+        )),
+        DockerError::CredentialHelperRun { program, .. } => Advice::failure(format!(
+            "install {program} on PATH, or change credsStore / credHelpers in the docker config"
+        )),
         DockerError::InvalidTag { reference, why } => usage(crate::reference::GRAMMAR)
             .with_message(format!("invalid --tag '{}': {why}", reference.escape_debug())),
         DockerError::TagWithDigest { reference } => usage("use NAME[:TAG], e.g. `--tag imgctl/cu124:dev`")
             .with_message(format!(
                 "invalid --tag '{reference}': a tag names no @sha256: digest (the build makes the image, and so its digest)"
             )),
-        DockerError::Push {
-            registry,
-            name,
-            config,
-            had_credentials,
-            ..
-        } => Advice::failure(if *had_credentials {
-            format!("check that {registry} is reachable from the engine and that the credentials for it in {config} may push {name}")
-        } else {
-            format!(
-                "no credentials for {registry} in {config}; log in with `docker login {registry}` or add an `auths` entry"
-            )
-        }),
+        DockerError::Push(push) => Advice::failure(push_hint(push)),
         DockerError::ImageNotFound { .. } => {
             usage("build it with `imgctl build`, or check the tag with `docker images`")
         }
@@ -65,8 +85,52 @@ fn docker_error(e: &DockerError) -> Advice {
         | DockerError::AuthNotBase64 { .. }
         | DockerError::AuthNotUtf8 { .. }
         | DockerError::AuthNotUserPassword { .. }
-        | DockerError::CredentialHelper { .. }
+        | DockerError::CredentialHelperReply { .. }
         | DockerError::ContextPath { .. }
         | DockerError::ContextDuplicate { .. } => Advice::failure(None),
+    }
+}
+
+/// An unknown context: a usage error (exit 2) listing the known ones, worded
+/// for the setting that named it.
+fn unknown_context(name: &str, origin: &Origin, known: &[String]) -> Advice {
+    let name = crate::error::printable(name);
+    let known = known.join(", ");
+    let create = format!("or create it with `docker context create {name} --docker host=unix:///var/run/docker.sock`");
+    match origin {
+        Origin::Chosen => Advice::usage(format!("pass one of them to --context, {create}"))
+            .with_message(format!(
+                "--context {name}: no such Docker context; the contexts are: {known}"
+            )),
+        Origin::ContextEnv => Advice::usage(format!(
+            "set DOCKER_CONTEXT to one of them or unset it, {create}"
+        )),
+        Origin::CurrentContext(_) => Advice::usage(format!(
+            "choose one with `docker context use NAME` or --context NAME, {create}"
+        )),
+        Origin::HostEnv | Origin::Default => {
+            Advice::usage(format!("choose one with --context NAME, {create}"))
+        }
+    }
+}
+
+/// The hint of a refused push: where its credentials came from, or that
+/// there were none.
+fn push_hint(push: &PushFailure) -> String {
+    let (registry, name, config) = (&push.registry, &push.name, &push.config);
+    let reachable = format!("check that {registry} is reachable from the engine");
+    match (push.had_credentials, &push.helper) {
+        (true, Some(helper)) => {
+            format!("{reachable} and that the credentials {helper} gives for it may push {name}")
+        }
+        (true, None) => {
+            format!("{reachable} and that the credentials for it in {config} may push {name}")
+        }
+        (false, Some(helper)) => format!(
+            "{helper} (named in {config}) has no credentials for {registry}; log in with `docker login {registry}`"
+        ),
+        (false, None) => format!(
+            "no credentials for {registry} in {config}; log in with `docker login {registry}` or add an `auths` entry"
+        ),
     }
 }

@@ -1,0 +1,368 @@
+//! Reaching the engine and the registry as the docker CLI does, against the
+//! real engine: docker contexts (a context store in a temporary
+//! `DOCKER_CONFIG` whose context reaches the engine through a symlink to its
+//! socket), the `engine:` line of `imgctl build`, and a push whose
+//! credentials come from a credential helper beside a stale `auths` entry.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::build::{busybox_spec, ensure_bases, test_tag, EngineGuard, LocalRegistry, DEAD_SOCKET};
+use crate::common::{imgctl_bin, texts};
+
+/// The engine's socket on this machine: `DOCKER_HOST`'s when it is a
+/// unix:// one, else the local socket.
+fn engine_socket() -> PathBuf {
+    match std::env::var("DOCKER_HOST") {
+        Ok(h) if h.starts_with("unix://") => PathBuf::from(h.trim_start_matches("unix://")),
+        _ => PathBuf::from("/var/run/docker.sock"),
+    }
+}
+
+/// The folder of a context (as `docker context create` writes it): the
+/// SHA-256 of its name.
+fn context_dir(config: &Path, name: &str) -> PathBuf {
+    use sha2::Digest as _;
+    let id: String = sha2::Sha256::digest(name.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    config.join("contexts").join("meta").join(id)
+}
+
+fn add_context(config: &Path, name: &str, host: &str) {
+    let dir = context_dir(config, name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("meta.json"),
+        format!(
+            r#"{{"Name":"{name}","Metadata":{{}},"Endpoints":{{"docker":{{"Host":"{host}","SkipTLSVerify":false}}}}}}"#
+        ),
+    )
+    .unwrap();
+}
+
+/// A docker config folder with contexts `imgctl-it-live` (the engine, through
+/// a symlink to its socket in the folder), `imgctl-it-dead` (a socket nothing
+/// listens on) and `imgctl-it-ssh`, and `currentContext` set to `current`.
+struct Store {
+    dir: tempfile::TempDir,
+    live_address: String,
+}
+
+impl Store {
+    fn new(current: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("engine.sock");
+        std::os::unix::fs::symlink(engine_socket(), &socket).unwrap();
+        let live_address = format!("unix://{}", socket.display());
+        add_context(dir.path(), "imgctl-it-live", &live_address);
+        add_context(dir.path(), "imgctl-it-dead", DEAD_SOCKET);
+        add_context(dir.path(), "imgctl-it-ssh", "ssh://imgctl@gpu-box.invalid");
+        std::fs::write(
+            dir.path().join("config.json"),
+            format!(r#"{{"currentContext": "{current}"}}"#),
+        )
+        .unwrap();
+        Self { dir, live_address }
+    }
+
+    fn path(&self) -> &str {
+        self.dir.path().to_str().unwrap()
+    }
+}
+
+/// Runs imgctl with `DOCKER_CONFIG` at `store`, no `DOCKER_HOST` nor
+/// `DOCKER_CONTEXT` but those of `env`.
+fn imgctl_in(store: &Store, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(imgctl_bin());
+    cmd.args(args)
+        .env("NO_COLOR", "1")
+        .env("DOCKER_CONFIG", store.path())
+        .env_remove("DOCKER_HOST")
+        .env_remove("DOCKER_CONTEXT")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run imgctl")
+}
+
+/// `verify --image` of an image no engine has: exit 2 naming the image when
+/// an engine answered, exit 1 naming the address when none did.
+const NO_IMAGE: [&str; 5] = [
+    "verify",
+    "--image",
+    "imgctl-test/none:absent",
+    "--expect-gpus",
+    "0",
+];
+
+fn first_error(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default()
+}
+
+#[test]
+fn contexts_choose_the_engine_as_the_docker_cli_does() {
+    ensure_bases();
+    let store = Store::new("imgctl-it-live");
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("context");
+    guard.image(&tag);
+    let spec = busybox_spec();
+    let spec = spec.to_str().unwrap();
+
+    // currentContext: the build reaches the engine through the context's
+    // socket and says so on stderr; --json keeps stdout the report alone.
+    let out = imgctl_in(
+        &store,
+        &["build", "--spec", spec, "--tag", &tag, "--json"],
+        &[],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "build failed:\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).expect("stdout is the report alone");
+    assert_eq!(report["tags"], serde_json::json!([tag]));
+    let engine = stderr
+        .lines()
+        .find(|l| l.starts_with("engine: "))
+        .unwrap_or_else(|| panic!("no engine line:\n{stderr}"));
+    assert!(
+        engine.starts_with("engine: Docker ")
+            && engine.ends_with(&format!(
+                " at {} (context imgctl-it-live)",
+                store.live_address
+            )),
+        "{engine}"
+    );
+    assert!(engine.contains(" (API 1."), "{engine}");
+    // -q hides it (the cached rebuild says nothing but the report).
+    let out = imgctl_in(&store, &["build", "--spec", spec, "--tag", &tag, "-q"], &[]);
+    let (_, stderr) = texts(&out);
+    assert!(out.status.success(), "quiet build failed:\n{stderr}");
+    assert!(!stderr.contains("engine:"), "{stderr}");
+
+    // --context beats DOCKER_HOST and DOCKER_CONTEXT: the engine answered,
+    // since it is the image that is missing.
+    let dead = [
+        ("DOCKER_HOST", DEAD_SOCKET),
+        ("DOCKER_CONTEXT", "imgctl-it-dead"),
+    ];
+    let mut args = vec!["--context", "imgctl-it-live"];
+    args.extend(NO_IMAGE);
+    let out = imgctl_in(&store, &args, &dead);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        first_error(&stderr).contains("imgctl-test/none:absent"),
+        "{stderr}"
+    );
+
+    // DOCKER_HOST beats DOCKER_CONTEXT (docker 28 does the same).
+    let out = imgctl_in(
+        &store,
+        &NO_IMAGE,
+        &[
+            ("DOCKER_HOST", DEAD_SOCKET),
+            ("DOCKER_CONTEXT", "imgctl-it-live"),
+        ],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        first_error(&stderr).starts_with(&format!(
+            "error: cannot connect to the Docker engine at {DEAD_SOCKET}: "
+        )),
+        "{stderr}"
+    );
+
+    // DOCKER_CONTEXT beats currentContext; the line and the hint name the context.
+    let out = imgctl_in(&store, &NO_IMAGE, &[("DOCKER_CONTEXT", "imgctl-it-dead")]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        first_error(&stderr).starts_with(&format!(
+            "error: cannot connect to the Docker engine at {DEAD_SOCKET} (context imgctl-it-dead): "
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nhint: check that the engine of context `imgctl-it-dead` runs"),
+        "{stderr}"
+    );
+
+    // The context `default` is DOCKER_HOST, even over currentContext.
+    let out = imgctl_in(
+        &store,
+        &[&["--context", "default"][..], &NO_IMAGE].concat(),
+        &[("DOCKER_HOST", DEAD_SOCKET)],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        first_error(&stderr).contains(&format!("at {DEAD_SOCKET} (context default): ")),
+        "{stderr}"
+    );
+
+    // An unknown name: a usage error listing the contexts there are.
+    // (After the subcommand too: the flag is global.)
+    let out = imgctl_in(
+        &store,
+        &[&NO_IMAGE[..], &["--context", "nope"]].concat(),
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.lines().next(),
+        Some("error: --context nope: no such Docker context; the contexts are: default, imgctl-it-dead, imgctl-it-live, imgctl-it-ssh"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nhint: pass one of them to --context"),
+        "{stderr}"
+    );
+    let out = imgctl_in(&store, &NO_IMAGE, &[("DOCKER_CONTEXT", "nope")]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "error: no Docker context `nope` (DOCKER_CONTEXT); the contexts are: default, "
+        ),
+        "{stderr}"
+    );
+
+    // ssh:// is refused in one line, before any connection.
+    let out = imgctl_in(
+        &store,
+        &[&["--context", "imgctl-it-ssh"][..], &NO_IMAGE].concat(),
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.lines().next(),
+        Some("error: cannot use the Docker engine at ssh://imgctl@gpu-box.invalid (context imgctl-it-ssh): ssh:// engines are not supported"),
+        "{stderr}"
+    );
+}
+
+/// Installs an executable `docker-credential-<name>` in `dir` (through
+/// install(1), so that no forked test thread holds it open for writing when
+/// it runs: ETXTBSY).
+fn install_helper(dir: &Path, name: &str, body: &str) {
+    let source = dir.join(format!("{name}.sh"));
+    std::fs::write(&source, format!("#!/bin/sh\nread -r server\n{body}\n")).unwrap();
+    let status = Command::new("install")
+        .arg("-m")
+        .arg("0755")
+        .arg(&source)
+        .arg(dir.join(format!("docker-credential-{name}")))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn push_takes_the_credential_helper_over_a_stale_auths_entry() {
+    use base64::Engine as _;
+    ensure_bases();
+    let registry = LocalRegistry::start("pusher", "s3cret-pw");
+    let mut guard = EngineGuard::default();
+    let server = format!("127.0.0.1:{}", registry.port);
+    let tag = format!("{server}/imgctl-test/helper-push:{}", std::process::id());
+    guard.image(&tag);
+    let spec = busybox_spec();
+    let spec = spec.to_str().unwrap();
+
+    let helpers = tempfile::tempdir().unwrap();
+    let pid = std::process::id();
+    let (fresh, empty) = (format!("imgctl-it-{pid}"), format!("imgctl-it-{pid}-empty"));
+    install_helper(
+        helpers.path(),
+        &fresh,
+        &format!(
+            r#"[ "$server" = "{server}" ] || {{ echo "asked for $server"; exit 3; }}
+printf '{{"ServerURL":"%s","Username":"pusher","Secret":"s3cret-pw"}}' "$server""#
+        ),
+    );
+    install_helper(
+        helpers.path(),
+        &empty,
+        "echo 'credentials not found in native keychain'; exit 1",
+    );
+    let path = format!(
+        "{}:{}",
+        helpers.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let config = tempfile::tempdir().unwrap();
+    // A stale password from an earlier `docker login`, beside the helper.
+    let stale = base64::engine::general_purpose::STANDARD.encode("pusher:stale-pw");
+    let write_config = |helper: &str| {
+        std::fs::write(
+            config.path().join("config.json"),
+            format!(
+                r#"{{"auths": {{"{server}": {{"auth": "{stale}"}}}}, "credHelpers": {{"{server}": "{helper}"}}}}"#
+            ),
+        )
+        .unwrap();
+    };
+    let env = [
+        ("DOCKER_CONFIG", config.path().to_str().unwrap()),
+        ("PATH", path.as_str()),
+        ("SOURCE_DATE_EPOCH", "1700000000"),
+    ];
+    let build = |args: &[&str]| {
+        let mut cmd = Command::new(imgctl_bin());
+        cmd.args(["build", "--spec", spec, "--tag", &tag, "--push"])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run imgctl")
+    };
+
+    // The helper's credentials, not the stale entry's: pushed.
+    write_config(&fresh);
+    let out = build(&["--json"]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "push failed:\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["pushed"], serde_json::json!([tag]));
+    let (status, body) = registry.get(
+        "/v2/imgctl-test/helper-push/tags/list",
+        "pusher",
+        "s3cret-pw",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(&format!("\"{pid}\"")), "{body}");
+
+    // A helper without credentials for the registry: anonymous (the stale
+    // entry is not used either), refused, and the hint names the helper.
+    write_config(&empty);
+    let out = build(&[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        first_error(&stderr).contains(&format!("pushing {tag} to {server} failed")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "hint: docker-credential-{empty} (named in {}) has no credentials for {server}",
+            config.path().join("config.json").display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("stale-pw") && !stderr.contains("s3cret"),
+        "a secret leaked: {stderr}"
+    );
+}
