@@ -118,7 +118,13 @@ pub fn busybox_spec() -> PathBuf {
 /// Runs imgctl with extra environment variables.
 fn imgctl_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(imgctl_bin());
-    cmd.args(args).env("NO_COLOR", "1").stdin(Stdio::null());
+    // These tests read the classic builder's text (`Running in`, intermediate
+    // containers); on engines where `auto` picks BuildKit they ask for the
+    // classic builder the docker CLI's way. tests/it/buildkit.rs covers BuildKit.
+    cmd.args(args)
+        .env("NO_COLOR", "1")
+        .env("DOCKER_BUILDKIT", "0")
+        .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -423,6 +429,7 @@ fn ctrl_c_cancels_the_build_and_leaves_nothing() {
             &tag,
         ])
         .env("NO_COLOR", "1")
+        .env("DOCKER_BUILDKIT", "0")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -3,6 +3,7 @@ mod common;
 
 mod architecture;
 mod build;
+mod buildkit;
 mod checkpointing;
 mod cli;
 mod device_check;

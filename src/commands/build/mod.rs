@@ -236,7 +236,8 @@ pub fn plan(args: &BuildArgs, buildkit: bool) -> anyhow::Result<BuildPlan> {
 
     let mut labels = rendered.labels.clone();
     let bases = image::from_images(&rendered.dockerfile);
-    for (key, value) in oci_labels(&loaded.name, bases.first()) {
+    let created = created_time(&loaded, &rendered.lock);
+    for (key, value) in oci_labels(&loaded.name, bases.first(), created) {
         labels.entry(key).or_insert(value);
     }
     labels.extend(user_labels);
@@ -311,16 +312,47 @@ fn imgctl_binary(flag: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// OCI annotations (github.com/opencontainers/image-spec, annotations.md).
-/// `created` honours SOURCE_DATE_EPOCH (reproducible-builds.org) so that
-/// identical rebuilds can give identical images.
-fn oci_labels(spec_name: &str, base: Option<&String>) -> BTreeMap<String, String> {
-    let created = std::env::var(SOURCE_DATE_EPOCH)
+/// The image's creation time: `SOURCE_DATE_EPOCH` (reproducible-builds.org)
+/// when set, else the newest modification time of the spec's inputs (the spec
+/// file, its template and its lock; for a bundled spec, which lives inside
+/// imgctl, the imgctl executable). Never the wall clock: building the same
+/// spec, lock and imgctl twice gives the same labels, so the same image.
+fn created_time(loaded: &crate::spec::LoadedSpec, lock: &crate::lock::LockState) -> SystemTime {
+    if let Some(secs) = std::env::var(SOURCE_DATE_EPOCH)
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or_else(SystemTime::now, |secs| {
-            UNIX_EPOCH + Duration::from_secs(secs)
-        });
+    {
+        return UNIX_EPOCH + Duration::from_secs(secs);
+    }
+    let mut inputs: Vec<PathBuf> = Vec::new();
+    match &loaded.file {
+        Some(file) => {
+            inputs.push(file.clone());
+            if let (Some(template), Some(dir)) = (&loaded.spec.template, &loaded.dir) {
+                inputs.push(dir.join(template));
+            }
+            if let crate::lock::LockState::Fresh { path, .. } = lock {
+                inputs.push(PathBuf::from(path));
+            }
+        }
+        None => inputs.extend(std::env::current_exe().ok()),
+    }
+    let newest = inputs
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or(UNIX_EPOCH);
+    // Whole seconds: the label is written to the second.
+    let secs = newest.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// OCI annotations (github.com/opencontainers/image-spec, annotations.md).
+fn oci_labels(
+    spec_name: &str,
+    base: Option<&String>,
+    created: SystemTime,
+) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
         (
             "org.opencontainers.image.created".to_string(),

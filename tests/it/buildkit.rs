@@ -1,0 +1,254 @@
+//! `imgctl build` with BuildKit against the real engine (Docker 20.10 serves
+//! it through `/build?version=2` as well as current engines do), and the
+//! builder choice: the same report, progress and failure report as the
+//! classic builder, unchanged rebuilds that give the same image id with both
+//! builders (no wall clock in the labels), a client pinned to API 1.41 that
+//! still builds with the classic builder, and the rendered BuildKit variant.
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+use crate::build::{busybox_spec, docker_ok, ensure_bases, test_tag, EngineGuard};
+use crate::common::{imgctl_bin, texts};
+
+fn imgctl(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(imgctl_bin());
+    cmd.args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("DOCKER_BUILDKIT")
+        .env_remove("DOCKER_API_VERSION")
+        .env_remove("SOURCE_DATE_EPOCH")
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run imgctl")
+}
+
+/// Builds the busybox spec twice with `builder` and returns both reports.
+fn build_twice(builder: &str, tag: &str) -> (Value, Value, String) {
+    let spec = busybox_spec();
+    let args = [
+        "build",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--builder",
+        builder,
+        "--tag",
+        tag,
+        // A cache chain of this test's own (see build.rs's rebuild test).
+        "--build-arg",
+        &format!("IMGCTL_TEST_FAIL=reproducible-{builder}"),
+        "--json",
+    ];
+    let first = imgctl(&args, &[]);
+    let (stdout, stderr) = texts(&first);
+    assert!(
+        first.status.success(),
+        "first {builder} build failed:\n{stderr}"
+    );
+    let first: Value = serde_json::from_str(&stdout).expect("report JSON");
+    let second = imgctl(&args, &[]);
+    let (stdout, stderr2) = texts(&second);
+    assert!(
+        second.status.success(),
+        "{builder} rebuild failed:\n{stderr2}"
+    );
+    let second: Value = serde_json::from_str(&stdout).expect("report JSON");
+    (first, second, format!("{stderr}\n{stderr2}"))
+}
+
+#[test]
+fn unchanged_rebuilds_give_the_same_image_with_both_builders() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    for builder in ["buildkit", "classic"] {
+        let tag = test_tag(&format!("repro-{builder}"));
+        guard.image(&tag);
+        let (first, second, stderr) = build_twice(builder, &tag);
+        assert_eq!(first["builder"], builder, "{first}");
+        assert!(
+            stderr.contains(&format!(", builder {builder} (requested)")),
+            "no engine line naming the builder:\n{stderr}"
+        );
+        assert!(stderr.contains("engine: Docker "), "{stderr}");
+        assert_eq!(
+            first["image_id"], second["image_id"],
+            "{builder}: an unchanged rebuild (no SOURCE_DATE_EPOCH) gave a new image"
+        );
+        assert_eq!(
+            second["steps"]["executed"], 0,
+            "{builder}: {}",
+            second["steps"]
+        );
+        assert!(second["steps"]["cached"].as_u64().unwrap() > 0);
+        // The same fields in both builders' reports.
+        for key in [
+            "image_id",
+            "tags",
+            "size_bytes",
+            "duration_s",
+            "pins",
+            "steps",
+        ] {
+            assert!(first.get(key).is_some(), "{builder}: no {key} in {first}");
+        }
+        // The created label comes from the spec's inputs, not the clock.
+        let created = &first["pins"]["org.opencontainers.image.created"];
+        assert_eq!(created, &second["pins"]["org.opencontainers.image.created"]);
+        let labels = docker_ok(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Config.Labels \"io.imgctl.torch\"}}",
+            &tag,
+        ]);
+        assert_eq!(labels, "2.7.0");
+    }
+}
+
+#[test]
+fn buildkit_failure_names_the_step_exit_code_and_stderr() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("bk-fail");
+    guard.image(&tag);
+    let spec = busybox_spec();
+    let out = imgctl(
+        &[
+            "build",
+            "--spec",
+            spec.to_str().unwrap(),
+            "--builder",
+            "buildkit",
+            "--tag",
+            &tag,
+            "--build-arg",
+            "IMGCTL_TEST_FAIL=1",
+        ],
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].starts_with("error: build failed at step 2/5 with exit code 3: RUN set -eu;"),
+        "{stderr}"
+    );
+    let tail: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("  | "))
+        .collect();
+    assert_eq!(tail.len(), 20, "{stderr}");
+    // stderr's line is kept even when more stdout arrived after it.
+    assert!(
+        tail.contains(&"failing on purpose (IMGCTL_TEST_FAIL=1)"),
+        "{stderr}"
+    );
+    assert!(tail.contains(&"test output line 30"), "{stderr}");
+    assert!(stderr.contains("hint: "), "{stderr}");
+    // Nothing was tagged.
+    let listed = docker_ok(&["images", "-q", &tag]);
+    assert!(listed.is_empty(), "a failed build left {listed}");
+}
+
+#[test]
+fn a_client_pinned_to_api_1_41_builds_with_the_classic_builder() {
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("pinned");
+    guard.image(&tag);
+    let spec = busybox_spec();
+    let args = [
+        "build",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--tag",
+        &tag,
+        "--json",
+    ];
+    let out = imgctl(&args, &[("DOCKER_API_VERSION", "1.41")]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("(API 1.41") && stderr.contains("builder classic (auto: engine API 1.41)"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["builder"], "classic");
+    // DOCKER_BUILDKIT=1 is the docker CLI's way to ask for BuildKit.
+    let out = imgctl(
+        &args,
+        &[("DOCKER_API_VERSION", "1.41"), ("DOCKER_BUILDKIT", "1")],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("builder buildkit (DOCKER_BUILDKIT=1)"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["builder"], "buildkit");
+    // Bad values are usage errors before anything is built.
+    for (env, needle) in [
+        (("DOCKER_BUILDKIT", "maybe"), "DOCKER_BUILDKIT=\"maybe\""),
+        (("DOCKER_API_VERSION", "one"), "DOCKER_API_VERSION=\"one\""),
+    ] {
+        let out = imgctl(&args, &[env]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(needle), "{stderr}");
+    }
+}
+
+#[test]
+fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
+    let ca = "/etc/ssl/certs/ca-certificates.crt";
+    let render = |extra: &[&str]| {
+        let mut args = vec!["render", "--cuda", "12.4"];
+        args.extend_from_slice(extra);
+        let out = imgctl(&args, &[]);
+        let (stdout, stderr) = texts(&out);
+        assert!(out.status.success(), "{stderr}");
+        stdout
+    };
+    let classic = render(&[]);
+    assert!(!classic.contains("--mount="), "{classic}");
+    assert_eq!(classic, render(&["--builder", "auto"]));
+    let bk = render(&["--builder", "buildkit"]);
+    assert!(bk.contains("--mount=type=cache,id=imgctl-pip,target=/root/.cache/pip"));
+    assert!(bk.contains("target=/var/lib/apt/lists,sharing=locked"));
+    assert!(bk.contains("env -u PIP_NO_CACHE_DIR pip install --cache-dir /root/.cache/pip"));
+    // The layers' cleanup must not empty the cache mounts.
+    assert!(!bk.contains("rm -rf /var/lib/apt/lists/*"), "{bk}");
+    let secret = render(&["--builder", "buildkit", "--ca-cert-secret", ca]);
+    assert!(secret.contains(
+        "--mount=type=bind,source=build-only/proxy-ca.crt,target=/run/imgctl-build/proxy-ca.crt"
+    ));
+    assert!(!secret.contains("COPY image/ca.crt"), "{secret}");
+    assert!(!secret.contains("update-ca-certificates"), "{secret}");
+    assert!(!secret.contains("io.imgctl.ca_cert.sha256"), "{secret}");
+    // The classic builder cannot bind a file into a step.
+    let out = imgctl(
+        &[
+            "render",
+            "--cuda",
+            "12.4",
+            "--builder",
+            "classic",
+            "--ca-cert-secret",
+            ca,
+        ],
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--ca-cert-secret needs BuildKit"),
+        "{stderr}"
+    );
+}
