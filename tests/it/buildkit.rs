@@ -252,3 +252,92 @@ fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
         "{stderr}"
     );
 }
+
+#[test]
+fn ctrl_c_cancels_a_buildkit_build_on_the_engine() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    ensure_bases();
+    let _guard = EngineGuard::default();
+    let tag = test_tag("bk-cancel");
+    // A spec whose RUN step sleeps for a time no other process here uses, so
+    // the host's process list shows whether the engine stopped it.
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = busybox_spec().parent().unwrap().to_path_buf();
+    let spec = std::fs::read_to_string(fixtures.join("busybox.yaml"))
+        .unwrap()
+        .replace(
+            "template: busybox.Dockerfile.j2",
+            "template: slow.Dockerfile.j2",
+        );
+    std::fs::write(dir.path().join("slow.yaml"), spec).unwrap();
+    let nonce = std::process::id() % 1000 + 1000;
+    std::fs::write(
+        dir.path().join("slow.Dockerfile.j2"),
+        format!("FROM {{{{ base_image }}}}\nRUN echo started-{nonce}; sleep {nonce}\nLABEL a=b\n"),
+    )
+    .unwrap();
+    let sleeping = || {
+        Command::new("pgrep")
+            .args(["-f", &format!("sleep {nonce}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    let mut child = Command::new(imgctl_bin())
+        .args([
+            "build",
+            "-v",
+            "--builder",
+            "buildkit",
+            "--no-cache",
+            "--tag",
+            &tag,
+            "--spec",
+        ])
+        .arg(dir.path().join("slow.yaml"))
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start imgctl build");
+    let pid = child.id() as libc::pid_t;
+    let stderr = child.stderr.take().unwrap();
+    let mut log = Vec::new();
+    let mut signalled = None;
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap_or_default();
+        if signalled.is_none()
+            && line.contains(&format!("started-{nonce}"))
+            && !line.contains("RUN")
+        {
+            // The step's own output: it runs. Wait until its sleep shows, then SIGINT.
+            let t = Instant::now();
+            while !sleeping() && t.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            assert!(
+                sleeping(),
+                "the step's sleep never showed in the process list"
+            );
+            // SAFETY: kill(2) on our own child's pid has no memory effects.
+            unsafe { libc::kill(pid, libc::SIGINT) };
+            signalled = Some(Instant::now());
+        }
+        log.push(line);
+    }
+    let status = child.wait().unwrap();
+    let log = log.join("\n");
+    let signalled = signalled.unwrap_or_else(|| panic!("the step never started:\n{log}"));
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(signalled.elapsed() < Duration::from_secs(30), "{log}");
+    assert!(log.contains("build interrupted by SIGINT"), "{log}");
+    // The engine stopped the step: its process is gone soon after.
+    let t = Instant::now();
+    while sleeping() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!sleeping(), "the cancelled step still runs on the engine");
+    let listed = docker_ok(&["images", "-q", &tag]);
+    assert!(listed.is_empty(), "a cancelled build was tagged");
+}
