@@ -280,7 +280,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     let device = run.device;
     let cfg = run.config.clone();
     // The preflight of a run, without its output directory (a benchmark writes nothing).
-    let data = session::check_inputs(run, false)?;
+    let data = session::check_inputs(run, false, sync_impl.world_size())?;
     let backend = sync_backend_label(sync_impl.as_ref(), device);
     let rt = match device {
         Device::Cuda(i) => {

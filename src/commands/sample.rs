@@ -36,6 +36,11 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     });
     let cfg = &state.config.model;
     crate::train::budget::check_sampling(cfg, args.num, device == tch::Device::Cpu)?;
+    if let tch::Device::Cuda(index) = device {
+        if let Some(free) = crate::train::session::cuda_free_bytes(index) {
+            crate::train::budget::check_device_sampling(cfg, args.num, index, free)?;
+        }
+    }
     let vs = VarStore::new(device);
     let model = UNet2DModel::try_new(&vs.root(), cfg)?;
     weights::load_diffusers_state_dict(&vs, &weights_file)?;

@@ -9,14 +9,103 @@
 //! magnitude, not tight ones): activation bytes per image grow with
 //! height × width × channels at every resolution level, plus the attention
 //! maps (pixels² × heads) where a level has attention. Only host RAM
-//! (`MemAvailable` in /proc/meminfo) is checked; on CUDA the device's
-//! memory is not (tch exposes no total without initialising a context),
-//! so CUDA runs are checked for the host-side costs only.
+//! (`MemAvailable` in /proc/meminfo) is checked for CPU runs; a CUDA run is
+//! checked against its device's free memory (`cudaMemGetInfo`, read by the
+//! rank itself once its context exists: [`check_device_training`],
+//! [`check_device_sampling`]). Device estimates refuse only what exceeds
+//! [`DEVICE_SLACK`] times the free memory (cuDNN workspaces and the caching
+//! allocator make tight figures unreliable, and refusing a run that would
+//! fit is worse than an out-of-memory error), and suggest the value whose
+//! estimate fits in the free memory itself.
 use crate::train::config::TrainConfig;
 use crate::train::model::config::{DownBlockType, UNetConfig, UpBlockType};
 
 /// The most data-loading workers a run may start (also at most 4 per CPU).
 pub const MAX_WORKERS: usize = 256;
+
+/// A device setting is refused when its estimate exceeds this many times the
+/// device's free memory (see the module's words).
+pub const DEVICE_SLACK: f64 = 2.0;
+
+/// Device bytes per parameter of a training step: f32 weights, gradients,
+/// Adam's two moments and the EMA copy (4 bytes each).
+const TRAIN_BYTES_PER_PARAM: f64 = 20.0;
+
+/// The share of the full activations gradient checkpointing keeps (block
+/// inputs only; each block's inside is recomputed in the backward pass).
+const CHECKPOINTED_SHARE: f64 = 0.25;
+
+/// Checks one rank's share of a CUDA training step against `free` bytes of
+/// device `device`: weights, gradients, optimizer state and EMA, plus the
+/// activations of `batch_size / world_size` images (half as many bytes in
+/// bf16/fp16, a quarter with gradient checkpointing). A usage error with the
+/// largest global batch size whose estimate fits.
+pub fn check_device_training(
+    config: &TrainConfig,
+    half_precision: bool,
+    world_size: usize,
+    device: usize,
+    free: u64,
+) -> Result<(), BudgetError> {
+    let world = world_size.max(1);
+    let batch = config.training.batch_size;
+    let per_rank = batch.div_ceil(world);
+    let mut per_image = activation_bytes_per_image(&config.model, true);
+    if half_precision {
+        per_image *= 0.5;
+    }
+    if config.training.gradient_checkpointing {
+        per_image *= CHECKPOINTED_SHARE;
+    }
+    let fixed = config.model.param_count() as f64 * TRAIN_BYTES_PER_PARAM;
+    let need = fixed + per_image * per_rank as f64;
+    if need <= DEVICE_SLACK * free as f64 {
+        return Ok(());
+    }
+    let room = free as f64 - fixed;
+    let largest_batch = if room <= 0.0 {
+        0
+    } else {
+        (room / per_image) as u64 * world as u64
+    };
+    Err(BudgetError::DeviceTraining {
+        device,
+        batch_size: batch,
+        world_size: world,
+        need,
+        free,
+        largest_batch,
+    })
+}
+
+/// Checks `sample --num` on CUDA against `free` bytes of device `device`
+/// (f32 weights plus one forward pass over every image at once).
+pub fn check_device_sampling(
+    model: &UNetConfig,
+    num: i64,
+    device: usize,
+    free: u64,
+) -> Result<(), BudgetError> {
+    let per_image = activation_bytes_per_image(model, false);
+    let fixed = model.param_count() as f64 * 4.0;
+    let need = fixed + per_image * num.max(0) as f64;
+    if need <= DEVICE_SLACK * free as f64 {
+        return Ok(());
+    }
+    let room = free as f64 - fixed;
+    let largest = if room <= 0.0 {
+        0
+    } else {
+        (room / per_image) as u64
+    };
+    Err(BudgetError::DeviceSampling {
+        num,
+        device,
+        need,
+        free,
+        largest,
+    })
+}
 
 /// Host memory available for new allocations (`MemAvailable`), in bytes;
 /// `None` where /proc/meminfo is unreadable (then nothing is refused).
@@ -217,12 +306,53 @@ pub enum BudgetError {
         /// The most images that fit.
         largest: u64,
     },
+    /// A training step that does not fit in the GPU's free memory.
+    #[error("batch_size {batch_size} ({} per GPU over {world_size}) needs about {} on GPU {device}, which has {} free; {}", .batch_size.div_ceil(*.world_size), gib(*.need), gib(*.free as f64), device_tail(*.largest_batch))]
+    DeviceTraining {
+        /// The CUDA device index.
+        device: usize,
+        /// The global batch size.
+        batch_size: usize,
+        /// Ranks sharing the batch.
+        world_size: usize,
+        /// Bytes needed on one device.
+        need: f64,
+        /// Free bytes on the device.
+        free: u64,
+        /// The largest global batch whose estimate fits (0: none).
+        largest_batch: u64,
+    },
+    /// More images to sample at once than the GPU's free memory holds.
+    #[error("{num} images need about {} to denoise at once on GPU {device}, which has {} free; at most {largest} fit", gib(*.need), gib(*.free as f64))]
+    DeviceSampling {
+        /// Images asked for.
+        num: i64,
+        /// The CUDA device index.
+        device: usize,
+        /// Bytes needed.
+        need: f64,
+        /// Free bytes on the device.
+        free: u64,
+        /// The most images that fit.
+        largest: u64,
+    },
+}
+
+/// The end of [`BudgetError::DeviceTraining`]'s line.
+fn device_tail(largest_batch: u64) -> String {
+    if largest_batch == 0 {
+        "the model's weights and optimizer state alone do not fit: use a smaller model".to_string()
+    } else {
+        format!("at most batch_size {largest_batch} fits")
+    }
 }
 
 /// The end of [`BudgetError::Activations`]'s line: what fits instead.
 fn activation_tail(largest_batch: u64, largest_size: u64) -> String {
     if largest_batch == 0 {
         format!("at most sample_size {largest_size} fits at this batch size")
+    } else if largest_size == 0 {
+        format!("at most batch_size {largest_batch} fits")
     } else {
         format!("at most batch_size {largest_batch} fits (or sample_size {largest_size} at this batch size)")
     }
@@ -237,6 +367,55 @@ mod tests {
         assert_eq!(largest_fitting(100, |n| n <= 37), 37);
         assert_eq!(largest_fitting(100, |n| n <= 1000), 100);
         assert_eq!(largest_fitting(100, |_| false), 0);
+    }
+
+    #[test]
+    fn device_training_refuses_what_is_far_too_big_and_names_what_fits() {
+        let mut config = TrainConfig::preset(crate::choices::Preset::Default);
+        let gib80 = 80u64 << 30;
+        config.training.batch_size = 64;
+        check_device_training(&config, true, 1, 0, gib80).unwrap();
+        config.training.batch_size = 1_000_000;
+        let err = check_device_training(&config, true, 1, 0, gib80).unwrap_err();
+        let BudgetError::DeviceTraining { largest_batch, .. } = err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            largest_batch > 64 && largest_batch < 1_000_000,
+            "{largest_batch}"
+        );
+        // The suggestion fits, and eight ranks share the batch.
+        config.training.batch_size = largest_batch as usize;
+        check_device_training(&config, true, 1, 0, gib80).unwrap();
+        config.training.batch_size = 1_000_000;
+        let eight = check_device_training(&config, true, 8, 3, gib80).unwrap_err();
+        let text = eight.to_string();
+        assert!(
+            text.contains("125000 per GPU over 8") && text.contains("GPU 3"),
+            "{text}"
+        );
+        // fp32 and no checkpointing need more than bf16 with checkpointing.
+        config.training.batch_size = 64;
+        let small = 4u64 << 30;
+        let fp32 = check_device_training(&config, false, 1, 0, small).is_err();
+        config.training.gradient_checkpointing = true;
+        let ckpt = check_device_training(&config, true, 1, 0, small).is_err();
+        assert!(fp32 >= ckpt);
+        // Weights and optimizer state alone: none fits.
+        let err = check_device_training(&config, true, 1, 0, 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("use a smaller model"), "{err}");
+    }
+
+    #[test]
+    fn device_sampling_names_the_largest_count() {
+        let model = TrainConfig::preset(crate::choices::Preset::Default).model;
+        check_device_sampling(&model, 16, 0, 80u64 << 30).unwrap();
+        let err = check_device_sampling(&model, 100_000_000, 0, 80u64 << 30).unwrap_err();
+        let BudgetError::DeviceSampling { largest, .. } = err else {
+            panic!("{err:?}");
+        };
+        assert!(largest > 16 && largest < 100_000_000, "{largest}");
+        check_device_sampling(&model, largest as i64, 0, 80u64 << 30).unwrap();
     }
 
     #[test]

@@ -296,7 +296,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let tr = cfg.training.clone();
 
     // Everything that can be wrong with the input, before any training.
-    let data = session::check_inputs(&opts, lead)?;
+    let data = session::check_inputs(&opts, lead, world)?;
     let mut trainer = session::new_trainer(&opts, sync)?;
     trainer.inject_nan_at = opts.inject_nan_at;
     session::initial_weights(&mut trainer, opts.resume.as_deref())?;

@@ -89,8 +89,25 @@ pub struct RunOptions {
 /// built: the precision on the device, the dataset (opened and returned), and
 /// when `out_dir` (rank 0 of a training run; a benchmark writes nothing) the
 /// disk space for a checkpoint and the output directory.
-pub fn check_inputs(opts: &RunOptions, out_dir: bool) -> anyhow::Result<Dataset> {
+pub fn check_inputs(
+    opts: &RunOptions,
+    out_dir: bool,
+    world_size: usize,
+) -> anyhow::Result<Dataset> {
     check_precision(opts.device, opts.precision)?;
+    if let Device::Cuda(index) = opts.device {
+        // This rank's share of a step against its GPU's free memory (the
+        // precision probe above made the context, so the reading is real).
+        if let Some(free) = cuda_free_bytes(index) {
+            crate::train::budget::check_device_training(
+                &opts.config,
+                opts.precision != Precision::Fp32,
+                world_size,
+                index,
+                free,
+            )?;
+        }
+    }
     let data = open_dataset(&opts.data, &opts.config)?;
     if out_dir {
         // Room for a checkpoint first: a run that cannot save must not start
@@ -180,6 +197,14 @@ pub fn check_precision(device: Device, precision: Precision) -> anyhow::Result<(
 /// The folders a run writes under its output directory (TensorBoard events,
 /// checkpoints, sample grids).
 pub const OUT_SUBDIRS: [&str; 3] = ["tb", checkpoint::CHECKPOINTS, "samples"];
+
+/// Free bytes of CUDA device `index` (`cudaMemGetInfo`, which makes the
+/// device's context if there is none yet); `None` without a CUDA runtime.
+pub fn cuda_free_bytes(index: usize) -> Option<u64> {
+    let rt = crate::sys::cudart::CudaRuntime::locate().ok()?;
+    rt.set_device(index).ok()?;
+    rt.mem_get_info().ok().map(|(free, _)| free)
+}
 
 /// The compute capability `(major, minor)` of CUDA device `index`, from the
 /// CUDA runtime libtorch loaded; `None` when there is none or no device.

@@ -34,8 +34,13 @@ fn device_check_rehearses_every_stage_on_the_cpu() {
             );
             continue;
         }
-        // On one GPU (or none), --expect-gpus 2 must fail: that stage expects exit 1.
-        let want = if name == "verify_expect2" { "1" } else { "0" };
+        // On one GPU (or none), --expect-gpus 2 must fail: that stage expects
+        // exit 1; a batch beyond the device's memory is a usage error (exit 2).
+        let want = match name {
+            "verify_expect2" => "1",
+            "budget_device" => "2",
+            _ => "0",
+        };
         assert_eq!(exit, want, "stage {name}: {row}\n{summary}\n{stderr}");
         stages += 1;
     }

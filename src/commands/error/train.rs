@@ -145,6 +145,16 @@ mod with_torch {
             BudgetError::Activations { largest_batch, .. } => Advice::usage(format!(
                 "use --batch-size {largest_batch} or less, or a smaller model.sample_size"
             )),
+            BudgetError::DeviceTraining { largest_batch: 0, .. } => Advice::usage(
+                "use a smaller model (--preset tiny) or a GPU with more free memory"
+                    .to_string(),
+            ),
+            BudgetError::DeviceTraining { largest_batch, .. } => Advice::usage(format!(
+                "use --batch-size {largest_batch} or less, --gradient-checkpointing, or more GPUs (--gpus)"
+            )),
+            BudgetError::DeviceSampling { largest, .. } => Advice::usage(format!(
+                "use --num {largest} or fewer (run sample again for more)"
+            )),
             BudgetError::Sampling {
                 num,
                 need,
