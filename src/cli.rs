@@ -452,4 +452,7 @@ pub struct SampleArgs {
     /// Output PNG.
     #[arg(long, default_value = "samples.png", value_name = "FILE")]
     pub out: PathBuf,
+    /// Print what was written (PNG path, grid, size, sampler, seed, …) as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }

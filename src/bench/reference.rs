@@ -113,6 +113,11 @@ pub struct ReferenceRun {
     /// weights over fp32 master weights`, `fp32`).
     #[serde(default)]
     pub recipe: Option<String>,
+    /// Wall time of the whole reference process (interpreter start, imports,
+    /// warm-up, timed steps), seconds, as imgctl measured it; up to the kill
+    /// for a run past its deadline.
+    #[serde(default)]
+    pub wall_s: Option<f64>,
 }
 
 /// The interpreter: `$IMGCTL_PYTHON`; else `$IMGCTL_VENV/bin/python` when it
@@ -204,8 +209,16 @@ pub struct ReferenceArgs {
 
 /// Runs the script prepared in `dir` and parses its JSON. A missing
 /// interpreter is an error (exit 2); a script that ran but could not train
-/// (no diffusers, compile unavailable) comes back as `ok: false` with the reason.
+/// (no diffusers, compile unavailable) comes back as `ok: false` with the
+/// reason. Either way the process's wall time is in [`ReferenceRun::wall_s`].
 pub fn run(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
+    let started = Instant::now();
+    let mut r = run_process(dir, a)?;
+    r.wall_s = Some(started.elapsed().as_secs_f64());
+    Ok(r)
+}
+
+fn run_process(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     let timeout = reference_timeout()?;
     let py = python();
     let mut cmd = Command::new(&py);

@@ -11,10 +11,11 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
     use crate::commands::error::CliError;
     use crate::output::printer;
     use crate::train::checkpoint;
-    use crate::train::images::write_grid_png;
+    use crate::train::images::{grid_columns, write_grid_png};
     use crate::train::model::{weights, UNet2DModel};
     use crate::train::schedule::DdpmSchedule;
 
+    let started = std::time::Instant::now();
     let sampler = args.sampler;
     DdpmSchedule::inference_timesteps(args.steps as i64)?;
     if args.num <= 0 {
@@ -54,8 +55,17 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         if args.no_ema { "raw" } else { "EMA" },
         state.step
     ));
-    let spinner = p.spinner("denoising");
-    let images = DdpmSchedule::new(device).sample(
+    // A step bar on a terminal; nothing otherwise, nor with --json.
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        p.progress(
+            args.steps as u64,
+            "{spinner} [{elapsed_precise}] [{bar:25}] denoising step {pos}/{len}",
+        )
+    };
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    let images = DdpmSchedule::new(device).sample_observed(
         |x, t| model.forward(x, t),
         args.num,
         [cfg.in_channels, h, w],
@@ -63,11 +73,85 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         args.steps as i64,
         args.seed,
         device,
-    )?;
-    spinner.finish_and_clear();
-    write_grid_png(&images, &args.out, None)?;
+        |done| bar.set_position(done),
+    );
+    bar.finish_and_clear();
+    let images = images?;
+    let (width, height) = write_grid_png(&images, &args.out, None)?;
     p.info(format!("wrote {}", args.out.display()));
+    if args.json {
+        let n = args.num as usize;
+        let columns = grid_columns(n).clamp(1, n);
+        p.json(&SampleReport {
+            schema_version: SAMPLE_REPORT_VERSION,
+            png: args.out.clone(),
+            count: n,
+            grid: GridShape {
+                columns,
+                rows: n.div_ceil(columns),
+            },
+            width,
+            height,
+            tile: [h, w],
+            sampler: sampler.to_string(),
+            steps: args.steps,
+            seed: args.seed,
+            checkpoint: dir,
+            checkpoint_step: state.step,
+            weights: if args.no_ema { "raw" } else { "ema" },
+            device: crate::train::session::device_name(device),
+            seconds: started.elapsed().as_secs_f64(),
+        })?;
+    }
     Ok(ExitStatus::Success)
+}
+
+/// Version of the `sample --json` layout.
+#[cfg(feature = "torch")]
+const SAMPLE_REPORT_VERSION: u32 = 1;
+
+/// What `imgctl sample --json` prints: the PNG it wrote and how.
+#[cfg(feature = "torch")]
+#[derive(Debug, serde::Serialize)]
+struct SampleReport {
+    /// Version of this layout.
+    schema_version: u32,
+    /// The PNG grid written (as given to --out).
+    png: std::path::PathBuf,
+    /// Images in the grid.
+    count: usize,
+    /// Tiles across and down.
+    grid: GridShape,
+    /// Width of the PNG in pixels.
+    width: u32,
+    /// Height of the PNG in pixels.
+    height: u32,
+    /// Height and width of one generated image (before enlargement).
+    tile: [i64; 2],
+    /// The sampler.
+    sampler: String,
+    /// Denoising steps.
+    steps: usize,
+    /// The seed.
+    seed: u64,
+    /// The checkpoint directory the weights came from.
+    checkpoint: std::path::PathBuf,
+    /// The training step of that checkpoint.
+    checkpoint_step: u64,
+    /// `ema` or `raw`.
+    weights: &'static str,
+    /// The device that sampled.
+    device: String,
+    /// Wall time of the whole command (loading, sampling, writing), seconds.
+    seconds: f64,
+}
+
+/// Columns and rows of a sample grid.
+#[cfg(feature = "torch")]
+#[derive(Debug, serde::Serialize)]
+struct GridShape {
+    columns: usize,
+    rows: usize,
 }
 
 /// Checks that `out` names a PNG file that can be created: a `.png`

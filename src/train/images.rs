@@ -134,16 +134,26 @@ impl ImageStats {
 
 /// The grid of [`grid_image`] encoded as PNG bytes (e.g. for TensorBoard).
 pub fn encode_grid_png(images: &Tensor, nrow: Option<usize>) -> anyhow::Result<Vec<u8>> {
-    let img = grid_image(images, nrow)?;
+    encode_png(&grid_image(images, nrow)?)
+}
+
+fn encode_png(img: &DynamicImage) -> anyhow::Result<Vec<u8>> {
     let mut out = std::io::Cursor::new(Vec::new());
     img.write_to(&mut out, ImageFormat::Png)
         .context("encoding PNG")?;
     Ok(out.into_inner())
 }
 
-/// Writes the grid of [`grid_image`] to `path` as PNG, atomically.
-pub fn write_grid_png(images: &Tensor, path: &Path, nrow: Option<usize>) -> anyhow::Result<()> {
-    let png = encode_grid_png(images, nrow)?;
+/// Writes the grid of [`grid_image`] to `path` as PNG, atomically; returns
+/// the PNG's `(width, height)` in pixels.
+pub fn write_grid_png(
+    images: &Tensor,
+    path: &Path,
+    nrow: Option<usize>,
+) -> anyhow::Result<(u32, u32)> {
+    let img = grid_image(images, nrow)?;
+    let dims = (img.width(), img.height());
+    let png = encode_png(&img)?;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -160,7 +170,7 @@ pub fn write_grid_png(images: &Tensor, path: &Path, nrow: Option<usize>) -> anyh
         .map_err(|e| cannot(&e))?;
     std::io::Write::write_all(&mut tmp, &png).map_err(|e| cannot(&e))?;
     tmp.persist(path).map_err(|e| cannot(&e.error))?;
-    Ok(())
+    Ok(dims)
 }
 
 /// An image file that cannot be written (exit 2).

@@ -166,7 +166,7 @@ impl DdpmSchedule {
     #[allow(clippy::too_many_arguments)]
     pub fn sample<F>(
         &self,
-        mut model_fn: F,
+        model_fn: F,
         n: i64,
         shape: [i64; 3],
         sampler: Sampler,
@@ -176,6 +176,27 @@ impl DdpmSchedule {
     ) -> anyhow::Result<Tensor>
     where
         F: FnMut(&Tensor, &Tensor) -> Tensor,
+    {
+        self.sample_observed(model_fn, n, shape, sampler, steps, seed, device, |_| {})
+    }
+
+    /// [`DdpmSchedule::sample`], calling `on_step(done)` after each of the
+    /// `steps` denoising steps (`done` runs 1..=steps): the caller's progress.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sample_observed<F, P>(
+        &self,
+        mut model_fn: F,
+        n: i64,
+        shape: [i64; 3],
+        sampler: Sampler,
+        steps: i64,
+        seed: u64,
+        device: Device,
+        mut on_step: P,
+    ) -> anyhow::Result<Tensor>
+    where
+        F: FnMut(&Tensor, &Tensor) -> Tensor,
+        P: FnMut(u64),
     {
         let timesteps = Self::inference_timesteps(steps)?;
         let full = [n, shape[0], shape[1], shape[2]];
@@ -197,6 +218,7 @@ impl DdpmSchedule {
                     }
                     Sampler::Ddim => self.ddim_step(&eps, t, t - NUM_TRAIN_TIMESTEPS / steps, &x),
                 };
+                on_step(i as u64 + 1);
             }
             x.clamp(-1.0, 1.0)
         }))

@@ -1084,6 +1084,10 @@ fn compare_runs_the_pytorch_reference_on_the_same_model() {
     );
     assert!(matched["last_loss"].as_f64().unwrap().is_finite());
     assert!(v["ratio_vs_matched"].as_f64().unwrap() > 0.0);
+    // Each reference's wall time, as imgctl measured it.
+    for r in [eager, matched] {
+        assert!(r["wall_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
 }
 
 #[test]
@@ -1185,6 +1189,16 @@ fn a_reference_run_past_its_deadline_is_reported_not_ok() {
     assert!(
         why.contains("stopped after") && why.contains("IMGCTL_REFERENCE_TIMEOUT"),
         "{why}"
+    );
+    // Its wall time up to the kill is reported, and without a terminal
+    // each reference gets a start line and an end line with that time.
+    let wall = eager["wall_s"].as_f64().unwrap();
+    assert!(wall >= 0.3, "{eager}");
+    assert!(
+        err.contains("running the PyTorch reference (eager, with ")
+            && err.contains("PyTorch reference (eager, with ")
+            && err.contains(&format!("): did not run after {wall:.1} s")),
+        "{err}"
     );
     assert!(
         v["ratio_vs_eager"].is_null(),

@@ -1003,7 +1003,8 @@ fn sample_png_decodes() {
         ],
         &[],
     );
-    assert_code(&o, 0);
+    let (stdout, _) = assert_code(&o, 0);
+    assert_eq!(stdout, "", "without --json, nothing on stdout");
     let img = image::open(&png).expect("decodes").to_rgb8();
     // 2×2 tiles of 32 px enlarged ×4 to 128, with 2 px padding (torchvision make_grid).
     assert_eq!(img.dimensions(), (2 + 2 * 130, 2 + 2 * 130));
@@ -1026,11 +1027,38 @@ fn sample_png_decodes() {
             "cpu",
             "--out",
             png2.to_str().unwrap(),
+            "--json",
         ],
         &[],
     );
-    assert_code(&o, 0);
-    assert!(image::open(&png2).is_ok());
+    // With --json, stdout is one JSON object naming what was written.
+    let (stdout, stderr) = assert_code(&o, 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+    assert_eq!(v["schema_version"], 1, "{v}");
+    let written = std::path::PathBuf::from(v["png"].as_str().unwrap());
+    assert_eq!(written, png2, "{v}");
+    let img = image::open(&written).expect("decodes").to_rgb8();
+    let (w, h) = (v["width"].as_u64().unwrap(), v["height"].as_u64().unwrap());
+    assert_eq!((u64::from(img.width()), u64::from(img.height())), (w, h));
+    // One 32 px tile enlarged ×4, with 2 px padding on each side.
+    assert_eq!((w, h), (2 + 130, 2 + 130), "{v}");
+    assert_eq!(v["count"], 1, "{v}");
+    assert_eq!(v["grid"]["columns"], 1, "{v}");
+    assert_eq!(v["grid"]["rows"], 1, "{v}");
+    assert_eq!(v["tile"], serde_json::json!([32, 32]), "{v}");
+    assert_eq!(v["sampler"], "ddpm", "{v}");
+    assert_eq!(v["steps"], 2, "{v}");
+    assert_eq!(v["seed"], 0, "{v}");
+    assert_eq!(v["weights"], "raw", "{v}");
+    assert_eq!(v["device"], "cpu", "{v}");
+    assert_eq!(
+        std::path::PathBuf::from(v["checkpoint"].as_str().unwrap()),
+        ck,
+        "{v}"
+    );
+    assert_eq!(v["checkpoint_step"], 2, "{v}");
+    assert!(v["seconds"].as_f64().unwrap() > 0.0, "{v}");
     // The output is checked before sampling: a name that is not .png, a
     // folder that does not exist.
     for (bad, want) in [

@@ -203,14 +203,14 @@ fn finish_local(
         matched: false,
         channels_last: opts.run.config.training.channels_last,
     };
-    p.info(format!(
-        "running the PyTorch reference (eager) with {}",
-        reference::python()
-    ));
-    let mut runs = vec![reference::run(dir.path(), &base)?];
+    let mut runs = vec![run_reference(
+        &format!("eager, with {}", reference::python()),
+        dir.path(),
+        &base,
+    )?];
     let compile_note = if matches!(opts.run.device, Device::Cuda(_)) {
-        p.info("running the PyTorch reference (torch.compile)");
-        runs.push(reference::run(
+        runs.push(run_reference(
+            "torch.compile",
             dir.path(),
             &reference::ReferenceArgs {
                 compile: true,
@@ -225,8 +225,8 @@ fn finish_local(
     // diffusers' script runs autocast over fp32 weights and torch's
     // default AdamW; imgctl runs bf16 weights over fp32 master weights
     // and a fused AdamW.
-    p.info("running the PyTorch reference (eager, imgctl's recipe)");
-    runs.push(reference::run(
+    runs.push(run_reference(
+        "eager, imgctl's recipe",
         dir.path(),
         &reference::ReferenceArgs {
             matched: true,
@@ -274,6 +274,38 @@ fn finish_local(
         .into());
     }
     Ok(ExitStatus::Success)
+}
+
+/// Runs one reference program, showing what runs and for how long: a
+/// spinner with the elapsed time on a terminal, a start line otherwise; an
+/// end line with its wall time (also in the report's `wall_s`) after.
+fn run_reference(
+    label: &str,
+    dir: &std::path::Path,
+    a: &reference::ReferenceArgs,
+) -> anyhow::Result<reference::ReferenceRun> {
+    let p = printer();
+    let what = format!("running the PyTorch reference ({label})");
+    let spinner = p.spinner(what.clone());
+    if !p.interactive {
+        p.info(&what);
+    }
+    let started = std::time::Instant::now();
+    let r = reference::run(dir, a);
+    spinner.finish_and_clear();
+    let secs = match &r {
+        Ok(run) => run.wall_s,
+        Err(_) => None,
+    }
+    .unwrap_or_else(|| started.elapsed().as_secs_f64());
+    let outcome = match &r {
+        Ok(run) if run.ok => "finished",
+        _ => "did not run",
+    };
+    p.info(format!(
+        "PyTorch reference ({label}): {outcome} after {secs:.1} s"
+    ));
+    r
 }
 
 fn finish_report(args: &TrainArgs, r: BenchReport) -> anyhow::Result<ExitStatus> {
