@@ -32,7 +32,7 @@ apt_install() {
 
 # --- host tools ------------------------------------------------------------
 # docker-registry + apache2-utils (htpasswd): the `--push` test runs a local registry with auth.
-# python3-pip: `imgctl lock` runs pip's resolver with the host's python3.
+# python3-pip: the host's pip (`imgctl lock` resolves with the venv's uv, from requirements-test.txt).
 # g++: torch-sys's C++ wrapper and our csrc/torch_ext.cpp are compiled at build time.
 # iproute2: tests/it/multinode.rs makes its "nodes" with `ip netns` and veth pairs.
 apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2
@@ -51,6 +51,7 @@ fi
 req="$repo/scripts/requirements-test.txt"
 stamp="$venv/.imgctl-requirements.sha256"
 if ! "$venv/bin/python" -c "import diffusers, safetensors, tensorboard, PIL" 2>/dev/null \
+  || [ ! -x "$venv/bin/uv" ] \
   || [ "$(sha256sum <"$req")" != "$(cat "$stamp" 2>/dev/null)" ]; then
   log "installing Python test dependencies"
   "$venv/bin/pip" install -q -r "$req"

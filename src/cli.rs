@@ -122,7 +122,7 @@ pub enum Command {
     Sample(SampleArgs),
     /// List the bundled image specs.
     Specs(SpecsArgs),
-    /// Resolve a spec's full Python package set into its pip lock file.
+    /// Resolve a spec's full Python package set into its hashed pip lock file.
     Lock(LockArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
     Completions(CompletionsArgs),

@@ -81,12 +81,11 @@ pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
 /// Hidden test/CPU launcher: `IMGCTL_CPU_RANKS=N imgctl train-demo …` supervises
 /// N CPU worker processes on this machine, as `--gpus N` does with GPUs.
 pub const IMGCTL_CPU_RANKS: &str = "IMGCTL_CPU_RANKS";
-/// Python interpreter for `train-demo --benchmark --compare` and for the pip
-/// that `imgctl lock` resolves with (default `python3`).
+/// Python interpreter for `train-demo --benchmark --compare` (default `python3`).
 pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
 /// The virtual environment scripts/setup.sh made (`.cargo/config.toml` sets it
 /// to the repository's `.venv`): `--compare` runs its `bin/python` when
-/// `IMGCTL_PYTHON` is unset.
+/// `IMGCTL_PYTHON` is unset, and `imgctl lock` its `bin/uv` (before uv on PATH).
 pub const IMGCTL_VENV: &str = "IMGCTL_VENV";
 /// Seconds a collective may wait for the other ranks before the rank gives
 /// up (default 1800): the CPU backend's exchanges and the NCCL watchdog.

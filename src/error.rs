@@ -13,6 +13,8 @@ pub enum ExitStatus {
     Failure,
     /// A usage or spec error (2).
     Usage,
+    /// A tool imgctl needs is not installed (3): uv, for `lock`.
+    MissingTool,
     /// Interrupted by Ctrl-C / SIGINT (130).
     Interrupted,
 }
@@ -24,6 +26,7 @@ impl ExitStatus {
             ExitStatus::Success => 0,
             ExitStatus::Failure => 1,
             ExitStatus::Usage => 2,
+            ExitStatus::MissingTool => 3,
             ExitStatus::Interrupted => 130,
         }
     }

@@ -83,13 +83,15 @@ pub fn instruction_words(dockerfile: &str) -> Vec<String> {
 }
 
 /// Lock text → parse: refused, or only `name==version` packages without
-/// space or control characters, and writing it out and reading it back gives
+/// space or control characters, each hash 64 lowercase hex digits, and
+/// writing it out (and each step as requirements) and reading it back gives
 /// the same lock.
 pub fn lock_text(text: &str) {
     let Ok(lock) = crate::lock::LockFile::parse(text) else {
         return;
     };
-    for (name, version) in &lock.packages {
+    for (name, locked) in &lock.packages {
+        let version = &locked.version;
         for part in [name, version] {
             assert!(
                 !part.is_empty() && !part.chars().any(|c| c.is_whitespace() || c.is_control()),
@@ -100,6 +102,14 @@ pub fn lock_text(text: &str) {
             !name.contains("==") && !version.contains("=="),
             "{name}=={version}"
         );
+        for h in &locked.hashes {
+            assert!(
+                h.len() == 64
+                    && h.bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+                "{name}: hash {h:?}"
+            );
+        }
     }
     if lock
         .inputs
@@ -108,6 +118,18 @@ pub fn lock_text(text: &str) {
     {
         let again = crate::lock::LockFile::parse(&lock.to_text("fuzz.yaml", "regenerate-the-lock"));
         assert_eq!(again.as_ref(), Ok(&lock), "round trip");
+    }
+    // Each step's requirements hold exactly that step's entries, nothing else.
+    for step in crate::lock::Step::ALL {
+        let req = lock.step_text(step, "fuzz.lock");
+        let body: Vec<&str> = req.lines().filter(|l| !l.starts_with('#')).collect();
+        let entries = body.iter().filter(|l| !l.starts_with(' ')).count();
+        assert_eq!(entries, lock.step(step).count(), "{req}");
+        assert!(
+            body.iter()
+                .all(|l| !l.starts_with(' ') || l.trim_start().starts_with("--hash=sha256:")),
+            "{req}"
+        );
     }
 }
 

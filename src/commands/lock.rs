@@ -1,9 +1,10 @@
-//! `imgctl lock`: resolve a spec's full Python package set with pip and write
-//! its lock file, or (`--check`) say whether the lock is missing or stale.
+//! `imgctl lock`: resolve a spec's full Python package set with uv and write
+//! its lock file (every package pinned, with the sha256 of its wheels), or
+//! (`--check`) say whether the lock is missing or stale.
 //!
 //! This command chooses the specs (`--cuda`, `--spec`, `--all`), finds where
 //! each lock goes, shows progress, and prints the outcome (JSON with
-//! `--json`). The format, the digest and pip itself are [`crate::lock`]'s.
+//! `--json`). The format, the digest and uv itself are [`crate::lock`]'s.
 //! It also owns the lock's words for the user that other commands share: the
 //! command that regenerates a spec's lock ([`lock_command`]) and the line
 //! `build`/`render` print about it ([`build_line`]).
@@ -14,7 +15,9 @@ use serde::Serialize;
 
 use crate::cli::LockArgs;
 use crate::commands::error::CliError;
-use crate::lock::{self, resolve, LockFile, LockFileError, LockInputs, LockLocation, LockState};
+use crate::lock::{
+    self, resolve, uv, LockFile, LockFileError, LockInputs, LockLocation, LockState,
+};
 use crate::output::printer;
 use crate::spec::{self, LoadedSpec, SpecSource};
 use crate::ExitStatus;
@@ -40,7 +43,7 @@ struct Outcome {
     inputs_sha256: String,
     /// What changed since the lock was made (stale), or why it is invalid.
     changes: Vec<String>,
-    /// Seconds pip took to resolve (write mode).
+    /// Seconds uv took to resolve (write mode).
     resolve_s: Option<f64>,
 }
 
@@ -79,10 +82,11 @@ pub fn run(args: LockArgs) -> anyhow::Result<ExitStatus> {
     if args.check {
         return check(&specs, args.json);
     }
-    let python = resolve::find_python()?;
+    // uv is looked for when a lock needs resolving (a fresh one needs none).
+    let mut uv = None;
     let mut outcomes = Vec::new();
     for s in &specs {
-        outcomes.push(write_one(s, &python, &args)?);
+        outcomes.push(write_one(s, &mut uv, &args)?);
     }
     if args.json {
         printer().json(&Report {
@@ -243,7 +247,7 @@ fn target(s: &LoadedSpec) -> anyhow::Result<PathBuf> {
     }
 }
 
-fn write_one(s: &LoadedSpec, python: &resolve::Python, args: &LockArgs) -> anyhow::Result<Outcome> {
+fn write_one(s: &LoadedSpec, uv: &mut Option<uv::Uv>, args: &LockArgs) -> anyhow::Result<Outcome> {
     let p = printer();
     let path = target(s)?;
     let inputs = LockInputs::of(&s.spec);
@@ -276,13 +280,17 @@ fn write_one(s: &LoadedSpec, python: &resolve::Python, args: &LockArgs) -> anyho
             }
         }
     }
+    let uv: &uv::Uv = match uv {
+        Some(found) => found,
+        None => uv.insert(uv::find_uv()?),
+    };
     let what = format!(
-        "{}: resolving {} + {} pin{} with pip {} for CPython {} on {}",
+        "{}: resolving {} + {} pin{} with uv {} for CPython {} on {}",
         s.name,
         inputs.torch,
         s.spec.pip.len(),
         if s.spec.pip.len() == 1 { "" } else { "s" },
-        python.pip_version,
+        uv.version,
         inputs.python,
         inputs.platform.canonical()
     );
@@ -293,13 +301,13 @@ fn write_one(s: &LoadedSpec, python: &resolve::Python, args: &LockArgs) -> anyho
     let requirements: Vec<String> = s.spec.pip.iter().map(|pin| pin.requirement()).collect();
     let started = Instant::now();
     let result = resolve::resolve(
-        python,
+        uv,
         &inputs,
         &requirements,
         args.pip_index_url.as_deref(),
         &mut |line: &str| {
             let line = line.trim();
-            if !spinner.is_hidden() && line.starts_with("Collecting") {
+            if !spinner.is_hidden() && line.starts_with("Resolved ") {
                 spinner.set_message(format!("{}: {line}", s.name));
             }
             printer().verbose(line);
@@ -315,7 +323,7 @@ fn write_one(s: &LoadedSpec, python: &resolve::Python, args: &LockArgs) -> anyho
         LockState::Fresh { .. } => {}
         LockState::Stale { changes, .. } => {
             return Err(CliError::failure(format!(
-                "pip's resolution does not hold the spec's pins: {}",
+                "uv's resolution does not hold the spec's pins: {}",
                 changes.join("; ")
             ))
             .into())
@@ -340,10 +348,11 @@ fn write_one(s: &LoadedSpec, python: &resolve::Python, args: &LockArgs) -> anyho
         _ => "",
     };
     p.info(format!(
-        "{}: {} {display} ({} packages, resolved in {seconds:.1} s){embedded_note}",
+        "{}: {} {display} ({} packages with their hashes, {} in torch's step; resolved in {seconds:.1} s){embedded_note}",
         s.name,
         if unchanged { "unchanged" } else { "wrote" },
-        lock.packages.len()
+        lock.packages.len(),
+        lock.step(lock::Step::Torch).count()
     ));
     Ok(Outcome {
         spec: s.name.clone(),

@@ -1,6 +1,6 @@
 //! The lock's errors: why a file is not a usable lock ([`LockFileError`]) and
-//! why a resolution failed ([`LockError`]: finding pip, running it, reading
-//! its report, and pip's own failures classified).
+//! why a resolution failed ([`LockError`]: finding uv, running it, reading
+//! its output, and uv's own failures classified).
 //!
 //! Each `Display` is the one line the user reads, in the lock's own words; it
 //! names no flag and no imgctl command, and carries no hint. The exit status,
@@ -32,13 +32,35 @@ pub enum LockFileError {
         /// The value as written.
         value: String,
     },
-    /// A body line that is not `name==version`.
-    #[error("line {line}: '{text}' is not a `name==version` line (a lock holds nothing else: no pip options, URLs, markers or ranges)")]
+    /// A body entry that is not `name==version` with sha256 hashes.
+    #[error("line {line}: '{text}' is not a `name==version` line with sha256 hashes (a lock holds nothing else: no pip options, URLs, markers or ranges)")]
     NotAPackage {
+        /// 1-based line number (where the entry starts).
+        line: usize,
+        /// The entry (its continued lines joined), escaped for one line of output.
+        text: String,
+    },
+    /// A `# step` line that names no step imgctl knows.
+    #[error("line {line}: '{word}' is not a step (a lock has the steps torch and pins)")]
+    Step {
         /// 1-based line number.
         line: usize,
-        /// The line, escaped for one line of output.
-        text: String,
+        /// The word after `# step`, escaped.
+        word: String,
+    },
+    /// A package before the first `# step` line (format 2 and later).
+    #[error("line {line}: a package before the first `# step` line")]
+    NoStep {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// A package without a hash (format 2 and later).
+    #[error("line {line}: '{name}' has no sha256 hash (every package of a lock has one)")]
+    NoHash {
+        /// 1-based line number.
+        line: usize,
+        /// The normalised name.
+        name: String,
     },
     /// A package listed twice (after name normalisation).
     #[error("line {line}: '{name}' is listed twice")]
@@ -56,42 +78,38 @@ pub enum LockFileError {
     NoDigest,
 }
 
-/// Why a resolution with pip failed.
+/// Why a resolution with uv failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
-    /// The host has no python3 (or `IMGCTL_PYTHON` names nothing).
-    #[error(
-        "no Python on this host: `{program}` was not found on PATH; locking resolves with pip"
-    )]
-    NoPython {
-        /// The interpreter tried.
-        program: String,
+    /// No uv: neither in the set-up venv nor on PATH.
+    #[error("uv was not found ({}); locking resolves with uv", .tried.join(", "))]
+    NoUv {
+        /// Where it was looked for, in order.
+        tried: Vec<String>,
     },
-    /// The interpreter exists but cannot be started.
-    #[error("cannot run `{program}`: {error}")]
-    CannotRunPython {
-        /// The interpreter tried.
+    /// uv exists but cannot be started, or `uv --version` fails.
+    #[error("cannot run `{program}` to ask its version: {why}")]
+    CannotRunUv {
+        /// The program.
         program: String,
-        /// Why it could not start.
-        error: std::io::Error,
-    },
-    /// `python3 -m pip --version` fails.
-    #[error("`{program} -m pip` does not work ({why}); locking resolves with pip")]
-    NoPip {
-        /// The interpreter.
-        program: String,
-        /// The last line pip wrote on stderr.
+        /// Why (the error, or its last line of output).
         why: String,
     },
-    /// pip is older than [`super::resolve::MIN_PIP`].
-    #[error("pip {version} of `{program}` cannot resolve without installing (that needs pip {}.{} or newer)", super::resolve::MIN_PIP.0, super::resolve::MIN_PIP.1)]
-    OldPip {
-        /// The interpreter.
+    /// uv is older than [`super::uv::MIN_UV`].
+    #[error("uv {version} (`{program}`) is too old to lock: that needs uv {}.{} or newer", super::uv::MIN_UV.0, super::uv::MIN_UV.1)]
+    OldUv {
+        /// The program.
         program: String,
-        /// pip's version.
+        /// Its version.
         version: String,
     },
-    /// The temporary folder for pip's report cannot be made.
+    /// The base's glibc is older than any manylinux platform uv knows.
+    #[error("uv knows no manylinux platform for {platform}")]
+    NoPlatform {
+        /// The platform (`linux_x86_64 glibc 2.12`).
+        platform: String,
+    },
+    /// The temporary folder for uv's inputs cannot be made.
     #[error("cannot make a temporary folder: {error}")]
     TempDir {
         /// Why.
@@ -105,21 +123,13 @@ pub enum LockError {
         /// Why.
         error: std::io::Error,
     },
-    /// pip succeeded but wrote no report.
-    #[error("pip wrote no report ({}): {error}", .path.display())]
-    NoReport {
-        /// Where the report should be.
-        path: PathBuf,
-        /// Why it cannot be read.
-        error: std::io::Error,
-    },
-    /// pip's report cannot be understood.
-    #[error("pip's report: {0}")]
-    BadReport(String),
-    /// pip cannot be started.
-    #[error("cannot run `{program} -m pip`: {error}")]
-    SpawnPip {
-        /// The interpreter.
+    /// uv's output cannot be understood.
+    #[error("uv's output: {0}")]
+    BadOutput(String),
+    /// uv cannot be started.
+    #[error("cannot run `{program}`: {error}")]
+    SpawnUv {
+        /// The program.
         program: String,
         /// Why.
         error: std::io::Error,
@@ -127,52 +137,57 @@ pub enum LockError {
     /// Ctrl-C during the resolution.
     #[error("locking interrupted by Ctrl-C; no lock was written")]
     Interrupted,
-    /// Waiting for pip failed.
-    #[error("waiting for pip: {error}")]
-    WaitPip {
+    /// Waiting for uv failed.
+    #[error("waiting for uv: {error}")]
+    WaitUv {
         /// Why.
         error: std::io::Error,
     },
     /// TLS verification failed on the way to an index.
-    #[error("cannot reach {indexes}: TLS certificate verification failed")]
+    #[error("cannot reach {indexes}: TLS certificate verification failed ({cause})")]
     Tls {
-        /// The indexes pip used (`A` or `A and B`).
+        /// The indexes uv used (`A` or `A and B`).
         indexes: String,
+        /// uv's words for the failure.
+        cause: String,
     },
     /// An index cannot be reached (DNS, proxy, refused, timeout).
     #[error("cannot reach {indexes}: {cause}")]
     Unreachable {
-        /// The indexes pip used.
+        /// The indexes uv used.
         indexes: String,
-        /// pip's words for the failure.
+        /// uv's words for the failure.
         cause: String,
     },
     /// The pins contradict each other.
-    #[error("pip cannot resolve the pins: {first}")]
+    #[error("uv cannot resolve the pins: {explanation}")]
     Conflict {
-        /// pip's first error line about it.
-        first: String,
-        /// pip's "The conflict is caused by" lines, trimmed (may be empty).
-        causes: Vec<String>,
+        /// uv's explanation, its lines joined.
+        explanation: String,
     },
     /// No release of a requirement has a wheel for the target.
-    #[error("pip finds no {what} for {target}")]
+    #[error("uv finds no {what} for {target}")]
     NoMatch {
-        /// The requirement (`six==9.9`).
+        /// The requirement or name (`six==9.9`).
         what: String,
         /// The target (`CPython 3.10 on linux_x86_64 glibc 2.35, binary wheels only`).
         target: String,
-        /// The indexes pip used.
+        /// The indexes uv used.
         indexes: String,
-        /// The versions pip saw with a fitting wheel, in pip's order (empty: none).
-        versions: Vec<String>,
     },
-    /// Any other pip failure.
-    #[error("pip failed (exit {}): {last}", .code.map_or("by a signal".to_string(), |c| c.to_string()))]
-    PipFailed {
-        /// pip's exit code; `None` when a signal ended it.
+    /// torch's own set, resolved from torch's index with every version held,
+    /// disagrees with the whole resolution.
+    #[error("torch's index does not serve what the whole resolution chose: {what}")]
+    TorchSet {
+        /// What differs (`typing-extensions 4.16.0 → missing`).
+        what: String,
+    },
+    /// Any other uv failure.
+    #[error("uv failed (exit {}): {last}", .code.map_or("by a signal".to_string(), |c| c.to_string()))]
+    UvFailed {
+        /// uv's exit code; `None` when a signal ended it.
         code: Option<i32>,
-        /// pip's last error line.
+        /// uv's last error line.
         last: String,
     },
 }

@@ -1,15 +1,17 @@
-//! Pip lock files: every Python package an image installs, pinned, so that
-//! rebuilding a spec next month installs the same transitive versions.
+//! Pip lock files: every Python package an image installs, pinned and hashed,
+//! so that rebuilding a spec next month installs the same transitive
+//! versions, and only the files they were resolved to.
 //!
-//! This module owns the lock file format ([`LockFile`]: sorted `name==version`
-//! lines under a header that records the inputs, in `file.rs`), the inputs and
-//! their digest ([`LockInputs`], `inputs.rs`) on a [`Platform`]
-//! (`platform.rs`), where a spec's lock lives and whether it is fresh
-//! ([`state()`], `state.rs`), the resolution itself with pip's own resolver
-//! ([`resolve`]), and their errors (`error.rs`). It reads lock files and runs
-//! pip on the host; it renders nothing (the Dockerfile side is
-//! [`crate::render`]), never talks to Docker, and never names a flag or an
-//! imgctl command: what to tell the user is `commands/`'s.
+//! This module owns the lock file format ([`LockFile`]: two steps of sorted
+//! `name==version` entries with their sha256 hashes under a header that
+//! records the inputs, in `file.rs`), the inputs and their digest
+//! ([`LockInputs`], `inputs.rs`) on a [`Platform`] (`platform.rs`), where a
+//! spec's lock lives and whether it is fresh ([`state()`], `state.rs`), the
+//! resolution itself with uv ([`resolve`], running uv in [`uv`]), and their
+//! errors (`error.rs`). It reads lock files and runs uv on the host; it
+//! renders nothing (the Dockerfile side is [`crate::render`]), never talks to
+//! Docker, and never names a flag or an imgctl command: what to tell the user
+//! is `commands/`'s.
 use crate::spec::compat;
 
 mod error;
@@ -18,19 +20,30 @@ mod inputs;
 mod platform;
 pub mod resolve;
 mod state;
+pub mod uv;
 
 pub use error::{LockError, LockFileError};
-pub use file::LockFile;
+pub use file::{LockFile, Locked, Step};
 pub use inputs::LockInputs;
 pub use platform::{Platform, DISTRO_GLIBC, FALLBACK_GLIBC};
 pub use state::{state, state_of_text, LockLocation, LockState};
 
-/// Version of the lock file format (the `# lock-version:` header line).
-pub const LOCK_VERSION: u32 = 1;
+/// Version of the lock file format (the `# lock-version:` header line): 2
+/// since every package carries its hashes and its step (1: bare
+/// `name==version` lines, resolved with pip).
+pub const LOCK_VERSION: u32 = 2;
 
-/// Where the image keeps its lock (the template COPYs it there and passes it
-/// to both pip steps as `--constraint`).
+/// Where the image keeps its lock (the template COPYs it there, as the
+/// record of what the image installed).
 pub const IMAGE_LOCK_PATH: &str = "/etc/imgctl/pip.lock";
+
+/// Where the image keeps the lock's torch step, the requirements (with
+/// hashes) its torch layer installs.
+pub const IMAGE_LOCK_TORCH_PATH: &str = "/etc/imgctl/pip-lock-torch.txt";
+
+/// Where the image keeps the lock's pins step, the requirements (with
+/// hashes) its pip layer installs.
+pub const IMAGE_LOCK_PINS_PATH: &str = "/etc/imgctl/pip-lock-pins.txt";
 
 /// The architecture imgctl builds for (specs have no architecture field; every
 /// bundled base is linux/amd64).

@@ -1,6 +1,6 @@
 //! The platform a lock is resolved for: Linux on [`ARCH`] with the base
-//! image's glibc, judged from the base image's name, and the wheel tags pip
-//! must accept there. It knows nothing of the lock file or of pip.
+//! image's glibc, judged from the base image's name, and its name for uv's
+//! resolver (`x86_64-manylinux_2_35`). It knows nothing of the lock file.
 use super::ARCH;
 
 /// glibc minor of each distribution a base image may be built from (all glibc
@@ -34,8 +34,9 @@ pub const DISTRO_GLIBC: &[(&str, u32, &str)] = &[
 /// on PyPI), so any base that runs them has glibc 2.28 or newer.
 pub const FALLBACK_GLIBC: u32 = 28;
 
-/// The oldest manylinux glibc (PEP 600: manylinux_2_5 is manylinux1).
-const OLDEST_MANYLINUX_GLIBC: u32 = 5;
+/// The glibc minors uv's `--python-platform x86_64-manylinux_2_N` knows
+/// (uv 0.13.8 `uv pip compile --help`: manylinux_2_17, 2_28, 2_31 … 2_40).
+const UV_MANYLINUX_GLIBC: &[u32] = &[17, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40];
 
 /// The platform a lock is resolved for: linux, [`ARCH`], and the base's glibc.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,20 +68,16 @@ impl Platform {
         format!("linux_{ARCH} glibc 2.{}", self.glibc)
     }
 
-    /// The `--platform` tags pip must accept, most specific first, as the
-    /// image's pip would on that glibc: manylinux_2_N for N from the glibc
-    /// down to 5 (PEP 600), the legacy aliases manylinux2014/2010/1 (PEP 599,
-    /// 571, 513; pip matches tags literally), and plain linux.
-    pub fn pip_tags(&self) -> Vec<String> {
-        let mut tags: Vec<String> = (OLDEST_MANYLINUX_GLIBC..=self.glibc)
+    /// uv's `--python-platform` for it: `x86_64-manylinux_2_N` with N the
+    /// newest glibc minor uv knows that is not newer than the base's, so that uv
+    /// admits the manylinux wheels (PEP 600: manylinux_2_N runs on glibc 2.N and
+    /// newer) the image's pip admits; `None` for a glibc older than any uv knows.
+    pub fn uv_platform(&self) -> Option<String> {
+        UV_MANYLINUX_GLIBC
+            .iter()
             .rev()
-            .map(|n| format!("manylinux_2_{n}_{ARCH}"))
-            .collect();
-        for legacy in ["manylinux2014", "manylinux2010", "manylinux1"] {
-            tags.push(format!("{legacy}_{ARCH}"));
-        }
-        tags.push(format!("linux_{ARCH}"));
-        tags
+            .find(|&&n| n <= self.glibc)
+            .map(|n| format!("{ARCH}-manylinux_2_{n}"))
     }
 }
 
@@ -89,16 +86,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn platform_tags_follow_the_base_glibc() {
+    fn the_uv_platform_follows_the_base_glibc() {
         let p = Platform::of_base("nvidia/cuda:12.4.1-base-ubuntu22.04");
         assert_eq!(p.glibc, 35);
-        let tags = p.pip_tags();
-        assert_eq!(tags[0], "manylinux_2_35_x86_64");
-        assert!(tags.contains(&"manylinux_2_28_x86_64".to_string()));
-        assert!(tags.contains(&"manylinux_2_5_x86_64".to_string()));
-        assert!(tags.contains(&"manylinux2014_x86_64".to_string()));
-        assert_eq!(tags.last().unwrap(), "linux_x86_64");
-        assert!(!tags.contains(&"manylinux_2_36_x86_64".to_string()));
-        assert_eq!(Platform::of_base("my/base:1").glibc, FALLBACK_GLIBC);
+        assert_eq!(p.uv_platform().unwrap(), "x86_64-manylinux_2_35");
+        let bookworm = Platform::of_base("debian:bookworm-slim");
+        assert_eq!(bookworm.uv_platform().unwrap(), "x86_64-manylinux_2_36");
+        assert_eq!(
+            Platform::of_base("nvidia/cuda:12.8.1-base-ubuntu24.04")
+                .uv_platform()
+                .unwrap(),
+            "x86_64-manylinux_2_39"
+        );
+        // Unknown distribution: the glibc torch's wheels need.
+        let other = Platform::of_base("my/base:1");
+        assert_eq!(other.glibc, FALLBACK_GLIBC);
+        assert_eq!(other.uv_platform().unwrap(), "x86_64-manylinux_2_28");
+        // Between two that uv knows: the older one; newer than any: the newest.
+        let mid = Platform {
+            glibc: 30,
+            distro: None,
+        };
+        assert_eq!(mid.uv_platform().unwrap(), "x86_64-manylinux_2_28");
+        let new = Platform {
+            glibc: 42,
+            distro: None,
+        };
+        assert_eq!(new.uv_platform().unwrap(), "x86_64-manylinux_2_40");
+        assert_eq!(
+            Platform {
+                glibc: 12,
+                distro: None
+            }
+            .uv_platform(),
+            None
+        );
+        // Every distribution in the table has one.
+        for (d, glibc, _) in DISTRO_GLIBC {
+            let p = Platform {
+                glibc: *glibc,
+                distro: Some(d),
+            };
+            assert!(
+                p.uv_platform().unwrap().ends_with(&format!("_2_{glibc}")),
+                "{d}"
+            );
+        }
     }
 }

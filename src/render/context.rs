@@ -35,6 +35,8 @@ pub(super) struct FilesCtx {
     pub(super) ca_cert: &'static str,
     pub(super) ca_cert_build_only: &'static str,
     pub(super) pip_lock: &'static str,
+    pub(super) pip_lock_torch: &'static str,
+    pub(super) pip_lock_pins: &'static str,
 }
 
 /// The fresh lock the image installs with (`lock` is null in the template without one).
@@ -48,6 +50,18 @@ pub(super) struct LockCtx {
     pub(super) packages: usize,
     /// sha256 of the file.
     pub(super) sha256: String,
+    /// Where the image keeps the torch step's requirements (with hashes).
+    pub(super) torch_path: &'static str,
+    /// Packages of the torch step.
+    pub(super) torch_packages: usize,
+    /// Where the image keeps the pins step's requirements (with hashes).
+    pub(super) pins_path: &'static str,
+    /// Packages of the pins step.
+    pub(super) pins_packages: usize,
+    /// torch's index when the pip layer installs from another one (empty
+    /// otherwise): a package of the pins step may have been resolved, and
+    /// hashed, from it.
+    pub(super) extra_index: String,
 }
 
 #[derive(Serialize)]

@@ -5,8 +5,9 @@
 //! Templates are minijinja in strict mode (an undefined variable is an error).
 //! The bundled template and image files live in `images/` and are embedded in
 //! the binary; a user spec may name its own template next to it. A fresh pip
-//! lock of the spec ([`crate::lock`]) goes into the context and holds both
-//! pip steps; without one the Dockerfile is as it always was. This module
+//! lock of the spec ([`crate::lock`]) goes into the context, with each of its
+//! steps as a requirements file (with hashes) that the torch and the pip
+//! layer install strictly; without one the Dockerfile is as it always was. This module
 //! reads nothing but templates and the spec's lock, and never talks to Docker: `crate::docker`
 //! packs the [`RenderedImage`] (plus the imgctl binary at
 //! [`IMGCTL_BINARY_PATH`]) into the build context.
@@ -45,6 +46,10 @@ pub const CA_CERT_PATH: &str = "image/ca.crt";
 pub const CA_CERT_BUILD_ONLY_PATH: &str = "build-only/proxy-ca.crt";
 /// Context path of the spec's pip lock (COPYed to [`crate::lock::IMAGE_LOCK_PATH`]).
 pub const PIP_LOCK_PATH: &str = "image/pip.lock";
+/// Context path of the lock's torch step (COPYed to [`crate::lock::IMAGE_LOCK_TORCH_PATH`]).
+pub const PIP_LOCK_TORCH_PATH: &str = "image/pip-lock-torch.txt";
+/// Context path of the lock's pins step (COPYed to [`crate::lock::IMAGE_LOCK_PINS_PATH`]).
+pub const PIP_LOCK_PINS_PATH: &str = "image/pip-lock-pins.txt";
 
 /// The bundled workstation template.
 pub const WORKSTATION_TEMPLATE: &str = include_str!("../../images/workstation.Dockerfile.j2");
@@ -129,6 +134,11 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         _ => s.torch.index.clone(),
     };
     let driver = compat::min_driver(wheel.cuda);
+    // Where the pip layer installs from (the template's default: PyPI).
+    let pins_index = opts
+        .pip_index_url
+        .clone()
+        .unwrap_or_else(|| compat::PYPI_INDEX.to_string());
 
     // Notes, printed by the build and written into the Dockerfile.
     let mut notes = Vec::new();
@@ -265,6 +275,15 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
                 path: crate::lock::IMAGE_LOCK_PATH,
                 packages: lock.packages.len(),
                 sha256: crate::spec::sha256_hex(text.as_bytes()),
+                torch_path: crate::lock::IMAGE_LOCK_TORCH_PATH,
+                torch_packages: lock.step(crate::lock::Step::Torch).count(),
+                pins_path: crate::lock::IMAGE_LOCK_PINS_PATH,
+                pins_packages: lock.step(crate::lock::Step::Pins).count(),
+                extra_index: if torch_index == pins_index {
+                    String::new()
+                } else {
+                    torch_index.clone()
+                },
             };
             set(labels::PIP_LOCK_SHA256, ctx.sha256.clone());
             set(labels::PIP_LOCK_PACKAGES, ctx.packages.to_string());
@@ -342,6 +361,8 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             ca_cert: CA_CERT_PATH,
             ca_cert_build_only: CA_CERT_BUILD_ONLY_PATH,
             pip_lock: PIP_LOCK_PATH,
+            pip_lock_torch: PIP_LOCK_TORCH_PATH,
+            pip_lock_pins: PIP_LOCK_PINS_PATH,
         },
         lock,
     };
@@ -424,12 +445,22 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             contents: ca.clone(),
         });
     }
-    if let crate::lock::LockState::Fresh { text, .. } = &lock_state {
+    if let crate::lock::LockState::Fresh { text, lock, path } = &lock_state {
         files.push(ContextFile {
             path: PIP_LOCK_PATH.to_string(),
             mode: 0o644,
             contents: text.as_bytes().to_vec(),
         });
+        for (context_path, step) in [
+            (PIP_LOCK_TORCH_PATH, crate::lock::Step::Torch),
+            (PIP_LOCK_PINS_PATH, crate::lock::Step::Pins),
+        ] {
+            files.push(ContextFile {
+                path: context_path.to_string(),
+                mode: 0o644,
+                contents: lock.step_text(step, path).into_bytes(),
+            });
+        }
     }
     Ok(RenderedImage {
         dockerfile,

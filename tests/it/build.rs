@@ -322,7 +322,7 @@ fn rebuild_hits_the_cache() {
 /// one `error:` line naming the step, the instruction and the exit code, the
 /// step's last output lines (at most 20) before it, a hint, and no container
 /// or tag left behind. Returns the tail lines.
-fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> Vec<String> {
+pub(crate) fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> Vec<String> {
     let mut full: Vec<&str> = vec!["build", "-v", "--tag", tag];
     full.extend_from_slice(args);
     let out = imgctl_env(&full, &[]);

@@ -1,23 +1,32 @@
-//! `imgctl lock` for real: pip's resolver on this host against PyPI, the lock
-//! file it writes, `--check` following edits of the spec, the one-line errors
-//! (no Python, no network, a conflict, a spec error), the bundled locks, and a
-//! real build on the busybox base that copies a lock into the image.
+//! `imgctl lock` for real: uv's resolver on this host against PyPI, the lock
+//! file it writes (every package hashed, in the torch or the pins step),
+//! `--check` following edits of the spec, the one-line errors (no uv, no
+//! network, a conflict, a spec error), the bundled locks, a real build on the
+//! busybox base that copies a lock into the image, and a real build on the
+//! Debian base whose pip refuses a package that does not match its hash.
 //!
 //! The fixture specs pin torch 2.7.0 (every spec does) plus a few small
 //! pure-Python packages. torch is resolved for real, with all of its
-//! dependencies: pip reads wheel metadata only (PyPI serves it apart from the
-//! wheels, PEP 658), so this costs about 30 s here, not a 900 MB download.
-//! Versions of unpinned packages change as PyPI moves on, so the assertions
-//! name packages, and versions only where the spec or torch pins them.
+//! dependencies: uv reads wheel metadata and the index's hashes only, so
+//! this costs seconds, not a 900 MB download. Versions of unpinned packages
+//! change as PyPI moves on, so the assertions name packages, and versions
+//! only where the spec or torch pins them.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use imgctl::lock::{LockFile, LockInputs};
+use imgctl::lock::{LockFile, LockInputs, Locked, Step};
 use imgctl::spec::{self, SpecSource};
 
-use crate::build::{docker, docker_ok, ensure_bases, EngineGuard};
+use crate::build::{
+    check_failing_build, docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE,
+};
 use crate::common::{imgctl_bin, repo_root, texts};
+
+/// sha256 of python_dateutil-2.9.0.post0-py2.py3-none-any.whl on PyPI.
+const DATEUTIL_WHEEL: &str = "a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427";
+/// sha256 of six-1.16.0-py2.py3-none-any.whl on PyPI.
+const SIX_WHEEL: &str = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254";
 
 /// A spec like the bundled cu126 one, with `pins` instead of its packages.
 fn fixture_spec(dir: &Path, name: &str, pins: &[&str]) -> PathBuf {
@@ -43,9 +52,17 @@ fn imgctl_in(cwd: &Path, args: &[&str], envs: &[(&str, &str)]) -> Output {
     c.output().expect("run imgctl")
 }
 
-/// The `name==version` lines of a lock file.
+/// The `name==version` of each entry of a lock file (or of a step of it), in order.
 fn body(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| !l.starts_with('#')).collect()
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with(' '))
+        .map(|l| l.trim_end_matches(" \\"))
+        .collect()
+}
+
+/// The environment of a run without uv anywhere: no set-up venv, a PATH without it.
+fn without_uv() -> Vec<(&'static str, &'static str)> {
+    vec![("IMGCTL_VENV", "/nonexistent"), ("PATH", "/usr/bin:/bin")]
 }
 
 #[test]
@@ -71,43 +88,42 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     assert_eq!(v["locks"][0]["lock"], lock_path.display().to_string());
     // Plain progress lines without a terminal, and the outcome.
     assert!(
-        stderr.contains("app: resolving torch==2.7.0 + 2 pins with pip ")
+        stderr.contains("app: resolving torch==2.7.0 + 2 pins with uv ")
             && stderr.contains("for CPython 3.10 on linux_x86_64 glibc 2.35"),
         "{stderr}"
     );
     assert!(
-        stderr.contains(&format!("app: wrote {}", lock_path.display())),
+        stderr.contains(&format!("app: wrote {} (", lock_path.display()))
+            && stderr.contains(" in torch's step; resolved in "),
         "{stderr}"
     );
 
     let text = std::fs::read_to_string(&lock_path).unwrap();
+    let lock = LockFile::parse(&text).unwrap();
+    assert_eq!(v["locks"][0]["packages"], lock.packages.len());
+    let step = |s: Step| -> Vec<String> {
+        lock.step(s)
+            .map(|(n, l)| format!("{n}=={}", l.version))
+            .collect()
+    };
+    let (torch_step, pins_step) = (step(Step::Torch), step(Step::Pins));
+    // Each step sorted by name in the file, the torch step first.
     let lines = body(&text);
-    let mut sorted = lines.clone();
-    sorted.sort();
-    assert_eq!(lines, sorted, "sorted by name");
-    assert_eq!(v["locks"][0]["packages"], lines.len());
+    assert_eq!(lines, [torch_step.clone(), pins_step.clone()].concat());
+    // torch's step: torch and what it needs (its METADATA; src/spec/compat.rs).
     for exact in [
-        // The pins and torch, as the spec says.
-        "python-dateutil==2.9.0.post0",
-        "anyio==4.9.0",
         "torch==2.7.0",
-        // What torch 2.7.0 pins (its METADATA; src/spec/compat.rs).
         "nvidia-cudnn-cu12==9.5.1.17",
         "nvidia-nccl-cu12==2.26.2",
         "nvidia-cuda-runtime-cu12==12.6.77",
         "triton==3.3.0",
     ] {
-        assert!(lines.contains(&exact), "{exact} not in:\n{text}");
+        assert!(
+            torch_step.iter().any(|l| l == exact),
+            "{exact} not in torch's step:\n{text}"
+        );
     }
-    // Transitive packages nobody named, at whatever version pip chose:
-    // python-dateutil needs six; anyio needs idna and sniffio, and on Python
-    // 3.10 (only) exceptiongroup, whatever python3 runs pip here; torch needs
-    // sympy, jinja2 (PEP 503 name), typing-extensions.
     for name in [
-        "six",
-        "idna",
-        "sniffio",
-        "exceptiongroup",
         "sympy",
         "mpmath",
         "jinja2",
@@ -116,10 +132,40 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
         "networkx",
     ] {
         assert!(
-            lines.iter().any(|l| l.starts_with(&format!("{name}=="))),
-            "{name} not in:\n{text}"
+            torch_step
+                .iter()
+                .any(|l| l.starts_with(&format!("{name}=="))),
+            "{name} not in torch's step:\n{text}"
         );
     }
+    // The pins step: the pins and what they need beyond torch's set, at
+    // whatever version uv chose: python-dateutil needs six; anyio needs idna
+    // and sniffio, and on Python 3.10 (only) exceptiongroup, whatever Python
+    // runs here (uv resolves for --python-version).
+    for exact in ["python-dateutil==2.9.0.post0", "anyio==4.9.0"] {
+        assert!(
+            pins_step.iter().any(|l| l == exact),
+            "{exact} not in the pins step:\n{text}"
+        );
+    }
+    for name in ["six", "idna", "sniffio", "exceptiongroup"] {
+        assert!(
+            pins_step
+                .iter()
+                .any(|l| l.starts_with(&format!("{name}=="))),
+            "{name} not in the pins step:\n{text}"
+        );
+    }
+    // Every package is hashed; python-dateutil's wheel with PyPI's sha256.
+    assert!(lock.packages.values().all(|l| !l.hashes.is_empty()));
+    assert!(
+        lock.packages["python-dateutil"]
+            .hashes
+            .iter()
+            .any(|h| h == DATEUTIL_WHEEL),
+        "{:?}",
+        lock.packages["python-dateutil"]
+    );
     // Names are normalised; the header says where it came from.
     assert!(lines.iter().all(|l| {
         let n = l.split("==").next().unwrap();
@@ -131,9 +177,8 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     );
     assert!(text.contains(&format!("Regenerate: imgctl lock --spec {spec_arg}\n")));
     assert!(text.contains("# input python: 3.10\n# input platform: linux_x86_64 glibc 2.35\n"));
-    let parsed = LockFile::parse(&text).unwrap();
     let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
-    assert_eq!(parsed.inputs_sha256, LockInputs::of(&loaded.spec).sha256());
+    assert_eq!(lock.inputs_sha256, LockInputs::of(&loaded.spec).sha256());
 
     // --check right after: fresh.
     let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
@@ -143,13 +188,13 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
         stderr.contains(&format!(
             "app: {} is up to date ({} packages)",
             lock_path.display(),
-            lines.len()
+            lock.packages.len()
         )),
         "{stderr}"
     );
-    // Locking again leaves a fresh lock alone (no resolution).
+    // Locking again leaves a fresh lock alone (no resolution, so no uv needed).
     let started = Instant::now();
-    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg], &[]);
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg], &without_uv());
     let (_, stderr) = texts(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("is up to date"), "{stderr}");
@@ -225,13 +270,21 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
 }
 
 /// A PEP 503 index of its own that forwards to PyPI (pages and their
-/// metadata links unchanged), standing in for a torch index other than PyPI
+/// metadata links unchanged) except for the projects named on its command
+/// line, which it does not know (404), standing in for a torch index other
+/// than PyPI, which serves torch and what it needs but not everything
 /// (`download.pytorch.org/whl/cu128` is unreachable here). It prints its
 /// port, then serves until killed.
 const FORWARDING_INDEX: &str = r#"
 import http.server, sys, urllib.error, urllib.request
+unknown = set(sys.argv[1:])
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        parts = self.path.strip("/").split("/")
+        if len(parts) >= 2 and parts[0] == "simple" and parts[1] in unknown:
+            self.send_response(404)
+            self.end_headers()
+            return
         req = urllib.request.Request("https://pypi.org" + self.path, headers={"Accept": self.headers.get("Accept", "*/*")})
         try:
             with urllib.request.urlopen(req, timeout=120) as r:
@@ -262,10 +315,11 @@ impl Drop for Child {
 }
 
 #[test]
-fn torch_from_another_index_resolves_in_two_steps() {
+fn torch_from_another_index_serves_torchs_step() {
     use std::io::BufRead;
+    // The stand-in torch index knows neither python-dateutil nor six.
     let mut child = Command::new("python3")
-        .args(["-c", FORWARDING_INDEX])
+        .args(["-c", FORWARDING_INDEX, "--", "python-dateutil", "six"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start the forwarding index");
@@ -291,18 +345,21 @@ fn torch_from_another_index_resolves_in_two_steps() {
     let (_, stderr) = texts(&out);
     drop(child);
     assert!(out.status.success(), "{stderr}");
-    // torch alone from its index, then everything from PyPI with torch's set held.
+    // The whole set from both indexes, torch's first (uv takes a name it
+    // finds there from there alone); then torch's set from torch's index
+    // alone, every version held.
     let runs: Vec<&str> = stderr.lines().filter(|l| l.starts_with("$ ")).collect();
     assert_eq!(runs.len(), 2, "{stderr}");
     assert!(
-        runs[0].contains(&format!("--index-url {index} torch==2.7.0")),
+        runs[0].contains(&format!(
+            "--index-strategy first-index --index {index} --default-index https://pypi.org/simple  (stdin: torch==2.7.0, python-dateutil==2.9.0.post0)"
+        )),
         "{}",
         runs[0]
     );
     assert!(
-        runs[1].contains(&format!(
-            "--index-url https://pypi.org/simple --extra-index-url {index} --constraint "
-        )) && runs[1].ends_with("torch==2.7.0 python-dateutil==2.9.0.post0"),
+        runs[1].contains(&format!("--default-index {index} --constraints "))
+            && runs[1].ends_with("(stdin: torch==2.7.0)"),
         "{}",
         runs[1]
     );
@@ -311,19 +368,43 @@ fn torch_from_another_index_resolves_in_two_steps() {
         text.contains(&format!("# input torch-index: {index}\n")),
         "{text}"
     );
-    let lines = body(&text);
-    for exact in [
-        "torch==2.7.0",
-        "nvidia-cudnn-cu12==9.5.1.17",
-        "python-dateutil==2.9.0.post0",
+    let lock = LockFile::parse(&text).unwrap();
+    for (name, version, step) in [
+        ("torch", "2.7.0", Step::Torch),
+        ("nvidia-cudnn-cu12", "9.5.1.17", Step::Torch),
+        ("python-dateutil", "2.9.0.post0", Step::Pins),
     ] {
-        assert!(lines.contains(&exact), "{exact} not in:\n{text}");
+        let l = &lock.packages[name];
+        assert_eq!((l.version.as_str(), l.step), (version, step), "{text}");
     }
-    assert!(lines.iter().any(|l| l.starts_with("six==")), "{text}");
+    assert_eq!(lock.packages["six"].step, Step::Pins);
+    assert!(lock.packages["python-dateutil"]
+        .hashes
+        .iter()
+        .any(|h| h == DATEUTIL_WHEEL));
+
+    // The image: torch's layer from torch's index, the pip layer from PyPI
+    // with torch's index as an extra one (uv may have taken a package of the
+    // pins step, and its hashes, from there).
+    let out = imgctl_in(
+        dir.path(),
+        &["render", "--spec", spec_path.to_str().unwrap()],
+        &[],
+    );
+    let (d, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        d.contains(&format!("pip install --no-cache-dir --index-url {index} --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-torch.txt;")),
+        "{d}"
+    );
+    assert!(
+        d.contains(&format!("pip install --no-cache-dir --extra-index-url {index} --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-pins.txt;")),
+        "{d}"
+    );
 }
 
 #[test]
-fn a_conflict_shows_pips_reason() {
+fn a_conflict_shows_uvs_reason() {
     let dir = tempfile::tempdir().unwrap();
     // referencing 0.36.2 requires attrs>=22.2.0 (its METADATA).
     let spec_path = fixture_spec(
@@ -339,12 +420,20 @@ fn a_conflict_shows_pips_reason() {
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stdout.is_empty());
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("no error line:\n{stderr}"));
     assert!(
-        stderr.contains("error: pip cannot resolve the pins: Cannot install attrs==21.4.0 and referencing==0.36.2 because these package versions have conflicting dependencies.\n"),
+        error.starts_with("error: uv cannot resolve the pins: Because referencing==0.36.2 depends on attrs>=22.2.0")
+            && error.contains("you require attrs==21.4.0")
+            && error.ends_with("your requirements are unsatisfiable."),
         "{stderr}"
     );
     assert!(
-        stderr.contains("hint: the conflict: The user requested attrs==21.4.0; referencing 0.36.2 depends on attrs>=22.2.0"),
+        stderr.contains(
+            "hint: change the spec's pins so that they agree, then run imgctl lock again"
+        ),
         "{stderr}"
     );
     assert!(!dir.path().join("clash.lock").exists(), "nothing written");
@@ -371,18 +460,52 @@ fn errors_are_one_line_with_a_hint() {
         assert!(stderr.contains("\n\nhint: "), "no hint:\n{stderr}");
     };
 
-    // No Python to run pip with.
-    let out = imgctl_in(
-        dir.path(),
-        &["lock", "--spec", spec_arg],
-        &[("IMGCTL_PYTHON", "/nonexistent/python3")],
-    );
+    // No uv: neither in the set-up venv nor on PATH. Exit 3, the install command.
+    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg], &without_uv());
     check(
         &out,
-        1,
-        "no Python on this host: `/nonexistent/python3` was not found on PATH",
+        3,
+        "error: uv was not found (/nonexistent/bin/uv, uv on PATH); imgctl lock resolves with uv\n",
     );
-    // No network: a proxy that refuses every connection.
+    assert!(
+        texts(&out).1.contains(&format!(
+            "hint: install it: pip install uv=={}",
+            imgctl::lock::uv::UV_VERSION
+        )),
+        "{}",
+        texts(&out).1
+    );
+    // --check needs no uv.
+    let out = imgctl_in(
+        dir.path(),
+        &["lock", "--spec", spec_arg, "--check"],
+        &without_uv(),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", texts(&out).1);
+    assert!(
+        texts(&out).1.contains("does not exist"),
+        "{}",
+        texts(&out).1
+    );
+    // uv on PATH serves when IMGCTL_VENV is not set.
+    let venv_bin = crate::common::venv().join("bin");
+    let path = format!("{}:/usr/bin:/bin", venv_bin.display());
+    let mut c = Command::new(imgctl_bin());
+    c.args(["lock", "--spec", spec_arg, "-v"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .env("PATH", &path)
+        .env_remove("IMGCTL_VENV");
+    let out = c.output().unwrap();
+    let (_, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("$ {}/uv pip compile", venv_bin.display())),
+        "{stderr}"
+    );
+    std::fs::remove_file(dir.path().join("small.lock")).unwrap();
+
+    // No network: a proxy that refuses every connection (uv retries it 3 times).
     let started = Instant::now();
     let dead = "http://127.0.0.1:9";
     let out = imgctl_in(
@@ -393,14 +516,22 @@ fn errors_are_one_line_with_a_hint() {
             ("https_proxy", dead),
             ("HTTP_PROXY", dead),
             ("http_proxy", dead),
+            ("ALL_PROXY", dead),
             ("NO_PROXY", ""),
             ("no_proxy", ""),
+            // Not from the cache: uv would resolve offline from a warm one.
+            ("UV_NO_CACHE", "1"),
         ],
     );
     check(
         &out,
         1,
-        "cannot reach https://pypi.org/simple: Cannot connect to proxy",
+        "cannot reach https://pypi.org/simple: tunnel error",
+    );
+    assert!(
+        texts(&out).1.contains("Connection refused"),
+        "{}",
+        texts(&out).1
     );
     assert!(texts(&out).1.contains("HTTPS_PROXY"));
     eprintln!(
@@ -409,7 +540,7 @@ fn errors_are_one_line_with_a_hint() {
     );
     assert!(!dir.path().join("small.lock").exists());
 
-    // Spec errors are exit 2, before pip runs.
+    // Spec errors are exit 2, before uv runs.
     let bad = dir.path().join("bad.yaml");
     std::fs::write(
         &bad,
@@ -471,11 +602,14 @@ fn a_tampered_lock_fails_check_naming_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
     let spec_arg = spec_path.to_str().unwrap();
-    // A fresh lock, written with the library (no pip here).
+    // A fresh lock, written with the library (no uv here).
     let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
     let text = LockFile::new(
         &LockInputs::of(&loaded.spec),
-        [("six", "1.16.0"), ("torch", "2.7.0")],
+        [
+            ("six", Locked::new("1.16.0", Step::Pins, [SIX_WHEEL])),
+            ("torch", Locked::new("2.7.0", Step::Torch, [SIX_WHEEL])),
+        ],
     )
     .to_text(
         &loaded.origin,
@@ -488,7 +622,10 @@ fn a_tampered_lock_fails_check_naming_the_line() {
     // A pip option that passes for `name==version`: refused with its line number.
     let evil = "--extra-index-url=http://evil.example/simple==1";
     let line = text.lines().count() + 1;
-    for tampered in [evil, "six==1.16.0 --hash=sha256:0", "-r other.txt"] {
+    let short_hash = "six==1.16.0 --hash=sha256:0";
+    let another_index =
+        format!("six==1.16.0 --hash=sha256:{SIX_WHEEL} --index-url=http://evil.example/simple");
+    for tampered in [evil, short_hash, "-r other.txt", &another_index] {
         std::fs::write(&lock_path, format!("{text}{tampered}\n")).unwrap();
         let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
         let (stdout, stderr) = texts(&out);
@@ -498,7 +635,7 @@ fn a_tampered_lock_fails_check_naming_the_line() {
         assert_eq!(
             first,
             format!(
-                "error: small: {} is not a lock file: line {line}: '{tampered}' is not a `name==version` line (a lock holds nothing else: no pip options, URLs, markers or ranges)",
+                "error: small: {} is not a lock file: line {line}: '{tampered}' is not a `name==version` line with sha256 hashes (a lock holds nothing else: no pip options, URLs, markers or ranges)",
                 lock_path.display()
             )
         );
@@ -549,12 +686,18 @@ fn the_bundled_locks_are_fresh() {
     }
 }
 
-/// A template for the busybox base: the lock COPY of the bundled template
-/// and a check that the file arrived whole, nothing installed.
+/// A template for the busybox base: the lock COPYs of the bundled template
+/// and a check that the files arrived whole (each step's entries, each with
+/// its hash), nothing installed.
 const LOCK_TEMPLATE: &str = r#"FROM {{ base_image }}
 {% if lock %}
 COPY {{ files.pip_lock }} {{ lock.path }}
-RUN test "$(grep -vc '^#' {{ lock.path }})" = "{{ lock.packages }}"
+COPY {{ files.pip_lock_torch }} {{ lock.torch_path }}
+COPY {{ files.pip_lock_pins }} {{ lock.pins_path }}
+RUN test "$(grep -c '^[a-z0-9].*==' {{ lock.path }})" = "{{ lock.packages }}" && \
+    test "$(grep -c '^[a-z0-9].*==' {{ lock.torch_path }})" = "{{ lock.torch_packages }}" && \
+    test "$(grep -c '^ *--hash=sha256:' {{ lock.torch_path }})" = "{{ lock.torch_packages }}" && \
+    test "$(grep -c '^[a-z0-9].*==' {{ lock.pins_path }})" = "{{ lock.pins_packages }}"
 {% endif %}
 COPY {{ files.imgctl }} /usr/local/bin/imgctl
 LABEL \
@@ -581,9 +724,12 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
     let lock_text = LockFile::new(
         &LockInputs::of(&loaded.spec),
         [
-            ("diffusers", "0.33.1"),
-            ("torch", "2.7.0"),
-            ("numpy", "2.2.6"),
+            ("diffusers", Locked::new("0.33.1", Step::Pins, [SIX_WHEEL])),
+            ("torch", Locked::new("2.7.0", Step::Torch, [SIX_WHEEL])),
+            (
+                "numpy",
+                Locked::new("2.2.6", Step::Pins, [SIX_WHEEL, DATEUTIL_WHEEL]),
+            ),
         ],
     )
     .to_text(
@@ -653,4 +799,130 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
         &stale_tag,
     ]);
     assert!(label.is_empty() || label == "<no value>", "{label}");
+}
+
+/// The bundled template cut down for a build without torch: its apt, venv and
+/// lock layers, and its pip layer with its own pip lines, without the torch
+/// layer (the pins check that imports torch becomes `true`), ending before
+/// the user layer (which the image's imgctl, linked to torch, follows).
+fn template_without_torch() -> String {
+    let t = imgctl::render::WORKSTATION_TEMPLATE;
+    let torch = t.find("# Layer 3: torch").expect("the torch layer");
+    let pins = t.find("{% if pip %}").expect("the pip layer");
+    let user = t.find("# Layer 5:").expect("the user layer");
+    assert!(torch < pins && pins < user);
+    let cut = format!("{}{}", &t[..torch], &t[pins..user]).replace("{{ check_pins }}", "true");
+    // What is tested is the bundled template's own pip line.
+    assert!(
+        cut.contains("--require-hashes --no-deps --only-binary :all: -r {{ lock.pins_path }}; \\\n    pip check; \\\n"),
+        "{cut}"
+    );
+    cut
+}
+
+#[test]
+fn a_package_that_does_not_match_its_hash_fails_the_build_naming_it() {
+    ensure_bases();
+    let dir = tempfile::tempdir().unwrap();
+    // The cu124 spec with one tiny pin and the template above.
+    let yaml = spec::bundled()
+        .into_iter()
+        .find(|(n, _)| *n == "cu124")
+        .unwrap()
+        .1;
+    let pins_start = yaml.find("\npip:\n").unwrap();
+    let pins_end = yaml.find("\napt:\n").unwrap();
+    let yaml = format!(
+        "{}\npip:\n  - six==1.16.0{}template: no-torch.Dockerfile.j2\n",
+        &yaml[..pins_start],
+        &yaml[pins_end..]
+    );
+    let spec_path = dir.path().join("tiny.yaml");
+    std::fs::write(&spec_path, &yaml).unwrap();
+    std::fs::write(
+        dir.path().join("no-torch.Dockerfile.j2"),
+        template_without_torch(),
+    )
+    .unwrap();
+    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let write_lock = |six_hash: &str| {
+        let text = LockFile::new(
+            &LockInputs::of(&loaded.spec),
+            [
+                // Never installed here: the torch layer is cut out.
+                ("torch", Locked::new("2.7.0", Step::Torch, [SIX_WHEEL])),
+                ("six", Locked::new("1.16.0", Step::Pins, [six_hash])),
+            ],
+        )
+        .to_text(
+            &loaded.origin,
+            &imgctl::commands::lock::lock_command(&loaded),
+        );
+        std::fs::write(dir.path().join("tiny.lock"), text).unwrap();
+    };
+    let spec_arg = spec_path.to_str().unwrap();
+    let args = [
+        "--spec",
+        spec_arg,
+        "--base-image",
+        DEBIAN_BASE,
+        "--ca-cert",
+        "/etc/ssl/certs/ca-certificates.crt",
+    ];
+    let mut guard = EngineGuard::default();
+
+    // The right hash: pip installs six from PyPI, checks it, and pip check passes.
+    write_lock(SIX_WHEEL);
+    let tag = format!("imgctl-test/it-build:{}-hash-ok", std::process::id());
+    guard.image(&tag);
+    let mut build: Vec<&str> = vec!["build", "--tag", &tag];
+    build.extend_from_slice(&args);
+    let out = imgctl_in(dir.path(), &build, &[]);
+    let (_, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("pip lock: "), "{stderr}");
+    let six = docker_ok(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "/opt/venv/bin/python",
+        &tag,
+        "-c",
+        "import importlib.metadata as m; print(m.version('six'))",
+    ]);
+    assert_eq!(six, "1.16.0");
+
+    // One hex digit changed: the pip layer fails, and its output names six.
+    let mut wrong = SIX_WHEEL.to_string();
+    wrong.replace_range(0..1, "9");
+    write_lock(&wrong);
+    let bad_tag = format!("imgctl-test/it-build:{}-hash-bad", std::process::id());
+    guard.image(&bad_tag);
+    let tail = check_failing_build(&args, &bad_tag, 1).join("\n");
+    eprintln!("lock: the pip layer's output with a wrong hash for six:\n{tail}");
+    assert!(tail.contains("DO NOT MATCH THE HASHES"), "{tail}");
+    assert!(tail.contains("six==1.16.0 from https://"), "{tail}");
+    assert!(tail.contains(&format!("Expected sha256 {wrong}")), "{tail}");
+    assert!(tail.contains(&format!("Got        {SIX_WHEEL}")), "{tail}");
+}
+
+#[test]
+fn setup_installs_the_uv_imgctl_expects() {
+    let want = format!("uv=={}", imgctl::lock::uv::UV_VERSION);
+    let req = std::fs::read_to_string(repo_root().join("scripts/requirements-test.txt")).unwrap();
+    assert!(
+        req.lines().any(|l| l.trim() == want),
+        "scripts/requirements-test.txt does not pin {want}:\n{req}"
+    );
+    // scripts/setup.sh put it into the venv that IMGCTL_VENV names.
+    let uv = crate::common::venv().join("bin").join("uv");
+    let out = Command::new(&uv)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/setup.sh", uv.display()));
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.starts_with(&format!("uv {} ", imgctl::lock::uv::UV_VERSION)),
+        "{version}"
+    );
 }

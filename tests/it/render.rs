@@ -85,11 +85,16 @@ fn layers_are_ordered_for_the_cache() {
     for cuda in ["12.4", "12.6", "12.8"] {
         let ins = instructions(&render_ok(&["--cuda", cuda]));
         assert!(ins[0].starts_with("FROM "), "{cuda}: FROM first");
+        // The two pip layers: torch + nvidia wheels, then the other pins.
+        let pip: Vec<usize> = (0..ins.len())
+            .filter(|&k| ins[k].starts_with("RUN ") && ins[k].contains("pip install"))
+            .collect();
+        assert_eq!(pip.len(), 2, "{cuda}: {pip:?}");
         let order = [
             position(&ins, "apt-get install"),
             position(&ins, "python3 -m venv /opt/venv"),
-            position(&ins, "pip install --no-cache-dir --index-url"), // torch + nvidia wheels
-            position(&ins, "diffusers==0.33.1"),
+            pip[0],
+            pip[1],
             position(&ins, "useradd"),
             position(&ins, "COPY image/rootfs/ /"),
             position(&ins, "COPY imgctl /usr/local/bin/imgctl"),
@@ -98,9 +103,16 @@ fn layers_are_ordered_for_the_cache() {
             order.windows(2).all(|w| w[0] < w[1]),
             "{cuda}: layers out of order: {order:?}"
         );
+        // cu124/cu126 install their lock's torch step, cu128 (no lock) torch itself.
         assert!(
-            ins[order[2]].contains("torch==2.7.0"),
+            ins[order[2]].contains("torch==2.7.0")
+                || ins[order[2]].contains("-r /etc/imgctl/pip-lock-torch.txt;"),
             "{cuda}: torch has its own layer"
+        );
+        assert!(
+            ins[order[3]].contains("diffusers==0.33.1")
+                || ins[order[3]].contains("-r /etc/imgctl/pip-lock-pins.txt;"),
+            "{cuda}: the other pins have theirs"
         );
         assert!(
             !ins[order[2]].contains("diffusers"),
@@ -145,8 +157,9 @@ fn image_shape_matches_issue_3() {
         "rm -f /etc/ssh/ssh_host_*",
         "ln -sfn \"$site/torch\" /opt/imgctl/libtorch",
         "--shm-size=16g (or --ipc=host)",
-        // images/cu124.lock holds the torch step too.
-        "pip install --no-cache-dir --index-url https://pypi.org/simple --constraint /etc/imgctl/pip.lock torch==2.7.0;",
+        // images/cu124.lock holds the torch step too, installed with hash checking.
+        "pip install --no-cache-dir --index-url https://pypi.org/simple --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-torch.txt; \\\n    pip check; \\\n",
+        "--require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-pins.txt; \\\n    pip check; \\\n",
     ] {
         assert!(d.contains(needle), "missing {needle:?}");
     }
@@ -277,11 +290,11 @@ fn build_options_shape_the_dockerfile() {
         "{user}"
     );
     // --pip-index-url, a PyPI mirror, serves the other packages and PyPI's torch wheel...
-    assert!(
-        ins[position(&ins, "diffusers==")].contains("--index-url https://pypi.example.com/simple")
-    );
-    assert!(ins[position(&ins, "torch==2.7.0;")].contains(
-        "--index-url https://pypi.example.com/simple --constraint /etc/imgctl/pip.lock torch==2.7.0;"
+    assert!(ins[position(&ins, "-r /etc/imgctl/pip-lock-pins.txt")].contains(
+        "pip install --no-cache-dir --index-url https://pypi.example.com/simple --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-pins.txt;"
+    ));
+    assert!(ins[position(&ins, "-r /etc/imgctl/pip-lock-torch.txt")].contains(
+        "--index-url https://pypi.example.com/simple --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-torch.txt;"
     ));
     assert!(d.contains("io.imgctl.torch.index=\"https://pypi.example.com/simple\""));
     // ...but a torch from PyTorch's own index keeps that index.
@@ -1077,26 +1090,48 @@ fn entrypoint_exits_when_a_service_dies() {
     );
 }
 
-/// The cu124 Dockerfile with the lock's lines taken out: its COPY block, the
-/// two `--constraint` uses and the two labels.
-fn without_lock_lines(dockerfile: &str) -> String {
+/// The cu124 Dockerfile with the lock's lines taken out and its pip lines
+/// as they are without one: the two COPY blocks, the `pip check`s, the two
+/// labels; the torch step's install back to `torch==2.7.0`, the pins step's
+/// back to the spec's pins held by torch-constraints.txt.
+fn without_lock_lines(dockerfile: &str, pins: &[&str]) -> String {
     let mut out = String::new();
     let mut skipping = false;
     for line in dockerfile.split_inclusive('\n') {
-        if line.starts_with("# The spec's pip lock, made by `imgctl lock`") {
+        if line.starts_with("# The spec's pip lock, made by `imgctl lock`")
+            || line.starts_with("# The lock's pins step")
+        {
             skipping = true;
         }
         if skipping {
-            // The block ends with the COPY and one blank line.
+            // Each block ends with its COPY lines and one blank line.
             if line == "\n" {
                 skipping = false;
             }
             continue;
         }
-        if line.contains("io.imgctl.pip_lock.") {
+        if line.contains("io.imgctl.pip_lock.") || line == "    pip check; \\\n" {
             continue;
         }
-        out.push_str(&line.replace(" --constraint /etc/imgctl/pip.lock", ""));
+        if line.contains(" -r /etc/imgctl/pip-lock-pins.txt; \\") {
+            out.push_str("    pip install --no-cache-dir --constraint /etc/imgctl/torch-constraints.txt \\\n");
+            for (i, pin) in pins.iter().enumerate() {
+                let end = if i + 1 == pins.len() { "; \\" } else { " \\" };
+                out.push_str(&format!("        {pin}{end}\n"));
+            }
+            continue;
+        }
+        out.push_str(
+            &line
+                .replace(
+                    " --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-torch.txt;",
+                    " torch==2.7.0;",
+                )
+                .replace(
+                    "pip installs the pins step alone, with hashes and no dependencies",
+                    "torch-constraints.txt",
+                ),
+        );
     }
     out
 }
@@ -1122,7 +1157,9 @@ fn without_a_lock_the_dockerfile_is_as_before() {
     // And the locked cu124 is that text plus the lock's lines, nothing else.
     let locked = render_ok(&["--cuda", "12.4"]);
     assert!(locked.contains("COPY image/pip.lock /etc/imgctl/pip.lock\n"));
-    assert_eq!(without_lock_lines(&locked), r.dockerfile);
+    let pins: Vec<String> = loaded.spec.pip.iter().map(|p| p.requirement()).collect();
+    let pins: Vec<&str> = pins.iter().map(String::as_str).collect();
+    assert_eq!(without_lock_lines(&locked, &pins), r.dockerfile);
 }
 
 /// A copy of the cu124 spec in a folder of its own (so that its lock is a file
@@ -1138,21 +1175,39 @@ fn user_spec(dir: &Path, edit: &dyn Fn(&str) -> String) -> PathBuf {
     path
 }
 
+/// A sha256 for the locks these tests write (rendering does not check it).
+const SOME_HASH: &str = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254";
+
 /// Writes a lock for the spec at `spec_path` with the library (the format is
-/// tested in src/lock; these tests are about rendering): torch, the pins and
-/// two transitive packages.
+/// tested in src/lock; these tests are about rendering): torch and
+/// typing-extensions in the torch step, the pins and numpy in the pins step.
 fn write_lock(spec_path: &Path, lock_path: &Path) -> String {
+    use imgctl::lock::{Locked, Step};
     let loaded = spec::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
     let inputs = imgctl::lock::LockInputs::of(&loaded.spec);
-    let mut packages: Vec<(String, String)> = loaded
+    let mut packages: Vec<(String, Locked)> = loaded
         .spec
         .pip
         .iter()
-        .map(|p| (p.name.clone(), p.version.clone()))
+        .map(|p| {
+            (
+                p.name.clone(),
+                Locked::new(&p.version, Step::Pins, [SOME_HASH]),
+            )
+        })
         .collect();
-    packages.push(("torch".into(), "2.7.0".into()));
-    packages.push(("numpy".into(), "2.2.6".into()));
-    packages.push(("typing_extensions".into(), "4.13.2".into()));
+    packages.push((
+        "torch".into(),
+        Locked::new("2.7.0", Step::Torch, [SOME_HASH]),
+    ));
+    packages.push((
+        "numpy".into(),
+        Locked::new("2.2.6", Step::Pins, [SOME_HASH]),
+    ));
+    packages.push((
+        "typing_extensions".into(),
+        Locked::new("4.13.2", Step::Torch, [SOME_HASH]),
+    ));
     let text = imgctl::lock::LockFile::new(&inputs, packages).to_text(
         &loaded.origin,
         &imgctl::commands::lock::lock_command(&loaded),
@@ -1195,25 +1250,42 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
     );
     let ins = instructions(&d);
     let copy = position(&ins, "COPY image/pip.lock /etc/imgctl/pip.lock");
-    let torch = position(&ins, "torch==2.7.0;");
-    let pins = position(&ins, "diffusers==0.33.1");
+    let copy_torch = position(
+        &ins,
+        "COPY image/pip-lock-torch.txt /etc/imgctl/pip-lock-torch.txt",
+    );
+    let torch = position(&ins, "-r /etc/imgctl/pip-lock-torch.txt;");
+    let copy_pins = position(
+        &ins,
+        "COPY image/pip-lock-pins.txt /etc/imgctl/pip-lock-pins.txt",
+    );
+    let pins = position(&ins, "-r /etc/imgctl/pip-lock-pins.txt;");
     assert!(
-        position(&ins, "python3 -m venv") < copy && copy < torch,
-        "the lock arrives before the torch layer"
+        position(&ins, "python3 -m venv") < copy && copy < copy_torch && copy_torch < torch,
+        "the lock and its torch step arrive before the torch layer"
     );
     assert!(
+        torch < copy_pins && copy_pins < pins,
+        "the pins step arrives after the torch layer (a change of the pins keeps its cache)"
+    );
+    // Both layers install their step alone, in pip's hash-checking mode, then check.
+    assert!(
         ins[torch].contains(
-            "pip install --no-cache-dir --index-url https://pypi.org/simple --constraint /etc/imgctl/pip.lock torch==2.7.0;"
-        ),
+            "pip install --no-cache-dir --index-url https://pypi.org/simple --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-torch.txt;"
+        ) && ins[torch].contains(" pip check;"),
         "{}",
         ins[torch]
     );
     assert!(
         ins[pins].contains(
-            "--constraint /etc/imgctl/torch-constraints.txt --constraint /etc/imgctl/pip.lock"
-        ),
+            "pip install --no-cache-dir --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-pins.txt;"
+        ) && ins[pins].contains(" pip check;"),
         "{}",
         ins[pins]
+    );
+    assert!(
+        !ins[pins].contains("diffusers==") && !d.contains("--constraint"),
+        "{d}"
     );
     // The torch pins are still frozen and checked.
     assert!(ins[torch].contains("pip freeze | grep -E '^(torch|triton|nvidia-)'"));
@@ -1224,7 +1296,12 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
         "{d}"
     );
     assert!(d.contains("io.imgctl.pip_lock.packages=\"9\""));
-    assert!(d.contains(&format!("9 packages,\n# sha256 {sha}.")), "{d}");
+    assert!(
+        d.contains(&format!("9 packages,\n# sha256 {sha}.\n")),
+        "{d}"
+    );
+    assert!(d.contains("Its torch step (2 packages)"), "{d}");
+    assert!(d.contains("# The lock's pins step (7 packages)"), "{d}");
 
     // The library view: the context holds the lock byte for byte.
     let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
@@ -1237,6 +1314,34 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
     assert_eq!(f.contents, text.as_bytes());
     assert_eq!((f.mode, r.lock.is_fresh()), (0o644, true));
     assert_eq!(r.labels["io.imgctl.pip_lock.sha256"], sha);
+    // Each step is a requirements file of its own: its entries, each hashed.
+    let step = |path: &str| {
+        let f = r
+            .files
+            .iter()
+            .find(|f| f.path == path)
+            .expect("a step file");
+        assert_eq!(f.mode, 0o644);
+        String::from_utf8(f.contents.clone()).unwrap()
+    };
+    let torch_step = step(render::PIP_LOCK_TORCH_PATH);
+    assert_eq!(
+        torch_step
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>(),
+        [
+            "torch==2.7.0 \\".to_string(),
+            format!("    --hash=sha256:{SOME_HASH}"),
+            "typing-extensions==4.13.2 \\".to_string(),
+            format!("    --hash=sha256:{SOME_HASH}"),
+        ]
+    );
+    let pins_step = step(render::PIP_LOCK_PINS_PATH);
+    assert!(
+        pins_step.contains("\ndiffusers==0.33.1 \\\n") && pins_step.contains("\nnumpy==2.2.6 \\\n")
+    );
+    assert!(!pins_step.contains("torch=="), "{pins_step}");
 }
 
 #[test]

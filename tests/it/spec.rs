@@ -396,7 +396,8 @@ fn specs_lists_the_profiles() {
         )
         .unwrap()
         .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        // One `name==version` line per package; its hash lines are indented.
+        .filter(|l| !l.starts_with('#') && !l.starts_with(' ') && !l.trim().is_empty())
         .count()
     };
     for i in [0, 1] {

@@ -85,6 +85,14 @@ impl Advice {
             hint: hint.into(),
         }
     }
+    /// A missing tool (exit 3) with `hint` (how to install it).
+    pub fn missing_tool(hint: impl Into<Option<String>>) -> Self {
+        Self {
+            status: ExitStatus::MissingTool,
+            message: None,
+            hint: hint.into(),
+        }
+    }
     /// An interruption (exit 130) with `hint`.
     pub fn interrupted(hint: impl Into<Option<String>>) -> Self {
         Self {
