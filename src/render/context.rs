@@ -34,6 +34,7 @@ pub(super) struct FilesCtx {
     pub(super) rootfs: &'static str,
     pub(super) ca_cert: &'static str,
     pub(super) ca_cert_build_only: &'static str,
+    pub(super) uv_requirements: &'static str,
     pub(super) pip_lock: &'static str,
     pub(super) pip_lock_torch: &'static str,
     pub(super) pip_lock_pins: &'static str,

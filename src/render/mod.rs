@@ -61,6 +61,11 @@ pub const HEALTHCHECK_SH: &str = include_str!("../../images/healthcheck.sh");
 pub const SSHD_CONFIG: &str = include_str!("../../images/sshd_config");
 /// The image's login-shell profile (PATH for ssh sessions).
 pub const PROFILE_SH: &str = include_str!("../../images/profile.sh");
+/// The hash-pinned uv that the BuildKit variant's locked pip steps install
+/// into /tmp for the step (`images/uv-requirements.txt`).
+pub const UV_REQUIREMENTS: &str = include_str!("../../images/uv-requirements.txt");
+/// Context path of [`UV_REQUIREMENTS`]: bound into the steps, never copied.
+pub const UV_REQUIREMENTS_PATH: &str = "build-only/uv-requirements.txt";
 
 /// Every file of `images/` embedded in the binary: (path in the repository, contents).
 pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
@@ -70,6 +75,7 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
         ("images/healthcheck.sh", HEALTHCHECK_SH),
         ("images/sshd_config", SSHD_CONFIG),
         ("images/profile.sh", PROFILE_SH),
+        ("images/uv-requirements.txt", UV_REQUIREMENTS),
     ];
     for (name, yaml) in crate::spec::bundled() {
         let path: &'static str = match name {
@@ -360,6 +366,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             rootfs: ROOTFS_DIR,
             ca_cert: CA_CERT_PATH,
             ca_cert_build_only: CA_CERT_BUILD_ONLY_PATH,
+            uv_requirements: UV_REQUIREMENTS_PATH,
             pip_lock: PIP_LOCK_PATH,
             pip_lock_torch: PIP_LOCK_TORCH_PATH,
             pip_lock_pins: PIP_LOCK_PINS_PATH,
@@ -436,6 +443,13 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             path: CA_CERT_PATH.to_string(),
             mode: 0o644,
             contents: ca.clone(),
+        });
+    }
+    if opts.buildkit && matches!(lock_state, crate::lock::LockState::Fresh { .. }) {
+        files.push(ContextFile {
+            path: UV_REQUIREMENTS_PATH.to_string(),
+            mode: 0o644,
+            contents: UV_REQUIREMENTS.as_bytes().to_vec(),
         });
     }
     if let Some(ca) = &opts.ca_cert_build_only {

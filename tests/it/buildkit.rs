@@ -223,6 +223,15 @@ fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
     assert!(bk.contains("--mount=type=cache,id=imgctl-pip,target=/root/.cache/pip"));
     assert!(bk.contains("target=/var/lib/apt/lists,sharing=locked"));
     assert!(bk.contains("env -u PIP_NO_CACHE_DIR pip install --cache-dir /root/.cache/pip"));
+    // With a lock, the pip steps install through a hash-checked uv, kept in
+    // /tmp of the step only.
+    assert!(bk.contains("--require-hashes --no-deps --only-binary :all: --target /tmp/imgctl-uv -r /run/imgctl-build/uv-requirements.txt"), "{bk}");
+    assert!(
+        bk.contains("/tmp/imgctl-uv/bin/uv pip install --python /opt/venv/bin/python"),
+        "{bk}"
+    );
+    assert!(bk.contains("rm -rf /tmp/imgctl-uv"), "{bk}");
+    assert!(!classic.contains("imgctl-uv"), "{classic}");
     // The layers' cleanup must not empty the cache mounts.
     assert!(!bk.contains("rm -rf /var/lib/apt/lists/*"), "{bk}");
     let secret = render(&["--builder", "buildkit", "--ca-cert-secret", ca]);

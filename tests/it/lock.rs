@@ -814,7 +814,7 @@ fn template_without_torch() -> String {
     let cut = format!("{}{}", &t[..torch], &t[pins..user]).replace("{{ check_pins }}", "true");
     // What is tested is the bundled template's own pip line.
     assert!(
-        cut.contains("--require-hashes --no-deps --only-binary :all: -r {{ lock.pins_path }}; \\\n    pip check; \\\n"),
+        cut.contains("--require-hashes --no-deps --only-binary :all: -r {{ lock.pins_path }}; \\\n{{ uv_end }}    pip check; \\\n"),
         "{cut}"
     );
     cut
@@ -914,6 +914,15 @@ fn setup_installs_the_uv_imgctl_expects() {
         req.lines().any(|l| l.trim() == want),
         "scripts/requirements-test.txt does not pin {want}:\n{req}"
     );
+    // The uv the BuildKit variant installs in its pip steps is the same one.
+    let build = imgctl::render::UV_REQUIREMENTS;
+    assert!(
+        build
+            .lines()
+            .any(|l| l.trim_end_matches([' ', '\\']) == want),
+        "images/uv-requirements.txt does not pin {want}"
+    );
+    assert!(build.matches("--hash=sha256:").count() >= 2, "{build}");
     // scripts/setup.sh put it into the venv that IMGCTL_VENV names.
     let uv = crate::common::venv().join("bin").join("uv");
     let out = Command::new(&uv)
