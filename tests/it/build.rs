@@ -328,7 +328,12 @@ pub(crate) fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> V
     let out = imgctl_env(&full, &[]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let errors: Vec<&str> = stderr
+    // imgctl's own report follows the build's log (which -v prints raw, and
+    // where uv's own `error:` lines appear): one error line there.
+    let report = stderr
+        .rfind("output of step ")
+        .map_or(stderr.as_str(), |i| &stderr[i..]);
+    let errors: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("error: "))
         .collect();

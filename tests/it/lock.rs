@@ -904,6 +904,15 @@ fn a_package_that_does_not_match_its_hash_fails_the_build_naming_it() {
     assert!(tail.contains("six==1.16.0 from https://"), "{tail}");
     assert!(tail.contains(&format!("Expected sha256 {wrong}")), "{tail}");
     assert!(tail.contains(&format!("Got        {SIX_WHEEL}")), "{tail}");
+
+    // The same with BuildKit, whose locked steps install through uv.
+    let mut bk = args.to_vec();
+    bk.extend_from_slice(&["--builder", "buildkit"]);
+    let tail = check_failing_build(&bk, &bad_tag, 1).join("\n");
+    eprintln!("lock: the uv step's output with a wrong hash for six:\n{tail}");
+    assert!(tail.contains("six==1.16.0"), "{tail}");
+    assert!(tail.contains(&format!("sha256:{wrong}")), "{tail}");
+    assert!(tail.contains(&format!("sha256:{SIX_WHEEL}")), "{tail}");
 }
 
 #[test]
