@@ -31,7 +31,7 @@ mod template;
 use context::{Ctx, FilesCtx, LockCtx, TorchCtx, UserCtx};
 pub use error::{describe_char, field_name, RenderError};
 pub use options::{check_pip_index_url, RenderOptions, DEFAULT_ID, ID_RANGE};
-pub use template::render_template;
+pub use template::{docker_quote, render_template};
 use template::{refuse_control_characters, wrap};
 
 /// Context path where `imgctl build` puts the imgctl binary; the template

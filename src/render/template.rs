@@ -57,7 +57,7 @@ pub fn render_template<S: Serialize>(name: &str, source: &str, ctx: &S) -> Resul
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
     env.set_keep_trailing_newline(true);
-    env.add_filter("dq", docker_quote);
+    env.add_filter("dq", |value: String| docker_quote(&value));
     let describe = |e: minijinja::Error| {
         let line = e.line().map(|l| format!(" line {l}")).unwrap_or_default();
         let detail = e.detail().map(|d| format!(": {d}")).unwrap_or_default();
@@ -75,7 +75,7 @@ pub fn render_template<S: Serialize>(name: &str, source: &str, ctx: &S) -> Resul
 
 /// A Dockerfile double-quoted string (LABEL values): `"` and `\` escaped, and
 /// `$` too, because LABEL substitutes variables.
-pub(super) fn docker_quote(value: String) -> String {
+pub fn docker_quote(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     out.push('"');
     for c in value.chars() {
@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn quoting_and_wrapping() {
-        assert_eq!(docker_quote("a \"b\" $c \\".into()), r#""a \"b\" \$c \\""#);
+        assert_eq!(docker_quote("a \"b\" $c \\"), r#""a \"b\" \$c \\""#);
         assert_eq!(wrap("aa bb cc", 5), vec!["aa bb", "cc"]);
     }
 

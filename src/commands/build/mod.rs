@@ -24,6 +24,7 @@ use crate::docker::context::{BuildContext, ContextListing};
 use crate::docker::image;
 use crate::env_vars::SOURCE_DATE_EPOCH;
 use crate::output::printer;
+use crate::render::docker_quote;
 use crate::ExitStatus;
 
 mod progress;
@@ -95,26 +96,13 @@ pub fn with_labels(dockerfile: &str, labels: &BTreeMap<String, String>) -> Strin
     );
     let n = labels.len();
     for (i, (key, value)) in labels.iter().enumerate() {
-        out.push_str(&format!(" {}={}", quote(key), quote(value)));
+        out.push_str(&format!(" {}={}", docker_quote(key), docker_quote(value)));
         if i + 1 < n {
             out.push_str(" \\\n     ");
         }
     }
     out.push('\n');
     out
-}
-
-fn quote(text: &str) -> String {
-    let mut q = String::with_capacity(text.len() + 2);
-    q.push('"');
-    for c in text.chars() {
-        if matches!(c, '"' | '\\' | '$') {
-            q.push('\\');
-        }
-        q.push(c);
-    }
-    q.push('"');
-    q
 }
 
 /// `--dry-run --json` output.
