@@ -40,6 +40,7 @@ mod tests {
             version: "20.10.24+dfsg1".into(),
             engine_api: "1.41".into(),
             api_version: "1.41".into(),
+            os: "linux".into(),
             address: "unix:///var/run/docker.sock".into(),
             context: context.map(str::to_string),
             origin,

@@ -80,6 +80,13 @@ impl BuildContext {
         Ok(())
     }
 
+    /// Removes the file at `path` and hands back its contents (`None` when
+    /// there is none).
+    pub fn take(&mut self, path: &str) -> Option<Vec<u8>> {
+        let i = self.entries.iter().position(|e| e.path == path)?;
+        Some(self.entries.remove(i).contents)
+    }
+
     /// Replaces the Dockerfile text.
     pub fn set_dockerfile(&mut self, dockerfile: &str) {
         self.entries[0].contents = dockerfile.as_bytes().to_vec();

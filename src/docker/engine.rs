@@ -37,6 +37,8 @@ pub struct EngineInfo {
     pub engine_api: String,
     /// The API version imgctl uses: the lower of the engine's and bollard's.
     pub api_version: String,
+    /// The engine's OS (`linux`, `windows`).
+    pub os: String,
     /// The address connected to.
     pub address: String,
     /// The context that named the address, if one did (`default` included).
@@ -100,6 +102,7 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         version: facts.version.unwrap_or_else(unknown),
         engine_api: facts.api_version.unwrap_or_else(unknown),
         api_version: docker.client_version().to_string(),
+        os: facts.os.unwrap_or_else(|| "linux".to_string()),
         address,
         context,
         origin,

@@ -150,13 +150,16 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
             BuilderChoice::Auto if args.image.ca_cert_secret.is_some() => BuilderChoice::BuildKit,
             other => other,
         };
-        let (builder, reason) = crate::docker::build::choose_builder(&docker, choice)
-            .await
-            .map_err(build_failure)?;
+        let (builder, reason) =
+            crate::docker::build::choose_builder(&engine.info, choice).map_err(build_failure)?;
         let plan = if (builder == Builder::BuildKit) == plan.buildkit {
             plan
         } else {
-            self::plan(&args, builder == Builder::BuildKit)?
+            // The other variant of the Dockerfile; the imgctl binary, read
+            // once, moves over.
+            let mut old = plan;
+            let binary = old.context.take(crate::render::IMGCTL_BINARY_PATH);
+            plan_with(&args, builder == Builder::BuildKit, binary)?
         };
         printer().info(super::engine_line::engine_line(
             &engine.info,
@@ -180,6 +183,15 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
 /// and renders the spec (its BuildKit variant when `buildkit`), assembles the
 /// context and the labels.
 pub fn plan(args: &BuildArgs, buildkit: bool) -> anyhow::Result<BuildPlan> {
+    plan_with(args, buildkit, None)
+}
+
+/// [`plan`], with the imgctl binary's bytes when they were read already.
+fn plan_with(
+    args: &BuildArgs,
+    buildkit: bool,
+    binary: Option<Vec<u8>>,
+) -> anyhow::Result<BuildPlan> {
     let build_args = parse_pairs(&args.build_args, "--build-arg")?;
     let user_labels = parse_pairs(&args.labels, "--label")?;
     if let Some((k, _)) = user_labels.iter().find(|(_, v)| v.contains('\n')) {
@@ -243,14 +255,19 @@ pub fn plan(args: &BuildArgs, buildkit: bool) -> anyhow::Result<BuildPlan> {
     for file in &rendered.files {
         context.add(&file.path, file.mode, file.contents.clone())?;
     }
-    let binary = imgctl_binary(args.imgctl_binary.as_ref())?;
-    let bytes = std::fs::read(&binary).map_err(|e| {
-        CliError::failure(format!(
-            "cannot read the imgctl binary {}: {e}",
-            binary.display()
-        ))
-        .with_hint("pass a readable imgctl executable with --imgctl-binary FILE")
-    })?;
+    let bytes = match binary {
+        Some(bytes) => bytes,
+        None => {
+            let binary = imgctl_binary(args.imgctl_binary.as_ref())?;
+            std::fs::read(&binary).map_err(|e| {
+                CliError::failure(format!(
+                    "cannot read the imgctl binary {}: {e}",
+                    binary.display()
+                ))
+                .with_hint("pass a readable imgctl executable with --imgctl-binary FILE")
+            })?
+        }
+    };
     context.add(crate::render::IMGCTL_BINARY_PATH, 0o755, bytes)?;
 
     Ok(BuildPlan {

@@ -139,28 +139,16 @@ pub fn decide(
     }
 }
 
-/// Asks the engine for its version and OS, then [`decide`]s.
-pub async fn choose_builder(
-    docker: &bollard::Docker,
+/// [`decide`]s from what the connection learnt (`info`, no request) and
+/// `DOCKER_BUILDKIT`.
+pub fn choose_builder(
+    info: &crate::docker::EngineInfo,
     choice: BuilderChoice,
 ) -> Result<(Builder, BuilderReason), BuildError> {
-    if choice == BuilderChoice::Classic {
-        return Ok((Builder::Classic, BuilderReason::Requested));
-    }
-    let version = docker
-        .version()
-        .await
-        .map_err(|e| BuildError::Engine(super::engine_message(&e)))?;
-    let engine_api = version
-        .api_version
-        .as_deref()
-        .and_then(parse_api)
-        .unwrap_or((1, 0));
-    let client = docker.client_version();
-    let client_api = (client.major_version as u32, client.minor_version as u32);
+    // The client's version is the lower of the two already (negotiated or pinned).
     let facts = EngineFacts {
-        api: engine_api.min(client_api),
-        os: version.os.unwrap_or_else(|| "linux".to_string()),
+        api: parse_api(&info.api_version).unwrap_or((1, 0)),
+        os: info.os.clone(),
     };
     let env = std::env::var(DOCKER_BUILDKIT).ok();
     decide(choice, &facts, env.as_deref())
