@@ -23,9 +23,9 @@ const TEMPLATE_INSTRUCTIONS: &[&str] = &[
     "LABEL",
 ];
 
-/// The most RUN steps the bundled template renders (apt, venv, torch, other
-/// pip packages, user, the imgctl smoke run).
-const MAX_RUN_STEPS: usize = 6;
+/// The most RUN steps the bundled template renders (apt, venv, torch, with a
+/// lock what the pins need, the pins, user, the imgctl smoke run).
+const MAX_RUN_STEPS: usize = 7;
 
 /// Spec text → validation → rendering: refused, or a Dockerfile with one
 /// FROM, only the template's instructions and at most its RUN steps (an
@@ -131,6 +131,26 @@ pub fn lock_text(text: &str) {
             "{req}"
         );
     }
+    // A step split in two parts (the image's dependencies and named pins
+    // layers) loses and repeats no entry.
+    let entries = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with(' '))
+            .map(str::to_string)
+            .collect()
+    };
+    let even = |name: &str| name.len() % 2 == 0;
+    let mut parts = entries(&lock.part_text(crate::lock::Step::Pins, "even", "f", even));
+    parts.extend(entries(&lock.part_text(
+        crate::lock::Step::Pins,
+        "odd",
+        "f",
+        |n| !even(n),
+    )));
+    parts.sort();
+    let mut whole = entries(&lock.step_text(crate::lock::Step::Pins, "f"));
+    whole.sort();
+    assert_eq!(parts, whole);
 }
 
 /// Training config text over the tiny preset → validation: refused or valid,

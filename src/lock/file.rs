@@ -170,11 +170,28 @@ impl LockFile {
     /// The packages of `step` as a requirements file of their own (what the
     /// image's layer of that step hands pip), under a comment naming `origin`.
     pub fn step_text(&self, step: Step, origin: &str) -> String {
-        let mut out = format!(
-            "# The {} step of the imgctl pip lock {origin}: pip installs these, and only these files.\n",
-            step.word()
-        );
-        for (name, locked) in self.step(step) {
+        self.part_text(step, step.word(), origin, |_| true)
+    }
+
+    /// The packages of `step` whose normalised name `keep` accepts, as a
+    /// requirements file of their own: the image installs a step in more than
+    /// one layer this way (`part` names the layer in the file's comment).
+    pub fn part_text(
+        &self,
+        step: Step,
+        part: &str,
+        origin: &str,
+        keep: impl Fn(&str) -> bool,
+    ) -> String {
+        let mut out = if part == step.word() {
+            format!("# The {part} step of the imgctl pip lock {origin}: pip installs these, and only these files.\n")
+        } else {
+            format!(
+                "# The {part} part of the {} step of the imgctl pip lock {origin}: pip installs these, and only these files.\n",
+                step.word()
+            )
+        };
+        for (name, locked) in self.step(step).filter(|(name, _)| keep(name)) {
             push_entry(&mut out, name, locked);
         }
         out
@@ -508,6 +525,13 @@ jinja2==3.1.6 \\
             .step_text(Step::Pins, "x")
             .contains("\njinja2==3.1.6 \\\n"));
         assert!(!lock.step_text(Step::Pins, "x").contains("torch=="));
+        // A part of a step: only the entries kept, under a comment naming the part.
+        let named = lock.part_text(Step::Pins, "named pins", "x", |n| n == "diffusers");
+        assert!(
+            named.starts_with("# The named pins part of the pins step of the imgctl pip lock x:"),
+            "{named}"
+        );
+        assert!(named.contains("\ndiffusers==0.33.1 \\\n") && !named.contains("jinja2"));
     }
 
     #[test]

@@ -41,9 +41,13 @@ pub const IMAGE_LOCK_PATH: &str = "/etc/imgctl/pip.lock";
 /// hashes) its torch layer installs.
 pub const IMAGE_LOCK_TORCH_PATH: &str = "/etc/imgctl/pip-lock-torch.txt";
 
-/// Where the image keeps the lock's pins step, the requirements (with
-/// hashes) its pip layer installs.
+/// Where the image keeps the packages of the lock's pins step that the spec
+/// names (with hashes): the last pip layer installs them.
 pub const IMAGE_LOCK_PINS_PATH: &str = "/etc/imgctl/pip-lock-pins.txt";
+
+/// Where the image keeps the rest of the lock's pins step, what the named
+/// pins need (with hashes): the pip layer before the pins' own installs them.
+pub const IMAGE_LOCK_DEPS_PATH: &str = "/etc/imgctl/pip-lock-deps.txt";
 
 /// The architecture imgctl builds for (specs have no architecture field; every
 /// bundled base is linux/amd64).

@@ -38,6 +38,7 @@ pub(super) struct FilesCtx {
     pub(super) pip_lock: &'static str,
     pub(super) pip_lock_torch: &'static str,
     pub(super) pip_lock_pins: &'static str,
+    pub(super) pip_lock_deps: &'static str,
 }
 
 /// The fresh lock the image installs with (`lock` is null in the template without one).
@@ -55,10 +56,20 @@ pub(super) struct LockCtx {
     pub(super) torch_path: &'static str,
     /// Packages of the torch step.
     pub(super) torch_packages: usize,
-    /// Where the image keeps the pins step's requirements (with hashes).
-    pub(super) pins_path: &'static str,
-    /// Packages of the pins step.
+    /// Packages of the pins step (both of its layers).
     pub(super) pins_packages: usize,
+    /// Where the image keeps the requirements (with hashes) of the pins
+    /// step's packages that the spec names: the last pip layer.
+    pub(super) pins_path: &'static str,
+    /// Packages the spec names in the pins step.
+    pub(super) named_packages: usize,
+    /// Where the image keeps the requirements (with hashes) of the rest of
+    /// the pins step, what the named pins need: the pip layer before theirs,
+    /// kept apart so that a changed pin whose dependencies stay rebuilds only
+    /// the small layer of the named pins.
+    pub(super) deps_path: &'static str,
+    /// Packages of the pins step that the spec does not name.
+    pub(super) deps_packages: usize,
     /// torch's index when the pip layer installs from another one (empty
     /// otherwise): a package of the pins step may have been resolved, and
     /// hashed, from it.

@@ -48,8 +48,12 @@ pub const CA_CERT_BUILD_ONLY_PATH: &str = "build-only/proxy-ca.crt";
 pub const PIP_LOCK_PATH: &str = "image/pip.lock";
 /// Context path of the lock's torch step (COPYed to [`crate::lock::IMAGE_LOCK_TORCH_PATH`]).
 pub const PIP_LOCK_TORCH_PATH: &str = "image/pip-lock-torch.txt";
-/// Context path of the lock's pins step (COPYed to [`crate::lock::IMAGE_LOCK_PINS_PATH`]).
+/// Context path of the named pins of the lock's pins step (COPYed to
+/// [`crate::lock::IMAGE_LOCK_PINS_PATH`]).
 pub const PIP_LOCK_PINS_PATH: &str = "image/pip-lock-pins.txt";
+/// Context path of the rest of the lock's pins step, what the named pins need
+/// (COPYed to [`crate::lock::IMAGE_LOCK_DEPS_PATH`]).
+pub const PIP_LOCK_DEPS_PATH: &str = "image/pip-lock-deps.txt";
 
 /// The bundled workstation template.
 pub const WORKSTATION_TEMPLATE: &str = include_str!("../../images/workstation.Dockerfile.j2");
@@ -66,6 +70,13 @@ pub const PROFILE_SH: &str = include_str!("../../images/profile.sh");
 pub const UV_REQUIREMENTS: &str = include_str!("../../images/uv-requirements.txt");
 /// Context path of [`UV_REQUIREMENTS`]: bound into the steps, never copied.
 pub const UV_REQUIREMENTS_PATH: &str = "build-only/uv-requirements.txt";
+
+/// The normalised names of the spec's pip pins (`Jinja2[i18n]==3.1.6` →
+/// `jinja2`): the lock's entries under these names make the image's last pip
+/// layer, the rest of the pins step the layer before it.
+fn named_pins(s: &crate::spec::ImageSpec) -> std::collections::BTreeSet<String> {
+    s.pip.iter().map(|p| p.normalized_name()).collect()
+}
 
 /// Every file of `images/` embedded in the binary: (path in the repository, contents).
 pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
@@ -274,6 +285,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         set(labels::CA_CERT_SHA256, crate::spec::sha256_hex(ca));
     }
     let lock_state = crate::lock::state(spec);
+    let named = named_pins(s);
     let lock = match &lock_state {
         crate::lock::LockState::Fresh { path, lock, text } => {
             let ctx = LockCtx {
@@ -283,8 +295,17 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
                 sha256: crate::spec::sha256_hex(text.as_bytes()),
                 torch_path: crate::lock::IMAGE_LOCK_TORCH_PATH,
                 torch_packages: lock.step(crate::lock::Step::Torch).count(),
-                pins_path: crate::lock::IMAGE_LOCK_PINS_PATH,
                 pins_packages: lock.step(crate::lock::Step::Pins).count(),
+                pins_path: crate::lock::IMAGE_LOCK_PINS_PATH,
+                named_packages: lock
+                    .step(crate::lock::Step::Pins)
+                    .filter(|(name, _)| named.contains(name.as_str()))
+                    .count(),
+                deps_path: crate::lock::IMAGE_LOCK_DEPS_PATH,
+                deps_packages: lock
+                    .step(crate::lock::Step::Pins)
+                    .filter(|(name, _)| !named.contains(name.as_str()))
+                    .count(),
                 extra_index: if torch_index == pins_index {
                     String::new()
                 } else {
@@ -370,6 +391,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             pip_lock: PIP_LOCK_PATH,
             pip_lock_torch: PIP_LOCK_TORCH_PATH,
             pip_lock_pins: PIP_LOCK_PINS_PATH,
+            pip_lock_deps: PIP_LOCK_DEPS_PATH,
         },
         lock,
     };
@@ -465,14 +487,22 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             mode: 0o644,
             contents: text.as_bytes().to_vec(),
         });
-        for (context_path, step) in [
-            (PIP_LOCK_TORCH_PATH, crate::lock::Step::Torch),
-            (PIP_LOCK_PINS_PATH, crate::lock::Step::Pins),
+        use crate::lock::Step;
+        for (context_path, contents) in [
+            (PIP_LOCK_TORCH_PATH, lock.step_text(Step::Torch, path)),
+            (
+                PIP_LOCK_DEPS_PATH,
+                lock.part_text(Step::Pins, "dependencies", path, |n| !named.contains(n)),
+            ),
+            (
+                PIP_LOCK_PINS_PATH,
+                lock.part_text(Step::Pins, "named pins", path, |n| named.contains(n)),
+            ),
         ] {
             files.push(ContextFile {
                 path: context_path.to_string(),
                 mode: 0o644,
-                contents: lock.step_text(step, path).into_bytes(),
+                contents: contents.into_bytes(),
             });
         }
     }

@@ -693,11 +693,17 @@ const LOCK_TEMPLATE: &str = r#"FROM {{ base_image }}
 {% if lock %}
 COPY {{ files.pip_lock }} {{ lock.path }}
 COPY {{ files.pip_lock_torch }} {{ lock.torch_path }}
+COPY {{ files.pip_lock_deps }} {{ lock.deps_path }}
 COPY {{ files.pip_lock_pins }} {{ lock.pins_path }}
 RUN test "$(grep -c '^[a-z0-9].*==' {{ lock.path }})" = "{{ lock.packages }}" && \
     test "$(grep -c '^[a-z0-9].*==' {{ lock.torch_path }})" = "{{ lock.torch_packages }}" && \
     test "$(grep -c '^ *--hash=sha256:' {{ lock.torch_path }})" = "{{ lock.torch_packages }}" && \
-    test "$(grep -c '^[a-z0-9].*==' {{ lock.pins_path }})" = "{{ lock.pins_packages }}"
+    test "$(grep -c '^[a-z0-9].*==' {{ lock.pins_path }})" = "{{ lock.named_packages }}" && \
+    test "$(grep -c '^diffusers==0.33.1 ' {{ lock.pins_path }})" = 1 && \
+    test "$(grep -c '^[a-z0-9].*==' {{ lock.deps_path }})" = "{{ lock.deps_packages }}" && \
+    test "$(grep -c '^numpy==2.2.6 ' {{ lock.deps_path }})" = 1 && \
+    test "$(grep -c '^ *--hash=sha256:' {{ lock.deps_path }})" = 2 && \
+    test "{{ lock.named_packages + lock.deps_packages }}" = "{{ lock.pins_packages }}"
 {% endif %}
 COPY {{ files.imgctl }} /usr/local/bin/imgctl
 LABEL \
@@ -814,7 +820,9 @@ fn template_without_torch() -> String {
     let cut = format!("{}{}", &t[..torch], &t[pins..user]).replace("{{ check_pins }}", "true");
     // What is tested is the bundled template's own pip line.
     assert!(
-        cut.contains("--require-hashes --no-deps --only-binary :all: -r {{ lock.pins_path }}; \\\n{{ uv_end }}    pip check; \\\n"),
+        cut.contains("{{ lock_install }}{{ lock_flags }} -r {{ lock.pins_path }}; \\\n{% endif %}\n{{ uv_end }}    pip check; \\\n")
+            && cut.contains("{{ lock_install }}{{ lock_flags }} -r {{ lock.deps_path }}; \\\n")
+            && cut.contains(" --require-hashes --no-deps --only-binary :all:\") if lock else \"\" %}"),
         "{cut}"
     );
     cut

@@ -85,16 +85,26 @@ fn layers_are_ordered_for_the_cache() {
     for cuda in ["12.4", "12.6", "12.8"] {
         let ins = instructions(&render_ok(&["--cuda", cuda]));
         assert!(ins[0].starts_with("FROM "), "{cuda}: FROM first");
-        // The two pip layers: torch + nvidia wheels, then the other pins.
+        // The pip layers: torch + nvidia wheels, then the other pins; with a
+        // lock, what the pins need has a layer of its own before theirs.
         let pip: Vec<usize> = (0..ins.len())
             .filter(|&k| ins[k].starts_with("RUN ") && ins[k].contains("pip install"))
             .collect();
-        assert_eq!(pip.len(), 2, "{cuda}: {pip:?}");
+        let locked = cuda != "12.8";
+        assert_eq!(pip.len(), if locked { 3 } else { 2 }, "{cuda}: {pip:?}");
+        if locked {
+            assert!(
+                pip[0] < pip[1]
+                    && pip[1] < pip[2]
+                    && ins[pip[1]].contains("-r /etc/imgctl/pip-lock-deps.txt;"),
+                "{cuda}: the pins' dependencies sit between torch and the pins"
+            );
+        }
         let order = [
             position(&ins, "apt-get install"),
             position(&ins, "python3 -m venv /opt/venv"),
             pip[0],
-            pip[1],
+            pip[pip.len() - 1],
             position(&ins, "useradd"),
             position(&ins, "COPY image/rootfs/ /"),
             position(&ins, "COPY imgctl /usr/local/bin/imgctl"),
@@ -1097,12 +1107,24 @@ fn entrypoint_exits_when_a_service_dies() {
 fn without_lock_lines(dockerfile: &str, pins: &[&str]) -> String {
     let mut out = String::new();
     let mut skipping = false;
+    // The pins step's blocks (its comment, the dependencies' COPY and layer,
+    // the named pins' COPY) end at the blank line after that last COPY.
+    let mut in_pins_step = false;
     for line in dockerfile.split_inclusive('\n') {
         if line.starts_with("# The spec's pip lock, made by `imgctl lock`")
-            || line.starts_with("# The lock's pins step")
             || line.starts_with("# The whole lock, for the record")
         {
             skipping = true;
+        }
+        if line.starts_with("# The lock's pins step") {
+            in_pins_step = true;
+        }
+        if in_pins_step {
+            if line.starts_with("COPY image/pip-lock-pins.txt ") {
+                in_pins_step = false;
+                skipping = true;
+            }
+            continue;
         }
         if skipping {
             // Each block ends with its COPY lines and one blank line.
@@ -1111,6 +1133,13 @@ fn without_lock_lines(dockerfile: &str, pins: &[&str]) -> String {
             }
             continue;
         }
+        let line = match line.strip_prefix("# Layer 4: the pins the spec names (") {
+            Some(rest) => format!(
+                "# Layer 4: the other pinned packages{}",
+                &rest[rest.find(')').unwrap() + 1..]
+            ),
+            None => line.to_string(),
+        };
         if line.contains("io.imgctl.pip_lock.") || line == "    pip check; \\\n" {
             continue;
         }
@@ -1129,7 +1158,7 @@ fn without_lock_lines(dockerfile: &str, pins: &[&str]) -> String {
                     " torch==2.7.0;",
                 )
                 .replace(
-                    "pip installs the pins step alone, with hashes and no dependencies",
+                    "pip installs them alone, with hashes and no dependencies",
                     "torch-constraints.txt",
                 ),
         );
@@ -1261,13 +1290,27 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
         "COPY image/pip-lock-pins.txt /etc/imgctl/pip-lock-pins.txt",
     );
     let pins = position(&ins, "-r /etc/imgctl/pip-lock-pins.txt;");
+    let copy_deps = position(
+        &ins,
+        "COPY image/pip-lock-deps.txt /etc/imgctl/pip-lock-deps.txt",
+    );
+    let deps = position(&ins, "-r /etc/imgctl/pip-lock-deps.txt;");
     assert!(
         position(&ins, "python3 -m venv") < copy_torch && copy_torch < torch,
         "the torch step arrives before the torch layer"
     );
     assert!(
-        torch < copy_pins && copy_pins < pins && pins < copy,
-        "the pins step and then the whole lock arrive after the torch layer (a change of the pins keeps its cache)"
+        torch < copy_deps && copy_deps < deps && deps < copy_pins && copy_pins < pins && pins < copy,
+        "the pins' dependencies, the named pins and then the whole lock arrive after the torch layer \
+         (a change of the pins keeps its cache, a pin changed alone keeps the dependencies' too)"
+    );
+    // The dependencies' layer installs them alone; `pip check` waits for the pins.
+    assert!(
+        ins[deps].contains(
+            "pip install --no-cache-dir --require-hashes --no-deps --only-binary :all: -r /etc/imgctl/pip-lock-deps.txt;"
+        ) && !ins[deps].contains("pip check"),
+        "{}",
+        ins[deps]
     );
     // Both layers install their step alone, in pip's hash-checking mode, then check.
     assert!(
@@ -1302,7 +1345,15 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
         "{d}"
     );
     assert!(d.contains("Its torch step (2 packages)"), "{d}");
-    assert!(d.contains("# The lock's pins step (7 packages)"), "{d}");
+    assert!(d.contains("# The lock's pins step (7 packages: "), "{d}");
+    assert!(
+        d.contains("# Layer 4a: what the pins need (1 package)"),
+        "{d}"
+    );
+    assert!(
+        d.contains("# Layer 4: the pins the spec names (6 packages)"),
+        "{d}"
+    );
 
     // The library view: the context holds the lock byte for byte.
     let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
@@ -1338,11 +1389,26 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
             format!("    --hash=sha256:{SOME_HASH}"),
         ]
     );
+    // The pins step in two files: what the spec names, and the rest.
     let pins_step = step(render::PIP_LOCK_PINS_PATH);
+    let deps_step = step(render::PIP_LOCK_DEPS_PATH);
     assert!(
-        pins_step.contains("\ndiffusers==0.33.1 \\\n") && pins_step.contains("\nnumpy==2.2.6 \\\n")
+        pins_step.contains("\ndiffusers==0.33.1 \\\n") && !pins_step.contains("numpy"),
+        "{pins_step}"
     );
-    assert!(!pins_step.contains("torch=="), "{pins_step}");
+    assert_eq!(
+        deps_step
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>(),
+        [
+            "numpy==2.2.6 \\".to_string(),
+            format!("    --hash=sha256:{SOME_HASH}"),
+        ]
+    );
+    for text in [&pins_step, &deps_step] {
+        assert!(!text.contains("torch=="), "{text}");
+    }
 }
 
 #[test]
