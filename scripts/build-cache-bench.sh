@@ -7,7 +7,7 @@
 # fetched again: its layer is cached and pip's cache mount holds the rest),
 # unchanged rebuild within 10 s with both builders.
 #
-# The BuildKit builds take the proxy CA as a build-only file
+# The BuildKit builds take the proxy CA as a build secret
 # (--ca-cert-secret); afterwards the script checks that no layer and no
 # `docker history` line holds it.
 #

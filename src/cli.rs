@@ -165,8 +165,9 @@ pub struct ImageArgs {
     /// installed in the image, so it is trusted at run time too.
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
-    /// Like --ca-cert, but for the build only: bound into the downloading steps,
-    /// never copied into a layer (BuildKit only).
+    /// Like --ca-cert, but for the build only: a BuildKit build secret
+    /// (`proxy-ca`) mounted into the downloading steps, never in a layer or
+    /// the build context (BuildKit only).
     #[arg(long, value_name = "FILE", conflicts_with = "ca_cert")]
     pub ca_cert_secret: Option<PathBuf>,
     /// The builder: buildkit (cache mounts), classic (the legacy builder), or

@@ -33,7 +33,6 @@ pub(super) struct FilesCtx {
     pub(super) imgctl: &'static str,
     pub(super) rootfs: &'static str,
     pub(super) ca_cert: &'static str,
-    pub(super) ca_cert_build_only: &'static str,
     pub(super) uv_requirements: &'static str,
     pub(super) pip_lock: &'static str,
     pub(super) pip_lock_torch: &'static str,
@@ -106,7 +105,8 @@ pub(super) struct Ctx {
     /// Names the apt cache mounts per base image (one distro's lists and
     /// packages never meet another's).
     pub(super) cache_key: String,
-    /// A build-only proxy CA is bound into the downloading steps.
+    /// A build-only proxy CA is mounted into the downloading steps as the
+    /// BuildKit secret [`super::CA_CERT_SECRET_ID`].
     pub(super) ca_cert_build_only: bool,
     pub(super) notes: Vec<Vec<String>>,
     pub(super) files: FilesCtx,

@@ -41,9 +41,11 @@ pub const IMGCTL_BINARY_PATH: &str = "imgctl";
 pub const ROOTFS_DIR: &str = "image/rootfs/";
 /// Context path of the proxy CA (`--ca-cert`).
 pub const CA_CERT_PATH: &str = "image/ca.crt";
-/// Context path of the build-only proxy CA: bound into the downloading RUN
-/// steps (BuildKit's `RUN --mount=type=bind`), never copied into the image.
-pub const CA_CERT_BUILD_ONLY_PATH: &str = "build-only/proxy-ca.crt";
+/// The BuildKit secret id of the build-only proxy CA (`--ca-cert-secret`):
+/// the bundled template mounts it into the downloading RUN steps
+/// (`RUN --mount=type=secret,id=proxy-ca`); `imgctl build` serves it from its
+/// build session, so it is never in the build context or the image.
+pub const CA_CERT_SECRET_ID: &str = "proxy-ca";
 /// Context path of the spec's pip lock (COPYed to [`crate::lock::IMAGE_LOCK_PATH`]).
 pub const PIP_LOCK_PATH: &str = "image/pip.lock";
 /// Context path of the lock's torch step (COPYed to [`crate::lock::IMAGE_LOCK_TORCH_PATH`]).
@@ -386,7 +388,6 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             imgctl: IMGCTL_BINARY_PATH,
             rootfs: ROOTFS_DIR,
             ca_cert: CA_CERT_PATH,
-            ca_cert_build_only: CA_CERT_BUILD_ONLY_PATH,
             uv_requirements: UV_REQUIREMENTS_PATH,
             pip_lock: PIP_LOCK_PATH,
             pip_lock_torch: PIP_LOCK_TORCH_PATH,
@@ -472,13 +473,6 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             path: UV_REQUIREMENTS_PATH.to_string(),
             mode: 0o644,
             contents: UV_REQUIREMENTS.as_bytes().to_vec(),
-        });
-    }
-    if let Some(ca) = &opts.ca_cert_build_only {
-        files.push(ContextFile {
-            path: CA_CERT_BUILD_ONLY_PATH.to_string(),
-            mode: 0o644,
-            contents: ca.clone(),
         });
     }
     if let crate::lock::LockState::Fresh { text, lock, path } = &lock_state {

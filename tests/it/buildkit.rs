@@ -3,7 +3,8 @@
 //! builder choice: the same report, progress and failure report as the
 //! classic builder, unchanged rebuilds that give the same image id with both
 //! builders (no wall clock in the labels), a client pinned to API 1.41 that
-//! still builds with the classic builder, and the rendered BuildKit variant.
+//! still builds with the classic builder, the rendered BuildKit variant, and
+//! build secrets (`--ca-cert-secret`) served by imgctl's own BuildKit session.
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
@@ -220,13 +221,17 @@ fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
     // The layers' cleanup must not empty the cache mounts.
     assert!(!bk.contains("rm -rf /var/lib/apt/lists/*"), "{bk}");
     let secret = render(&["--builder", "buildkit", "--ca-cert-secret", ca]);
-    assert!(secret.contains(
-        "--mount=type=bind,source=build-only/proxy-ca.crt,target=/run/imgctl-build/proxy-ca.crt"
-    ));
+    assert!(
+        secret.contains(
+            "--mount=type=secret,id=proxy-ca,required=true,mode=0444,target=/run/imgctl-build/proxy-ca.crt"
+        ),
+        "{secret}"
+    );
+    assert!(!secret.contains("build-only/proxy-ca.crt"), "{secret}");
     assert!(!secret.contains("COPY image/ca.crt"), "{secret}");
     assert!(!secret.contains("update-ca-certificates"), "{secret}");
     assert!(!secret.contains("io.imgctl.ca_cert.sha256"), "{secret}");
-    // The classic builder cannot bind a file into a step.
+    // The classic builder has no build secrets.
     let out = imgctl(
         &[
             "render",
@@ -334,4 +339,160 @@ fn ctrl_c_cancels_a_buildkit_build_on_the_engine() {
     assert!(!sleeping(), "the cancelled step still runs on the engine");
     let listed = docker_ok(&["images", "-q", &tag]);
     assert!(listed.is_empty(), "a cancelled build was tagged");
+}
+
+/// A spec in `dir` like the busybox one, with `template` as its Dockerfile.
+fn spec_with_template(dir: &std::path::Path, template: &str) -> std::path::PathBuf {
+    let fixtures = busybox_spec().parent().unwrap().to_path_buf();
+    let spec = std::fs::read_to_string(fixtures.join("busybox.yaml"))
+        .unwrap()
+        .replace(
+            "template: busybox.Dockerfile.j2",
+            "template: custom.Dockerfile.j2",
+        );
+    std::fs::write(dir.join("custom.yaml"), spec).unwrap();
+    std::fs::write(dir.join("custom.Dockerfile.j2"), template).unwrap();
+    dir.join("custom.yaml")
+}
+
+#[test]
+fn the_build_secret_reaches_the_step_and_leaves_no_trace() {
+    use sha2::Digest as _;
+    ensure_bases();
+    let mut guard = EngineGuard::default();
+    let tag = test_tag("bk-secret");
+    guard.image(&tag);
+    let dir = tempfile::tempdir().unwrap();
+    // A "certificate" (imgctl checks the PEM framing and the DER tag only)
+    // whose body is a marker found nowhere else.
+    let marker = format!("MIIBimgctlSecretMarker{:010}", std::process::id());
+    let pem = format!("-----BEGIN CERTIFICATE-----\n{marker}\n-----END CERTIFICATE-----\n");
+    let ca = dir.path().join("proxy-ca.crt");
+    std::fs::write(&ca, &pem).unwrap();
+    let sha = hex(&sha2::Sha256::digest(pem.as_bytes()));
+    // The step checks the secret by its hash, so that its text (which
+    // `docker history` keeps) holds no part of it, and that every user can
+    // read it, with the mount of the bundled template's downloading steps
+    // (apt's https method reads the CA as the user _apt).
+    let bundled = imgctl::render::WORKSTATION_TEMPLATE;
+    let mount = "--mount=type=secret,id=proxy-ca,required=true,mode=0444,target=";
+    assert!(bundled.contains(mount));
+    let spec = spec_with_template(
+        dir.path(),
+        &format!(
+            "FROM {{{{ base_image }}}}\n\
+             RUN {mount}/run/imgctl-build/proxy-ca.crt \\\n    \
+             test \"$(sha256sum < /run/imgctl-build/proxy-ca.crt | cut -c1-64)\" = {sha} && \\\n    \
+             test \"$(stat -c %a /run/imgctl-build/proxy-ca.crt)\" = 444 && echo secret-sha-ok\n\
+             LABEL a=b\n"
+        ),
+    );
+    let args = [
+        "build",
+        "-v",
+        "--builder",
+        "buildkit",
+        "--no-cache",
+        "--ca-cert-secret",
+        ca.to_str().unwrap(),
+        "--tag",
+        &tag,
+        "--spec",
+        spec.to_str().unwrap(),
+    ];
+    // The secret is not in the build context.
+    let mut dry = args.to_vec();
+    dry.extend(["--dry-run", "--json"]);
+    let out = imgctl(&dry, &[]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    let plan: Value = serde_json::from_str(&stdout).unwrap();
+    let listing = plan["context"].to_string();
+    assert!(listing.contains("imgctl"), "{listing}");
+    assert!(!listing.contains("proxy-ca"), "{listing}");
+    let out = imgctl(&dry[..dry.len() - 1], &[]);
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.contains(
+            "build secrets (served by imgctl's BuildKit session, not in the context): proxy-ca"
+        ),
+        "{stderr}"
+    );
+    let out = imgctl(&args, &[]);
+    let (_, stderr) = texts(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("\nsecret-sha-ok\n"), "{stderr}");
+    // No trace of it in the image's history, config or files.
+    let history = docker_ok(&["history", "--no-trunc", "--format", "{{.CreatedBy}}", &tag]);
+    assert!(
+        history.contains("id=proxy-ca") || history.contains("sha256sum"),
+        "{history}"
+    );
+    let inspect = docker_ok(&["image", "inspect", &tag]);
+    let container = format!("imgctl-test-secret-{}", std::process::id());
+    guard.container(&container);
+    docker_ok(&["create", "--name", &container, &tag, "true"]);
+    let export = crate::build::docker(&["export", &container]);
+    assert!(export.status.success());
+    assert!(export.stdout.len() > 100_000, "an empty export");
+    for (what, text) in [
+        ("docker history", history.as_bytes()),
+        ("docker image inspect", inspect.as_bytes()),
+        ("docker export", export.stdout.as_slice()),
+    ] {
+        let found = text.windows(marker.len()).any(|w| w == marker.as_bytes());
+        assert!(!found, "the secret shows in {what}");
+    }
+}
+
+#[test]
+fn a_build_secret_nobody_serves_fails_naming_it() {
+    ensure_bases();
+    let _guard = EngineGuard::default();
+    let tag = test_tag("bk-nosecret");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_with_template(
+        dir.path(),
+        "FROM {{ base_image }}\nRUN --mount=type=secret,id=nope,required=true cat /run/secrets/nope\nLABEL a=b\n",
+    );
+    let out = imgctl(
+        &[
+            "build",
+            "--builder",
+            "buildkit",
+            "--no-cache",
+            "--tag",
+            &tag,
+            "--spec",
+            spec.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("build failed at step 2/")
+            && errors[0].contains("needs the build secret `nope`")
+            && errors[0].contains(": RUN --mount=type=secret,id=nope"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\nhint: imgctl serves one build secret, `proxy-ca`"),
+        "{stderr}"
+    );
+    assert!(
+        !crate::build::docker(&["image", "inspect", &tag])
+            .status
+            .success(),
+        "a failed build was tagged"
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

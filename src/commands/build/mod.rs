@@ -18,7 +18,8 @@ use serde::Serialize;
 use crate::cli::BuildArgs;
 use crate::commands::error::CliError;
 use crate::docker::build::{
-    BuildError, BuildEvent, BuildOutcome, BuildRequest, BuildTracker, Builder, BuilderChoice,
+    BuildError, BuildEvent, BuildOutcome, BuildRequest, BuildSecrets, BuildTracker, Builder,
+    BuilderChoice,
 };
 use crate::docker::context::{BuildContext, ContextListing};
 use crate::docker::image;
@@ -58,6 +59,9 @@ pub struct BuildPlan {
     pub build_labels: BTreeMap<String, String>,
     /// `--build-arg` values.
     pub build_args: BTreeMap<String, String>,
+    /// BuildKit's build secrets: the build-only proxy CA (`--ca-cert-secret`)
+    /// as [`crate::render::CA_CERT_SECRET_ID`].
+    pub secrets: BuildSecrets,
     /// Lines the renderer wants the user to read (e.g. the cu124 wheel note).
     pub notes: Vec<String>,
     /// What to say about the spec's pip lock: (is it a warning, the line).
@@ -165,7 +169,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
             &engine.info,
             Some(&format!("{builder} ({reason})")),
         ));
-        build(&docker, plan, builder, args.push).await
+        build(&docker, &engine.info.address, plan, builder, args.push).await
     })?;
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.report {
@@ -214,6 +218,10 @@ fn plan_with(
         ..crate::render::RenderOptions::from_args(&args.image)?
     };
     let rendered = crate::render::render(&loaded, &options)?;
+    let mut secrets = BuildSecrets::default();
+    if let Some(ca) = &options.ca_cert_build_only {
+        secrets.insert(crate::render::CA_CERT_SECRET_ID, ca.clone());
+    }
 
     let tags = if args.tags.is_empty() {
         // Reference names are lower-case [a-z0-9] with single separators.
@@ -279,6 +287,7 @@ fn plan_with(
         labels,
         build_labels,
         build_args,
+        secrets,
         notes: rendered.notes.clone(),
         lock_line: super::lock::build_line(&rendered.lock, &loaded),
         no_cache: args.no_cache,
@@ -418,14 +427,21 @@ fn dry_run(plan: &BuildPlan, json: bool) -> anyhow::Result<ExitStatus> {
             row.path
         ));
     }
+    if !plan.secrets.is_empty() {
+        p.info(format!(
+            "build secrets (served by imgctl's BuildKit session, not in the context): {}",
+            plan.secrets.ids().join(", ")
+        ));
+    }
     p.info(format!("tags: {}", plan.tags.join(", ")));
     p.info("dry run: nothing was built");
     Ok(ExitStatus::Success)
 }
 
-/// Builds the plan on the engine; Ctrl-C cancels it (exit 130).
+/// Builds the plan on the engine at `address`; Ctrl-C cancels it (exit 130).
 async fn build(
     docker: &bollard::Docker,
+    address: &str,
     plan: BuildPlan,
     builder: Builder,
     push: bool,
@@ -454,6 +470,7 @@ async fn build(
         // In the Dockerfile instead (one step, not one per label).
         labels: BTreeMap::new(),
         builder,
+        secrets: plan.secrets.clone(),
     };
     let tar = plan.context.to_tar()?;
     p.info(format!(
@@ -469,8 +486,14 @@ async fn build(
     let mut signals = crate::docker::Termination::install()?;
     let outcome = {
         let mut on_event = |ev: &BuildEvent| view.event(ev);
-        let build =
-            crate::docker::build::build_image(docker, tar, &request, &tracker, &mut on_event);
+        let build = crate::docker::build::build_image(
+            docker,
+            address,
+            tar,
+            &request,
+            &tracker,
+            &mut on_event,
+        );
         tokio::select! {
             res = build => Ok(res),
             sig = signals.recv() => Err(sig),
@@ -581,11 +604,25 @@ fn build_failure(err: BuildError) -> anyhow::Error {
             exit_code,
             tail,
         } => {
-            let mut text = format!("output of step {n}/{total} (last {} lines):\n", tail.len());
-            for line in &tail {
-                text.push_str(&format!("  | {line}\n"));
+            if !tail.is_empty() {
+                let mut text =
+                    format!("output of step {n}/{total} (last {} lines):\n", tail.len());
+                for line in &tail {
+                    text.push_str(&format!("  | {line}\n"));
+                }
+                crate::output::printer().stderr_text(text);
             }
-            crate::output::printer().stderr_text(text);
+            if let Some(id) = crate::docker::build::missing_secret(&message) {
+                return CliError::failure(format!(
+                    "build failed at step {n}/{total}: it needs the build secret `{id}`, which this build does not have: {}",
+                    cut(&instruction, 300)
+                ))
+                .with_hint(format!(
+                    "imgctl serves one build secret, `{}`, when given --ca-cert-secret FILE (the engine said: {message})",
+                    crate::render::CA_CERT_SECRET_ID
+                ))
+                .into();
+            }
             let (code, hint) = match exit_code {
                 Some(c) => (
                     format!(" with exit code {c}"),
@@ -672,6 +709,15 @@ mod tests {
             with_labels("FROM scratch\n", &BTreeMap::new()),
             "FROM scratch\n"
         );
+    }
+
+    #[test]
+    fn the_bundled_template_mounts_the_secret_the_build_serves() {
+        let mount = format!(
+            "--mount=type=secret,id={},required=true,",
+            crate::render::CA_CERT_SECRET_ID
+        );
+        assert!(crate::render::WORKSTATION_TEMPLATE.contains(&mount));
     }
 
     #[test]

@@ -13,18 +13,22 @@
 //! [/bin/sh -c …]: exit code: 3` (Docker 20.10) or `process "…" did not
 //! complete successfully: exit code: 3` (Docker 23+), and the failing vertex
 //! carries the same text. [`Trace`] is the pure part, tested without an engine.
+//!
+//! The `/build` request and its session are imgctl's own ([`super::raw`],
+//! [`super::session`]), not bollard's: the session serves the build secrets
+//! of the request, and the build names it.
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use bollard::moby::buildkit::v1::StatusResponse;
 use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
-use futures_util::StreamExt;
 use rand::Rng as _;
 
+use super::raw::EngineHttp;
 use super::{
-    engine_message, exit_code_of, options, BuildError, BuildEvent, BuildOutcome, BuildRequest,
-    StepRecord, FAILURE_TAIL_LINES,
+    exit_code_of, options, BuildError, BuildEvent, BuildOutcome, BuildRequest, StepRecord,
+    FAILURE_TAIL_LINES,
 };
 
 /// `[3/9] RUN …` → (3, 9, `RUN …`); a stage name before the count
@@ -263,22 +267,40 @@ fn session_id() -> String {
         .collect()
 }
 
-/// Runs a build with BuildKit. Nothing to clean up after a cancellation:
-/// BuildKit runs its steps without containers the engine lists.
+/// Runs a build with BuildKit on the engine at `address` (the one `docker`
+/// is connected to, at its API version and timeout): opens a session serving
+/// `request.secrets`, then sends the build naming it. Dropping the future
+/// closes both connections (the engine cancels the build). Nothing else to
+/// clean up after a cancellation: BuildKit runs its steps without containers
+/// the engine lists.
 pub(super) async fn run(
     docker: &bollard::Docker,
+    address: &str,
     context: Vec<u8>,
     request: &BuildRequest,
     on_event: &mut (dyn FnMut(&BuildEvent) + Send),
 ) -> Result<BuildOutcome, BuildError> {
     let started = Instant::now();
+    let engine = EngineHttp::new(
+        address,
+        docker.client_version().to_string(),
+        docker.timeout(),
+    )
+    .map_err(BuildError::Engine)?;
+    let id = session_id();
+    // Held until the build's end, on every path.
+    let _session = super::session::start(&engine, &id, request.secrets.clone())
+        .await
+        .map_err(|e| BuildError::Engine(format!("cannot open a BuildKit session: {e}")))?;
     let options = BuildImageOptions {
         version: BuilderVersion::BuilderBuildKit,
-        session: Some(session_id()),
+        session: Some(id),
         ..options(request)
     };
-    let body = bollard::body_full(context.into());
-    let mut stream = docker.build_image(options, None, Some(body));
+    let mut stream = engine
+        .build(&options, context)
+        .await
+        .map_err(BuildError::Engine)?;
     let mut trace = Trace::default();
     let mut image_id: Option<String> = None;
     while let Some(item) = stream.next().await {
@@ -303,10 +325,9 @@ pub(super) async fn run(
                     }
                 }
             }
-            Err(err) => {
+            Err(message) => {
                 // Logs can trail the error by a few messages: take what
                 // follows within a moment, so the failure's tail is complete.
-                let message = engine_message(&err);
                 let drain = async {
                     while let Some(Ok(info)) = stream.next().await {
                         if let Some(BuildInfoAux::BuildKit(status)) = info.aux {

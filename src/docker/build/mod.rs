@@ -4,6 +4,8 @@
 //! and pull flags), the choice of builder ([`Builder`], [`choose_builder`]),
 //! the events both builders' streams become ([`BuildEvent`]: the classic
 //! builder's text in [`classic`], BuildKit's vertex stream in [`buildkit`]),
+//! BuildKit's build secrets (served by a session of imgctl's own, [`session`],
+//! over requests made outside bollard, `raw`),
 //! the failure report of a broken step, and the removal of intermediate
 //! containers a cancelled classic build may leave behind. It does not print:
 //! callers receive [`BuildEvent`]s and decide how to show them.
@@ -16,10 +18,13 @@ use serde::Serialize;
 
 pub mod buildkit;
 pub mod classic;
+mod raw;
 mod select;
+pub mod session;
 
 pub use classic::StepParser;
 pub use select::{choose_builder, Builder, BuilderChoice, BuilderReason};
+pub use session::BuildSecrets;
 
 /// How many output lines of a failing step the error shows (issue 2: "the last 20 lines").
 pub const FAILURE_TAIL_LINES: usize = 20;
@@ -40,6 +45,9 @@ pub struct BuildRequest {
     pub labels: BTreeMap<String, String>,
     /// Which builder runs it.
     pub builder: Builder,
+    /// Secrets for `RUN --mount=type=secret,id=…` (BuildKit only: the
+    /// classic builder has no secrets).
+    pub secrets: BuildSecrets,
 }
 
 /// Something the builder reported, in order.
@@ -185,21 +193,28 @@ fn options(request: &BuildRequest) -> BuildImageOptions {
 }
 
 /// Runs a build of `context` (a tar, see
-/// [`super::context::BuildContext::to_tar`]) on `request.builder`. Calls
-/// `on_event` for each event in order. Dropping the returned future closes the
-/// connection, which cancels the build on the engine; then call
-/// [`remove_leftovers`] with the tracker (the classic builder's intermediate
-/// containers; BuildKit leaves none).
+/// [`super::context::BuildContext::to_tar`]) on `request.builder`, on the
+/// engine `docker` is connected to at `address` (its
+/// [`super::EngineInfo::address`]: BuildKit's build and session requests are
+/// made outside bollard, see [`session`]). Calls `on_event` for each event in
+/// order. Dropping the returned future closes the connections, which cancels
+/// the build on the engine; then call [`remove_leftovers`] with the tracker
+/// (the classic builder's intermediate containers; BuildKit leaves none).
 pub async fn build_image(
     docker: &bollard::Docker,
+    address: &str,
     context: Vec<u8>,
     request: &BuildRequest,
     tracker: &BuildTracker,
     on_event: &mut (dyn FnMut(&BuildEvent) + Send),
 ) -> Result<BuildOutcome, BuildError> {
     match request.builder {
+        Builder::Classic if !request.secrets.is_empty() => Err(BuildError::Engine(format!(
+            "the classic builder has no build secrets (asked for: {})",
+            request.secrets.ids().join(", ")
+        ))),
         Builder::Classic => classic::run(docker, context, request, tracker, on_event).await,
-        Builder::BuildKit => buildkit::run(docker, context, request, on_event).await,
+        Builder::BuildKit => buildkit::run(docker, address, context, request, on_event).await,
     }
 }
 
@@ -216,6 +231,17 @@ pub(crate) fn engine_message(err: &bollard::errors::Error) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// The id in BuildKit's error for a secret its session does not hold
+/// (`RUN --mount=type=secret,id=nope,required=true`): "secret nope: not found"
+/// (current BuildKit) or "secret nope not found: not found" (older ones).
+pub fn missing_secret(message: &str) -> Option<&str> {
+    let (_, rest) = message.rsplit_once("secret ")?;
+    let id = rest.split([':', ' ']).next()?;
+    let after = &rest[id.len()..];
+    let not_found = after.starts_with(": not found") || after.starts_with(" not found");
+    (not_found && !id.is_empty()).then_some(id)
 }
 
 /// The exit code in the classic builder's "The command '…' returned a
@@ -266,4 +292,26 @@ pub async fn remove_leftovers(
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_secret_is_named_in_both_wordings() {
+        assert_eq!(missing_secret("secret nope: not found"), Some("nope"));
+        assert_eq!(
+            missing_secret("failed to solve: secret proxy-ca not found: not found"),
+            Some("proxy-ca")
+        );
+        assert_eq!(
+            missing_secret(
+                "process \"/bin/sh -c exit 3\" did not complete successfully: exit code: 3"
+            ),
+            None
+        );
+        assert_eq!(missing_secret("secret : not found"), None);
+        assert_eq!(missing_secret("top secret stuff"), None);
+    }
 }
