@@ -96,7 +96,27 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
             .await
             .map_err(|e| unreachable(&e))?,
     };
-    let facts = docker.version().await.map_err(|e| unreachable(&e))?;
+    // bollard joins each request's path onto its base URL in a way that drops
+    // the `/v1.xx` prefix, so the engine would answer at its own newest API
+    // whatever was negotiated or pinned. Put the prefix back.
+    let api = docker.client_version().to_string();
+    let docker = docker.with_request_modifier(move |request| versioned(request, &api));
+    let facts = docker.version().await.map_err(|e| match (&pinned, &e) {
+        // A pinned version the engine does not speak (`client version 1.5
+        // is too old…`) is the setting's fault, not the connection's.
+        (
+            Some(v),
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message,
+            },
+        ) => DockerError::ApiVersionRefused {
+            address: address.clone(),
+            version: v.to_string(),
+            message: message.trim().to_string(),
+        },
+        _ => unreachable(&e),
+    })?;
     let unknown = || "unknown".to_string();
     let info = EngineInfo {
         version: facts.version.unwrap_or_else(unknown),
@@ -108,6 +128,41 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         origin,
     };
     Ok(Engine { docker, info })
+}
+
+/// `request` with its path under `/v<api>` (`/images/json` →
+/// `/v1.41/images/json`), unless it already names a version.
+fn versioned<B>(mut request: hyper::Request<B>, api: &str) -> hyper::Request<B> {
+    let uri = request.uri().clone();
+    let path = uri.path().to_string();
+    let has_version = path
+        .strip_prefix("/v")
+        .and_then(|rest| rest.split('/').next())
+        .is_some_and(|v| {
+            v.split_once('.').is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && !b.is_empty()
+                    && a.bytes().all(|c| c.is_ascii_digit())
+                    && b.bytes().all(|c| c.is_ascii_digit())
+            })
+        });
+    if has_version {
+        return request;
+    }
+    let mut parts = uri.into_parts();
+    let query = parts
+        .path_and_query
+        .as_ref()
+        .and_then(|pq| pq.query())
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    if let Ok(pq) = format!("/v{api}{path}{query}").parse() {
+        parts.path_and_query = Some(pq);
+        if let Ok(new) = hyper::Uri::from_parts(parts) {
+            *request.uri_mut() = new;
+        }
+    }
+    request
 }
 
 /// `DOCKER_API_VERSION` (`1.41`) as a client version; unset or empty: none.
@@ -130,5 +185,37 @@ fn pinned_api_version() -> Result<Option<bollard::ClientVersion>, DockerError> {
         None => Err(DockerError::BadApiVersion {
             value: text.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::versioned;
+
+    fn path_of(uri: &str) -> String {
+        let request = hyper::Request::builder().uri(uri).body(()).unwrap();
+        versioned(request, "1.41").uri().to_string()
+    }
+
+    #[test]
+    fn requests_go_to_the_versioned_api() {
+        assert_eq!(
+            path_of("unix://2f7661722f72756e/images/json?all=true"),
+            "unix://2f7661722f72756e/v1.41/images/json?all=true"
+        );
+        assert_eq!(
+            path_of("http://10.0.0.2:2375/build?t=x%2Fy&version=1"),
+            "http://10.0.0.2:2375/v1.41/build?t=x%2Fy&version=1"
+        );
+        // A versioned path stays as it is; a path that only looks like one does not.
+        assert_eq!(
+            path_of("http://h:1/v1.51/version"),
+            "http://h:1/v1.51/version"
+        );
+        assert_eq!(
+            path_of("http://h:1/volumes/v1.x"),
+            "http://h:1/v1.41/volumes/v1.x"
+        );
+        assert_eq!(path_of("http://h:1/v1/x"), "http://h:1/v1.41/v1/x");
     }
 }

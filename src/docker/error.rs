@@ -18,6 +18,16 @@ pub enum DockerError {
         /// The value found.
         value: String,
     },
+    /// The engine refuses the API version pinned by `DOCKER_API_VERSION`.
+    #[error("the Docker engine at {address} refuses DOCKER_API_VERSION={version}: {message}")]
+    ApiVersionRefused {
+        /// The address connected to.
+        address: String,
+        /// The version pinned.
+        version: String,
+        /// The engine's words.
+        message: String,
+    },
     /// Nothing answers at the engine's address.
     #[error("cannot connect to the Docker engine at {address}{}: {error}", in_context(.context.as_deref()))]
     Connect {

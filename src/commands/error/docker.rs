@@ -23,6 +23,9 @@ fn docker_error(e: &DockerError) -> Advice {
         DockerError::BadApiVersion { .. } => usage(
             "set DOCKER_API_VERSION to MAJOR.MINOR (e.g. 1.41), or unset it to negotiate",
         ),
+        DockerError::ApiVersionRefused { .. } => usage(
+            "set DOCKER_API_VERSION to an API version the engine speaks (`docker version` shows its range), or unset it to negotiate",
+        ),
         DockerError::Connect { context: None, .. } => Advice::failure(
             "start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or point DOCKER_HOST at a running one".to_string(),
         ),
