@@ -59,6 +59,13 @@ timed() { # label, then the imgctl build arguments
     "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["image_id"][7:19])' "$work/out.json")" \
     "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["steps"]["cached"])' "$work/out.json")" \
     "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["steps"]["total"])' "$work/out.json")"
+  # Where a rebuild's time went: each step that ran, with its seconds.
+  [ "$label" = "cold (--no-cache)" ] || python3 - "$work/out.json" <<'PY'
+import json, sys
+for s in json.load(open(sys.argv[1]))["steps"]["detail"]:
+    if not s["cached"] and not s["instruction"].startswith("FROM"):
+        print("            step %2d %6.1f s  %s" % (s["n"], s["seconds"], s["instruction"][:70]))
+PY
 }
 
 echo "engine: $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})' 2>/dev/null)"

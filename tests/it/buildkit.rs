@@ -227,6 +227,33 @@ fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
     assert!(!classic.contains("imgctl-uv"), "{classic}");
     // The layers' cleanup must not empty the cache mounts.
     assert!(!bk.contains("rm -rf /var/lib/apt/lists/*"), "{bk}");
+    // After the layer of what the pins need, a changed pin or a new imgctl
+    // rebuilds two layers: the pins' RUN (their lock part bind-mounted) and one
+    // RUN for the user, the image files, imgctl and the whole lock. Each layer
+    // more cost about 8 s of export on fuse-overlayfs (build issue).
+    let ins = crate::render::instructions(&bk);
+    let deps = ins
+        .iter()
+        .position(|i| i.contains("-r /etc/imgctl/pip-lock-deps.txt;"))
+        .expect("the dependencies' layer");
+    let after: Vec<&str> = ins[deps + 1..]
+        .iter()
+        .map(|i| i.split_whitespace().next().unwrap())
+        .filter(|k| ["RUN", "COPY", "ADD"].contains(k))
+        .collect();
+    assert_eq!(after, ["RUN", "RUN"], "{bk}");
+    let last = ins.iter().rfind(|i| i.starts_with("RUN ")).unwrap();
+    for needle in [
+        "--mount=type=bind,source=image/rootfs,target=/run/imgctl-build/rootfs",
+        "--mount=type=bind,source=imgctl,target=/run/imgctl-build/imgctl",
+        "useradd --uid 1000",
+        "cp -R /run/imgctl-build/rootfs/. /",
+        "install -D -m 0644 /run/imgctl-build/pip.lock /etc/imgctl/pip.lock",
+        "imgctl --version",
+    ] {
+        assert!(last.contains(needle), "{needle}: {last}");
+    }
+    assert!(bk.contains("install -D -m 0644 /run/imgctl-build/pip-lock-pins.txt /etc/imgctl/pip-lock-pins.txt"), "{bk}");
     let secret = render(&["--builder", "buildkit", "--ca-cert-secret", ca]);
     assert!(
         secret.contains(

@@ -23,7 +23,7 @@ fn render_ok(args: &[&str]) -> String {
 }
 
 /// The Dockerfile's instructions (continuation lines joined, comments dropped).
-fn instructions(dockerfile: &str) -> Vec<String> {
+pub fn instructions(dockerfile: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
     for line in dockerfile.lines() {
