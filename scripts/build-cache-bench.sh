@@ -74,7 +74,7 @@ for builder in "${builders[@]}"; do
   sed -i -e 's/diffusers==.*/diffusers==0.33.1/' "$work/spec.yaml"
   relock
   if [ "$builder" = buildkit ]; then
-    docker builder prune -af >/dev/null
+    docker builder prune -af >/dev/null 2>&1   # the CLI without buildx warns on stderr
     cafl=(--ca-cert-secret "$ca")
   else
     cafl=(--ca-cert "$ca")

@@ -253,7 +253,12 @@ fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
     ] {
         assert!(last.contains(needle), "{needle}: {last}");
     }
-    assert!(bk.contains("install -D -m 0644 /run/imgctl-build/pip-lock-pins.txt /etc/imgctl/pip-lock-pins.txt"), "{bk}");
+    assert!(
+        bk.contains(
+            "install -D -m 0644 /run/imgctl-build/pip-lock-pins.txt /etc/imgctl/pip-lock-pins.txt"
+        ),
+        "{bk}"
+    );
     let secret = render(&["--builder", "buildkit", "--ca-cert-secret", ca]);
     assert!(
         secret.contains(

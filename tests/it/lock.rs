@@ -815,7 +815,7 @@ fn template_without_torch() -> String {
     let t = imgctl::render::WORKSTATION_TEMPLATE;
     let torch = t.find("# Layer 3: torch").expect("the torch layer");
     let pins = t.find("{% if pip %}").expect("the pip layer");
-    let user = t.find("# Layer 5:").expect("the user layer");
+    let user = t.find("{# Layers 5-7:").expect("the user layer");
     assert!(torch < pins && pins < user);
     let cut = format!("{}{}", &t[..torch], &t[pins..user]).replace("{{ check_pins }}", "true");
     // What is tested is the bundled template's own pip line.
