@@ -239,7 +239,7 @@ fn the_buildkit_variant_mounts_caches_and_the_build_only_ca() {
     let after: Vec<&str> = ins[deps + 1..]
         .iter()
         .map(|i| i.split_whitespace().next().unwrap())
-        .filter(|k| ["RUN", "COPY", "ADD"].contains(k))
+        .filter(|k| ["RUN", "COPY", "ADD", "WORKDIR"].contains(k))
         .collect();
     assert_eq!(after, ["RUN", "RUN"], "{bk}");
     let last = ins.iter().rfind(|i| i.starts_with("RUN ")).unwrap();
