@@ -210,8 +210,10 @@ impl Trace {
                 };
                 Some(StepRecord {
                     n,
+                    // BuildKit marks a local base image's vertex cached; as
+                    // with the classic builder, a FROM is never a cache hit.
+                    cached: v.cached && !super::is_from(&instruction),
                     instruction,
-                    cached: v.cached,
                     seconds: (seconds * 1000.0).round() / 1000.0,
                 })
             })
@@ -463,7 +465,8 @@ mod tests {
         );
         let steps = t.steps();
         assert_eq!(steps.len(), 2);
-        assert!(steps[0].cached && !steps[1].cached);
+        // The FROM's vertex is cached in BuildKit's words, not a cache hit in ours.
+        assert!(!steps[0].cached && !steps[1].cached);
         assert_eq!(steps[1].seconds, 2.0);
     }
 

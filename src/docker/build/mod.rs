@@ -101,7 +101,10 @@ pub struct BuildOutcome {
 impl BuildOutcome {
     /// Steps taken from the cache.
     pub fn cached_steps(&self) -> usize {
-        self.steps.iter().filter(|s| s.cached).count()
+        self.steps
+            .iter()
+            .filter(|s| s.cached && !is_from(&s.instruction))
+            .count()
     }
     /// Steps that ran (neither cached nor a `FROM`).
     pub fn executed_steps(&self) -> usize {
@@ -112,7 +115,9 @@ impl BuildOutcome {
     }
 }
 
-fn is_from(instruction: &str) -> bool {
+/// Whether `instruction` is a `FROM` (never a layer-cache hit, though
+/// BuildKit marks a local base image's vertex cached).
+pub(super) fn is_from(instruction: &str) -> bool {
     instruction
         .split_whitespace()
         .next()
