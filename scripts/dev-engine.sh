@@ -11,7 +11,10 @@
 #
 # Debian's docker.io 28 needs glibc >= 2.34 and containerd >= 1.4 (bookworm has 2.36
 # and 1.6): only dockerd and docker-proxy come from the package; containerd, runc and
-# docker-init are the machine's. Each engine keeps its own images and build cache.
+# docker-init are the machine's. Each engine keeps its own images and build cache:
+# /var/lib/docker-28 grew to 48 GB over one session of image tests and cache
+# benchmarks; remove it (`rm -rf /var/lib/docker-28`, engine stopped) before CI needs
+# the disk.
 # Environment: IMGCTL_CACHE (default ~/.cache/imgctl), DEBIAN_MIRROR.
 set -euo pipefail
 
