@@ -71,7 +71,7 @@ fn sweep_stale_test_images() {
             .and_then(|p| p.parse::<u32>().ok());
         let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
         if !alive {
-            let _ = docker(&["rmi", "-f", reference]);
+            let _ = docker(&["rmi", "-f", "--no-prune", reference]);
         }
     }
 }
@@ -99,8 +99,11 @@ impl Drop for EngineGuard {
         for c in &self.containers {
             let _ = docker(&["rm", "-f", "-v", c]);
         }
+        // --no-prune: an image's untagged parents are the classic builder's
+        // cache chain, which builds of other tests running at the same time
+        // may be using (removing one fails them: "failed to get digest").
         for i in self.images.iter().rev() {
-            let _ = docker(&["rmi", "-f", i]);
+            let _ = docker(&["rmi", "-f", "--no-prune", i]);
         }
     }
 }
@@ -519,13 +522,27 @@ fn remove_step_images(log: &str) {
     }
 }
 
-/// The layer ids (` ---> 0123abcd`) in a `-v` build log.
+/// The ids of the layers a `-v` build log says the build made (` ---> 0123abcd`),
+/// not those it took from the cache (` ---> Using cache` before the id): those
+/// are other builds' cache chain, and removing one while a concurrent build is
+/// about to use it fails that build ("failed to get digest sha256:…").
 fn layer_ids(log: &str) -> Vec<String> {
-    log.lines()
-        .filter_map(|l| l.trim().strip_prefix("---> "))
-        .filter(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit()))
-        .map(str::to_string)
-        .collect()
+    let mut ids = Vec::new();
+    let mut cached = false;
+    for line in log.lines() {
+        let Some(rest) = line.trim().strip_prefix("---> ") else {
+            continue;
+        };
+        if rest == "Using cache" {
+            cached = true;
+        } else if !rest.is_empty() && rest.chars().all(|c| c.is_ascii_hexdigit()) {
+            if !cached {
+                ids.push(rest.to_string());
+            }
+            cached = false;
+        }
+    }
+    ids
 }
 
 #[test]
