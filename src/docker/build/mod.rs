@@ -101,10 +101,7 @@ pub struct BuildOutcome {
 impl BuildOutcome {
     /// Steps taken from the cache.
     pub fn cached_steps(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|s| s.cached && !is_from(&s.instruction))
-            .count()
+        self.steps.iter().filter(|s| s.cached).count()
     }
     /// Steps that ran (neither cached nor a `FROM`).
     pub fn executed_steps(&self) -> usize {
@@ -115,8 +112,9 @@ impl BuildOutcome {
     }
 }
 
-/// Whether `instruction` is a `FROM` (never a layer-cache hit, though
-/// BuildKit marks a local base image's vertex cached).
+/// Whether `instruction` is a `FROM`: never a layer-cache hit (each
+/// builder's [`StepRecord`]s say so, though BuildKit marks a local base
+/// image's vertex cached).
 pub(super) fn is_from(instruction: &str) -> bool {
     instruction
         .split_whitespace()
