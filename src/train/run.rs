@@ -288,6 +288,10 @@ fn human_duration(secs: f64) -> String {
 /// ends with an interrupted error (exit 130); a non-finite loss ends with a
 /// failure (exit 1) that names the last good checkpoint.
 pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSummary> {
+    // The Ctrl-C handler first: from the first line this run prints (the
+    // supervisor and the tests take "training …" as the sign that Ctrl-C
+    // will be answered with a checkpoint), SIGINT only sets the flag.
+    let interrupt = interrupt_flag();
     let rank = sync.rank();
     let world = sync.world_size();
     let lead = rank == 0;
@@ -374,7 +378,6 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     } else {
         None
     };
-    let interrupt = interrupt_flag();
     let log_every = if tr.log_every > 0 {
         tr.log_every
     } else {
