@@ -15,7 +15,9 @@ betas (0.95, 0.999), weight decay 1e-6, eps 1e-8), EMA of the weights, and
 fp16 run under torch.autocast with fp32 weights (fp16 with a GradScaler), as
 accelerate's mixed precision does. On CUDA cuDNN's autotuner is on
 (torch.backends.cudnn.benchmark), as it is in imgctl; --channels-last puts the
-model and its inputs in channels-last layout, as imgctl's flag of that name.
+model and its inputs in channels-last layout, as imgctl's flag of that name;
+--gradient-checkpointing calls diffusers' enable_gradient_checkpointing(), as
+imgctl's flag of that name checkpoints the same ResNets.
 
 --recipe imgctl trains the way imgctl does instead of the way diffusers'
 script does: AdamW as one fused kernel (fused=True), and in bf16 the model's
@@ -26,7 +28,7 @@ one isolates the framework from the recipe.
 Usage: bench_reference.py --unet-config config.json --data batches.bin
        --batches K --batch-size B --image-size S --precision bf16
        --device cuda --warmup 10 --steps 50 [--compile] [--channels-last]
-       [--recipe default|imgctl]
+       [--gradient-checkpointing] [--recipe default|imgctl]
 """
 import argparse
 import json
@@ -50,6 +52,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--recipe", choices=["default", "imgctl"], default="default")
     a = ap.parse_args()
 
@@ -87,6 +90,9 @@ def main() -> int:
         cfg = json.load(f)
     model = UNet2DModel.from_config(cfg).to(device, memory_format=fmt)
     model.train()
+    if a.gradient_checkpointing:
+        model.enable_gradient_checkpointing()
+    result["gradient_checkpointing"] = a.gradient_checkpointing
     # imgctl's bf16: the model in bf16, an fp32 master copy for the optimizer.
     pure_bf16 = matched and a.precision == "bf16"
     if pure_bf16:

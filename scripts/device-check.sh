@@ -134,7 +134,7 @@ stage bench_bf16 240 "issue 6: benchmark bf16 at the sweep's best batch ($best) 
 stage bench_bf16_cl 60 "issue 6: the bf16 benchmark at batch $best in channels-last layout (decides the default)" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$best" \
   --channels-last --json
-stage bench_bf16_gc 90 "issue 15: the bf16 benchmark at batch $best with --gradient-checkpointing: allocator peak, per-image memory and throughput cost against bench_bf16" -- \
+stage bench_bf16_gc 90 "issue 15: the bf16 benchmark at batch $best with --gradient-checkpointing: allocator peak, per-image memory and throughput cost, off against on in the same run (checkpointing_comparison)" -- \
   "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$best" \
   --gradient-checkpointing --json
 # Where the step's time goes: imgctl's own step under libtorch's profiler, and

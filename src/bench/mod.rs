@@ -25,8 +25,10 @@ use crate::train::config::Precision;
 use crate::train::session::{self, RunOptions};
 use crate::train::sync::GradSync;
 use crate::train::trainer::{self, Trainer};
+use checkpointing::MemProbe;
 
 pub mod charts;
+pub mod checkpointing;
 pub mod host_memory;
 pub mod peak;
 pub mod reference;
@@ -66,16 +68,9 @@ impl StepStatsMs {
         let mut v: Vec<f64> = secs.iter().map(|s| s * 1e3).collect();
         v.sort_by(|a, b| a.total_cmp(b));
         let n = v.len().max(1) as f64;
-        let median = if v.is_empty() {
-            0.0
-        } else if v.len() % 2 == 1 {
-            v[v.len() / 2]
-        } else {
-            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-        };
         Self {
             mean: v.iter().sum::<f64>() / n,
-            median,
+            median: checkpointing::median(v.clone()),
             min: v.first().copied().unwrap_or(0.0),
             max: v.last().copied().unwrap_or(0.0),
         }
@@ -223,6 +218,10 @@ pub struct BenchReport {
     /// allocated bytes on CUDA (where this libtorch reports them).
     #[serde(default)]
     pub step_memory: Option<StepMemory>,
+    /// With `--gradient-checkpointing`: its throughput and memory against the
+    /// same steps without it, alternating in this run.
+    #[serde(default)]
+    pub checkpointing_comparison: Option<checkpointing::Comparison>,
     /// cuDNN's autotuner was on (always on CUDA).
     pub cudnn_benchmark: bool,
     /// cpu or cuda:N (as this rank saw it).
@@ -319,16 +318,9 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         step(&mut trainer)?;
     }
     sync(device);
-    let mut before_steps = None;
-    if let Device::Cuda(i) = device {
-        // The timed steps' own peaks, as the PyTorch reference resets them.
-        before_steps = crate::sys::torch_ext::cuda_allocator_stats(i, true)
-            .ok()
-            .flatten()
-            .map(|s| s.allocated_bytes);
-    } else if host_memory::reset_peak() {
-        before_steps = host_memory::read().map(|r| r.current);
-    }
+    // The timed steps' own peaks, as the PyTorch reference resets them.
+    let probe = MemProbe::of(device);
+    let before_steps = probe.start();
     let mut walls = Vec::with_capacity(opts.steps as usize);
     let mut peak_used = baseline.map_or(0, |b| b.0);
     let t0 = Instant::now();
@@ -349,24 +341,24 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             .flatten(),
         _ => None,
     };
-    let step_memory = match (before_steps, device) {
-        (Some(before), Device::Cuda(_)) => torch_peaks.map(|t| {
-            StepMemory::new(
-                "torch caching allocator: peak allocated during the timed steps over allocated before them",
-                before,
-                t.peak_allocated_bytes,
-                tr.batch_size,
-            )
-        }),
-        (Some(before), _) => host_memory::read().map(|r| {
-            StepMemory::new(
-                "process RSS: VmHWM during the timed steps (reset through /proc/self/clear_refs) over VmRSS before them; glibc's mmap threshold fixed at 1 MiB so freed tensors leave the RSS",
-                before,
-                r.peak,
-                tr.batch_size,
-            )
-        }),
-        _ => None,
+    let step_memory = probe.step_memory(before_steps, tr.batch_size);
+    let gradient_checkpointing = if tr.gradient_checkpointing {
+        let setup = checkpointing::Setup {
+            device,
+            global_batch: tr.batch_size * world,
+            batch_per_rank: tr.batch_size,
+            steps_per_round: checkpointing::steps_per_round(opts.steps),
+        };
+        if trainer.rank() == 0 {
+            printer().info(format!(
+                "benchmark: gradient checkpointing off against on, {} rounds of {} timed steps each",
+                checkpointing::ROUNDS,
+                setup.steps_per_round
+            ));
+        }
+        Some(checkpointing::compare(&mut trainer, &mut step, setup)?)
+    } else {
+        None
     };
 
     trainer.profile = true;
@@ -492,6 +484,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         channels_last: tr.channels_last,
         gradient_checkpointing: tr.gradient_checkpointing,
         step_memory,
+        checkpointing_comparison: gradient_checkpointing,
         cudnn_benchmark: device.is_cuda(),
         device: device_label(device),
         device_name,

@@ -85,6 +85,9 @@ pub struct ReferenceRun {
     /// The model and inputs ran in channels-last layout.
     #[serde(default)]
     pub channels_last: Option<bool>,
+    /// diffusers' gradient checkpointing was on.
+    #[serde(default)]
+    pub gradient_checkpointing: Option<bool>,
     /// torch.backends.cudnn.benchmark was on.
     #[serde(default)]
     pub cudnn_benchmark: Option<bool>,
@@ -205,6 +208,8 @@ pub struct ReferenceArgs {
     pub matched: bool,
     /// Channels-last memory layout for the model and its inputs.
     pub channels_last: bool,
+    /// diffusers' `enable_gradient_checkpointing()`.
+    pub gradient_checkpointing: bool,
 }
 
 /// Runs the script prepared in `dir` and parses its JSON. A missing
@@ -248,6 +253,9 @@ fn run_process(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     }
     if a.channels_last {
         cmd.arg("--channels-last");
+    }
+    if a.gradient_checkpointing {
+        cmd.arg("--gradient-checkpointing");
     }
     let child = cmd.spawn().map_err(|error| ReferenceError::Spawn {
         python: py.clone(),

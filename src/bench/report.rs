@@ -42,6 +42,16 @@ pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// `512.0 MiB` below a GiB, else [`gib`]: per-image figures of small models
+/// would read `0.00 GiB`.
+pub fn size(bytes: u64) -> String {
+    if bytes < 1 << 30 {
+        format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+    } else {
+        gib(bytes)
+    }
+}
+
 /// Three significant digits for small values, one decimal for large ones.
 pub fn num(x: f64) -> String {
     if x.abs() >= 100.0 {
@@ -185,7 +195,7 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
                     gib(m.before_bytes)
                 ),
             );
-            row("  per image", gib(m.per_image_bytes));
+            row("  per image", size(m.per_image_bytes));
         } else {
             row(
                 "step memory",
@@ -193,7 +203,7 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
                     "{} peak, {} before the steps, {} per image",
                     gib(m.peak_bytes),
                     gib(m.before_bytes),
-                    gib(m.per_image_bytes)
+                    size(m.per_image_bytes)
                 ),
             );
         }
@@ -203,9 +213,45 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
                 "{} images in {} (at {} per image)",
                 m.max_batch_in_budget,
                 gib(m.budget_bytes),
-                gib(m.per_image_bytes)
+                size(m.per_image_bytes)
             ),
         );
+    }
+    if let Some(c) = &r.checkpointing_comparison {
+        row(
+            "checkpointing cost",
+            format!(
+                "{:.2}× the img/s without it (median of {} rounds)",
+                c.throughput_ratio, c.rounds
+            ),
+        );
+        row(
+            "  img/s off → on",
+            format!("{} → {}", num(c.off.img_per_s), num(c.on.img_per_s)),
+        );
+        if let (Some(off), Some(on)) = (&c.off.step_memory, &c.on.step_memory) {
+            let saved = c
+                .per_image_memory_ratio
+                .map_or(String::new(), |x| format!(" ({:+.0} %)", 100.0 * (x - 1.0)));
+            row(
+                "  per image off → on",
+                format!(
+                    "{} → {}{saved}",
+                    size(off.per_image_bytes),
+                    size(on.per_image_bytes)
+                ),
+            );
+            row(
+                &format!(
+                    "  batch in {:.0} GiB",
+                    on.budget_bytes as f64 / (1u64 << 30) as f64
+                ),
+                format!(
+                    "{} off → {} on",
+                    off.max_batch_in_budget, on.max_batch_in_budget
+                ),
+            );
+        }
     }
     let f = &r.flops;
     row(
@@ -364,6 +410,40 @@ mod tests {
         assert!(t.contains("gradients reduced in"), "{t}");
         let full = bench_table_fit(&r, Fit::Natural);
         assert!(full.contains(", gradients reduced in fp32)"), "{full}");
+    }
+
+    #[test]
+    fn checkpointing_rows_give_cost_and_memory_of_both_arms_in_80_columns() {
+        use crate::bench::checkpointing::{Arm, Comparison};
+        use crate::bench::StepMemory;
+        let mut r = imgctl_report();
+        r.gradient_checkpointing = true;
+        let arm = |rate: f64, per_image: u64| Arm {
+            img_per_s: rate,
+            rounds_img_per_s: vec![rate; 3],
+            step_memory: Some(StepMemory::new("t", 4 * GIB, 4 * GIB + 64 * per_image, 64)),
+        };
+        r.checkpointing_comparison = Some(Comparison {
+            method: "t".into(),
+            rounds: 3,
+            steps_per_round: 17,
+            off: arm(3000.0, 200 << 20),
+            on: arm(2250.0, 50 << 20),
+            throughput_ratio: 0.75,
+            per_image_memory_ratio: Some(0.25),
+        });
+        let t = bench_table_fit(&r, Fit::Cut(80));
+        assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+        assert!(!t.contains('…'), "{t}");
+        for want in [
+            "0.75× the img/s without it (median of 3 rounds)",
+            "3000.0 → 2250.0",
+            "200.0 MiB → 50.0 MiB (-75 %)",
+            // (24 − 4) GiB at 200 and at 50 MiB per image.
+            "102 off → 409 on",
+        ] {
+            assert!(t.contains(want), "{want}:\n{t}");
+        }
     }
 
     #[test]

@@ -407,6 +407,17 @@ impl Trainer {
         mark(self.profile, self.device, t)
     }
 
+    /// Turns gradient checkpointing on or off for the steps that follow (the
+    /// benchmark's comparison of both); the step's results are the same
+    /// either way.
+    pub fn set_gradient_checkpointing(&mut self, on: bool) {
+        self.config.training.gradient_checkpointing = on;
+        self.model.set_gradient_checkpointing(on);
+        if let Some((_, m)) = self.compute.as_mut() {
+            m.set_gradient_checkpointing(on);
+        }
+    }
+
     /// One optimizer step on `batch` (this rank's block of the global batch).
     ///
     /// tch's non-`f_` calls unwrap libtorch's errors (a CUDA out-of-memory, a

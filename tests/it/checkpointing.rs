@@ -1,8 +1,9 @@
 //! Gradient checkpointing (`--gradient-checkpointing`,
 //! `training.gradient_checkpointing`): train-demo runs with it give the same
 //! losses, gradient norms and weights bit for bit as without, dropout on and
-//! off; and at the default 64×64 config a training step's peak resident
-//! memory falls (each configuration measured in its own process).
+//! off; and `--benchmark --gradient-checkpointing` measures it against the
+//! same steps without it in the same run, where a step's peak resident
+//! memory per image falls.
 #![cfg(feature = "torch")]
 use std::path::Path;
 use std::process::{Command, Output};
@@ -91,4 +92,79 @@ fn checkpointing_trains_bit_identically_with_and_without_dropout() {
     }
     // Dropout really is active: the same weights and batch give another loss.
     assert_ne!(first_losses[0].to_bits(), first_losses[1].to_bits());
+}
+
+/// The benchmark with checkpointing alternates rounds without and with it in
+/// the same process and reports both: per-image memory must fall (measured
+/// on this config, the tiny UNet with two ResNets per block at 32×32,
+/// batch 8: 10 → 5 MiB per image, ratio 0.49; at the default 64×64 model,
+/// batch 4: 125 → 51 MiB, ratio 0.41), the throughput ratio is the median of
+/// the rounds' ratios, and a benchmark without it compares nothing.
+#[test]
+fn the_benchmark_compares_checkpointing_off_and_on_in_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("two-resnets.yaml");
+    std::fs::write(
+        &cfg,
+        "preset: tiny\nmodel:\n  layers_per_block: 2\ntraining:\n  workers: 1\n  synthetic_images: 16\n",
+    )
+    .unwrap();
+    let bench = |extra: &[&str]| -> serde_json::Value {
+        let o = Command::new(imgctl_bin())
+            .args(["train-demo", "--benchmark", "--config"])
+            .arg(&cfg)
+            .args(["--device", "cpu", "--batch-size", "8", "--warmup", "1"])
+            .args(["--steps", "1", "--json"])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .env("OMP_NUM_THREADS", "1")
+            .output()
+            .expect("run imgctl");
+        ok(&o);
+        let (stdout, _) = texts(&o);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    };
+    let v = bench(&["--gradient-checkpointing"]);
+    assert_eq!(v["gradient_checkpointing"], true, "{v}");
+    let c = &v["checkpointing_comparison"];
+    assert_eq!(c["rounds"], 3, "{c}");
+    assert_eq!(c["steps_per_round"], 1, "{c}");
+    let rates = |arm: &str| -> Vec<f64> {
+        c[arm]["rounds_img_per_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    let (off, on) = (rates("off"), rates("on"));
+    assert_eq!((off.len(), on.len()), (3, 3), "{c}");
+    assert!(off.iter().chain(&on).all(|&r| r > 0.0), "{c}");
+    let mut ratios: Vec<f64> = on.iter().zip(&off).map(|(n, o)| n / o).collect();
+    ratios.sort_by(f64::total_cmp);
+    let ratio = c["throughput_ratio"].as_f64().unwrap();
+    assert!(
+        (ratio - ratios[1]).abs() < 1e-12,
+        "median of {ratios:?}: {c}"
+    );
+    let per_image = |arm: &str| c[arm]["step_memory"]["per_image_bytes"].as_u64().unwrap();
+    let (m_off, m_on) = (per_image("off"), per_image("on"));
+    assert!(m_off > 4 << 20, "no activations measured without it: {c}");
+    assert!(
+        (m_on as f64) < 0.75 * m_off as f64,
+        "checkpointing saved too little: {m_off} → {m_on} bytes per image: {c}"
+    );
+    let memory_ratio = c["per_image_memory_ratio"].as_f64().unwrap();
+    assert!(
+        (memory_ratio - m_on as f64 / m_off as f64).abs() < 1e-12,
+        "{c}"
+    );
+    assert!(
+        c["on"]["step_memory"]["max_batch_in_budget"].as_u64()
+            > c["off"]["step_memory"]["max_batch_in_budget"].as_u64(),
+        "{c}"
+    );
+    let plain = bench(&[]);
+    assert_eq!(plain["gradient_checkpointing"], false);
+    assert!(plain["checkpointing_comparison"].is_null(), "{plain}");
 }

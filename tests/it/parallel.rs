@@ -1135,16 +1135,29 @@ fn compare_fails_when_the_reference_does_not_run() {
     }
 }
 
+/// `--channels-last` and `--gradient-checkpointing` both reach the
+/// reference (so `--compare` stays like for like), and channels-last trains
+/// alike.
 #[test]
 fn channels_last_trains_alike_and_reaches_the_reference() {
     let dir = tempfile::tempdir().unwrap();
-    let v = json(&compare(dir.path(), "2", &["--channels-last"], &[]));
+    let v = json(&compare(
+        dir.path(),
+        "2",
+        &["--channels-last", "--gradient-checkpointing"],
+        &[],
+    ));
     assert_eq!(v["imgctl"]["channels_last"], true, "{v}");
+    assert_eq!(v["imgctl"]["gradient_checkpointing"], true, "{v}");
     assert_eq!(v["imgctl"]["cudnn_benchmark"], false, "not on the CPU");
     let eager = &v["pytorch"][0];
     assert_eq!(eager["ok"], true, "{eager}");
     assert_eq!(
         eager["channels_last"], true,
+        "the flag reaches the reference"
+    );
+    assert_eq!(
+        eager["gradient_checkpointing"], true,
         "the flag reaches the reference"
     );
     // The same run with and without channels-last: the same losses (the

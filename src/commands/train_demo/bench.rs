@@ -202,6 +202,7 @@ fn finish_local(
         compile: false,
         matched: false,
         channels_last: opts.run.config.training.channels_last,
+        gradient_checkpointing: opts.run.config.training.gradient_checkpointing,
     };
     let mut runs = vec![run_reference(
         &format!("eager, with {}", reference::python()),
