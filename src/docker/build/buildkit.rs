@@ -162,7 +162,13 @@ impl Trace {
                     None => events.push(BuildEvent::Output(state.name.clone())),
                 }
             }
-            if state.cached && state.step.is_some() && !state.cached_announced {
+            // BuildKit marks a local base image's vertex cached; a FROM is
+            // never a cache hit with the classic builder, nor here.
+            let from = state
+                .step
+                .as_ref()
+                .is_some_and(|(_, _, instruction)| super::is_from(instruction));
+            if state.cached && state.step.is_some() && !from && !state.cached_announced {
                 state.cached_announced = true;
                 events.push(BuildEvent::Cached);
             }
@@ -444,6 +450,10 @@ mod tests {
             )],
             vec![],
         )));
+        // A cache hit.
+        let mut hit = vertex("d3", "[3/3] WORKDIR /workspace", Some(6), Some(6));
+        hit.cached = true;
+        evs.extend(t.update(&status(vec![hit], vec![])));
         assert_eq!(
             evs,
             vec![
@@ -453,7 +463,7 @@ mod tests {
                     total: 3,
                     instruction: "FROM imgctl-test/busybox:latest".into()
                 },
-                BuildEvent::Cached,
+                // The FROM's vertex is cached, but no "Using cache" line.
                 BuildEvent::Step {
                     n: 2,
                     total: 3,
@@ -461,12 +471,18 @@ mod tests {
                 },
                 BuildEvent::Output("hi".into()),
                 BuildEvent::Output("there".into()),
+                BuildEvent::Step {
+                    n: 3,
+                    total: 3,
+                    instruction: "WORKDIR /workspace".into()
+                },
+                BuildEvent::Cached,
             ]
         );
         let steps = t.steps();
-        assert_eq!(steps.len(), 2);
+        assert_eq!(steps.len(), 3);
         // The FROM's vertex is cached in BuildKit's words, not a cache hit in ours.
-        assert!(!steps[0].cached && !steps[1].cached);
+        assert!(!steps[0].cached && !steps[1].cached && steps[2].cached);
         assert_eq!(steps[1].seconds, 2.0);
     }
 
