@@ -34,9 +34,14 @@ pub fn read() -> Option<Rss> {
     })
 }
 
-/// Resets the high-water mark to the current RSS; false where the kernel
-/// does not allow it (the peak then covers the whole process).
+/// Resets the high-water mark to the current RSS, after giving the heap's
+/// free pages back ([`crate::sys::process::trim_heap`]): blocks below the
+/// mmap threshold that earlier steps freed would otherwise stay resident and
+/// count as memory in use before the steps, hiding the growth of the next
+/// ones. False where the kernel does not allow the reset (the peak then
+/// covers the whole process).
 pub fn reset_peak() -> bool {
+    crate::sys::process::trim_heap();
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 

@@ -52,6 +52,16 @@ pub fn set_mmap_threshold(bytes: i32) {
     }
 }
 
+/// Gives the heap's free pages back to the kernel (malloc_trim(3)), so the
+/// resident set holds live allocations only.
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only releases memory glibc holds free; it takes no
+    // pointers and is safe to call at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

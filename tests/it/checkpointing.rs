@@ -97,9 +97,10 @@ fn checkpointing_trains_bit_identically_with_and_without_dropout() {
 /// The benchmark with checkpointing alternates rounds without and with it in
 /// the same process and reports both: per-image memory must fall (measured
 /// on this config, the tiny UNet with two ResNets per block at 32×32,
-/// batch 8: 10 → 5 MiB per image, ratio 0.49; at the default 64×64 model,
-/// batch 4: 125 → 51 MiB, ratio 0.41), the throughput ratio is the median of
-/// the rounds' ratios, and a benchmark without it compares nothing.
+/// batch 8: 13.8 → 8.4 MiB per image, ratio 0.61; at the default 64×64
+/// model, batch 4: 137.4 → 65.7 MiB, ratio 0.48), the throughput ratio is
+/// the median of the rounds' ratios, and a benchmark without it compares
+/// nothing.
 #[test]
 fn the_benchmark_compares_checkpointing_off_and_on_in_one_run() {
     let dir = tempfile::tempdir().unwrap();
