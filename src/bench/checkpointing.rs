@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
-use super::{host_memory, StepMemory};
+use super::{host_memory, median, sync, StepMemory};
 use crate::train::trainer::{StepStats, Trainer};
 
 /// Alternating rounds of each arm.
@@ -204,32 +204,9 @@ pub fn compare(
     })
 }
 
-fn sync(d: Device) {
-    if let Device::Cuda(i) = d {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
-/// The median (the mean of the middle two for an even count); 0 for none.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_of_odd_even_and_no_values() {
-        assert_eq!(median(vec![0.9, 0.7, 0.8]), 0.8);
-        assert_eq!(median(vec![1.0, 0.5]), 0.75);
-        assert_eq!(median(vec![]), 0.0);
-    }
 
     #[test]
     fn rounds_cover_about_the_benchmarks_own_steps() {

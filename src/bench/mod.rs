@@ -70,7 +70,7 @@ impl StepStatsMs {
         let n = v.len().max(1) as f64;
         Self {
             mean: v.iter().sum::<f64>() / n,
-            median: checkpointing::median(v.clone()),
+            median: median(v.clone()),
             min: v.first().copied().unwrap_or(0.0),
             max: v.last().copied().unwrap_or(0.0),
         }
@@ -266,6 +266,16 @@ fn device_label(d: Device) -> String {
     }
 }
 
+/// The median (the mean of the middle two for an even count); 0 for none.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 fn sync(d: Device) {
     if let Device::Cuda(i) = d {
         tch::Cuda::synchronize(i as i64);
@@ -342,7 +352,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         _ => None,
     };
     let step_memory = probe.step_memory(before_steps, tr.batch_size);
-    let gradient_checkpointing = if tr.gradient_checkpointing {
+    let comparison = if tr.gradient_checkpointing {
         let setup = checkpointing::Setup {
             device,
             global_batch: tr.batch_size * world,
@@ -484,7 +494,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         channels_last: tr.channels_last,
         gradient_checkpointing: tr.gradient_checkpointing,
         step_memory,
-        checkpointing_comparison: gradient_checkpointing,
+        checkpointing_comparison: comparison,
         cudnn_benchmark: device.is_cuda(),
         device: device_label(device),
         device_name,
@@ -611,6 +621,13 @@ mod tests {
         // (24 - 4) GiB at 0.5 GiB per image.
         assert_eq!(m.max_batch_in_budget, 40);
         assert_eq!(StepMemory::new("t", gib, gib, 2).per_image_bytes, 0);
+    }
+
+    #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median(vec![0.9, 0.7, 0.8]), 0.8);
+        assert_eq!(median(vec![1.0, 0.5]), 0.75);
+        assert_eq!(median(vec![]), 0.0);
     }
 
     #[test]

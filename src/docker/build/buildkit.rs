@@ -67,6 +67,16 @@ struct Vertex {
 const STDERR_KEPT: usize = 5;
 
 impl Vertex {
+    /// A cache hit in imgctl's words: BuildKit marks a local base image's
+    /// vertex cached too, but as with the classic builder a FROM never is one.
+    fn cache_hit(&self) -> bool {
+        self.cached
+            && self
+                .step
+                .as_ref()
+                .is_some_and(|(_, _, instruction)| !super::is_from(instruction))
+    }
+
     /// Keeps the last lines of each stream (enough for [`Vertex::tail_lines`]).
     fn push_tail(&mut self, seq: u64, stream: i64, line: String) {
         self.tail.push_back((seq, stream, line));
@@ -162,13 +172,7 @@ impl Trace {
                     None => events.push(BuildEvent::Output(state.name.clone())),
                 }
             }
-            // BuildKit marks a local base image's vertex cached; a FROM is
-            // never a cache hit with the classic builder, nor here.
-            let from = state
-                .step
-                .as_ref()
-                .is_some_and(|(_, _, instruction)| super::is_from(instruction));
-            if state.cached && state.step.is_some() && !from && !state.cached_announced {
+            if state.cache_hit() && !state.cached_announced {
                 state.cached_announced = true;
                 events.push(BuildEvent::Cached);
             }
@@ -206,6 +210,7 @@ impl Trace {
             .iter()
             .filter_map(|d| self.vertices.get(d))
             .filter_map(|v| {
+                let cached = v.cache_hit();
                 let (n, _, instruction) = v.step.clone()?;
                 if !v.announced {
                     return None;
@@ -216,9 +221,7 @@ impl Trace {
                 };
                 Some(StepRecord {
                     n,
-                    // BuildKit marks a local base image's vertex cached; as
-                    // with the classic builder, a FROM is never a cache hit.
-                    cached: v.cached && !super::is_from(&instruction),
+                    cached,
                     instruction,
                     seconds: (seconds * 1000.0).round() / 1000.0,
                 })
