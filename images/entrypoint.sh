@@ -306,7 +306,10 @@ if [ "$want_jupyter" = yes ]; then
     set -- --ip=0.0.0.0 --port="$JUPYTER_PORT" --no-browser \
         --ServerApp.root_dir="$WORKSPACE" --ServerApp.allow_remote_access=True
     if [ -n "${JUPYTER_PASSWORD:-}" ]; then
-        hashed=$(python -c 'import os; from jupyter_server.auth import passwd; print(passwd(os.environ["JUPYTER_PASSWORD"]))') ||
+        # As root, Python imports nothing the user can write: isolated mode
+        # (no working folder on sys.path, no PYTHON* variables), run from /
+        # (this script's working folder is /workspace, the user's).
+        hashed=$(cd / && python -I -c 'import os; from jupyter_server.auth import passwd; print(passwd(os.environ["JUPYTER_PASSWORD"]))') ||
             die 1 "could not hash JUPYTER_PASSWORD with jupyter_server.auth.passwd"
         set -- "$@" --PasswordIdentityProvider.hashed_password="$hashed"
     fi

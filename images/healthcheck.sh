@@ -19,7 +19,12 @@ else
 fi
 list="$run_dir/services"
 [ -s "$list" ] || exit 0
-exec python3 - "$list" <<'PY'
+# Docker runs this as the container's user in the WORKDIR, /workspace, which
+# the image's user owns. Started as root (--user 0), Python must import
+# nothing from there: `-I` (isolated: no script or working folder on
+# sys.path, no PYTHON* variables, no user site) from /, root's own folder.
+cd /
+exec python3 -I - "$list" <<'PY'
 import os
 import sys
 import urllib.request

@@ -1479,3 +1479,100 @@ fn a_stale_or_unusable_lock_warns_and_is_left_out() {
         "{stderr}"
     );
 }
+
+/// Root's Python runs nothing the image's user can write (reliability and
+/// security III, N2). Started as root (`--user 0`), the healthcheck and the
+/// entrypoint's password hashing run in /workspace, the user's folder: a
+/// planted `urllib/` or `jupyter_server/` there, or on a PYTHONPATH, used to
+/// run as root within one healthcheck interval.
+#[test]
+fn root_run_python_imports_nothing_from_the_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("workspace");
+    let bin = dir.path().join("bin");
+    let run = dir.path().join("run");
+    let marker = dir.path().join("planted-code-ran");
+    for d in [&ws, &bin, &run] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    open_to_all(dir.path());
+    // What the user plants: packages that shadow the ones root's Python imports.
+    let payload = format!(
+        "import os\nopen({:?}, 'a').write(__name__ + ' as uid ' + str(os.getuid()) + '\\n')\n",
+        marker.display().to_string()
+    );
+    for package in ["urllib", "jupyter_server"] {
+        std::fs::create_dir_all(ws.join(package)).unwrap();
+        std::fs::write(ws.join(package).join("__init__.py"), &payload).unwrap();
+    }
+    let python3 = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v python3"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(python3.trim(), bin.join("python")).unwrap();
+    // A stand-in jupyter that exits at once: the entrypoint then stops.
+    std::fs::write(bin.join("jupyter"), "#!/bin/sh\nexit 0\n").unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("jupyter"))
+        .status()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // The healthcheck, as Docker runs it: in the WORKDIR, with a PYTHONPATH
+    // the environment could carry.
+    std::fs::write(run.join("services"), "jupyter\n").unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let health = Command::new("sh")
+        .arg(repo_root().join("images/healthcheck.sh"))
+        .current_dir(&ws)
+        .env("PATH", &path)
+        .env("PYTHONPATH", &ws)
+        .env("IMGCTL_RUN_DIR", &run)
+        .env("IMGCTL_JUPYTER_PORT", port.to_string())
+        .output()
+        .unwrap();
+    let planted = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(
+        planted.is_empty(),
+        "the healthcheck ran code planted in the workspace:\n{planted}"
+    );
+    // Nothing listens: unhealthy, having imported the real urllib.
+    assert_eq!(health.status.code(), Some(1), "{health:?}");
+    assert!(texts(&health).0.contains("jupyter: "), "{health:?}");
+
+    // The entrypoint hashes JUPYTER_PASSWORD before starting JupyterLab.
+    let out = Command::new("sh")
+        .arg(entrypoint())
+        .env_clear()
+        .current_dir(&ws)
+        .env("PATH", &path)
+        .env("PYTHONPATH", &ws)
+        .env("IMGCTL_MODE", "jupyter")
+        .env("IMGCTL_USER", SERVICE_USER)
+        .env("IMGCTL_RUN_DIR", &run)
+        .env("IMGCTL_WORKSPACE", &ws)
+        .env("IMGCTL_JUPYTER_PORT", port.to_string())
+        .env("JUPYTER_TOKEN", "a-token-long-enough-0123")
+        .env("JUPYTER_PASSWORD", "correct horse")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&out);
+    let planted = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(
+        planted.is_empty(),
+        "code planted in the workspace ran:\n{planted}\nentrypoint: {stderr}"
+    );
+}
