@@ -4,6 +4,7 @@
 //! `commands/` builds the options from the command line (it parses and
 //! checks each flag); this module names no flag and reads no file.
 use super::error::RenderError;
+use crate::spec::url::{is_clean_url, mask_userinfo, userinfo};
 
 /// The default UID/GID of the image's user (the first regular user on Debian
 /// and Ubuntu: `UID_MIN`/`GID_MIN` in /etc/login.defs).
@@ -76,45 +77,12 @@ pub fn check_pip_index_url(url: &str) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// The userinfo of an `scheme://userinfo@host/…` URL (`None` without an `@`
-/// in the authority).
-fn userinfo(url: &str) -> Option<&str> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    authority.rsplit_once('@').map(|(user, _)| user)
-}
-
-/// `url` with its userinfo replaced by `***`.
-fn mask_userinfo(url: &str) -> String {
-    match (userinfo(url), url.split_once("://")) {
-        (Some(user), Some((scheme, rest))) => {
-            format!("{scheme}://***{}", &rest[user.len()..])
-        }
-        _ => url.to_string(),
-    }
-}
-
-fn is_clean_url(s: &str) -> bool {
-    (s.starts_with("https://") || s.starts_with("http://"))
-        && s.len() > "https://".len()
-        && s.chars()
-            .all(|c| c.is_ascii_graphic() && !"\"'`$\\;&|<>(){}".contains(c))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn pip_index_url_credentials() {
-        assert_eq!(userinfo("https://u:pw@mirror/simple"), Some("u:pw"));
-        assert_eq!(userinfo("https://token@mirror/simple"), Some("token"));
-        assert_eq!(userinfo("https://mirror/simple?x=a@b"), None);
-        assert_eq!(userinfo("https://mirror:8443/simple"), None);
-        assert_eq!(
-            mask_userinfo("https://u:pw@mirror/simple"),
-            "https://***@mirror/simple"
-        );
         assert!(check_pip_index_url("https://mirror:8443/simple").is_ok());
         let err = check_pip_index_url("https://u:pw@mirror/simple").unwrap_err();
         assert!(

@@ -16,6 +16,7 @@ pub mod compat;
 mod error;
 pub mod limits;
 pub mod schema;
+pub mod url;
 pub mod validate;
 mod walker;
 

@@ -24,6 +24,7 @@ pub use super::walker::{did_you_mean, Mention, Problem};
 
 /// The program's name, as the schema-version message says it.
 const PROGRAM: &str = env!("CARGO_PKG_NAME");
+use super::url::{is_clean_url, mask_userinfo, urls_with_credentials, userinfo};
 use super::walker::{kind, show, Walker};
 
 fn is_name(s: &str, max: usize) -> bool {
@@ -42,14 +43,6 @@ fn is_apt_name(s: &str) -> bool {
             .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
-}
-
-/// A URL that can be pasted into a shell command and a pip option as is.
-fn is_url(s: &str) -> bool {
-    (s.starts_with("https://") || s.starts_with("http://"))
-        && s.len() > "https://".len()
-        && s.chars()
-            .all(|c| c.is_ascii_graphic() && !"\"'`$\\;&|<>(){}".contains(c))
 }
 
 /// Parses `name==version`; `Err` explains what is wrong.
@@ -319,8 +312,15 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                 }
             }
             if let Some(i) = &index {
-                if !is_url(i) {
+                if !is_clean_url(i) {
+                    let i = mask_userinfo(i);
                     w.problem("torch.index", format!("'{i}' is not an http(s) URL"), None);
+                } else if userinfo(i).is_some() {
+                    w.problem(
+                        "torch.index",
+                        format!("'{}' contains credentials (user or password before '@'), which would be stored in the image's history, labels and lock; use an index that needs none (a mirror or proxy on your network)", mask_userinfo(i)),
+                        None,
+                    );
                 } else if let Some(wh) = wheel {
                     let i = i.trim_end_matches('/');
                     let expected = compat::default_index(wh);
@@ -553,6 +553,14 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     continue;
                 }
                 match v {
+                    Value::String(s) if !urls_with_credentials(s).is_empty() => w.problem(
+                        &field,
+                        format!(
+                            "'{}' contains credentials (user or password before '@'), which every copy of the image would carry; write the URL without them",
+                            urls_with_credentials(s).join(" ")
+                        ),
+                        None,
+                    ),
                     Value::String(s) if !s.contains('\n') => {
                         labels.insert(key.to_string(), s.clone());
                     }

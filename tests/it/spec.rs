@@ -617,3 +617,43 @@ fn empty_specs_directory_templates_and_control_characters_read_clearly() {
     }
     assert!(!stderr.contains('\x1b'), "{stderr}");
 }
+
+/// A URL with credentials in a spec (torch.index, a label) is refused like
+/// `--pip-index-url`'s (reliability and security III, N1): it used to land in
+/// a RUN line (`docker history`), a comment and the `io.imgctl.torch.index`
+/// label. No command that reads the spec prints the secret.
+#[test]
+fn spec_urls_with_credentials_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = std::fs::read_to_string(repo_root().join("images/cu126.yaml"))
+        .unwrap()
+        .replace(
+            "index: https://pypi.org/simple",
+            "index: https://u:s3cret-pw@mirror.example/simple",
+        )
+        .replace(
+            "org.opencontainers.image.licenses: Apache-2.0",
+            "org.opencontainers.image.licenses: Apache-2.0\n  org.opencontainers.image.source: https://s3cret-token@git.example/team/repo",
+        );
+    let path = dir.path().join("creds.yaml");
+    std::fs::write(&path, spec).unwrap();
+    let p = path.to_str().unwrap();
+    for command in [
+        &["render", "--spec", p][..],
+        &["build", "--spec", p, "--dry-run"],
+        &["lock", "--spec", p, "--check"],
+    ] {
+        let out = imgctl_at_root(command);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(stdout.is_empty(), "{command:?}: {stdout}");
+        assert!(!stderr.contains("s3cret"), "{command:?}: {stderr}");
+        assert!(stderr.contains("has 2 problems"), "{command:?}: {stderr}");
+        for needle in [
+            "torch.index: 'https://***@mirror.example/simple' contains credentials",
+            "labels.org.opencontainers.image.source: 'https://***@git.example/team/repo' contains credentials",
+        ] {
+            assert!(stderr.contains(needle), "{command:?}: no {needle:?} in\n{stderr}");
+        }
+    }
+}
