@@ -819,6 +819,82 @@ fn train_ctrl_c_writes_a_checkpoint() {
     assert!(steps[0] >= 1);
 }
 
+/// A second Ctrl-C ends the run at once with exit 130 and its message (the
+/// first issue's item 1: `process::exit` from the handler thread tore
+/// libtorch down under its running threads, exit 139 in 3 of 3 tries). The
+/// first one is answered at once.
+#[test]
+fn train_second_ctrl_c_exits_130_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // Batch 64 of the tiny preset: a step takes most of a second on two cores,
+    // so both signals land in the same step.
+    let child = Command::new(imgctl_bin())
+        .args([
+            "train-demo",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--steps",
+            "100000",
+            "--batch-size",
+            "64",
+            "--sample-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--out",
+        ])
+        .arg(&out)
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while read_jsonl(&out.join("metrics.jsonl"))
+        .map(|r| r.is_empty())
+        .unwrap_or(true)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no step was logged within 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // SAFETY: SIGINT to the child this test started, twice, as Ctrl-C would.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let second = std::time::Instant::now();
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let o = child.wait_with_output().unwrap();
+    let waited = second.elapsed();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{:?}\n{stderr}", o.status);
+    assert!(
+        stderr.contains("interrupt: finishing this step, then saving a checkpoint"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("second interrupt: exiting without a checkpoint"),
+        "{stderr}"
+    );
+    assert!(
+        waited < std::time::Duration::from_secs(5),
+        "exit took {waited:?}"
+    );
+    assert!(
+        checkpoint_steps(&out).is_empty(),
+        "{:?}",
+        checkpoint_steps(&out)
+    );
+}
+
 /// A NaN loss stops the run with exit 1, naming the step and the last good
 /// checkpoint, which stays on disk; nothing is written for the bad step.
 #[test]
