@@ -228,6 +228,22 @@ pub enum TrainerError {
         /// The file in the checkpoint.
         file: &'static str,
     },
+    /// A checkpoint tensor whose shape or dtype is not the model's (exit 2):
+    /// copying it would panic (a transposed shape) or broadcast one value
+    /// over the whole parameter (a `[1]`).
+    #[error("checkpoint {} has `{key}` in {file} as {found}, but the model's is {expected}", .dir.display())]
+    TensorMismatch {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// The tensor's name.
+        key: String,
+        /// The file in the checkpoint.
+        file: &'static str,
+        /// Its shape and dtype in the file (`[256, 128] Float`).
+        found: String,
+        /// The model's shape and dtype.
+        expected: String,
+    },
 }
 
 /// Waits for every kernel queued on `device` (nothing on the CPU).
@@ -688,16 +704,27 @@ impl Trainer {
         let opt: std::collections::HashMap<String, Tensor> = opt.into_iter().collect();
         tch::no_grad(|| -> anyhow::Result<()> {
             for e in &self.layout.entries {
+                // Each tensor must be there with the parameter's shape, in a
+                // floating dtype (fp32 as written; fp16/bf16 convert exactly).
                 let find = |map: &std::collections::HashMap<String, Tensor>,
                             key: &str,
                             file: &'static str| {
-                    map.get(key).map(|t| t.shallow_clone()).ok_or_else(|| {
-                        anyhow::Error::from(TrainerError::MissingTensor {
+                    let t = map.get(key).ok_or_else(|| TrainerError::MissingTensor {
+                        dir: dir.to_path_buf(),
+                        key: key.to_string(),
+                        file,
+                    })?;
+                    let floating = matches!(t.kind(), Kind::Float | Kind::Half | Kind::BFloat16);
+                    if t.size() != e.shape || !floating {
+                        return Err(anyhow::Error::from(TrainerError::TensorMismatch {
                             dir: dir.to_path_buf(),
                             key: key.to_string(),
                             file,
-                        })
-                    })
+                            found: format!("{:?} {:?}", t.size(), t.kind()),
+                            expected: format!("{:?} Float", e.shape),
+                        }));
+                    }
+                    Ok(t.shallow_clone())
                 };
                 let src = find(&ema, &e.name, checkpoint::EMA_FILE)?;
                 self.layout

@@ -967,6 +967,79 @@ fn train_bf16_runs_on_cpu() {
     assert!(t.iter().all(|(_, v)| v.kind() == Kind::Float));
 }
 
+/// `--resume` checks every EMA and optimizer tensor against the model's shape
+/// and dtype (reliability and security III, N3): a transposed tensor used to
+/// panic (exit 101), a `[1]`-shaped one silently replaced the EMA (exit 0).
+#[test]
+fn resume_refuses_tensors_of_the_wrong_shape_or_dtype() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    assert_code(&train(&out, &["--steps", "1", "--batch-size", "2"], &[]), 0);
+    let ck = checkpoint::latest(&out).unwrap();
+    let original: Vec<(String, Vec<(String, Tensor)>)> =
+        [checkpoint::EMA_FILE, checkpoint::OPTIMIZER_FILE]
+            .iter()
+            .map(|f| (f.to_string(), read_tensors(&ck.join(f)).unwrap()))
+            .collect();
+    // The first 2-D tensor of each file, changed three ways.
+    type Change = fn(&Tensor) -> Tensor;
+    let changes: [(&str, Change); 3] = [
+        ("transposed", |t| t.transpose(0, 1).contiguous()),
+        ("one element", |t| {
+            Tensor::from_slice(&[0.5f32]).to_kind(t.kind())
+        }),
+        ("integer", |t| t.to_kind(Kind::Int)),
+    ];
+    for (file, tensors) in &original {
+        let (victim, _) = tensors
+            .iter()
+            .find(|(_, t)| t.dim() == 2 && t.size()[0] != t.size()[1])
+            .expect("a non-square 2-D tensor");
+        for (what, change) in changes {
+            let changed: Vec<(String, Tensor)> = tensors
+                .iter()
+                .map(|(n, t)| {
+                    (
+                        n.clone(),
+                        if n == victim {
+                            change(t)
+                        } else {
+                            t.shallow_clone()
+                        },
+                    )
+                })
+                .collect();
+            write_tensors(&ck.join(file), &changed, None).unwrap();
+            let o = train(
+                &out,
+                &["--steps", "2", "--batch-size", "2", "--resume"],
+                &[],
+            );
+            let (_, stderr) = assert_code(&o, 2);
+            let line = stderr.lines().next().unwrap_or_default();
+            assert!(
+                line.contains(&format!("has `{victim}` in {file} as "))
+                    && line.contains("but the model's is"),
+                "{file}, {what}: {stderr}"
+            );
+            assert!(
+                stderr.contains("hint: the checkpoint is damaged or from another model"),
+                "{stderr}"
+            );
+        }
+        write_tensors(&ck.join(file), tensors, None).unwrap();
+    }
+    // Restored, the checkpoint resumes.
+    assert_code(
+        &train(
+            &out,
+            &["--steps", "2", "--batch-size", "2", "--resume"],
+            &[],
+        ),
+        0,
+    );
+}
+
 /// Checkpoint files, state and weights survive a save/load in-process, and
 /// the model file loads strictly into diffusers' UNet2DModel with config.json.
 #[test]

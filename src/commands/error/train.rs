@@ -263,9 +263,9 @@ mod with_torch {
                 "resume with the same --preset / --config model section, or start a new --out directory"
                     .to_string(),
             ),
-            TrainerError::MissingTensor { .. } => Advice::usage(
-                "the checkpoint is damaged or from another model".to_string(),
-            ),
+            TrainerError::MissingTensor { .. } | TrainerError::TensorMismatch { .. } => {
+                Advice::usage("the checkpoint is damaged or from another model".to_string())
+            }
         }
     }
 
