@@ -36,6 +36,14 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         checkpoint::EMA_FILE
     });
     let cfg = &state.config.model;
+    // A checkpoint's model is checked as strictly as a --config's before
+    // anything is built from it (a zero head dimension divided by zero).
+    cfg.validate().map_err(|e| {
+        e.context(format!(
+            "the model in {}",
+            dir.join(checkpoint::STATE_FILE).display()
+        ))
+    })?;
     crate::train::budget::check_sampling(cfg, args.num, device == tch::Device::Cpu)?;
     if let tch::Device::Cuda(index) = device {
         if let Some(free) = crate::train::session::cuda_free_bytes(index) {

@@ -207,6 +207,7 @@ pub fn check_training(config: &TrainConfig, on_cpu: bool) -> Result<(), BudgetEr
         });
     }
     if on_cpu {
+        check_parameters(&config.model, TRAINING_PARAMETER_COPIES)?;
         let per_image = activation_bytes_per_image(&config.model, true);
         let need = per_image * t.batch_size as f64;
         if need > available as f64 {
@@ -236,6 +237,7 @@ pub fn check_sampling(model: &UNetConfig, num: i64, on_cpu: bool) -> Result<(), 
     if !on_cpu {
         return Ok(());
     }
+    check_parameters(model, 1.0)?;
     let Some(available) = host_available_bytes() else {
         return Ok(());
     };
@@ -253,9 +255,42 @@ pub fn check_sampling(model: &UNetConfig, num: i64, on_cpu: bool) -> Result<(), 
     Ok(())
 }
 
+/// fp32 copies of every parameter a CPU training run holds: the weights,
+/// their gradients, the master copy, AdamW's two moments and the EMA.
+const TRAINING_PARAMETER_COPIES: f64 = 6.0;
+
+/// Checks that `copies` fp32 copies of the model's parameters fit in host
+/// memory (`None` from /proc: nothing is refused); before any is allocated,
+/// so that a huge model is one line, not an allocation failure in libtorch.
+fn check_parameters(model: &UNetConfig, copies: f64) -> Result<(), BudgetError> {
+    let Some(available) = host_available_bytes() else {
+        return Ok(());
+    };
+    let params = model.census().params;
+    let need = params as f64 * 4.0 * copies;
+    if need > available as f64 {
+        return Err(BudgetError::Parameters {
+            params,
+            need,
+            available,
+        });
+    }
+    Ok(())
+}
+
 /// A setting that costs more than this host has (all usage errors: exit 2).
 #[derive(Debug, thiserror::Error)]
 pub enum BudgetError {
+    /// A model whose parameters alone do not fit in host memory.
+    #[error("the model has {params} parameters, whose fp32 copies need about {}, more than the {} of host memory available", gib(*.need), gib(*.available as f64))]
+    Parameters {
+        /// Parameters of the model.
+        params: u64,
+        /// Bytes needed.
+        need: f64,
+        /// Bytes of host memory available.
+        available: u64,
+    },
     /// More data-loading workers than the host allows.
     #[error(
         "workers is {workers}; this host allows at most {max} (4 per CPU, at most {MAX_WORKERS})"

@@ -97,7 +97,12 @@ pub enum SettingCheck {
     SampleSteps,
     /// `synthetic_images` is 0.
     SyntheticImages,
+    /// `prefetch` past [`MAX_PREFETCH`].
+    Prefetch,
 }
+
+/// The most batches a loader thread queues: more only holds memory.
+pub const MAX_PREFETCH: usize = 64;
 
 /// Training hyper-parameters and output cadence. Every field is optional in a
 /// file; missing ones keep the preset's value.
@@ -336,6 +341,12 @@ impl TrainingConfig {
             return bad(
                 "synthetic_images is 0".into(),
                 SettingCheck::SyntheticImages,
+            );
+        }
+        if self.prefetch > MAX_PREFETCH {
+            return bad(
+                format!("prefetch is {}, more than {MAX_PREFETCH}", self.prefetch),
+                SettingCheck::Prefetch,
             );
         }
         Ok(())

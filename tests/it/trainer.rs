@@ -1040,6 +1040,89 @@ fn resume_refuses_tensors_of_the_wrong_shape_or_dtype() {
     );
 }
 
+/// Hostile model and training settings, from a two-line `--config` or from a
+/// checkpoint's `state.json`, are one line and exit 2 before anything is
+/// built (reliability and security III, N5 and N6): they used to panic
+/// (division by zero), print raw libtorch text, or abort in allocation (134).
+#[test]
+fn hostile_model_settings_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.yaml");
+    for (yaml, line) in [
+        (
+            "model:\n  attn_norm_num_groups: 0\n",
+            "error: invalid model config: attn_norm_num_groups is 0",
+        ),
+        (
+            "model:\n  attn_norm_num_groups: -1\n",
+            "error: invalid model config: attn_norm_num_groups is -1",
+        ),
+        (
+            "model:\n  layers_per_block: 1000000000\n",
+            "error: invalid model config: layers_per_block is 1000000000, more than 16",
+        ),
+        (
+            "model:\n  block_out_channels: [32, 1000000000]\n",
+            "error: invalid model config: a block's channels is 1000000000, more than 8192",
+        ),
+        (
+            "training:\n  prefetch: 1000000000\n",
+            "error: invalid training setting: prefetch is 1000000000, more than 64",
+        ),
+        (
+            "model:\n  block_out_channels: [8192, 8192]\n",
+            "error: the model has 18389131267 parameters, whose fp32 copies need about 411.0 GiB",
+        ),
+    ] {
+        std::fs::write(&config, yaml).unwrap();
+        let out = dir.path().join("never");
+        let o = train(
+            &out,
+            &["--steps", "1", "--config", config.to_str().unwrap()],
+            &[],
+        );
+        let (_, stderr) = assert_code(&o, 2);
+        assert!(stderr.starts_with(line), "{yaml}: {stderr}");
+        assert!(stderr.contains("\nhint: "), "{yaml}: {stderr}");
+    }
+    // A checkpoint whose state.json names a head dimension of 0.
+    let out = dir.path().join("run");
+    assert_code(&train(&out, &["--steps", "1", "--batch-size", "2"], &[]), 0);
+    let ck = checkpoint::latest(&out).unwrap();
+    let state_path = ck.join(checkpoint::STATE_FILE);
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    state["config"]["model"]["attention_head_dim"] = serde_json::json!(0);
+    std::fs::write(&state_path, serde_json::to_string(&state).unwrap()).unwrap();
+    let png = dir.path().join("grid.png");
+    let o = run_env(
+        &[
+            "sample",
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--num",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            png.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let (_, stderr) = assert_code(&o, 2);
+    assert!(
+        stderr.starts_with(&format!("error: the model in {}", state_path.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("attention_head_dim 0 does not fit"),
+        "{stderr}"
+    );
+    assert!(!png.exists());
+}
+
 /// Checkpoint files, state and weights survive a save/load in-process, and
 /// the model file loads strictly into diffusers' UNet2DModel with config.json.
 #[test]

@@ -124,11 +124,18 @@ mod with_torch {
                 "use 1 to {NUM_TRAIN_TIMESTEPS} sampling steps (50 is DDIM's usual), or --sample-every 0"
             ),
             SettingCheck::SyntheticImages => "use a positive dataset size".to_string(),
+            SettingCheck::Prefetch => {
+                "queue a few batches per loader thread (the default is 2)".to_string()
+            }
         }
     }
 
     fn budget(e: &BudgetError) -> Advice {
         match e {
+            BudgetError::Parameters { .. } => Advice::usage(
+                "use a smaller model (fewer or narrower blocks; --preset default has 113,673,219 parameters)"
+                    .to_string(),
+            ),
             BudgetError::Workers { max, .. } => Advice::usage(format!(
                 "use --workers {max} or fewer: data loading needs a few threads, not thousands"
             )),
@@ -359,6 +366,7 @@ mod with_torch {
             }
             ModelCheck::NormGroups => "choose norm_num_groups dividing every block's channel count (and skip concatenations)",
             ModelCheck::SampleSize => "use a sample size divisible by 2^(number of blocks - 1)",
+            ModelCheck::TooLarge => "use a value within the bound (diffusers' UNet2DModels stay far below it)",
         }
     }
 

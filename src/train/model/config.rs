@@ -242,6 +242,18 @@ impl Default for UNetConfig {
     }
 }
 
+/// The most down (and up) blocks of a model: each halves the sample size
+/// (diffusers' UNet2DModels have 4 to 6).
+pub const MAX_BLOCKS: i64 = 8;
+/// The most channels of a block (Stable Diffusion XL's widest is 1280).
+pub const MAX_CHANNELS: i64 = 8192;
+/// The most ResNets per down block (diffusers' UNets use 1 to 3).
+pub const MAX_LAYERS_PER_BLOCK: i64 = 16;
+/// The most image channels in and out (RGB is 3, latents 4 to 16).
+pub const MAX_IMAGE_CHANNELS: i64 = 64;
+/// The largest side of the samples, in pixels.
+pub const MAX_SAMPLE_SIZE: i64 = 4096;
+
 /// The analytic size of a model: what [`UNetConfig::census`] counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Census {
@@ -386,9 +398,46 @@ impl UNetConfig {
             ("out_channels", self.out_channels),
             ("layers_per_block", self.layers_per_block),
             ("norm_num_groups", self.norm_num_groups),
+            (
+                "attn_norm_num_groups",
+                self.attn_norm_num_groups.unwrap_or(1),
+            ),
         ] {
             if v <= 0 {
                 return bad(format!("{name} is {v}"), ModelCheck::Positive);
+            }
+        }
+        // Upper bounds well past any UNet2DModel published with diffusers, so
+        // that what a field implies (the layers built, the tensors allocated,
+        // the analytic census in u64) stays finite; the memory budget
+        // (`train::budget`) then decides what fits this host.
+        let (h, w) = self.sample_size.hw();
+        for (name, v, max) in [
+            ("the number of blocks", n as i64, MAX_BLOCKS),
+            ("in_channels", self.in_channels, MAX_IMAGE_CHANNELS),
+            ("out_channels", self.out_channels, MAX_IMAGE_CHANNELS),
+            (
+                "layers_per_block",
+                self.layers_per_block,
+                MAX_LAYERS_PER_BLOCK,
+            ),
+            (
+                "a block's channels",
+                self.block_out_channels.iter().copied().max().unwrap_or(0),
+                MAX_CHANNELS,
+            ),
+            (
+                "time_embedding_dim",
+                self.time_embedding_dim.unwrap_or(0),
+                MAX_CHANNELS * 4,
+            ),
+            ("the sample size", h.max(w), MAX_SAMPLE_SIZE),
+        ] {
+            if v > max {
+                return bad(
+                    format!("{name} is {v}, more than {max}"),
+                    ModelCheck::TooLarge,
+                );
             }
         }
         if let Some(d) = self.time_embedding_dim {
@@ -444,7 +493,6 @@ impl UNetConfig {
                 );
             }
         }
-        let (h, w) = self.sample_size.hw();
         let factor = 1_i64 << (n - 1);
         if h <= 0 || w <= 0 || h % factor != 0 || w % factor != 0 {
             return bad(

@@ -96,6 +96,8 @@ pub enum ModelCheck {
     NormGroups,
     /// A sample size the down/up path does not map back onto itself.
     SampleSize,
+    /// A field past its upper bound (`config::MAX_*`).
+    TooLarge,
 }
 
 /// Weights that cannot be read, written or loaded into the model (all usage
