@@ -28,6 +28,24 @@ pub struct Printer {
 
 static PRINTER: OnceLock<Printer> = OnceLock::new();
 
+/// The first failed write to stdout (`/dev/full`, a closed pipe): data that
+/// did not arrive. The command's end turns it into exit 1 with one line.
+static STDOUT_FAILED: OnceLock<String> = OnceLock::new();
+
+/// Why writing to stdout failed, if it ever did in this process.
+pub fn stdout_failure() -> Option<&'static str> {
+    STDOUT_FAILED.get().map(String::as_str)
+}
+
+/// Writes `bytes` to stdout and flushes; a failure is kept for
+/// [`stdout_failure`] (the first one wins).
+fn write_stdout(bytes: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+        let _ = STDOUT_FAILED.set(e.to_string());
+    }
+}
+
 /// When to colour output (`--color`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ColorChoice {
@@ -104,11 +122,17 @@ impl Printer {
         let _ = err.write_all(text.as_ref().as_bytes());
         let _ = err.flush();
     }
-    /// Machine-readable data on stdout, alone.
+    /// Machine-readable data on stdout, alone, with a newline. A failed
+    /// write is not lost: [`stdout_failure`] reports it.
     pub fn data(&self, text: impl AsRef<str>) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", text.as_ref());
-        let _ = out.flush();
+        let mut line = String::with_capacity(text.as_ref().len() + 1);
+        line.push_str(text.as_ref());
+        line.push('\n');
+        write_stdout(line.as_bytes());
+    }
+    /// `bytes` on stdout exactly as given (no newline added), like [`Printer::data`].
+    pub fn data_bytes(&self, bytes: &[u8]) {
+        write_stdout(bytes);
     }
     /// Serializes `value` as pretty JSON on stdout.
     pub fn json<T: serde::Serialize>(&self, value: &T) -> anyhow::Result<()> {

@@ -35,10 +35,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
         }
         None => {
             // The Dockerfile ends with a newline already; print it byte for byte.
-            use std::io::Write;
-            let mut out = std::io::stdout().lock();
-            out.write_all(rendered.dockerfile.as_bytes())?;
-            out.flush()?;
+            p.data_bytes(rendered.dockerfile.as_bytes());
         }
     }
     Ok(ExitStatus::Success)

@@ -375,3 +375,38 @@ fn piped_output_has_no_progress_or_escapes() {
         }
     }
 }
+
+/// Data that cannot be written to stdout is exit 1 with one line
+/// (reliability and security III, N12): every `--json`, `completions`,
+/// `man`, `render` and `--list-checks` used to exit 0 with nothing written
+/// to /dev/full.
+#[test]
+fn a_failed_write_to_stdout_is_exit_1() {
+    for args in [
+        &["specs", "--json"][..],
+        &["specs"],
+        &["render", "--cuda", "12.4"],
+        &["completions", "bash"],
+        &["man"],
+        &["verify", "--list-checks"],
+        &["lock", "--cuda", "12.4", "--check", "--json"],
+        &["build", "--cuda", "12.4", "--dry-run", "--json"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = std::process::Command::new(crate::common::imgctl_bin())
+            .args(args)
+            .env("NO_COLOR", "1")
+            .stdout(full)
+            .output()
+            .unwrap();
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("error: cannot write the output to stdout: No space left on device"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

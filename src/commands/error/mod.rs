@@ -74,11 +74,22 @@ pub fn render_error(err: &anyhow::Error) -> String {
 
 /// A command's outcome as an exit status, printing any error on stderr.
 pub fn finish(result: anyhow::Result<ExitStatus>) -> ExitStatus {
-    match result {
+    let status = match result {
         Ok(status) => status,
         Err(err) => {
             crate::output::printer().stderr_text(render_error(&err));
             status_of(&err)
         }
+    };
+    // Data that never reached stdout is a failure, whatever the command
+    // decided (`--json > /dev/full` used to exit 0 with nothing written).
+    match crate::output::stdout_failure() {
+        Some(why) if status == ExitStatus::Success => {
+            crate::output::printer().stderr_text(format!(
+                "error: cannot write the output to stdout: {why}\n\nhint: check where stdout goes (a full disk, a closed pipe)\n"
+            ));
+            ExitStatus::Failure
+        }
+        _ => status,
     }
 }

@@ -245,9 +245,7 @@ fn spawn_pump<R: Read + Send + 'static>(
                 continue;
             }
             if to_stdout {
-                let mut o = std::io::stdout().lock();
-                let _ = writeln!(o, "{text}");
-                let _ = o.flush();
+                crate::output::printer().data(text);
             } else {
                 // Progress-bar redraws end in '\r': keep the last frame only.
                 let shown = text.rsplit('\r').next().unwrap_or(text);
