@@ -75,15 +75,6 @@ pub fn init(verbose: u8, quiet: bool, color: ColorChoice) {
     });
 }
 
-/// The mode of every file imgctl writes for people: read-write for all, less
-/// the umask (what `File::create` gives). Files written through a temporary
-/// file and a rename ask for it explicitly, since temporary files start as
-/// 0600: one rule for every output, and the umask decides.
-pub fn new_file_mode() -> std::fs::Permissions {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::Permissions::from_mode(0o666)
-}
-
 /// The process-wide printer (plain, non-interactive defaults before [`init`]).
 pub fn printer() -> Printer {
     *PRINTER.get_or_init(|| Printer {

@@ -530,20 +530,14 @@ fn paint_labels(buf: &mut [u8], width: u32, height: u32, labels: &[Label]) {
     }
 }
 
-/// Writes an RGB buffer as a PNG through a temporary file and a rename.
+/// Writes an RGB buffer as a PNG, atomically.
 fn save_png(path: &Path, buf: Vec<u8>, width: u32, height: u32) -> std::io::Result<()> {
     let image = image::RgbImage::from_raw(width, height, buf)
         .ok_or_else(|| std::io::Error::other("the chart buffer has the wrong size"))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    image
-        .save_with_format(&tmp, image::ImageFormat::Png)
-        .map_err(|e| std::io::Error::other(e.to_string()))?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
+    crate::sys::fs::write_atomic(path, |tmp| {
+        image
+            .save_with_format(tmp, image::ImageFormat::Png)
+            .map_err(|e| std::io::Error::other(e.to_string()))
     })
 }
 

@@ -65,7 +65,8 @@ fn write_pages(root: &clap::Command, dir: &Path) -> anyhow::Result<usize> {
         let mut out = Vec::new();
         clap_mangen::Man::new(page.clone()).render(&mut out)?;
         let path = dir.join(format!("{name}.1"));
-        std::fs::write(&path, out).with_context(|| format!("cannot write {}", path.display()))?;
+        crate::sys::fs::write_file_atomic(&path, &out)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(pages.len())
 }

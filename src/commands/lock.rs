@@ -369,21 +369,11 @@ fn write_one(s: &LoadedSpec, uv: &mut Option<uv::Uv>, args: &LockArgs) -> anyhow
 /// Writes `text` to `path` through a temporary file in the same folder, so a
 /// reader never sees half a lock.
 fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let fail = |e: &dyn std::fmt::Display| {
+    crate::sys::fs::write_file_atomic(path, text.as_bytes()).map_err(|e| {
         CliError::failure(format!("cannot write {}: {e}", path.display()))
             .with_hint("check that the folder exists and is writable")
-    };
-    let mut tmp = tempfile::Builder::new()
-        .permissions(crate::output::new_file_mode())
-        .tempfile_in(dir)
-        .map_err(|e| fail(&e))?;
-    std::io::Write::write_all(&mut tmp, text.as_bytes()).map_err(|e| fail(&e))?;
-    tmp.persist(path).map_err(|e| fail(&e.error))?;
-    Ok(())
+            .into()
+    })
 }
 
 /// The command that (re)generates `spec`'s lock (`imgctl lock --cuda 12.4`).

@@ -25,7 +25,7 @@ pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
     }
     match &args.output {
         Some(path) => {
-            std::fs::write(path, &rendered.dockerfile)
+            crate::sys::fs::write_file_atomic(path, rendered.dockerfile.as_bytes())
                 .map_err(|e| CliError::failure(format!("cannot write {}: {e}", path.display())))?;
             p.info(format!(
                 "wrote {} ({} profile)",

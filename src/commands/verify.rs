@@ -288,13 +288,15 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
         p.json(report)?;
     }
     if let Some(path) = &args.junit {
-        std::fs::write(path, verify::report::junit(report)).map_err(|e| {
-            CliError::failure(format!(
-                "cannot write the JUnit report to {}: {e}",
-                path.display()
-            ))
-            .with_hint("check that the folder exists and is writable")
-        })?;
+        crate::sys::fs::write_file_atomic(path, verify::report::junit(report).as_bytes()).map_err(
+            |e| {
+                CliError::failure(format!(
+                    "cannot write the JUnit report to {}: {e}",
+                    path.display()
+                ))
+                .with_hint("check that the folder exists and is writable")
+            },
+        )?;
     }
     // No driver while GPUs are expected: one clear line, not a table of SKIPs.
     if let Some(line) = verify::host::no_driver_line(report) {

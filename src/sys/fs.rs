@@ -1,7 +1,8 @@
 //! Files, through libc: whether this process may write a path (access(2)),
-//! the space free on a file system (statvfs(3)), and an exclusive advisory
-//! lock (flock(2)). Safe wrappers only; what a path is for, and the messages
-//! about it, belong to the callers.
+//! the space free on a file system (statvfs(3)), an exclusive advisory
+//! lock (flock(2)), and the one atomic file writer ([`write_atomic`]) every
+//! output goes through. Safe wrappers only; what a path is for, and the
+//! messages about it, belong to the callers.
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -43,9 +44,80 @@ pub fn try_lock_exclusive(file: &File) -> std::io::Result<()> {
     }
 }
 
+/// Writes the file `path` atomically: `write` fills a temporary sibling
+/// (`.imgctl-NAME.XXXXXX.tmp`, mode 0666 less the umask, like
+/// `File::create`), given by its path so that writers that open a path
+/// (an image encoder, safetensors) can use it; the file is then fsynced and
+/// renamed over `path`, and the folder fsynced. A reader sees the old file
+/// or the new one, never a part, also when the disk fills or the process
+/// dies mid-write; on any error the temporary file is removed and `path` is
+/// untouched.
+pub fn write_atomic(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".imgctl-{name}."))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)?;
+    write(tmp.path())?;
+    // fsync through our descriptor flushes the inode, whoever wrote it
+    // (a writer that reopens the path truncates the same file).
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    File::open(dir)?.sync_all()
+}
+
+/// [`write_atomic`] of `bytes`.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic(path, |tmp| {
+        let mut f = std::fs::OpenOptions::new().write(true).open(tmp)?;
+        std::io::Write::write_all(&mut f, bytes)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atomic_writes_replace_whole_or_not_at_all() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.txt");
+        write_file_atomic(&path, b"first").unwrap();
+        write_file_atomic(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        // The mode is the umask's, as File::create gives (0644 under 022).
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        let plain = dir.path().join("plain");
+        File::create(&plain).unwrap();
+        let want = std::fs::metadata(&plain).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, want);
+        // A failing writer leaves the old file and no temporary file.
+        let e = write_atomic(&path, |tmp| {
+            std::fs::write(tmp, b"par")?;
+            Err(std::io::Error::other("disk full"))
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "disk full");
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
 
     #[test]
     fn access_statvfs_and_flock() {

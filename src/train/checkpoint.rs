@@ -319,23 +319,10 @@ fn parent_of(path: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// Writes `bytes` to `path` atomically: into a temporary sibling, fsynced,
-/// then renamed over `path`, so a reader sees the old file or the new one,
-/// never a part.
+/// Writes `bytes` to `path` atomically ([`crate::sys::fs::write_file_atomic`]),
+/// so a reader sees the old file or the new one, never a part.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = sibling(path, "tmp");
-    let result = File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result?;
-    fsync_path(parent_of(path))
+    crate::sys::fs::write_file_atomic(path, bytes)
 }
 
 /// Writes the directory `dest` atomically: `fill` writes the files into a

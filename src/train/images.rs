@@ -154,22 +154,10 @@ pub fn write_grid_png(
     let img = grid_image(images, nrow)?;
     let dims = (img.width(), img.height());
     let png = encode_png(&img)?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let cannot = |e: &dyn std::fmt::Display| ImagesError::Write {
+    crate::sys::fs::write_file_atomic(path, &png).map_err(|e| ImagesError::Write {
         path: path.to_path_buf(),
         error: e.to_string(),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".imgctl-")
-        .suffix(".png.tmp")
-        .permissions(crate::output::new_file_mode())
-        .tempfile_in(dir)
-        .map_err(|e| cannot(&e))?;
-    std::io::Write::write_all(&mut tmp, &png).map_err(|e| cannot(&e))?;
-    tmp.persist(path).map_err(|e| cannot(&e.error))?;
+    })?;
     Ok(dims)
 }
 

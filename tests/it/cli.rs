@@ -410,3 +410,76 @@ fn a_failed_write_to_stdout_is_exit_1() {
         );
     }
 }
+
+/// `render -o` and `verify --junit` replace their file whole or not at all
+/// (reliability and security III, N13): on a full disk the previous file used
+/// to become a fragment. A 64 KiB tmpfs, filled up, is the full disk.
+#[test]
+fn output_files_survive_a_full_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount a tmpfs (the tests run as root)");
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&disk);
+    let dockerfile = disk.join("Dockerfile");
+    let junit = disk.join("junit.xml");
+    let previous = "previous contents\n".repeat(8);
+    std::fs::write(&dockerfile, &previous).unwrap();
+    std::fs::write(&junit, &previous).unwrap();
+    // Fill what is left.
+    let filler = disk.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    while std::io::Write::write_all(&mut f, &[0u8; 4096]).is_ok() {}
+    drop(f);
+    for (args, path) in [
+        (
+            vec![
+                "render",
+                "--cuda",
+                "12.4",
+                "-o",
+                dockerfile.to_str().unwrap(),
+            ],
+            &dockerfile,
+        ),
+        (
+            vec![
+                "verify",
+                "--level",
+                "quick",
+                "--expect-gpus",
+                "0",
+                "--junit",
+                junit.to_str().unwrap(),
+            ],
+            &junit,
+        ),
+    ] {
+        let out = imgctl(&args);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("No space left on device"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(std::fs::read_to_string(path).unwrap(), previous, "{args:?}");
+    }
+    // No temporary file is left behind.
+    let mut names: Vec<String> = std::fs::read_dir(&disk)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["Dockerfile", "filler", "junit.xml"]);
+}

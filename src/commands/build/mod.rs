@@ -173,7 +173,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
     })?;
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.report {
-        std::fs::write(path, format!("{json}\n"))
+        crate::sys::fs::write_file_atomic(path, format!("{json}\n").as_bytes())
             .with_context(|| format!("writing the build report to {}", path.display()))?;
         printer().info(format!("build report: {}", path.display()));
     }

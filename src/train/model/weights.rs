@@ -100,27 +100,15 @@ pub fn write_tensors(
                 .with_context(|| format!("tensor {name}"))
         })
         .collect::<anyhow::Result<_>>()?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".imgctl-")
-        .suffix(".safetensors.tmp")
-        .permissions(crate::output::new_file_mode())
-        .tempfile_in(dir)
-        .map_err(|error| WeightsError::Write {
-            path: path.to_path_buf(),
-            error,
-        })?;
-    safetensors::tensor::serialize_to_file(views, &metadata, tmp.path())
-        .with_context(|| format!("writing safetensors {}", path.display()))?;
-    tmp.persist(path).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot rename the temporary file onto {}: {}",
-            path.display(),
-            e.error
-        )
+    crate::sys::fs::write_atomic(path, |tmp| {
+        safetensors::tensor::serialize_to_file(views, &metadata, tmp).map_err(|e| match e {
+            safetensors::SafeTensorError::IoError(e) => e,
+            other => std::io::Error::other(format!("{other:?}")),
+        })
+    })
+    .map_err(|error| WeightsError::Write {
+        path: path.to_path_buf(),
+        error,
     })?;
     Ok(())
 }
@@ -205,17 +193,9 @@ pub fn save_pretrained(vs: &VarStore, cfg: &UNetConfig, dir: &Path) -> anyhow::R
     })?;
     save_safetensors(vs, &dir.join(DIFFUSERS_WEIGHTS_NAME))?;
     let json = serde_json::to_string_pretty(&cfg.to_diffusers_json())?;
-    let mut tmp = tempfile::Builder::new()
-        .permissions(crate::output::new_file_mode())
-        .tempfile_in(dir)?;
-    std::io::Write::write_all(&mut tmp, json.as_bytes())?;
-    tmp.persist(dir.join(DIFFUSERS_CONFIG_NAME)).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot write {}: {}",
-            dir.join(DIFFUSERS_CONFIG_NAME).display(),
-            e.error
-        )
-    })?;
+    let path = dir.join(DIFFUSERS_CONFIG_NAME);
+    crate::sys::fs::write_file_atomic(&path, json.as_bytes())
+        .map_err(|error| WeightsError::Write { path, error })?;
     Ok(())
 }
 
