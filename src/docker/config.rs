@@ -13,6 +13,10 @@ use serde::Deserialize;
 use super::DockerError;
 use crate::env_vars::DOCKER_CONFIG;
 
+/// The largest docker `config.json` or context `meta.json` read (1 MiB; the
+/// docker CLI writes a few KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// The parts of config.json imgctl reads.
 #[derive(Debug, Default, Deserialize)]
 pub struct DockerConfig {
@@ -61,7 +65,7 @@ pub fn load_config(path: &Path) -> Result<DockerConfig, DockerError> {
         path: path.display().to_string(),
         error,
     };
-    match std::fs::read_to_string(path) {
+    match crate::sys::fs::read_regular_text(path, MAX_CONFIG_BYTES) {
         Ok(text) => serde_json::from_str(&text).map_err(|e| failed(e.to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DockerConfig::default()),
         Err(e) => Err(failed(e.to_string())),
@@ -141,7 +145,7 @@ pub fn load_context(dir: &Path, name: &str) -> Result<Option<ContextMeta>, Docke
         path: path.display().to_string(),
         why,
     };
-    match std::fs::read_to_string(&path) {
+    match crate::sys::fs::read_regular_text(&path, MAX_CONFIG_BYTES) {
         Ok(text) => serde_json::from_str(&text)
             .map(Some)
             .map_err(|e| invalid(e.to_string())),
@@ -158,7 +162,9 @@ pub fn context_names(dir: &Path) -> Vec<String> {
     };
     let mut names: Vec<String> = entries
         .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("meta.json")).ok())
+        .filter_map(|e| {
+            crate::sys::fs::read_regular_text(&e.path().join("meta.json"), MAX_CONFIG_BYTES).ok()
+        })
         .filter_map(|text| serde_json::from_str::<ContextMeta>(&text).ok())
         .map(|meta| meta.name)
         .collect();

@@ -7,6 +7,10 @@ use std::path::PathBuf;
 use super::{LockFile, LockFileError, LockInputs};
 use crate::spec::{LoadedSpec, LockSetting};
 
+/// The largest lock file read (4 MiB; a bundled lock with every hash is
+/// about 230 KiB).
+pub const MAX_LOCK_BYTES: u64 = 4 << 20;
+
 /// Where a spec's lock lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockLocation {
@@ -50,7 +54,7 @@ impl LockLocation {
             LockLocation::Bundled { name } => {
                 Ok(crate::spec::bundled_lock(name).map(str::to_string))
             }
-            LockLocation::File(p) => match std::fs::read_to_string(p) {
+            LockLocation::File(p) => match crate::sys::fs::read_regular_text(p, MAX_LOCK_BYTES) {
                 Ok(t) => Ok(Some(t)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(LockFileError::Read {

@@ -402,12 +402,11 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
     let (template_name, template_source, user_template) = match (&s.template, &spec.dir) {
         (Some(t), Some(dir)) => {
             let path = dir.join(t);
-            let text = std::fs::read_to_string(&path).map_err(|error| {
-                RenderError::TemplateUnreadable {
+            let text = crate::sys::fs::read_regular_text(&path, crate::spec::MAX_SPEC_BYTES)
+                .map_err(|error| RenderError::TemplateUnreadable {
                     path: path.display().to_string(),
                     error,
-                }
-            })?;
+                })?;
             (path.display().to_string(), text, true)
         }
         _ => (

@@ -137,7 +137,6 @@ pub const MAX_SPEC_BYTES: u64 = 256 * 1024;
 /// that many bytes are read, so `/dev/zero` or a growing file costs nothing)
 /// and one that is not UTF-8 text.
 fn read_spec_file(path: &Path) -> Result<String, SpecError> {
-    use std::io::Read;
     let shown = crate::error::printable(&path.display().to_string()).into_owned();
     let cannot = |error: std::io::Error| SpecError::Unreadable {
         shown: shown.clone(),
@@ -146,17 +145,17 @@ fn read_spec_file(path: &Path) -> Result<String, SpecError> {
     if path.is_dir() {
         return Err(SpecError::IsDirectory { shown });
     }
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_SPEC_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    if bytes.len() as u64 > MAX_SPEC_BYTES {
-        return Err(SpecError::TooLarge {
-            shown,
-            max_kib: MAX_SPEC_BYTES / 1024,
-        });
-    }
+    // A regular file only (a FIFO would block the read forever).
+    let bytes = match crate::sys::fs::read_regular(path, MAX_SPEC_BYTES) {
+        Ok(bytes) => bytes,
+        Err(e) if crate::sys::fs::is_too_large(&e) => {
+            return Err(SpecError::TooLarge {
+                shown,
+                max_kib: MAX_SPEC_BYTES / 1024,
+            })
+        }
+        Err(e) => return Err(cannot(e)),
+    };
     String::from_utf8(bytes).map_err(|e| SpecError::NotUtf8 {
         shown,
         offset: e.utf8_error().valid_up_to(),

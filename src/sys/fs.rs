@@ -44,6 +44,111 @@ pub fn try_lock_exclusive(file: &File) -> std::io::Result<()> {
     }
 }
 
+/// Reads the regular file `path` whole, refusing anything else and anything
+/// larger than `max` bytes, so that no input can hang or exhaust imgctl:
+/// the file is opened with `O_NONBLOCK`, so a FIFO in its place does not
+/// block the open (then it is refused, as sockets, devices such as
+/// /dev/zero, and folders are); a file over `max` (or one that grows past it
+/// while being read) is an error [`is_too_large`] recognises. The errors'
+/// texts say what the path is ("is a FIFO, not a regular file").
+pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = open_regular(path)?;
+    let meta = file.metadata()?;
+    let too_large = || std::io::Error::other(TooLarge { max });
+    if meta.len() > max {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+/// Opens `path` for reading if it is a regular file, without blocking: the
+/// open uses `O_NONBLOCK` (a FIFO with no writer would block a plain open
+/// forever), and anything but a regular file is an `InvalidInput` error
+/// saying what it is ("is a FIFO, not a regular file"). Reads from the
+/// returned file block as usual (`O_NONBLOCK` means nothing to a regular
+/// file).
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    let what = if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a folder")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else {
+        Some("not a file")
+    };
+    match what {
+        Some(what) => Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("is {what}, not a regular file"),
+        )),
+        None => Ok(file),
+    }
+}
+
+/// [`read_regular`] as UTF-8 text (invalid UTF-8: an `InvalidData` error).
+pub fn read_regular_text(path: &Path, max: u64) -> std::io::Result<String> {
+    String::from_utf8(read_regular(path, max)?).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "is not UTF-8 text (invalid byte at offset {})",
+                e.utf8_error().valid_up_to()
+            ),
+        )
+    })
+}
+
+/// A file larger than its reader's cap ([`read_regular`]).
+#[derive(Debug)]
+struct TooLarge {
+    max: u64,
+}
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "is larger than the {} this file may have",
+            human(self.max)
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// Whether `e` is [`read_regular`]'s "larger than its cap" error.
+pub fn is_too_large(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<TooLarge>())
+}
+
+/// `n` bytes as KiB, MiB or GiB.
+fn human(n: u64) -> String {
+    const KIB: u64 = 1024;
+    match n {
+        n if n >= KIB * KIB * KIB => format!("{:.1} GiB", n as f64 / (KIB * KIB * KIB) as f64),
+        n if n >= KIB * KIB => format!("{} MiB", n / (KIB * KIB)),
+        n => format!("{} KiB", n.div_ceil(KIB)),
+    }
+}
+
 /// Writes the file `path` atomically: `write` fills a temporary sibling
 /// (`.imgctl-NAME.XXXXXX.tmp`, mode 0666 less the umask, like
 /// `File::create`), given by its path so that writers that open a path
@@ -89,6 +194,33 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_only_regular_files_within_their_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"12345").unwrap();
+        assert_eq!(read_regular(&file, 5).unwrap(), b"12345");
+        let e = read_regular(&file, 4).unwrap_err();
+        assert!(is_too_large(&e), "{e}");
+        assert_eq!(e.to_string(), "is larger than the 1 KiB this file may have");
+        let e = read_regular(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert_eq!(e.to_string(), "is a device, not a regular file");
+        let e = read_regular(dir.path(), 1 << 20).unwrap_err();
+        assert_eq!(e.to_string(), "is a folder, not a regular file");
+        // A FIFO with no writer: refused at once, where a plain open blocks.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let e = read_regular(&fifo, 1 << 20).unwrap_err();
+        assert_eq!(e.to_string(), "is a FIFO, not a regular file");
+        std::fs::write(&file, [0xff, 0xfe]).unwrap();
+        let e = read_regular_text(&file, 16).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
 
     #[test]
     fn atomic_writes_replace_whole_or_not_at_all() {

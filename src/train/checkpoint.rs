@@ -148,7 +148,7 @@ pub fn damage(dir: &Path) -> Option<String> {
 /// file is exactly as long as the header's tensors need.
 fn check_safetensors(path: &Path) -> Result<(), String> {
     use std::io::Read;
-    let mut f = File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let mut f = crate::sys::fs::open_regular(path).map_err(|e| format!("cannot be read: {e}"))?;
     let size = f
         .metadata()
         .map_err(|e| format!("cannot be read: {e}"))?
@@ -237,10 +237,13 @@ pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
     .into())
 }
 
+/// The largest `state.json` read (1 MiB; imgctl writes about 4 KiB).
+pub const MAX_STATE_BYTES: u64 = 1 << 20;
+
 /// Reads a checkpoint's `state.json`.
 pub fn read_state(dir: &Path) -> anyhow::Result<State> {
     let path = dir.join(STATE_FILE);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match crate::sys::fs::read_regular_text(&path, MAX_STATE_BYTES) {
         Ok(text) => text,
         Err(error) => return Err(CheckpointError::ReadState { path, error }.into()),
     };

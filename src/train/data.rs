@@ -181,10 +181,19 @@ impl Dataset {
     }
 }
 
+/// An image reader over the regular file `path`: a FIFO or device put in
+/// its place (also mid-run) is an error, never a read that blocks forever.
+fn open_image(
+    path: &Path,
+) -> Result<image::ImageReader<std::io::BufReader<std::fs::File>>, String> {
+    crate::sys::fs::open_regular(path)
+        .map(|f| image::ImageReader::new(std::io::BufReader::new(f)))
+        .map_err(|e| e.to_string())
+}
+
 /// Checks that a file's format is known and its header decodes.
 fn probe(path: &Path) -> Result<(), String> {
-    image::ImageReader::open(path)
-        .map_err(|e| e.to_string())?
+    open_image(path)?
         .with_guessed_format()
         .map_err(|e| e.to_string())?
         .into_dimensions()
@@ -202,8 +211,7 @@ fn probe(path: &Path) -> Result<(), String> {
 /// `size`×`size` (torchvision `Resize` + `CenterCrop`, as in diffusers'
 /// train_unconditional.py), as f32 CHW in [-1, 1].
 pub fn load_image(path: &Path, size: u32) -> Result<Vec<f32>, String> {
-    let img = image::ImageReader::open(path)
-        .map_err(|e| e.to_string())?
+    let img = open_image(path)?
         .with_guessed_format()
         .map_err(|e| e.to_string())?
         .decode()

@@ -1858,3 +1858,191 @@ fn settings_beyond_the_host_are_refused_with_the_largest_that_fits() {
     );
     assert!(line.contains("; at most --num "), "{line}");
 }
+
+/// Runs imgctl with `args` and `env`, killing it past `limit`; the output,
+/// or a panic naming the command that hung.
+fn run_bounded(args: &[&str], env: &[(&str, &str)], limit: std::time::Duration) -> Output {
+    let mut cmd = Command::new(imgctl_bin());
+    cmd.args(args)
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{args:?} still ran after {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn mkfifo(path: &Path) {
+    assert!(Command::new("mkfifo").arg(path).status().unwrap().success());
+}
+
+/// Inputs that used to hang or exhaust the machine are one line and exit 2
+/// within seconds (reliability and security III, N7 FIFOs, N8 /dev/zero,
+/// N9 deep nesting): imgctl opens only regular files, without blocking,
+/// reads each whole file within a cap, and measures YAML nesting before
+/// libyaml does.
+#[test]
+fn inputs_that_would_hang_or_exhaust_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.yaml");
+    mkfifo(&fifo);
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(&deep, format!("training: {}", "[".repeat(100_000))).unwrap();
+    let out = dir.path().join("never");
+    let limit = std::time::Duration::from_secs(20);
+    let train_with = |config: &Path| {
+        run_bounded(
+            &[
+                "train-demo",
+                "--preset",
+                "tiny",
+                "--device",
+                "cpu",
+                "--steps",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+                "--config",
+                config.to_str().unwrap(),
+            ],
+            &[],
+            limit,
+        )
+    };
+    for (config, needle) in [
+        (Path::new("/dev/zero"), "is a device, not a regular file"),
+        (fifo.as_path(), "is a FIFO, not a regular file"),
+        (deep.as_path(), "brackets nest deeper than 64 levels"),
+    ] {
+        let (_, stderr) = assert_code(&train_with(config), 2);
+        assert!(stderr.contains(needle), "{config:?}: {stderr}");
+    }
+    assert!(!out.exists(), "--out was set up for a bad --config");
+    // A spec that is a FIFO.
+    let (_, stderr) = assert_code(
+        &run_bounded(&["render", "--spec", fifo.to_str().unwrap()], &[], limit),
+        2,
+    );
+    assert!(stderr.contains("is a FIFO, not a regular file"), "{stderr}");
+    // A docker config.json that is a FIFO, read before connecting.
+    let docker_config = dir.path().join("docker");
+    std::fs::create_dir(&docker_config).unwrap();
+    mkfifo(&docker_config.join("config.json"));
+    let o = run_bounded(
+        &[
+            "build",
+            "--spec",
+            "tests/fixtures/specs/busybox.yaml",
+            "--tag",
+            "imgctl-never:fifo",
+        ],
+        &[("DOCKER_CONFIG", docker_config.to_str().unwrap())],
+        limit,
+    );
+    let (_, stderr) = texts(&o);
+    assert_ne!(o.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("config.json") && stderr.contains("is a FIFO"),
+        "{stderr}"
+    );
+
+    // A checkpoint whose EMA file became a FIFO: sample refuses it.
+    let run = dir.path().join("run");
+    assert_code(&train(&run, &["--steps", "1", "--batch-size", "2"], &[]), 0);
+    let ck = checkpoint::latest(&run).unwrap();
+    std::fs::remove_file(ck.join(checkpoint::EMA_FILE)).unwrap();
+    mkfifo(&ck.join(checkpoint::EMA_FILE));
+    let png = dir.path().join("grid.png");
+    let o = run_bounded(
+        &[
+            "sample",
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--num",
+            "1",
+            "--steps",
+            "2",
+            "--out",
+            png.to_str().unwrap(),
+        ],
+        &[],
+        limit,
+    );
+    let (_, stderr) = assert_code(&o, 2);
+    assert!(stderr.contains("is a FIFO, not a regular file"), "{stderr}");
+
+    // An image swapped for a FIFO mid-run: the loader skips it with a
+    // warning and the run ends (its open used to block a loader forever).
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    for i in 0..3u8 {
+        write_png(&data.join(format!("{i}.png")), 32, 32, i * 80);
+    }
+    let data_run = dir.path().join("data-run");
+    let mut child = Command::new(imgctl_bin())
+        .args([
+            "train-demo",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--steps",
+            "30",
+            "--batch-size",
+            "2",
+            "--sample-every",
+            "0",
+            "--checkpoint-every",
+            "0",
+            "--out",
+        ])
+        .arg(&data_run)
+        .arg("--data")
+        .arg(&data)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while read_jsonl(&data_run.join("metrics.jsonl"))
+        .map(|r| r.is_empty())
+        .unwrap_or(true)
+    {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no step was logged within 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::fs::remove_file(data.join("1.png")).unwrap();
+    mkfifo(&data.join("1.png"));
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("training hung on the FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    let (_, stderr) = assert_code(&o, 0);
+    assert!(
+        stderr.contains("data: 1 unreadable file(s) skipped (first: ")
+            && stderr.contains("1.png: is a FIFO, not a regular file)"),
+        "{stderr}"
+    );
+}

@@ -186,8 +186,14 @@ mod single_run {
             ));
         }
         if s.data.unreadable_files > 0 {
+            let first = s
+                .data
+                .unreadable
+                .first()
+                .map(|u| format!(" (first: {}: {})", u.path.display(), u.error))
+                .unwrap_or_default();
             lines.push(format!(
-                "data: {} unreadable file(s) skipped",
+                "data: {} unreadable file(s) skipped{first}",
                 s.data.unreadable_files
             ));
         }

@@ -297,6 +297,10 @@ impl UNetConfig {
     /// Parses a YAML model config (strict: unknown fields are an error naming
     /// the field path). `source` names the input in errors.
     pub fn from_yaml_str(text: &str, source: &str) -> anyhow::Result<Self> {
+        crate::train::config::nesting_ok(text).map_err(|error| ModelConfigError::Yaml {
+            file: source.to_string(),
+            error,
+        })?;
         let de = serde_yaml::Deserializer::from_str(text);
         let cfg: Self =
             serde_path_to_error::deserialize(de).map_err(|e| ModelConfigError::Yaml {
@@ -340,10 +344,12 @@ impl UNetConfig {
     /// Loads a model config file: `.json` as a diffusers `config.json`, anything
     /// else as YAML.
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|error| ModelConfigError::Read {
-            path: path.to_path_buf(),
-            error,
-        })?;
+        let text = crate::sys::fs::read_regular_text(path, crate::spec::MAX_SPEC_BYTES).map_err(
+            |error| ModelConfigError::Read {
+                path: path.to_path_buf(),
+                error,
+            },
+        )?;
         let source = path.display().to_string();
         if path
             .extension()

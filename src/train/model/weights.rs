@@ -136,8 +136,11 @@ pub fn read_metadata(path: &Path) -> anyhow::Result<HashMap<String, String>> {
     Ok(meta.metadata().clone().unwrap_or_default())
 }
 
+/// Reads a weights file whole: a regular file no larger than the host's
+/// available memory (a FIFO or /dev/zero in its place is refused at once).
 fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|error| {
+    let max = crate::train::budget::host_available_bytes().unwrap_or(u64::MAX);
+    crate::sys::fs::read_regular(path, max).map_err(|error| {
         WeightsError::Read {
             path: path.to_path_buf(),
             error,
