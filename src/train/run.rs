@@ -76,6 +76,22 @@ pub enum RunError {
     },
 }
 
+/// A [`StepError`] (a non-finite loss, or non-finite state found before a
+/// save) as [`RunError::Diverged`], naming `kept`, the last checkpoint
+/// written (each passed the finite check); any other error unchanged.
+fn diverged(e: anyhow::Error, kept: &Option<PathBuf>, precision: Precision) -> anyhow::Error {
+    if e.downcast_ref::<StepError>().is_some() {
+        RunError::Diverged {
+            error: e.to_string(),
+            kept: kept.clone(),
+            precision,
+        }
+        .into()
+    } else {
+        e
+    }
+}
+
 /// Version of the summary JSON.
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
 
@@ -504,15 +520,7 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 if let Some(m) = metrics.as_mut() {
                     let _ = m.flush();
                 }
-                if e.downcast_ref::<StepError>().is_some() {
-                    return Err(RunError::Diverged {
-                        error: e.to_string(),
-                        kept: last_checkpoint.clone(),
-                        precision: opts.precision,
-                    }
-                    .into());
-                }
-                return Err(e);
+                return Err(diverged(e, &last_checkpoint, opts.precision));
             }
         };
         let dt = step_start.elapsed().as_secs_f64();
@@ -616,7 +624,8 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 loss_plot = redraw_curves(&opts.out, &mut plot_warned);
                 plotted_step = Some(trainer.step);
             }
-            let dir = write_checkpoint(&trainer, last_loss)?;
+            let dir = write_checkpoint(&trainer, last_loss)
+                .map_err(|e| diverged(e, &last_checkpoint, opts.precision))?;
             last_checkpoint = Some(dir);
             last_checkpoint_step = Some(trainer.step);
         }
@@ -630,8 +639,15 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     let device_memory = device_memory(opts.device);
     let diffusers_model = if lead {
         let dir = opts.out.join("unet");
-        checkpoint::write_dir_atomic(&dir, |tmp| trainer.export_diffusers(tmp))
-            .with_context(|| format!("writing the diffusers model folder {}", dir.display()))?;
+        if let Err(e) = checkpoint::write_dir_atomic(&dir, |tmp| trainer.export_diffusers(tmp)) {
+            return Err(match e.downcast_ref::<StepError>() {
+                Some(_) => diverged(e, &last_checkpoint, opts.precision),
+                None => e.context(format!(
+                    "writing the diffusers model folder {}",
+                    dir.display()
+                )),
+            });
+        }
         Some(dir)
     } else {
         None

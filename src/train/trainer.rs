@@ -134,6 +134,18 @@ pub enum StepError {
         /// The run's precision.
         precision: &'static str,
     },
+    /// The weights, the EMA or the optimizer's moments hold NaN or infinite
+    /// values while the loss still read finite (an lr of 1e300 overflows
+    /// the update before the loss shows it): nothing of it is saved.
+    #[error("the {what} hold NaN or infinite values at step {step} ({precision}); nothing of this state is saved, training stopped")]
+    NonFiniteState {
+        /// The step whose state it is.
+        step: u64,
+        /// "weights", "EMA weights" or "optimizer moments".
+        what: &'static str,
+        /// The run's precision.
+        precision: &'static str,
+    },
 }
 
 /// Model, optimizer and EMA state of a run on one device.
@@ -615,6 +627,7 @@ impl Trainer {
     /// train_unconditional.py saves its final pipeline's UNet; the training
     /// weights are restored exactly afterwards.
     pub fn export_diffusers(&self, dir: &Path) -> anyhow::Result<()> {
+        self.check_finite()?;
         let backup = tch::no_grad(|| self.master.copy());
         tch::no_grad(|| self.master.shallow_clone().copy_(&self.ema.shadow));
         let result = weights::save_pretrained(&self.master_vs, &self.config.model, dir);
@@ -622,14 +635,40 @@ impl Trainer {
         result
     }
 
+    /// Checks that the weights, the EMA and AdamW's moments are all finite,
+    /// one fused `isfinite().all()` over each flat buffer (four reductions
+    /// and one read-back each, at a checkpoint or an export only): a
+    /// [`StepError::NonFiniteState`] otherwise, so that no NaN state is
+    /// ever saved as good.
+    pub fn check_finite(&self) -> Result<(), StepError> {
+        for (what, t) in [
+            ("weights", &self.master),
+            ("EMA weights", &self.ema.shadow),
+            ("optimizer moments", &self.opt.exp_avg),
+            ("optimizer moments", &self.opt.exp_avg_sq),
+        ] {
+            let finite = tch::no_grad(|| t.isfinite().all().int64_value(&[]) != 0);
+            if !finite {
+                return Err(StepError::NonFiniteState {
+                    step: self.step,
+                    what,
+                    precision: self.precision.name(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Writes a checkpoint of the current step under `out` atomically and
-    /// prunes to `keep`. Returns its directory.
+    /// prunes to `keep`, once [`Trainer::check_finite`] passed. Returns its
+    /// directory.
     pub fn save_checkpoint(
         &self,
         out: &Path,
         epoch: u64,
         last_loss: Option<f64>,
     ) -> anyhow::Result<PathBuf> {
+        self.check_finite()?;
         let state = State {
             schema_version: checkpoint::STATE_VERSION,
             step: self.step,

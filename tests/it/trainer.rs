@@ -2046,3 +2046,72 @@ fn inputs_that_would_hang_or_exhaust_are_refused() {
         "{stderr}"
     );
 }
+
+/// Non-finite weights are never saved as good (reliability and security III,
+/// N4): an lr of 1e300 overflows the weights while the loss still reads
+/// finite; the run used to end with exit 0 and an all-NaN checkpoint and
+/// `unet/` export, and a later NaN loss named such a checkpoint as the last
+/// good one.
+#[test]
+fn non_finite_weights_are_never_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    // The run ends before the loss check could fire.
+    let out = dir.path().join("fresh");
+    let (_, stderr) = assert_code(
+        &train(
+            &out,
+            &["--steps", "1", "--batch-size", "2", "--lr", "1e300"],
+            &[],
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("error: the weights hold NaN or infinite values at step 1 (fp32); nothing of this state is saved")
+            && stderr.contains("no checkpoint was written before it"),
+        "{stderr}"
+    );
+    assert!(checkpoint_steps(&out).is_empty());
+    assert!(!out.join("unet").exists(), "an export of NaN weights");
+    // Resumed with the bad lr: the last good checkpoint named is the finite one.
+    let out = dir.path().join("resumed");
+    assert_code(&train(&out, &["--steps", "2", "--batch-size", "2"], &[]), 0);
+    let (_, stderr) = assert_code(
+        &train(
+            &out,
+            &[
+                "--steps",
+                "4",
+                "--batch-size",
+                "2",
+                "--lr",
+                "1e300",
+                "--checkpoint-every",
+                "1",
+                "--resume",
+            ],
+            &[],
+        ),
+        1,
+    );
+    assert!(
+        stderr.contains("at step 3 (fp32)")
+            && stderr.contains(&format!(
+                "the last good checkpoint is {}",
+                out.join("checkpoints/step-000002").display()
+            )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: resume with a lower --lr"),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_steps(&out), vec![2]);
+    for (_, t) in read_tensors(
+        &out.join("checkpoints/step-000002")
+            .join(checkpoint::MODEL_FILE),
+    )
+    .unwrap()
+    {
+        assert!(t.isfinite().all().int64_value(&[]) != 0);
+    }
+}

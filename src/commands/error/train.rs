@@ -61,7 +61,9 @@ mod with_torch {
         }
         if let Some(e) = err.downcast_ref::<StepError>() {
             return Some(match e {
-                StepError::NonFinite { .. } => Advice::failure(None),
+                StepError::NonFinite { .. } | StepError::NonFiniteState { .. } => {
+                    Advice::failure(None)
+                }
             });
         }
         if let Some(e) = err.downcast_ref::<SpaceError>() {
