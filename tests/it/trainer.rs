@@ -2115,3 +2115,48 @@ fn non_finite_weights_are_never_saved() {
         assert!(t.isfinite().all().int64_value(&[]) != 0);
     }
 }
+
+/// A refused `--init-from` leaves no `--out` behind (reliability and
+/// security III, N17): the weights are checked against the model before the
+/// folder, its lock, `checkpoints/`, `tb/` and `samples/` are made.
+#[test]
+fn a_refused_init_from_leaves_no_out_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.safetensors");
+    std::fs::write(&junk, b"not safetensors").unwrap();
+    // Weights of another model: the smoke preset's are the tiny one's at
+    // another size, so a default-model run refuses them by shape.
+    let other = dir.path().join("other");
+    assert_code(
+        &train(&other, &["--steps", "1", "--batch-size", "2"], &[]),
+        0,
+    );
+    let tiny_weights = checkpoint::latest(&other)
+        .unwrap()
+        .join(checkpoint::MODEL_FILE);
+    for (weights, preset, needle) in [
+        (&junk, "tiny", "is not a valid safetensors file"),
+        (&tiny_weights, "default", "missing key(s)"),
+    ] {
+        let out = dir.path().join(format!("never-{preset}"));
+        let o = run_env(
+            &[
+                "train-demo",
+                "--preset",
+                preset,
+                "--device",
+                "cpu",
+                "--steps",
+                "1",
+                "--out",
+                out.to_str().unwrap(),
+                "--init-from",
+                weights.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let (_, stderr) = assert_code(&o, 2);
+        assert!(stderr.contains(needle), "{stderr}");
+        assert!(!out.exists(), "{} was left behind: {stderr}", out.display());
+    }
+}

@@ -317,6 +317,9 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
                     .into(),
             );
         }
+        // The weights must fit the model before --out is set up: a refused
+        // --init-from leaves nothing behind.
+        crate::train::model::weights::check_diffusers_state_dict(&config.model, f)?;
     }
     Ok(RunOptions {
         config,

@@ -224,6 +224,38 @@ pub fn load_diffusers_state_dict(vs: &VarStore, path: &Path) -> anyhow::Result<(
     let bytes = read_file(path)?;
     let st = parse(&bytes, path)?;
     let vars = vs.variables();
+    check_matches(&vars, &st, path)?;
+    tch::no_grad(|| -> anyhow::Result<()> {
+        for (name, var) in &vars {
+            let view = st.tensor(name).expect("checked above");
+            let src = to_tensor(&view)?;
+            let mut dst = var.shallow_clone();
+            dst.f_copy_(&src.to_device(dst.device()).to_kind(dst.kind()))?;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("loading {}", path.display()))
+}
+
+/// Checks that the state dict at `path` loads into a model of `cfg` (every
+/// key, shape and a float dtype), without keeping the model: what
+/// `--init-from` is checked with before anything is written to `--out`.
+pub fn check_diffusers_state_dict(cfg: &UNetConfig, path: &Path) -> anyhow::Result<()> {
+    let vs = VarStore::new(tch::Device::Cpu);
+    tch::no_grad(|| super::UNet2DModel::try_new(&vs.root(), cfg))?;
+    let bytes = read_file(path)?;
+    let st = parse(&bytes, path)?;
+    check_matches(&vs.variables(), &st, path)
+}
+
+/// Every variable of the model in the file with its shape and a float
+/// dtype, and nothing else in the file: one [`WeightsError::Mismatch`]
+/// listing what differs otherwise.
+fn check_matches(
+    vars: &HashMap<String, Tensor>,
+    st: &SafeTensors<'_>,
+    path: &Path,
+) -> anyhow::Result<()> {
     let file_names: Vec<String> = st.names().into_iter().cloned().collect();
 
     let mut missing: Vec<String> = vars
@@ -238,7 +270,7 @@ pub fn load_diffusers_state_dict(vs: &VarStore, path: &Path) -> anyhow::Result<(
         .collect();
     let mut mismatched = Vec::new();
     let mut bad_dtype = Vec::new();
-    for (name, var) in &vars {
+    for (name, var) in vars {
         if let Ok(view) = st.tensor(name) {
             let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
             if shape != var.size() {
@@ -292,14 +324,5 @@ pub fn load_diffusers_state_dict(vs: &VarStore, path: &Path) -> anyhow::Result<(
         }
         .into());
     }
-    tch::no_grad(|| -> anyhow::Result<()> {
-        for (name, var) in &vars {
-            let view = st.tensor(name).expect("checked above");
-            let src = to_tensor(&view)?;
-            let mut dst = var.shallow_clone();
-            dst.f_copy_(&src.to_device(dst.device()).to_kind(dst.kind()))?;
-        }
-        Ok(())
-    })
-    .with_context(|| format!("loading {}", path.display()))
+    Ok(())
 }
