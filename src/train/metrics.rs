@@ -35,6 +35,61 @@ pub struct MetricsWriter {
     jsonl: BufWriter<File>,
     jsonl_path: PathBuf,
     tb: EventWriter,
+    /// A damaged `metrics.jsonl` found when resuming, moved aside: where it
+    /// went and what was wrong with it (the caller warns).
+    pub set_aside: Option<(PathBuf, String)>,
+}
+
+/// The largest `metrics.jsonl` read back when resuming (256 MiB: about two
+/// million steps' lines).
+pub const MAX_METRICS_BYTES: u64 = 256 << 20;
+
+/// The lines of `metrics.jsonl` up to `step` that a resumed run keeps, and
+/// what was damaged in it, if anything: a side log that cannot be read, is
+/// not a regular file, or holds lines that are not records (invalid UTF-8,
+/// broken JSON) besides a last line cut short, is set aside whole and never
+/// blocks the resume of an intact checkpoint.
+fn kept_lines(path: &Path, step: u64) -> (Vec<String>, Option<String>) {
+    let bytes = match crate::sys::fs::read_regular(path, MAX_METRICS_BYTES) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), None),
+        Err(e) => return (Vec::new(), Some(e.to_string())),
+    };
+    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    let mut kept = Vec::new();
+    let mut bad = 0usize;
+    for (i, line) in lines.iter().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match std::str::from_utf8(line).ok().and_then(|text| {
+            serde_json::from_str::<StepRecord>(text)
+                .ok()
+                .map(|r| (text, r))
+        }) {
+            Some((text, r)) if r.step <= step => kept.push(text.to_string()),
+            Some(_) => {}
+            // A last line without its newline: a write cut short, not damage.
+            None if i + 1 == lines.len() => {}
+            None => bad += 1,
+        }
+    }
+    let damage = (bad > 0).then(|| format!("{bad} line(s) are not step records"));
+    (kept, damage)
+}
+
+/// A name beside `path` that does not exist yet: `NAME.damaged`, then
+/// `NAME.damaged.1`, …
+fn aside_name(path: &Path) -> PathBuf {
+    let free = |p: &Path| std::fs::symlink_metadata(p).is_err();
+    let base = path.with_extension("jsonl.damaged");
+    if free(&base) {
+        return base;
+    }
+    (1..)
+        .map(|n| path.with_extension(format!("jsonl.damaged.{n}")))
+        .find(|p| free(p))
+        .unwrap_or(base)
 }
 
 impl MetricsWriter {
@@ -44,16 +99,20 @@ impl MetricsWriter {
     pub fn open(out: &Path, resume_step: Option<u64>) -> std::io::Result<Self> {
         let jsonl_path = out.join("metrics.jsonl");
         let mut kept = Vec::new();
+        let mut set_aside = None;
         if let Some(step) = resume_step {
-            if let Ok(f) = File::open(&jsonl_path) {
-                for line in BufReader::new(f).lines() {
-                    let line = line?;
-                    match serde_json::from_str::<StepRecord>(&line) {
-                        Ok(r) if r.step <= step => kept.push(line),
-                        _ => {}
-                    }
-                }
+            let (lines, damage) = kept_lines(&jsonl_path, step);
+            kept = lines;
+            if let Some(why) = damage {
+                let aside = aside_name(&jsonl_path);
+                std::fs::rename(&jsonl_path, &aside)?;
+                set_aside = Some((aside, why));
             }
+        } else if std::fs::symlink_metadata(&jsonl_path).is_ok_and(|m| !m.is_file()) {
+            // A fresh run in a folder whose metrics.jsonl is a folder (or a FIFO).
+            let aside = aside_name(&jsonl_path);
+            std::fs::rename(&jsonl_path, &aside)?;
+            set_aside = Some((aside, "it is not a regular file".to_string()));
         }
         let mut file = OpenOptions::new()
             .create(true)
@@ -68,6 +127,7 @@ impl MetricsWriter {
             jsonl: BufWriter::new(file),
             jsonl_path,
             tb,
+            set_aside,
         })
     }
 

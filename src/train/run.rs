@@ -399,10 +399,15 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
                 aside.display()
             ));
         }
-        Some(
-            MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
-                .with_context(|| format!("opening metrics files in {}", opts.out.display()))?,
-        )
+        let writer = MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
+            .with_context(|| format!("opening metrics files in {}", opts.out.display()))?;
+        if let Some((aside, why)) = &writer.set_aside {
+            p.warn(format!(
+                "metrics.jsonl was damaged ({why}): moved to {}; a new one keeps its readable steps up to {start_step}",
+                aside.display()
+            ));
+        }
+        Some(writer)
     } else {
         None
     };

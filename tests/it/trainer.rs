@@ -2160,3 +2160,61 @@ fn a_refused_init_from_leaves_no_out_folder() {
         assert!(!out.exists(), "{} was left behind: {stderr}", out.display());
     }
 }
+
+/// A damaged `metrics.jsonl` never blocks the resume of an intact checkpoint
+/// (reliability and security III, N18): invalid UTF-8 in it, or a folder in
+/// its place, used to stop `--resume`. It is moved aside with a warning and
+/// the readable steps are kept.
+#[test]
+fn a_damaged_metrics_log_does_not_block_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    assert_code(&train(&out, &["--steps", "2", "--batch-size", "2"], &[]), 0);
+    let log = out.join("metrics.jsonl");
+    let good = std::fs::read(&log).unwrap();
+    // Invalid UTF-8 between the two good lines.
+    let mut damaged = Vec::new();
+    let first_end = good.iter().position(|b| *b == b'\n').unwrap() + 1;
+    damaged.extend_from_slice(&good[..first_end]);
+    damaged.extend_from_slice(b"\xff\xfe not a record\n");
+    damaged.extend_from_slice(&good[first_end..]);
+    std::fs::write(&log, &damaged).unwrap();
+    let (_, stderr) = assert_code(
+        &train(
+            &out,
+            &["--steps", "3", "--batch-size", "2", "--resume"],
+            &[],
+        ),
+        0,
+    );
+    assert!(
+        stderr.contains(
+            "warning: metrics.jsonl was damaged (1 line(s) are not step records): moved to "
+        ) && stderr.contains("metrics.jsonl.damaged"),
+        "{stderr}"
+    );
+    let steps: Vec<u64> = read_jsonl(&log).unwrap().iter().map(|r| r.step).collect();
+    assert_eq!(steps, [1, 2, 3]);
+    assert_eq!(
+        std::fs::read(out.join("metrics.jsonl.damaged")).unwrap(),
+        damaged
+    );
+    // A folder in its place.
+    std::fs::remove_file(&log).unwrap();
+    std::fs::create_dir(&log).unwrap();
+    let (_, stderr) = assert_code(
+        &train(
+            &out,
+            &["--steps", "4", "--batch-size", "2", "--resume"],
+            &[],
+        ),
+        0,
+    );
+    assert!(
+        stderr.contains("metrics.jsonl was damaged (is a folder, not a regular file): moved to ")
+            && stderr.contains("metrics.jsonl.damaged.1"),
+        "{stderr}"
+    );
+    let steps: Vec<u64> = read_jsonl(&log).unwrap().iter().map(|r| r.step).collect();
+    assert_eq!(steps, [4]);
+}
