@@ -2218,3 +2218,67 @@ fn a_damaged_metrics_log_does_not_block_resume() {
     let steps: Vec<u64> = read_jsonl(&log).unwrap().iter().map(|r| r.step).collect();
     assert_eq!(steps, [4]);
 }
+
+/// The memory budget holds to the cgroup's limit, not the host's free memory
+/// (reliability and security III, N14): `--batch-size 400` in a 1 GiB cgroup
+/// was killed by the OOM killer (137) with no message. A real memory cgroup
+/// (v1's `memory` hierarchy, or v2's), made for this test and removed after.
+#[test]
+fn the_memory_budget_reads_the_cgroup_limit() {
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let base = if v2 {
+        Path::new("/sys/fs/cgroup").to_path_buf()
+    } else {
+        Path::new("/sys/fs/cgroup/memory").to_path_buf()
+    };
+    if v2 {
+        // The memory controller for the children of the root (a no-op when on).
+        let _ = std::fs::write(base.join("cgroup.subtree_control"), "+memory");
+    }
+    let cg = base.join(format!("imgctl-test-{}", std::process::id()));
+    std::fs::create_dir(&cg)
+        .unwrap_or_else(|e| panic!("mkdir {}: {e} (the tests run as root)", cg.display()));
+    struct Remove(std::path::PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _remove = Remove(cg.clone());
+    let limit = if v2 {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    std::fs::write(cg.join(limit), "1073741824").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    // The shell joins the cgroup, then becomes imgctl.
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} train-demo --preset tiny --device cpu --steps 1 --batch-size 400 --sample-every 0 --out {}",
+        cg.display(),
+        imgctl_bin().display(),
+        out.display()
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let (_, stderr) = assert_code(&o, 2);
+    assert!(
+        stderr.contains("error: batch_size 400 at sample_size 32 needs about ")
+            && stderr.contains("GiB of memory available"),
+        "{stderr}"
+    );
+    let available: f64 = stderr
+        .split("more than the ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        available <= 1.0,
+        "the host's memory, not the cgroup's: {stderr}"
+    );
+}

@@ -173,7 +173,7 @@ mod with_torch {
                 "ask for {largest} images or fewer (run sample again for more)"
             ))
             .with_message(format!(
-                "--num {num} needs about {} to denoise at once, more than the {} of host memory available; at most --num {largest} fits",
+                "--num {num} needs about {} to denoise at once, more than the {} of memory available; at most --num {largest} fits",
                 gib(*need),
                 gib(*available as f64)
             )),
