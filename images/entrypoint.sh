@@ -17,10 +17,12 @@
 #                         /etc/imgctl/authorized_keys and ~USER/.ssh/authorized_keys
 #                         (mount either). No key: sshd is not started, and the log says why.
 #   IMGCTL_USER           the user services and commands run as (the image sets it);
+#                         read only when the container starts as root (said once otherwise);
 #                         as root, a name that is no user of the image is refused.
 #   IMGCTL_JUPYTER_PORT   JupyterLab's port (default 8888).
 #   IMGCTL_SSH_PORT       sshd's port (default 22; Docker lets a non-root process
 #                         bind it, Kubernetes may not: use 2222 there).
+#   IMGCTL_HOME_DIR       the user's home (default: from the user database).
 #   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
 #
 # Everything is validated before anything starts; bad settings exit 2 with one
@@ -101,7 +103,22 @@ user_home() {
     [ -n "$h" ] || h="/home/$IMGCTL_USER"
     printf '%s\n' "$h"
 }
-HOME_DIR=$(user_home)
+HOME_DIR=${IMGCTL_HOME_DIR:-$(user_home)}
+
+# Not root: everything runs as the uid the container started with, whatever
+# IMGCTL_USER says; say so once rather than ignore it silently.
+if [ "$(id -u)" != 0 ] && [ "$IMGCTL_USER" != "$(id -un 2>/dev/null)" ]; then
+    log "IMGCTL_USER=$(printf '%s' "$IMGCTL_USER" | tr -c 'A-Za-z0-9._-' '?') is ignored: the container runs as uid $(id -u), not root, so everything runs as uid $(id -u) (start it as root, --user 0, to switch users)"
+fi
+
+# Whether the image's user may write FOLDER (as root: with the user's rights).
+user_can_write() {
+    if [ "$(id -u)" = 0 ] && id "$IMGCTL_USER" >/dev/null 2>&1; then
+        setpriv --reuid="$(id -u "$IMGCTL_USER")" --regid="$(id -g "$IMGCTL_USER")" --init-groups test -w "$1"
+    else
+        test -w "$1"
+    fi
+}
 
 token=""
 token_generated=no
@@ -120,6 +137,15 @@ if [ "$want_jupyter" = yes ]; then
         # 24 random bytes, hex: 192 bits.
         token=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
         token_generated=yes
+    fi
+    # JupyterLab writes its runtime files under HOME: a read-only root file
+    # system with a root-owned tmpfs there (what a plain --tmpfs /home/dev
+    # gives) would end it in a Python traceback.
+    if [ -d "$HOME_DIR" ] && ! user_can_write "$HOME_DIR"; then
+        owner=$(stat -c %u "$HOME_DIR" 2>/dev/null || echo '?')
+        run_uid=$(id -u)
+        [ "$run_uid" != 0 ] || run_uid=$(id -u "$IMGCTL_USER")
+        die 2 "HOME $HOME_DIR (owned by uid $owner) is not writable by uid $run_uid, and JupyterLab writes its runtime files there; mount a writable one: --tmpfs $HOME_DIR:uid=$run_uid,gid=$(id -g "$IMGCTL_USER" 2>/dev/null || echo "$run_uid") (Kubernetes: an emptyDir with securityContext.fsGroup)"
     fi
     if [ "${JUPYTER_PASSWORD+set}" = set ] && [ -z "$JUPYTER_PASSWORD" ]; then
         die 2 "JUPYTER_PASSWORD is set but empty; unset it (the token is enough) or set a real password"

@@ -1576,3 +1576,67 @@ fn root_run_python_imports_nothing_from_the_workspace() {
         "code planted in the workspace ran:\n{planted}\nentrypoint: {stderr}"
     );
 }
+
+/// Two settings that used to fail without a word (reliability and security
+/// III): a HOME the user cannot write (a read-only root with a root-owned
+/// `--tmpfs /home/dev`) ended JupyterLab in a Python traceback; it is now one
+/// line naming the mount that works. And IMGCTL_USER, read only when the
+/// container starts as root, says so when it is ignored.
+#[test]
+fn entrypoint_names_an_unwritable_home_and_an_ignored_user() {
+    let home = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = check_entrypoint(
+        &[
+            ("IMGCTL_MODE", "jupyter"),
+            ("IMGCTL_HOME_DIR", home.path().to_str().unwrap()),
+        ],
+        &[],
+    );
+    let (_, stderr) = texts(&out);
+    if running_as_root() {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        let uid = texts(
+            &Command::new("id")
+                .args(["-u", SERVICE_USER])
+                .output()
+                .unwrap(),
+        )
+        .0
+        .trim()
+        .to_string();
+        assert!(
+            stderr.contains(&format!(
+                "imgctl-entrypoint: error: HOME {} (owned by uid 0) is not writable by uid {uid}, and JupyterLab writes its runtime files there; mount a writable one: --tmpfs {}:uid={uid},gid=",
+                home.path().display(),
+                home.path().display()
+            )),
+            "{stderr}"
+        );
+        // Started as another user, the entrypoint says IMGCTL_USER is ignored.
+        let out = Command::new("setpriv")
+            .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "sh"])
+            .arg(entrypoint())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("IMGCTL_ENTRYPOINT_CHECK_ONLY", "1")
+            .env("IMGCTL_MODE", "none")
+            .env("IMGCTL_USER", "dev")
+            .env("IMGCTL_RUN_DIR", "/nonexistent")
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(
+            stderr.contains(
+                "imgctl-entrypoint: IMGCTL_USER=dev is ignored: the container runs as uid "
+            ),
+            "{stderr}"
+        );
+    } else {
+        // Not root: the folder is this user's own, so writable.
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+    }
+}
