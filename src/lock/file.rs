@@ -89,6 +89,9 @@ pub struct LockFile {
     pub inputs: Vec<(String, String)>,
     /// The recorded digest of those inputs.
     pub inputs_sha256: String,
+    /// The recorded digest of the package list ([`LockFile::packages_digest`]);
+    /// `None` in a lock written before imgctl recorded it.
+    pub packages_sha256: Option<String>,
     /// Every package: normalised name → its version, step and hashes.
     pub packages: BTreeMap<String, Locked>,
 }
@@ -97,6 +100,8 @@ pub struct LockFile {
 const KEY_VERSION: &str = "lock-version";
 /// Header key of the inputs digest.
 const KEY_DIGEST: &str = "inputs-sha256";
+/// Header key of the package list's digest.
+const KEY_PACKAGES_DIGEST: &str = "packages-sha256";
 /// Prefix of a recorded input line.
 const INPUT_PREFIX: &str = "# input ";
 /// Prefix of the line that starts a step (`# step torch: …`).
@@ -114,15 +119,18 @@ impl LockFile {
         I: IntoIterator<Item = (N, Locked)>,
         N: AsRef<str>,
     {
-        LockFile {
+        let mut lock = LockFile {
             version: LOCK_VERSION,
             inputs: inputs.lines(),
             inputs_sha256: inputs.sha256(),
+            packages_sha256: None,
             packages: packages
                 .into_iter()
                 .map(|(n, l)| (normalize_name(n.as_ref()), l))
                 .collect(),
-        }
+        };
+        lock.packages_sha256 = Some(lock.packages_digest());
+        lock
     }
 
     /// The packages of `step`, sorted by name.
@@ -158,6 +166,10 @@ impl LockFile {
             out.push_str(&format!("{INPUT_PREFIX}{k}: {v}\n"));
         }
         out.push_str(&format!("# {KEY_DIGEST}: {}\n", self.inputs_sha256));
+        out.push_str(&format!(
+            "# {KEY_PACKAGES_DIGEST}: {}\n",
+            self.packages_digest()
+        ));
         for step in Step::ALL {
             out.push_str(&format!("{STEP_PREFIX}{}: {}\n", step.word(), step.what()));
             for (name, locked) in self.step(step) {
@@ -165,6 +177,25 @@ impl LockFile {
             }
         }
         out
+    }
+
+    /// The digest of the package list: every step's packages, in order, each
+    /// `step name==version` and its hashes on one line. Recorded in the
+    /// header, so that `--check` sees a package added, removed or changed in
+    /// the body, which the inputs alone cannot show.
+    pub fn packages_digest(&self) -> String {
+        let mut text = String::from("imgctl pip lock packages\n");
+        for step in Step::ALL {
+            for (name, locked) in self.step(step) {
+                text.push_str(&format!("{} {name}=={}", step.word(), locked.version));
+                for h in &locked.hashes {
+                    text.push(' ');
+                    text.push_str(h);
+                }
+                text.push('\n');
+            }
+        }
+        crate::spec::sha256_hex(text.as_bytes())
     }
 
     /// The packages of `step` as a requirements file of their own (what the
@@ -202,6 +233,7 @@ impl LockFile {
         let mut version = None;
         let mut inputs = Vec::new();
         let mut digest = None;
+        let mut packages_digest = None;
         let mut step = None;
         let mut packages = BTreeMap::new();
         // Where each package starts, and its step as written (format checks at the end).
@@ -229,6 +261,8 @@ impl LockFile {
                 );
             } else if let Some(rest) = line.strip_prefix(&format!("# {KEY_DIGEST}:")) {
                 digest = Some(rest.trim().to_string());
+            } else if let Some(rest) = line.strip_prefix(&format!("# {KEY_PACKAGES_DIGEST}:")) {
+                packages_digest = Some(rest.trim().to_string());
             } else if let Some(rest) = line.strip_prefix(STEP_PREFIX) {
                 let word = rest.split(':').next().unwrap_or("").trim();
                 step = Some(
@@ -290,6 +324,7 @@ impl LockFile {
             version,
             inputs,
             inputs_sha256: digest.ok_or(LockFileError::NoDigest)?,
+            packages_sha256: packages_digest,
             packages,
         })
     }
@@ -346,6 +381,17 @@ impl LockFile {
                     "the recorded inputs do not match their inputs-sha256 (edited by hand?)"
                         .to_string(),
                 );
+            }
+            match &self.packages_sha256 {
+                Some(d) if *d == self.packages_digest() => {}
+                Some(_) => out.push(
+                    "the package list does not match its packages-sha256 (a package added, removed or changed by hand?)"
+                        .to_string(),
+                ),
+                None => out.push(
+                    "the lock records no packages-sha256 (written before imgctl checked the package list)"
+                        .to_string(),
+                ),
             }
             // The package list must hold what was asked for.
             let torch_version = current.torch.split_once("==").map(|(_, v)| v);

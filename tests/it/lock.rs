@@ -654,6 +654,75 @@ fn a_tampered_lock_fails_check_naming_the_line() {
     }
 }
 
+/// `--check` compares the package list too, not only the header
+/// (reliability and security III): a package added to the body with a
+/// well-formed hash line used to read "up to date".
+#[test]
+fn a_package_added_to_the_body_makes_the_lock_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
+    let spec_arg = spec_path.to_str().unwrap();
+    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let text = LockFile::new(
+        &LockInputs::of(&loaded.spec),
+        [
+            ("six", Locked::new("1.16.0", Step::Pins, [SIX_WHEEL])),
+            ("torch", Locked::new("2.7.0", Step::Torch, [SIX_WHEEL])),
+        ],
+    )
+    .to_text(
+        &loaded.origin,
+        &imgctl::commands::lock::lock_command(&loaded),
+    );
+    assert!(text.contains("\n# packages-sha256: "), "{text}");
+    let lock_path = dir.path().join("small.lock");
+    let check = || {
+        let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+        let (_, stderr) = texts(&out);
+        (out.status.code(), stderr)
+    };
+    std::fs::write(&lock_path, &text).unwrap();
+    assert_eq!(check().0, Some(0), "{}", check().1);
+    for (what, tampered) in [
+        (
+            "added",
+            format!("{text}attacker-pkg==6.6.6 \\\n    --hash=sha256:{SIX_WHEEL}\n"),
+        ),
+        (
+            "changed",
+            text.replacen(
+                &format!("--hash=sha256:{SIX_WHEEL}"),
+                &format!(
+                    "--hash=sha256:{}",
+                    SIX_WHEEL.replacen(
+                        &SIX_WHEEL[..1],
+                        if &SIX_WHEEL[..1] == "0" { "1" } else { "0" },
+                        1
+                    )
+                ),
+                1,
+            ),
+        ),
+        (
+            "without a digest",
+            text.lines()
+                .filter(|l| !l.starts_with("# packages-sha256"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    ] {
+        std::fs::write(&lock_path, &tampered).unwrap();
+        let (code, stderr) = check();
+        assert_eq!(code, Some(1), "{what}: {stderr}");
+        let needle = if what == "without a digest" {
+            "the lock records no packages-sha256"
+        } else {
+            "the package list does not match its packages-sha256"
+        };
+        assert!(stderr.contains(needle), "{what}: {stderr}");
+    }
+}
+
 #[test]
 fn the_bundled_locks_are_fresh() {
     for cuda in ["12.4", "12.6"] {
