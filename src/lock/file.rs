@@ -704,9 +704,11 @@ jinja2==3.1.6 \\
         py.python = "3.11".into();
         assert_eq!(lock.changes(&py), ["python 3.10 → 3.11"]);
         // A hand edit of the body or of the digest is caught too.
+        let digest = "the package list does not match its packages-sha256 (a package added, removed or changed by hand?)";
         let mut edited = lock.clone();
         edited.packages.insert("six".into(), pins("1.15.0"));
-        assert_eq!(edited.changes(&old).len(), 1);
+        assert_eq!(edited.changes(&old).len(), 2);
+        assert_eq!(edited.changes(&old)[0], digest);
         let mut edited = lock.clone();
         edited.inputs_sha256 = "0".repeat(64);
         assert!(edited.changes(&old)[0].contains("edited by hand"));
@@ -714,7 +716,10 @@ jinja2==3.1.6 \\
         edited.packages.insert("torch".into(), pins("2.7.0"));
         assert_eq!(
             edited.changes(&old),
-            ["torch is in the pins step, not the torch step (edited by hand?)"]
+            [
+                digest,
+                "torch is in the pins step, not the torch step (edited by hand?)"
+            ]
         );
         // A lock of format 1 (no hashes) is stale, whatever else it holds.
         let mut v1 = lock.clone();
