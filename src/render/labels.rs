@@ -1,6 +1,14 @@
-//! Label keys imgctl sets; `imgctl verify` and the build report read them.
+//! Label keys imgctl sets, and the labels a rendered image gets under them;
+//! `imgctl verify` and the build report read them.
 //!
-//! Names only: [`super::render`] decides the values.
+//! [`super::render`] resolves the values (the wheel, the base image, torch's
+//! index); this module puts them under their keys.
+use std::collections::BTreeMap;
+
+use super::context::LockCtx;
+use super::options::RenderOptions;
+use crate::spec::{compat, LoadedSpec};
+
 /// imgctl version that rendered the image.
 pub const VERSION: &str = "io.imgctl.version";
 /// Profile name (`cu124`).
@@ -55,3 +63,118 @@ pub const CA_CERT_SHA256: &str = "io.imgctl.ca_cert.sha256";
 pub const PIP_LOCK_SHA256: &str = "io.imgctl.pip_lock.sha256";
 /// Number of packages in that lock.
 pub const PIP_LOCK_PACKAGES: &str = "io.imgctl.pip_lock.packages";
+
+/// What rendering resolved from the spec and the options: the labels record
+/// it, the notes and the template context use it.
+pub(super) struct Resolved {
+    /// The wheel of the spec's `torch` in the compatibility table.
+    pub(super) wheel: &'static compat::TorchWheel,
+    /// How the wheel's CUDA fits the spec's base.
+    pub(super) fit: compat::Fit,
+    /// The lowest drivers for the wheel's CUDA, when the table knows them.
+    pub(super) driver: Option<&'static compat::CudaToolkit>,
+    /// The base image the spec names.
+    pub(super) spec_base: String,
+    /// The base image the Dockerfile builds FROM (the options may replace the spec's).
+    pub(super) base_image: String,
+    /// Whether the options replaced the spec's base with another one.
+    pub(super) base_overridden: bool,
+    /// The index torch is installed from.
+    pub(super) torch_index: String,
+}
+
+/// The image's labels: the spec's own, then imgctl's (which win), with the
+/// compatibility note and the fresh pip lock's when there are.
+pub(super) fn image_labels(
+    spec: &LoadedSpec,
+    opts: &RenderOptions,
+    r: &Resolved,
+    compat_note: Option<&str>,
+    lock: Option<&LockCtx>,
+) -> BTreeMap<String, String> {
+    let s = &spec.spec;
+    let (wheel, driver) = (r.wheel, r.driver);
+    let mut lab: BTreeMap<String, String> = s.labels.clone();
+    let mut set = |k: &str, v: String| {
+        lab.insert(k.to_string(), v);
+    };
+    if !s.labels.contains_key("org.opencontainers.image.title") {
+        set(
+            "org.opencontainers.image.title",
+            format!("imgctl-{}", spec.name),
+        );
+    }
+    if !s
+        .labels
+        .contains_key("org.opencontainers.image.description")
+        && !s.description.is_empty()
+    {
+        set(
+            "org.opencontainers.image.description",
+            s.description.clone(),
+        );
+    }
+    set("org.opencontainers.image.vendor", "imgctl".to_string());
+    set(
+        "org.opencontainers.image.version",
+        format!("{}-torch{}-{}", spec.name, wheel.torch, wheel.variant),
+    );
+    let (base_name, base_digest) = match r.base_image.split_once('@') {
+        Some((n, d)) => (n.to_string(), Some(d.to_string())),
+        None => (r.base_image.clone(), None),
+    };
+    set("org.opencontainers.image.base.name", base_name);
+    if let Some(d) = base_digest {
+        set("org.opencontainers.image.base.digest", d);
+    }
+    set(VERSION, env!("CARGO_PKG_VERSION").to_string());
+    set(PROFILE, spec.name.clone());
+    set(SPEC_SHA256, spec.sha256.clone());
+    set(BASE, r.base_image.clone());
+    set(BASE_SPEC, r.spec_base.clone());
+    set(CUDA_BASE, s.cuda.clone());
+    set(CUDA_RUNTIME, wheel.cuda_runtime.to_string());
+    set(TORCH, wheel.torch.to_string());
+    set(TORCH_VARIANT, wheel.variant.to_string());
+    set(TORCH_INDEX, r.torch_index.clone());
+    set(CUDNN, wheel.cudnn.to_string());
+    set(NCCL, wheel.nccl.to_string());
+    set(TRITON, wheel.triton.to_string());
+    set(PYTHON, s.python.clone());
+    set(PYTHON_CHECKED, (!r.base_overridden).to_string());
+    if let Some(d) = driver {
+        set(DRIVER_MIN, d.minor_compat_driver.to_string());
+        set(DRIVER_NATIVE, d.native_driver.to_string());
+    }
+    set(
+        COMPAT,
+        match r.fit {
+            compat::Fit::Exact => "exact",
+            compat::Fit::MinorCompat => "minor-version-compatibility",
+            compat::Fit::Older => "older-wheel",
+            compat::Fit::Incompatible => "incompatible",
+        }
+        .to_string(),
+    );
+    if let Some(n) = compat_note {
+        set(COMPAT_NOTE, n.to_string());
+    }
+    for pin in &s.pip {
+        set(
+            &format!("{}{}", PIP_PREFIX, pin.normalized_name()),
+            pin.version.clone(),
+        );
+    }
+    set(USER, s.user.name.clone());
+    set(UID, opts.uid.to_string());
+    set(GID, opts.gid.to_string());
+    set(SUDO, opts.sudo.to_string());
+    if let Some(ca) = &opts.ca_cert {
+        set(CA_CERT_SHA256, crate::spec::sha256_hex(ca));
+    }
+    if let Some(l) = lock {
+        set(PIP_LOCK_SHA256, l.sha256.clone());
+        set(PIP_LOCK_PACKAGES, l.packages.to_string());
+    }
+    lab
+}

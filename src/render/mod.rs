@@ -13,11 +13,12 @@
 //! [`IMGCTL_BINARY_PATH`]) into the build context.
 //!
 //! This file builds the context from the spec and the options and assembles
-//! the result; [`template`] renders and escapes, [`context`] is the data the
-//! template sees, [`options`] the options. Its errors ([`RenderError`]) name
+//! the result; [`labels`] puts the image's labels under their keys,
+//! [`template`] renders and escapes, [`context`] is the data the template
+//! sees, [`options`] the options. Its errors ([`RenderError`]) name
 //! no command-line flag: `commands/` builds the options from the flags and
 //! words the errors for the user.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::spec::{compat, LoadedSpec};
 
@@ -30,6 +31,7 @@ mod template;
 
 use context::{Ctx, FilesCtx, LockCtx, TorchCtx, UserCtx};
 pub use error::{describe_char, field_name, RenderError};
+use labels::Resolved;
 pub use options::{check_pip_index_url, RenderOptions, DEFAULT_ID, ID_RANGE};
 pub use template::{docker_quote, render_template};
 use template::{refuse_control_characters, wrap};
@@ -134,6 +136,29 @@ pub struct RenderedImage {
 
 /// Renders the Dockerfile and the rest of the build context for `spec`.
 pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<RenderedImage> {
+    let r = resolve(spec, opts)?;
+    let compat_note = compat_note(spec, &r);
+    let notes = notes(spec, opts, &r, compat_note.as_deref());
+    let lock_state = crate::lock::state(spec);
+    let named = named_pins(&spec.spec);
+    let lock = lock_ctx(&lock_state, &named, opts, &r.torch_index);
+    let lab = labels::image_labels(spec, opts, &r, compat_note.as_deref(), lock.as_ref());
+    let ctx = template_context(spec, opts, &r, &notes, &lab, lock);
+    refuse_control_characters(&ctx)?;
+    let dockerfile = render_dockerfile(spec, &ctx)?;
+    let files = context_files(opts, &lock_state, &named);
+    Ok(RenderedImage {
+        dockerfile,
+        files,
+        labels: lab,
+        notes,
+        lock: lock_state,
+    })
+}
+
+/// What the spec and the options resolve to: the torch wheel (`Err` when the
+/// compatibility table has none) and its fit, the base image, torch's index.
+fn resolve(spec: &LoadedSpec, opts: &RenderOptions) -> Result<Resolved, RenderError> {
     let s = &spec.spec;
     let wheel = compat::lookup(&s.torch.version, &s.torch.variant).ok_or_else(|| {
         // validate() guarantees the pair exists; a hand-made ImageSpec may not.
@@ -153,16 +178,24 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         _ => s.torch.index.clone(),
     };
     let driver = compat::min_driver(wheel.cuda);
-    // Where the pip layer installs from (the template's default: PyPI).
-    let pins_index = opts
-        .pip_index_url
-        .clone()
-        .unwrap_or_else(|| compat::PYPI_INDEX.to_string());
+    Ok(Resolved {
+        wheel,
+        fit,
+        driver,
+        spec_base,
+        base_image,
+        base_overridden,
+        torch_index,
+    })
+}
 
-    // Notes, printed by the build and written into the Dockerfile.
-    let mut notes = Vec::new();
+/// The note on how the wheel's CUDA fits the base, when it does not match it
+/// exactly (a label records it too).
+fn compat_note(spec: &LoadedSpec, r: &Resolved) -> Option<String> {
+    let s = &spec.spec;
+    let (wheel, driver) = (r.wheel, r.driver);
     let base_mm = compat::major_minor(&s.cuda);
-    let compat_note = match fit {
+    match r.fit {
         compat::Fit::MinorCompat => {
             let exact = format!("cu{}", base_mm.replace('.', ""));
             let why = if compat::lookup(wheel.torch, &exact).is_none() {
@@ -192,135 +225,89 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             driver.map_or("?", |d| d.native_driver),
         )),
         compat::Fit::Exact | compat::Fit::Incompatible => None,
-    };
-    if let Some(n) = &compat_note {
-        notes.push(n.clone());
     }
-    if base_overridden {
+}
+
+/// The notes, printed by the build and written into the Dockerfile: the
+/// compatibility note, then that the options replaced the base image.
+fn notes(
+    spec: &LoadedSpec,
+    opts: &RenderOptions,
+    r: &Resolved,
+    compat_note: Option<&str>,
+) -> Vec<String> {
+    let s = &spec.spec;
+    let mut notes = Vec::new();
+    if let Some(n) = compat_note {
+        notes.push(n.to_string());
+    }
+    if r.base_overridden {
         let source = match opts.base_image_source.as_str() {
             "" => String::new(),
             source => format!("{source} "),
         };
         notes.push(format!(
-            "base image overridden with {source}{base_image} (the spec names {spec_base}): CUDA {} is the spec's claim, not checked, and the base's python3 is recorded in /etc/imgctl/python-version instead of checked against {}.",
-            s.cuda, s.python
+            "base image overridden with {source}{} (the spec names {}): CUDA {} is the spec's claim, not checked, and the base's python3 is recorded in /etc/imgctl/python-version instead of checked against {}.",
+            r.base_image, r.spec_base, s.cuda, s.python
         ));
     }
+    notes
+}
 
-    // Labels: the spec's own, then imgctl's (which win).
-    let mut lab: BTreeMap<String, String> = s.labels.clone();
-    let mut set = |k: &str, v: String| {
-        lab.insert(k.to_string(), v);
-    };
-    if !s.labels.contains_key("org.opencontainers.image.title") {
-        set(
-            "org.opencontainers.image.title",
-            format!("imgctl-{}", spec.name),
-        );
-    }
-    if !s
-        .labels
-        .contains_key("org.opencontainers.image.description")
-        && !s.description.is_empty()
-    {
-        set(
-            "org.opencontainers.image.description",
-            s.description.clone(),
-        );
-    }
-    set("org.opencontainers.image.vendor", "imgctl".to_string());
-    set(
-        "org.opencontainers.image.version",
-        format!("{}-torch{}-{}", spec.name, wheel.torch, wheel.variant),
-    );
-    let (base_name, base_digest) = match base_image.split_once('@') {
-        Some((n, d)) => (n.to_string(), Some(d.to_string())),
-        None => (base_image.clone(), None),
-    };
-    set("org.opencontainers.image.base.name", base_name);
-    if let Some(d) = base_digest {
-        set("org.opencontainers.image.base.digest", d);
-    }
-    set(labels::VERSION, env!("CARGO_PKG_VERSION").to_string());
-    set(labels::PROFILE, spec.name.clone());
-    set(labels::SPEC_SHA256, spec.sha256.clone());
-    set(labels::BASE, base_image.clone());
-    set(labels::BASE_SPEC, spec_base.clone());
-    set(labels::CUDA_BASE, s.cuda.clone());
-    set(labels::CUDA_RUNTIME, wheel.cuda_runtime.to_string());
-    set(labels::TORCH, wheel.torch.to_string());
-    set(labels::TORCH_VARIANT, wheel.variant.to_string());
-    set(labels::TORCH_INDEX, torch_index.clone());
-    set(labels::CUDNN, wheel.cudnn.to_string());
-    set(labels::NCCL, wheel.nccl.to_string());
-    set(labels::TRITON, wheel.triton.to_string());
-    set(labels::PYTHON, s.python.clone());
-    set(labels::PYTHON_CHECKED, (!base_overridden).to_string());
-    if let Some(d) = driver {
-        set(labels::DRIVER_MIN, d.minor_compat_driver.to_string());
-        set(labels::DRIVER_NATIVE, d.native_driver.to_string());
-    }
-    set(
-        labels::COMPAT,
-        match fit {
-            compat::Fit::Exact => "exact",
-            compat::Fit::MinorCompat => "minor-version-compatibility",
-            compat::Fit::Older => "older-wheel",
-            compat::Fit::Incompatible => "incompatible",
-        }
-        .to_string(),
-    );
-    if let Some(n) = &compat_note {
-        set(labels::COMPAT_NOTE, n.clone());
-    }
-    for pin in &s.pip {
-        set(
-            &format!("{}{}", labels::PIP_PREFIX, pin.normalized_name()),
-            pin.version.clone(),
-        );
-    }
-    set(labels::USER, s.user.name.clone());
-    set(labels::UID, opts.uid.to_string());
-    set(labels::GID, opts.gid.to_string());
-    set(labels::SUDO, opts.sudo.to_string());
-    if let Some(ca) = &opts.ca_cert {
-        set(labels::CA_CERT_SHA256, crate::spec::sha256_hex(ca));
-    }
-    let lock_state = crate::lock::state(spec);
-    let named = named_pins(s);
-    let lock = match &lock_state {
-        crate::lock::LockState::Fresh { path, lock, text } => {
-            let ctx = LockCtx {
-                origin: path.clone(),
-                path: crate::lock::IMAGE_LOCK_PATH,
-                packages: lock.packages.len(),
-                sha256: crate::spec::sha256_hex(text.as_bytes()),
-                torch_path: crate::lock::IMAGE_LOCK_TORCH_PATH,
-                torch_packages: lock.step(crate::lock::Step::Torch).count(),
-                pins_packages: lock.step(crate::lock::Step::Pins).count(),
-                pins_path: crate::lock::IMAGE_LOCK_PINS_PATH,
-                named_packages: lock
-                    .step(crate::lock::Step::Pins)
-                    .filter(|(name, _)| named.contains(name.as_str()))
-                    .count(),
-                deps_path: crate::lock::IMAGE_LOCK_DEPS_PATH,
-                deps_packages: lock
-                    .step(crate::lock::Step::Pins)
-                    .filter(|(name, _)| !named.contains(name.as_str()))
-                    .count(),
-                extra_index: if torch_index == pins_index {
-                    String::new()
-                } else {
-                    torch_index.clone()
-                },
-            };
-            set(labels::PIP_LOCK_SHA256, ctx.sha256.clone());
-            set(labels::PIP_LOCK_PACKAGES, ctx.packages.to_string());
-            Some(ctx)
-        }
+/// The template's view of the spec's pip lock when it is fresh: its steps,
+/// their sizes and where the image keeps them (`None` without a fresh lock).
+fn lock_ctx(
+    lock_state: &crate::lock::LockState,
+    named: &BTreeSet<String>,
+    opts: &RenderOptions,
+    torch_index: &str,
+) -> Option<LockCtx> {
+    // Where the pip layer installs from (the template's default: PyPI).
+    let pins_index = opts
+        .pip_index_url
+        .clone()
+        .unwrap_or_else(|| compat::PYPI_INDEX.to_string());
+    match lock_state {
+        crate::lock::LockState::Fresh { path, lock, text } => Some(LockCtx {
+            origin: path.clone(),
+            path: crate::lock::IMAGE_LOCK_PATH,
+            packages: lock.packages.len(),
+            sha256: crate::spec::sha256_hex(text.as_bytes()),
+            torch_path: crate::lock::IMAGE_LOCK_TORCH_PATH,
+            torch_packages: lock.step(crate::lock::Step::Torch).count(),
+            pins_packages: lock.step(crate::lock::Step::Pins).count(),
+            pins_path: crate::lock::IMAGE_LOCK_PINS_PATH,
+            named_packages: lock
+                .step(crate::lock::Step::Pins)
+                .filter(|(name, _)| named.contains(name.as_str()))
+                .count(),
+            deps_path: crate::lock::IMAGE_LOCK_DEPS_PATH,
+            deps_packages: lock
+                .step(crate::lock::Step::Pins)
+                .filter(|(name, _)| !named.contains(name.as_str()))
+                .count(),
+            extra_index: if torch_index == pins_index {
+                String::new()
+            } else {
+                torch_index.to_string()
+            },
+        }),
         _ => None,
-    };
+    }
+}
 
+/// The template context: what the template sees of the spec, the options,
+/// the resolved wheel and base, the notes, the labels and the lock.
+fn template_context(
+    spec: &LoadedSpec,
+    opts: &RenderOptions,
+    r: &Resolved,
+    notes: &[String],
+    labels: &BTreeMap<String, String>,
+    lock: Option<LockCtx>,
+) -> Ctx {
+    let s = &spec.spec;
+    let wheel = r.wheel;
     let mut apt = s.apt.clone();
     if opts.sudo && !apt.iter().any(|p| p == "sudo") {
         apt.push("sudo".to_string());
@@ -338,17 +325,17 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         "source": format!("image spec {} (IMGCTL_VERIFY_PINS)", spec.name),
     })
     .to_string();
-    let ctx = Ctx {
+    Ctx {
         profile: spec.name.clone(),
         description: s.description.clone(),
         imgctl_version: env!("CARGO_PKG_VERSION"),
         spec_origin: spec.origin.clone(),
         spec_sha256: spec.sha256.clone(),
-        base_image: base_image.clone(),
-        spec_base_image: spec_base,
-        base_overridden,
+        base_image: r.base_image.clone(),
+        spec_base_image: r.spec_base.clone(),
+        base_overridden: r.base_overridden,
         cuda: s.cuda.clone(),
-        expect_python: if base_overridden {
+        expect_python: if r.base_overridden {
             String::new()
         } else {
             s.python.clone()
@@ -357,8 +344,8 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
         torch: TorchCtx {
             version: wheel.torch.to_string(),
             variant: wheel.variant.to_string(),
-            requirement: compat::torch_requirement(wheel, &torch_index),
-            index: torch_index,
+            requirement: compat::torch_requirement(wheel, &r.torch_index),
+            index: r.torch_index.clone(),
             cuda: wheel.cuda.to_string(),
             cuda_runtime: wheel.cuda_runtime.to_string(),
             cudnn: wheel.cudnn.to_string(),
@@ -378,10 +365,10 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             sudo: opts.sudo,
         },
         ports: s.ports.clone(),
-        labels: lab.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         ca_cert: opts.ca_cert.is_some(),
         buildkit: opts.buildkit,
-        cache_key: crate::spec::sha256_hex(base_image.as_bytes())[..12].to_string(),
+        cache_key: crate::spec::sha256_hex(r.base_image.as_bytes())[..12].to_string(),
         ca_cert_build_only: opts.ca_cert_build_only.is_some(),
         notes: notes.iter().map(|n| wrap(n, 74)).collect(),
         files: FilesCtx {
@@ -395,11 +382,13 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             pip_lock_deps: PIP_LOCK_DEPS_PATH,
         },
         lock,
-    };
+    }
+}
 
-    refuse_control_characters(&ctx)?;
-
-    let (template_name, template_source, user_template) = match (&s.template, &spec.dir) {
+/// The Dockerfile: the spec's own template (next to the spec) or the bundled
+/// one, rendered with `ctx`; `Err` also when a line is too long for Docker.
+fn render_dockerfile(spec: &LoadedSpec, ctx: &Ctx) -> Result<String, RenderError> {
+    let (template_name, template_source, user_template) = match (&spec.spec.template, &spec.dir) {
         (Some(t), Some(dir)) => {
             let path = dir.join(t);
             let text = crate::sys::fs::read_regular_text(&path, crate::spec::MAX_SPEC_BYTES)
@@ -415,7 +404,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             false,
         ),
     };
-    let dockerfile = render_template(&template_name, &template_source, &ctx).map_err(|e| {
+    let dockerfile = render_template(&template_name, &template_source, ctx).map_err(|e| {
         if user_template {
             RenderError::UserTemplate(e)
         } else {
@@ -434,10 +423,19 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             line: i + 1,
             len: line.len(),
             start: crate::error::printable(&start).into_owned(),
-        }
-        .into());
+        });
     }
+    Ok(dockerfile)
+}
 
+/// The build context's files besides the Dockerfile and the imgctl binary:
+/// the image's scripts and configuration, the proxy CA, uv's requirements
+/// (BuildKit with a fresh lock) and the lock's files.
+fn context_files(
+    opts: &RenderOptions,
+    lock_state: &crate::lock::LockState,
+    named: &BTreeSet<String>,
+) -> Vec<ContextFile> {
     let mut files = vec![
         ContextFile {
             path: format!("{ROOTFS_DIR}usr/local/bin/imgctl-entrypoint"),
@@ -474,7 +472,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             contents: UV_REQUIREMENTS.as_bytes().to_vec(),
         });
     }
-    if let crate::lock::LockState::Fresh { text, lock, path } = &lock_state {
+    if let crate::lock::LockState::Fresh { text, lock, path } = lock_state {
         files.push(ContextFile {
             path: PIP_LOCK_PATH.to_string(),
             mode: 0o644,
@@ -499,11 +497,5 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
             });
         }
     }
-    Ok(RenderedImage {
-        dockerfile,
-        files,
-        labels: lab,
-        notes,
-        lock: lock_state,
-    })
+    files
 }

@@ -193,6 +193,71 @@ impl PipPin {
     }
 }
 
+/// Parses `name==version`; `Err` explains what is wrong.
+pub(super) fn parse_pin(s: &str) -> Result<PipPin, String> {
+    let ops = ["===", "==", ">=", "<=", "~=", "!=", ">", "<"];
+    let cut = ops
+        .iter()
+        .filter_map(|op| s.find(op).map(|i| (i, *op)))
+        .min_by_key(|(i, op)| (*i, std::cmp::Reverse(op.len())));
+    let name_part = cut.map_or(s, |(i, _)| &s[..i]).trim();
+    let name_re_ok = {
+        let (base, extras) = match name_part.split_once('[') {
+            Some((b, e)) => (b, Some(e)),
+            None => (name_part, None),
+        };
+        let base_ok = !base.is_empty()
+            && base
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && base
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+            && base
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        let extras_ok = extras.map_or(true, |e| {
+            e.ends_with(']')
+                && e[..e.len() - 1]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ",._-".contains(c))
+        });
+        base_ok && extras_ok
+    };
+    if !name_re_ok {
+        return Err(format!(
+            "'{s}' is not a package requirement (name==version)"
+        ));
+    }
+    match cut {
+        Some((i, "==")) => {
+            let version = s[i + 2..].trim();
+            let version_ok = !version.is_empty()
+                && !version.contains('*')
+                && version
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || ".+!_-".contains(c));
+            if !version_ok {
+                return Err(format!(
+                    "'{s}' is not pinned to one version; use an exact version (e.g. {name_part}==1.2.3)"
+                ));
+            }
+            Ok(PipPin {
+                name: name_part.to_string(),
+                version: version.to_string(),
+            })
+        }
+        Some((_, op)) => Err(format!(
+            "'{s}' is not pinned ({op}); use == with one exact version (e.g. {name_part}==1.2.3)"
+        )),
+        None => Err(format!(
+            "'{s}' is not pinned; use == with one exact version (e.g. {name_part}==1.2.3)"
+        )),
+    }
+}
+
 /// PEP 503 normalised project name: runs of `-`, `_`, `.` become one `-`,
 /// lowercase (<https://peps.python.org/pep-0503/#normalized-names>).
 pub fn normalize_name(name: &str) -> String {

@@ -13,12 +13,12 @@ use std::path::Path;
 
 use serde_yaml::Value;
 
-use super::compat;
+use super::compat::{self, TorchWheel};
 use super::limits::{flow_depth_exceeds, long_strings};
 pub use super::limits::{MAX_JOINED_BYTES, MAX_NESTING, MAX_STRING_BYTES};
 use super::schema::{
-    ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION, TOP_LEVEL_KEYS,
-    TORCH_KEYS, USER_KEYS,
+    parse_pin, ImageRef, ImageSpec, LockSetting, PipPin, TorchSpec, UserSpec, SCHEMA_VERSION,
+    TOP_LEVEL_KEYS, TORCH_KEYS, USER_KEYS,
 };
 pub use super::walker::{did_you_mean, Mention, Problem};
 
@@ -43,71 +43,6 @@ fn is_apt_name(s: &str) -> bool {
             .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-.".contains(c))
-}
-
-/// Parses `name==version`; `Err` explains what is wrong.
-fn parse_pin(s: &str) -> Result<PipPin, String> {
-    let ops = ["===", "==", ">=", "<=", "~=", "!=", ">", "<"];
-    let cut = ops
-        .iter()
-        .filter_map(|op| s.find(op).map(|i| (i, *op)))
-        .min_by_key(|(i, op)| (*i, std::cmp::Reverse(op.len())));
-    let name_part = cut.map_or(s, |(i, _)| &s[..i]).trim();
-    let name_re_ok = {
-        let (base, extras) = match name_part.split_once('[') {
-            Some((b, e)) => (b, Some(e)),
-            None => (name_part, None),
-        };
-        let base_ok = !base.is_empty()
-            && base
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphanumeric())
-            && base
-                .chars()
-                .last()
-                .is_some_and(|c| c.is_ascii_alphanumeric())
-            && base
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-        let extras_ok = extras.map_or(true, |e| {
-            e.ends_with(']')
-                && e[..e.len() - 1]
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ",._-".contains(c))
-        });
-        base_ok && extras_ok
-    };
-    if !name_re_ok {
-        return Err(format!(
-            "'{s}' is not a package requirement (name==version)"
-        ));
-    }
-    match cut {
-        Some((i, "==")) => {
-            let version = s[i + 2..].trim();
-            let version_ok = !version.is_empty()
-                && !version.contains('*')
-                && version
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || ".+!_-".contains(c));
-            if !version_ok {
-                return Err(format!(
-                    "'{s}' is not pinned to one version; use an exact version (e.g. {name_part}==1.2.3)"
-                ));
-            }
-            Ok(PipPin {
-                name: name_part.to_string(),
-                version: version.to_string(),
-            })
-        }
-        Some((_, op)) => Err(format!(
-            "'{s}' is not pinned ({op}); use == with one exact version (e.g. {name_part}==1.2.3)"
-        )),
-        None => Err(format!(
-            "'{s}' is not pinned; use == with one exact version (e.g. {name_part}==1.2.3)"
-        )),
-    }
 }
 
 /// Checks that the relative path `rel` stays in the spec's folder `dir`: no
@@ -152,30 +87,110 @@ fn inside_spec_dir(dir: &Path, rel: &Path) -> Result<(), String> {
     }
 }
 
+/// The top-level entries of a spec: key → value.
+type Top<'a> = BTreeMap<String, &'a Value>;
+
 /// Validates spec `text`. `spec_dir` is the folder of a user spec (used to
 /// check that `template` exists); `None` for bundled specs, which may not name
 /// a template.
 pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Problem>> {
     let mut w = Walker::default();
+    let Some(root) = parse(&mut w, text) else {
+        return Err(w.problems);
+    };
+    let Some(top) = top_level(&mut w, &root) else {
+        return Err(w.problems);
+    };
+    let (name, description) = check_name(&mut w, &top);
+    let cuda = check_cuda(&mut w, &top);
+    let base = check_base_image(&mut w, &top, cuda.as_deref());
+    let (torch, wheel) = check_torch(&mut w, &top, cuda.as_deref());
+    let python = check_python(&mut w, &top, wheel, base.as_ref());
+    let pip = check_pip(&mut w, &top);
+    let apt = check_apt(&mut w, &top);
+    let user = check_user(&mut w, &top);
+    let ports = check_ports(&mut w, &top);
+    let labels = check_labels(&mut w, &top);
+    let template = check_template(&mut w, &top, spec_dir);
+    let lock = check_lock(&mut w, &top, spec_dir);
+
+    let schema_version = top.get("schema_version").and_then(|v| v.as_u64());
+    if !w.problems.is_empty() {
+        // In the order of the schema's fields (unknown keys last), stable within a field.
+        let rank = |p: &Problem| {
+            let head = p.path.split(['.', '[']).next().unwrap_or("");
+            TOP_LEVEL_KEYS
+                .iter()
+                .position(|k| *k == head)
+                .unwrap_or(TOP_LEVEL_KEYS.len())
+        };
+        w.problems.sort_by_key(rank);
+        return Err(w.problems);
+    }
+    match (schema_version, name, base, cuda, python, torch, user) {
+        (
+            Some(schema_version),
+            Some(name),
+            Some(base_image),
+            Some(cuda),
+            Some(python),
+            Some(torch),
+            Some(user),
+        ) => Ok(ImageSpec {
+            schema_version,
+            name,
+            description,
+            base_image,
+            cuda,
+            python,
+            torch,
+            pip,
+            apt,
+            user,
+            ports,
+            labels,
+            template,
+            lock,
+        }),
+        // Every None above was recorded as a problem, so this is unreachable in
+        // practice; report it rather than panic.
+        _ => Err(vec![Problem {
+            path: "(spec)".to_string(),
+            message: "incomplete spec".to_string(),
+            valid: None,
+            mention: None,
+        }]),
+    }
+}
+
+/// The YAML of `text`, unless its brackets nest too deep or it does not parse
+/// (`None`: the problem is recorded).
+fn parse(w: &mut Walker, text: &str) -> Option<Value> {
     if let Some((line, column)) = flow_depth_exceeds(text, MAX_NESTING) {
         w.problem(
             &format!("(line {line} column {column})"),
             format!("brackets nest deeper than {MAX_NESTING} levels; a spec needs two or three"),
             None,
         );
-        return Err(w.problems);
+        return None;
     }
-    let root: Value = match serde_yaml::from_str(text) {
-        Ok(v) => v,
+    match serde_yaml::from_str(text) {
+        Ok(v) => Some(v),
         Err(e) => {
             let at = e
                 .location()
                 .map(|l| format!("line {} column {}", l.line(), l.column()))
                 .unwrap_or_else(|| "the file".to_string());
             w.problem(&format!("({at})"), format!("not valid YAML: {e}"), None);
-            return Err(w.problems);
+            None
         }
-    };
+    }
+}
+
+/// The top-level mapping (unknown and missing keys recorded), once
+/// `schema_version` is one this program reads and no string is too long;
+/// `None` when the fields cannot be checked.
+fn top_level<'a>(w: &mut Walker, root: &'a Value) -> Option<Top<'a>> {
     let required = [
         "schema_version",
         "name",
@@ -190,7 +205,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
     ];
 
     // The schema version decides how to read the rest: check it alone first.
-    if let Value::Mapping(m) = &root {
+    if let Value::Mapping(m) = root {
         match m.get("schema_version") {
             None => {}
             Some(Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION) => {}
@@ -206,20 +221,21 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     format!("unknown schema version {shown}; this {PROGRAM} reads version {SCHEMA_VERSION} (a newer {PROGRAM} may read this spec)"),
                     Some(SCHEMA_VERSION.to_string()),
                 );
-                return Err(w.problems);
+                return None;
             }
         }
     }
-    long_strings(&mut w, &root, "");
+    long_strings(w, root, "");
     if !w.problems.is_empty() {
         // The other checks would quote the long values back.
-        return Err(w.problems);
+        return None;
     }
-    let Some(top) = w.mapping(&root, "", TOP_LEVEL_KEYS, &required) else {
-        return Err(w.problems);
-    };
+    w.mapping(root, "", TOP_LEVEL_KEYS, &required)
+}
 
-    let name = w.string(&top, "name", "");
+/// `name`, a profile name, and `description`, one line (empty when absent).
+fn check_name(w: &mut Walker, top: &Top) -> (Option<String>, String) {
+    let name = w.string(top, "name", "");
     if let Some(n) = &name {
         if !is_name(n, 63) {
             w.problem(
@@ -231,13 +247,16 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             );
         }
     }
-    let description = w.string(&top, "description", "").unwrap_or_default();
+    let description = w.string(top, "description", "").unwrap_or_default();
     if description.contains('\n') {
         w.problem("description", "must be one line", None);
     }
+    (name, description)
+}
 
-    // cuda
-    let cuda = w.string(&top, "cuda", "");
+/// `cuda`, a full toolkit version of the compatibility table.
+fn check_cuda(w: &mut Walker, top: &Top) -> Option<String> {
+    let cuda = w.string(top, "cuda", "");
     let known_cuda = compat::toolkit_versions().join(", ");
     if let Some(c) = &cuda {
         if compat::toolkit(c).is_none() {
@@ -253,10 +272,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             w.problem("cuda", message, Some(known_cuda.clone()));
         }
     }
+    cuda
+}
 
-    // base_image
+/// `base_image`, an image reference; an `nvidia/cuda` tag must be of `cuda`.
+fn check_base_image(w: &mut Walker, top: &Top, cuda: Option<&str>) -> Option<ImageRef> {
     let base = w
-        .string(&top, "base_image", "")
+        .string(top, "base_image", "")
         .and_then(|b| match ImageRef::parse(&b) {
             Ok(r) => Some(r),
             Err(e) => {
@@ -264,7 +286,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                 None
             }
         });
-    if let (Some(b), Some(c)) = (&base, &cuda) {
+    if let (Some(b), Some(c)) = (&base, cuda) {
         if b.name == "nvidia/cuda" && !b.tag.starts_with(&format!("{c}-")) {
             let tag_cuda = b.tag.split('-').next().unwrap_or("");
             w.problem(
@@ -277,8 +299,17 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             );
         }
     }
+    base
+}
 
-    // torch
+/// The `torch` mapping: a wheel of the compatibility table, an index that
+/// serves it, and a wheel that a base of `cuda` can run. Returns the spec's
+/// torch and the wheel, each when found.
+fn check_torch(
+    w: &mut Walker,
+    top: &Top,
+    cuda: Option<&str>,
+) -> (Option<TorchSpec>, Option<&'static TorchWheel>) {
     let mut torch = None;
     let mut wheel = None;
     if let Some(t) = top.get("torch") {
@@ -312,41 +343,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                 }
             }
             if let Some(i) = &index {
-                if !is_clean_url(i) {
-                    let i = mask_userinfo(i);
-                    w.problem("torch.index", format!("'{i}' is not an http(s) URL"), None);
-                } else if userinfo(i).is_some() {
-                    w.problem(
-                        "torch.index",
-                        format!("'{}' contains credentials (user or password before '@'), which would be stored in the image's history, labels and lock; use an index that needs none (a mirror or proxy on your network)", mask_userinfo(i)),
-                        None,
-                    );
-                } else if let Some(wh) = wheel {
-                    let i = i.trim_end_matches('/');
-                    let expected = compat::default_index(wh);
-                    let on_pypi = i == compat::PYPI_INDEX;
-                    let on_pytorch = i.starts_with(compat::PYTORCH_INDEX_ROOT);
-                    if on_pypi && !wh.pypi_default {
-                        w.problem(
-                            "torch.index",
-                            format!(
-                                "PyPI serves torch {}'s {} wheel, not {}; use {expected}",
-                                wh.torch,
-                                compat::pypi_default(wh.torch).map_or("?", |d| d.variant),
-                                wh.variant
-                            ),
-                            Some(format!("{expected}, or a mirror of it")),
-                        );
-                    } else if on_pytorch
-                        && i != format!("{}/{}", compat::PYTORCH_INDEX_ROOT, wh.variant)
-                    {
-                        w.problem(
-                            "torch.index",
-                            format!("'{i}' does not serve the {} wheel", wh.variant),
-                            Some(format!("{expected}, or a mirror of it")),
-                        );
-                    }
-                }
+                check_torch_index(w, i, wheel);
             }
             if let (Some(version), Some(variant), Some(index)) = (version, variant, index) {
                 torch = Some(TorchSpec {
@@ -357,7 +354,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             }
         }
     }
-    if let (Some(wh), Some(c)) = (wheel, &cuda) {
+    if let (Some(wh), Some(c)) = (wheel, cuda) {
         if compat::toolkit(c).is_some() && compat::fit(wh.cuda, c) == compat::Fit::Incompatible {
             w.problem(
                 "torch.variant",
@@ -379,9 +376,56 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             );
         }
     }
+    (torch, wheel)
+}
 
-    // python
-    let python = w.string(&top, "python", "");
+/// `torch.index` `i`: an http(s) URL without credentials that serves `wheel`
+/// (when the wheel is known).
+fn check_torch_index(w: &mut Walker, i: &str, wheel: Option<&TorchWheel>) {
+    if !is_clean_url(i) {
+        let i = mask_userinfo(i);
+        w.problem("torch.index", format!("'{i}' is not an http(s) URL"), None);
+    } else if userinfo(i).is_some() {
+        w.problem(
+            "torch.index",
+            format!("'{}' contains credentials (user or password before '@'), which would be stored in the image's history, labels and lock; use an index that needs none (a mirror or proxy on your network)", mask_userinfo(i)),
+            None,
+        );
+    } else if let Some(wh) = wheel {
+        let i = i.trim_end_matches('/');
+        let expected = compat::default_index(wh);
+        let on_pypi = i == compat::PYPI_INDEX;
+        let on_pytorch = i.starts_with(compat::PYTORCH_INDEX_ROOT);
+        if on_pypi && !wh.pypi_default {
+            w.problem(
+                "torch.index",
+                format!(
+                    "PyPI serves torch {}'s {} wheel, not {}; use {expected}",
+                    wh.torch,
+                    compat::pypi_default(wh.torch).map_or("?", |d| d.variant),
+                    wh.variant
+                ),
+                Some(format!("{expected}, or a mirror of it")),
+            );
+        } else if on_pytorch && i != format!("{}/{}", compat::PYTORCH_INDEX_ROOT, wh.variant) {
+            w.problem(
+                "torch.index",
+                format!("'{i}' does not serve the {} wheel", wh.variant),
+                Some(format!("{expected}, or a mirror of it")),
+            );
+        }
+    }
+}
+
+/// `python`, a Python minor version that `wheel` is published for and that
+/// is the python3 of `base`'s distro (when known).
+fn check_python(
+    w: &mut Walker,
+    top: &Top,
+    wheel: Option<&TorchWheel>,
+    base: Option<&ImageRef>,
+) -> Option<String> {
+    let python = w.string(top, "python", "");
     if let Some(p) = &python {
         let ok = p.split_once('.').is_some_and(|(a, b)| {
             a == "3" && !b.is_empty() && b.chars().all(|c| c.is_ascii_digit())
@@ -404,7 +448,7 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
                     );
                 }
             }
-            if let Some((distro, py)) = base.as_ref().and_then(|b| compat::distro_python(&b.tag)) {
+            if let Some((distro, py)) = base.and_then(|b| compat::distro_python(&b.tag)) {
                 if py != p {
                     w.problem(
                         "python",
@@ -415,11 +459,14 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             }
         }
     }
+    python
+}
 
-    // pip
+/// `pip`: `name==version` pins, each package once, torch not among them.
+fn check_pip(w: &mut Walker, top: &Top) -> Vec<PipPin> {
     let mut pip = Vec::new();
     let mut seen = BTreeSet::new();
-    for (i, item) in w.list(&top, "pip", "").into_iter().enumerate() {
+    for (i, item) in w.list(top, "pip", "").into_iter().enumerate() {
         let field = format!("pip[{i}]");
         let Some(s) = item.as_str() else {
             w.problem(
@@ -447,10 +494,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             Err(e) => w.problem(&field, e, None),
         }
     }
+    pip
+}
 
-    // apt
+/// `apt`: Debian package names, each once, that fit on one Dockerfile line.
+fn check_apt(w: &mut Walker, top: &Top) -> Vec<String> {
     let mut apt = Vec::new();
-    for (i, item) in w.list(&top, "apt", "").into_iter().enumerate() {
+    for (i, item) in w.list(top, "apt", "").into_iter().enumerate() {
         let field = format!("apt[{i}]");
         match item.as_str() {
             Some(s) if is_apt_name(s) => {
@@ -473,8 +523,11 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             None,
         );
     }
+    apt
+}
 
-    // user
+/// The `user` mapping: a login name other than root.
+fn check_user(w: &mut Walker, top: &Top) -> Option<UserSpec> {
     let mut user = None;
     if let Some(u) = top.get("user") {
         if let Some(um) = w.mapping(u, "user", USER_KEYS, USER_KEYS) {
@@ -495,10 +548,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             }
         }
     }
+    user
+}
 
-    // ports
+/// `ports`: port numbers, each once, that fit on one Dockerfile line.
+fn check_ports(w: &mut Walker, top: &Top) -> Vec<u16> {
     let mut ports: Vec<u16> = Vec::new();
-    for (i, item) in w.list(&top, "ports", "").into_iter().enumerate() {
+    for (i, item) in w.list(top, "ports", "").into_iter().enumerate() {
         let field = format!("ports[{i}]");
         match item.as_u64() {
             Some(p) if (1..=65535).contains(&p) => {
@@ -525,8 +581,12 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             None,
         );
     }
+    ports
+}
 
-    // labels
+/// The `labels` mapping: reverse-DNS keys, one-line string values without
+/// credentials in a URL.
+fn check_labels(w: &mut Walker, top: &Top) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::new();
     match top.get("labels") {
         None => {}
@@ -579,9 +639,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             None,
         ),
     }
+    labels
+}
 
-    // template
-    let template = w.string(&top, "template", "");
+/// `template`: only in a spec file (`spec_dir`), a relative path to a file
+/// in the spec's folder or below.
+fn check_template(w: &mut Walker, top: &Top, spec_dir: Option<&Path>) -> Option<String> {
+    let template = w.string(top, "template", "");
     if let Some(t) = &template {
         match spec_dir {
             None => w.problem_mentioning(
@@ -628,9 +692,13 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             }
         }
     }
+    template
+}
 
-    // lock: true/absent (the default file), false (none), or a path next to the spec.
-    let lock = match top.get("lock") {
+/// `lock`: true/absent (the default file), false (none), or, only in a spec
+/// file (`spec_dir`), a relative `.lock` path in the spec's folder or below.
+fn check_lock(w: &mut Walker, top: &Top, spec_dir: Option<&Path>) -> LockSetting {
+    match top.get("lock") {
         None | Some(Value::Bool(true)) => LockSetting::Default,
         Some(Value::Bool(false)) => LockSetting::Disabled,
         Some(Value::String(l)) => {
@@ -681,54 +749,6 @@ pub fn validate(text: &str, spec_dir: Option<&Path>) -> Result<ImageSpec, Vec<Pr
             );
             LockSetting::Default
         }
-    };
-
-    let schema_version = top.get("schema_version").and_then(|v| v.as_u64());
-    if !w.problems.is_empty() {
-        // In the order of the schema's fields (unknown keys last), stable within a field.
-        let rank = |p: &Problem| {
-            let head = p.path.split(['.', '[']).next().unwrap_or("");
-            TOP_LEVEL_KEYS
-                .iter()
-                .position(|k| *k == head)
-                .unwrap_or(TOP_LEVEL_KEYS.len())
-        };
-        w.problems.sort_by_key(rank);
-        return Err(w.problems);
-    }
-    match (schema_version, name, base, cuda, python, torch, user) {
-        (
-            Some(schema_version),
-            Some(name),
-            Some(base_image),
-            Some(cuda),
-            Some(python),
-            Some(torch),
-            Some(user),
-        ) => Ok(ImageSpec {
-            schema_version,
-            name,
-            description,
-            base_image,
-            cuda,
-            python,
-            torch,
-            pip,
-            apt,
-            user,
-            ports,
-            labels,
-            template,
-            lock,
-        }),
-        // Every None above was recorded as a problem, so this is unreachable in
-        // practice; report it rather than panic.
-        _ => Err(vec![Problem {
-            path: "(spec)".to_string(),
-            message: "incomplete spec".to_string(),
-            valid: None,
-            mention: None,
-        }]),
     }
 }
 
