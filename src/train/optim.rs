@@ -111,9 +111,9 @@ impl AdamW {
                 hyper,
             ) {
                 Ok(()) => return Ok(()),
-                Err(FusedError::Inputs(msg)) => {
+                Err(e @ FusedError::Inputs(_)) => {
                     self.step -= 1;
-                    anyhow::bail!(msg);
+                    return Err(e.into());
                 }
                 // The kernel checks before it writes: nothing was updated;
                 // this and every later update take the elementwise path.

@@ -66,6 +66,18 @@ mod with_torch {
                 }
             });
         }
+        if let Some(e) = err.downcast_ref::<crate::sys::torch_ext::FusedError>() {
+            use crate::sys::torch_ext::FusedError;
+            return Some(match e {
+                FusedError::Inputs(_) => Advice::failure(
+                    "the optimizer's tensors do not fit together, a bug of imgctl: please report it with this line"
+                        .to_string(),
+                ),
+                // Handled inside the optimizer (it falls back to the
+                // elementwise update); here only should that ever change.
+                FusedError::Fused(_) => Advice::failure(None),
+            });
+        }
         if let Some(e) = err.downcast_ref::<SpaceError>() {
             return Some(space(e));
         }

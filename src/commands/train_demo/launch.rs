@@ -127,7 +127,9 @@ pub(super) fn slots(
 /// `--gpus`, and ends with the workers' status.
 pub(super) fn supervise(slots: Vec<WorkerSlot>) -> anyhow::Result<ExitStatus> {
     let opts = supervisor_options(slots, &["--gpus"], &[], false)?;
-    supervisor::supervise_status(&opts)
+    // A clean end of every worker is this command's success; how a failed
+    // one maps to an exit code is commands/error's (SupervisorError).
+    supervisor::supervise(&opts).map(|_| ExitStatus::Success)
 }
 
 /// This executable with this command line minus `strip` (flags that take

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use crate::env_vars as ev;
 use crate::output::printer;
-use crate::ExitStatus;
 
 /// How many of a worker's last stderr lines a failure report shows.
 pub const TAIL_LINES: usize = 20;
@@ -504,14 +503,10 @@ fn worker_error(tail: &[String]) -> (Option<String>, Option<String>) {
     (Some(said).filter(|s| !s.is_empty()), hint)
 }
 
-/// Runs [`supervise`] and maps a clean end to [`ExitStatus::Success`].
-pub fn supervise_status(opts: &SupervisorOptions) -> anyhow::Result<ExitStatus> {
-    supervise(opts).map(|_| ExitStatus::Success)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ExitStatus;
 
     fn sh(script: &str, n: usize) -> SupervisorOptions {
         SupervisorOptions {

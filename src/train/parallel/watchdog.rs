@@ -239,12 +239,10 @@ impl Drop for Watchdog {
 /// `_exit(1)` (no exit handlers: they could wait on the stuck GPU work).
 pub fn exit_rank(rank: usize, world_size: usize) -> FireAction {
     Box::new(move |reason| {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "error: rank {rank} of {world_size}: {reason}; stopping this rank\n\nhint: the failing rank's own log names the cause; NCCL_DEBUG=INFO shows NCCL's view"
-        );
-        let _ = std::io::stderr().flush();
+        // The output layer writes and flushes stderr before the exit.
+        crate::output::printer().stderr_text(format!(
+            "error: rank {rank} of {world_size}: {reason}; stopping this rank\n\nhint: the failing rank's own log names the cause; NCCL_DEBUG=INFO shows NCCL's view\n"
+        ));
         // Ends the process at once; nothing of ours needs unwinding.
         crate::sys::process::exit_now(1);
     })
