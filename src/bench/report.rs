@@ -73,13 +73,37 @@ pub fn bench_table(r: &BenchReport) -> String {
 }
 
 /// [`bench_table`] for a given fit: below 100 columns the device and
-/// step-memory rows split in two, so that no value is cut.
+/// step-memory rows split in two, so that no value is cut. The rows come in
+/// sections: the run's setup, its timing, its memory, the checkpointing
+/// comparison and the FLOPs.
 pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
     let narrow = matches!(fit, Fit::Cut(w) if w < NARROW);
     let mut t = table(&["metric", "value"]);
-    let mut row = |k: &str, v: String| {
+    let mut rows = Rows::default();
+    setup_rows(&mut rows, r, narrow);
+    timing_rows(&mut rows, r);
+    memory_rows(&mut rows, r, narrow);
+    checkpointing_rows(&mut rows, r);
+    flops_rows(&mut rows, r);
+    for (k, v) in rows.0 {
         t.add_row(vec![Cell::new(k), right(v)]);
-    };
+    }
+    render(t, fit)
+}
+
+/// The (metric, value) rows of [`bench_table_fit`], in order.
+#[derive(Default)]
+struct Rows(Vec<(String, String)>);
+
+impl Rows {
+    fn add(&mut self, k: &str, v: String) {
+        self.0.push((k.to_string(), v));
+    }
+}
+
+/// Model, device, batch and steps.
+fn setup_rows(t: &mut Rows, r: &BenchReport, narrow: bool) {
+    let mut row = |k: &str, v: String| t.add(k, v);
     row(
         "model",
         format!(
@@ -113,6 +137,11 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
             r.warmup_steps, r.timed_steps, r.breakdown_ms.steps
         ),
     );
+}
+
+/// Throughput, step time, its breakdown and the gradient buckets.
+fn timing_rows(t: &mut Rows, r: &BenchReport) {
+    let mut row = |k: &str, v: String| t.add(k, v);
     row("throughput", format!("{} img/s", num(r.img_per_s)));
     row(
         "per device",
@@ -156,6 +185,11 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
             format!("{:.0} per step, {overlap}", r.buckets_per_step),
         );
     }
+}
+
+/// Peak memories, gradient checkpointing and the step memory per image.
+fn memory_rows(t: &mut Rows, r: &BenchReport, narrow: bool) {
+    let mut row = |k: &str, v: String| t.add(k, v);
     match &r.memory {
         Some(m) => {
             if let (Some(a), Some(res)) = (m.peak_allocated_bytes, m.peak_reserved_bytes) {
@@ -217,6 +251,11 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
             ),
         );
     }
+}
+
+/// Checkpointing off against on, when measured.
+fn checkpointing_rows(t: &mut Rows, r: &BenchReport) {
+    let mut row = |k: &str, v: String| t.add(k, v);
     if let Some(c) = &r.checkpointing_comparison {
         row(
             "checkpointing cost",
@@ -253,6 +292,11 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
             );
         }
     }
+}
+
+/// FLOPs per image and MFU.
+fn flops_rows(t: &mut Rows, r: &BenchReport) {
+    let mut row = |k: &str, v: String| t.add(k, v);
     let f = &r.flops;
     row(
         "FLOPs",
@@ -273,7 +317,6 @@ pub fn bench_table_fit(r: &BenchReport, fit: Fit) -> String {
         ),
         _ => row("MFU", f.mfu_note.clone().unwrap_or_else(|| "n/a".into())),
     }
-    render(t, fit)
 }
 
 /// `--scaling`.
