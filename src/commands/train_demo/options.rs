@@ -184,63 +184,9 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
     if resume_flag.is_none() && !benchmark {
         refuse_earlier_run(&out)?;
     }
-    let resume = if let Some(mode) = resume_flag.as_deref() {
-        // A damaged newest checkpoint (a disk that filled up, a partial
-        // copy) must not block the run: continue from the newest intact one.
-        let (intact, damaged) = checkpoint::latest_intact(&out);
-        if let (None, Some((dir, why)), false) = (&intact, damaged.first(), mode == "auto") {
-            return Err(CliError::usage(format!(
-                "--resume: every checkpoint under {} is damaged (the newest, {}: {why})",
-                out.join(checkpoint::CHECKPOINTS).display(),
-                dir.display()
-            ))
-            .with_hint("use --resume auto to start the run afresh, or choose a new --out")
-            .into());
-        }
-        for (dir, why) in &damaged {
-            let instead = match &intact {
-                Some(d) => format!("resuming from {}", d.display()),
-                None => "no intact checkpoint is left: starting the run afresh".into(),
-            };
-            printer().warn(format!(
-                "skipping the damaged checkpoint {} ({why}); {instead}",
-                dir.display()
-            ));
-        }
-        match intact {
-            Some(dir) => Some(dir),
-            // `--resume auto`: a job's first start, or a restart before
-            // the first checkpoint, begins the run.
-            None if mode == "auto" => None,
-            None => {
-                return Err(CliError::usage(format!(
-                    "--resume: no checkpoint under {}",
-                    out.join(checkpoint::CHECKPOINTS).display()
-                ))
-                .with_hint("pass the --out directory of the run to continue, drop --resume to start afresh, or use --resume auto to do either (restartable jobs)")
-                .into())
-            }
-        }
-    } else {
-        None
-    };
+    let resume = resume_checkpoint(&out, resume_flag.as_deref())?;
     let state = resume.as_deref().map(checkpoint::read_state).transpose()?;
-    let mut config = match &state {
-        Some(state) => {
-            if let Some(p) = *preset {
-                if p != state.config.preset {
-                    return Err(CliError::usage(format!(
-                        "--preset {p} does not match the checkpoint's preset {}",
-                        state.config.preset
-                    ))
-                    .with_hint("drop --preset when resuming")
-                    .into());
-                }
-            }
-            state.config.clone()
-        }
-        None => TrainConfig::preset(preset.unwrap_or(DEFAULT_PRESET)),
-    };
+    let mut config = base_config(*preset, state.as_ref())?;
     if let Some(file) = config_file {
         // A `preset:` in the file applies unless --preset (or the
         // resumed checkpoint) chose the preset.
@@ -291,7 +237,100 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
     // `--resume auto` with --init-from: the weights file starts the run;
     // once a checkpoint exists, the checkpoint continues it.
     let auto = resume_flag.as_deref() == Some("auto");
-    let init_from = match (init_from, &resume) {
+    let init_from = resolve_init_from(init_from.as_deref(), resume.as_deref(), auto, &config)?;
+    Ok(RunOptions {
+        config,
+        device,
+        precision,
+        out,
+        data,
+        init_from,
+        finished_ok: auto,
+        resume,
+        inject_nan_at: env_step(env_vars::IMGCTL_TEST_INJECT_NAN_AT_STEP)?,
+        interrupt_after: env_step(env_vars::IMGCTL_TEST_INTERRUPT_AFTER_STEP)?,
+        precision_note,
+        resume_flag: "--resume",
+    })
+}
+
+/// The checkpoint `--resume` continues from: the newest intact one under
+/// `out` (damaged newer ones are skipped with a warning); `None` without
+/// `--resume`, or with `--resume auto` when there is none.
+fn resume_checkpoint(out: &Path, resume_flag: Option<&str>) -> anyhow::Result<Option<PathBuf>> {
+    let Some(mode) = resume_flag else {
+        return Ok(None);
+    };
+    // A damaged newest checkpoint (a disk that filled up, a partial
+    // copy) must not block the run: continue from the newest intact one.
+    let (intact, damaged) = checkpoint::latest_intact(out);
+    if let (None, Some((dir, why)), false) = (&intact, damaged.first(), mode == "auto") {
+        return Err(CliError::usage(format!(
+            "--resume: every checkpoint under {} is damaged (the newest, {}: {why})",
+            out.join(checkpoint::CHECKPOINTS).display(),
+            dir.display()
+        ))
+        .with_hint("use --resume auto to start the run afresh, or choose a new --out")
+        .into());
+    }
+    for (dir, why) in &damaged {
+        let instead = match &intact {
+            Some(d) => format!("resuming from {}", d.display()),
+            None => "no intact checkpoint is left: starting the run afresh".into(),
+        };
+        printer().warn(format!(
+            "skipping the damaged checkpoint {} ({why}); {instead}",
+            dir.display()
+        ));
+    }
+    match intact {
+        Some(dir) => Ok(Some(dir)),
+        // `--resume auto`: a job's first start, or a restart before
+        // the first checkpoint, begins the run.
+        None if mode == "auto" => Ok(None),
+        None => Err(CliError::usage(format!(
+            "--resume: no checkpoint under {}",
+            out.join(checkpoint::CHECKPOINTS).display()
+        ))
+        .with_hint("pass the --out directory of the run to continue, drop --resume to start afresh, or use --resume auto to do either (restartable jobs)")
+        .into()),
+    }
+}
+
+/// The configuration a run starts from: the resumed checkpoint's (when
+/// `--preset`, if given, agrees with it) or the preset's.
+fn base_config(
+    preset: Option<Preset>,
+    state: Option<&checkpoint::State>,
+) -> anyhow::Result<TrainConfig> {
+    Ok(match state {
+        Some(state) => {
+            if let Some(p) = preset {
+                if p != state.config.preset {
+                    return Err(CliError::usage(format!(
+                        "--preset {p} does not match the checkpoint's preset {}",
+                        state.config.preset
+                    ))
+                    .with_hint("drop --preset when resuming")
+                    .into());
+                }
+            }
+            state.config.clone()
+        }
+        None => TrainConfig::preset(preset.unwrap_or(DEFAULT_PRESET)),
+    })
+}
+
+/// The `--init-from` weights file this run starts from, checked against
+/// the model before `--out` is set up; `None` when resuming with `--resume
+/// auto` (the checkpoint continues the run).
+fn resolve_init_from(
+    init_from: Option<&Path>,
+    resume: Option<&Path>,
+    auto: bool,
+    config: &TrainConfig,
+) -> anyhow::Result<Option<PathBuf>> {
+    let init_from = match (init_from, resume) {
         (Some(f), Some(dir)) if auto => {
             printer().info(format!(
                 "--resume auto: continuing from {}; --init-from {} only starts a run",
@@ -300,7 +339,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
             ));
             None
         }
-        _ => init_from.clone(),
+        _ => init_from.map(Path::to_path_buf),
     };
     if let Some(f) = &init_from {
         if resume.is_some() {
@@ -321,20 +360,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         // --init-from leaves nothing behind.
         crate::train::model::weights::check_diffusers_state_dict(&config.model, f)?;
     }
-    Ok(RunOptions {
-        config,
-        device,
-        precision,
-        out,
-        data,
-        init_from,
-        finished_ok: auto,
-        resume,
-        inject_nan_at: env_step(env_vars::IMGCTL_TEST_INJECT_NAN_AT_STEP)?,
-        interrupt_after: env_step(env_vars::IMGCTL_TEST_INTERRUPT_AFTER_STEP)?,
-        precision_note,
-        resume_flag: "--resume",
-    })
+    Ok(init_from)
 }
 
 #[cfg(test)]
