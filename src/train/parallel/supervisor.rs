@@ -279,17 +279,19 @@ fn install_interrupt_handler() {
     });
 }
 
-/// Starts the workers, waits for them, and returns how each ended. Errors:
-/// a worker failed (naming its rank, its end and its last stderr lines;
-/// exit status 2 when it failed on bad input), or Ctrl-C (exit 130).
-pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
-    install_interrupt_handler();
+/// Starts one worker per slot with torchrun's environment (rank, world,
+/// the local rendezvous on `port`), each in its own process group and killed
+/// with this process, with its output pumped through `[rank N]` prefixes
+/// (rank 0's stdout into `captured` when asked). A worker that cannot start
+/// kills those already started.
+fn start_workers(
+    opts: &SupervisorOptions,
+    port: u16,
+    captured: &Arc<Mutex<String>>,
+) -> anyhow::Result<(Vec<Worker>, Vec<JoinHandle<()>>)> {
     let n = opts.slots.len();
-    let port = super::rendezvous::free_port()?;
-    let captured = Arc::new(Mutex::new(String::new()));
     let mut workers: Vec<Worker> = Vec::with_capacity(n);
     let mut pumps = Vec::new();
-    let started = INTERRUPTS.load(Ordering::SeqCst);
     for (rank, slot) in opts.slots.iter().enumerate() {
         let mut cmd = Command::new(&opts.program);
         cmd.args(&opts.args)
@@ -362,6 +364,19 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
             tail,
         });
     }
+    Ok((workers, pumps))
+}
+
+/// Starts the workers, waits for them, and returns how each ended. Errors:
+/// a worker failed (naming its rank, its end and its last stderr lines;
+/// exit status 2 when it failed on bad input), or Ctrl-C (exit 130).
+pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
+    install_interrupt_handler();
+    let n = opts.slots.len();
+    let port = super::rendezvous::free_port()?;
+    let captured = Arc::new(Mutex::new(String::new()));
+    let started = INTERRUPTS.load(Ordering::SeqCst);
+    let (mut workers, pumps) = start_workers(opts, port, &captured)?;
 
     let mut failed: Option<usize> = None;
     let mut stop_at: Option<Instant> = None;
