@@ -313,7 +313,18 @@ fn real_image_end_to_end() {
     let image = build_image(work.path());
     let mut guard = EngineGuard::default();
     let pid = std::process::id();
+    image_contents_and_verify(&image);
+    let (key, public) = keypair(work.path());
+    let name = format!("imgctl-e2e-{pid}");
+    workstation_services(&mut guard, &image, &name, &key, &public);
+    hardened_workstation(&mut guard, &image, pid, &key, &public);
+    no_path_to_root_and_clean_stops(guard, &image, &name, pid);
+}
 
+/// What the image holds: torch 2.7.0, the pins importing together, imgctl on
+/// its own libtorch, `verify --image` and verify inside, no host key.
+fn image_contents_and_verify(image: &str) {
+    let image = image.to_string();
     // torch 2.7.0 is installed, and a given command passes straight through.
     let version = docker_ok(&[
         "run",
@@ -409,10 +420,20 @@ fn real_image_end_to_end() {
         !etc_ssh.contains("ssh_host_"),
         "host keys in the image: {etc_ssh}"
     );
+}
 
+/// Both services of a default container, ports on loopback only: SSH with
+/// the key as dev (no password, no root), JupyterLab with its token, and
+/// every process dev's.
+fn workstation_services(
+    guard: &mut EngineGuard,
+    image: &str,
+    name: &str,
+    key: &Path,
+    public: &str,
+) {
+    let (image, name) = (image.to_string(), name.to_string());
     // Both services, ports on loopback only.
-    let (key, public) = keypair(work.path());
-    let name = format!("imgctl-e2e-{pid}");
     guard.container(&name);
     let started = Instant::now();
     docker_ok(&[
@@ -440,7 +461,7 @@ fn real_image_end_to_end() {
     // SSH with the fresh key, as the non-root user.
     let ssh_port = host_port(&name, "22/tcp");
     let out = ssh(
-        &key,
+        key,
         ssh_port,
         &[],
         "id -un; id -u; python -c 'import torch; print(torch.__version__)'; imgctl --version",
@@ -456,7 +477,7 @@ fn real_image_end_to_end() {
     );
     // Password login is refused: the server offers public keys only.
     let out = ssh(
-        &key,
+        key,
         ssh_port,
         &[
             "-o",
@@ -477,7 +498,7 @@ fn real_image_end_to_end() {
     // Root may not log in, even with the right key.
     let root = Command::new("ssh")
         .arg("-i")
-        .arg(&key)
+        .arg(key)
         .args([
             "-p",
             &ssh_port.to_string(),
@@ -521,7 +542,11 @@ fn real_image_end_to_end() {
         owners.lines().all(|u| u.trim() == "dev"),
         "processes not run by dev:\n{owners}"
     );
+}
 
+/// Kubernetes' restricted profile with a read-only root file system.
+fn hardened_workstation(guard: &mut EngineGuard, image: &str, pid: u32, key: &Path, public: &str) {
+    let image = image.to_string();
     // Kubernetes' restricted profile and a read-only root file system: the
     // user's uid, every capability dropped, no privilege escalation, writable
     // /tmp and HOME only. JupyterLab and SSH still work.
@@ -556,7 +581,7 @@ fn real_image_end_to_end() {
     ]);
     wait_healthy(&hardened, started);
     let out = ssh(
-        &key,
+        key,
         host_port(&hardened, "22/tcp"),
         &[],
         "id -un; touch /tmp/ok && echo writable",
@@ -575,7 +600,12 @@ fn real_image_end_to_end() {
     assert_eq!(http_status(port, "/api/status", None), 403);
     assert_eq!(http_status(port, "/api/status", Some(TOKEN)), 200);
     docker_ok(&["rm", "-f", &hardened]);
+}
 
+/// No path from dev to root, `docker stop` within its limit, bad settings
+/// refused at once, and the guard removing every container.
+fn no_path_to_root_and_clean_stops(mut guard: EngineGuard, image: &str, name: &str, pid: u32) {
+    let (image, name) = (image.to_string(), name.to_string());
     // No path from the user to root through the root entrypoint's state
     // (reliability issue, item 3): /run/imgctl is root's, so the user cannot
     // plant a symlink where root writes the authorized keys at the next start.

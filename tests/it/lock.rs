@@ -180,29 +180,49 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
     assert_eq!(lock.inputs_sha256, LockInputs::of(&loaded.spec).sha256());
 
+    check_follows_the_spec(
+        dir.path(),
+        &spec_path,
+        &lock_path,
+        &text,
+        lock.packages.len(),
+    );
+}
+
+/// The second half of the test above: `--check` is fresh right after, a
+/// fresh lock is left alone, reordering changes nothing, a changed pin is
+/// named and nothing is written.
+fn check_follows_the_spec(
+    dir: &Path,
+    spec_path: &Path,
+    lock_path: &Path,
+    text: &str,
+    packages: usize,
+) {
+    let spec_arg = spec_path.to_str().unwrap();
     // --check right after: fresh.
-    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    let out = imgctl_in(dir, &["lock", "--spec", spec_arg, "--check"], &[]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(
         stderr.contains(&format!(
             "app: {} is up to date ({} packages)",
             lock_path.display(),
-            lock.packages.len()
+            packages
         )),
         "{stderr}"
     );
     // Locking again leaves a fresh lock alone (no resolution, so no uv needed).
     let started = Instant::now();
-    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg], &without_uv());
+    let out = imgctl_in(dir, &["lock", "--spec", spec_arg], &without_uv());
     let (_, stderr) = texts(&out);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("is up to date"), "{stderr}");
     assert!(started.elapsed().as_secs_f64() < 10.0);
-    assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), text);
+    assert_eq!(std::fs::read_to_string(lock_path).unwrap(), text);
 
     // Comments and the order of keys and pins do not make it stale.
-    let yaml = std::fs::read_to_string(&spec_path).unwrap();
+    let yaml = std::fs::read_to_string(spec_path).unwrap();
     let reordered = yaml
         .replace(
             "  - python-dateutil==2.9.0.post0\n  - anyio==4.9.0\n",
@@ -211,17 +231,13 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
         .replace("ports: []\n", "")
         .replace("# A test spec", "ports: []\n# A test spec");
     assert_ne!(reordered, yaml);
-    std::fs::write(&spec_path, &reordered).unwrap();
-    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    std::fs::write(spec_path, &reordered).unwrap();
+    let out = imgctl_in(dir, &["lock", "--spec", spec_arg, "--check"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
 
     // A pin changes: --check fails (exit 1) and names the change; nothing is written.
-    std::fs::write(
-        &spec_path,
-        reordered.replace("anyio==4.9.0", "anyio==4.8.0"),
-    )
-    .unwrap();
-    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    std::fs::write(spec_path, reordered.replace("anyio==4.9.0", "anyio==4.8.0")).unwrap();
+    let out = imgctl_in(dir, &["lock", "--spec", spec_arg, "--check"], &[]);
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stdout.is_empty());
@@ -238,27 +254,23 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
         )),
         "{stderr}"
     );
-    let out = imgctl_in(
-        dir.path(),
-        &["lock", "--spec", spec_arg, "--check", "--json"],
-        &[],
-    );
+    let out = imgctl_in(dir, &["lock", "--spec", spec_arg, "--check", "--json"], &[]);
     let v: serde_json::Value = serde_json::from_str(&texts(&out).0).unwrap();
     assert_eq!(
         (v["ok"].as_bool(), v["locks"][0]["status"].as_str()),
         (Some(false), Some("stale"))
     );
     assert_eq!(v["locks"][0]["changes"][0], "pin anyio 4.9.0 → 4.8.0");
-    assert_eq!(std::fs::read_to_string(&lock_path).unwrap(), text);
+    assert_eq!(std::fs::read_to_string(lock_path).unwrap(), text);
     // The Python version counts too.
     std::fs::write(
-        &spec_path,
+        spec_path,
         reordered
             .replace("python: \"3.10\"", "python: \"3.12\"")
             .replace("ubuntu22.04", "ubuntu24.04"),
     )
     .unwrap();
-    let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
+    let out = imgctl_in(dir, &["lock", "--spec", spec_arg, "--check"], &[]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
