@@ -9,6 +9,7 @@
 //! owns the wire format of the hello; it must not know what the payload means.
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -30,6 +31,11 @@ const PROTOCOL: u32 = 1;
 /// How long an accepted connection may take to send its hello before rank 0
 /// drops it (a port scanner or a stray client must not stall the rendezvous).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most accepted connections whose hello rank 0 waits for at once; past
+/// it, new ones are closed at once. Each is read on a thread of its own, so
+/// idle connections (12 of them kept the real rank 1 out for two minutes when
+/// hellos were read one after another) never delay a real rank.
+const MAX_PENDING_HELLOS: usize = 64;
 
 /// The sockets a rendezvous leaves behind.
 #[derive(Debug)]
@@ -66,21 +72,37 @@ fn ranks_list(ranks: &[usize]) -> String {
     v.join(", ")
 }
 
-/// Binds rank 0's listener on `port`: on the loopback address when
-/// MASTER_ADDR is a loopback address (the `--gpus` supervisor, torchrun
-/// `--standalone`), else on all interfaces of both families (`[::]`, dual
-/// stack; `0.0.0.0` where the host has no IPv6), so that an IPv4 or an IPv6
-/// MASTER_ADDR reaches it.
+/// Binds rank 0's listener on `port` where the launcher says: MASTER_ADDR
+/// resolved (a literal, or a name such as `localhost` or a hostname that
+/// /etc/hosts maps to 127.0.1.1). When every address it resolves to is a
+/// loopback one (the `--gpus` supervisor, torchrun `--standalone`), on the
+/// first of them only; when it names an address of this host, on that one;
+/// else (an address behind NAT, a name that does not resolve here) on all
+/// interfaces of both families (`[::]`, dual stack; `0.0.0.0` where the host
+/// has no IPv6), so that an IPv4 or an IPv6 MASTER_ADDR reaches it.
 fn bind_port(info: &LaunchInfo, port: u16) -> std::io::Result<TcpListener> {
-    let loopback = match info.master_addr.parse::<IpAddr>() {
-        Ok(ip) if ip.is_loopback() => Some(ip),
-        _ if info.master_addr == "localhost" => Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-        _ => None,
+    use std::net::ToSocketAddrs;
+    let resolved: Vec<IpAddr> = match info.master_addr.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => (info.master_addr.as_str(), port)
+            .to_socket_addrs()
+            .map(|a| a.map(|s| s.ip()).collect())
+            .unwrap_or_default(),
     };
-    match loopback {
-        Some(ip) => TcpListener::bind(SocketAddr::new(ip, port)),
-        None => bind_all_interfaces(port),
+    if let Some(first) = resolved.first() {
+        if resolved.iter().all(IpAddr::is_loopback) {
+            return TcpListener::bind(SocketAddr::new(*first, port));
+        }
+        for ip in &resolved {
+            match TcpListener::bind(SocketAddr::new(*ip, port)) {
+                Ok(l) => return Ok(l),
+                Err(e) if e.kind() == ErrorKind::AddrInUse => return Err(e),
+                // Not an address of this host: try the next, then all.
+                Err(_) => continue,
+            }
+        }
     }
+    bind_all_interfaces(port)
 }
 
 /// Binds rank 0's listener on MASTER_PORT (see [`bind_port`] for the address).
@@ -233,13 +255,19 @@ fn serve_until(
     let mut peers: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
     listener.set_nonblocking(true)?;
     let mut arrived = 1usize;
+    let (tx, hellos) = std::sync::mpsc::channel();
+    let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut refused: Vec<String> = Vec::new();
     while arrived < n {
         if Instant::now() >= deadline {
             let missing: Vec<usize> = (1..n).filter(|&r| peers[r].is_none()).collect();
-            let what = format!(
+            let mut what = format!(
                 "{arrived} of {n} ranks arrived at {address} (missing ranks: {})",
                 ranks_list(&missing)
             );
+            if !refused.is_empty() {
+                what.push_str(&format!("; refused: {}", refused.join("; ")));
+            }
             // The ranks that came learn why they are sent home.
             let told = format!("rank 0 gave up after {}: {what}", fmt_secs(timeout));
             for s in peers.iter_mut().flatten() {
@@ -247,43 +275,56 @@ fn serve_until(
             }
             return Err(timed_out(timeout, what));
         }
-        let (mut stream, peer) = match listener.accept() {
-            Ok(s) => s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                std::thread::sleep(Duration::from_millis(20));
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if pending.load(Ordering::SeqCst) >= MAX_PENDING_HELLOS {
+                    // Too many connections say nothing: close this one.
+                    drop(stream);
+                } else {
+                    pending.fetch_add(1, Ordering::SeqCst);
+                    let (tx, pending) = (tx.clone(), pending.clone());
+                    std::thread::spawn(move || {
+                        let hello = read_hello_of(stream);
+                        pending.fetch_sub(1, Ordering::SeqCst);
+                        let _ = tx.send((hello, peer));
+                    });
+                }
                 continue;
             }
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(anyhow::Error::from(e).context("rendezvous: accept failed")),
+        }
+        let Ok((hello, peer)) = hellos.recv_timeout(Duration::from_millis(20)) else {
+            continue;
         };
-        stream.set_nonblocking(false)?;
-        stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
-        let (rank, world) = match read_hello(&mut stream) {
-            Ok(h) => h,
-            // Not one of ours (or it gave up): ignore it and keep waiting.
-            Err(_) => continue,
+        // Not one of ours (or it gave up): ignore it and keep waiting.
+        let Ok((mut stream, rank, world)) = hello else {
+            continue;
         };
-        if world != n {
-            let msg = format!(
+        // A hello that cannot be one of this job's ranks (another job's, a
+        // wrong WORLD_SIZE, a rank taken or out of range, or forged) is
+        // refused on its own connection; the job goes on waiting for the
+        // real rank, and a timeout names what was refused.
+        let why = if world != n {
+            Some(format!(
                 "rank {rank} (from {peer}) was started with WORLD_SIZE={world}, \
                  but rank 0 has WORLD_SIZE={n}"
-            );
+            ))
+        } else if rank == 0 || rank >= n {
+            Some(format!(
+                "rank {rank} (from {peer}) is out of range for WORLD_SIZE={n}"
+            ))
+        } else if peers[rank].is_some() {
+            Some(format!("rank {rank} joined twice (second one from {peer})"))
+        } else {
+            None
+        };
+        if let Some(msg) = why {
             let _ = send_reply(&mut stream, Reply::Refused(&msg));
-            for s in peers.iter_mut().flatten() {
-                let _ = send_reply(s, Reply::Refused(&msg));
+            if refused.len() < 8 {
+                refused.push(msg);
             }
-            return Err(RendezvousError::WorldSizeMismatch { msg }.into());
-        }
-        if rank == 0 || rank >= n || peers[rank].is_some() {
-            let msg = if rank == 0 || peers[rank].is_some() {
-                format!("rank {rank} joined twice (second one from {peer})")
-            } else {
-                format!("rank {rank} (from {peer}) is out of range for WORLD_SIZE={n}")
-            };
-            let _ = send_reply(&mut stream, Reply::Refused(&msg));
-            for s in peers.iter_mut().flatten() {
-                let _ = send_reply(s, Reply::Refused(&msg));
-            }
-            return Err(RendezvousError::BadRank { msg }.into());
+            continue;
         }
         peers[rank] = Some(stream);
         arrived += 1;
@@ -371,6 +412,15 @@ fn write_hello(s: &mut TcpStream, rank: usize, world: usize) -> std::io::Result<
     buf.extend_from_slice(&(rank as u32).to_le_bytes());
     buf.extend_from_slice(&(world as u32).to_le_bytes());
     s.write_all(&buf)
+}
+
+/// Reads the hello of an accepted connection within [`HELLO_TIMEOUT`]:
+/// the stream with its (rank, world size).
+fn read_hello_of(mut stream: TcpStream) -> std::io::Result<(TcpStream, usize, usize)> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
+    let (rank, world) = read_hello(&mut stream)?;
+    Ok((stream, rank, world))
 }
 
 fn read_hello(s: &mut TcpStream) -> std::io::Result<(usize, usize)> {
@@ -489,14 +539,80 @@ mod tests {
     #[test]
     fn world_size_mismatch_is_reported() {
         let port = free_port().unwrap();
-        let t = Duration::from_secs(10);
+        let t = Duration::from_secs(3);
         let leaf = std::thread::spawn(move || {
             rendezvous(&LaunchInfo::loopback(1, 3, port), || Ok(vec![]), t)
         });
+        // The leaf is refused at once and says why; rank 0 waits on for the
+        // real rank 1, and its timeout names the refused hello.
         let e = rendezvous(&LaunchInfo::loopback(0, 2, port), || Ok(vec![]), t).unwrap_err();
+        assert!(
+            e.to_string().contains("refused: rank 1 (from 127.0.0.1:"),
+            "{e}"
+        );
         assert!(e.to_string().contains("WORLD_SIZE=3"), "{e}");
         let e = leaf.join().unwrap().unwrap_err();
         assert!(e.to_string().contains("WORLD_SIZE=3"), "{e}");
+    }
+
+    /// A forged hello (a well-formed one for a rank out of range, another
+    /// for rank 0) and a dozen idle connections neither end the job nor keep
+    /// the real rank 1 out (reliability and security III: one forged 20-byte
+    /// hello aborted the job; 12 idle connections cost 120 s).
+    #[test]
+    fn forged_hellos_and_idle_connections_do_not_stop_the_real_rank() {
+        let port = free_port().unwrap();
+        let t = Duration::from_secs(30);
+        let root = std::thread::spawn(move || {
+            rendezvous(&LaunchInfo::loopback(0, 2, port), || Ok(b"ok".to_vec()), t)
+        });
+        let connect = || loop {
+            if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let idle: Vec<TcpStream> = (0..12).map(|_| connect()).collect();
+        for (rank, world) in [(5, 2), (0, 2), (1, 7)] {
+            let mut forged = connect();
+            write_hello(&mut forged, rank, world).unwrap();
+            let reply = read_reply(&mut forged).unwrap();
+            assert!(
+                matches!(reply, Err((_, ref m)) if !m.is_empty()),
+                "{reply:?}"
+            );
+        }
+        let started = Instant::now();
+        let leaf = rendezvous(&LaunchInfo::loopback(1, 2, port), || Ok(vec![]), t).unwrap();
+        assert_eq!(leaf.payload, b"ok");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let root = root.join().unwrap().unwrap();
+        assert!(matches!(root.links, Links::Root(ref v) if v.len() == 1));
+        drop(idle);
+    }
+
+    /// A MASTER_ADDR name that resolves to a loopback address binds there,
+    /// not on every interface (it used to bind all unless a loopback literal).
+    #[test]
+    fn a_name_resolving_to_loopback_binds_loopback_only() {
+        // A name /etc/hosts maps to 127.x (this machine's hostname here), or localhost.
+        let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let name = hosts
+            .lines()
+            .filter(|l| l.starts_with("127."))
+            .flat_map(|l| l.split_whitespace().skip(1))
+            .find(|n| *n != "localhost")
+            .unwrap_or("localhost")
+            .to_string();
+        let mut info = LaunchInfo::loopback(0, 2, 0);
+        info.master_addr = name.clone();
+        let l = bind_port(&info, 0).unwrap();
+        let ip = l.local_addr().unwrap().ip();
+        assert!(ip.is_loopback(), "{name} bound {ip}");
     }
 
     /// Whether this host has an IPv6 loopback (some containers have none).
