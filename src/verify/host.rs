@@ -535,7 +535,7 @@ pub async fn verify_image_with(
         // nvml.identity may have been asked for only for host.gpu_uuids.
         let keep_identity = want("nvml.identity");
         results.extend(
-            rep.results
+            overridden_by_host(rep.results, why_none.as_deref())
                 .into_iter()
                 .filter(|r| keep_identity || r.id != "nvml.identity"),
         );
@@ -549,6 +549,38 @@ pub async fn verify_image_with(
     let mut report = Report::new("container", Some(run.image.clone()), level, expect, results);
     report.recount();
     Ok(report)
+}
+
+/// The container's results as the host can confirm them: when the host
+/// passed no GPU into the container (`no_gpus` says why), a GPU check that
+/// PASSes there can only come from a forged or inconsistent report (an
+/// image's imgctl is the image's to change), so it becomes a FAIL saying
+/// so. The host's own view (its NVML, the GPUs it passed in) always wins.
+pub fn overridden_by_host(results: Vec<CheckResult>, no_gpus: Option<&str>) -> Vec<CheckResult> {
+    let Some(why) = no_gpus else {
+        return results;
+    };
+    results
+        .into_iter()
+        .map(|mut r| {
+            // The checks whose PASS needs a GPU: NVML's, torch's view of
+            // the devices, and every functional measurement.
+            let gpu_check = r.id.starts_with("nvml.")
+                || r.id.starts_with("func.")
+                || matches!(
+                    r.id.as_str(),
+                    "torch.cuda_available" | "torch.device_count" | "torch.arch" | "torch.driver_compat"
+                );
+            if gpu_check && r.status == Status::Pass {
+                r.status = Status::Fail;
+                r.message = format!(
+                    "the container's report says '{}', but the host passed no GPU into it ({why}): a claim the host cannot confirm",
+                    r.message
+                );
+            }
+            r
+        })
+        .collect()
 }
 
 /// The container's "no NVIDIA driver: …" line, when its `nvml.driver` failed
@@ -653,6 +685,41 @@ mod tests {
 
     fn container_report(results: Vec<CheckResult>) -> Report {
         Report::new("container", None, Level::Quick, ExpectGpus::Any, results)
+    }
+
+    #[test]
+    fn the_hosts_view_overrides_the_containers_gpu_claims() {
+        // A forged, self-consistent report: every GPU check passes.
+        let forged = vec![
+            CheckResult::pass("nvml.driver", "driver 580.65"),
+            CheckResult::pass("nvml.device_count", "2 GPUs"),
+            CheckResult::pass("torch.cuda_available", "CUDA available"),
+            CheckResult::pass("func.matmul_bf16", "790 TFLOP/s"),
+            CheckResult::pass("torch.version", "2.7.0"),
+        ];
+        // GPUs were passed in: the container's results stand.
+        let kept = overridden_by_host(forged.clone(), None);
+        assert!(kept.iter().all(|r| r.status == Status::Pass));
+        // None were: every GPU claim fails, the rest stands.
+        let got = overridden_by_host(forged, Some("the host has no GPU driver (no libnvidia-ml)"));
+        let status: Vec<(&str, Status)> = got.iter().map(|r| (r.id.as_str(), r.status)).collect();
+        assert_eq!(
+            status,
+            [
+                ("nvml.driver", Status::Fail),
+                ("nvml.device_count", Status::Fail),
+                ("torch.cuda_available", Status::Fail),
+                ("func.matmul_bf16", Status::Fail),
+                ("torch.version", Status::Pass),
+            ]
+        );
+        assert!(
+            got[1].message.contains(
+                "'2 GPUs', but the host passed no GPU into it (the host has no GPU driver"
+            ),
+            "{}",
+            got[1].message
+        );
     }
 
     #[test]

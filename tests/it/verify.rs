@@ -764,6 +764,58 @@ fn verify_image_does_not_trust_a_report_that_contradicts_itself() {
         .is_empty());
 }
 
+/// A forged, self-consistent PASS report from the image does not stand
+/// against what the host sees for itself (reliability and security III):
+/// with `--expect-gpus 2` on this host without GPUs, the host passes none
+/// into the container, so every GPU claim of the report fails (it used to
+/// pass, exit 0).
+#[test]
+fn verify_image_overrides_a_forged_report_with_the_hosts_view() {
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    if has_nvidia_driver() {
+        eprintln!("this host has an NVIDIA driver: the forged claims could be true here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let forger = fake_imgctl(
+        dir.path(),
+        "echo '{\"schema_version\":1,\"imgctl_version\":\"0.1.0\",\"context\":\"container\",\"level\":\"quick\",\"expect_gpus\":\"2\",\"results\":[{\"id\":\"nvml.driver\",\"status\":\"pass\",\"message\":\"driver 580.65\"},{\"id\":\"nvml.device_count\",\"status\":\"pass\",\"message\":\"2 GPUs\"},{\"id\":\"torch.version\",\"status\":\"pass\",\"message\":\"torch 2.7.0\"}],\"summary\":{\"pass\":3,\"warn\":0,\"fail\":0,\"skip\":0,\"error\":0},\"passed\":true}'\nexit 0",
+    );
+    let out = Command::new(imgctl_bin())
+        .args([
+            "verify",
+            "--image",
+            BASE,
+            "--expect-gpus",
+            "2",
+            "--json",
+            "--mount",
+        ])
+        .arg(format!("{}:/usr/local/bin/imgctl:ro", forger.display()))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}\n{stdout}");
+    let report = json_of(&stdout);
+    assert_eq!(status(&report, "host.container"), "pass", "{stdout}");
+    for id in ["nvml.driver", "nvml.device_count"] {
+        assert_eq!(status(&report, id), "fail", "{id}: {stdout}");
+        let m = results(&report, id)[0]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(m.contains("but the host passed no GPU into it"), "{m}");
+    }
+    assert_eq!(status(&report, "torch.version"), "pass", "{stdout}");
+    assert_eq!(report["passed"], false, "{stdout}");
+    assert!(rt
+        .block_on(containers_mounting(&docker, &forger))
+        .is_empty());
+}
+
 #[test]
 fn gpu_request_on_an_engine_without_the_nvidia_runtime_is_rejected_and_cleaned_up() {
     use imgctl::docker::run::{run_to_completion, GpuRequestRejected, RunRequest};
