@@ -17,6 +17,7 @@ test: setup
 	cargo clippy --all-targets -- -D warnings
 	cargo build --no-default-features
 	cargo test
+	bash scripts/fuzz-ci.sh
 
 lint:
 	cargo fmt --all -- --check

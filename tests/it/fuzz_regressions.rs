@@ -50,3 +50,13 @@ fn the_lock_corpus_parses_to_name_version_lines_only() {
 fn the_training_config_corpus_validates_or_is_refused() {
     assert!(replay("train_config", imgctl::invariants::train_config_text) >= 2);
 }
+
+#[test]
+fn checkpoint_states_are_read_and_validated_or_refused() {
+    assert!(replay("state_json", imgctl::invariants::state_json_text) >= 1);
+}
+
+#[test]
+fn docker_configs_are_read_or_refused() {
+    assert!(replay("docker_config", imgctl::invariants::docker_config_text) >= 3);
+}
