@@ -49,6 +49,20 @@ pub enum DockerError {
         /// What is not supported.
         why: String,
     },
+    /// An engine address that does not parse: no socket or host, a host that
+    /// is neither a name nor an IP address, a port that is not a number from
+    /// 1 to 65535.
+    #[error("{}: {why}", invalid_address(.address, .context.as_deref(), *.from_host_env))]
+    AddressInvalid {
+        /// The address.
+        address: String,
+        /// The context that named it, if one did (`default` included).
+        context: Option<String>,
+        /// Whether it is `DOCKER_HOST`'s (else the context's meta file's).
+        from_host_env: bool,
+        /// What is wrong.
+        why: String,
+    },
     /// A context name the context store does not hold.
     #[error("no Docker context `{}` ({origin}); the contexts are: {}", .name.escape_debug(), .known.join(", "))]
     UnknownContext {
@@ -258,6 +272,21 @@ pub enum DockerError {
 /// ` (context NAME)` when a context named the engine.
 fn in_context(context: Option<&str>) -> String {
     context.map_or_else(String::new, |c| format!(" (context {c})"))
+}
+
+/// The start of [`DockerError::AddressInvalid`]'s line: the setting and its value.
+fn invalid_address(address: &str, context: Option<&str>, from_host_env: bool) -> String {
+    match context {
+        _ if from_host_env => format!(
+            "DOCKER_HOST={} is not an engine address",
+            address.escape_debug()
+        ),
+        Some(c) => format!(
+            "the engine address {} of Docker context `{c}` is not valid",
+            address.escape_debug()
+        ),
+        None => format!("{} is not an engine address", address.escape_debug()),
+    }
 }
 
 /// What [`DockerError::Push`] knows (boxed: it is the largest variant).

@@ -251,6 +251,36 @@ fn contexts_choose_the_engine_as_the_docker_cli_does() {
     );
 }
 
+#[test]
+fn a_malformed_docker_host_is_a_usage_error_naming_it() {
+    // No engine is asked: the setting is refused before any connection.
+    let store = Store::new("default");
+    for (host, why) in [
+        (
+            "tcp://127.0.0.1:99999",
+            "the port 99999 is not between 1 and 65535",
+        ),
+        ("tcp://:0", "it names no host (tcp://HOST:PORT)"),
+        ("tcp://127.0.0.1:abc", "the port `abc` is not a number"),
+    ] {
+        let out = imgctl_in(&store, &NO_IMAGE, &[("DOCKER_HOST", host)]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{host}: {stderr}");
+        assert_eq!(
+            stderr.lines().next(),
+            Some(format!("error: DOCKER_HOST={host} is not an engine address: {why}").as_str()),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "\nhint: set DOCKER_HOST to unix:///PATH/TO/docker.sock or tcp://HOST:PORT"
+            ),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("start the engine"), "{stderr}");
+    }
+}
+
 /// Installs an executable `docker-credential-<name>` in `dir` (through
 /// install(1), so that no forked test thread holds it open for writing when
 /// it runs: ETXTBSY).

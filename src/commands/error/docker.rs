@@ -38,6 +38,21 @@ fn docker_error(e: &DockerError) -> Advice {
         DockerError::AddressUnsupported { .. } | DockerError::ContextUnsupported { .. } => usage(
             "imgctl reaches engines over unix://, tcp:// and http:// only: choose another context (--context NAME, `docker context ls`), or forward a remote engine's socket (`ssh -NL /tmp/docker.sock:/var/run/docker.sock HOST`, then DOCKER_HOST=unix:///tmp/docker.sock)",
         ),
+        DockerError::AddressInvalid {
+            from_host_env: true,
+            ..
+        } => usage(
+            "set DOCKER_HOST to unix:///PATH/TO/docker.sock or tcp://HOST:PORT (a port from 1 to 65535), or unset it to use the local socket",
+        ),
+        DockerError::AddressInvalid {
+            context: Some(context),
+            ..
+        } => Advice::usage(format!(
+            "fix its address (`docker context update {context} --docker host=tcp://HOST:PORT`), or choose another with --context NAME"
+        )),
+        DockerError::AddressInvalid { .. } => {
+            usage("an engine address is unix:///PATH/TO/docker.sock or tcp://HOST:PORT (a port from 1 to 65535)")
+        }
         DockerError::UnknownContext {
             name,
             origin,
