@@ -235,6 +235,17 @@ pub enum DockerError {
         /// What it printed (stdout, else stderr), on one line.
         output: String,
     },
+    /// A credential helper that did not answer within its deadline (hung, or
+    /// a child of it holds its stdout open); its process group was killed.
+    #[error("{program} get did not answer for {server} within {seconds} s; it was killed")]
+    CredentialHelperTimeout {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The server asked for.
+        server: String,
+        /// The deadline, in seconds.
+        seconds: u64,
+    },
     /// A credential helper that cannot be started (not on PATH).
     #[error("cannot run the credential helper {program}: {error}")]
     CredentialHelperRun {

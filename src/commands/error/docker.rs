@@ -69,6 +69,11 @@ fn docker_error(e: &DockerError) -> Advice {
         } => Advice::failure(format!(
             "run `echo {server} | {program} get` to see what the helper says, or log in again with `docker login {server}`"
         )),
+        DockerError::CredentialHelperTimeout {
+            program, server, ..
+        } => Advice::failure(format!(
+            "run `echo {server} | {program} get` to see whether it waits (for a locked keychain, a prompt), or change credsStore / credHelpers in the docker config"
+        )),
         DockerError::CredentialHelperRun { program, .. } => Advice::failure(format!(
             "install {program} on PATH, or change credsStore / credHelpers in the docker config"
         )),
