@@ -13,7 +13,10 @@
 //! runs in a process group of its own and has [`HELPER_DEADLINE`] to answer;
 //! past it the group is killed (a hung helper, or a child of it holding its
 //! stdout, would otherwise hang the push forever). It never calls the docker
-//! CLI and never prints a secret. Reading the config is [`super::config`]'s.
+//! CLI and never prints a secret. A reply longer than
+//! [`super::tail::OUTPUT_TAIL`] is refused as soon as it passes it, and of
+//! stderr only that much is kept (an error quotes its end). Reading the config
+//! is [`super::config`]'s.
 use std::ffi::OsStr;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -23,6 +26,7 @@ use bollard::auth::DockerCredentials;
 use serde::Deserialize;
 
 use super::config::{AuthEntry, DockerConfig};
+use super::tail::{excerpt, Tail, OUTPUT_TAIL};
 use super::DockerError;
 
 /// The key Docker Hub's credentials are stored under in config.json (the
@@ -191,8 +195,10 @@ const HELPER_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 /// What a helper printed and how it ended.
 struct HelperOutput {
     status: std::process::ExitStatus,
+    /// The reply (at most [`OUTPUT_TAIL`]).
     stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    /// The last [`OUTPUT_TAIL`] bytes of stderr.
+    stderr: String,
 }
 
 /// Runs `program get` with `server` on its stdin, in a process group of its
@@ -234,39 +240,53 @@ fn run_helper(
     // Each pipe is read on a thread of its own, until every process holding
     // it has closed it; the threads are not joined, so that a pipe held open
     // by a process outside the group cannot hold this call past the deadline.
+    // A reply past OUTPUT_TAIL is refused at once; of stderr, the last
+    // OUTPUT_TAIL bytes are kept.
     let (tx, rx) = std::sync::mpsc::channel();
-    let pipes: [Option<Box<dyn std::io::Read + Send>>; 2] = [
-        child.stdout.take().map(|p| Box::new(p) as _),
-        child.stderr.take().map(|p| Box::new(p) as _),
-    ];
-    for (index, pipe) in pipes.into_iter().enumerate() {
+    if let Some(stdout) = child.stdout.take() {
         let tx = tx.clone();
         std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = std::io::Read::read_to_end(&mut pipe, &mut bytes);
-            }
-            let _ = tx.send((index, bytes));
+            let _ = tx.send(Pipe::Stdout(read_reply(stdout)));
+        });
+    }
+    if let Some(stderr) = child.stderr.take() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Pipe::Stderr(read_tail(stderr)));
         });
     }
     drop(tx);
-    let timed_out = |child: &mut std::process::Child| {
+    let kill = |child: &mut std::process::Child| {
         // The helper is not reaped yet (a zombie at worst), so its pid, the
         // group's id, cannot have been reused.
         let _ = crate::sys::process::kill_process_group(group);
         let _ = child.wait();
+    };
+    let timed_out = |child: &mut std::process::Child| {
+        kill(child);
         DockerError::CredentialHelperTimeout {
             program: program.to_string(),
             server: server.to_string(),
             seconds: deadline.as_secs(),
         }
     };
-    let mut outputs = [Vec::new(), Vec::new()];
-    for _ in 0..outputs.len() {
+    let (mut stdout, mut stderr) = (None, None);
+    while stdout.is_none() || stderr.is_none() {
         let left = deadline.saturating_sub(started.elapsed());
         match rx.recv_timeout(left) {
-            Ok((index, bytes)) => outputs[index] = bytes,
-            Err(_) => return Err(timed_out(&mut child)),
+            Ok(Pipe::Stdout(None)) => {
+                kill(&mut child);
+                return Err(DockerError::CredentialHelperReplyTooLarge {
+                    program: program.to_string(),
+                    server: server.to_string(),
+                    limit: OUTPUT_TAIL,
+                });
+            }
+            Ok(Pipe::Stdout(Some(bytes))) => stdout = Some(bytes),
+            Ok(Pipe::Stderr(text)) => stderr = Some(text),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return Err(timed_out(&mut child)),
+            // A reader ended without a word (it cannot): judge what came.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
     // Both pipes are closed; the helper may still run.
@@ -277,12 +297,50 @@ fn run_helper(
             None => std::thread::sleep(HELPER_POLL),
         }
     };
-    let [stdout, stderr] = outputs;
     Ok(HelperOutput {
         status,
-        stdout,
-        stderr,
+        stdout: stdout.unwrap_or_default(),
+        stderr: stderr.unwrap_or_default(),
     })
+}
+
+/// What a reader thread of [`run_helper`] sends when its pipe closes.
+enum Pipe {
+    /// The reply; `None` when it passed [`OUTPUT_TAIL`] (reading stopped).
+    Stdout(Option<Vec<u8>>),
+    /// The last [`OUTPUT_TAIL`] bytes of stderr, as text.
+    Stderr(String),
+}
+
+/// Reads a helper's reply to its end, or `None` as soon as it passes
+/// [`OUTPUT_TAIL`] (no reply of the protocol is that long).
+fn read_reply(mut pipe: impl std::io::Read) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => return Some(bytes),
+            Ok(n) if bytes.len() + n > OUTPUT_TAIL => return None,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Some(bytes),
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping its last [`OUTPUT_TAIL`] bytes.
+fn read_tail(mut pipe: impl std::io::Read) -> String {
+    let mut tail = Tail::new(OUTPUT_TAIL);
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => tail.push(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    tail.into_text()
 }
 
 /// Asks `program get` (the credential-helper protocol: the server on stdin,
@@ -301,16 +359,16 @@ fn from_helper(
         if stdout.trim() == HELPER_NOT_FOUND {
             return Ok(None);
         }
-        let said = if stdout.trim().is_empty() {
-            String::from_utf8_lossy(&out.stderr).into_owned()
+        let said: &str = if stdout.trim().is_empty() {
+            &out.stderr
         } else {
-            stdout.into_owned()
+            &stdout
         };
         return Err(DockerError::CredentialHelper {
             program: program.to_string(),
             server: server.to_string(),
             status: out.status.to_string(),
-            output: said.split_whitespace().collect::<Vec<_>>().join(" "),
+            output: excerpt(said),
         });
     }
     let reply: HelperReply =
@@ -574,6 +632,59 @@ exit 0"#
         }
         // The deadline is what a real push waits.
         assert_eq!(HELPER_DEADLINE, std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_helper_printing_100_mb_is_refused_quickly_with_a_short_error() {
+        let flood = "head -c 100000000 /dev/zero | tr '\\0' x";
+        let helpers = Helpers::new(&[
+            // A 100 MB reply, exiting 0 and exiting 1.
+            ("imgctl-flood-ok", flood),
+            ("imgctl-flood-fail", &format!("{flood}; exit 1")),
+            // 100 MB on stderr, then its last words.
+            (
+                "imgctl-flood-stderr",
+                &format!("{{ {flood}; echo ' keychain locked'; }} >&2; exit 1"),
+            ),
+        ]);
+        let path = helpers.path();
+        let ask = |helper: &str| {
+            let started = std::time::Instant::now();
+            let err = config(&format!(r#"{{"credsStore": "{helper}"}}"#))
+                .credentials_with("ghcr.io", Some(&path))
+                .unwrap_err();
+            let took = started.elapsed();
+            assert!(
+                took < std::time::Duration::from_secs(10),
+                "{helper}: {took:?}"
+            );
+            err
+        };
+        for helper in ["imgctl-flood-ok", "imgctl-flood-fail"] {
+            let err = ask(helper);
+            assert!(
+                matches!(err, DockerError::CredentialHelperReplyTooLarge { .. }),
+                "{err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("docker-credential-{helper} get replied with more than 64 KiB for ghcr.io; it was killed")
+            );
+        }
+        let err = ask("imgctl-flood-stderr").to_string();
+        assert!(
+            err.starts_with(
+                "docker-credential-imgctl-flood-stderr get failed for ghcr.io (exit status: 1): …x"
+            ),
+            "{}",
+            &err[..200.min(err.len())]
+        );
+        assert!(
+            err.ends_with("x keychain locked"),
+            "{}",
+            &err[err.len().saturating_sub(200)..]
+        );
+        assert!(err.len() < 1000, "{} bytes", err.len());
     }
 
     #[test]

@@ -232,8 +232,20 @@ pub enum DockerError {
         server: String,
         /// How it exited (`exit status: 1`).
         status: String,
-        /// What it printed (stdout, else stderr), on one line.
+        /// What it printed (stdout, else stderr), on one line: the end of it
+        /// ([`super::tail::excerpt`]).
         output: String,
+    },
+    /// A credential helper whose reply passed the most a reply may be; it
+    /// was killed, and nothing of the reply is kept (it may hold a secret).
+    #[error("{program} get replied with more than {} KiB for {server}; it was killed", .limit / 1024)]
+    CredentialHelperReplyTooLarge {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The server asked for.
+        server: String,
+        /// The limit, in bytes ([`super::tail::OUTPUT_TAIL`]).
+        limit: usize,
     },
     /// A credential helper that did not answer within its deadline (hung, or
     /// a child of it holds its stdout open); its process group was killed.

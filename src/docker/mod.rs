@@ -6,8 +6,9 @@
 //! ([`context`]), running a build and reading its stream ([`build`]), images
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
 //! and running containers with GPU requests ([`run`]), with guards that
-//! remove what it created on every path. It knows nothing of specs or checks,
-//! and it prints nothing: commands do. Its errors are [`DockerError`] (and
+//! remove what it created on every path. What it keeps of a helper's or a
+//! container's output for an error or a report is bounded ([`tail`]). It
+//! knows nothing of specs or checks, and it prints nothing: commands do. Its errors are [`DockerError`] (and
 //! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
 pub mod auth;
 pub mod build;
@@ -18,6 +19,7 @@ pub mod engine;
 mod error;
 pub mod image;
 pub mod run;
+pub mod tail;
 
 pub use engine::{connect, Engine, EngineInfo};
 pub use error::{DockerError, PushFailure};

@@ -69,6 +69,11 @@ fn docker_error(e: &DockerError) -> Advice {
         } => Advice::failure(format!(
             "run `echo {server} | {program} get` to see what the helper says, or log in again with `docker login {server}`"
         )),
+        DockerError::CredentialHelperReplyTooLarge {
+            program, server, ..
+        } => Advice::failure(format!(
+            "run `echo {server} | {program} get | wc -c` to see how much it prints (a reply is one small {{\"Username\",\"Secret\"}} object), or change credsStore / credHelpers in the docker config"
+        )),
         DockerError::CredentialHelperTimeout {
             program, server, ..
         } => Advice::failure(format!(
