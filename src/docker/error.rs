@@ -1,5 +1,6 @@
 //! The engine side's errors ([`DockerError`]): choosing the engine (contexts,
-//! addresses), connecting, the docker config, signals, images, tags, pushes,
+//! addresses), connecting, an engine that sends more than imgctl reads, the
+//! docker config, signals, images, tags, pushes,
 //! containers, registry credentials and their helpers, and the build context.
 //! (A failed build is [`super::build::BuildError`]; an engine without a GPU
 //! runtime is [`super::run::GpuRequestRejected`]; a GPU selection that does
@@ -38,6 +39,12 @@ pub enum DockerError {
         /// bollard's words.
         error: String,
     },
+    /// The engine sent more than imgctl reads: an answer past
+    /// [`super::transport::ANSWER_LIMIT`], or a message of a stream past
+    /// [`super::transport::STREAM_MESSAGE_LIMIT`] (what answers is not a
+    /// Docker engine, or a broken one).
+    #[error("{0}")]
+    EngineTooMuch(super::transport::TooMuch),
     /// An engine address imgctl does not connect over (TLS, ssh://, an
     /// unknown scheme).
     #[error("cannot use the Docker engine at {address}{}: {why}", in_context(.context.as_deref()))]
@@ -290,6 +297,21 @@ pub enum DockerError {
         /// The cleaned path.
         path: String,
     },
+}
+
+impl DockerError {
+    /// The error `otherwise` makes of the engine's words for `err` (with the
+    /// causes bollard's `Display` leaves out), unless the engine sent more
+    /// than imgctl reads: then [`DockerError::EngineTooMuch`].
+    pub(crate) fn of_engine(
+        err: &bollard::errors::Error,
+        otherwise: impl FnOnce(String) -> DockerError,
+    ) -> DockerError {
+        match super::transport::too_much(err) {
+            Some(too_much) => DockerError::EngineTooMuch(too_much),
+            None => otherwise(super::transport::words(err)),
+        }
+    }
 }
 
 /// ` (context NAME)` when a context named the engine.

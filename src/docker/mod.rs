@@ -1,7 +1,9 @@
 //! The Docker Engine API, through bollard: the only module that imports it.
 //!
 //! It owns choosing the engine as the docker CLI does (contexts,
-//! `DOCKER_HOST`: [`endpoint`]) and connecting to it ([`engine`]), reading
+//! `DOCKER_HOST`: [`endpoint`]) and connecting to it ([`engine`], over a
+//! transport that bounds what is buffered of the engine's answers:
+//! [`transport`]), reading
 //! the docker client's config folder ([`config`]), the in-memory build context
 //! ([`context`]), running a build and reading its stream ([`build`]), images
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
@@ -20,6 +22,7 @@ mod error;
 pub mod image;
 pub mod run;
 pub mod tail;
+pub mod transport;
 
 pub use engine::{connect, Engine, EngineInfo};
 pub use error::{DockerError, PushFailure};

@@ -201,11 +201,13 @@ async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
-        Err(e) => Err(DockerError::RemoveContainer {
-            id: id.to_string(),
-            error: e.to_string(),
-        }
-        .into()),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
+                id: id.to_string(),
+                error,
+            })
+            .into(),
+        ),
     }
 }
 
@@ -251,11 +253,13 @@ pub async fn image_labels(
             }
             .into())
         }
-        Err(e) => Err(DockerError::InspectImage {
-            image: image.to_string(),
-            error: e.to_string(),
-        }
-        .into()),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::InspectImage {
+                image: image.to_string(),
+                error,
+            })
+            .into(),
+        ),
     }
 }
 
@@ -342,7 +346,10 @@ pub async fn run_to_completion_with(
         .create_container(Some(CreateContainerOptions::default()), body)
         .await
         .map_err(|e| {
-            let msg = e.to_string();
+            if let Some(too_much) = super::transport::too_much(&e) {
+                return DockerError::EngineTooMuch(too_much).into();
+            }
+            let msg = super::transport::words(&e);
             if is_gpu_rejection(&msg) {
                 anyhow::Error::new(GpuRequestRejected(msg))
             } else if msg.contains("No such image") || msg.contains("404") {
@@ -380,7 +387,10 @@ async fn drive(
 ) -> anyhow::Result<RunOutput> {
     phase(ContainerPhase::Start);
     if let Err(e) = docker.start_container(id, None).await {
-        let msg = e.to_string();
+        if let Some(too_much) = super::transport::too_much(&e) {
+            return Err(DockerError::EngineTooMuch(too_much).into());
+        }
+        let msg = super::transport::words(&e);
         if is_gpu_rejection(&msg) {
             return Err(GpuRequestRejected(msg).into());
         }
@@ -396,9 +406,9 @@ async fn drive(
             Some(Ok(r)) => Ok(r.status_code),
             // bollard reports a non-zero exit as this error; it is still an exit code.
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(e)) => Err(DockerError::WaitContainer {
-                error: e.to_string(),
-            }),
+            Some(Err(e)) => Err(DockerError::of_engine(&e, |error| {
+                DockerError::WaitContainer { error }
+            })),
             None => Err(DockerError::WaitStreamClosed),
         }
     };
@@ -431,9 +441,7 @@ async fn drive(
     );
     let (mut stdout, mut stderr) = (Tail::new(STDOUT_LIMIT), Tail::new(OUTPUT_TAIL));
     while let Some(chunk) = logs.next().await {
-        match chunk.map_err(|e| DockerError::Logs {
-            error: e.to_string(),
-        })? {
+        match chunk.map_err(|e| DockerError::of_engine(&e, |error| DockerError::Logs { error }))? {
             bollard::container::LogOutput::StdOut { message } => stdout.push(&message),
             bollard::container::LogOutput::StdErr { message } => stderr.push(&message),
             bollard::container::LogOutput::Console { message } => stdout.push(&message),

@@ -25,7 +25,7 @@ use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
 use rand::Rng as _;
 
-use super::raw::EngineHttp;
+use super::raw::{EngineHttp, StreamError};
 use super::{
     exit_code_of, options, BuildError, BuildEvent, BuildOutcome, BuildRequest, StepRecord,
     FAILURE_TAIL_LINES,
@@ -344,7 +344,8 @@ pub(super) async fn run(
                     }
                 }
             }
-            Err(message) => {
+            Err(StreamError::TooMuch(too_much)) => return Err(BuildError::TooMuch(too_much)),
+            Err(StreamError::Engine(message)) => {
                 // Logs can trail the error by a few messages: take what
                 // follows within a moment, so the failure's tail is complete.
                 let drain = async {

@@ -204,6 +204,9 @@ pub(super) async fn run(
                 for ev in parser.finish() {
                     handle(ev, &mut current, &mut steps);
                 }
+                if let Some(too_much) = crate::docker::transport::too_much(&err) {
+                    return Err(BuildError::TooMuch(too_much));
+                }
                 let message = engine_message(&err);
                 return Err(match current {
                     Some(c) => BuildError::StepFailed {
