@@ -9,9 +9,14 @@
 //! source when there is one: an `auths` entry beside it is not read (it is a
 //! leftover of an earlier `docker login`), and a helper that has no
 //! credentials for the registry (its "credentials not found" reply) means an
-//! anonymous push. Only without a helper are `auths` entries used. It never
-//! calls the docker CLI and never prints a secret. Reading the config is
-//! [`super::config`]'s.
+//! anonymous push. Only without a helper are `auths` entries used. A helper
+//! runs in a process group of its own and has [`HELPER_DEADLINE`] to answer;
+//! past it the group is killed (a hung helper, or a child of it holding its
+//! stdout, would otherwise hang the push forever). It never calls the docker
+//! CLI and never prints a secret. A reply longer than
+//! [`super::tail::OUTPUT_TAIL`] is refused as soon as it passes it, and of
+//! stderr only that much is kept (an error quotes its end). Reading the config
+//! is [`super::config`]'s.
 use std::ffi::OsStr;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -21,6 +26,7 @@ use bollard::auth::DockerCredentials;
 use serde::Deserialize;
 
 use super::config::{AuthEntry, DockerConfig};
+use super::tail::{excerpt, Tail, OUTPUT_TAIL};
 use super::DockerError;
 
 /// The key Docker Hub's credentials are stored under in config.json (the
@@ -100,6 +106,16 @@ impl DockerConfig {
         registry: &str,
         path: Option<&OsStr>,
     ) -> Result<Lookup, DockerError> {
+        self.credentials_within(registry, path, HELPER_DEADLINE)
+    }
+
+    /// [`Self::credentials_with`], a helper given `deadline` to answer.
+    fn credentials_within(
+        &self,
+        registry: &str,
+        path: Option<&OsStr>,
+        deadline: std::time::Duration,
+    ) -> Result<Lookup, DockerError> {
         let server = if is_hub(registry) {
             DOCKER_HUB_INDEX.to_string()
         } else {
@@ -108,7 +124,7 @@ impl DockerConfig {
         if let Some(helper) = self.helper_for(&server) {
             let program = format!("docker-credential-{helper}");
             return Ok(Lookup {
-                credentials: from_helper(&program, &server, path)?,
+                credentials: from_helper(&program, &server, path, deadline)?,
                 helper: Some(program),
             });
         }
@@ -165,14 +181,38 @@ struct HelperReply {
     secret: String,
 }
 
-/// Asks `program get` (the credential-helper protocol: the server on stdin,
-/// `{"Username","Secret"}` on stdout). `Ok(None)` when the helper holds
-/// nothing for the server: its "credentials not found" reply, or an empty one.
-fn from_helper(
+/// How long a credential helper may take to answer (`get`, its output
+/// closed and its process ended), after which its whole process group is
+/// killed and the push fails. A helper answers from a keychain or a file in
+/// well under a second; 30 s leaves room for a slow keychain to unlock,
+/// while a hung helper, or one that leaves a child holding its stdout (the
+/// reply then never ends), cannot stall `build --push` forever.
+pub const HELPER_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often the end of a helper that closed its output is looked for.
+const HELPER_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What a helper printed and how it ended.
+struct HelperOutput {
+    status: std::process::ExitStatus,
+    /// The reply (at most [`OUTPUT_TAIL`]).
+    stdout: Vec<u8>,
+    /// The last [`OUTPUT_TAIL`] bytes of stderr.
+    stderr: String,
+}
+
+/// Runs `program get` with `server` on its stdin, in a process group of its
+/// own (so that its children can be killed with it), and collects its
+/// output. Past `deadline` the group is killed:
+/// [`DockerError::CredentialHelperTimeout`].
+fn run_helper(
     program: &str,
     server: &str,
     path: Option<&OsStr>,
-) -> Result<Option<DockerCredentials>, DockerError> {
+    deadline: std::time::Duration,
+) -> Result<HelperOutput, DockerError> {
+    use std::os::unix::process::CommandExt as _;
+    let started = std::time::Instant::now();
     let run_failed = |e: std::io::Error| DockerError::CredentialHelperRun {
         program: program.to_string(),
         error: e.to_string(),
@@ -182,32 +222,153 @@ fn from_helper(
         .arg("get")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // A helper left behind by an imgctl that died (Ctrl-C) dies with it.
+    crate::sys::process::kill_child_with_parent(&mut command);
     if let Some(path) = path {
         // The child's PATH is also where the program is looked up.
         command.env("PATH", path);
     }
     let mut child = command.spawn().map_err(run_failed)?;
+    // Its own group: the group's id is the helper's pid.
+    let group = child.id();
     if let Some(mut stdin) = child.stdin.take() {
         // A helper that exits without reading its input is judged by its reply.
         let _ = stdin.write_all(server.as_bytes());
     }
-    let out = child.wait_with_output().map_err(run_failed)?;
+    // Each pipe is read on a thread of its own, until every process holding
+    // it has closed it; the threads are not joined, so that a pipe held open
+    // by a process outside the group cannot hold this call past the deadline.
+    // A reply past OUTPUT_TAIL is refused at once; of stderr, the last
+    // OUTPUT_TAIL bytes are kept.
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(stdout) = child.stdout.take() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Pipe::Stdout(read_reply(stdout)));
+        });
+    }
+    if let Some(stderr) = child.stderr.take() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(Pipe::Stderr(read_tail(stderr)));
+        });
+    }
+    drop(tx);
+    let kill = |child: &mut std::process::Child| {
+        // The helper is not reaped yet (a zombie at worst), so its pid, the
+        // group's id, cannot have been reused.
+        let _ = crate::sys::process::kill_process_group(group);
+        let _ = child.wait();
+    };
+    let timed_out = |child: &mut std::process::Child| {
+        kill(child);
+        DockerError::CredentialHelperTimeout {
+            program: program.to_string(),
+            server: server.to_string(),
+            seconds: deadline.as_secs(),
+        }
+    };
+    let (mut stdout, mut stderr) = (None, None);
+    while stdout.is_none() || stderr.is_none() {
+        let left = deadline.saturating_sub(started.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(Pipe::Stdout(None)) => {
+                kill(&mut child);
+                return Err(DockerError::CredentialHelperReplyTooLarge {
+                    program: program.to_string(),
+                    server: server.to_string(),
+                    limit: OUTPUT_TAIL,
+                });
+            }
+            Ok(Pipe::Stdout(Some(bytes))) => stdout = Some(bytes),
+            Ok(Pipe::Stderr(text)) => stderr = Some(text),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return Err(timed_out(&mut child)),
+            // A reader ended without a word (it cannot): judge what came.
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Both pipes are closed; the helper may still run.
+    let status = loop {
+        match child.try_wait().map_err(run_failed)? {
+            Some(status) => break status,
+            None if started.elapsed() >= deadline => return Err(timed_out(&mut child)),
+            None => std::thread::sleep(HELPER_POLL),
+        }
+    };
+    Ok(HelperOutput {
+        status,
+        stdout: stdout.unwrap_or_default(),
+        stderr: stderr.unwrap_or_default(),
+    })
+}
+
+/// What a reader thread of [`run_helper`] sends when its pipe closes.
+enum Pipe {
+    /// The reply; `None` when it passed [`OUTPUT_TAIL`] (reading stopped).
+    Stdout(Option<Vec<u8>>),
+    /// The last [`OUTPUT_TAIL`] bytes of stderr, as text.
+    Stderr(String),
+}
+
+/// Reads a helper's reply to its end, or `None` as soon as it passes
+/// [`OUTPUT_TAIL`] (no reply of the protocol is that long).
+fn read_reply(mut pipe: impl std::io::Read) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => return Some(bytes),
+            Ok(n) if bytes.len() + n > OUTPUT_TAIL => return None,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Some(bytes),
+        }
+    }
+}
+
+/// Reads a pipe to its end, keeping its last [`OUTPUT_TAIL`] bytes.
+fn read_tail(mut pipe: impl std::io::Read) -> String {
+    let mut tail = Tail::new(OUTPUT_TAIL);
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => tail.push(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    tail.into_text()
+}
+
+/// Asks `program get` (the credential-helper protocol: the server on stdin,
+/// `{"Username","Secret"}` on stdout), within `deadline`. `Ok(None)` when the
+/// helper holds nothing for the server: its "credentials not found" reply,
+/// or an empty one.
+fn from_helper(
+    program: &str,
+    server: &str,
+    path: Option<&OsStr>,
+    deadline: std::time::Duration,
+) -> Result<Option<DockerCredentials>, DockerError> {
+    let out = run_helper(program, server, path, deadline)?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         if stdout.trim() == HELPER_NOT_FOUND {
             return Ok(None);
         }
-        let said = if stdout.trim().is_empty() {
-            String::from_utf8_lossy(&out.stderr).into_owned()
+        let said: &str = if stdout.trim().is_empty() {
+            &out.stderr
         } else {
-            stdout.into_owned()
+            &stdout
         };
         return Err(DockerError::CredentialHelper {
             program: program.to_string(),
             server: server.to_string(),
             status: out.status.to_string(),
-            output: said.split_whitespace().collect::<Vec<_>>().join(" "),
+            output: excerpt(said),
         });
     }
     let reply: HelperReply =
@@ -412,6 +573,118 @@ printf '{{"ServerURL":"%s","Username":"{user}","Secret":"pw-from-helper"}}' "$se
         let creds = found.credentials.unwrap();
         assert_eq!(creds.identitytoken.as_deref(), Some("tok"));
         assert!(creds.username.is_none() && creds.password.is_none());
+    }
+
+    /// Whether process `pid` runs (a zombie, reaped by no one in a
+    /// container without an init, counts as gone).
+    fn runs(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|stat| {
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|s| !s.starts_with('Z'))
+        })
+    }
+
+    #[test]
+    fn a_hung_helper_or_one_whose_child_holds_stdout_is_killed_at_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let pids = dir.path().display();
+        let helpers = Helpers::new(&[
+            // Never answers.
+            (
+                "imgctl-hang",
+                &format!("sleep 1000 & echo $! > {pids}/hang.pid; wait"),
+            ),
+            // Answers and exits, but a child keeps its stdout open.
+            (
+                "imgctl-fork",
+                &format!(
+                    r#"printf '{{"Username":"u","Secret":"s"}}'
+sleep 1000 & echo $! > {pids}/fork.pid
+exit 0"#
+                ),
+            ),
+        ]);
+        let path = helpers.path();
+        for name in ["hang", "fork"] {
+            let cfg = config(&format!(r#"{{"credsStore": "imgctl-{name}"}}"#));
+            let started = std::time::Instant::now();
+            let err = cfg
+                .credentials_within("ghcr.io", Some(&path), std::time::Duration::from_secs(1))
+                .unwrap_err();
+            let took = started.elapsed();
+            assert!(
+                matches!(err, DockerError::CredentialHelperTimeout { seconds: 1, .. }),
+                "{err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("docker-credential-imgctl-{name} get did not answer for ghcr.io within 1 s; it was killed")
+            );
+            assert!(took < std::time::Duration::from_secs(5), "{name}: {took:?}");
+            // The helper's child went with its process group.
+            let pid = std::fs::read_to_string(dir.path().join(format!("{name}.pid"))).unwrap();
+            let gone = (0..100).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                !runs(&pid)
+            });
+            assert!(gone, "{name}: sleep {} still runs", pid.trim());
+        }
+        // The deadline is what a real push waits.
+        assert_eq!(HELPER_DEADLINE, std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_helper_printing_100_mb_is_refused_quickly_with_a_short_error() {
+        let flood = "head -c 100000000 /dev/zero | tr '\\0' x";
+        let helpers = Helpers::new(&[
+            // A 100 MB reply, exiting 0 and exiting 1.
+            ("imgctl-flood-ok", flood),
+            ("imgctl-flood-fail", &format!("{flood}; exit 1")),
+            // 100 MB on stderr, then its last words.
+            (
+                "imgctl-flood-stderr",
+                &format!("{{ {flood}; echo ' keychain locked'; }} >&2; exit 1"),
+            ),
+        ]);
+        let path = helpers.path();
+        let ask = |helper: &str| {
+            let started = std::time::Instant::now();
+            let err = config(&format!(r#"{{"credsStore": "{helper}"}}"#))
+                .credentials_with("ghcr.io", Some(&path))
+                .unwrap_err();
+            let took = started.elapsed();
+            assert!(
+                took < std::time::Duration::from_secs(10),
+                "{helper}: {took:?}"
+            );
+            err
+        };
+        for helper in ["imgctl-flood-ok", "imgctl-flood-fail"] {
+            let err = ask(helper);
+            assert!(
+                matches!(err, DockerError::CredentialHelperReplyTooLarge { .. }),
+                "{err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("docker-credential-{helper} get replied with more than 64 KiB for ghcr.io; it was killed")
+            );
+        }
+        let err = ask("imgctl-flood-stderr").to_string();
+        assert!(
+            err.starts_with(
+                "docker-credential-imgctl-flood-stderr get failed for ghcr.io (exit status: 1): …x"
+            ),
+            "{}",
+            &err[..200.min(err.len())]
+        );
+        assert!(
+            err.ends_with("x keychain locked"),
+            "{}",
+            &err[err.len().saturating_sub(200)..]
+        );
+        assert!(err.len() < 1000, "{} bytes", err.len());
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! The context `default` is `DOCKER_HOST` else the local socket; any other
 //! name is read from the context store (`contexts/meta/<sha256>/meta.json`,
 //! `Endpoints.docker.Host`). Engines are reached over `unix://`, `tcp://` and
-//! `http://`; TLS and `ssh://` are refused with a line saying so.
+//! `http://`; TLS and `ssh://` are refused with a line saying so, and so is an
+//! address that does not parse (no socket, no host, a port that is not a
+//! number from 1 to 65535), naming the setting it came from.
 use std::path::PathBuf;
 
 use super::config::{self, DockerConfig};
@@ -144,7 +146,8 @@ fn default_endpoint(
             why: format!("TLS ({DOCKER_TLS_VERIFY}) is not supported"),
         });
     }
-    check_address(endpoint)
+    let from_host_env = settings.docker_host.is_some();
+    check_address(endpoint, from_host_env)
 }
 
 fn named_context(
@@ -197,29 +200,43 @@ fn named_context(
     if let Some(why) = why {
         return Err(DockerError::ContextUnsupported { name, address, why });
     }
-    check_address(Endpoint {
-        address,
-        context: Some(name),
-        origin,
-    })
+    check_address(
+        Endpoint {
+            address,
+            context: Some(name),
+            origin,
+        },
+        false,
+    )
 }
 
-/// Refuses the schemes imgctl does not connect over, saying why.
-fn check_address(endpoint: Endpoint) -> Result<Endpoint, DockerError> {
+/// Refuses the schemes imgctl does not connect over, and addresses that do
+/// not parse (no socket, no host, a bad port), saying why.
+/// `from_host_env`: the address is `DOCKER_HOST`'s (else a context's).
+fn check_address(endpoint: Endpoint, from_host_env: bool) -> Result<Endpoint, DockerError> {
     let address = endpoint.address.as_str();
-    let supported = SCHEMES
-        .iter()
-        .any(|s| address.starts_with(s) && address.len() > s.len());
-    if supported {
-        return Ok(endpoint);
+    let scheme = SCHEMES.iter().find(|s| address.starts_with(*s));
+    if let Some(scheme) = scheme {
+        let rest = &address[scheme.len()..];
+        let problem = if *scheme == "unix://" {
+            rest.is_empty().then(|| NO_SOCKET_OR_HOST.to_string())
+        } else {
+            host_port_problem(rest)
+        };
+        return match problem {
+            None => Ok(endpoint),
+            Some(why) => Err(DockerError::AddressInvalid {
+                address: endpoint.address,
+                context: endpoint.context,
+                from_host_env,
+                why,
+            }),
+        };
     }
     let why = match address.split_once("://").map(|(scheme, _)| scheme) {
         Some("ssh") => "ssh:// engines are not supported".to_string(),
         Some("https") => "TLS (https://) is not supported".to_string(),
         Some("npipe") => "npipe:// is a Windows named pipe".to_string(),
-        Some(s) if SCHEMES.contains(&format!("{s}://").as_str()) => {
-            "it names no socket or host".to_string()
-        }
         _ => format!("use {}", SCHEMES.map(|s| format!("{s}…")).join(", ")),
     };
     Err(DockerError::AddressUnsupported {
@@ -227,6 +244,74 @@ fn check_address(endpoint: Endpoint) -> Result<Endpoint, DockerError> {
         context: endpoint.context,
         why,
     })
+}
+
+/// Why an address with nothing after its scheme (`tcp://`) is refused.
+const NO_SOCKET_OR_HOST: &str = "it names no socket or host";
+
+/// What is wrong with the `HOST[:PORT][/…]` of a `tcp://` or `http://`
+/// address (`rest`: what follows the scheme), if anything: no host, a host
+/// that is neither a name nor an IP address, a port that is not a number from
+/// 1 to 65535. Without a port the engine is reached on port 80, as bollard
+/// does.
+fn host_port_problem(rest: &str) -> Option<String> {
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return Some(NO_SOCKET_OR_HOST.to_string());
+    }
+    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+        let Some((ip, after)) = bracketed.split_once(']') else {
+            return Some(format!(
+                "the IPv6 address in `{authority}` has no closing `]`"
+            ));
+        };
+        if ip.parse::<std::net::Ipv6Addr>().is_err() {
+            return Some(format!("`[{ip}]` is not an IPv6 address"));
+        }
+        match after {
+            "" => (ip, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (ip, Some(port)),
+                None => return Some(format!("`{after}` after `[{ip}]` is not `:PORT`")),
+            },
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((_, port)) if port.contains(':') => {
+                return Some(format!(
+                    "`{authority}` is not HOST:PORT (an IPv6 address goes in brackets: tcp://[::1]:2375)"
+                ))
+            }
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Some("it names no host (tcp://HOST:PORT)".to_string());
+    }
+    let name_like = host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    if !authority.starts_with('[') && !name_like {
+        return Some(format!(
+            "`{}` is not a host name or IP address",
+            host.escape_debug()
+        ));
+    }
+    let port = port?;
+    if port.is_empty() {
+        return Some("the port after `:` is empty".to_string());
+    }
+    if !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(format!(
+            "the port `{}` is not a number",
+            port.escape_debug()
+        ));
+    }
+    match port.parse::<u32>() {
+        Ok(1..=65535) => None,
+        _ => Some(format!("the port {port} is not between 1 and 65535")),
+    }
 }
 
 #[cfg(test)]
@@ -435,6 +520,56 @@ mod tests {
             let e = resolve(None, &s).unwrap_err().to_string();
             assert!(e.ends_with("it names no socket or host"), "{e}");
         }
+    }
+
+    #[test]
+    fn malformed_tcp_addresses_say_what_is_wrong() {
+        let why = |host: &str| {
+            let s = Settings {
+                docker_host: Some(host.to_string()),
+                ..Settings::default()
+            };
+            resolve(None, &s).unwrap_err().to_string()
+        };
+        assert_eq!(
+            why("tcp://127.0.0.1:99999"),
+            "DOCKER_HOST=tcp://127.0.0.1:99999 is not an engine address: the port 99999 is not between 1 and 65535"
+        );
+        assert!(
+            why("tcp://:0").ends_with(": it names no host (tcp://HOST:PORT)"),
+            "{}",
+            why("tcp://:0")
+        );
+        assert!(why("tcp://127.0.0.1:abc").ends_with(": the port `abc` is not a number"));
+        assert!(why("http://h:0").ends_with(": the port 0 is not between 1 and 65535"));
+        assert!(why("tcp://h:").ends_with(": the port after `:` is empty"));
+        assert!(why("tcp://::1:2375").contains("an IPv6 address goes in brackets"));
+        assert!(why("tcp://[::g]:2375").ends_with("`[::g]` is not an IPv6 address"));
+        assert!(why("tcp://[::1]x").contains("is not `:PORT`"));
+        assert!(why("tcp://me@h:2375").ends_with("`me@h` is not a host name or IP address"));
+        for good in [
+            "tcp://127.0.0.1:2375",
+            "tcp://gpu-box.local:65535",
+            "http://gpu_box:1/",
+            "tcp://[::1]:2375",
+            "tcp://[::1]",
+            "tcp://gpu-box",
+        ] {
+            let s = Settings {
+                docker_host: Some(good.to_string()),
+                ..Settings::default()
+            };
+            assert_eq!(resolve(None, &s).unwrap().address, good);
+        }
+        // A context's address names the context, not DOCKER_HOST.
+        let dir = store("{}", &[("bad-port", "tcp://10.0.0.1:70000")]);
+        let err = resolve(Some("bad-port"), &settings(dir.path(), None, None))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "the engine address tcp://10.0.0.1:70000 of Docker context `bad-port` is not valid: the port 70000 is not between 1 and 65535"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Connecting to the engine: the address the docker CLI would use
 //! ([`super::endpoint`]: a chosen context, `DOCKER_HOST`, `DOCKER_CONTEXT`,
-//! `currentContext`, the local socket), the API version negotiated, and what
-//! answered ([`EngineInfo`]) for the command to show.
+//! `currentContext`, the local socket), over [`super::transport`] (which
+//! bounds what is buffered of the engine's answers), the API version
+//! negotiated, and what answered ([`EngineInfo`]) for the command to show.
 use std::sync::OnceLock;
 
 use super::endpoint::{self, Endpoint, Origin, Settings};
@@ -72,22 +73,23 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         context,
         origin,
     } = endpoint;
-    let unreachable = |e: &dyn std::fmt::Display| DockerError::Connect {
-        address: address.clone(),
-        context: context.clone(),
-        error: e.to_string(),
+    let unreachable = |e: &bollard::errors::Error| match super::transport::too_much(e) {
+        // Something answered, with more than a Docker engine says.
+        Some(too_much) => DockerError::EngineTooMuch(too_much),
+        None => DockerError::Connect {
+            address: address.clone(),
+            context: context.clone(),
+            error: super::transport::words(e),
+        },
     };
     // DOCKER_API_VERSION pins the client's API version, as it does the
     // docker CLI's: no negotiation then.
     let pinned = pinned_api_version()?;
     let version = pinned.as_ref().unwrap_or(bollard::API_DEFAULT_VERSION);
-    let docker = if address.starts_with("unix://") {
-        bollard::Docker::connect_with_unix(&address, REQUEST_TIMEOUT_S, version)
-    } else {
-        // tcp:// and http:// (endpoint::resolve let no other scheme through).
-        bollard::Docker::connect_with_http(&address, REQUEST_TIMEOUT_S, version)
-    }
-    .map_err(|e| unreachable(&e))?;
+    // unix://, tcp:// and http:// (endpoint::resolve let no other scheme
+    // through), with what is buffered of each answer bounded.
+    let docker = super::transport::connect(&address, REQUEST_TIMEOUT_S, version)
+        .map_err(|e| unreachable(&e))?;
     // negotiate_version asks /version and lowers the client version to the engine's.
     let docker = match pinned {
         Some(_) => docker,

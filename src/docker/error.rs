@@ -1,5 +1,6 @@
 //! The engine side's errors ([`DockerError`]): choosing the engine (contexts,
-//! addresses), connecting, the docker config, signals, images, tags, pushes,
+//! addresses), connecting, an engine that sends more than imgctl reads, the
+//! docker config, signals, images, tags, pushes,
 //! containers, registry credentials and their helpers, and the build context.
 //! (A failed build is [`super::build::BuildError`]; an engine without a GPU
 //! runtime is [`super::run::GpuRequestRejected`]; a GPU selection that does
@@ -38,6 +39,12 @@ pub enum DockerError {
         /// bollard's words.
         error: String,
     },
+    /// The engine sent more than imgctl reads: an answer past
+    /// [`super::transport::ANSWER_LIMIT`], or a message of a stream past
+    /// [`super::transport::STREAM_MESSAGE_LIMIT`] (what answers is not a
+    /// Docker engine, or a broken one).
+    #[error("{0}")]
+    EngineTooMuch(super::transport::TooMuch),
     /// An engine address imgctl does not connect over (TLS, ssh://, an
     /// unknown scheme).
     #[error("cannot use the Docker engine at {address}{}: {why}", in_context(.context.as_deref()))]
@@ -47,6 +54,20 @@ pub enum DockerError {
         /// The context that named it, if one did.
         context: Option<String>,
         /// What is not supported.
+        why: String,
+    },
+    /// An engine address that does not parse: no socket or host, a host that
+    /// is neither a name nor an IP address, a port that is not a number from
+    /// 1 to 65535.
+    #[error("{}: {why}", invalid_address(.address, .context.as_deref(), *.from_host_env))]
+    AddressInvalid {
+        /// The address.
+        address: String,
+        /// The context that named it, if one did (`default` included).
+        context: Option<String>,
+        /// Whether it is `DOCKER_HOST`'s (else the context's meta file's).
+        from_host_env: bool,
+        /// What is wrong.
         why: String,
     },
     /// A context name the context store does not hold.
@@ -218,8 +239,31 @@ pub enum DockerError {
         server: String,
         /// How it exited (`exit status: 1`).
         status: String,
-        /// What it printed (stdout, else stderr), on one line.
+        /// What it printed (stdout, else stderr), on one line: the end of it
+        /// ([`super::tail::excerpt`]).
         output: String,
+    },
+    /// A credential helper whose reply passed the most a reply may be; it
+    /// was killed, and nothing of the reply is kept (it may hold a secret).
+    #[error("{program} get replied with more than {} KiB for {server}; it was killed", .limit / 1024)]
+    CredentialHelperReplyTooLarge {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The server asked for.
+        server: String,
+        /// The limit, in bytes ([`super::tail::OUTPUT_TAIL`]).
+        limit: usize,
+    },
+    /// A credential helper that did not answer within its deadline (hung, or
+    /// a child of it holds its stdout open); its process group was killed.
+    #[error("{program} get did not answer for {server} within {seconds} s; it was killed")]
+    CredentialHelperTimeout {
+        /// `docker-credential-<name>`.
+        program: String,
+        /// The server asked for.
+        server: String,
+        /// The deadline, in seconds.
+        seconds: u64,
     },
     /// A credential helper that cannot be started (not on PATH).
     #[error("cannot run the credential helper {program}: {error}")]
@@ -255,9 +299,39 @@ pub enum DockerError {
     },
 }
 
+impl DockerError {
+    /// The error `otherwise` makes of the engine's words for `err` (with the
+    /// causes bollard's `Display` leaves out), unless the engine sent more
+    /// than imgctl reads: then [`DockerError::EngineTooMuch`].
+    pub(crate) fn of_engine(
+        err: &bollard::errors::Error,
+        otherwise: impl FnOnce(String) -> DockerError,
+    ) -> DockerError {
+        match super::transport::too_much(err) {
+            Some(too_much) => DockerError::EngineTooMuch(too_much),
+            None => otherwise(super::transport::words(err)),
+        }
+    }
+}
+
 /// ` (context NAME)` when a context named the engine.
 fn in_context(context: Option<&str>) -> String {
     context.map_or_else(String::new, |c| format!(" (context {c})"))
+}
+
+/// The start of [`DockerError::AddressInvalid`]'s line: the setting and its value.
+fn invalid_address(address: &str, context: Option<&str>, from_host_env: bool) -> String {
+    match context {
+        _ if from_host_env => format!(
+            "DOCKER_HOST={} is not an engine address",
+            address.escape_debug()
+        ),
+        Some(c) => format!(
+            "the engine address {} of Docker context `{c}` is not valid",
+            address.escape_debug()
+        ),
+        None => format!("{} is not an engine address", address.escape_debug()),
+    }
 }
 
 /// What [`DockerError::Push`] knows (boxed: it is the largest variant).

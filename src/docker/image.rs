@@ -209,6 +209,10 @@ pub async fn push(
                 }
             }
             Err(e) => {
+                // The engine sent more than imgctl reads: no registry's fault.
+                if let Some(too_much) = super::transport::too_much(&e) {
+                    return Err(DockerError::EngineTooMuch(too_much).into());
+                }
                 return Err(DockerError::Push(Box::new(PushFailure {
                     reference: reference.to_string(),
                     registry,

@@ -1,13 +1,16 @@
 //! The Docker Engine API, through bollard: the only module that imports it.
 //!
 //! It owns choosing the engine as the docker CLI does (contexts,
-//! `DOCKER_HOST`: [`endpoint`]) and connecting to it ([`engine`]), reading
+//! `DOCKER_HOST`: [`endpoint`]) and connecting to it ([`engine`], over a
+//! transport that bounds what is buffered of the engine's answers:
+//! [`transport`]), reading
 //! the docker client's config folder ([`config`]), the in-memory build context
 //! ([`context`]), running a build and reading its stream ([`build`]), images
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
 //! and running containers with GPU requests ([`run`]), with guards that
-//! remove what it created on every path. It knows nothing of specs or checks,
-//! and it prints nothing: commands do. Its errors are [`DockerError`] (and
+//! remove what it created on every path. What it keeps of a helper's or a
+//! container's output for an error or a report is bounded ([`tail`]). It
+//! knows nothing of specs or checks, and it prints nothing: commands do. Its errors are [`DockerError`] (and
 //! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
 pub mod auth;
 pub mod build;
@@ -18,6 +21,8 @@ pub mod engine;
 mod error;
 pub mod image;
 pub mod run;
+pub mod tail;
+pub mod transport;
 
 pub use engine::{connect, Engine, EngineInfo};
 pub use error::{DockerError, PushFailure};

@@ -8,7 +8,8 @@
 //! time for that: every container carries the pid of the imgctl that started
 //! it and the boot id of its host, and the next run removes the ones whose
 //! imgctl is gone ([`remove_stale`]). It knows nothing of verify's checks:
-//! callers pass the command and read stdout/stderr back.
+//! callers pass the command and read stdout/stderr back, bounded (the last
+//! [`STDOUT_LIMIT`] of stdout, the last [`OUTPUT_TAIL`] of stderr).
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
+use super::tail::{Tail, OUTPUT_TAIL};
 use super::DockerError;
 use crate::gpus::{GpuId, GpuSelection};
 
@@ -61,15 +63,25 @@ pub struct RunRequest {
     pub timeout: Duration,
 }
 
-/// What a finished container left.
+/// The most of a container's stdout kept: its last 16 MiB. The stdout is
+/// what the caller reads back whole (verify's JSON report, well under 1 MiB
+/// for many GPUs), so it gets more room than stderr's [`OUTPUT_TAIL`].
+pub const STDOUT_LIMIT: usize = 16 * 1024 * 1024;
+
+/// What a finished container left (bounded: see [`STDOUT_LIMIT`] and
+/// [`OUTPUT_TAIL`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOutput {
     /// Exit code of its main process.
     pub exit_code: i64,
-    /// Its stdout.
+    /// Its stdout: the last [`STDOUT_LIMIT`] bytes of it.
     pub stdout: String,
-    /// Its stderr.
+    /// How many bytes of stdout came before those (0: all of it is there).
+    pub stdout_cut: u64,
+    /// Its stderr: the last [`OUTPUT_TAIL`] bytes of it.
     pub stderr: String,
+    /// How many bytes of stderr came before those (0: all of it is there).
+    pub stderr_cut: u64,
 }
 
 /// The engine refused the GPU request (no nvidia runtime / container toolkit).
@@ -189,11 +201,13 @@ async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
-        Err(e) => Err(DockerError::RemoveContainer {
-            id: id.to_string(),
-            error: e.to_string(),
-        }
-        .into()),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
+                id: id.to_string(),
+                error,
+            })
+            .into(),
+        ),
     }
 }
 
@@ -239,11 +253,13 @@ pub async fn image_labels(
             }
             .into())
         }
-        Err(e) => Err(DockerError::InspectImage {
-            image: image.to_string(),
-            error: e.to_string(),
-        }
-        .into()),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::InspectImage {
+                image: image.to_string(),
+                error,
+            })
+            .into(),
+        ),
     }
 }
 
@@ -330,7 +346,10 @@ pub async fn run_to_completion_with(
         .create_container(Some(CreateContainerOptions::default()), body)
         .await
         .map_err(|e| {
-            let msg = e.to_string();
+            if let Some(too_much) = super::transport::too_much(&e) {
+                return DockerError::EngineTooMuch(too_much).into();
+            }
+            let msg = super::transport::words(&e);
             if is_gpu_rejection(&msg) {
                 anyhow::Error::new(GpuRequestRejected(msg))
             } else if msg.contains("No such image") || msg.contains("404") {
@@ -368,7 +387,10 @@ async fn drive(
 ) -> anyhow::Result<RunOutput> {
     phase(ContainerPhase::Start);
     if let Err(e) = docker.start_container(id, None).await {
-        let msg = e.to_string();
+        if let Some(too_much) = super::transport::too_much(&e) {
+            return Err(DockerError::EngineTooMuch(too_much).into());
+        }
+        let msg = super::transport::words(&e);
         if is_gpu_rejection(&msg) {
             return Err(GpuRequestRejected(msg).into());
         }
@@ -384,9 +406,9 @@ async fn drive(
             Some(Ok(r)) => Ok(r.status_code),
             // bollard reports a non-zero exit as this error; it is still an exit code.
             Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(code),
-            Some(Err(e)) => Err(DockerError::WaitContainer {
-                error: e.to_string(),
-            }),
+            Some(Err(e)) => Err(DockerError::of_engine(&e, |error| {
+                DockerError::WaitContainer { error }
+            })),
             None => Err(DockerError::WaitStreamClosed),
         }
     };
@@ -417,23 +439,22 @@ async fn drive(
             ..Default::default()
         }),
     );
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let (mut stdout, mut stderr) = (Tail::new(STDOUT_LIMIT), Tail::new(OUTPUT_TAIL));
     while let Some(chunk) = logs.next().await {
-        match chunk.map_err(|e| DockerError::Logs {
-            error: e.to_string(),
-        })? {
-            bollard::container::LogOutput::StdOut { message } => stdout.extend_from_slice(&message),
-            bollard::container::LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
-            bollard::container::LogOutput::Console { message } => {
-                stdout.extend_from_slice(&message)
-            }
+        match chunk.map_err(|e| DockerError::of_engine(&e, |error| DockerError::Logs { error }))? {
+            bollard::container::LogOutput::StdOut { message } => stdout.push(&message),
+            bollard::container::LogOutput::StdErr { message } => stderr.push(&message),
+            bollard::container::LogOutput::Console { message } => stdout.push(&message),
             bollard::container::LogOutput::StdIn { .. } => {}
         }
     }
+    let (stdout_cut, stderr_cut) = (stdout.cut(), stderr.cut());
     Ok(RunOutput {
         exit_code,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        stdout: stdout.into_text(),
+        stdout_cut,
+        stderr: stderr.into_text(),
+        stderr_cut,
     })
 }
 

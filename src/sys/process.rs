@@ -1,4 +1,5 @@
-//! Processes, through libc: a signal to another process (or group), this
+//! Processes, through libc: a signal to another process (or group, or a
+//! child's whole process group), this
 //! process's immediate exit, a child's death with its parent, and glibc's
 //! allocator setting. Safe wrappers only; which process gets which signal,
 //! and when to leave, belongs to the callers.
@@ -15,6 +16,22 @@ pub fn kill(pid: i32, sig: i32) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Sends SIGKILL to every process of the group whose leader is `leader`
+/// (`kill(-leader, SIGKILL)`): a child started in a process group of its
+/// own (`CommandExt::process_group(0)`), with the children it started.
+/// Call it before reaping the leader, so that its pid cannot have been
+/// reused. The error is the call's errno (`ESRCH`: the group is gone).
+pub fn kill_process_group(leader: u32) -> std::io::Result<()> {
+    let Ok(pid) = i32::try_from(leader) else {
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+    };
+    if pid <= 1 {
+        // -1 would be every process this one may signal, -0 its own group.
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    kill(-pid, libc::SIGKILL)
 }
 
 /// Ends this process at once with `code` (`_exit(2)`): no exit handlers, no
@@ -72,5 +89,22 @@ mod tests {
         // No process has pid i32::MAX (pid_max is at most 2^22).
         let e = kill(i32::MAX, 0).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn a_process_group_is_killed_whole() {
+        use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+        let mut child = Command::new("sleep")
+            .arg("100")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        kill_process_group(child.id()).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        // Never this process's own group, nor every process.
+        for leader in [0, 1] {
+            let e = kill_process_group(leader).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        }
     }
 }

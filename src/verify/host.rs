@@ -476,7 +476,16 @@ pub async fn verify_image_with(
             }
         }
         Ok(out) => {
-            crate::output::printer().verbose(format!("container stderr:\n{}", out.stderr));
+            let kept = if out.stderr_cut > 0 {
+                format!(
+                    " (its last {} KiB; {} bytes before them left out)",
+                    crate::docker::tail::OUTPUT_TAIL / 1024,
+                    out.stderr_cut
+                )
+            } else {
+                String::new()
+            };
+            crate::output::printer().verbose(format!("container stderr{kept}:\n{}", out.stderr));
             let parsed = serde_json::from_str::<Report>(out.stdout.trim())
                 .map(|rep| (container_report_problem(out.exit_code, &rep), rep));
             match parsed {
@@ -508,12 +517,21 @@ pub async fn verify_image_with(
                     container_report = Some(rep);
                 }
                 Err(parse) => {
+                    // Its last lines say why, quoted on one line: the end of
+                    // them (a 100 MB line of stderr is 500 characters here).
                     let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
                     let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    let mut said = crate::docker::tail::excerpt(&tail.join(" | "));
+                    if out.stdout_cut > 0 {
+                        said = format!(
+                            "its stdout passed {} MiB; {said}",
+                            crate::docker::run::STDOUT_LIMIT / (1024 * 1024)
+                        );
+                    }
                     results.push(
                         CheckResult::error(
                             "host.container",
-                            format!("the image's imgctl gave no JSON report (exit code {}): {}", out.exit_code, tail.join(" | ")),
+                            format!("the image's imgctl gave no JSON report (exit code {}): {said}", out.exit_code),
                         )
                         .measured(format!("exit code {}", out.exit_code))
                         .hint(if out.exit_code == 2 {

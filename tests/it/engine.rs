@@ -1,8 +1,10 @@
 //! Reaching the engine and the registry as the docker CLI does, against the
 //! real engine: docker contexts (a context store in a temporary
 //! `DOCKER_CONFIG` whose context reaches the engine through a symlink to its
-//! socket), the `engine:` line of `imgctl build`, and a push whose
-//! credentials come from a credential helper beside a stale `auths` entry.
+//! socket), the `engine:` line of `imgctl build`, a push whose credentials
+//! come from a credential helper beside a stale `auths` entry, malformed
+//! `DOCKER_HOST` values, and a fake engine (an HTTP server on a unix socket
+//! in a temporary folder) whose endless answers imgctl must refuse.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -251,6 +253,36 @@ fn contexts_choose_the_engine_as_the_docker_cli_does() {
     );
 }
 
+#[test]
+fn a_malformed_docker_host_is_a_usage_error_naming_it() {
+    // No engine is asked: the setting is refused before any connection.
+    let store = Store::new("default");
+    for (host, why) in [
+        (
+            "tcp://127.0.0.1:99999",
+            "the port 99999 is not between 1 and 65535",
+        ),
+        ("tcp://:0", "it names no host (tcp://HOST:PORT)"),
+        ("tcp://127.0.0.1:abc", "the port `abc` is not a number"),
+    ] {
+        let out = imgctl_in(&store, &NO_IMAGE, &[("DOCKER_HOST", host)]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{host}: {stderr}");
+        assert_eq!(
+            stderr.lines().next(),
+            Some(format!("error: DOCKER_HOST={host} is not an engine address: {why}").as_str()),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "\nhint: set DOCKER_HOST to unix:///PATH/TO/docker.sock or tcp://HOST:PORT"
+            ),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("start the engine"), "{stderr}");
+    }
+}
+
 /// Installs an executable `docker-credential-<name>` in `dir` (through
 /// install(1), so that no forked test thread holds it open for writing when
 /// it runs: ETXTBSY).
@@ -365,4 +397,303 @@ printf '{{"ServerURL":"%s","Username":"pusher","Secret":"s3cret-pw"}}' "$server"
         !stderr.contains("stale-pw") && !stderr.contains("s3cret"),
         "a secret leaked: {stderr}"
     );
+}
+
+/// How the fake engine answers a request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// As a Docker 20.10 engine would (`/_ping`, `/version`; 404 otherwise).
+    Normal,
+    /// An endless body (a JSON string that never ends, without a newline),
+    /// chunked or until the connection closes, at most [`FAKE_ENDLESS`].
+    Endless { chunked: bool },
+    /// `101 Switching Protocols` (a BuildKit session), then silence until
+    /// the client closes.
+    Upgrade,
+}
+
+/// The most an endless answer of the fake engine sends (so that an imgctl
+/// that reads it all, as before, cannot take the machine's memory).
+const FAKE_ENDLESS: u64 = 1 << 30;
+
+/// An HTTP/1.1 server on a unix socket that answers as a Docker engine,
+/// except where `answer` says otherwise; it counts the bytes of the endless
+/// bodies it wrote and logs the requests.
+struct FakeEngine {
+    dir: tempfile::TempDir,
+    served: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl FakeEngine {
+    fn start(answer: fn(&str, &str) -> Answer) -> Self {
+        use std::sync::{Arc, Mutex};
+        let dir = tempfile::tempdir().unwrap();
+        let listener =
+            std::os::unix::net::UnixListener::bind(dir.path().join("engine.sock")).unwrap();
+        let served = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (counter, log) = (Arc::clone(&served), Arc::clone(&requests));
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let (counter, log) = (Arc::clone(&counter), Arc::clone(&log));
+                std::thread::spawn(move || {
+                    let _ = serve_fake(conn, answer, &counter, &log);
+                });
+            }
+        });
+        Self {
+            dir,
+            served,
+            requests,
+        }
+    }
+
+    fn address(&self) -> String {
+        format!("unix://{}", self.dir.path().join("engine.sock").display())
+    }
+
+    fn served(&self) -> u64 {
+        self.served.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Serves the requests of one connection.
+fn serve_fake(
+    conn: std::os::unix::net::UnixStream,
+    answer: fn(&str, &str) -> Answer,
+    served: &std::sync::atomic::AtomicU64,
+    log: &std::sync::Mutex<Vec<String>>,
+) -> std::io::Result<()> {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let mut reader = std::io::BufReader::new(conn.try_clone()?);
+    let mut out = conn;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let mut parts = line.split_whitespace();
+        let (method, path) = (
+            parts.next().unwrap_or_default().to_string(),
+            parts.next().unwrap_or_default().to_string(),
+        );
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            reader.read_line(&mut header)?;
+            if header.trim().is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        std::io::copy(&mut (&mut reader).take(length as u64), &mut std::io::sink())?;
+        log.lock().unwrap().push(format!("{method} {path}"));
+        let path = path.split('?').next().unwrap_or_default();
+        match answer(&method, path) {
+            Answer::Normal => {
+                let unversioned = path
+                    .splitn(3, '/')
+                    .nth(2)
+                    .filter(|_| path.starts_with("/v1."));
+                let (status, body) = match unversioned.map(|p| format!("/{p}")).as_deref().unwrap_or(path) {
+                    "/_ping" => ("200 OK", "OK".to_string()),
+                    "/version" => (
+                        "200 OK",
+                        r#"{"Version":"20.10.24","ApiVersion":"1.41","MinAPIVersion":"1.12","Os":"linux","Arch":"amd64","KernelVersion":"6.1.0"}"#.to_string(),
+                    ),
+                    _ => ("404 Not Found", r#"{"message":"no such thing"}"#.to_string()),
+                };
+                write!(
+                    out,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nApi-Version: 1.41\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )?;
+            }
+            Answer::Upgrade => {
+                write!(
+                    out,
+                    "HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n"
+                )?;
+                std::io::copy(&mut reader, &mut std::io::sink())?;
+                return Ok(());
+            }
+            Answer::Endless { chunked } => {
+                let coding = if chunked {
+                    "Transfer-Encoding: chunked\r\n"
+                } else {
+                    "Connection: close\r\n"
+                };
+                write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n{coding}\r\n"
+                )?;
+                let mut piece = b"{\"Version\":\"".to_vec();
+                piece.resize(64 * 1024, b'x');
+                let mut sent = 0;
+                while sent < FAKE_ENDLESS {
+                    if chunked {
+                        write!(out, "{:x}\r\n", piece.len())?;
+                    }
+                    out.write_all(&piece)?;
+                    if chunked {
+                        out.write_all(b"\r\n")?;
+                    }
+                    sent += piece.len() as u64;
+                    served.fetch_add(piece.len() as u64, std::sync::atomic::Ordering::SeqCst);
+                    piece.fill(b'x');
+                }
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Runs imgctl against `engine` and samples its peak resident memory
+/// (VmHWM) while it runs; returns its output, the peak in bytes, and how
+/// long it took.
+fn imgctl_against(
+    engine: &FakeEngine,
+    args: &[&str],
+    buildkit: &str,
+) -> (Output, u64, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut child = Command::new(imgctl_bin())
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("DOCKER_HOST", engine.address())
+        .env_remove("DOCKER_CONTEXT")
+        .env_remove("DOCKER_API_VERSION")
+        .env("DOCKER_BUILDKIT", buildkit)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    // Reading the pipes after the end is fine: imgctl prints little here
+    // (the test fails, rather than hangs, past a minute).
+    while child.try_wait().unwrap().is_none() {
+        if let Some(kb) = std::fs::read_to_string(&status).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        }) {
+            peak = kb * 1024;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (out, peak, started.elapsed())
+}
+
+#[test]
+fn an_engine_that_streams_an_endless_answer_is_refused_in_one_line() {
+    // /version itself, until the connection closes; an image's inspect,
+    // chunked; the classic builder's JSON stream (bollard's decoder) and
+    // BuildKit's (imgctl's own, src/docker/build/raw.rs), a message without
+    // an end.
+    let endless_version = |_: &str, path: &str| {
+        if path.ends_with("/version") {
+            Answer::Endless { chunked: false }
+        } else {
+            Answer::Normal
+        }
+    };
+    let endless_inspect = |_: &str, path: &str| {
+        if path.contains("/images/") && path.ends_with("/json") {
+            Answer::Endless { chunked: true }
+        } else {
+            Answer::Normal
+        }
+    };
+    let endless_build = |method: &str, path: &str| {
+        if method == "POST" && path.ends_with("/build") {
+            Answer::Endless { chunked: true }
+        } else if method == "POST" && path.ends_with("/session") {
+            Answer::Upgrade
+        } else {
+            Answer::Normal
+        }
+    };
+    let spec = busybox_spec();
+    let build = [
+        "build",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--tag",
+        "imgctl-test/fake:x",
+    ];
+    // How the fake answers, imgctl's arguments, DOCKER_BUILDKIT, the refusal.
+    type Case<'a> = (fn(&str, &str) -> Answer, &'a [&'a str], &'a str, &'a str);
+    let cases: [Case; 4] = [
+        (
+            endless_version,
+            &NO_IMAGE,
+            "0",
+            "its answer to GET /version passed 16 MiB",
+        ),
+        (
+            endless_inspect,
+            &NO_IMAGE,
+            "0",
+            "its answer to GET /v1.41/images/imgctl-test/none:absent/json passed 16 MiB",
+        ),
+        (
+            endless_build,
+            &build,
+            "0",
+            "a message of its stream for POST /v1.41/build passed 1 MiB",
+        ),
+        (
+            endless_build,
+            &build,
+            "1",
+            "a message of its stream for POST /v1.41/build passed 16 MiB",
+        ),
+    ];
+    for (answer, args, buildkit, what) in cases {
+        let engine = FakeEngine::start(answer);
+        let (out, peak, took) = imgctl_against(&engine, args, buildkit);
+        let (_, stderr) = texts(&out);
+        let requests = engine.requests.lock().unwrap().join(", ");
+        let context = format!(
+            "{what}: {} after {took:?}, requests {requests}",
+            &stderr[..stderr.len().min(600)]
+        );
+        assert_eq!(out.status.code(), Some(1), "{context}");
+        assert_eq!(
+            first_error(&stderr),
+            format!(
+                "error: the Docker engine at {} sent more than imgctl reads: {what}",
+                engine.address()
+            ),
+            "{context}"
+        );
+        assert_eq!(stderr.matches("error:").count(), 1, "{context}");
+        assert!(
+            stderr.contains(&format!(
+                "\nhint: check that {} is a Docker engine",
+                engine.address()
+            )),
+            "{context}"
+        );
+        assert!(took < std::time::Duration::from_secs(30), "{context}");
+        // It stopped reading soon after the limit: not the fake's whole GiB.
+        assert!(
+            engine.served() < 64 << 20,
+            "{} bytes served; {context}",
+            engine.served()
+        );
+        assert!(peak < 1 << 30, "peak resident {peak} bytes; {context}");
+    }
 }

@@ -721,6 +721,62 @@ fn a_container_left_by_a_killed_run_is_removed_by_the_next() {
     }
 }
 
+/// A container's stderr is kept bounded (its last 64 KiB), and the error
+/// quotes the end of it on one short line: before, 10 MB of stderr on one
+/// line became a 10 MB result message (and 136 s of table layout).
+#[test]
+fn a_container_flooding_stderr_gives_a_short_error_quickly() {
+    let Some((_rt, _docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 4 MB of stderr on one line, its last words, and no report.
+    let flood = fake_imgctl(
+        dir.path(),
+        "head -c 4000000 /dev/zero | tr '\\0' x >&2\necho ' the last words' >&2\necho not-a-report\nexit 3",
+    );
+    for json in [true, false] {
+        let started = Instant::now();
+        let mut cmd = Command::new(imgctl_bin());
+        cmd.args(["verify", "--image", BASE, "--expect-gpus", "0", "--mount"])
+            .arg(format!("{}:/usr/local/bin/imgctl:ro", flood.display()))
+            .env("NO_COLOR", "1");
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        let took = started.elapsed();
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            &stderr[..stderr.len().min(2000)]
+        );
+        assert!(
+            stdout.len() + stderr.len() < 16 * 1024,
+            "json {json}: {} bytes of stdout, {} of stderr",
+            stdout.len(),
+            stderr.len()
+        );
+        assert!(took < Duration::from_secs(60), "json {json}: {took:?}");
+        let text = if json {
+            let report = json_of(&stdout);
+            let c = &results(&report, "host.container")[0];
+            assert_eq!(c["status"], "error", "{c}");
+            c["message"].as_str().unwrap().to_string()
+        } else {
+            // The table goes to stderr when stdout is not a terminal.
+            format!("{stdout}{stderr}")
+        };
+        assert!(
+            text.contains("gave no JSON report (exit code 3): …xxx"),
+            "json {json}: {text}"
+        );
+        assert!(text.contains("x the last words"), "json {json}: {text}");
+    }
+}
+
 #[test]
 fn verify_image_does_not_trust_a_report_that_contradicts_itself() {
     let Some((rt, docker)) = image_setup() else {

@@ -647,6 +647,8 @@ fn build_failure(err: BuildError) -> anyhow::Error {
         e @ BuildError::BadDockerBuildkit { .. } => CliError::usage(e.to_string())
             .with_hint("set DOCKER_BUILDKIT=1 (BuildKit) or 0 (classic), or unset it, or pass --builder")
             .into(),
+        // Its hint is the engine side's (commands/error/docker.rs).
+        BuildError::TooMuch(too_much) => crate::docker::DockerError::EngineTooMuch(too_much).into(),
         BuildError::Engine(message) => CliError::failure(format!("the build failed: {message}"))
             .with_hint("check the base image exists on the engine (no registry is needed for a local base; see --base-image)")
             .into(),

@@ -6,12 +6,22 @@
 use super::advice::Advice;
 use crate::docker::endpoint::Origin;
 use crate::docker::run::GpuRequestRejected;
+use crate::docker::transport::TooMuch;
 use crate::docker::{DockerError, PushFailure};
 
 /// Advice for [`DockerError`] and [`GpuRequestRejected`].
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
     if let Some(e) = err.downcast_ref::<DockerError>() {
         return Some(docker_error(e));
+    }
+    // A bollard error in a chain (`inspecting image …: error reading a body
+    // from connection`) whose cause is the transport's refusal.
+    let refused = err
+        .downcast_ref::<std::io::Error>()
+        .and_then(|io| io.get_ref())
+        .and_then(|inner| inner.downcast_ref::<TooMuch>());
+    if let Some(too_much) = refused {
+        return Some(engine_too_much(too_much));
     }
     err.downcast_ref::<GpuRequestRejected>()
         .map(|_| Advice::failure(None))
@@ -35,9 +45,25 @@ fn docker_error(e: &DockerError) -> Advice {
         } => Advice::failure(format!(
             "check that the engine of context `{context}` runs (`docker --context {context} version`), or choose another with --context NAME (`docker context ls` lists them)"
         )),
+        DockerError::EngineTooMuch(too_much) => engine_too_much(too_much),
         DockerError::AddressUnsupported { .. } | DockerError::ContextUnsupported { .. } => usage(
             "imgctl reaches engines over unix://, tcp:// and http:// only: choose another context (--context NAME, `docker context ls`), or forward a remote engine's socket (`ssh -NL /tmp/docker.sock:/var/run/docker.sock HOST`, then DOCKER_HOST=unix:///tmp/docker.sock)",
         ),
+        DockerError::AddressInvalid {
+            from_host_env: true,
+            ..
+        } => usage(
+            "set DOCKER_HOST to unix:///PATH/TO/docker.sock or tcp://HOST:PORT (a port from 1 to 65535), or unset it to use the local socket",
+        ),
+        DockerError::AddressInvalid {
+            context: Some(context),
+            ..
+        } => Advice::usage(format!(
+            "fix its address (`docker context update {context} --docker host=tcp://HOST:PORT`), or choose another with --context NAME"
+        )),
+        DockerError::AddressInvalid { .. } => {
+            usage("an engine address is unix:///PATH/TO/docker.sock or tcp://HOST:PORT (a port from 1 to 65535)")
+        }
         DockerError::UnknownContext {
             name,
             origin,
@@ -53,6 +79,16 @@ fn docker_error(e: &DockerError) -> Advice {
             program, server, ..
         } => Advice::failure(format!(
             "run `echo {server} | {program} get` to see what the helper says, or log in again with `docker login {server}`"
+        )),
+        DockerError::CredentialHelperReplyTooLarge {
+            program, server, ..
+        } => Advice::failure(format!(
+            "run `echo {server} | {program} get | wc -c` to see how much it prints (a reply is one small {{\"Username\",\"Secret\"}} object), or change credsStore / credHelpers in the docker config"
+        )),
+        DockerError::CredentialHelperTimeout {
+            program, server, ..
+        } => Advice::failure(format!(
+            "run `echo {server} | {program} get` to see whether it waits (for a locked keychain, a prompt), or change credsStore / credHelpers in the docker config"
         )),
         DockerError::CredentialHelperRun { program, .. } => Advice::failure(format!(
             "install {program} on PATH, or change credsStore / credHelpers in the docker config"
@@ -92,6 +128,15 @@ fn docker_error(e: &DockerError) -> Advice {
         | DockerError::ContextPath { .. }
         | DockerError::ContextDuplicate { .. } => Advice::failure(None),
     }
+}
+
+/// The engine sent more than imgctl reads: a failure whose hint asks what
+/// answers at the address.
+fn engine_too_much(too_much: &TooMuch) -> Advice {
+    let address = &too_much.address;
+    Advice::failure(format!(
+        "check that {address} is a Docker engine and nothing else answers there (`docker -H {address} version`), and that no proxy in between is broken"
+    ))
 }
 
 /// An unknown context: a usage error (exit 2) listing the known ones, worded

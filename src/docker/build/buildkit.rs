@@ -25,11 +25,12 @@ use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
 use rand::Rng as _;
 
-use super::raw::EngineHttp;
+use super::raw::{EngineHttp, StreamError};
 use super::{
     exit_code_of, options, BuildError, BuildEvent, BuildOutcome, BuildRequest, StepRecord,
     FAILURE_TAIL_LINES,
 };
+use crate::docker::tail::LineSplitter;
 
 /// `[3/9] RUN …` → (3, 9, `RUN …`); a stage name before the count
 /// (`[builder 2/5] COPY …`) is allowed.
@@ -57,8 +58,9 @@ struct Vertex {
     error: String,
     /// The last lines of each stream (1 stdout, 2 stderr), with their order of arrival.
     tail: VecDeque<(u64, i64, String)>,
-    /// Unfinished lines per stream.
-    partial: HashMap<i64, String>,
+    /// Unfinished lines per stream (a line past
+    /// [`OUTPUT_TAIL`](crate::docker::tail::OUTPUT_TAIL) comes in pieces).
+    partial: HashMap<i64, LineSplitter>,
 }
 
 /// Of a failed step's stderr, the lines the report keeps even when more
@@ -186,14 +188,15 @@ impl Trace {
                 continue;
             };
             let partial = state.partial.entry(log.stream).or_default();
-            partial.push_str(&String::from_utf8_lossy(&log.msg));
-            let mut lines = Vec::new();
-            while let Some(pos) = partial.find('\n') {
-                let line: String = partial.drain(..=pos).collect();
-                // A progress line rewritten with \r keeps its last version.
-                let line = line.trim_end_matches(['\n', '\r']);
-                lines.push(line.rsplit('\r').next().unwrap_or(line).to_string());
-            }
+            let lines: Vec<String> = partial
+                .feed(&String::from_utf8_lossy(&log.msg))
+                .iter()
+                .map(|line| {
+                    // A progress line rewritten with \r keeps its last version.
+                    let line = line.trim_end_matches('\r');
+                    line.rsplit('\r').next().unwrap_or(line).to_string()
+                })
+                .collect();
             for line in lines {
                 self.seq += 1;
                 state.push_tail(self.seq, log.stream, line.clone());
@@ -239,7 +242,12 @@ impl Trace {
         let Some(v) = digest.and_then(|d| self.vertices.get_mut(&d)) else {
             return BuildError::Engine(message);
         };
-        let rest: Vec<(i64, String)> = v.partial.drain().collect();
+        let rest: Vec<(i64, String)> = v
+            .partial
+            .iter_mut()
+            .filter_map(|(stream, lines)| Some((*stream, lines.finish()?)))
+            .collect();
+        v.partial.clear();
         for (stream, line) in rest {
             if !line.trim().is_empty() {
                 self.seq += 1;
@@ -336,7 +344,8 @@ pub(super) async fn run(
                     }
                 }
             }
-            Err(message) => {
+            Err(StreamError::TooMuch(too_much)) => return Err(BuildError::TooMuch(too_much)),
+            Err(StreamError::Engine(message)) => {
                 // Logs can trail the error by a few messages: take what
                 // follows within a moment, so the failure's tail is complete.
                 let drain = async {
@@ -487,6 +496,38 @@ mod tests {
         // The FROM's vertex is cached in BuildKit's words, not a cache hit in ours.
         assert!(!steps[0].cached && !steps[1].cached && steps[2].cached);
         assert_eq!(steps[1].seconds, 2.0);
+    }
+
+    #[test]
+    fn a_step_printing_an_endless_line_keeps_a_bounded_tail() {
+        use crate::docker::tail::OUTPUT_TAIL;
+        let mut t = Trace::default();
+        t.update(&status(
+            vec![vertex("d2", "[2/3] RUN yes | tr -d '\\n'", Some(1), None)],
+            vec![],
+        ));
+        // 8 MiB without a newline, in BuildKit's log messages of 1 MiB.
+        let chunk = "y".repeat(1 << 20);
+        let mut pieces = 0;
+        for _ in 0..8 {
+            for ev in t.update(&status(vec![], vec![("d2", &chunk)])) {
+                let BuildEvent::Output(line) = ev else {
+                    panic!("{ev:?}")
+                };
+                assert_eq!(line.len(), OUTPUT_TAIL);
+                pieces += 1;
+            }
+        }
+        // The last piece waits for more of its line.
+        assert_eq!(pieces, 8 * (1 << 20) / OUTPUT_TAIL - 1);
+        t.update(&status(vec![], vec![("d2", "the end")]));
+        let BuildError::StepFailed { tail, .. } = t.failure("exit code: 1".into()) else {
+            panic!("no step failed");
+        };
+        assert_eq!(tail.len(), FAILURE_TAIL_LINES);
+        assert_eq!(tail.last().unwrap(), "the end");
+        let kept: usize = tail.iter().map(String::len).sum();
+        assert!(kept <= FAILURE_TAIL_LINES * OUTPUT_TAIL, "{kept}");
     }
 
     #[test]

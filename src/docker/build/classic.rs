@@ -13,33 +13,33 @@ use bollard::models::BuildInfoAux;
 use bollard::query_parameters::{BuildImageOptions, BuilderVersion};
 use futures_util::StreamExt;
 
+use crate::docker::tail::LineSplitter;
+
 use super::{
     engine_message, exit_code_of, options, BuildError, BuildEvent, BuildOutcome, BuildRequest,
     BuildTracker, StepRecord, FAILURE_TAIL_LINES,
 };
 
 /// Turns the builder's `stream` text (chunks not aligned on lines) into events.
+/// A line longer than [`OUTPUT_TAIL`](crate::docker::tail::OUTPUT_TAIL)
+/// comes out in pieces of that size.
 #[derive(Debug, Default)]
 pub struct StepParser {
-    pending: String,
+    lines: LineSplitter,
 }
 
 impl StepParser {
     /// Feeds a chunk of stream text; returns the events of its complete lines.
     pub fn feed(&mut self, chunk: &str) -> Vec<BuildEvent> {
-        self.pending.push_str(chunk);
-        let mut events = Vec::new();
-        while let Some(pos) = self.pending.find('\n') {
-            let line: String = self.pending.drain(..=pos).collect();
-            if let Some(ev) = parse_line(line.trim_end_matches(['\n', '\r'])) {
-                events.push(ev);
-            }
-        }
-        events
+        self.lines
+            .feed(chunk)
+            .iter()
+            .filter_map(|line| parse_line(line.trim_end_matches('\r')))
+            .collect()
     }
     /// Flushes a final line that had no newline.
     pub fn finish(&mut self) -> Vec<BuildEvent> {
-        let rest = std::mem::take(&mut self.pending);
+        let rest = self.lines.finish().unwrap_or_default();
         parse_line(rest.trim_end()).into_iter().collect()
     }
 }
@@ -204,6 +204,9 @@ pub(super) async fn run(
                 for ev in parser.finish() {
                     handle(ev, &mut current, &mut steps);
                 }
+                if let Some(too_much) = crate::docker::transport::too_much(&err) {
+                    return Err(BuildError::TooMuch(too_much));
+                }
                 let message = engine_message(&err);
                 return Err(match current {
                     Some(c) => BuildError::StepFailed {
@@ -288,6 +291,24 @@ mod tests {
                 BuildEvent::Output("Successfully built 8f7e11aa".into()),
             ]
         );
+    }
+
+    #[test]
+    fn an_endless_output_line_comes_out_in_bounded_pieces() {
+        use crate::docker::tail::OUTPUT_TAIL;
+        let mut p = StepParser::default();
+        let chunk = "z".repeat(100_000);
+        let mut longest = 0;
+        for _ in 0..100 {
+            for ev in p.feed(&chunk) {
+                let BuildEvent::Output(line) = ev else {
+                    panic!("{ev:?}")
+                };
+                longest = longest.max(line.len());
+            }
+        }
+        assert_eq!(longest, OUTPUT_TAIL);
+        assert_eq!(p.feed("z\r\nStep 2/2 : RUN true\n").len(), 2);
     }
 
     #[test]

@@ -144,6 +144,10 @@ pub enum BuildError {
     /// The engine refused or failed the build before or outside a step.
     #[error("the engine failed the build: {0}")]
     Engine(String),
+    /// The engine's build stream carried a message past what imgctl reads
+    /// (see [`crate::docker::transport`] and `raw`'s message limit).
+    #[error("{0}")]
+    TooMuch(crate::docker::transport::TooMuch),
     /// BuildKit was asked for on an engine that cannot run it.
     #[error("this engine cannot build with BuildKit (API {api}, {os}; BuildKit needs a Linux engine at API 1.39 or later)")]
     BuildKitUnsupported {
@@ -232,7 +236,9 @@ pub(crate) fn engine_message(err: &bollard::errors::Error) -> String {
         bollard::errors::Error::DockerResponseServerError { message, .. } => {
             message.trim().to_string()
         }
-        other => other.to_string(),
+        // With the causes bollard's words leave out (what the transport
+        // refused: super::super::transport).
+        other => crate::docker::transport::words(other),
     }
 }
 

@@ -5,6 +5,9 @@
 //! the address bollard connected to (`unix://` or `tcp://`/`http://`, see
 //! [`crate::docker::endpoint`]).
 //!
+//! One message of the build stream may be at most [`MESSAGE_LIMIT`] (an
+//! endless body without a newline is refused, not buffered).
+//!
 //! Every connection is served by a task that [`AbortOnDrop`] ends when its
 //! owner is dropped: dropping the build's stream (Ctrl-C) closes the `/build`
 //! connection, which cancels the build on the engine, and dropping the session
@@ -23,6 +26,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 /// Where the engine listens, and the API version the client speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct EngineHttp {
+    /// The address as given, for errors.
+    address: String,
     target: Target,
     /// `1.51`: requests go to `/v1.51/…`.
     api: String,
@@ -81,6 +86,7 @@ impl EngineHttp {
             ));
         };
         Ok(Self {
+            address: address.to_string(),
             target,
             api,
             timeout,
@@ -174,6 +180,12 @@ impl EngineHttp {
             body: response.into_body(),
             lines: LineBuffer::default(),
             ended: false,
+            too_much: crate::docker::transport::TooMuch {
+                address: self.address.clone(),
+                request: format!("POST {}", self.uri("/build")),
+                limit: MESSAGE_LIMIT,
+                stream: true,
+            },
             _connection: guard,
         })
     }
@@ -214,21 +226,65 @@ pub(super) fn error_of(status: StatusCode, body: &str) -> String {
     }
 }
 
-/// Splits a byte stream into lines (`\n`, a trailing `\r` dropped).
-#[derive(Debug, Default)]
+/// The most one message of the build stream may be: 16 MiB. BuildKit's
+/// progress messages (a base64 protobuf `StatusResponse` in `aux`) carry a
+/// batch of vertex logs, which BuildKit clips at 2 MiB per step by default;
+/// an engine that sends 16 MiB without a newline sends no build stream.
+pub(super) const MESSAGE_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Splits a byte stream into lines (`\n`, a trailing `\r` dropped), each
+/// at most a limit; every byte is searched for a newline once.
+#[derive(Debug)]
 struct LineBuffer {
     buf: Vec<u8>,
+    /// How much of `buf` holds no newline (searched already).
+    scanned: usize,
+    /// The bytes of the unfinished line (since the stream's last newline).
+    unfinished: usize,
+    limit: usize,
+}
+
+impl Default for LineBuffer {
+    fn default() -> Self {
+        Self::new(MESSAGE_LIMIT)
+    }
 }
 
 impl LineBuffer {
-    fn push(&mut self, bytes: &[u8]) {
+    fn new(limit: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            scanned: 0,
+            unfinished: 0,
+            limit,
+        }
+    }
+
+    /// Appends `bytes`; `Err` with the limit when the unfinished line passes it.
+    fn push(&mut self, bytes: &[u8]) -> Result<(), usize> {
+        self.unfinished = match bytes.iter().rposition(|b| *b == b'\n') {
+            Some(i) => bytes.len() - i - 1,
+            None => self.unfinished + bytes.len(),
+        };
+        if self.unfinished > self.limit {
+            return Err(self.limit);
+        }
         self.buf.extend_from_slice(bytes);
+        Ok(())
     }
 
     /// The next complete line, if one arrived.
     fn line(&mut self) -> Option<Vec<u8>> {
-        let end = self.buf.iter().position(|b| *b == b'\n')?;
+        let Some(end) = self.buf[self.scanned..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map(|i| self.scanned + i)
+        else {
+            self.scanned = self.buf.len();
+            return None;
+        };
         let mut line: Vec<u8> = self.buf.drain(..=end).collect();
+        self.scanned = 0;
         line.pop();
         if line.last() == Some(&b'\r') {
             line.pop();
@@ -238,6 +294,8 @@ impl LineBuffer {
 
     /// What is left once the stream has ended.
     fn rest(&mut self) -> Option<Vec<u8>> {
+        self.scanned = 0;
+        self.unfinished = 0;
         (!self.buf.is_empty()).then(|| std::mem::take(&mut self.buf))
     }
 }
@@ -260,18 +318,29 @@ pub(super) fn parse_message(line: &[u8]) -> Result<BuildInfo, String> {
     }
 }
 
+/// Why the build stream gave no message.
+#[derive(Debug)]
+pub(super) enum StreamError {
+    /// The engine's error (its `errorDetail`), or a broken stream's.
+    Engine(String),
+    /// A message passed [`MESSAGE_LIMIT`] without a newline.
+    TooMuch(crate::docker::transport::TooMuch),
+}
+
 /// The engine's newline-delimited JSON messages of a build. Dropping it closes
 /// the connection (the engine then cancels the build).
 pub(super) struct BuildStream {
     body: Incoming,
     lines: LineBuffer,
     ended: bool,
+    /// The error of a message past [`MESSAGE_LIMIT`].
+    too_much: crate::docker::transport::TooMuch,
     _connection: AbortOnDrop,
 }
 
 impl BuildStream {
     /// The next message; `None` once the engine has closed the stream.
-    pub(super) async fn next(&mut self) -> Option<Result<BuildInfo, String>> {
+    pub(super) async fn next(&mut self) -> Option<Result<BuildInfo, StreamError>> {
         loop {
             let line = match self.lines.line() {
                 Some(line) => Some(line),
@@ -282,18 +351,24 @@ impl BuildStream {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                return Some(parse_message(&line));
+                return Some(parse_message(&line).map_err(StreamError::Engine));
             }
             match self.body.frame().await {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.lines.push(&data);
+                        if self.lines.push(&data).is_err() {
+                            self.ended = true;
+                            self.lines = LineBuffer::default();
+                            return Some(Err(StreamError::TooMuch(self.too_much.clone())));
+                        }
                     }
                 }
                 Some(Err(e)) => {
                     self.ended = true;
                     self.lines = LineBuffer::default();
-                    return Some(Err(format!("the build stream broke: {e}")));
+                    return Some(Err(StreamError::Engine(format!(
+                        "the build stream broke: {e}"
+                    ))));
                 }
                 None => self.ended = true,
             }
@@ -368,15 +443,33 @@ mod tests {
     #[test]
     fn lines_split_across_chunks_and_crlf() {
         let mut lines = LineBuffer::default();
-        lines.push(b"{\"stream\":\"a\"}\r\n{\"str");
+        lines.push(b"{\"stream\":\"a\"}\r\n{\"str").unwrap();
         assert_eq!(lines.line().unwrap(), b"{\"stream\":\"a\"}");
         assert!(lines.line().is_none());
-        lines.push(b"eam\":\"b\"}\n\n{\"x\":1}");
+        lines.push(b"eam\":\"b\"}\n\n{\"x\":1}").unwrap();
         assert_eq!(lines.line().unwrap(), b"{\"stream\":\"b\"}");
         assert_eq!(lines.line().unwrap(), b"");
         assert!(lines.line().is_none());
         assert_eq!(lines.rest().unwrap(), b"{\"x\":1}");
         assert!(lines.rest().is_none());
+    }
+
+    #[test]
+    fn a_message_without_an_end_is_refused_at_the_limit() {
+        let mut lines = LineBuffer::new(10);
+        lines.push(b"0123\n56789").unwrap();
+        assert_eq!(lines.line().unwrap(), b"0123");
+        assert!(lines.line().is_none());
+        // 5 + 5: at the limit; one more byte passes it.
+        lines.push(b"abcde").unwrap();
+        assert_eq!(lines.push(b"f"), Err(10));
+        // A newline resets the count.
+        let mut lines = LineBuffer::new(10);
+        for _ in 0..100 {
+            lines.push(b"12345678\n").unwrap();
+            assert_eq!(lines.line().unwrap(), b"12345678");
+        }
+        assert_eq!(MESSAGE_LIMIT, 16 * 1024 * 1024);
     }
 
     #[test]

@@ -1,0 +1,975 @@
+//! The connection under bollard, with a bound on what it buffers.
+//!
+//! bollard collects a whole response body before decoding it, and its
+//! decoders of streams (JSON lines, a container's log frames) buffer each
+//! message until it ends, all without a cap: an engine, a proxy or another
+//! service at the engine's address that streams an endless body made imgctl
+//! run out of memory. So imgctl gives bollard its own transport
+//! ([`bollard::Docker::connect_with_custom_transport`]): each request gets a
+//! connection of its own to the engine's unix socket or TCP address, driven
+//! by hyper, whose reads are watched as they arrive:
+//!
+//! - an answer bollard reads whole (`/version`, an inspect, a list, and any
+//!   answer with an error status) may be at most [`ANSWER_LIMIT`];
+//! - a stream bollard decodes as it comes (a push's or a classic build's
+//!   JSON lines, a wait, a container's logs) may run for as long as it does,
+//!   each of its messages at most [`STREAM_MESSAGE_LIMIT`].
+//!
+//! Past a limit the read fails with [`TooMuch`], which names the address,
+//! the request and the limit; it stays in the error's source chain
+//! ([`too_much`], [`words`]), or, where bollard keeps only the words of the
+//! failed read (its stream decoders), is recorded for [`too_much`] to find. An upgraded connection (`101`: an attach, a
+//! BuildKit session) is not watched.
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bollard::errors::Error as BollardError;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The most of an answer bollard reads whole: 16 MiB. The engine's answers
+/// imgctl reads so (its version, an image's inspect, a list of containers,
+/// an error) are kilobytes; a list of thousands of containers still fits.
+pub const ANSWER_LIMIT: usize = 16 * 1024 * 1024;
+
+/// The most of one message of a stream bollard decodes (a JSON line of a
+/// push, a classic build or a wait; a frame of a container's logs): 1 MiB.
+/// The engine splits log lines at 16 KiB and writes a build's output in
+/// chunks of at most 32 KiB; progress lines are shorter still.
+pub const STREAM_MESSAGE_LIMIT: usize = 1024 * 1024;
+
+/// The engine sent more than imgctl reads (see the module's limits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooMuch {
+    /// The engine's address (`unix:///var/run/docker.sock`).
+    pub address: String,
+    /// The request (`GET /v1.41/version`, without its query).
+    pub request: String,
+    /// The limit passed, in bytes.
+    pub limit: usize,
+    /// Whether it was one message of a stream (else a whole answer).
+    pub stream: bool,
+}
+
+impl fmt::Display for TooMuch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (address, request, size) = (&self.address, &self.request, size_text(self.limit));
+        if self.stream {
+            write!(f, "the Docker engine at {address} sent more than imgctl reads: a message of its stream for {request} passed {size}")
+        } else {
+            write!(f, "the Docker engine at {address} sent more than imgctl reads: its answer to {request} passed {size}")
+        }
+    }
+}
+
+impl std::error::Error for TooMuch {}
+
+/// `16 MiB`, `64 KiB`, `100 bytes`.
+fn size_text(bytes: usize) -> String {
+    if bytes >= 1024 * 1024 && bytes % (1024 * 1024) == 0 {
+        format!("{} MiB", bytes / (1024 * 1024))
+    } else if bytes >= 1024 && bytes % 1024 == 0 {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The last [`TooMuch`] this process's transport refused a read with.
+/// bollard's stream decoders keep only the words of a body's read error
+/// ("error reading a body from connection"), not its cause; this is where
+/// [`too_much`] finds it then. One process talks to one engine.
+static REFUSED: std::sync::Mutex<Option<TooMuch>> = std::sync::Mutex::new(None);
+
+/// hyper's words for a failed read of a body, which bollard's stream
+/// decoders keep without the cause.
+const BODY_READ_FAILED: &str = "error reading a body from connection";
+
+/// The [`TooMuch`] that ended `err`, if one did: it is somewhere in its
+/// source chain, inside an I/O error (whose `source` skips what it wraps);
+/// or, where bollard kept only the words of the failed read, the one this
+/// process's transport last refused a read with.
+pub fn too_much(err: &(dyn std::error::Error + 'static)) -> Option<TooMuch> {
+    let mut current = Some(err);
+    let mut body_read_failed = false;
+    while let Some(e) = current {
+        if let Some(t) = e.downcast_ref::<TooMuch>() {
+            return Some(t.clone());
+        }
+        // bollard's own I/O error is transparent: its source is past the
+        // io::Error it holds.
+        let io = match e.downcast_ref::<BollardError>() {
+            Some(BollardError::IOError { err }) => Some(err),
+            _ => e.downcast_ref::<io::Error>(),
+        };
+        let inner = io
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<TooMuch>());
+        if let Some(t) = inner {
+            return Some(t.clone());
+        }
+        body_read_failed |= e.to_string().contains(BODY_READ_FAILED);
+        current = e.source();
+    }
+    if body_read_failed {
+        return REFUSED.lock().ok()?.clone();
+    }
+    None
+}
+
+/// A bollard error in words, with the causes its `Display` leaves out
+/// (hyper's "error reading a body from connection" says nothing of why).
+pub fn words(err: &BollardError) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Where the engine listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Unix(PathBuf),
+    /// `host:port`.
+    Tcp(String),
+}
+
+/// A connection's IO, whichever socket it is.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// The transport: where to connect, the `Host` header, and the address for
+/// [`TooMuch`].
+#[derive(Debug)]
+struct Transport {
+    target: Target,
+    host: String,
+    address: String,
+}
+
+/// A bollard client for the engine at `address` (`unix://…`, `tcp://…`,
+/// `http://…`, as [`super::endpoint`] let through) whose responses are
+/// bounded (see the module). Without a port, a TCP address uses port 80, as
+/// bollard's own HTTP client does.
+pub fn connect(
+    address: &str,
+    timeout_s: u64,
+    version: &bollard::ClientVersion,
+) -> Result<bollard::Docker, BollardError> {
+    let (target, host) = if let Some(path) = address.strip_prefix("unix://") {
+        // As bollard's own unix client says when the socket is missing.
+        if !Path::new(path).exists() {
+            return Err(BollardError::SocketNotFoundError(path.to_string()));
+        }
+        (Target::Unix(PathBuf::from(path)), "localhost".to_string())
+    } else {
+        let rest = address
+            .strip_prefix("tcp://")
+            .or_else(|| address.strip_prefix("http://"))
+            .unwrap_or(address);
+        let authority = rest.split('/').next().unwrap_or_default();
+        let has_port = authority
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.is_empty() && !port.contains(']'));
+        let with_port = if has_port {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        (Target::Tcp(with_port.clone()), with_port)
+    };
+    let transport = Arc::new(Transport {
+        target,
+        host: host.clone(),
+        address: address.to_string(),
+    });
+    bollard::Docker::connect_with_custom_transport(
+        move |request: bollard::BollardRequest| {
+            let transport = Arc::clone(&transport);
+            async move { transport.send(request).await }
+        },
+        Some(format!("http://{host}")),
+        timeout_s,
+        version,
+    )
+}
+
+impl Transport {
+    async fn connect(&self) -> io::Result<Box<dyn Io>> {
+        Ok(match &self.target {
+            Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+            Target::Tcp(host) => Box::new(tokio::net::TcpStream::connect(host.as_str()).await?),
+        })
+    }
+
+    /// Sends `request` on a connection of its own; the response's body is
+    /// read through a [`Watched`] connection.
+    async fn send(
+        &self,
+        request: bollard::BollardRequest,
+    ) -> Result<Response<Incoming>, BollardError> {
+        let (mut parts, body) = request.into_parts();
+        let path = parts.uri.path().to_string();
+        let inspector = Inspector::new(
+            TooMuch {
+                address: self.address.clone(),
+                request: format!("{} {path}", parts.method),
+                limit: ANSWER_LIMIT,
+                stream: false,
+            },
+            rule_for(&parts.method, &path),
+            parts.method == Method::HEAD,
+        );
+        // The request line takes the path (origin form), not the whole URI.
+        let origin = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| "/".to_string(), |pq| pq.as_str().to_string());
+        parts.uri = hyper::Uri::builder()
+            .path_and_query(origin)
+            .build()
+            .map_err(BollardError::from)?;
+        if !parts.headers.contains_key(hyper::header::HOST) {
+            let host = hyper::header::HeaderValue::from_str(&self.host)
+                .map_err(|e| BollardError::from(hyper::http::Error::from(e)))?;
+            parts.headers.insert(hyper::header::HOST, host);
+        }
+        let io = Watched {
+            inner: self.connect().await?,
+            inspector,
+            failed: None,
+        };
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        Ok(sender
+            .send_request(Request::from_parts(parts, body))
+            .await?)
+    }
+}
+
+/// How a response's body is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Read whole by bollard: at most [`ANSWER_LIMIT`] in all.
+    Whole,
+    /// Newline-delimited messages, each at most [`STREAM_MESSAGE_LIMIT`].
+    Lines,
+    /// A container's multiplexed stdout/stderr frames (8-byte headers), or
+    /// lines where no header starts (bollard's reading), each at most
+    /// [`STREAM_MESSAGE_LIMIT`].
+    Frames,
+}
+
+/// The rule for the answer to `method path` (`/v1.41/…` or unversioned):
+/// the streams bollard decodes as they come are the build, a pull, a push,
+/// the events, a wait, stats, and a container's logs; everything else it
+/// reads whole. A stream imgctl starts to use (an export, an archive) must
+/// be added here, or its answer is refused past [`ANSWER_LIMIT`].
+fn rule_for(method: &Method, path: &str) -> Rule {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    let path = match path.split_once('/') {
+        Some((v, rest))
+            if v.strip_prefix('v').is_some_and(|n| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            }) =>
+        {
+            rest
+        }
+        _ => path,
+    };
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    match (method.as_str(), segments.as_slice()) {
+        ("POST", ["build"])
+        | ("POST", ["images", "create"])
+        | ("POST", ["images", .., "push"])
+        | ("GET", ["events"])
+        | ("POST", ["containers", _, "wait"])
+        | ("GET", ["containers", _, "stats"]) => Rule::Lines,
+        ("GET", ["containers", _, "logs"]) | ("POST", ["containers", _, "attach"]) => Rule::Frames,
+        _ => Rule::Whole,
+    }
+}
+
+/// A connection whose reads pass through an [`Inspector`]; past a limit
+/// every read fails with the [`TooMuch`].
+struct Watched<S> {
+    inner: S,
+    inspector: Inspector,
+    failed: Option<TooMuch>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(e) = &this.failed {
+            return Poll::Ready(Err(io::Error::other(e.clone())));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        if let Err(e) = this.inspector.feed(&buf.filled()[before..]) {
+            if let Ok(mut refused) = REFUSED.lock() {
+                *refused = Some(e.clone());
+            }
+            this.failed = Some(e.clone());
+            return Poll::Ready(Err(io::Error::other(e)));
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// The most of a response's head the inspector gathers; hyper refuses a
+/// longer one itself (its buffer is about 400 KiB).
+const HEAD_LIMIT: usize = 1024 * 1024;
+
+/// Follows the bytes of one HTTP/1.1 response (its head, then its body as
+/// framed by `Content-Length`, chunks or the connection's end) and counts
+/// its body by the request's [`Rule`]. What it does not understand it stops
+/// watching: hyper, reading the same bytes, refuses it then.
+struct Inspector {
+    /// The error to give, with the request (its limit and kind set later).
+    report: TooMuch,
+    rule: Rule,
+    head_request: bool,
+    phase: Phase,
+}
+
+enum Phase {
+    /// The head so far.
+    Head(Vec<u8>),
+    /// The body: how it is framed, and its count.
+    Body(Framing, Counter),
+    /// Not watched any more: no body, its end, an upgrade, or framing
+    /// hyper will refuse.
+    Pass,
+}
+
+enum Framing {
+    /// `Content-Length`: the bytes left.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked(Chunk),
+    /// Until the connection closes.
+    UntilClose,
+}
+
+/// Where a chunked body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// In a size line: the size so far, whether a digit came, whether an
+    /// extension (`;…`) started, and the line's length.
+    Size {
+        size: u64,
+        digit: bool,
+        extension: bool,
+        length: usize,
+    },
+    /// In a chunk's data: the bytes left.
+    Data(u64),
+    /// After a chunk's data, before its line end.
+    DataEnd,
+    /// In the trailers: the current line's length.
+    Trailer(usize),
+}
+
+const NEW_SIZE: Chunk = Chunk::Size {
+    size: 0,
+    digit: false,
+    extension: false,
+    length: 0,
+};
+
+/// The longest chunk-size or trailer line followed.
+const CHUNK_LINE_LIMIT: usize = 64 * 1024;
+
+/// A body's count, by its rule.
+enum Counter {
+    /// Bytes in all.
+    Whole(u64),
+    /// Bytes since the last newline.
+    Lines(u64),
+    /// Where the frames are.
+    Frames(Frame),
+}
+
+/// Where a multiplexed log stream is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// At a message's start.
+    Start,
+    /// In an 8-byte header: the bytes seen, and the length's 4 bytes.
+    Header(u8, [u8; 4]),
+    /// In a frame's payload: the bytes left.
+    Payload(u64),
+    /// In a line without a header (its first byte is not a stream number):
+    /// its bytes so far.
+    Console(u64),
+}
+
+impl Inspector {
+    fn new(report: TooMuch, rule: Rule, head_request: bool) -> Self {
+        Self {
+            report,
+            rule,
+            head_request,
+            phase: Phase::Head(Vec::new()),
+        }
+    }
+
+    /// Follows `bytes`, the next ones read from the connection.
+    fn feed(&mut self, mut bytes: &[u8]) -> Result<(), TooMuch> {
+        while !bytes.is_empty() {
+            match &mut self.phase {
+                Phase::Pass => return Ok(()),
+                Phase::Head(head) => {
+                    let from = head.len().saturating_sub(3);
+                    head.extend_from_slice(bytes);
+                    bytes = &[];
+                    let Some(end) = head[from..]
+                        .windows(4)
+                        .position(|w| w == b"\r\n\r\n")
+                        .map(|i| from + i + 4)
+                    else {
+                        if head.len() > HEAD_LIMIT {
+                            self.phase = Phase::Pass;
+                        }
+                        continue;
+                    };
+                    let head = std::mem::take(head);
+                    self.phase = self.after_head(&head[..end]);
+                    // What followed the head is the body (or the next head).
+                    self.feed(&head[end..])?;
+                }
+                Phase::Body(framing, counter) => {
+                    let stream = !matches!(counter, Counter::Whole(_));
+                    let limit = if stream {
+                        STREAM_MESSAGE_LIMIT
+                    } else {
+                        ANSWER_LIMIT
+                    };
+                    let over = |report: &TooMuch| TooMuch {
+                        limit,
+                        stream,
+                        ..report.clone()
+                    };
+                    match framing {
+                        Framing::UntilClose => {
+                            counter
+                                .count(bytes, limit as u64)
+                                .map_err(|()| over(&self.report))?;
+                            bytes = &[];
+                        }
+                        Framing::Length(left) => {
+                            let take = (*left).min(bytes.len() as u64) as usize;
+                            counter
+                                .count(&bytes[..take], limit as u64)
+                                .map_err(|()| over(&self.report))?;
+                            *left -= take as u64;
+                            bytes = &bytes[take..];
+                            if *left == 0 {
+                                self.phase = Phase::Pass;
+                            }
+                        }
+                        Framing::Chunked(chunk) => match *chunk {
+                            Chunk::Data(left) => {
+                                let take = left.min(bytes.len() as u64) as usize;
+                                counter
+                                    .count(&bytes[..take], limit as u64)
+                                    .map_err(|()| over(&self.report))?;
+                                bytes = &bytes[take..];
+                                *chunk = if left == take as u64 {
+                                    Chunk::DataEnd
+                                } else {
+                                    Chunk::Data(left - take as u64)
+                                };
+                            }
+                            _ => {
+                                let next = step_chunk(*chunk, bytes[0]);
+                                bytes = &bytes[1..];
+                                match next {
+                                    Some(next) => *chunk = next,
+                                    // The body's end, or framing hyper refuses.
+                                    None => self.phase = Phase::Pass,
+                                }
+                            }
+                        },
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The phase after a response's `head` (its status line and headers,
+    /// blank line included).
+    fn after_head(&self, head: &[u8]) -> Phase {
+        let mut headers = [httparse::EMPTY_HEADER; 128];
+        let mut response = httparse::Response::new(&mut headers);
+        let Ok(httparse::Status::Complete(_)) = response.parse(head) else {
+            return Phase::Pass;
+        };
+        let Some(code) = response.code else {
+            return Phase::Pass;
+        };
+        match code {
+            // An upgrade: the connection is no longer HTTP.
+            101 => return Phase::Pass,
+            // An interim answer (100 Continue): the real head follows.
+            100..=199 => return Phase::Head(Vec::new()),
+            204 | 304 => return Phase::Pass,
+            _ if self.head_request => return Phase::Pass,
+            _ => {}
+        }
+        let header = |name: &str| {
+            response
+                .headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        };
+        let chunked = header("transfer-encoding")
+            .iter()
+            .flat_map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .last()
+            .is_some_and(|coding| coding == "chunked");
+        let framing = if chunked {
+            Framing::Chunked(NEW_SIZE)
+        } else if let Some(length) = header("content-length").first() {
+            match length.parse::<u64>() {
+                Ok(0) => return Phase::Pass,
+                Ok(n) => Framing::Length(n),
+                Err(_) => return Phase::Pass,
+            }
+        } else {
+            Framing::UntilClose
+        };
+        // An error's body is read whole, whatever the request.
+        let rule = if (200..300).contains(&code) {
+            self.rule
+        } else {
+            Rule::Whole
+        };
+        let counter = match rule {
+            Rule::Whole => Counter::Whole(0),
+            Rule::Lines => Counter::Lines(0),
+            Rule::Frames => Counter::Frames(Frame::Start),
+        };
+        Phase::Body(framing, counter)
+    }
+}
+
+/// The chunked body's state after `byte` (outside chunk data); `None` at
+/// the body's end or on framing hyper refuses.
+fn step_chunk(chunk: Chunk, byte: u8) -> Option<Chunk> {
+    match chunk {
+        Chunk::Size {
+            size,
+            digit,
+            extension,
+            length,
+        } => {
+            if length > CHUNK_LINE_LIMIT {
+                return None;
+            }
+            let length = length + 1;
+            match byte {
+                b'\n' if !digit => None,
+                b'\n' if size == 0 => Some(Chunk::Trailer(0)),
+                b'\n' => Some(Chunk::Data(size)),
+                b'\r' => Some(Chunk::Size {
+                    size,
+                    digit,
+                    extension,
+                    length,
+                }),
+                _ if extension => Some(Chunk::Size {
+                    size,
+                    digit,
+                    extension,
+                    length,
+                }),
+                b';' | b' ' | b'\t' if digit => Some(Chunk::Size {
+                    size,
+                    digit,
+                    extension: true,
+                    length,
+                }),
+                _ => {
+                    let value = (byte as char).to_digit(16)?;
+                    let size = size.checked_mul(16)?.checked_add(u64::from(value))?;
+                    Some(Chunk::Size {
+                        size,
+                        digit: true,
+                        extension,
+                        length,
+                    })
+                }
+            }
+        }
+        Chunk::DataEnd => match byte {
+            b'\r' => Some(Chunk::DataEnd),
+            b'\n' => Some(NEW_SIZE),
+            _ => None,
+        },
+        Chunk::Trailer(length) => match byte {
+            // An empty line ends the trailers, and the body.
+            b'\n' if length == 0 => None,
+            b'\n' => Some(Chunk::Trailer(0)),
+            b'\r' => Some(Chunk::Trailer(length)),
+            _ if length > CHUNK_LINE_LIMIT => None,
+            _ => Some(Chunk::Trailer(length + 1)),
+        },
+        // Data is counted by the caller.
+        Chunk::Data(_) => Some(chunk),
+    }
+}
+
+impl Counter {
+    /// Counts `bytes` of the body; `Err` past `limit`.
+    fn count(&mut self, bytes: &[u8], limit: u64) -> Result<(), ()> {
+        match self {
+            Counter::Whole(seen) => {
+                *seen += bytes.len() as u64;
+                if *seen > limit {
+                    return Err(());
+                }
+            }
+            Counter::Lines(since) => {
+                *since = match bytes.iter().rposition(|b| *b == b'\n') {
+                    Some(i) => (bytes.len() - i - 1) as u64,
+                    None => *since + bytes.len() as u64,
+                };
+                if *since > limit {
+                    return Err(());
+                }
+            }
+            Counter::Frames(frame) => {
+                let mut bytes = bytes;
+                while !bytes.is_empty() {
+                    match *frame {
+                        // bollard reads a first byte past 2 (no stream
+                        // number) as the start of a line without a header.
+                        Frame::Start if bytes[0] > 2 => *frame = Frame::Console(0),
+                        Frame::Start => *frame = Frame::Header(0, [0; 4]),
+                        Frame::Header(seen, mut length) => {
+                            if seen >= 4 {
+                                length[usize::from(seen) - 4] = bytes[0];
+                            }
+                            bytes = &bytes[1..];
+                            *frame = if seen + 1 < 8 {
+                                Frame::Header(seen + 1, length)
+                            } else {
+                                match u64::from(u32::from_be_bytes(length)) {
+                                    n if n > limit => return Err(()),
+                                    0 => Frame::Start,
+                                    n => Frame::Payload(n),
+                                }
+                            };
+                        }
+                        Frame::Payload(left) => {
+                            let take = left.min(bytes.len() as u64);
+                            bytes = &bytes[take as usize..];
+                            *frame = if take == left {
+                                Frame::Start
+                            } else {
+                                Frame::Payload(left - take)
+                            };
+                        }
+                        Frame::Console(seen) => match bytes.iter().position(|b| *b == b'\n') {
+                            Some(i) => {
+                                if seen + i as u64 + 1 > limit {
+                                    return Err(());
+                                }
+                                bytes = &bytes[i + 1..];
+                                *frame = Frame::Start;
+                            }
+                            None => {
+                                let seen = seen + bytes.len() as u64;
+                                if seen > limit {
+                                    return Err(());
+                                }
+                                bytes = &[];
+                                *frame = Frame::Console(seen);
+                            }
+                        },
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inspector(method: Method, path: &str) -> Inspector {
+        Inspector::new(
+            TooMuch {
+                address: "unix:///x.sock".into(),
+                request: format!("{method} {path}"),
+                limit: ANSWER_LIMIT,
+                stream: false,
+            },
+            rule_for(&method, path),
+            method == Method::HEAD,
+        )
+    }
+
+    /// Feeds `bytes` in pieces of `step`; the first error, if any.
+    fn feed(i: &mut Inspector, bytes: &[u8], step: usize) -> Result<(), TooMuch> {
+        for piece in bytes.chunks(step) {
+            i.feed(piece)?;
+        }
+        Ok(())
+    }
+
+    fn chunked(body: &[u8], chunk: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for piece in body.chunks(chunk) {
+            out.extend_from_slice(format!("{:x};ext=1\r\n", piece.len()).as_bytes());
+            out.extend_from_slice(piece);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\nX-Trailer: t\r\n\r\n");
+        out
+    }
+
+    const CHUNKED: &str =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+    #[test]
+    fn requests_get_the_rule_of_how_bollard_reads_their_answer() {
+        let rule = |m: Method, p: &str| rule_for(&m, p);
+        assert_eq!(rule(Method::GET, "/v1.41/version"), Rule::Whole);
+        assert_eq!(rule(Method::GET, "/_ping"), Rule::Whole);
+        assert_eq!(rule(Method::GET, "/v1.41/images/a/b:c/json"), Rule::Whole);
+        assert_eq!(rule(Method::POST, "/v1.41/build"), Rule::Lines);
+        assert_eq!(
+            rule(Method::POST, "/v1.41/images/localhost:5000/a/b/push"),
+            Rule::Lines
+        );
+        assert_eq!(rule(Method::POST, "/containers/abc/wait"), Rule::Lines);
+        assert_eq!(
+            rule(Method::GET, "/v1.53/containers/abc/logs"),
+            Rule::Frames
+        );
+        assert_eq!(rule(Method::GET, "/v1.41/containers/json"), Rule::Whole);
+        // A wait is a POST; a GET of the same path is read whole.
+        assert_eq!(rule(Method::GET, "/containers/abc/wait"), Rule::Whole);
+    }
+
+    #[test]
+    fn a_whole_answer_passes_up_to_its_limit_in_every_framing() {
+        let body = vec![b'x'; ANSWER_LIMIT];
+        for step in [1 << 16, 7919] {
+            // Content-Length, exactly at the limit: nothing to say.
+            let mut i = inspector(Method::GET, "/v1.41/version");
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+            feed(&mut i, &[head.as_bytes(), &body].concat(), step).unwrap();
+            // Chunked, at the limit, then one byte past it.
+            let mut i = inspector(Method::GET, "/v1.41/version");
+            feed(
+                &mut i,
+                &[CHUNKED.as_bytes(), &chunked(&body, 40000)].concat(),
+                step,
+            )
+            .unwrap();
+            let mut i = inspector(Method::GET, "/v1.41/version");
+            let over = [
+                CHUNKED.as_bytes(),
+                &chunked(&[&body[..], b"y"].concat(), 40000),
+            ]
+            .concat();
+            let e = feed(&mut i, &over, step).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "the Docker engine at unix:///x.sock sent more than imgctl reads: its answer to GET /v1.41/version passed 16 MiB"
+            );
+            // Until the connection closes.
+            let mut i = inspector(Method::GET, "/v1.41/version");
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n";
+            assert!(feed(&mut i, &[head.as_bytes(), &body, b"y"].concat(), step).is_err());
+        }
+    }
+
+    #[test]
+    fn an_error_answer_is_read_whole_even_for_a_stream() {
+        let mut i = inspector(Method::POST, "/v1.41/build");
+        let head = "HTTP/1.1 500 Internal Server Error\r\n\r\n";
+        let body = "line\n".repeat(ANSWER_LIMIT / 5 + 1);
+        assert!(
+            !feed(
+                &mut i,
+                &[head.as_bytes(), body.as_bytes()].concat(),
+                1 << 16
+            )
+            .unwrap_err()
+            .stream
+        );
+    }
+
+    #[test]
+    fn a_stream_runs_on_while_each_message_stays_under_its_limit() {
+        // 32 MiB of lines: more than any answer, and fine.
+        let mut i = inspector(Method::POST, "/v1.41/images/a/push");
+        let line = format!("{{\"status\":\"{}\"}}\n", "p".repeat(1000));
+        let body = line.repeat(32 * 1024 * 1024 / line.len());
+        feed(
+            &mut i,
+            &[CHUNKED.as_bytes(), &chunked(body.as_bytes(), 30000)].concat(),
+            1 << 16,
+        )
+        .unwrap();
+        // One line without an end: refused past 1 MiB, however it is chunked.
+        let mut i = inspector(Method::POST, "/v1.41/build");
+        let endless = vec![b'x'; STREAM_MESSAGE_LIMIT + 1];
+        let e = feed(
+            &mut i,
+            &[CHUNKED.as_bytes(), &chunked(&endless, 100)].concat(),
+            4096,
+        )
+        .unwrap_err();
+        assert!(e.stream);
+        assert!(
+            e.to_string()
+                .ends_with("a message of its stream for POST /v1.41/build passed 1 MiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn log_frames_are_bounded_by_their_length_not_their_count() {
+        let frame = |stream: u8, payload: &[u8]| {
+            let mut f = vec![stream, 0, 0, 0];
+            f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+            f.extend_from_slice(payload);
+            f
+        };
+        let mut body = Vec::new();
+        for _ in 0..3000 {
+            body.extend(frame(1, &[b'o'; 16 * 1024]));
+            body.extend(frame(2, b"line with a newline\n"));
+        }
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n";
+        let mut i = inspector(Method::GET, "/v1.41/containers/abc/logs");
+        feed(&mut i, &[head.as_bytes(), &body].concat(), 5000).unwrap();
+        // A header announcing 4 GiB is refused at once.
+        let mut i = inspector(Method::GET, "/v1.41/containers/abc/logs");
+        let huge = [2, 0, 0, 0, 0xff, 0xff, 0xff, 0xff];
+        assert!(
+            feed(&mut i, &[head.as_bytes(), &huge].concat(), 3)
+                .unwrap_err()
+                .stream
+        );
+        // Text without headers: lines, each bounded.
+        let mut i = inspector(Method::GET, "/v1.41/containers/abc/logs");
+        let text = [head.as_bytes(), &vec![b'a'; STREAM_MESSAGE_LIMIT + 1]].concat();
+        assert!(feed(&mut i, &text, 4096).is_err());
+    }
+
+    #[test]
+    fn upgrades_no_content_and_head_answers_are_not_watched() {
+        let endless = vec![b'x'; ANSWER_LIMIT + 1];
+        let mut i = inspector(Method::POST, "/session");
+        let head = "HTTP/1.1 101 UPGRADED\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+        feed(&mut i, &[head.as_bytes(), &endless].concat(), 1 << 16).unwrap();
+        let mut i = inspector(Method::HEAD, "/_ping");
+        feed(
+            &mut i,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n",
+            7,
+        )
+        .unwrap();
+        // An interim answer, then the real one, which is watched.
+        let mut i = inspector(Method::GET, "/v1.41/version");
+        let head = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+        assert!(feed(&mut i, &[head.as_bytes(), &endless].concat(), 1 << 16).is_err());
+        // After its Content-Length, a body is done.
+        let mut i = inspector(Method::GET, "/v1.41/version");
+        feed(
+            &mut i,
+            &[
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".as_slice(),
+                &endless,
+            ]
+            .concat(),
+            1 << 16,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn the_cause_survives_in_the_error_chain() {
+        let t = TooMuch {
+            address: "unix:///x.sock".into(),
+            request: "GET /v1.41/version".into(),
+            limit: ANSWER_LIMIT,
+            stream: false,
+        };
+        let err = BollardError::from(io::Error::other(t.clone()));
+        assert_eq!(too_much(&err), Some(t.clone()));
+        assert!(words(&err).ends_with("passed 16 MiB"), "{}", words(&err));
+        let other = BollardError::from(io::Error::other("nope"));
+        assert_eq!(too_much(&other), None);
+        assert_eq!(size_text(64 * 1024), "64 KiB");
+        assert_eq!(size_text(1000), "1000 bytes");
+    }
+}
