@@ -419,19 +419,6 @@ fn merge(base: &mut serde_yaml::Value, over: serde_yaml::Value) {
     }
 }
 
-/// Refuses YAML whose brackets nest deeper than a spec's may
-/// ([`crate::spec::limits::MAX_NESTING`]) before libyaml sees it: its
-/// scanner is quadratic in the depth (100,000 brackets cost 27 s of CPU).
-pub fn nesting_ok(text: &str) -> Result<(), String> {
-    use crate::spec::limits::{flow_depth_exceeds, MAX_NESTING};
-    match flow_depth_exceeds(text, MAX_NESTING) {
-        Some((line, column)) => Err(format!(
-            "line {line} column {column}: brackets nest deeper than {MAX_NESTING} levels"
-        )),
-        None => Ok(()),
-    }
-}
-
 fn config_error(source: &str, e: impl std::fmt::Display) -> anyhow::Error {
     TrainConfigError::File {
         file: source.to_string(),
@@ -458,7 +445,7 @@ impl TrainConfig {
         source: &str,
         preset_from_flag: bool,
     ) -> anyhow::Result<()> {
-        nesting_ok(text).map_err(|e| config_error(source, e))?;
+        crate::spec::limits::nesting_ok(text).map_err(|e| config_error(source, e))?;
         let doc: serde_yaml::Value =
             serde_yaml::from_str(text).map_err(|e| config_error(source, e))?;
         let mut map = match doc {

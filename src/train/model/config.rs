@@ -297,7 +297,7 @@ impl UNetConfig {
     /// Parses a YAML model config (strict: unknown fields are an error naming
     /// the field path). `source` names the input in errors.
     pub fn from_yaml_str(text: &str, source: &str) -> anyhow::Result<Self> {
-        crate::train::config::nesting_ok(text).map_err(|error| ModelConfigError::Yaml {
+        crate::spec::limits::nesting_ok(text).map_err(|error| ModelConfigError::Yaml {
             file: source.to_string(),
             error,
         })?;

@@ -139,7 +139,7 @@ pub fn read_metadata(path: &Path) -> anyhow::Result<HashMap<String, String>> {
 /// Reads a weights file whole: a regular file no larger than the host's
 /// available memory (a FIFO or /dev/zero in its place is refused at once).
 fn read_file(path: &Path) -> anyhow::Result<Vec<u8>> {
-    let max = crate::train::budget::host_available_bytes().unwrap_or(u64::MAX);
+    let max = crate::train::memory::host_available_bytes().unwrap_or(u64::MAX);
     crate::sys::fs::read_regular(path, max).map_err(|error| {
         WeightsError::Read {
             path: path.to_path_buf(),
