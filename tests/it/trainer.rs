@@ -1809,12 +1809,10 @@ fn settings_beyond_the_host_are_refused_with_the_largest_that_fits() {
         "{line}"
     );
     assert!(line.contains(" fits (or sample_size "), "{line}");
-    let c = config("size.yaml", "model:\n  sample_size: 100000\n");
+    // 4096 is the largest sample size a model may have (model::config::MAX_SAMPLE_SIZE).
+    let c = config("size.yaml", "model:\n  sample_size: 4096\n");
     let line = first_line(&train(&out, &["--steps", "1", "--config", &c], &[]), 2);
-    assert!(
-        line.contains("at sample_size 100000 needs about "),
-        "{line}"
-    );
+    assert!(line.contains("at sample_size 4096 needs about "), "{line}");
     assert!(line.contains("; at most sample_size "), "{line}");
     let c = config("syn.yaml", "training:\n  synthetic_images: 1000000000000\n");
     let line = first_line(&train(&out, &["--steps", "1", "--config", &c], &[]), 2);
