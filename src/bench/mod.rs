@@ -22,6 +22,7 @@ use tch::Device;
 use crate::output::printer;
 use crate::sys::cudart::CudaRuntime;
 use crate::train::config::Precision;
+use crate::train::data::Loader;
 use crate::train::session::{self, RunOptions};
 use crate::train::sync::GradSync;
 use crate::train::trainer::{self, Trainer};
@@ -258,6 +259,7 @@ pub struct BenchReport {
     pub last_loss: f64,
 }
 
+/// The device as the report names it (`cpu`, `cuda:N`).
 fn device_label(d: Device) -> String {
     match d {
         Device::Cpu => "cpu".into(),
@@ -276,6 +278,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Waits for the device's queued work (CUDA; nothing on the CPU).
 fn sync(d: Device) {
     if let Device::Cuda(i) = d {
         tch::Cuda::synchronize(i as i64);
@@ -286,61 +289,121 @@ fn sync(d: Device) {
 /// it; rank 0's report is the one to print).
 pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Result<BenchReport> {
     let run = &opts.run;
-    let device = run.device;
-    let cfg = run.config.clone();
-    // The preflight of a run, without its output directory (a benchmark writes nothing).
-    let data = session::check_inputs(run, false, sync_impl.world_size())?;
-    let backend = sync_backend_label(sync_impl.as_ref(), device);
-    let rt = match device {
-        Device::Cuda(i) => {
-            let rt = CudaRuntime::locate()?;
-            // cudaMemGetInfo reads the calling thread's current device, which
-            // torch leaves at 0 (its device guards restore it after each op):
-            // make it the benchmarked one, or `--device cuda:1` reports GPU 0.
-            rt.set_device(i)?;
-            Some(rt)
-        }
-        _ => None,
-    };
-    let used = |rt: &CudaRuntime| rt.mem_get_info().map(|(free, total)| (total - free, total));
-    let baseline = rt.as_ref().map(used).transpose()?;
+    let backend = sync_backend_label(sync_impl.as_ref(), run.device);
+    // The session of a run, without its output directory (a benchmark writes
+    // nothing) or a checkpoint; the GPU's memory is read before the model.
+    let (session, gpu) = session::start(run, false, None, sync_impl, || Gpu::open(run.device))?;
+    let mut trainer = session.trainer;
+    let mut loader = session::start_loader(&trainer, Arc::new(session.data));
+    let mut step = |trainer: &mut Trainer| bench_step(&mut loader, trainer);
 
-    let mut trainer = session::new_trainer(run, sync_impl)?;
-    session::initial_weights(&mut trainer, None)?;
-    let world = trainer.world_size();
-    let tr = &cfg.training;
-    let mut loader = session::start_loader(&trainer, Arc::new(data));
-    let mut last_loss = f64::NAN;
-    let mut step = |trainer: &mut Trainer| -> anyhow::Result<(f64, trainer::StepStats)> {
-        let t = Instant::now();
-        let batch = loader
-            .next_batch()
-            .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
-        let data_s = t.elapsed().as_secs_f64();
-        let stats = trainer.train_step(&batch)?;
-        Ok((data_s, stats))
-    };
+    let timed = timed_steps(opts, &mut trainer, &mut step, &gpu)?;
+    let comparison = checkpointing_comparison(opts, &mut trainer, &mut step)?;
+    let profiled = profiled_steps(opts.profile_steps, &mut trainer, &mut step)?;
+    // On demand, a Chrome trace of a few more steps (not timed above).
+    trace_if_asked(run.device, &mut trainer, &mut step)?;
+    drop(loader);
+    report(opts, &trainer, &gpu, backend, timed, comparison, profiled)
+}
 
+/// A benchmark step ([`bench_step`] over this rank's loader): the seconds
+/// waited for the batch, and the step's stats.
+type Step<'a> = dyn FnMut(&mut Trainer) -> anyhow::Result<(f64, trainer::StepStats)> + 'a;
+
+/// One training step exactly as a run takes it, on the next batch of
+/// `loader`: the seconds waited for the batch, and the step's stats.
+fn bench_step(
+    loader: &mut Loader,
+    trainer: &mut Trainer,
+) -> anyhow::Result<(f64, trainer::StepStats)> {
+    let t = Instant::now();
+    let batch = loader
+        .next_batch()
+        .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
+    let data_s = t.elapsed().as_secs_f64();
+    let stats = trainer.train_step(&batch)?;
+    Ok((data_s, stats))
+}
+
+/// The benchmarked GPU's CUDA runtime, and the memory in use on it (used,
+/// total) before the model is built; both `None` on the CPU.
+struct Gpu {
+    /// The CUDA runtime, its current device the benchmarked one.
+    rt: Option<CudaRuntime>,
+    /// Used and total bytes before the model.
+    baseline: Option<(u64, u64)>,
+}
+
+impl Gpu {
+    /// Locates the CUDA runtime of `device` and reads the memory in use.
+    fn open(device: Device) -> anyhow::Result<Self> {
+        let rt = match device {
+            Device::Cuda(i) => {
+                let rt = CudaRuntime::locate()?;
+                // cudaMemGetInfo reads the calling thread's current device, which
+                // torch leaves at 0 (its device guards restore it after each op):
+                // make it the benchmarked one, or `--device cuda:1` reports GPU 0.
+                rt.set_device(i)?;
+                Some(rt)
+            }
+            _ => None,
+        };
+        let baseline = rt.as_ref().map(used_memory).transpose()?;
+        Ok(Self { rt, baseline })
+    }
+}
+
+/// The device's used (total − free) and total bytes (cudaMemGetInfo).
+fn used_memory(rt: &CudaRuntime) -> anyhow::Result<(u64, u64)> {
+    rt.mem_get_info().map(|(free, total)| (total - free, total))
+}
+
+/// What the warm-up and timed steps measured.
+struct Timed {
+    /// Wall seconds of each timed step.
+    walls: Vec<f64>,
+    /// Seconds of all the timed steps, synchronised at both ends.
+    elapsed: f64,
+    /// Peak device memory in use after a timed step (cudaMemGetInfo).
+    peak_used: u64,
+    /// torch's allocator peaks at the end of the timed steps (CUDA).
+    torch_peaks: Option<crate::sys::torch_ext::AllocatorStats>,
+    /// The timed steps' memory over the model's.
+    step_memory: Option<StepMemory>,
+    /// The loss of the last timed step (NaN for none).
+    last_loss: f64,
+}
+
+/// The warm-up steps, then the timed steps run exactly as in training, with
+/// the device memory sampled after each and their own memory peaks.
+fn timed_steps(
+    opts: &BenchOptions,
+    trainer: &mut Trainer,
+    step: &mut Step<'_>,
+    gpu: &Gpu,
+) -> anyhow::Result<Timed> {
+    let device = opts.run.device;
     if device == Device::Cpu {
         host_memory::exact_accounting();
     }
     for _ in 0..opts.warmup {
-        step(&mut trainer)?;
+        step(trainer)?;
     }
     sync(device);
     // The timed steps' own peaks, as the PyTorch reference resets them.
     let probe = MemProbe::of(device);
     let before_steps = probe.start();
     let mut walls = Vec::with_capacity(opts.steps as usize);
-    let mut peak_used = baseline.map_or(0, |b| b.0);
+    let mut peak_used = gpu.baseline.map_or(0, |b| b.0);
+    let mut last_loss = f64::NAN;
     let t0 = Instant::now();
     for _ in 0..opts.steps {
         let t = Instant::now();
-        let (_, s) = step(&mut trainer)?;
+        let (_, s) = step(trainer)?;
         walls.push(t.elapsed().as_secs_f64());
         last_loss = s.loss;
-        if let Some(rt) = &rt {
-            peak_used = peak_used.max(used(rt)?.0);
+        if let Some(rt) = &gpu.rt {
+            peak_used = peak_used.max(used_memory(rt)?.0);
         }
     }
     sync(device);
@@ -351,58 +414,73 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             .flatten(),
         _ => None,
     };
-    let step_memory = probe.step_memory(before_steps, tr.batch_size);
-    let comparison = if tr.gradient_checkpointing {
-        let setup = checkpointing::Setup {
-            device,
-            global_batch: tr.batch_size * world,
-            batch_per_rank: tr.batch_size,
-            steps_per_round: checkpointing::steps_per_round(opts.steps),
-        };
-        if trainer.rank() == 0 {
-            printer().info(format!(
-                "benchmark: gradient checkpointing off against on, {} rounds of {} timed steps each",
-                checkpointing::ROUNDS,
-                setup.steps_per_round
-            ));
-        }
-        Some(checkpointing::compare(&mut trainer, &mut step, setup)?)
-    } else {
-        None
-    };
+    let step_memory = probe.step_memory(before_steps, opts.run.config.training.batch_size);
+    Ok(Timed {
+        walls,
+        elapsed,
+        peak_used,
+        torch_peaks,
+        step_memory,
+        last_loss,
+    })
+}
 
+/// With `--gradient-checkpointing`: its rounds against the same steps
+/// without it ([`checkpointing::compare`]; rank 0 says so); `None` otherwise.
+fn checkpointing_comparison(
+    opts: &BenchOptions,
+    trainer: &mut Trainer,
+    step: &mut Step<'_>,
+) -> anyhow::Result<Option<checkpointing::Comparison>> {
+    let tr = &opts.run.config.training;
+    if !tr.gradient_checkpointing {
+        return Ok(None);
+    }
+    let setup = checkpointing::Setup {
+        device: opts.run.device,
+        global_batch: tr.batch_size * trainer.world_size(),
+        batch_per_rank: tr.batch_size,
+        steps_per_round: checkpointing::steps_per_round(opts.steps),
+    };
+    if trainer.rank() == 0 {
+        printer().info(format!(
+            "benchmark: gradient checkpointing off against on, {} rounds of {} timed steps each",
+            checkpointing::ROUNDS,
+            setup.steps_per_round
+        ));
+    }
+    Ok(Some(checkpointing::compare(trainer, step, setup)?))
+}
+
+/// What the profiled steps measured.
+struct Profiled {
+    /// Mean milliseconds per phase.
+    breakdown: Breakdown,
+    /// The loss of the last profiled step, if there was one.
+    last_loss: Option<f64>,
+}
+
+/// `steps` profiled steps, which synchronise the device between phases, for
+/// the step-time breakdown.
+fn profiled_steps(
+    steps: u64,
+    trainer: &mut Trainer,
+    step: &mut Step<'_>,
+) -> anyhow::Result<Profiled> {
     trainer.profile = true;
     let mut acc = [0.0f64; 5];
-    for _ in 0..opts.profile_steps {
-        let (data_s, s) = step(&mut trainer)?;
+    let mut last_loss = None;
+    for _ in 0..steps {
+        let (data_s, s) = step(trainer)?;
         acc[0] += data_s;
         acc[1] += s.times.forward;
         acc[2] += s.times.backward;
         acc[3] += s.times.grad_sync;
         acc[4] += s.times.optimizer;
-        last_loss = s.loss;
+        last_loss = Some(s.loss);
     }
     trainer.profile = false;
-    // On demand, a Chrome trace of a few more steps (not timed above).
-    if let Some(path) = std::env::var_os(crate::env_vars::IMGCTL_PROFILE_TRACE) {
-        let path = std::path::PathBuf::from(path);
-        crate::sys::torch_ext::profile_to_trace(&path, device.is_cuda(), || {
-            for _ in 0..TRACE_STEPS {
-                step(&mut trainer)?;
-            }
-            sync(device);
-            Ok(())
-        })?;
-        printer().info(format!(
-            "profile: {TRACE_STEPS} steps traced to {} (summary: python3 scripts/trace_summary.py {})",
-            path.display(),
-            path.display()
-        ));
-    }
-    drop(loader);
-    let sync_stats = trainer.sync_stats();
-
-    let n = opts.profile_steps.max(1) as f64;
+    let n = steps.max(1) as f64;
     let ms = |v: f64| v / n * 1e3;
     let breakdown = Breakdown {
         data: ms(acc[0]),
@@ -411,24 +489,54 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         all_reduce: ms(acc[3]),
         optimizer: ms(acc[4]),
         total: ms(acc.iter().sum()),
-        steps: opts.profile_steps,
+        steps,
     };
-    let global_batch = tr.batch_size * world;
-    let img_per_s = if elapsed > 0.0 {
-        (global_batch as f64 * opts.steps as f64) / elapsed
-    } else {
-        0.0
+    Ok(Profiled {
+        breakdown,
+        last_loss,
+    })
+}
+
+/// Under `IMGCTL_PROFILE_TRACE`, a Chrome trace of [`TRACE_STEPS`] more
+/// steps to that file (said on stderr); nothing otherwise.
+fn trace_if_asked(
+    device: Device,
+    trainer: &mut Trainer,
+    step: &mut Step<'_>,
+) -> anyhow::Result<()> {
+    let Some(path) = std::env::var_os(crate::env_vars::IMGCTL_PROFILE_TRACE) else {
+        return Ok(());
     };
-    let per_device = img_per_s / world as f64;
-    let flops_per_image = cfg.model.train_flops_per_image();
+    let path = std::path::PathBuf::from(path);
+    crate::sys::torch_ext::profile_to_trace(&path, device.is_cuda(), || {
+        for _ in 0..TRACE_STEPS {
+            step(trainer)?;
+        }
+        sync(device);
+        Ok(())
+    })?;
+    printer().info(format!(
+        "profile: {TRACE_STEPS} steps traced to {} (summary: python3 scripts/trace_summary.py {})",
+        path.display(),
+        path.display()
+    ));
+    Ok(())
+}
+
+/// The FLOPs of `per_device` images per second per device, and the MFU
+/// against the datasheet peak of `device_name` in `precision` where imgctl
+/// knows one (a note says why not otherwise).
+fn flops(
+    device: Device,
+    device_name: &str,
+    precision: Precision,
+    per_device: f64,
+    flops_per_image: f64,
+) -> Flops {
     let achieved = per_device * flops_per_image / 1e12;
-    let device_name = match (&rt, device) {
-        (Some(rt), Device::Cuda(i)) => rt.device_name(i).unwrap_or_else(|_| "unknown GPU".into()),
-        _ => "cpu".into(),
-    };
-    let flops = match (device, peak::lookup(&device_name)) {
+    match (device, peak::lookup(device_name)) {
         (Device::Cuda(_), Some(p)) => {
-            let (peak, kind) = peak::peak_for(p, run.precision);
+            let (peak, kind) = peak::peak_for(p, precision);
             Flops {
                 train_flops_per_image: flops_per_image,
                 achieved_tflops_per_device: achieved,
@@ -459,11 +567,49 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             mfu: None,
             mfu_note: Some("n/a on the CPU (no datasheet peak)".into()),
         },
+    }
+}
+
+/// This rank's [`BenchReport`] from what its steps measured.
+fn report(
+    opts: &BenchOptions,
+    trainer: &Trainer,
+    gpu: &Gpu,
+    backend: String,
+    timed: Timed,
+    comparison: Option<checkpointing::Comparison>,
+    profiled: Profiled,
+) -> anyhow::Result<BenchReport> {
+    let run = &opts.run;
+    let device = run.device;
+    let cfg = &run.config;
+    let tr = &cfg.training;
+    let world = trainer.world_size();
+    let sync_stats = trainer.sync_stats();
+    let breakdown = profiled.breakdown;
+    let global_batch = tr.batch_size * world;
+    let img_per_s = if timed.elapsed > 0.0 {
+        (global_batch as f64 * opts.steps as f64) / timed.elapsed
+    } else {
+        0.0
     };
-    let memory = match (baseline, &rt) {
+    let per_device = img_per_s / world as f64;
+    let device_name = match (&gpu.rt, device) {
+        (Some(rt), Device::Cuda(i)) => rt.device_name(i).unwrap_or_else(|_| "unknown GPU".into()),
+        _ => "cpu".into(),
+    };
+    let flops = flops(
+        device,
+        &device_name,
+        run.precision,
+        per_device,
+        cfg.model.train_flops_per_image(),
+    );
+    let torch_peaks = timed.torch_peaks;
+    let memory = match (gpu.baseline, &gpu.rt) {
         (Some((base, total)), Some(_)) => Some(Memory {
             method: "cudaMemGetInfo (total - free) sampled after every timed step; includes the CUDA context and torch's caching-allocator reserve".into(),
-            peak_used_bytes: peak_used,
+            peak_used_bytes: timed.peak_used,
             baseline_used_bytes: base,
             total_bytes: total,
             peak_allocated_bytes: torch_peaks.map(|t| t.peak_allocated_bytes),
@@ -493,7 +639,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
             .map_or(0.0, |s| s.buckets_during_backward as f64 / s.buckets as f64),
         channels_last: tr.channels_last,
         gradient_checkpointing: tr.gradient_checkpointing,
-        step_memory,
+        step_memory: timed.step_memory,
         checkpointing_comparison: comparison,
         cudnn_benchmark: device.is_cuda(),
         device: device_label(device),
@@ -506,7 +652,7 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         timed_steps: opts.steps,
         img_per_s,
         img_per_s_per_device: per_device,
-        step_ms: StepStatsMs::of(&walls),
+        step_ms: StepStatsMs::of(&timed.walls),
         all_reduce_share: if breakdown.total > 0.0 {
             breakdown.all_reduce / breakdown.total
         } else {
@@ -515,10 +661,12 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
         breakdown_ms: breakdown,
         memory,
         flops,
-        last_loss,
+        last_loss: profiled.last_loss.unwrap_or(timed.last_loss),
     })
 }
 
+/// The gradient sync's backend as the report names it: `single` for one
+/// rank, `nccl` between GPUs, `cpu` between CPU ranks.
 fn sync_backend_label(s: &dyn GradSync, device: Device) -> String {
     match (s.world_size(), device) {
         (1, _) => "single".into(),

@@ -12,10 +12,10 @@
 //! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`];
 //! [`sync`] (the [`sync::GradSync`] seam for data parallelism), [`session`]
 //! (the preflight and start shared with the benchmark), [`trainer`] (the
-//! step, sampling, checkpoint I/O) and [`run`] (the training loop); and
-//! [`parallel`] (launch, rendezvous, NCCL/CPU collectives, gradient buckets,
-//! the `--gpus` supervisor), which implements [`sync::GradSync`] and imports
-//! neither the trainer nor the run.
+//! step, sampling, checkpoint I/O) and [`run`] (the training loop, its report
+//! in [`summary`]); and [`parallel`] (launch, rendezvous, NCCL/CPU
+//! collectives, gradient buckets, the `--gpus` supervisor), which implements
+//! [`sync::GradSync`] and imports neither the trainer nor the run.
 pub mod budget;
 pub mod checkpoint;
 pub mod config;
@@ -34,6 +34,7 @@ pub mod run;
 pub mod schedule;
 pub mod session;
 pub mod space;
+pub mod summary;
 pub mod sync;
 pub mod tensorboard;
 pub mod trainer;

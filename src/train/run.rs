@@ -1,31 +1,37 @@
 //! The training run: the loop around [`Trainer::train_step`] with
 //! checkpoints, metrics, sample grids, progress, the NaN guard and Ctrl-C
-//! ([`interrupt_flag`]), and its report ([`TrainSummary`]).
+//! ([`interrupt_flag`]), and its report ([`TrainSummary`], whose types live
+//! in [`super::summary`] and are re-exported here).
 //!
 //! [`run`] starts through [`super::session`] (the preflight it shares with
 //! the benchmark), then steps until the last step; only rank 0 writes files
-//! or prints. Owns the orchestration of a run; the step lives in
-//! [`super::trainer`], the file formats in their own modules, and this
-//! module must not name a flag's parsing or pick a data-parallel backend.
+//! or prints. Its phases (start, step, log, sample, checkpoint, finish) are
+//! the methods of the private `RunLoop`, which holds the run's state. Owns
+//! the orchestration of a run; the step lives in [`super::trainer`], the
+//! file formats in their own modules, and this module must not name a flag's
+//! parsing or pick a data-parallel backend.
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context;
-use serde::Serialize;
-use tch::{Device, Tensor};
 
 use super::checkpoint;
 use super::config::Precision;
-use super::data::{Dataset, Source};
+use super::data::{Dataset, Loader, Source};
 use super::images;
 use super::metrics::{MetricsWriter, StepRecord};
 use super::schedule::Sampler;
 use super::session::{self, device_name, DataChoice, RunOptions};
 use super::space;
-use super::sync::{GradSync, SyncStats};
-use super::trainer::{sync_device, StepError, Trainer};
+use super::summary::{data_stats, device_memory};
+pub use super::summary::{
+    DataSummary, DeviceMemory, SampleStats, TrainSummary, UnreadableFile, SUMMARY_SCHEMA_VERSION,
+};
+use super::sync::GradSync;
+use super::trainer::{sync_device, StepError, StepStats, Trainer};
 use crate::output::printer;
 
 /// Ways a run stops before its last step.
@@ -92,9 +98,6 @@ fn diverged(e: anyhow::Error, kept: &Option<PathBuf>, precision: Precision) -> a
     }
 }
 
-/// Version of the summary JSON.
-pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
-
 /// The process-wide Ctrl-C flag; the handler is installed on first use.
 pub fn interrupt_flag() -> Arc<AtomicBool> {
     static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
@@ -131,54 +134,6 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
     .clone()
 }
 
-/// Data facts for the summary.
-#[derive(Debug, Clone, Serialize)]
-pub struct DataSummary {
-    /// `synthetic` or `folder`.
-    pub source: String,
-    /// The folder, if any.
-    pub path: Option<PathBuf>,
-    /// Images in one epoch.
-    pub images: usize,
-    /// Files skipped as unreadable (at scan time and during training).
-    pub unreadable_files: usize,
-    /// The first unreadable files with the reason.
-    pub unreadable: Vec<UnreadableFile>,
-}
-
-/// The last sample grid of a run: how it was made, and the statistics that
-/// tell learnt images from noise ([`images::ImageStats`]) for it and for the
-/// training data (up to 64 of its first images).
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct SampleStats {
-    /// Images in the grid.
-    pub images: i64,
-    /// DDIM steps.
-    pub ddim_steps: usize,
-    /// The grid's statistics.
-    pub samples: images::ImageStats,
-    /// The training data's.
-    pub data: images::ImageStats,
-}
-
-/// The [`images::ImageStats`] of up to 64 of `data`'s first images (as the
-/// model sees them before augmentation); `None` when one cannot be read.
-fn data_stats(data: &Dataset, seed: u64) -> Option<images::ImageStats> {
-    let n = data.len().min(64);
-    let size = data.size as i64;
-    let imgs: Vec<Tensor> = (0..n)
-        .map(|i| {
-            data.image(seed, i)
-                .ok()
-                .map(|v| Tensor::from_slice(&v).view([3, size, size]))
-        })
-        .collect::<Option<_>>()?;
-    if imgs.is_empty() {
-        return None;
-    }
-    images::ImageStats::of(&Tensor::stack(&imgs, 0)).ok()
-}
-
 /// Redraws `out/loss.png` from the metrics written so far; a failure is a
 /// warning (once per run), never the run's end: the numbers are in
 /// metrics.jsonl and TensorBoard either way.
@@ -197,115 +152,7 @@ fn redraw_curves(out: &std::path::Path, warned: &mut bool) -> Option<PathBuf> {
     }
 }
 
-/// One skipped file.
-#[derive(Debug, Clone, Serialize)]
-pub struct UnreadableFile {
-    /// The file.
-    pub path: PathBuf,
-    /// Why it was skipped.
-    pub error: String,
-}
-
-/// The final report of a run (summary.json, `--json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct TrainSummary {
-    /// Version of this layout.
-    pub schema_version: u32,
-    /// `completed`.
-    pub status: String,
-    /// The preset the config started from.
-    pub preset: String,
-    /// The device.
-    pub device: String,
-    /// The precision.
-    pub precision: String,
-    /// Ranks.
-    pub world_size: usize,
-    /// Images per rank per step.
-    pub batch_size: usize,
-    /// Trainable parameters.
-    pub params: i64,
-    /// The step the run started at (non-zero after --resume).
-    pub start_step: u64,
-    /// The last step completed.
-    pub final_step: u64,
-    /// Steps skipped for fp16 overflow.
-    pub skipped_steps: u64,
-    /// Loss of the first step of this process.
-    pub first_loss: Option<f64>,
-    /// Mean loss of the last (up to) 10 steps.
-    pub final_loss: Option<f64>,
-    /// Images per second over the run, all ranks, excluding the first step.
-    pub img_per_s: Option<f64>,
-    /// Training FLOPs per image (forward + backward, from the config).
-    pub train_flops_per_image: f64,
-    /// Device memory in use at the end of training (CUDA only).
-    pub device_memory: Option<DeviceMemory>,
-    /// The gradient all-reduce (data-parallel runs, one rank too; `null` for a
-    /// single process).
-    pub grad_sync: Option<SyncStats>,
-    /// Wall-clock seconds of the training loop.
-    pub elapsed_s: f64,
-    /// The data.
-    pub data: DataSummary,
-    /// The output directory.
-    pub out_dir: PathBuf,
-    /// The last checkpoint written.
-    pub checkpoint: Option<PathBuf>,
-    /// metrics.jsonl.
-    pub metrics: PathBuf,
-    /// The TensorBoard event file.
-    pub tensorboard: PathBuf,
-    /// The curves (loss, learning rate, gradient norm) as a picture; `null`
-    /// on other ranks and when it could not be drawn (a warning says why).
-    pub loss_plot: Option<PathBuf>,
-    /// Sample grids written.
-    pub samples: Vec<PathBuf>,
-    /// What the last grid shows, and how it compares with the training data.
-    pub sample_stats: Option<SampleStats>,
-    /// The final EMA weights as a diffusers model folder
-    /// (`UNet2DModel.from_pretrained(path)`).
-    pub diffusers_model: Option<PathBuf>,
-}
-
-/// Device memory of a training run: torch's caching-allocator peaks (what
-/// `torch.cuda.max_memory_allocated`/`max_memory_reserved` report), and the
-/// device's own count after training from `cudaMemGetInfo` (total − free: the
-/// CUDA context plus the allocator's reserve).
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct DeviceMemory {
-    /// The most bytes torch's allocator had in tensors at once; `None` where
-    /// this libtorch cannot say (before torch 2.9).
-    pub peak_allocated_bytes: Option<u64>,
-    /// The most bytes torch's allocator held from the device at once.
-    pub peak_reserved_bytes: Option<u64>,
-    /// Bytes in use on the device after training (cudaMemGetInfo).
-    pub used_bytes: u64,
-    /// The device's total memory.
-    pub total_bytes: u64,
-}
-
-/// Reads [`DeviceMemory`] on a CUDA device (`None` on the CPU, or when the
-/// CUDA runtime cannot be asked: the figure is informative, not essential).
-fn device_memory(device: Device) -> Option<DeviceMemory> {
-    let Device::Cuda(index) = device else {
-        return None;
-    };
-    let rt = crate::sys::cudart::CudaRuntime::locate().ok()?;
-    // cudaMemGetInfo reads the calling thread's current device.
-    rt.set_device(index).ok()?;
-    let (free, total) = rt.mem_get_info().ok()?;
-    let torch = crate::sys::torch_ext::cuda_allocator_stats(index, false)
-        .ok()
-        .flatten();
-    Some(DeviceMemory {
-        peak_allocated_bytes: torch.map(|t| t.peak_allocated_bytes),
-        peak_reserved_bytes: torch.map(|t| t.peak_reserved_bytes),
-        used_bytes: total.saturating_sub(free),
-        total_bytes: total,
-    })
-}
-
+/// `secs` as humantime writes a duration (`1h 2m 3s`), rounded to seconds.
 fn human_duration(secs: f64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(secs.max(0.0).round() as u64))
         .to_string()
@@ -320,18 +167,519 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
     // supervisor and the tests take "training …" as the sign that Ctrl-C
     // will be answered with a checkpoint), SIGINT only sets the flag.
     let interrupt = interrupt_flag();
-    let rank = sync.rank();
-    let world = sync.world_size();
-    let lead = rank == 0;
-    let p = printer();
-    let cfg = opts.config.clone();
-    let tr = cfg.training.clone();
+    let mut run = RunLoop::start(&opts, sync, interrupt)?;
+    while !run.is_done() {
+        run.step()?;
+    }
+    run.finish()
+}
 
-    // Everything that can be wrong with the input, before any training.
-    let data = session::check_inputs(&opts, lead, world)?;
-    let mut trainer = session::new_trainer(&opts, sync)?;
-    trainer.inject_nan_at = opts.inject_nan_at;
-    session::initial_weights(&mut trainer, opts.resume.as_deref())?;
+/// One training run in progress: the trainer, its loader and outputs, and
+/// the counters its summary reports. [`run`] drives it: [`Self::start`],
+/// [`Self::step`] until the last step, [`Self::finish`]. The fields holding
+/// resources come in the order they are dropped (the bar, the metrics, the
+/// loader before the data and the trainer).
+struct RunLoop<'a> {
+    /// The run's options.
+    opts: &'a RunOptions,
+    /// The Ctrl-C flag ([`interrupt_flag`]).
+    interrupt: Arc<AtomicBool>,
+    /// This is rank 0, which writes the files and prints.
+    lead: bool,
+    /// Ranks.
+    world: usize,
+    /// The progress bar (hidden on other ranks).
+    bar: indicatif::ProgressBar,
+    /// metrics.jsonl and TensorBoard (rank 0 only).
+    metrics: Option<MetricsWriter>,
+    /// This rank's data stream.
+    loader: Loader,
+    /// The training data.
+    data: Arc<Dataset>,
+    /// The model and its optimizer.
+    trainer: Trainer,
+    /// A log line every this many steps (without a terminal).
+    log_every: u64,
+    /// Images per step over all ranks.
+    global_batch: f64,
+    /// Images in one epoch.
+    epoch_len: u64,
+    /// The step the run started at.
+    start_step: u64,
+    /// When the loop started.
+    started: Instant,
+    /// Images of the timed steps (all but this process's first).
+    timed_images: f64,
+    /// Seconds of the timed steps.
+    timed_secs: f64,
+    /// Loss of this process's first step.
+    first_loss: Option<f64>,
+    /// The losses of the last (up to) 10 steps.
+    recent: VecDeque<f64>,
+    /// Loss of the last step.
+    last_loss: Option<f64>,
+    /// Steps skipped for fp16 overflow.
+    skipped_steps: u64,
+    /// The last checkpoint written (or resumed from).
+    last_checkpoint: Option<PathBuf>,
+    /// Its step.
+    last_checkpoint_step: Option<u64>,
+    /// Sample grids written.
+    samples: Vec<PathBuf>,
+    /// What the last grid shows.
+    sample_stats: Option<SampleStats>,
+    /// The training data's statistics, once a grid needed them.
+    training_data_stats: Option<images::ImageStats>,
+    /// loss.png, when last drawn.
+    loss_plot: Option<PathBuf>,
+    /// A failed drawing of loss.png was warned about.
+    plot_warned: bool,
+    /// The step the curves were last drawn at: the last step is a
+    /// checkpoint, so the end draws again only when the loop left before it.
+    plotted_step: Option<u64>,
+}
+
+impl<'a> RunLoop<'a> {
+    /// The prologue: the session ([`session::start`]: inputs, model, initial
+    /// weights), the start step every rank agrees on, the lines that say what
+    /// trains, the loader, the metrics files and the progress bar.
+    fn start(
+        opts: &'a RunOptions,
+        sync: Box<dyn GradSync>,
+        interrupt: Arc<AtomicBool>,
+    ) -> anyhow::Result<Self> {
+        let rank = sync.rank();
+        let world = sync.world_size();
+        let lead = rank == 0;
+        let tr = &opts.config.training;
+
+        // Everything that can be wrong with the input, before any training.
+        let (session::Session { data, mut trainer }, ()) =
+            session::start(opts, lead, opts.resume.as_deref(), sync, || Ok(()))?;
+        // Read by the steps only, so set once the weights are in place.
+        trainer.inject_nan_at = opts.inject_nan_at;
+        let start_step = agreed_start(opts, &mut trainer, rank)?;
+
+        let data = Arc::new(data);
+        if lead {
+            announce(opts, &trainer, &data, world);
+        }
+        let loader = session::start_loader(&trainer, data.clone());
+        let metrics = if lead {
+            Some(open_metrics(opts, start_step)?)
+        } else {
+            None
+        };
+        let log_every = if tr.log_every > 0 {
+            tr.log_every
+        } else {
+            // About 20 lines per run, at least one every 100 steps.
+            (tr.steps / 20).clamp(1, 100)
+        };
+        let bar = if lead {
+            printer().progress(
+                tr.steps,
+                "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
+            )
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        bar.set_position(start_step);
+
+        Ok(Self {
+            opts,
+            interrupt,
+            lead,
+            world,
+            bar,
+            metrics,
+            loader,
+            epoch_len: data.len() as u64,
+            data,
+            trainer,
+            log_every,
+            global_batch: (tr.batch_size * world) as f64,
+            start_step,
+            started: Instant::now(),
+            timed_images: 0.0,
+            timed_secs: 0.0,
+            first_loss: None,
+            recent: VecDeque::new(),
+            last_loss: None,
+            skipped_steps: 0,
+            last_checkpoint: opts.resume.clone(),
+            last_checkpoint_step: opts.resume.as_ref().map(|_| start_step),
+            samples: Vec::new(),
+            sample_stats: None,
+            training_data_stats: None,
+            loss_plot: None,
+            plot_warned: false,
+            plotted_step: None,
+        })
+    }
+
+    /// The trainer has reached the run's last step.
+    fn is_done(&self) -> bool {
+        self.trainer.step >= self.opts.config.training.steps
+    }
+
+    /// One pass of the loop: the Ctrl-C check, the batch, the training step
+    /// (a failed one ends as [`diverged`]), its counters, then its metrics,
+    /// progress and sample grid (an error there saves a checkpoint first,
+    /// [`Self::save_before_error`]) and a checkpoint when one is due.
+    fn step(&mut self) -> anyhow::Result<()> {
+        let opts = self.opts;
+        let tr = &opts.config.training;
+        self.stop_if_interrupted()?;
+        let step_start = Instant::now();
+        let Some(batch) = self.loader.next_batch() else {
+            self.bar.finish_and_clear();
+            let err = anyhow::anyhow!("a data loader thread stopped unexpectedly");
+            return Err(self.save_before_error(err));
+        };
+        let data_wait = step_start.elapsed().as_secs_f64();
+        let stats = match self.trainer.train_step(&batch) {
+            Ok(s) => s,
+            Err(e) => {
+                self.bar.finish_and_clear();
+                if let Some(m) = self.metrics.as_mut() {
+                    let _ = m.flush();
+                }
+                return Err(diverged(e, &self.last_checkpoint, opts.precision));
+            }
+        };
+        let dt = step_start.elapsed().as_secs_f64();
+        self.count(&stats, dt);
+        let done = self.trainer.step == tr.steps;
+        // Metrics, progress and the sample grid of this step.
+        let outputs = self
+            .log(&stats, dt, data_wait)
+            .and_then(|()| self.sample(done));
+        if let Err(err) = outputs {
+            self.bar.finish_and_clear();
+            return Err(self.save_before_error(err));
+        }
+        if self.lead
+            && ((tr.checkpoint_every > 0 && self.trainer.step % tr.checkpoint_every == 0) || done)
+        {
+            self.checkpoint()?;
+        }
+        if opts.interrupt_after == Some(self.trainer.step) {
+            self.interrupt.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// Ctrl-C on any rank (all of them agree): rank 0 flushes the metrics
+    /// and saves a checkpoint of this step unless it has one, then every rank
+    /// ends with [`RunError::Interrupted`]. `Ok` when no rank was asked to stop.
+    fn stop_if_interrupted(&mut self) -> anyhow::Result<()> {
+        let opts = self.opts;
+        let stop = self.interrupt.load(Ordering::SeqCst);
+        if !self.trainer.sync_any_rank(stop)? {
+            return Ok(());
+        }
+        self.bar.finish_and_clear();
+        let mut checkpoint = None;
+        if self.lead {
+            if let Some(m) = self.metrics.as_mut() {
+                m.flush()?;
+            }
+            let dir = if self.last_checkpoint_step == Some(self.trainer.step) {
+                self.last_checkpoint.clone().expect("checkpoint path")
+            } else {
+                self.write_checkpoint()?
+            };
+            checkpoint = Some(dir);
+        }
+        Err(RunError::Interrupted {
+            step: self.trainer.step,
+            checkpoint,
+            out: opts.out.clone(),
+            data: match &opts.data {
+                DataChoice::Folder(d) => Some(d.clone()),
+                DataChoice::Synthetic => None,
+            },
+        }
+        .into())
+    }
+
+    /// Adds a step that took `dt` seconds to the summary's counters: the
+    /// timed images and seconds (not this process's first step), skipped
+    /// steps, and the first, last and recent losses.
+    fn count(&mut self, stats: &StepStats, dt: f64) {
+        if stats.step > self.start_step + 1 {
+            self.timed_images += self.global_batch;
+            self.timed_secs += dt;
+        }
+        if stats.skipped {
+            self.skipped_steps += 1;
+        }
+        self.first_loss.get_or_insert(stats.loss);
+        self.last_loss = Some(stats.loss);
+        self.recent.push_back(stats.loss);
+        if self.recent.len() > 10 {
+            self.recent.pop_front();
+        }
+    }
+
+    /// The step's metrics record (flushed at once), and on rank 0 the
+    /// progress bar and, without a terminal, the log line every
+    /// `log_every` steps and at the last (with the phase times verbosely).
+    fn log(&mut self, stats: &StepStats, dt: f64, data_wait: f64) -> anyhow::Result<()> {
+        let tr = &self.opts.config.training;
+        let p = printer();
+        let global_batch = self.global_batch;
+        let img_per_s = global_batch / dt.max(1e-9);
+        if let Some(m) = self.metrics.as_mut() {
+            m.record(&StepRecord {
+                step: stats.step,
+                loss: stats.loss,
+                lr: stats.lr,
+                grad_norm: stats.grad_norm,
+                loss_scale: stats.loss_scale,
+                img_per_s,
+                skipped: stats.skipped,
+            })?;
+            // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
+            m.flush()?;
+        }
+        if !self.lead {
+            return Ok(());
+        }
+        let avg_ips = if self.timed_secs > 0.0 {
+            self.timed_images / self.timed_secs
+        } else {
+            img_per_s
+        };
+        self.bar
+            .set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
+        self.bar.set_position(stats.step);
+        if !p.interactive && (stats.step % self.log_every == 0 || stats.step == tr.steps) {
+            let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
+            p.info(format!(
+                "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
+                stats.step,
+                tr.steps,
+                stats.loss,
+                stats.lr,
+                stats.grad_norm,
+                avg_ips,
+                human_duration(left)
+            ));
+            let t = stats.times;
+            p.verbose(format!(
+                "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
+                stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
+            ));
+        }
+        Ok(())
+    }
+
+    /// On rank 0 every `sample_every` steps and at the last (`done`): a
+    /// sample grid in `out/samples/`, its statistics against the training
+    /// data's, and the image in TensorBoard.
+    fn sample(&mut self, done: bool) -> anyhow::Result<()> {
+        let opts = self.opts;
+        let tr = &opts.config.training;
+        let trainer = &mut self.trainer;
+        if !(self.lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done)) {
+            return Ok(());
+        }
+        let imgs = trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
+        let dir = opts.out.join("samples");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
+        let png = images::encode_grid_png(&imgs, None)?;
+        checkpoint::write_file_atomic(&path, &png)
+            .with_context(|| format!("writing {}", path.display()))?;
+        if self.training_data_stats.is_none() {
+            self.training_data_stats = data_stats(&self.data, tr.seed);
+        }
+        if let (Ok(got), Some(want)) = (images::ImageStats::of(&imgs), self.training_data_stats) {
+            self.sample_stats = Some(SampleStats {
+                images: tr.sample_num,
+                ddim_steps: tr.sample_steps,
+                samples: got,
+                data: want,
+            });
+        }
+        if let Some(m) = self.metrics.as_mut() {
+            m.image(trainer.step, &png)?;
+        }
+        self.samples.push(path);
+        Ok(())
+    }
+
+    /// A due checkpoint (rank 0): the metrics flushed and the curves redrawn
+    /// first, then the checkpoint, whose non-finite state ends the run as
+    /// [`diverged`] naming the previous one.
+    fn checkpoint(&mut self) -> anyhow::Result<()> {
+        let opts = self.opts;
+        if let Some(m) = self.metrics.as_mut() {
+            m.flush()?;
+            self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned);
+            self.plotted_step = Some(self.trainer.step);
+        }
+        let dir = self
+            .write_checkpoint()
+            .map_err(|e| diverged(e, &self.last_checkpoint, opts.precision))?;
+        self.last_checkpoint = Some(dir);
+        self.last_checkpoint_step = Some(self.trainer.step);
+        Ok(())
+    }
+
+    /// Writes the checkpoint of the trainer's step under `out/`.
+    fn write_checkpoint(&self) -> anyhow::Result<PathBuf> {
+        let epoch = self.trainer.samples_seen / self.epoch_len;
+        self.trainer
+            .save_checkpoint(&self.opts.out, epoch, self.last_loss)
+    }
+
+    /// An error once this run has trained a step (a sample grid, a metrics
+    /// write, the data loader) must not lose the steps since the last
+    /// checkpoint: rank 0 saves one, then the error is reported. Not after a
+    /// failed step, whose update may be half-applied (the NaN guard keeps the
+    /// last good checkpoint), nor after a failed checkpoint write itself.
+    fn save_before_error(&self, err: anyhow::Error) -> anyhow::Error {
+        let opts = self.opts;
+        let step = self.trainer.step;
+        if !self.lead || step == self.start_step || self.last_checkpoint_step == Some(step) {
+            return err;
+        }
+        match self.write_checkpoint() {
+            Ok(dir) => printer().warn(format!(
+                "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with {})",
+                step,
+                dir.display(),
+                opts.resume_flag
+            )),
+            Err(e) => printer().warn(format!(
+                "could not save a checkpoint of step {} before stopping: {}",
+                step,
+                space::explain_disk_full(e, &opts.out, opts.config.model.param_count())
+            )),
+        }
+        err
+    }
+
+    /// The end of a run that reached its last step: the device's memory, the
+    /// diffusers export (rank 0), the metrics flushed and the curves drawn if
+    /// the last checkpoint did not, and the summary.
+    fn finish(mut self) -> anyhow::Result<TrainSummary> {
+        let opts = self.opts;
+        let cfg = &opts.config;
+        self.bar.finish_and_clear();
+        let elapsed = self.started.elapsed().as_secs_f64();
+        sync_device(opts.device);
+        let device_memory = device_memory(opts.device);
+        let diffusers_model = self.export_diffusers()?;
+        let (metrics_path, tb_path) = match self.metrics.as_mut() {
+            Some(m) => {
+                m.flush()?;
+                if self.plotted_step != Some(self.trainer.step) {
+                    self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned);
+                }
+                (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
+            }
+            None => (PathBuf::new(), PathBuf::new()),
+        };
+        let data = self.data_summary();
+        drop(self.loader);
+        let recent = &self.recent;
+        Ok(TrainSummary {
+            schema_version: SUMMARY_SCHEMA_VERSION,
+            status: "completed".into(),
+            preset: cfg.preset.name().into(),
+            device: device_name(opts.device),
+            precision: opts.precision.name().into(),
+            world_size: self.world,
+            batch_size: cfg.training.batch_size,
+            params: self.trainer.param_count(),
+            start_step: self.start_step,
+            final_step: self.trainer.step,
+            skipped_steps: self.skipped_steps,
+            first_loss: self.first_loss,
+            final_loss: (!recent.is_empty())
+                .then(|| recent.iter().sum::<f64>() / recent.len() as f64),
+            img_per_s: (self.timed_secs > 0.0).then(|| self.timed_images / self.timed_secs),
+            train_flops_per_image: cfg.model.train_flops_per_image(),
+            device_memory,
+            // A single process syncs nothing (its stats would count 0 buckets).
+            grad_sync: self.trainer.sync_stats(),
+            elapsed_s: elapsed,
+            data,
+            out_dir: opts.out.clone(),
+            checkpoint: self.last_checkpoint,
+            metrics: metrics_path,
+            tensorboard: tb_path,
+            loss_plot: self.loss_plot,
+            samples: self.samples,
+            sample_stats: self.sample_stats,
+            diffusers_model,
+        })
+    }
+
+    /// Rank 0 writes the final EMA weights as a diffusers model folder
+    /// (`out/unet`); non-finite weights end the run as [`diverged`].
+    fn export_diffusers(&self) -> anyhow::Result<Option<PathBuf>> {
+        if !self.lead {
+            return Ok(None);
+        }
+        let dir = self.opts.out.join("unet");
+        let written = checkpoint::write_dir_atomic(&dir, |tmp| self.trainer.export_diffusers(tmp));
+        if let Err(e) = written {
+            return Err(match e.downcast_ref::<StepError>() {
+                Some(_) => diverged(e, &self.last_checkpoint, self.opts.precision),
+                None => e.context(format!(
+                    "writing the diffusers model folder {}",
+                    dir.display()
+                )),
+            });
+        }
+        Ok(Some(dir))
+    }
+
+    /// The data facts of the summary, with the files skipped at scan time
+    /// and by the loader (the first 20 named).
+    fn data_summary(&self) -> DataSummary {
+        let data = &self.data;
+        let mut unreadable: Vec<UnreadableFile> = data
+            .skipped
+            .iter()
+            .map(|(p, e)| (p.clone(), e.clone()))
+            .chain(
+                self.loader
+                    .skipped()
+                    .iter()
+                    .map(|(p, e)| (p.clone(), e.clone())),
+            )
+            .map(|(path, error)| UnreadableFile { path, error })
+            .collect();
+        let unreadable_files = unreadable.len();
+        unreadable.truncate(20);
+        DataSummary {
+            source: match data.source {
+                Source::Synthetic { .. } => "synthetic".into(),
+                Source::Folder { .. } => "folder".into(),
+            },
+            path: match &self.opts.data {
+                DataChoice::Folder(d) => Some(d.clone()),
+                DataChoice::Synthetic => None,
+            },
+            images: data.len(),
+            unreadable_files,
+            unreadable,
+        }
+    }
+}
+
+/// The step this rank starts at, once every rank has said the same
+/// ([`RunError::RanksDisagree`] otherwise): a checkpoint at the last step is
+/// [`RunError::AlreadyDone`], unless `--resume auto` takes it as a finished
+/// run whose outputs are written again (rank 0 says so).
+fn agreed_start(opts: &RunOptions, trainer: &mut Trainer, rank: usize) -> anyhow::Result<u64> {
+    let steps = opts.config.training.steps;
     let start_step = trainer.step;
     // Every rank must continue from the same step: one that sees another
     // --out (a per-node folder, a stale network-file-system cache) would run
@@ -346,377 +694,76 @@ pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSum
         }
         .into());
     }
-    if start_step >= tr.steps && opts.finished_ok {
-        if lead {
-            p.info(format!(
+    if start_step >= steps && opts.finished_ok {
+        if rank == 0 {
+            printer().info(format!(
                 "the run in {} is complete (checkpoint at step {start_step} of {}): writing its outputs, training nothing",
                 opts.out.display(),
-                tr.steps
+                steps
             ));
         }
-    } else if start_step >= tr.steps {
+    } else if start_step >= steps {
         return Err(RunError::AlreadyDone {
             step: start_step,
-            steps: tr.steps,
+            steps,
         }
         .into());
     }
+    Ok(start_step)
+}
 
-    let data = Arc::new(data);
-    if lead {
-        for (path, why) in &data.skipped {
-            p.warn(format!("skipping unreadable {}: {why}", path.display()));
-        }
-        let src = match &opts.data {
-            DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
-            DataChoice::Folder(d) => format!("{} ({} images)", d.display(), data.len()),
-        };
+/// Rank 0's lines before training: the unreadable files skipped, then what
+/// trains on what ("training …", which the supervisor and the tests wait for).
+fn announce(opts: &RunOptions, trainer: &Trainer, data: &Dataset, world: usize) {
+    let p = printer();
+    let cfg = &opts.config;
+    for (path, why) in &data.skipped {
+        p.warn(format!("skipping unreadable {}: {why}", path.display()));
+    }
+    let src = match &opts.data {
+        DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
+        DataChoice::Folder(d) => format!("{} ({} images)", d.display(), data.len()),
+    };
+    p.info(format!(
+        "training {} ({} params) on {} in {}, batch {}×{}, {} steps, data {src}",
+        cfg.preset,
+        trainer.param_count(),
+        device_name(opts.device),
+        opts.precision.name(),
+        cfg.training.batch_size,
+        world,
+        cfg.training.steps,
+    ));
+}
+
+/// Rank 0's output directory once every rank has its weights: stale
+/// temporaries removed, damaged checkpoints set aside (out of the way of
+/// pruning and later resumes), and the metrics files opened, continued from
+/// `start_step` on a resume (a damaged metrics.jsonl moved aside, warned).
+fn open_metrics(opts: &RunOptions, start_step: u64) -> anyhow::Result<MetricsWriter> {
+    let p = printer();
+    checkpoint::remove_stale_temporaries(&opts.out);
+    // Every rank has loaded its checkpoint (the broadcast of
+    // session::start): a damaged one now goes out of the way of pruning and
+    // later resumes.
+    for aside in checkpoint::set_aside_damaged(&opts.out).with_context(|| {
+        format!(
+            "setting aside damaged checkpoints in {}",
+            opts.out.display()
+        )
+    })? {
         p.info(format!(
-            "training {} ({} params) on {} in {}, batch {}×{}, {} steps, data {src}",
-            cfg.preset,
-            trainer.param_count(),
-            device_name(opts.device),
-            opts.precision.name(),
-            tr.batch_size,
-            world,
-            tr.steps,
+            "the damaged checkpoint is kept as {}",
+            aside.display()
         ));
     }
-    let mut loader = session::start_loader(&trainer, data.clone());
-
-    let mut metrics = if lead {
-        checkpoint::remove_stale_temporaries(&opts.out);
-        // Every rank has loaded its checkpoint (the broadcast above): a
-        // damaged one now goes out of the way of pruning and later resumes.
-        for aside in checkpoint::set_aside_damaged(&opts.out).with_context(|| {
-            format!(
-                "setting aside damaged checkpoints in {}",
-                opts.out.display()
-            )
-        })? {
-            p.info(format!(
-                "the damaged checkpoint is kept as {}",
-                aside.display()
-            ));
-        }
-        let writer = MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
-            .with_context(|| format!("opening metrics files in {}", opts.out.display()))?;
-        if let Some((aside, why)) = &writer.set_aside {
-            p.warn(format!(
-                "metrics.jsonl was damaged ({why}): moved to {}; a new one keeps its readable steps up to {start_step}",
-                aside.display()
-            ));
-        }
-        Some(writer)
-    } else {
-        None
-    };
-    let log_every = if tr.log_every > 0 {
-        tr.log_every
-    } else {
-        // About 20 lines per run, at least one every 100 steps.
-        (tr.steps / 20).clamp(1, 100)
-    };
-    let bar = if lead {
-        p.progress(
-            tr.steps,
-            "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
-        )
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_position(start_step);
-
-    let global_batch = (tr.batch_size * world) as f64;
-    let started = Instant::now();
-    let mut timed_images = 0.0;
-    let mut timed_secs = 0.0;
-    let mut first_loss = None;
-    let mut recent: std::collections::VecDeque<f64> = Default::default();
-    let mut last_checkpoint: Option<PathBuf> = opts.resume.clone();
-    let mut last_checkpoint_step = opts.resume.as_ref().map(|_| start_step);
-    let mut samples = Vec::new();
-    let mut sample_stats = None;
-    let mut training_data_stats = None;
-    let mut skipped_steps = 0;
-    let mut last_loss = None;
-    let mut loss_plot = None;
-    let mut plot_warned = false;
-    // The step the curves were last drawn at: the last step is a checkpoint,
-    // so the end draws again only when the loop left before it.
-    let mut plotted_step = None;
-    let epoch_len = data.len() as u64;
-
-    let write_checkpoint = |trainer: &Trainer, last_loss: Option<f64>| -> anyhow::Result<PathBuf> {
-        trainer.save_checkpoint(&opts.out, trainer.samples_seen / epoch_len, last_loss)
-    };
-    // An error once this run has trained a step (a sample grid, a metrics
-    // write, the data loader) must not lose the steps since the last
-    // checkpoint: rank 0 saves one, then the error is reported. Not after a
-    // failed step, whose update may be half-applied (the NaN guard keeps the
-    // last good checkpoint), nor after a failed checkpoint write itself.
-    let save_before_error = |trainer: &Trainer,
-                             last_loss: Option<f64>,
-                             last_checkpoint_step: Option<u64>,
-                             err: anyhow::Error|
-     -> anyhow::Error {
-        if !lead || trainer.step == start_step || last_checkpoint_step == Some(trainer.step) {
-            return err;
-        }
-        match write_checkpoint(trainer, last_loss) {
-            Ok(dir) => p.warn(format!(
-                "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with {})",
-                trainer.step,
-                dir.display(),
-                opts.resume_flag
-            )),
-            Err(e) => p.warn(format!(
-                "could not save a checkpoint of step {} before stopping: {}",
-                trainer.step,
-                space::explain_disk_full(e, &opts.out, cfg.model.param_count())
-            )),
-        }
-        err
-    };
-
-    while trainer.step < tr.steps {
-        let stop = interrupt.load(Ordering::SeqCst);
-        if trainer.sync_any_rank(stop)? {
-            bar.finish_and_clear();
-            let mut checkpoint = None;
-            if lead {
-                if let Some(m) = metrics.as_mut() {
-                    m.flush()?;
-                }
-                let dir = if last_checkpoint_step == Some(trainer.step) {
-                    last_checkpoint.clone().expect("checkpoint path")
-                } else {
-                    write_checkpoint(&trainer, last_loss)?
-                };
-                checkpoint = Some(dir);
-            }
-            return Err(RunError::Interrupted {
-                step: trainer.step,
-                checkpoint,
-                out: opts.out.clone(),
-                data: match &opts.data {
-                    DataChoice::Folder(d) => Some(d.clone()),
-                    DataChoice::Synthetic => None,
-                },
-            }
-            .into());
-        }
-        let step_start = Instant::now();
-        let Some(batch) = loader.next_batch() else {
-            bar.finish_and_clear();
-            let err = anyhow::anyhow!("a data loader thread stopped unexpectedly");
-            return Err(save_before_error(
-                &trainer,
-                last_loss,
-                last_checkpoint_step,
-                err,
-            ));
-        };
-        let data_wait = step_start.elapsed().as_secs_f64();
-        let stats = match trainer.train_step(&batch) {
-            Ok(s) => s,
-            Err(e) => {
-                bar.finish_and_clear();
-                if let Some(m) = metrics.as_mut() {
-                    let _ = m.flush();
-                }
-                return Err(diverged(e, &last_checkpoint, opts.precision));
-            }
-        };
-        let dt = step_start.elapsed().as_secs_f64();
-        if stats.step > start_step + 1 {
-            timed_images += global_batch;
-            timed_secs += dt;
-        }
-        if stats.skipped {
-            skipped_steps += 1;
-        }
-        first_loss.get_or_insert(stats.loss);
-        last_loss = Some(stats.loss);
-        recent.push_back(stats.loss);
-        if recent.len() > 10 {
-            recent.pop_front();
-        }
-        let done = trainer.step == tr.steps;
-        // Metrics, progress and the sample grid of this step.
-        let outputs = (|| -> anyhow::Result<()> {
-            let img_per_s = global_batch / dt.max(1e-9);
-            if let Some(m) = metrics.as_mut() {
-                m.record(&StepRecord {
-                    step: stats.step,
-                    loss: stats.loss,
-                    lr: stats.lr,
-                    grad_norm: stats.grad_norm,
-                    loss_scale: stats.loss_scale,
-                    img_per_s,
-                    skipped: stats.skipped,
-                })?;
-                // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
-                m.flush()?;
-            }
-            if lead {
-                let avg_ips = if timed_secs > 0.0 {
-                    timed_images / timed_secs
-                } else {
-                    img_per_s
-                };
-                bar.set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
-                bar.set_position(stats.step);
-                if !p.interactive && (stats.step % log_every == 0 || stats.step == tr.steps) {
-                    let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
-                    p.info(format!(
-                        "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
-                        stats.step,
-                        tr.steps,
-                        stats.loss,
-                        stats.lr,
-                        stats.grad_norm,
-                        avg_ips,
-                        human_duration(left)
-                    ));
-                    let t = stats.times;
-                    p.verbose(format!(
-                        "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
-                        stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
-                    ));
-                }
-            }
-            if lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done) {
-                let imgs =
-                    trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
-                let dir = opts.out.join("samples");
-                std::fs::create_dir_all(&dir)?;
-                let path = dir.join(format!("{}.png", checkpoint::step_dir_name(trainer.step)));
-                let png = images::encode_grid_png(&imgs, None)?;
-                checkpoint::write_file_atomic(&path, &png)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                if training_data_stats.is_none() {
-                    training_data_stats = data_stats(&data, tr.seed);
-                }
-                if let (Ok(got), Some(want)) = (images::ImageStats::of(&imgs), training_data_stats)
-                {
-                    sample_stats = Some(SampleStats {
-                        images: tr.sample_num,
-                        ddim_steps: tr.sample_steps,
-                        samples: got,
-                        data: want,
-                    });
-                }
-                if let Some(m) = metrics.as_mut() {
-                    m.image(trainer.step, &png)?;
-                }
-                samples.push(path);
-            }
-            Ok(())
-        })();
-        if let Err(err) = outputs {
-            bar.finish_and_clear();
-            return Err(save_before_error(
-                &trainer,
-                last_loss,
-                last_checkpoint_step,
-                err,
-            ));
-        }
-        if lead && ((tr.checkpoint_every > 0 && trainer.step % tr.checkpoint_every == 0) || done) {
-            if let Some(m) = metrics.as_mut() {
-                m.flush()?;
-                loss_plot = redraw_curves(&opts.out, &mut plot_warned);
-                plotted_step = Some(trainer.step);
-            }
-            let dir = write_checkpoint(&trainer, last_loss)
-                .map_err(|e| diverged(e, &last_checkpoint, opts.precision))?;
-            last_checkpoint = Some(dir);
-            last_checkpoint_step = Some(trainer.step);
-        }
-        if opts.interrupt_after == Some(trainer.step) {
-            interrupt.store(true, Ordering::SeqCst);
-        }
+    let writer = MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
+        .with_context(|| format!("opening metrics files in {}", opts.out.display()))?;
+    if let Some((aside, why)) = &writer.set_aside {
+        p.warn(format!(
+            "metrics.jsonl was damaged ({why}): moved to {}; a new one keeps its readable steps up to {start_step}",
+            aside.display()
+        ));
     }
-    bar.finish_and_clear();
-    let elapsed = started.elapsed().as_secs_f64();
-    sync_device(opts.device);
-    let device_memory = device_memory(opts.device);
-    let diffusers_model = if lead {
-        let dir = opts.out.join("unet");
-        if let Err(e) = checkpoint::write_dir_atomic(&dir, |tmp| trainer.export_diffusers(tmp)) {
-            return Err(match e.downcast_ref::<StepError>() {
-                Some(_) => diverged(e, &last_checkpoint, opts.precision),
-                None => e.context(format!(
-                    "writing the diffusers model folder {}",
-                    dir.display()
-                )),
-            });
-        }
-        Some(dir)
-    } else {
-        None
-    };
-    let (metrics_path, tb_path) = match metrics.as_mut() {
-        Some(m) => {
-            m.flush()?;
-            if plotted_step != Some(trainer.step) {
-                loss_plot = redraw_curves(&opts.out, &mut plot_warned);
-            }
-            (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
-        }
-        None => (PathBuf::new(), PathBuf::new()),
-    };
-    let mut unreadable: Vec<UnreadableFile> = data
-        .skipped
-        .iter()
-        .map(|(p, e)| (p.clone(), e.clone()))
-        .chain(loader.skipped().iter().map(|(p, e)| (p.clone(), e.clone())))
-        .map(|(path, error)| UnreadableFile { path, error })
-        .collect();
-    let unreadable_files = unreadable.len();
-    unreadable.truncate(20);
-    drop(loader);
-    Ok(TrainSummary {
-        schema_version: SUMMARY_SCHEMA_VERSION,
-        status: "completed".into(),
-        preset: cfg.preset.name().into(),
-        device: device_name(opts.device),
-        precision: opts.precision.name().into(),
-        world_size: world,
-        batch_size: tr.batch_size,
-        params: trainer.param_count(),
-        start_step,
-        final_step: trainer.step,
-        skipped_steps,
-        first_loss,
-        final_loss: (!recent.is_empty()).then(|| recent.iter().sum::<f64>() / recent.len() as f64),
-        img_per_s: (timed_secs > 0.0).then(|| timed_images / timed_secs),
-        train_flops_per_image: cfg.model.train_flops_per_image(),
-        device_memory,
-        // A single process syncs nothing (its stats would count 0 buckets).
-        grad_sync: trainer.sync_stats(),
-        elapsed_s: elapsed,
-        data: DataSummary {
-            source: match data.source {
-                Source::Synthetic { .. } => "synthetic".into(),
-                Source::Folder { .. } => "folder".into(),
-            },
-            path: match &opts.data {
-                DataChoice::Folder(d) => Some(d.clone()),
-                DataChoice::Synthetic => None,
-            },
-            images: data.len(),
-            unreadable_files,
-            unreadable,
-        },
-        out_dir: opts.out.clone(),
-        checkpoint: last_checkpoint,
-        metrics: metrics_path,
-        tensorboard: tb_path,
-        loss_plot,
-        samples,
-        sample_stats,
-        diffusers_model,
-    })
+    Ok(writer)
 }

@@ -5,11 +5,12 @@
 //! [`Trainer`] built from them, the initial weights made equal on every rank
 //! ([`initial_weights`]) and this rank's data loader ([`start_loader`]).
 //!
-//! In order, as `super::run::run` and `crate::bench::run_rank` call them:
-//! [`check_inputs`] finds everything wrong with the input before any model
-//! is built, [`new_trainer`] builds the model, [`initial_weights`] resumes a
-//! checkpoint and broadcasts rank 0's weights, [`start_loader`] starts the
-//! data stream where the trainer stands. This module must not own the
+//! In order, as [`start`] calls them for `super::run::run` and
+//! `crate::bench::run_rank`: [`check_inputs`] finds everything wrong with the
+//! input before any model is built, [`new_trainer`] builds the model,
+//! [`initial_weights`] resumes a checkpoint and broadcasts rank 0's weights;
+//! then each caller's [`start_loader`] starts the data stream where the
+//! trainer stands. This module must not own the
 //! training loop, the step or any file a run writes (the probes of
 //! [`check_out_dir`] are removed again).
 use std::path::{Path, PathBuf};
@@ -116,6 +117,35 @@ pub fn check_inputs(
         check_out_dir(&opts.out, opts.config.model.param_count())?;
     }
     Ok(data)
+}
+
+/// A started session: the checked dataset and the trainer, its weights
+/// equal on every rank ([`start`]).
+pub struct Session {
+    /// The training data, opened by [`check_inputs`].
+    pub data: Dataset,
+    /// The model with its initial weights ([`initial_weights`]).
+    pub trainer: Trainer,
+}
+
+/// Starts a run's or a benchmark's session, the prologue both share:
+/// [`check_inputs`] (with the output directory when `out_dir`), then
+/// `before_model` (the benchmark reads the device memory in use before the
+/// model is built; its value comes back with the session), [`new_trainer`]
+/// over `sync`, and [`initial_weights`] from `resume`. The data loader is the
+/// caller's to start ([`start_loader`]).
+pub fn start<T>(
+    opts: &RunOptions,
+    out_dir: bool,
+    resume: Option<&Path>,
+    sync: Box<dyn GradSync>,
+    before_model: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(Session, T)> {
+    let data = check_inputs(opts, out_dir, sync.world_size())?;
+    let before = before_model()?;
+    let mut trainer = new_trainer(opts, sync)?;
+    initial_weights(&mut trainer, resume)?;
+    Ok((Session { data, trainer }, before))
 }
 
 /// The [`Trainer`] of `opts` (its config, device and precision, started from
