@@ -546,6 +546,30 @@ pub async fn verify_image_with(
             }
         }
     }
+    Ok(host_verdicts(
+        &run,
+        &host,
+        &labels,
+        gpus.as_ref(),
+        why_none.as_deref(),
+        container_report,
+        results,
+    ))
+}
+
+/// The report of `verify --image`: the container's results as the host can
+/// confirm them ([`overridden_by_host`]), then the host's own verdicts on the
+/// GPUs the container saw and the driver against the image's CUDA.
+fn host_verdicts(
+    run: &ImageRun,
+    host: &HostGpus,
+    labels: &HashMap<String, String>,
+    gpus: Option<&GpuSelection>,
+    why_none: Option<&str>,
+    container_report: Option<Report>,
+    mut results: Vec<CheckResult>,
+) -> Report {
+    let words = run.opts.words;
     let seen = container_report.as_ref().map(container_uuids);
     let (level, expect) = (run.opts.level, run.opts.expect);
     let want = |id: &str| selected(id, Level::Quick, &run.opts);
@@ -553,20 +577,20 @@ pub async fn verify_image_with(
         // nvml.identity may have been asked for only for host.gpu_uuids.
         let keep_identity = want("nvml.identity");
         results.extend(
-            overridden_by_host(rep.results, why_none.as_deref())
+            overridden_by_host(rep.results, why_none)
                 .into_iter()
                 .filter(|r| keep_identity || r.id != "nvml.identity"),
         );
     }
     if want("host.gpu_uuids") {
-        results.push(uuid_verdict(&host, gpus.as_ref(), seen.as_deref(), &words));
+        results.push(uuid_verdict(host, gpus, seen.as_deref(), &words));
     }
     if want("host.driver_image_cuda") {
-        results.push(driver_verdict(&host, &labels));
+        results.push(driver_verdict(host, labels));
     }
     let mut report = Report::new("container", Some(run.image.clone()), level, expect, results);
     report.recount();
-    Ok(report)
+    report
 }
 
 /// The container's results as the host can confirm them: when the host
