@@ -22,7 +22,7 @@
 //! BuildKit session) is not watched.
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -138,16 +138,66 @@ pub fn words(err: &BollardError) -> String {
     text
 }
 
-/// Where the engine listens.
+/// Where the engine listens: one parser and one connector for bollard's
+/// transport here and the raw `/build` and session requests
+/// (`build/raw.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
+pub(crate) enum Target {
+    /// A unix socket.
     Unix(PathBuf),
     /// `host:port`.
     Tcp(String),
 }
 
+impl Target {
+    /// The target of `address` (`unix:///var/run/docker.sock`,
+    /// `tcp://10.0.0.2:2375`, `http://…`). Without a port, a TCP address
+    /// uses port 80, as bollard does.
+    pub(crate) fn parse(address: &str) -> Result<Self, String> {
+        if let Some(path) = address.strip_prefix("unix://") {
+            return Ok(Target::Unix(PathBuf::from(path)));
+        }
+        let Some(rest) = address
+            .strip_prefix("tcp://")
+            .or_else(|| address.strip_prefix("http://"))
+        else {
+            return Err(format!(
+                "cannot reach the engine at {address} outside bollard (unix:// or tcp:// only)"
+            ));
+        };
+        let host = rest.split('/').next().unwrap_or_default();
+        if host.is_empty() {
+            return Err(format!("the engine address {address} names no host"));
+        }
+        let has_port = host
+            .rsplit_once(':')
+            .is_some_and(|(_, port)| !port.is_empty() && !port.contains(']'));
+        Ok(Target::Tcp(if has_port {
+            host.to_string()
+        } else {
+            format!("{host}:80")
+        }))
+    }
+
+    /// The `Host` header (Go's HTTP server requires one).
+    pub(crate) fn host(&self) -> &str {
+        match self {
+            Target::Unix(_) => "localhost",
+            Target::Tcp(host) => host,
+        }
+    }
+
+    /// A new connection to it.
+    pub(crate) async fn connect(&self) -> io::Result<Box<dyn Io>> {
+        Ok(match self {
+            Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+            Target::Tcp(host) => Box::new(tokio::net::TcpStream::connect(host.as_str()).await?),
+        })
+    }
+}
+
 /// A connection's IO, whichever socket it is.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(crate) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// The transport: where to connect, the `Host` header, and the address for
@@ -168,28 +218,18 @@ pub fn connect(
     timeout_s: u64,
     version: &bollard::ClientVersion,
 ) -> Result<bollard::Docker, BollardError> {
-    let (target, host) = if let Some(path) = address.strip_prefix("unix://") {
+    let target = Target::parse(address).map_err(|_| BollardError::UnsupportedURISchemeError {
+        uri: address.to_string(),
+    })?;
+    if let Target::Unix(path) = &target {
         // As bollard's own unix client says when the socket is missing.
-        if !Path::new(path).exists() {
-            return Err(BollardError::SocketNotFoundError(path.to_string()));
+        if !path.exists() {
+            return Err(BollardError::SocketNotFoundError(
+                path.display().to_string(),
+            ));
         }
-        (Target::Unix(PathBuf::from(path)), "localhost".to_string())
-    } else {
-        let rest = address
-            .strip_prefix("tcp://")
-            .or_else(|| address.strip_prefix("http://"))
-            .unwrap_or(address);
-        let authority = rest.split('/').next().unwrap_or_default();
-        let has_port = authority
-            .rsplit_once(':')
-            .is_some_and(|(_, port)| !port.is_empty() && !port.contains(']'));
-        let with_port = if has_port {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
-        (Target::Tcp(with_port.clone()), with_port)
-    };
+    }
+    let host = target.host().to_string();
     let transport = Arc::new(Transport {
         target,
         host: host.clone(),
@@ -208,10 +248,7 @@ pub fn connect(
 
 impl Transport {
     async fn connect(&self) -> io::Result<Box<dyn Io>> {
-        Ok(match &self.target {
-            Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-            Target::Tcp(host) => Box::new(tokio::net::TcpStream::connect(host.as_str()).await?),
-        })
+        self.target.connect().await
     }
 
     /// Sends `request` on a connection of its own; the response's body is

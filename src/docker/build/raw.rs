@@ -12,16 +12,15 @@
 //! owner is dropped: dropping the build's stream (Ctrl-C) closes the `/build`
 //! connection, which cancels the build on the engine, and dropping the session
 //! closes it, on every path.
-use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::docker::transport::{Io, Target};
 use bollard::models::BuildInfo;
 use bollard::query_parameters::BuildImageOptions;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Where the engine listens, and the API version the client speaks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,17 +33,6 @@ pub(super) struct EngineHttp {
     /// How long to wait for a response's headers.
     timeout: Duration,
 }
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
-    Unix(PathBuf),
-    /// `host:port`.
-    Tcp(String),
-}
-
-/// A connection's IO, whichever socket it is.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// Ends a spawned task when dropped (the task owns a connection: the socket
 /// closes with it).
@@ -62,29 +50,7 @@ impl EngineHttp {
     /// `tcp://10.0.0.2:2375`, `http://…`) at API version `api`. Without a
     /// port, a TCP address uses port 80, as bollard does.
     pub(super) fn new(address: &str, api: String, timeout: Duration) -> Result<Self, String> {
-        let target = if let Some(path) = address.strip_prefix("unix://") {
-            Target::Unix(PathBuf::from(path))
-        } else if let Some(rest) = address
-            .strip_prefix("tcp://")
-            .or_else(|| address.strip_prefix("http://"))
-        {
-            let host = rest.split('/').next().unwrap_or_default();
-            if host.is_empty() {
-                return Err(format!("the engine address {address} names no host"));
-            }
-            let has_port = host
-                .rsplit_once(':')
-                .is_some_and(|(_, port)| !port.is_empty() && !port.contains(']'));
-            Target::Tcp(if has_port {
-                host.to_string()
-            } else {
-                format!("{host}:80")
-            })
-        } else {
-            return Err(format!(
-                "cannot reach the engine at {address} outside bollard (unix:// or tcp:// only)"
-            ));
-        };
+        let target = Target::parse(address)?;
         Ok(Self {
             address: address.to_string(),
             target,
@@ -100,17 +66,11 @@ impl EngineHttp {
 
     /// The `Host` header (Go's HTTP server requires one).
     fn host(&self) -> &str {
-        match &self.target {
-            Target::Unix(_) => "localhost",
-            Target::Tcp(host) => host,
-        }
+        self.target.host()
     }
 
     async fn connect(&self) -> std::io::Result<Box<dyn Io>> {
-        Ok(match &self.target {
-            Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-            Target::Tcp(host) => Box::new(tokio::net::TcpStream::connect(host.as_str()).await?),
-        })
+        self.target.connect().await
     }
 
     /// Sends `request` (its URI a path such as `/build?…`, made versioned
