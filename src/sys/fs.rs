@@ -150,7 +150,7 @@ fn human(n: u64) -> String {
 }
 
 /// Writes the file `path` atomically: `write` fills a temporary sibling
-/// (`.imgctl-NAME.XXXXXX.tmp`, mode 0666 less the umask, like
+/// (`.imgctl-NAME.<random>.tmp`, mode 0666 less the umask, like
 /// `File::create`), given by its path so that writers that open a path
 /// (an image encoder, safetensors) can use it; the file is then fsynced and
 /// renamed over `path`, and the folder fsynced. A reader sees the old file

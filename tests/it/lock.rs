@@ -609,14 +609,11 @@ fn errors_are_one_line_with_a_hint() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-#[test]
-fn a_tampered_lock_fails_check_naming_the_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
-    let spec_arg = spec_path.to_str().unwrap();
-    // A fresh lock, written with the library (no uv here).
-    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
-    let text = LockFile::new(
+/// A fresh lock of the `small` fixture spec (six and torch), written with
+/// the library (no uv needed).
+fn small_lock_text(spec_path: &Path) -> String {
+    let loaded = spec::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
+    LockFile::new(
         &LockInputs::of(&loaded.spec),
         [
             ("six", Locked::new("1.16.0", Step::Pins, [SIX_WHEEL])),
@@ -626,7 +623,15 @@ fn a_tampered_lock_fails_check_naming_the_line() {
     .to_text(
         &loaded.origin,
         &imgctl::commands::lock::lock_command(&loaded),
-    );
+    )
+}
+
+#[test]
+fn a_tampered_lock_fails_check_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
+    let spec_arg = spec_path.to_str().unwrap();
+    let text = small_lock_text(&spec_path);
     let lock_path = dir.path().join("small.lock");
     std::fs::write(&lock_path, &text).unwrap();
     let out = imgctl_in(dir.path(), &["lock", "--spec", spec_arg, "--check"], &[]);
@@ -674,18 +679,7 @@ fn a_package_added_to_the_body_makes_the_lock_stale() {
     let dir = tempfile::tempdir().unwrap();
     let spec_path = fixture_spec(dir.path(), "small", &["six==1.16.0"]);
     let spec_arg = spec_path.to_str().unwrap();
-    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
-    let text = LockFile::new(
-        &LockInputs::of(&loaded.spec),
-        [
-            ("six", Locked::new("1.16.0", Step::Pins, [SIX_WHEEL])),
-            ("torch", Locked::new("2.7.0", Step::Torch, [SIX_WHEEL])),
-        ],
-    )
-    .to_text(
-        &loaded.origin,
-        &imgctl::commands::lock::lock_command(&loaded),
-    );
+    let text = small_lock_text(&spec_path);
     assert!(text.contains("\n# packages-sha256: "), "{text}");
     let lock_path = dir.path().join("small.lock");
     let check = || {

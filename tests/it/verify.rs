@@ -624,6 +624,25 @@ fn fake_imgctl(dir: &Path, body: &str) -> PathBuf {
     path
 }
 
+/// `imgctl verify --image BASE --expect-gpus EXPECT --json` with `fake`
+/// mounted over the image's imgctl.
+fn verify_json_with(fake: &Path, expect: &str) -> std::process::Output {
+    Command::new(imgctl_bin())
+        .args([
+            "verify",
+            "--image",
+            BASE,
+            "--expect-gpus",
+            expect,
+            "--json",
+            "--mount",
+        ])
+        .arg(format!("{}:/usr/local/bin/imgctl:ro", fake.display()))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
 /// Starts `imgctl verify --image` with `sleeper` (a hanging fake imgctl)
 /// mounted over the image's, and returns once its container exists (stderr
 /// piped, for the caller to read after stopping it).
@@ -789,20 +808,7 @@ fn verify_image_does_not_trust_a_report_that_contradicts_itself() {
         dir.path(),
         "echo '{\"schema_version\":1,\"imgctl_version\":\"0.0.0\",\"context\":\"container\",\"level\":\"quick\",\"expect_gpus\":\"0\",\"results\":[],\"summary\":{\"pass\":0,\"warn\":0,\"fail\":5,\"skip\":0,\"error\":0},\"passed\":false}'\nexit 1",
     );
-    let out = Command::new(imgctl_bin())
-        .args([
-            "verify",
-            "--image",
-            BASE,
-            "--expect-gpus",
-            "0",
-            "--json",
-            "--mount",
-        ])
-        .arg(format!("{}:/usr/local/bin/imgctl:ro", forger.display()))
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+    let out = verify_json_with(&forger, "0");
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let report = json_of(&stdout);
@@ -839,20 +845,7 @@ fn verify_image_overrides_a_forged_report_with_the_hosts_view() {
         dir.path(),
         "echo '{\"schema_version\":1,\"imgctl_version\":\"0.1.0\",\"context\":\"container\",\"level\":\"quick\",\"expect_gpus\":\"2\",\"results\":[{\"id\":\"nvml.driver\",\"status\":\"pass\",\"message\":\"driver 580.65\"},{\"id\":\"nvml.device_count\",\"status\":\"pass\",\"message\":\"2 GPUs\"},{\"id\":\"torch.version\",\"status\":\"pass\",\"message\":\"torch 2.7.0\"}],\"summary\":{\"pass\":3,\"warn\":0,\"fail\":0,\"skip\":0,\"error\":0},\"passed\":true}'\nexit 0",
     );
-    let out = Command::new(imgctl_bin())
-        .args([
-            "verify",
-            "--image",
-            BASE,
-            "--expect-gpus",
-            "2",
-            "--json",
-            "--mount",
-        ])
-        .arg(format!("{}:/usr/local/bin/imgctl:ro", forger.display()))
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
+    let out = verify_json_with(&forger, "2");
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}\n{stdout}");
     let report = json_of(&stdout);
