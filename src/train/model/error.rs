@@ -105,11 +105,13 @@ pub enum ModelCheck {
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
     /// The output file's directory is not writable.
-    #[error("cannot write {}: {error}", .path.display())]
+    #[error("cannot write {}", .path.display())]
     Write {
         /// The file.
         path: PathBuf,
-        /// Why not.
+        /// Why not: the error's source, printed as its `caused by:` line
+        /// (a full disk is recognised through it).
+        #[source]
         error: std::io::Error,
     },
     /// A weights file that cannot be read.

@@ -106,18 +106,9 @@ pub fn write_tensors(
             other => std::io::Error::other(format!("{other:?}")),
         })
     })
-    .map_err(|error| -> anyhow::Error {
-        // A full disk stays a plain I/O error, which the run explains with
-        // the space a checkpoint needs (exit 1); anything else is the path's.
-        if crate::train::space::is_full(&error) {
-            anyhow::Error::from(error).context(format!("cannot write {}", path.display()))
-        } else {
-            WeightsError::Write {
-                path: path.to_path_buf(),
-                error,
-            }
-            .into()
-        }
+    .map_err(|error| WeightsError::Write {
+        path: path.to_path_buf(),
+        error,
     })?;
     Ok(())
 }
