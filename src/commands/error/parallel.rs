@@ -172,12 +172,6 @@ fn rendezvous_error(e: &RendezvousError) -> Advice {
         RendezvousError::BadAgentAddress { .. } => {
             Advice::failure("another program wrote that key; restart the job".to_string())
         }
-        RendezvousError::WorldSizeMismatch { .. } => {
-            Advice::usage("start every rank with the same WORLD_SIZE".to_string())
-        }
-        RendezvousError::BadRank { .. } => {
-            Advice::usage("give every process a distinct RANK below WORLD_SIZE".to_string())
-        }
         RendezvousError::Refused { .. } => Advice::usage(
             "start every rank with the same WORLD_SIZE and a distinct RANK".to_string(),
         ),

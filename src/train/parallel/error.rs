@@ -190,18 +190,6 @@ pub enum RendezvousError {
         /// What the key holds.
         text: String,
     },
-    /// Rank 0 met a rank with another world size.
-    #[error("rendezvous failed: {msg}")]
-    WorldSizeMismatch {
-        /// Which rank, and both world sizes.
-        msg: String,
-    },
-    /// Rank 0 met a rank twice, or one out of range.
-    #[error("rendezvous failed: {msg}")]
-    BadRank {
-        /// Which rank, and why.
-        msg: String,
-    },
     /// Rank 0 refused this rank (a misconfigured job).
     #[error("rendezvous failed: {msg}")]
     Refused {
