@@ -64,7 +64,9 @@ impl Termination {
         tokio::spawn(async move {
             let sig = self.recv().await;
             crate::output::printer().stderr_text(format!("error: interrupted by {sig}\n"));
-            std::process::exit(130);
+            // The one exit helper (sys::process): `_exit`, so no exit
+            // handler runs while other threads still use the runtime.
+            crate::sys::process::exit_now(130);
         });
     }
 

@@ -902,3 +902,45 @@ fn report_paths_are_checked_before_any_engine_work() {
         );
     }
 }
+
+/// No registry (this machine has none) and a base the engine lacks: both
+/// builders fail in one line naming the base as not pullable, with the
+/// `--base-image` hint, not the engine's raw DNS error and "rerun with -v".
+#[test]
+fn a_base_that_cannot_be_pulled_is_named_by_both_builders() {
+    let spec = busybox_spec();
+    let tag = test_tag("nobase");
+    for builder in ["classic", "buildkit"] {
+        let out = imgctl_env(
+            &[
+                "build",
+                "--spec",
+                spec.to_str().unwrap(),
+                "--base-image",
+                "imgctl-test/absent:1",
+                "--builder",
+                builder,
+                "--tag",
+                &tag,
+            ],
+            &[],
+        );
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(1), "{builder}: {stderr}");
+        let errors: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .collect();
+        assert_eq!(errors.len(), 1, "{builder}: {stderr}");
+        assert!(
+            errors[0].contains("imgctl-test/absent:1 could not be pulled"),
+            "{builder}: {stderr}"
+        );
+        assert!(
+            stderr.contains("hint: ") && stderr.contains("--base-image"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("rerun with -v"), "{builder}: {stderr}");
+        assert!(!docker(&["image", "inspect", &tag]).status.success());
+    }
+}

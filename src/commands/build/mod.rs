@@ -28,10 +28,10 @@ use crate::output::printer;
 use crate::render::docker_quote;
 use crate::ExitStatus;
 
-mod progress;
+pub(crate) mod progress;
 mod report;
 
-use progress::{cut, ProgressView};
+use progress::ProgressView;
 pub use report::{BuildReport, SpecRef, StepCounts, REPORT_SCHEMA_VERSION};
 
 /// How long the engine gets to remove a cancelled build's intermediate
@@ -593,66 +593,19 @@ async fn build(
     })
 }
 
-/// The error of a failed build; a failed step first prints its last lines.
+/// The error of a failed build (its words: commands/error/build.rs); a
+/// failed step first prints its last lines.
 fn build_failure(err: BuildError) -> anyhow::Error {
-    match err {
-        BuildError::StepFailed {
-            n,
-            total,
-            instruction,
-            message,
-            exit_code,
-            tail,
-        } => {
-            if !tail.is_empty() {
-                let mut text =
-                    format!("output of step {n}/{total} (last {} lines):\n", tail.len());
-                for line in &tail {
-                    text.push_str(&format!("  | {line}\n"));
-                }
-                crate::output::printer().stderr_text(text);
+    if let BuildError::StepFailed { n, total, tail, .. } = &err {
+        if !tail.is_empty() {
+            let mut text = format!("output of step {n}/{total} (last {} lines):\n", tail.len());
+            for line in tail {
+                text.push_str(&format!("  | {line}\n"));
             }
-            if let Some(id) = crate::docker::build::missing_secret(&message) {
-                return CliError::failure(format!(
-                    "build failed at step {n}/{total}: it needs the build secret `{id}`, which this build does not have: {}",
-                    cut(&instruction, 300)
-                ))
-                .with_hint(format!(
-                    "imgctl serves one build secret, `{}`, when given --ca-cert-secret FILE (the engine said: {message})",
-                    crate::render::CA_CERT_SECRET_ID
-                ))
-                .into();
-            }
-            let (code, hint) = match exit_code {
-                Some(c) => (
-                    format!(" with exit code {c}"),
-                    "the step's last output lines are above; rerun with -v for the full build log"
-                        .to_string(),
-                ),
-                None => (
-                    String::new(),
-                    format!("the engine said: {message}; rerun with -v for the full build log"),
-                ),
-            };
-            CliError::failure(format!(
-                "build failed at step {n}/{total}{code}: {}",
-                cut(&instruction, 300)
-            ))
-            .with_hint(hint)
-            .into()
+            crate::output::printer().stderr_text(text);
         }
-        e @ BuildError::BuildKitUnsupported { .. } => CliError::usage(e.to_string())
-            .with_hint("build with --builder classic (or auto), and --ca-cert instead of --ca-cert-secret")
-            .into(),
-        e @ BuildError::BadDockerBuildkit { .. } => CliError::usage(e.to_string())
-            .with_hint("set DOCKER_BUILDKIT=1 (BuildKit) or 0 (classic), or unset it, or pass --builder")
-            .into(),
-        // Its hint is the engine side's (commands/error/docker.rs).
-        BuildError::TooMuch(too_much) => crate::docker::DockerError::EngineTooMuch(too_much).into(),
-        BuildError::Engine(message) => CliError::failure(format!("the build failed: {message}"))
-            .with_hint("check the base image exists on the engine (no registry is needed for a local base; see --base-image)")
-            .into(),
     }
+    err.into()
 }
 
 fn short_id(id: &str) -> &str {
@@ -726,6 +679,6 @@ mod tests {
     fn sizes_are_human() {
         assert_eq!(human_bytes(999), "999 B");
         assert_eq!(human_bytes(8_100_000_000), "8.1 GB");
-        assert_eq!(cut("abcdef", 4), "abc…");
+        assert_eq!(progress::cut("abcdef", 4), "abc…");
     }
 }

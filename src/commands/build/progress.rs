@@ -139,7 +139,7 @@ fn raw_line(ev: &BuildEvent) -> String {
 
 /// Collapses whitespace (the builder joins continuation lines with their
 /// indentation) and cuts to `max` characters.
-pub(super) fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if text.chars().count() <= max {
         text

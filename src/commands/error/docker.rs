@@ -132,7 +132,7 @@ fn docker_error(e: &DockerError) -> Advice {
 
 /// The engine sent more than imgctl reads: a failure whose hint asks what
 /// answers at the address.
-fn engine_too_much(too_much: &TooMuch) -> Advice {
+pub(super) fn engine_too_much(too_much: &TooMuch) -> Advice {
     let address = &too_much.address;
     Advice::failure(format!(
         "check that {address} is a Docker engine and nothing else answers there (`docker -H {address} version`), and that no proxy in between is broken"

@@ -11,6 +11,7 @@ use crate::error::ExitStatus;
 
 mod advice;
 mod bench;
+mod build;
 mod docker;
 mod gpus;
 mod lock;
@@ -33,6 +34,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
     let tables: &[fn(&(dyn std::error::Error + 'static)) -> Option<Advice>] = &[
         lock::advise,
         docker::advise,
+        build::advise,
         gpus::advise,
         spec::advise,
         train::advise,

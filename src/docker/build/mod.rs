@@ -144,6 +144,15 @@ pub enum BuildError {
     /// The engine refused or failed the build before or outside a step.
     #[error("the engine failed the build: {0}")]
     Engine(String),
+    /// The base image (`FROM`) is neither on the engine nor pullable (no
+    /// registry reachable, or no such image there); both builders say it so.
+    #[error("the base image {base} could not be pulled: {message}")]
+    BaseUnavailable {
+        /// The image the `FROM` names.
+        base: String,
+        /// The engine's words (a DNS error, `pull access denied`, …).
+        message: String,
+    },
     /// The engine's build stream carried a message past what imgctl reads
     /// (see [`crate::docker::transport`] and `raw`'s message limit).
     #[error("{0}")]
@@ -222,6 +231,40 @@ pub async fn build_image(
         ))),
         Builder::Classic => classic::run(docker, context, request, tracker, on_event).await,
         Builder::BuildKit => buildkit::run(docker, address, context, request, on_event).await,
+    }
+    .map_err(base_unavailable)
+}
+
+/// A failure that is the base image's: the classic builder fails the `FROM`
+/// step, BuildKit its `[internal] load metadata for IMAGE` vertex (or the
+/// `FROM` step); either becomes [`BuildError::BaseUnavailable`].
+pub(crate) fn base_unavailable(err: BuildError) -> BuildError {
+    match err {
+        BuildError::StepFailed {
+            ref instruction,
+            ref message,
+            ..
+        } if is_from(instruction) => {
+            let base = instruction
+                .split_whitespace()
+                .find(|w| !w.eq_ignore_ascii_case("FROM") && !w.starts_with("--"))
+                .unwrap_or_default();
+            BuildError::BaseUnavailable {
+                base: base.to_string(),
+                message: message.clone(),
+            }
+        }
+        BuildError::Engine(ref message) => match message.split_once("load metadata for ") {
+            Some((_, rest)) => {
+                let (base, why) = rest.split_once(": ").unwrap_or((rest, ""));
+                BuildError::BaseUnavailable {
+                    base: base.trim().to_string(),
+                    message: why.trim().to_string(),
+                }
+            }
+            None => err,
+        },
+        other => other,
     }
 }
 
@@ -322,5 +365,42 @@ mod tests {
         );
         assert_eq!(missing_secret("secret : not found"), None);
         assert_eq!(missing_secret("top secret stuff"), None);
+    }
+
+    #[test]
+    fn a_failed_from_or_metadata_load_is_the_base_images() {
+        let step = |instruction: &str| BuildError::StepFailed {
+            n: 1,
+            total: 9,
+            instruction: instruction.to_string(),
+            message: "dial tcp: lookup registry-1.docker.io: no such host".to_string(),
+            exit_code: None,
+            tail: Vec::new(),
+        };
+        match base_unavailable(step("FROM --platform=linux/amd64 nvidia/cuda:12.4 AS base")) {
+            BuildError::BaseUnavailable { base, message } => {
+                assert_eq!(base, "nvidia/cuda:12.4");
+                assert!(message.contains("no such host"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            base_unavailable(step("RUN false")),
+            BuildError::StepFailed { .. }
+        ));
+        let buildkit = BuildError::Engine(
+            "[internal] load metadata for docker.io/library/nope:1: pull access denied".into(),
+        );
+        match base_unavailable(buildkit) {
+            BuildError::BaseUnavailable { base, message } => {
+                assert_eq!(base, "docker.io/library/nope:1");
+                assert_eq!(message, "pull access denied");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            base_unavailable(BuildError::Engine("no space left".into())),
+            BuildError::Engine(_)
+        ));
     }
 }
