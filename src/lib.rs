@@ -30,11 +30,11 @@ pub mod docker;
 pub mod env_vars;
 pub mod error;
 pub mod gpus;
+pub mod image_ref;
 pub mod invariants;
 pub mod lock;
 pub mod output;
 pub mod plot;
-pub mod reference;
 pub mod render;
 pub mod spec;
 #[allow(unsafe_code)]

@@ -10,7 +10,7 @@
 use crate::cli::ImageArgs;
 use crate::commands::error::CliError;
 use crate::docker::build::BuilderChoice;
-use crate::reference::{self, Role};
+use crate::image_ref::{self, Role};
 use crate::render::{self, ca, RenderOptions, DEFAULT_ID};
 use crate::spec::SpecSource;
 
@@ -62,7 +62,7 @@ impl RenderOptions {
             render::check_pip_index_url(url)?;
         }
         if let Some(image) = base_image {
-            reference::check(Role::BaseImage, image)?;
+            image_ref::check(Role::BaseImage, image)?;
         }
         Ok(RenderOptions {
             base_image: base_image.clone(),

@@ -9,7 +9,7 @@ pub mod engine_line;
 pub mod error;
 pub mod image_args;
 pub mod lock;
-pub mod output;
+pub mod output_files;
 pub mod render;
 pub mod sample;
 pub mod specs;

@@ -192,10 +192,10 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     }
     let opts = options(&args)?;
     if let Some(path) = &args.junit {
-        super::output::check_output_file("--junit", path)?;
+        super::output_files::check_output_file("--junit", path)?;
     }
     if let Some(image) = &args.image {
-        crate::reference::check(crate::reference::Role::Image, image)?;
+        crate::image_ref::check(crate::image_ref::Role::Image, image)?;
         let gpus = crate::gpus::GpuSelection::parse(&args.gpus)?;
         let mounts = args
             .mounts

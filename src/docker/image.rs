@@ -128,10 +128,10 @@ pub fn split_tag(reference: &str) -> (&str, &str) {
     }
 }
 
-/// Checks a tag with the engine's reference grammar ([`crate::reference`]);
+/// Checks a tag with the engine's reference grammar ([`crate::image_ref`]);
 /// a tag names no digest.
 pub fn validate_tag(reference: &str) -> Result<(), DockerError> {
-    let parsed = crate::reference::parse(reference).map_err(|why| DockerError::InvalidTag {
+    let parsed = crate::image_ref::parse(reference).map_err(|why| DockerError::InvalidTag {
         reference: reference.to_string(),
         why,
     })?;

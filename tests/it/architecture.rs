@@ -410,3 +410,95 @@ fn only_the_command_layer_speaks_the_users_language() {
     }
     assert!(found.is_empty(), "{} lines outside cli.rs/commands/ name CliError, clap types, a flag or an imgctl command: {found:#?}", found.len());
 }
+
+/// Core error enums that never reach the user as an error: the core turns
+/// them into something else where it meets them (the file named), so they
+/// need no advice table: (enum, the file that consumes it, the call there
+/// that yields it, why).
+const NO_TABLE: &[(&str, &str, &str, &str)] = &[
+    (
+        "RawNvmlError",
+        "src/verify/nvml/real.rs",
+        "RawNvmlError::Code",
+        "mapped to NvmlErr, then to a check's verdict",
+    ),
+    (
+        "NvmlLoadError",
+        "src/verify/run.rs",
+        "RealNvml::load",
+        "becomes the driver check's verdict (no NVIDIA driver)",
+    ),
+    (
+        "DeadlineError",
+        "src/verify/run.rs",
+        "run_with_deadline",
+        "a hung or panicking check is that check's FAIL",
+    ),
+];
+
+#[test]
+fn every_core_error_enum_has_exactly_one_advice_table() {
+    let sources = sources();
+    // `pub enum NameError` in core (outside commands/).
+    let mut enums: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in sources
+        .iter()
+        .filter(|s| !s.file.starts_with("src/commands/"))
+    {
+        for line in s.code.lines() {
+            let Some(rest) = line.trim().strip_prefix("pub enum ") else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name.ends_with("Error") {
+                enums.entry(name).or_default().push(s.file.clone());
+            }
+        }
+    }
+    assert!(
+        enums.len() > 30,
+        "only {} core error enums found: the reader is broken",
+        enums.len()
+    );
+    // The tables: files under commands/error/ and the names they downcast to.
+    let mut tables: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for s in sources
+        .iter()
+        .filter(|s| s.file.starts_with("src/commands/error/"))
+    {
+        for piece in s.code.split("downcast_ref::<").skip(1) {
+            let path: String = piece.chars().take_while(|c| *c != '>').collect();
+            let name = path.rsplit("::").next().unwrap_or_default().to_string();
+            tables.entry(name).or_default().insert(s.file.clone());
+        }
+    }
+    let mut wrong = Vec::new();
+    for (name, defined_in) in &enums {
+        assert_eq!(
+            defined_in.len(),
+            1,
+            "two core error enums are named {name} ({defined_in:?}): name them apart"
+        );
+        let found = tables.get(name).map_or(0, BTreeSet::len);
+        match NO_TABLE.iter().find(|(n, ..)| n == name) {
+            Some((_, consumer, call, why)) => {
+                let code = &sources.iter().find(|s| s.file == *consumer).unwrap().code;
+                if found != 0 || !code.contains(call) {
+                    wrong.push(format!(
+                        "{name} is listed as needing no table ({why}) but {consumer} no longer calls {call}, or a table names it"
+                    ));
+                }
+            }
+            None if found != 1 => wrong.push(format!(
+                "{name} ({}) has {found} advice tables under src/commands/error/: {:?}",
+                defined_in[0],
+                tables.get(name)
+            )),
+            None => {}
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

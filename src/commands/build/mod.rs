@@ -124,7 +124,7 @@ struct DryRun<'a> {
 /// Runs `imgctl build`.
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
     if let Some(path) = &args.report {
-        super::output::check_output_file("--report", path)?;
+        super::output_files::check_output_file("--report", path)?;
     }
     // The flags are checked (and the spec rendered) before any engine work;
     // `auto` renders the classic variant until the engine has decided.

@@ -93,7 +93,7 @@ fn docker_error(e: &DockerError) -> Advice {
         DockerError::CredentialHelperRun { program, .. } => Advice::failure(format!(
             "install {program} on PATH, or change credsStore / credHelpers in the docker config"
         )),
-        DockerError::InvalidTag { reference, why } => usage(crate::reference::GRAMMAR)
+        DockerError::InvalidTag { reference, why } => usage(crate::image_ref::GRAMMAR)
             .with_message(format!("invalid --tag '{}': {why}", reference.escape_debug())),
         DockerError::TagWithDigest { reference } => usage("use NAME[:TAG], e.g. `--tag imgctl/cu124:dev`")
             .with_message(format!(

@@ -1,11 +1,11 @@
 //! What the spec and render side's errors mean for the user: spec loading
 //! ([`SpecError`]), rendering ([`RenderError`], [`CaError`]), image
-//! references ([`ReferenceError`]) and environment variables ([`EnvError`]).
+//! references ([`ImageRefError`]) and environment variables ([`EnvError`]).
 //! Every one of them is bad input (exit 2) but a bug in the bundled template
 //! or the context (exit 1). The flag names and the hints live here.
 use super::advice::Advice;
 use crate::env_vars::EnvError;
-use crate::reference::{ReferenceError, Role, GRAMMAR};
+use crate::image_ref::{ImageRefError, Role, GRAMMAR};
 use crate::render::ca::{CaError, MAX_CA_CERT_BYTES};
 use crate::render::RenderError;
 use crate::spec::{problems_message, Mention, Problem, SpecError};
@@ -26,7 +26,7 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
     if let Some(e) = err.downcast_ref::<CaError>() {
         return Some(ca(e));
     }
-    if let Some(e) = err.downcast_ref::<ReferenceError>() {
+    if let Some(e) = err.downcast_ref::<ImageRefError>() {
         return Some(reference(e));
     }
     if let Some(e) = err.downcast_ref::<EnvError>() {
@@ -154,9 +154,9 @@ fn ca(e: &CaError) -> Advice {
     }
 }
 
-fn reference(e: &ReferenceError) -> Advice {
+fn reference(e: &ImageRefError) -> Advice {
     match e {
-        ReferenceError::Invalid {
+        ImageRefError::Invalid {
             role,
             value,
             reason,
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn references_name_the_flag_of_their_role() {
-        use crate::reference::{check, Role};
+        use crate::image_ref::{check, Role};
         for (role, flag) in [(Role::BaseImage, "--base-image"), (Role::Image, "--image")] {
             let err = anyhow::Error::from(check(role, "Bad!").unwrap_err());
             assert_eq!(status_of(&err), ExitStatus::Usage);

@@ -57,7 +57,7 @@ pub(super) fn check_flags(args: &TrainArgs) -> anyhow::Result<()> {
         ));
     }
     if let Some(path) = &args.plot {
-        crate::commands::output::check_output_file("--plot", path)?;
+        crate::commands::output_files::check_output_file("--plot", path)?;
     }
     if args.scaling && args.compare {
         return Err(usage(

@@ -99,7 +99,7 @@ impl std::fmt::Display for Role {
 
 /// An image reference that does not parse.
 #[derive(Debug, thiserror::Error)]
-pub enum ReferenceError {
+pub enum ImageRefError {
     /// `value` is not a reference: `reason` says why ([`GRAMMAR`] says what is).
     #[error("invalid {role} '{value}': {reason}")]
     Invalid {
@@ -112,10 +112,10 @@ pub enum ReferenceError {
     },
 }
 
-/// Parses `value`, a reference for `role`; a [`ReferenceError`] naming what
+/// Parses `value`, a reference for `role`; a [`ImageRefError`] naming what
 /// is wrong otherwise.
-pub fn check(role: Role, value: &str) -> Result<Reference, ReferenceError> {
-    parse(value).map_err(|reason| ReferenceError::Invalid {
+pub fn check(role: Role, value: &str) -> Result<Reference, ImageRefError> {
+    parse(value).map_err(|reason| ImageRefError::Invalid {
         role,
         value: value.escape_debug().to_string(),
         reason,
