@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{imgctl_bin, repo_root, texts};
+use crate::common::{imgctl_bin, one_error_line, repo_root, texts};
 
 /// The local base images made by scripts/test-bases.sh.
 pub const BUSYBOX_BASE: &str = "imgctl-test/busybox:latest";
@@ -336,12 +336,7 @@ pub(crate) fn check_failing_build(args: &[&str], tag: &str, exit_code: i64) -> V
     let report = stderr
         .rfind("output of step ")
         .map_or(stderr.as_str(), |i| &stderr[i..]);
-    let errors: Vec<&str> = report
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
-    let error = errors[0];
+    let error = one_error_line(report);
     assert!(error.contains("build failed at step "), "{error}");
     assert!(
         error.contains(": RUN "),
@@ -554,12 +549,8 @@ fn no_engine_names_the_socket_in_one_line() {
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stdout.is_empty());
-    let errors: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
-    assert!(errors[0].contains("/tmp/nonexistent.sock"), "{}", errors[0]);
+    let error = one_error_line(&stderr);
+    assert!(error.contains("/tmp/nonexistent.sock"), "{error}");
     assert!(stderr.contains("\nhint: "), "{stderr}");
     assert!(
         !stderr.contains("caused by"),
@@ -927,13 +918,8 @@ fn a_base_that_cannot_be_pulled_is_named_by_both_builders() {
         );
         let (_, stderr) = texts(&out);
         assert_eq!(out.status.code(), Some(1), "{builder}: {stderr}");
-        let errors: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("error: "))
-            .collect();
-        assert_eq!(errors.len(), 1, "{builder}: {stderr}");
         assert!(
-            errors[0].contains("imgctl-test/absent:1 could not be pulled"),
+            one_error_line(&stderr).contains("imgctl-test/absent:1 could not be pulled"),
             "{builder}: {stderr}"
         );
         assert!(

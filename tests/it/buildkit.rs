@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::build::{
     busybox_spec, check_failing_build, docker_ok, ensure_bases, test_tag, EngineGuard,
 };
-use crate::common::{imgctl_bin, texts};
+use crate::common::{imgctl_bin, one_error_line, texts};
 
 fn imgctl(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(imgctl_bin());
@@ -517,15 +517,11 @@ fn a_build_secret_nobody_serves_fails_naming_it() {
     );
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    let errors: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
+    let error = one_error_line(&stderr);
     assert!(
-        errors[0].contains("build failed at step 2/")
-            && errors[0].contains("needs the build secret `nope`")
-            && errors[0].contains(": RUN --mount=type=secret,id=nope"),
+        error.contains("build failed at step 2/")
+            && error.contains("needs the build secret `nope`")
+            && error.contains(": RUN --mount=type=secret,id=nope"),
         "{stderr}"
     );
     assert!(

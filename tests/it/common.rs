@@ -22,6 +22,15 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The one `error: ` line of `text` (a command's stderr, or the part of it
+/// after a build log); panics, printing `text`, when there is none or more
+/// than one: every failure must say its cause once.
+pub fn one_error_line(text: &str) -> &str {
+    let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "not exactly one error line:\n{text}");
+    errors[0]
+}
+
 /// stdout and stderr of an output as strings.
 pub fn texts(out: &Output) -> (String, String) {
     (

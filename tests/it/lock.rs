@@ -21,7 +21,7 @@ use imgctl::spec::{self, SpecSource};
 use crate::build::{
     check_failing_build, docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE,
 };
-use crate::common::{imgctl_bin, repo_root, texts};
+use crate::common::{imgctl_bin, one_error_line, repo_root, texts};
 
 /// sha256 of python_dateutil-2.9.0.post0-py2.py3-none-any.whl on PyPI.
 const DATEUTIL_WHEEL: &str = "a8b2bc7bffae282281c8140a97d3aa9c14da0b136dfe83f850eea9a5f7470427";
@@ -461,12 +461,9 @@ fn errors_are_one_line_with_a_hint() {
         assert_eq!(out.status.code(), Some(code), "{stderr}");
         assert!(stdout.is_empty(), "{stdout}");
         // One error (after progress lines, if pip ran; a spec error lists its problems below it).
-        let errors: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.starts_with("error: "))
-            .collect();
+        one_error_line(&stderr);
         assert!(
-            errors.len() == 1 && stderr.contains(message),
+            stderr.contains(message),
             "{message:?} not in the one error:\n{stderr}"
         );
         assert!(stderr.contains("\n\nhint: "), "no hint:\n{stderr}");

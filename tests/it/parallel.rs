@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
-use crate::common::{imgctl_bin, texts};
+use crate::common::{imgctl_bin, one_error_line, texts};
 
 /// A tiny model at 16×16 with one loader thread: a step takes milliseconds.
 const SMALL_CONFIG: &str =
@@ -815,15 +815,11 @@ fn a_failed_worker_is_reported_with_its_own_error() {
     let o = two_rank_tiny_step(dir.path(), &["--data", "/nonexistent"], &[]);
     let (_, err) = texts(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    let last: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
-    assert_eq!(
-        last.len(),
-        1,
-        "one error line of the supervisor's own:\n{err}"
-    );
+    // One error line, the supervisor's own.
+    let last = one_error_line(&err);
     assert!(
-        last[0].starts_with("error: worker rank ")
-            && last[0].contains(
+        last.starts_with("error: worker rank ")
+            && last.contains(
                 " of 2 failed: it exited with code 2: cannot read the data folder /nonexistent"
             ),
         "{err}"
