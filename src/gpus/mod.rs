@@ -1,11 +1,13 @@
 //! GPU facts and words shared by verify, training and the container runs:
 //! the datasheet peaks ([`peaks`]: verify's functional floors and the
-//! benchmark's MFU read the one table) and the GPU selection grammar
+//! benchmark's MFU read the one table), the value each measurement should
+//! read ([`expected`]: typical or peak, with its source) and the GPU selection grammar
 //! ([`select`]: `all`, a count, device indices or UUIDs, as `train-demo
 //! --gpus` and `verify --image --gpus` take it).
 //!
 //! Leaves both: they hold figures and parse text; measuring, launching and
 //! device requests are their callers' jobs.
+pub mod expected;
 pub mod peaks;
 pub mod select;
 

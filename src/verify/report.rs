@@ -168,9 +168,9 @@ pub fn check_list_table(rows: &[CheckInfo], color: bool, fit: Fit) -> String {
     format!("{t}\n")
 }
 
-/// Below this width the table has no measured and threshold columns: WARN,
-/// FAIL and ERROR rows show them under the table instead. (At 100 columns
-/// three text columns of about 20 each cut nearly every message.)
+/// Below this width the table has no measured, expected and threshold
+/// columns: WARN, FAIL and ERROR rows show them under the table instead. (At
+/// 100 columns three text columns of about 20 each cut nearly every message.)
 const NARROW: u16 = 110;
 /// Below this width the subject (`gpu1`) joins the check id.
 const MEDIUM: u16 = 120;
@@ -179,6 +179,55 @@ const MEDIUM: u16 = 120;
 const MEASURED_PERCENT: u16 = 22;
 /// See [`MEASURED_PERCENT`].
 const THRESHOLD_PERCENT: u16 = 18;
+
+/// A source without the datasheet's quoted figures: the text up to the end
+/// of the URL after `datasheet: `, or all of it.
+fn without_quote(source: &str) -> &str {
+    let Some(at) = source
+        .find("datasheet: https://")
+        .map(|i| i + "datasheet: ".len())
+    else {
+        return source;
+    };
+    let url_end = source[at..].find(' ').map_or(source.len(), |i| at + i);
+    &source[..url_end]
+}
+
+/// The numbered sources of the expected values a table shows, in order of
+/// first use: `[1]` in a cell, the source under the table.
+#[derive(Default)]
+struct Sources(Vec<String>);
+
+impl Sources {
+    /// `≈ 682.8 TFLOP/s [1]` for a result with an expected value or a
+    /// reason for none; numbers its source on first use.
+    fn cell(&mut self, r: &CheckResult) -> Option<String> {
+        let label = r.expected_label()?;
+        let Some(source) = &r.source else {
+            return Some(label);
+        };
+        let n = match self.0.iter().position(|s| s == source) {
+            Some(i) => i + 1,
+            None => {
+                self.0.push(source.clone());
+                self.0.len()
+            }
+        };
+        Some(format!("{label} [{n}]"))
+    }
+    /// `[1] …`, one wrapped line per source; `full: false` leaves out
+    /// what the datasheet's page says in parentheses (its URL stays).
+    fn render(&self, width: Option<u16>, full: bool) -> String {
+        let mut out = String::new();
+        for (i, s) in self.0.iter().enumerate() {
+            let s = if full { s.as_str() } else { without_quote(s) };
+            let line = format!("[{}] {s}", i + 1);
+            out.push_str(&output::wrap_text(&line, width));
+            out.push('\n');
+        }
+        out
+    }
+}
 
 /// The results as a table. `color` colours the status column (the label
 /// stays, so it reads the same without colour); `fit` says how it meets the
@@ -209,9 +258,11 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
         "on",
         "status",
         "measured",
+        "expected",
         "threshold",
         "details",
     ]);
+    let mut sources = Sources::default();
     for r in &report.results {
         let mut status = Cell::new(r.status.label()).set_alignment(CellAlignment::Center);
         if color {
@@ -231,6 +282,11 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
             Cell::new(r.subject()),
             status,
             Cell::new(short(r.measured.as_deref().unwrap_or(""))),
+            Cell::new(if narrow {
+                String::new()
+            } else {
+                sources.cell(r).unwrap_or_default()
+            }),
             Cell::new(short(r.threshold.as_deref().unwrap_or(""))),
             Cell::new(short(&r.message)),
         ]);
@@ -241,21 +297,22 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
         hide.push(1);
     }
     if narrow {
-        hide.extend([3, 4]);
+        hide.extend([3, 4, 5]);
     }
     for i in hide {
         if let Some(c) = t.column_mut(i) {
             c.set_constraint(ColumnConstraint::Hidden);
         }
     }
-    // The id and the verdict are never cut.
-    for i in [0, 2] {
+    // The id, the verdict and the expected value (at most `≤ 1100.0
+    // TFLOP/s peak [9]`) are never cut.
+    for i in [0, 2, 4].into_iter().filter(|&i| i != 4 || !narrow) {
         if let Some(c) = t.column_mut(i) {
             c.set_constraint(ColumnConstraint::ContentWidth);
         }
     }
     if !narrow && width.is_some() {
-        for (i, percent) in [(3, MEASURED_PERCENT), (4, THRESHOLD_PERCENT)] {
+        for (i, percent) in [(3, MEASURED_PERCENT), (5, THRESHOLD_PERCENT)] {
             if let Some(c) = t.column_mut(i) {
                 c.set_constraint(ColumnConstraint::UpperBoundary(Width::Percentage(percent)));
             }
@@ -269,14 +326,19 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
         // The threshold stays next to the measured value, under the table:
         // for every row with `-v`, else for WARN, FAIL and ERROR.
         for r in report.results.iter().filter(|r| full || notable(r)) {
-            if r.measured.is_none() && r.threshold.is_none() {
+            let expected = sources.cell(r);
+            if r.measured.is_none() && r.threshold.is_none() && expected.is_none() {
                 continue;
             }
-            let both = [("measured", &r.measured), ("threshold", &r.threshold)]
-                .iter()
-                .filter_map(|(k, v)| v.as_deref().map(|v| format!("{k} {}", short(v))))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let both = [
+                ("measured", r.measured.as_deref().map(short)),
+                ("expected", expected),
+                ("threshold", r.threshold.as_deref().map(short)),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
+            .collect::<Vec<_>>()
+            .join(", ");
             let line = format!("{} {}: {both}", r.id, r.subject());
             out.push_str(&output::wrap_text(&line, width));
             out.push('\n');
@@ -297,6 +359,7 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
         out.push_str(&output::wrap_text(&line, width));
         out.push('\n');
     }
+    out.push_str(&sources.render(width, full));
     if cut || (narrow && !full) {
         out.push_str(&format!(
             "(shortened to fit the terminal; {} show every column in full)\n",
@@ -346,6 +409,10 @@ fn details(r: &CheckResult) -> String {
     if let Some(m) = &r.measured {
         lines.push(format!("measured: {m}"));
     }
+    if let Some(e) = r.expected_label() {
+        let source = r.source.as_deref().unwrap_or("");
+        lines.push(format!("expected: {e} ({source})"));
+    }
     if let Some(t) = &r.threshold {
         lines.push(format!("threshold: {t}"));
     }
@@ -392,7 +459,12 @@ pub fn junit(report: &Report) -> String {
         ));
         let msg = xml_escape(&r.message);
         match r.status {
-            Status::Pass => out.push_str("/>\n"),
+            Status::Pass if r.measured.is_none() && r.source.is_none() => out.push_str("/>\n"),
+            // A measured PASS keeps its figure and what it should be.
+            Status::Pass => out.push_str(&format!(
+                ">\n      <system-out>{}</system-out>\n    </testcase>\n",
+                xml_escape(&details(r))
+            )),
             Status::Warn => out.push_str(&format!(
                 ">\n      <system-out>WARN: {}</system-out>\n    </testcase>\n",
                 xml_escape(&details(r))
@@ -494,6 +566,124 @@ mod tests {
         );
         assert!(full.contains("/root/.cache/imgctl"), "{full}");
         assert!(full.contains("| on "), "{full}");
+    }
+
+    /// A full-level report as an H200 and an unknown GPU would give it.
+    fn measured_sample() -> Report {
+        use crate::gpus::expected::{expected, Metric};
+        Report::new(
+            "host",
+            None,
+            Level::Full,
+            ExpectGpus::Any,
+            vec![
+                CheckResult::pass("func.matmul_bf16", "bf16 8192³ matmul 686.3 TFLOP/s")
+                    .gpu(0)
+                    .measured("686.3 TFLOP/s")
+                    .threshold("≥ 494.8 TFLOP/s (50% of NVIDIA H200 datasheet 989.5 TFLOP/s)")
+                    .value(686.3, "TFLOP/s")
+                    .expect(expected(Metric::Bf16Matmul, "NVIDIA H200")),
+                CheckResult::fail(
+                    "func.mem_bandwidth",
+                    "device copy 1.20 TB/s is below the floor",
+                )
+                .gpu(0)
+                .measured("1.20 TB/s (read+write)")
+                .threshold("≥ 3.4 TB/s (70% of NVIDIA H200 datasheet 4.8 TB/s)")
+                .value(1.2, "TB/s")
+                .expect(expected(Metric::MemCopy, "NVIDIA H200")),
+                CheckResult::pass("func.matmul_bf16", "bf16 8192³ matmul 150.2 TFLOP/s")
+                    .gpu(1)
+                    .measured("150.2 TFLOP/s")
+                    .value(150.2, "TFLOP/s")
+                    .expect(expected(Metric::Bf16Matmul, "NVIDIA GeForce RTX 4090")),
+            ],
+        )
+    }
+
+    #[test]
+    fn expected_values_stand_beside_the_measured_ones_with_their_sources() {
+        let report = measured_sample();
+        let words = &crate::commands::verify::WORDS;
+        let full = table(&report, false, Fit::Natural, words);
+        let row = full
+            .lines()
+            .find(|l| l.contains("686.3 TFLOP/s"))
+            .unwrap_or_else(|| panic!("{full}"));
+        // Measured, then expected, then the floor: one row.
+        let (m, e, f) = (
+            row.find("686.3 TFLOP/s").unwrap(),
+            row.find("≈ 682.8 TFLOP/s [1]")
+                .unwrap_or_else(|| panic!("{row}")),
+            row.find("≥ 494.8").unwrap(),
+        );
+        assert!(m < e && e < f, "{row}");
+        assert!(full.contains("≈ 4.2 TB/s [2]"), "{full}");
+        assert!(full.contains("no reference [3]"), "{full}");
+        assert!(
+            full.contains("[1] 69% of the H200 datasheet's 989.5 TFLOP/s bf16 dense, the share a healthy H200 reached (686.3 of 989.5 TFLOP/s, bench/results/2026-11-30-h200.md); datasheet: https://www.nvidia.com/en-us/data-center/h200/ (H200 SXM"),
+            "{full}"
+        );
+        assert!(
+            full.contains(
+                "[3] no reference for \"NVIDIA GeForce RTX 4090\": imgctl's table knows "
+            ),
+            "{full}"
+        );
+        for width in [80u16, 100, 120] {
+            let cut = table(&report, false, Fit::Cut(width), words);
+            for line in cut.lines() {
+                assert!(
+                    line.chars().count() <= width as usize,
+                    "{width}: {line:?}\n{cut}"
+                );
+            }
+            // The cut view keeps the datasheet's address, not its quote.
+            assert!(cut.contains("data-center/h200/"), "{width}:\n{cut}");
+            assert!(!cut.contains("H200 SXM: BF16"), "{width}:\n{cut}");
+            if width < 110 {
+                assert!(!cut.lines().nth(1).unwrap().contains("expected"), "{cut}");
+                // The failure's figures follow the table, expected among them.
+                let flat = cut.split_whitespace().collect::<Vec<_>>().join(" ");
+                assert!(
+                    flat.contains("func.mem_bandwidth gpu0: measured 1.20 TB/s (read+write), expected ≈ 4.2 TB/s [1], threshold ≥ 3.4 TB/s"),
+                    "{width}:\n{cut}"
+                );
+            } else {
+                assert!(cut.contains("≈ 682.8 TFLOP/s"), "{width}:\n{cut}");
+            }
+        }
+        let json = serde_json::to_value(&report).unwrap();
+        let bf16 = &json["results"][0];
+        assert!(
+            (bf16["expected"].as_f64().unwrap() - 682.755).abs() < 1e-6,
+            "{bf16}"
+        );
+        assert_eq!(bf16["expected_basis"], "typical");
+        assert!(
+            bf16["source"].as_str().unwrap().contains("bench/results/"),
+            "{bf16}"
+        );
+        let unknown = &json["results"][2];
+        assert!(unknown.get("expected").is_none(), "{unknown}");
+        assert!(
+            unknown["source"]
+                .as_str()
+                .unwrap()
+                .starts_with("no reference for"),
+            "{unknown}"
+        );
+        let x = junit(&report);
+        assert!(
+            x.contains("expected: ≈ 682.8 TFLOP/s (69% of the H200 datasheet"),
+            "{x}"
+        );
+        assert!(
+            x.contains(
+                "expected: no reference (no reference for &quot;NVIDIA GeForce RTX 4090&quot;"
+            ),
+            "{x}"
+        );
     }
 
     #[test]

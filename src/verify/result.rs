@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::gpus::expected::{format_expected, Basis, Expected, NoReference};
+
 /// The verdict of one check on one subject (the node, one GPU or one GPU pair).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,6 +86,17 @@ pub struct CheckResult {
     /// The threshold the measured value was judged against, with units.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<String>,
+    /// What `value` should read on this GPU (in `unit`), when imgctl's
+    /// reference table has a figure for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<f64>,
+    /// Whether `expected` is a typical figure or a peak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_basis: Option<Basis>,
+    /// Where `expected` comes from; without `expected`, why there is none
+    /// (an unknown GPU says so instead of guessing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// The primary numeric value (in `unit`), for node-median comparisons and machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
@@ -112,6 +125,9 @@ impl CheckResult {
             message: message.into(),
             measured: None,
             threshold: None,
+            expected: None,
+            expected_basis: None,
+            source: None,
             value: None,
             unit: None,
             hint: None,
@@ -170,6 +186,36 @@ impl CheckResult {
     pub fn threshold(mut self, threshold: impl Into<String>) -> Self {
         self.threshold = Some(threshold.into());
         self
+    }
+    /// Sets the expected value and its source, or, for a [`NoReference`],
+    /// the reason there is none.
+    pub fn expect(mut self, expected: Result<Expected, NoReference>) -> Self {
+        match expected {
+            Ok(e) => {
+                self.expected = Some(e.value);
+                self.expected_basis = Some(e.basis);
+                self.source = Some(e.source);
+            }
+            Err(why) => {
+                self.expected = None;
+                self.expected_basis = None;
+                self.source = Some(why.0);
+            }
+        }
+        self
+    }
+    /// The expected value as text (`≈ 682.8 TFLOP/s`, `≤ 450.0 GB/s peak`),
+    /// `no reference` when the source says why there is none, else `None`.
+    pub fn expected_label(&self) -> Option<String> {
+        match (self.expected, &self.source) {
+            (Some(v), _) => Some(format_expected(
+                v,
+                self.unit.as_deref().unwrap_or(""),
+                self.expected_basis.unwrap_or(Basis::Typical),
+            )),
+            (None, Some(_)) => Some("no reference".to_string()),
+            (None, None) => None,
+        }
     }
     /// Sets the primary numeric value and its unit.
     pub fn value(mut self, value: f64, unit: &str) -> Self {

@@ -1053,3 +1053,89 @@ fn mounts_are_checked_before_the_engine_sees_them() {
     }
     assert!(!missing.exists());
 }
+
+/// What a measurement should read travels from the image's report to the
+/// host's table, JSON and JUnit (fleet verify issue, item 1): the expected
+/// value stands in the row beside the measured one, its source under the
+/// table, and an unknown GPU says "no reference" instead of a guess.
+#[test]
+fn expected_values_and_their_sources_reach_every_output_of_verify_image() {
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    use imgctl::gpus::expected::{expected, Metric};
+    use imgctl::verify::{CheckResult, Level, Report};
+    let report = Report::new(
+        "container",
+        None,
+        Level::Full,
+        imgctl::verify::ExpectGpus::Any,
+        vec![
+            CheckResult::pass("func.matmul_bf16", "bf16 8192³ matmul 686.3 TFLOP/s")
+                .gpu(0)
+                .measured("686.3 TFLOP/s")
+                .value(686.3, "TFLOP/s")
+                .expect(expected(Metric::Bf16Matmul, "NVIDIA H200")),
+            CheckResult::pass("func.matmul_bf16", "bf16 8192³ matmul 150.2 TFLOP/s")
+                .gpu(1)
+                .measured("150.2 TFLOP/s")
+                .value(150.2, "TFLOP/s")
+                .expect(expected(Metric::Bf16Matmul, "NVIDIA GeForce RTX 4090")),
+        ],
+    );
+    let json = serde_json::to_string(&report).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake_imgctl(dir.path(), &format!("cat <<'END'\n{json}\nEND\nexit 0"));
+    let junit = dir.path().join("verify.xml");
+    let out = Command::new(imgctl_bin())
+        .args(["verify", "--image", BASE, "--expect-gpus", "0", "--junit"])
+        .arg(&junit)
+        .arg("--mount")
+        .arg(format!("{}:/usr/local/bin/imgctl:ro", fake.display()))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    // The table is on stderr (stdout is for --json).
+    let (_, table) = texts(&out);
+    // This host passed no GPU into the container, so the claims fail; their
+    // figures are still shown with what they should be.
+    assert_eq!(out.status.code(), Some(1), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("686.3 TFLOP/s"))
+        .unwrap_or_else(|| panic!("{table}"));
+    let (m, e) = (
+        row.find("686.3 TFLOP/s").unwrap(),
+        row.find("≈ 682.8 TFLOP/s [1]")
+            .unwrap_or_else(|| panic!("{table}")),
+    );
+    assert!(m < e, "{row}");
+    assert!(table.contains("no reference [2]"), "{table}");
+    assert!(
+        table.contains("\n[1] 69% of the H200 datasheet's 989.5 TFLOP/s bf16 dense"),
+        "{table}"
+    );
+    assert!(
+        table.contains("\n[2] no reference for \"NVIDIA GeForce RTX 4090\""),
+        "{table}"
+    );
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("expected: ≈ 682.8 TFLOP/s (69% of"), "{xml}");
+    let out = verify_json_with(&fake, "0");
+    let (stdout, _) = texts(&out);
+    let back = json_of(&stdout);
+    let bf16 = results(&back, "func.matmul_bf16");
+    assert!(
+        (bf16[0]["expected"].as_f64().unwrap() - 682.755).abs() < 1e-6,
+        "{stdout}"
+    );
+    assert!(
+        bf16[0]["source"]
+            .as_str()
+            .unwrap()
+            .contains("https://www.nvidia.com/"),
+        "{stdout}"
+    );
+    assert!(bf16[1].get("expected").is_none(), "{stdout}");
+    assert!(rt.block_on(containers_mounting(&docker, &fake)).is_empty());
+}

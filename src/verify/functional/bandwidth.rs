@@ -8,10 +8,11 @@ use std::time::Instant;
 
 use tch::{Device, Kind, TchError, Tensor};
 
-use super::device::{device_or_skip, gpu_name, sync};
+use super::device::{device_or_skip, expected_on, gpu_name, sync};
 use super::thresholds::{
     judge_rate, pcie_lane_gbs, peaks_for, MEM_FLOOR_FRACTION, PCIE_FLOOR_FRACTION,
 };
+use crate::gpus::expected::{self, Metric, NoReference};
 use crate::verify::check::CheckResult;
 use crate::verify::context::Context;
 
@@ -70,7 +71,11 @@ pub fn mem_bandwidth(ctx: &Context, gpu: Option<u32>) -> Vec<CheckResult> {
             )
         })
     });
-    let mut r = judge_rate(ID, "device copy (read+write)", tbs, "TB/s", floor);
+    let mut r = judge_rate(ID, "device copy (read+write)", tbs, "TB/s", floor).expect(expected_on(
+        ctx,
+        g,
+        Metric::MemCopy,
+    ));
     r.measured = Some(format!("{tbs:.2} TB/s (read+write)"));
     vec![r]
 }
@@ -105,10 +110,14 @@ fn host_copy(ctx: &Context, gpu: Option<u32>, id: &str, to_device: bool) -> Vec<
         Err(e) => return vec![CheckResult::error(id, format!("{what} copy failed: {e}"))],
     };
     // Floor: half the payload rate of the link NVML says the GPU can train at.
-    let floor = ctx
-        .nvml_backend(id)
-        .ok()
-        .and_then(|b| b.pcie_link(g).ok())
+    let link = ctx.nvml_backend(id).ok().and_then(|b| b.pcie_link(g).ok());
+    let expect = match &link {
+        Some(l) => expected::host_copy(l.max_gen, l.max_width),
+        None => Err(NoReference(format!(
+            "no reference: NVML did not report GPU {g}'s PCIe link"
+        ))),
+    };
+    let floor = link
         .and_then(|l| pcie_lane_gbs(l.max_gen).map(|lane| (l, lane)))
         .map(|(l, lane)| {
             let full = lane * l.max_width as f64;
@@ -120,7 +129,8 @@ fn host_copy(ctx: &Context, gpu: Option<u32>, id: &str, to_device: bool) -> Vec<
                 ),
             )
         });
-    let mut r = judge_rate(id, &format!("{what} (pinned, 256 MiB)"), gbs, "GB/s", floor);
+    let mut r =
+        judge_rate(id, &format!("{what} (pinned, 256 MiB)"), gbs, "GB/s", floor).expect(expect);
     if r.status == crate::verify::result::Status::Fail {
         // Host copies also depend on NUMA placement and the IOMMU: a WARN, not a verdict on the GPU.
         r.status = crate::verify::result::Status::Warn;
@@ -177,6 +187,7 @@ pub fn p2p_bandwidth(ctx: &Context, _: Option<u32>) -> Vec<CheckResult> {
             };
             out.push(match run() {
                 Ok(gbs) => judge_rate(ID, &format!("GPU {a} → GPU {b}"), gbs, "GB/s", None)
+                    .expect(expected_on(ctx, a, Metric::P2pCopy))
                     .gpu(a)
                     .peer(b),
                 Err(e) => CheckResult::error(ID, format!("copy GPU {a} → {b} failed: {e}"))

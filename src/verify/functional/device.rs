@@ -1,16 +1,28 @@
 //! What every tch body of the functional checks needs: the GPU's product
-//! name (from NVML, for datasheet floors), torch's device for a GPU or the
+//! name (from NVML, for datasheet floors and expected values), torch's device for a GPU or the
 //! SKIP saying why not, and a synchronisation that returns CUDA errors.
 //!
 //! It judges nothing and must not run a workload of its own.
 use tch::{Device, Kind, TchError, Tensor};
 
+use crate::gpus::expected::{expected, Expected, Metric, NoReference};
 use crate::verify::check::CheckResult;
 use crate::verify::context::Context;
 
 /// The product name NVML reports for GPU `g`, if NVML can say.
 pub(super) fn gpu_name(ctx: &Context, g: u32) -> Option<String> {
     ctx.nvml_backend("func").ok()?.name(g).ok()
+}
+
+/// What `metric` should read on GPU `g`, from the reference table by the
+/// name NVML gives it; without a name, the reason.
+pub(super) fn expected_on(ctx: &Context, g: u32, metric: Metric) -> Result<Expected, NoReference> {
+    match gpu_name(ctx, g) {
+        Some(name) => expected(metric, &name),
+        None => Err(NoReference(format!(
+            "no reference: NVML did not name GPU {g}"
+        ))),
+    }
 }
 
 /// SKIP when torch cannot use GPU `g` (torch.cuda_available / torch.device_count carry that verdict).

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use tch::{Device, Kind, TchError, Tensor};
 
-use super::device::{device_or_skip, gpu_name, sync};
+use super::device::{device_or_skip, expected_on, gpu_name, sync};
 use super::thresholds::{
     fp32_matmul_uses_tf32, judge_rate, peaks_for, BF16_REL_ERR, ELEMENT_ERR_FACTOR, FLOOR_FRACTION,
     FP32_REL_ERR, TF32_REL_ERR,
 };
+use crate::gpus::expected::Metric;
 use crate::verify::check::CheckResult;
 use crate::verify::context::Context;
 
@@ -176,13 +177,19 @@ fn matmul(ctx: &Context, gpu: Option<u32>, id: &str, mode: Mode) -> Vec<CheckRes
             format!("50% of {name} datasheet {} TFLOP/s", p.fp32_tflops),
         ),
     });
+    let metric = match mode {
+        Mode::Bf16 => Metric::Bf16Matmul,
+        Mode::Tf32 => Metric::Tf32Matmul,
+        Mode::Fp32 => Metric::Fp32Matmul,
+    };
     let mut r = judge_rate(
         id,
         &format!("{label} {n}³ matmul"),
         tflops,
         "TFLOP/s",
         floor,
-    );
+    )
+    .expect(expected_on(ctx, g, metric));
     r.measured = Some(format!(
         "{tflops:.1} TFLOP/s, rel. error {err:.1e} (≤ {limit:.0e}), worst element {worst:.1e} (≤ {worst_limit:.0e})"
     ));

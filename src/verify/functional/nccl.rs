@@ -11,14 +11,16 @@ use std::time::Instant;
 
 use tch::{Device, Kind, Tensor};
 
+use super::device::expected_on;
 use super::thresholds::allreduce_busbw;
+use crate::gpus::expected::{Metric, NoReference};
 use crate::sys::nccl::{version_string, Communicator, NcclLibrary, RedOp};
 use crate::sys::nccl_tensors::all_reduce_into;
 use crate::verify::check::CheckResult;
 use crate::verify::context::Context;
 
 /// The body of `func.nccl_allreduce`.
-pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
+pub fn nccl_allreduce(ctx: &Context, _: Option<u32>) -> Vec<CheckResult> {
     const ID: &str = "func.nccl_allreduce";
     if !crate::verify::torch::cuda_available() {
         return vec![CheckResult::skip(
@@ -49,7 +51,14 @@ pub fn nccl_allreduce(_: &Context, _: Option<u32>) -> Vec<CheckResult> {
                     m.version
                 ))
                 .threshold(format!("every element = {}", m.expected))
-                .value(busbw, "GB/s");
+                .value(busbw, "GB/s")
+                .expect(if n == 1 {
+                    Err(NoReference(
+                        "no reference: one rank moves nothing over a link".into(),
+                    ))
+                } else {
+                    expected_on(ctx, 0, Metric::AllReduceBusbw)
+                });
             vec![r]
         }
         Err(e) => vec![CheckResult::error(ID, e)],

@@ -77,17 +77,7 @@ pub fn fp32_matmul_uses_tf32(env_value: Option<&str>) -> bool {
     env_value == Some("1")
 }
 
-/// PCIe payload bandwidth per lane and direction in GB/s, by generation
-/// (PCI-SIG: Gen3 8 GT/s, Gen4 16 GT/s, Gen5 32 GT/s, 128b/130b encoding).
-pub fn pcie_lane_gbs(gen: u32) -> Option<f64> {
-    match gen {
-        3 => Some(8.0 * 128.0 / 130.0 / 8.0),
-        4 => Some(16.0 * 128.0 / 130.0 / 8.0),
-        5 => Some(32.0 * 128.0 / 130.0 / 8.0),
-        6 => Some(64.0 * 242.0 / 256.0 / 8.0),
-        _ => None,
-    }
-}
+pub use crate::gpus::expected::pcie_lane_gbs;
 
 /// Bus bandwidth of an all-reduce from its algorithm bandwidth (nccl-tests
 /// PERFORMANCE.md: busbw = algbw × 2(n−1)/n).
