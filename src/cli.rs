@@ -317,6 +317,21 @@ pub struct VerifyArgs {
     /// With --image: extra bind mounts for the container (SRC:DST[:ro]); repeatable.
     #[arg(long = "mount", value_name = "SRC:DST[:ro]", requires = "image")]
     pub mounts: Vec<String>,
+    /// Check every node of the launcher's world (one imgctl per node, started by torchrun, srun or a Kubernetes Job); rank 0 prints the fleet's report.
+    #[arg(long, conflicts_with_all = ["image", "list_checks"])]
+    pub fleet: bool,
+    /// With --fleet: bound in seconds on each wait (a node joining, its report, its link probe), 1 to 3600.
+    #[arg(
+        long,
+        default_value_t = 45.0,
+        value_name = "SECS",
+        requires = "fleet",
+        allow_negative_numbers = true
+    )]
+    pub fleet_timeout: f64,
+    /// With --fleet: MiB rank 0 sends each node to time its link (1 to 4096).
+    #[arg(long, default_value_t = 16, value_name = "MIB", requires = "fleet")]
+    pub link_mib: u64,
 }
 
 /// `imgctl train-demo`.

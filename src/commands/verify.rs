@@ -239,9 +239,103 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         bar.set_position(s.index as u64);
         bar.set_message(s.label.to_string());
     };
+    if args.fleet {
+        return fleet(&args, || {
+            let report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
+            bar.finish_and_clear();
+            report
+        });
+    }
     let report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
     bar.finish_and_clear();
     emit(&report, &args)
+}
+
+/// Accepted `--fleet-timeout` seconds.
+const FLEET_TIMEOUT_RANGE: std::ops::RangeInclusive<f64> = 1.0..=3600.0;
+
+/// `verify --fleet`: this node's part of the fleet run; rank 0 prints the
+/// fleet's report, the others one line each.
+#[cfg(feature = "torch")]
+fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<ExitStatus> {
+    use verify::fleet::{self, FleetOptions, FleetOutcome};
+    if !(args.fleet_timeout.is_finite() && FLEET_TIMEOUT_RANGE.contains(&args.fleet_timeout)) {
+        return Err(CliError::usage(format!(
+            "--fleet-timeout {:?} is not a number of seconds from 1 to 3600",
+            args.fleet_timeout
+        ))
+        .with_hint("e.g. --fleet-timeout 45 (the default): a lost node is named within it")
+        .into());
+    }
+    if !(1..=4096).contains(&args.link_mib) {
+        return Err(CliError::usage(format!(
+            "--link-mib {} is not from 1 to 4096",
+            args.link_mib
+        ))
+        .with_hint("e.g. --link-mib 16 (the default)")
+        .into());
+    }
+    let info = crate::train::parallel::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
+    let options = FleetOptions {
+        timeout: Duration::from_secs_f64(args.fleet_timeout),
+        link_bytes: args.link_mib << 20,
+    };
+    let p = printer();
+    match fleet::run(&info, options, local)? {
+        FleetOutcome::Root(report) => {
+            if args.json {
+                p.json(&report)?;
+            }
+            if let Some(path) = &args.junit {
+                write_junit(path, &fleet::render::junit(&report))?;
+            }
+            if !p.quiet {
+                let fit = output::table_fit(output::Stream::Stderr, p.verbose > 0);
+                p.stderr_text(fleet::render::table(&report, fit));
+            }
+            Ok(if report.passed {
+                ExitStatus::Success
+            } else {
+                ExitStatus::Failure
+            })
+        }
+        FleetOutcome::Leaf { address, passed } => {
+            p.info(format!(
+                "fleet verify: rank {} reported to rank 0 at {address}; the fleet {}",
+                info.rank,
+                if passed {
+                    "passed"
+                } else {
+                    "FAILED (rank 0 has the report)"
+                }
+            ));
+            Ok(if passed {
+                ExitStatus::Success
+            } else {
+                ExitStatus::Failure
+            })
+        }
+    }
+}
+
+#[cfg(not(feature = "torch"))]
+fn fleet(_: &VerifyArgs, _: impl FnOnce() -> Report) -> anyhow::Result<ExitStatus> {
+    Err(
+        CliError::usage("--fleet needs an imgctl built with the torch feature")
+            .with_hint("build imgctl with its default features")
+            .into(),
+    )
+}
+
+fn write_junit(path: &std::path::Path, xml: &str) -> anyhow::Result<()> {
+    crate::sys::fs::write_file_atomic(path, xml.as_bytes()).map_err(|e| {
+        CliError::failure(format!(
+            "cannot write the JUnit report to {}: {e}",
+            path.display()
+        ))
+        .with_hint("check that the folder exists and is writable")
+        .into()
+    })
 }
 
 /// The spinner's message for each phase of `verify --image`.
@@ -288,15 +382,7 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
         p.json(report)?;
     }
     if let Some(path) = &args.junit {
-        crate::sys::fs::write_file_atomic(path, verify::report::junit(report).as_bytes()).map_err(
-            |e| {
-                CliError::failure(format!(
-                    "cannot write the JUnit report to {}: {e}",
-                    path.display()
-                ))
-                .with_hint("check that the folder exists and is writable")
-            },
-        )?;
+        write_junit(path, &verify::report::junit(report))?;
     }
     // No driver while GPUs are expected: one clear line, not a table of SKIPs.
     if let Some(line) = verify::host::no_driver_line(report) {

@@ -10,7 +10,8 @@
 //! nvml-wrapper, behind the [`nvml::NvmlBackend`] seam), [`torch`] (libtorch
 //! facts and loaded-library provenance), [`functional`] (matrix products,
 //! bandwidths, NCCL; `--level full`) and [`host`] (the host side of
-//! `verify --image`). [`pins`] says which versions are expected; [`versions`]
+//! `verify --image`), and `fleet` runs one verify per node of a launcher's
+//! world and judges them together (`verify --fleet`). [`pins`] says which versions are expected; [`versions`]
 //! is the leaf both it and [`torch`] use to compare and read versions.
 //! Verify must not parse CLI arguments nor name them (see
 //! `commands/verify.rs`), nor talk to the Docker engine except through
@@ -19,6 +20,8 @@ pub mod check;
 pub mod context;
 pub mod error;
 pub mod fatbin;
+#[cfg(feature = "torch")]
+pub mod fleet;
 pub mod functional;
 pub mod host;
 pub mod nvml;

@@ -448,7 +448,15 @@ pub fn junit(report: &Report) -> String {
         s.error,
         s.skip
     ));
-    for r in &report.results {
+    out.push_str(&testcases(&report.results));
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}
+
+/// The `<testcase>` elements of `results`, one per check per subject.
+pub fn testcases(results: &[CheckResult]) -> String {
+    let mut out = String::new();
+    for r in results {
         let class = r.id.split('.').next().unwrap_or("verify");
         let name = format!("{}[{}]", r.id, r.subject());
         out.push_str(&format!(
@@ -482,7 +490,6 @@ pub fn junit(report: &Report) -> String {
             )),
         }
     }
-    out.push_str("  </testsuite>\n</testsuites>\n");
     out
 }
 

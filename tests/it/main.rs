@@ -8,6 +8,7 @@ mod checkpointing;
 mod cli;
 mod device_check;
 mod engine;
+mod fleet;
 mod fuzz_regressions;
 mod image_e2e;
 mod injection;

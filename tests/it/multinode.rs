@@ -36,35 +36,28 @@ const PATIENCE: Duration = Duration::from_secs(240);
 
 /// Two network namespaces ("nodes") joined by a veth pair; dropping it kills
 /// every process inside and deletes both.
-struct Nodes {
-    names: Vec<String>,
+pub(crate) struct Nodes {
+    pub(crate) names: Vec<String>,
     /// The third octet of this fixture's 10.231.X.0/24.
     subnet: usize,
+    /// Made by [`Nodes::star`]: node A's side is the bridge `br0`.
+    star: bool,
 }
+
+/// The fixture counter (namespace names and subnets).
+static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 impl Nodes {
     /// Two nodes, or why they cannot be made here (the test then skips).
     fn new() -> Result<Self, String> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
         remove_stale_namespaces();
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let mut nodes = Self {
             names: Vec::new(),
             subnet: 1 + n % 250,
+            star: false,
         };
-        for side in ["a", "b"] {
-            let name = format!("{NS_PREFIX}{}-{n}-{side}", std::process::id());
-            match Command::new("ip").args(["netns", "add", &name]).output() {
-                Err(e) => return Err(format!("cannot run `ip` ({e}); install iproute2")),
-                Ok(o) if !o.status.success() => {
-                    return Err(format!(
-                        "`ip netns add` was refused (needs root or CAP_NET_ADMIN): {}",
-                        String::from_utf8_lossy(&o.stderr).trim()
-                    ))
-                }
-                Ok(_) => nodes.names.push(name),
-            }
-        }
+        nodes.add_namespaces(n, &["a", "b"])?;
         // The pair is made inside the namespaces: the host's own network
         // namespace never sees it.
         let (a, b) = (nodes.names[0].clone(), nodes.names[1].clone());
@@ -81,6 +74,109 @@ impl Nodes {
             nodes.ip(ns, &["link", "set", "eth0", "up"]);
         }
         Ok(nodes)
+    }
+
+    /// `count` nodes on one link layer: node A holds a bridge `br0` with
+    /// its address, and every other node's `eth0` is paired with a port
+    /// `pI` of that bridge (so [`Nodes::shape`] can slow one node's link).
+    pub(crate) fn star(count: usize) -> Result<Self, String> {
+        remove_stale_namespaces();
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let mut nodes = Self {
+            names: Vec::new(),
+            subnet: 1 + n % 250,
+            star: true,
+        };
+        let sides: Vec<String> = (0..count)
+            .map(|i| ((b'a' + i as u8) as char).to_string())
+            .collect();
+        let sides: Vec<&str> = sides.iter().map(String::as_str).collect();
+        nodes.add_namespaces(n, &sides)?;
+        let hub = nodes.names[0].clone();
+        nodes.ip(&hub, &["link", "add", "br0", "type", "bridge"]);
+        nodes.ip(
+            &hub,
+            &[
+                "addr",
+                "add",
+                &format!("{}/24", nodes.addr(0)),
+                "dev",
+                "br0",
+            ],
+        );
+        nodes.ip(&hub, &["link", "set", "lo", "up"]);
+        nodes.ip(&hub, &["link", "set", "br0", "up"]);
+        for i in 1..count {
+            let ns = nodes.names[i].clone();
+            let port = format!("p{i}");
+            nodes.ip(
+                &hub,
+                &[
+                    "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+                ],
+            );
+            nodes.ip(&hub, &["link", "set", &port, "master", "br0"]);
+            nodes.ip(&hub, &["link", "set", &port, "up"]);
+            nodes.ip(
+                &ns,
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/24", nodes.addr(i)),
+                    "dev",
+                    "eth0",
+                ],
+            );
+            nodes.ip(&ns, &["link", "set", "lo", "up"]);
+            nodes.ip(&ns, &["link", "set", "eth0", "up"]);
+        }
+        Ok(nodes)
+    }
+
+    /// Slows what node A sends to node `i` (a star's port `pI`) to `rate`
+    /// (`tc` token bucket, e.g. `100mbit`).
+    pub(crate) fn shape(&self, i: usize, rate: &str) {
+        assert!(
+            self.star && i > 0,
+            "only a star's other nodes can be shaped"
+        );
+        let o = Command::new("tc")
+            .args([
+                "-n",
+                &self.names[0],
+                "qdisc",
+                "add",
+                "dev",
+                &format!("p{i}"),
+            ])
+            .args([
+                "root", "tbf", "rate", rate, "burst", "64kb", "latency", "400ms",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "tc: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Adds one namespace per side (`imgctl-mn-PID-N-SIDE`).
+    fn add_namespaces(&mut self, n: usize, sides: &[&str]) -> Result<(), String> {
+        for side in sides {
+            let name = format!("{NS_PREFIX}{}-{n}-{side}", std::process::id());
+            match Command::new("ip").args(["netns", "add", &name]).output() {
+                Err(e) => return Err(format!("cannot run `ip` ({e}); install iproute2")),
+                Ok(o) if !o.status.success() => {
+                    return Err(format!(
+                        "`ip netns add` was refused (needs root or CAP_NET_ADMIN): {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ))
+                }
+                Ok(_) => self.names.push(name),
+            }
+        }
+        Ok(())
     }
 
     /// Runs `ip -n NS ARGS…`; a failure panics (the fixture's drop cleans up).
@@ -100,12 +196,12 @@ impl Nodes {
     }
 
     /// The address of node `i` (0 is node A).
-    fn addr(&self, i: usize) -> String {
+    pub(crate) fn addr(&self, i: usize) -> String {
         format!("10.231.{}.{}", self.subnet, i + 1)
     }
 
     /// `program` to be run on node `i`, with a clean launch environment.
-    fn command(&self, i: usize, program: &Path) -> Command {
+    pub(crate) fn command(&self, i: usize, program: &Path) -> Command {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.names[i]])
             .arg(program)
@@ -120,7 +216,8 @@ impl Nodes {
     /// Cuts node `i` off: its end of the link goes down (no FIN, no RST:
     /// the other side only sees silence).
     fn cut(&self, i: usize) {
-        self.ip(&self.names[i], &["link", "set", "eth0", "down"]);
+        let dev = if self.star && i == 0 { "br0" } else { "eth0" };
+        self.ip(&self.names[i], &["link", "set", dev, "down"]);
     }
 }
 
@@ -206,7 +303,7 @@ fn nodes_or_skip() -> Option<Nodes> {
 
 /// A process started on a node: its stderr lines arrive on a channel. On
 /// drop it is killed (its process group too) and reaped.
-struct Proc {
+pub(crate) struct Proc {
     what: String,
     child: Child,
     rx: Receiver<String>,
@@ -214,7 +311,7 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(what: &str, mut c: Command) -> Self {
+    pub(crate) fn spawn(what: &str, mut c: Command) -> Self {
         use std::os::unix::process::CommandExt;
         let mut child = c
             .process_group(0)
@@ -240,7 +337,7 @@ impl Proc {
     }
 
     /// Waits for a stderr line that satisfies `pred`.
-    fn wait_for_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_for_line(&mut self, pred: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + PATIENCE;
         loop {
             match self
@@ -260,7 +357,7 @@ impl Proc {
 
     /// Waits until the process ends (at most `limit`), then for the rest of
     /// its stderr; `None` when it is still running at `limit`.
-    fn wait_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+    pub(crate) fn wait_within(&mut self, limit: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + limit;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -284,13 +381,13 @@ impl Proc {
     }
 
     /// [`Proc::wait_within`] that fails the test past [`PATIENCE`].
-    fn wait(&mut self) -> ExitStatus {
+    pub(crate) fn wait(&mut self) -> ExitStatus {
         self.wait_within(PATIENCE)
             .unwrap_or_else(|| panic!("{} did not end:\n{}", self.what, self.text()))
     }
 
     /// SIGKILL, as a node that dies would.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         // SAFETY: SIGKILL to the child this test started (`ip netns exec`
         // execs the program, so this is imgctl itself).
         unsafe {
@@ -299,7 +396,7 @@ impl Proc {
     }
 
     /// The stderr lines so far.
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.lines.join("\n")
     }
 }

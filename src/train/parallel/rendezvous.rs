@@ -144,39 +144,12 @@ pub fn rendezvous(
         });
     }
     match (&info.agent_store, info.rank) {
-        (None, 0) => {
-            let listener = bind(info)?;
+        (_, 0) => {
+            let (listener, address) = root_listener(info, timeout, deadline)?;
             let bytes = payload()?;
-            let address = host_port(&info.master_addr, info.master_port);
             serve_until(listener, info, bytes, timeout, deadline, address)
         }
         (None, _) => join(info, &info.master_addr, info.master_port, timeout, deadline),
-        (Some(agent), 0) => {
-            let listener = bind_port(info, 0).with_context(|| {
-                format!(
-                    "rank 0 cannot listen on a free port for {}",
-                    info.master_addr
-                )
-            })?;
-            let port = listener.local_addr()?.port();
-            let store_at = host_port(&info.master_addr, info.master_port);
-            let mut store = StoreClient::connect(&info.master_addr, info.master_port, deadline)
-                .map_err(|e| store_error(e, timeout))?;
-            // Rank 0's own address, not MASTER_ADDR: torchrun only promises
-            // that the store is there, and after a re-rendezvous rank 0 may
-            // run on another node. The address this host reached the store
-            // from is one the other nodes reach too.
-            let me = std::net::SocketAddr::new(store.local_ip()?, port);
-            store
-                .set(&agent.address_key(), me.to_string().as_bytes())
-                .with_context(|| {
-                    format!(
-                        "rank 0 publishing its rendezvous port in torchrun's store at {store_at}"
-                    )
-                })?;
-            let bytes = payload()?;
-            serve_until(listener, info, bytes, timeout, deadline, me.to_string())
-        }
         (Some(agent), _) => {
             let key = agent.address_key();
             let store_at = host_port(&info.master_addr, info.master_port);
@@ -216,6 +189,87 @@ pub fn rendezvous(
     }
 }
 
+/// Rank 0's listener and the address the others reach it at: MASTER_PORT,
+/// or under torchrun's agent store a free port published in that store.
+fn root_listener(
+    info: &LaunchInfo,
+    timeout: Duration,
+    deadline: Instant,
+) -> anyhow::Result<(TcpListener, String)> {
+    let Some(agent) = &info.agent_store else {
+        let listener = bind(info)?;
+        return Ok((listener, host_port(&info.master_addr, info.master_port)));
+    };
+    let listener = bind_port(info, 0).with_context(|| {
+        format!(
+            "rank 0 cannot listen on a free port for {}",
+            info.master_addr
+        )
+    })?;
+    let port = listener.local_addr()?.port();
+    let store_at = host_port(&info.master_addr, info.master_port);
+    let mut store = StoreClient::connect(&info.master_addr, info.master_port, deadline)
+        .map_err(|e| store_error(e, timeout))?;
+    // Rank 0's own address, not MASTER_ADDR: torchrun only promises
+    // that the store is there, and after a re-rendezvous rank 0 may
+    // run on another node. The address this host reached the store
+    // from is one the other nodes reach too.
+    let me = std::net::SocketAddr::new(store.local_ip()?, port);
+    store
+        .set(&agent.address_key(), me.to_string().as_bytes())
+        .with_context(|| {
+            format!("rank 0 publishing its rendezvous port in torchrun's store at {store_at}")
+        })?;
+    Ok((listener, me.to_string()))
+}
+
+/// What rank 0 of a rendezvous that goes on without the absent holds
+/// ([`rendezvous_whoever_comes`]).
+#[derive(Debug)]
+pub struct Gathered {
+    /// Per rank (index = rank, 0 is this one and `None`): the stream and the
+    /// address it came from, or `None` for a rank that did not arrive.
+    pub peers: Vec<Option<(TcpStream, SocketAddr)>>,
+    /// Where rank 0 listened.
+    pub address: String,
+    /// Hellos refused on the way (another job's, a wrong WORLD_SIZE).
+    pub refused: Vec<String>,
+}
+
+/// Rank 0's side of a rendezvous that does not fail when a rank stays
+/// away: it waits until every rank came or `timeout` passed, hands an
+/// empty session to those that came, and returns them with the absent
+/// ones as `None` (fleet verify names a node that never joined). Other
+/// ranks call [`rendezvous`] as usual.
+pub fn rendezvous_whoever_comes(info: &LaunchInfo, timeout: Duration) -> anyhow::Result<Gathered> {
+    let deadline = Instant::now() + timeout;
+    let mut peers: Vec<Option<(TcpStream, SocketAddr)>> =
+        (0..info.world_size).map(|_| None).collect();
+    if info.world_size == 1 {
+        return Ok(Gathered {
+            peers,
+            address: host_port(&info.master_addr, info.master_port),
+            refused: Vec::new(),
+        });
+    }
+    let (listener, address) = root_listener(info, timeout, deadline)?;
+    let refused = gather(&listener, info, deadline, &mut peers)?;
+    for p in peers.iter_mut() {
+        if let Some((s, _)) = p {
+            s.set_nodelay(true)?;
+            if send_reply(s, Reply::Session(&[])).is_err() {
+                // It left between its hello and now: as absent as one that never came.
+                *p = None;
+            }
+        }
+    }
+    Ok(Gathered {
+        peers,
+        address,
+        refused,
+    })
+}
+
 /// A failure to talk to torchrun's agent store, with the hint that goes with it.
 fn store_error(e: anyhow::Error, timeout: Duration) -> anyhow::Error {
     RendezvousError::Store {
@@ -252,28 +306,59 @@ fn serve_until(
     address: String,
 ) -> anyhow::Result<Session> {
     let n = info.world_size;
-    let mut peers: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut peers: Vec<Option<(TcpStream, SocketAddr)>> = (0..n).map(|_| None).collect();
+    let refused = gather(&listener, info, deadline, &mut peers)?;
+    let missing: Vec<usize> = (1..n).filter(|&r| peers[r].is_none()).collect();
+    if !missing.is_empty() {
+        let arrived = n - missing.len();
+        let mut what = format!(
+            "{arrived} of {n} ranks arrived at {address} (missing ranks: {})",
+            ranks_list(&missing)
+        );
+        if !refused.is_empty() {
+            what.push_str(&format!("; refused: {}", refused.join("; ")));
+        }
+        // The ranks that came learn why they are sent home.
+        let told = format!("rank 0 gave up after {}: {what}", fmt_secs(timeout));
+        for (s, _) in peers.iter_mut().flatten() {
+            let _ = send_reply(s, Reply::TimedOut(&told));
+        }
+        return Err(timed_out(timeout, what));
+    }
+    let mut links = Vec::with_capacity(n - 1);
+    for (r, s) in peers.into_iter().enumerate().skip(1) {
+        let (mut s, _) = s.expect("all ranks arrived");
+        s.set_nodelay(true)?;
+        send_reply(&mut s, Reply::Session(&payload))
+            .with_context(|| format!("rendezvous: sending the session to rank {r}"))?;
+        links.push(s);
+    }
+    Ok(Session {
+        rank: 0,
+        world_size: n,
+        payload,
+        links: Links::Root(links),
+        address,
+    })
+}
+
+/// Accepts hellos until every rank of `info`'s world has one in `peers` or
+/// `deadline` passes; returns the refusals (at most 8).
+fn gather(
+    listener: &TcpListener,
+    info: &LaunchInfo,
+    deadline: Instant,
+    peers: &mut [Option<(TcpStream, SocketAddr)>],
+) -> anyhow::Result<Vec<String>> {
+    let n = info.world_size;
     listener.set_nonblocking(true)?;
-    let mut arrived = 1usize;
+    let mut arrived = 1 + peers.iter().skip(1).flatten().count();
     let (tx, hellos) = std::sync::mpsc::channel();
     let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut refused: Vec<String> = Vec::new();
     while arrived < n {
         if Instant::now() >= deadline {
-            let missing: Vec<usize> = (1..n).filter(|&r| peers[r].is_none()).collect();
-            let mut what = format!(
-                "{arrived} of {n} ranks arrived at {address} (missing ranks: {})",
-                ranks_list(&missing)
-            );
-            if !refused.is_empty() {
-                what.push_str(&format!("; refused: {}", refused.join("; ")));
-            }
-            // The ranks that came learn why they are sent home.
-            let told = format!("rank 0 gave up after {}: {what}", fmt_secs(timeout));
-            for s in peers.iter_mut().flatten() {
-                let _ = send_reply(s, Reply::TimedOut(&told));
-            }
-            return Err(timed_out(timeout, what));
+            return Ok(refused);
         }
         match listener.accept() {
             Ok((stream, peer)) => {
@@ -326,24 +411,10 @@ fn serve_until(
             }
             continue;
         }
-        peers[rank] = Some(stream);
+        peers[rank] = Some((stream, peer));
         arrived += 1;
     }
-    let mut links = Vec::with_capacity(n - 1);
-    for (r, s) in peers.into_iter().enumerate().skip(1) {
-        let mut s = s.expect("all ranks arrived");
-        s.set_nodelay(true)?;
-        send_reply(&mut s, Reply::Session(&payload))
-            .with_context(|| format!("rendezvous: sending the session to rank {r}"))?;
-        links.push(s);
-    }
-    Ok(Session {
-        rank: 0,
-        world_size: n,
-        payload,
-        links: Links::Root(links),
-        address,
-    })
+    Ok(refused)
 }
 
 /// A non-zero rank: connects to rank 0 at MASTER_ADDR:`port` (every

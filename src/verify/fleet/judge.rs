@@ -1,0 +1,402 @@
+//! The fleet's verdicts from what rank 0 gathered: `fleet.nodes` (every
+//! node reported), `fleet.node_checks` (each node's own verify passed),
+//! `fleet.software` (the same software everywhere), `fleet.outliers` (no
+//! GPU below the fleet median of a metric) and `fleet.links` (no link far
+//! slower than the others). Pure: no I/O, no clock.
+use std::collections::BTreeMap;
+
+use super::{FleetReport, NodeEntry, NodeState, FLEET_SCHEMA_VERSION};
+use crate::verify::report::Summary;
+use crate::verify::result::{CheckResult, Status};
+use crate::verify::run::MEDIAN_FRACTION;
+
+/// A link slower than this share of the fleet's median link is a WARN
+/// naming its node: a link trained down (or shaped) to a tenth is far
+/// below it, while run-to-run swings of a healthy network (±20 %) stay above.
+pub const LINK_FRACTION: f64 = 0.5;
+
+/// Judges the gathered nodes (every rank of `expected`, in rank order).
+pub fn judge(mut nodes: Vec<NodeEntry>, expected: usize) -> FleetReport {
+    nodes.sort_by_key(|n| n.rank);
+    let reported: Vec<&NodeEntry> = nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Reported)
+        .collect();
+    let mut fleet = vec![nodes_verdict(&nodes, expected)];
+    fleet.extend(node_checks(&reported));
+    fleet.extend(software(&reported));
+    fleet.extend(outliers(&reported));
+    fleet.extend(links(&reported));
+    let mut summary = Summary::default();
+    for r in &fleet {
+        match r.status {
+            Status::Pass => summary.pass += 1,
+            Status::Warn => summary.warn += 1,
+            Status::Fail => summary.fail += 1,
+            Status::Skip => summary.skip += 1,
+            Status::Error => summary.error += 1,
+        }
+    }
+    FleetReport {
+        schema_version: FLEET_SCHEMA_VERSION,
+        imgctl_version: env!("CARGO_PKG_VERSION").to_string(),
+        nodes_expected: expected,
+        passed: summary.fail == 0 && summary.error == 0,
+        summary,
+        nodes,
+        fleet,
+        seconds: 0.0,
+    }
+}
+
+fn nodes_verdict(nodes: &[NodeEntry], expected: usize) -> CheckResult {
+    const ID: &str = "fleet.nodes";
+    let bad: Vec<String> = nodes
+        .iter()
+        .filter(|n| n.state != NodeState::Reported)
+        .map(|n| {
+            format!(
+                "{} {}",
+                n.label(),
+                n.reason.as_deref().unwrap_or("did not report")
+            )
+        })
+        .collect();
+    let ok = nodes.len() - bad.len();
+    let r = if bad.is_empty() {
+        CheckResult::pass(ID, format!("{ok} of {expected} nodes reported"))
+    } else {
+        CheckResult::fail(
+            ID,
+            format!("{ok} of {expected} nodes reported; {}", bad.join("; ")),
+        )
+        .hint("check the named node: is it up, did the launcher start imgctl there, does it reach rank 0's address?")
+    };
+    r.measured(format!("{ok} of {expected}"))
+        .threshold(format!("{expected} of {expected}"))
+}
+
+/// A FAIL per node whose own verify failed; one PASS when none did.
+fn node_checks(reported: &[&NodeEntry]) -> Vec<CheckResult> {
+    const ID: &str = "fleet.node_checks";
+    let mut out = Vec::new();
+    for n in reported {
+        let Some(report) = &n.report else { continue };
+        if !report.passed {
+            let failing: Vec<String> = report
+                .results
+                .iter()
+                .filter(|r| r.status.fails_run())
+                .map(|r| format!("{} {}", r.id, r.subject()))
+                .collect();
+            out.push(
+                CheckResult::fail(ID, format!("{}: {} failed", n.label(), failing.join(", ")))
+                    .fact("rank", n.rank.to_string())
+                    .hint("`--json` has that node's whole report under nodes[].report"),
+            );
+        }
+    }
+    if out.is_empty() {
+        out.push(CheckResult::pass(
+            ID,
+            format!("every node's own checks passed ({} nodes)", reported.len()),
+        ));
+    }
+    out
+}
+
+/// The same software on every node: for each fact, the value most nodes
+/// have; every node with another is a FAIL naming it.
+fn software(reported: &[&NodeEntry]) -> Vec<CheckResult> {
+    const ID: &str = "fleet.software";
+    let keys: std::collections::BTreeSet<&String> =
+        reported.iter().flat_map(|n| n.software.keys()).collect();
+    let mut out = Vec::new();
+    for key in keys {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in reported {
+            let v = n.software.get(key).map_or("(none)", String::as_str);
+            *counts.entry(v).or_default() += 1;
+        }
+        if counts.len() < 2 {
+            continue;
+        }
+        // The value most nodes have; a tie names every node of the smaller sets.
+        let (common, most) = counts
+            .iter()
+            .max_by_key(|(v, c)| (**c, std::cmp::Reverse(**v)))
+            .map(|(v, c)| (*v, *c))
+            .expect("two or more values");
+        for n in reported {
+            let v = n.software.get(key).map_or("(none)", String::as_str);
+            if v != common {
+                out.push(
+                    CheckResult::fail(
+                        ID,
+                        format!(
+                            "{} has {key} {v}; {most} of {} nodes have {common}",
+                            n.label(),
+                            reported.len()
+                        ),
+                    )
+                    .fact("rank", n.rank.to_string())
+                    .fact("key", key.clone())
+                    .hint("run the same image (or install the same versions) on every node"),
+                );
+            }
+        }
+    }
+    if out.is_empty() {
+        let keys: Vec<&String> = reported.iter().flat_map(|n| n.software.keys()).collect();
+        let mut keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        out.push(CheckResult::pass(
+            ID,
+            format!("the same {} on {} nodes", keys.join(", "), reported.len()),
+        ));
+    }
+    out
+}
+
+/// Every numeric per-GPU result against the fleet median of its check: a
+/// GPU below [`MEDIAN_FRACTION`] of it is a WARN naming host, index and UUID.
+fn outliers(reported: &[&NodeEntry]) -> Vec<CheckResult> {
+    const ID: &str = "fleet.outliers";
+    let mut by_check: BTreeMap<&str, Vec<(&NodeEntry, &CheckResult)>> = BTreeMap::new();
+    for n in reported {
+        let Some(report) = &n.report else { continue };
+        for r in &report.results {
+            if r.value.is_some() && r.gpu.is_some() && !r.status.fails_run() {
+                by_check.entry(r.id.as_str()).or_default().push((n, r));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut compared = 0usize;
+    for (id, rows) in &by_check {
+        let values: Vec<f64> = rows.iter().filter_map(|(_, r)| r.value).collect();
+        if values.len() < 2 {
+            continue;
+        }
+        compared += 1;
+        let m = median(&values);
+        for (n, r) in rows {
+            let v = r.value.unwrap_or(0.0);
+            if v < MEDIAN_FRACTION * m {
+                let unit = r.unit.as_deref().unwrap_or("");
+                let uuid = uuid_of(n, r.gpu);
+                out.push(
+                    CheckResult::warn(
+                        ID,
+                        format!(
+                            "{} GPU {} ({uuid}): {id} {v:.1} {unit}, below {:.0}% of the fleet median {m:.1} {unit}",
+                            n.label(),
+                            r.gpu.unwrap_or(0),
+                            MEDIAN_FRACTION * 100.0
+                        ),
+                    )
+                    .measured(format!("{v:.1} {unit}"))
+                    .threshold(format!("≥ {:.1} {unit} (90% of the fleet median)", MEDIAN_FRACTION * m))
+                    .value(v, unit)
+                    .fact("rank", n.rank.to_string())
+                    .hint("check that GPU's clocks, power and temperature (nvml.throttle) and drain it if it stays slow"),
+                );
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(if compared == 0 {
+            CheckResult::skip(
+                ID,
+                "no per-GPU figure to compare across nodes (none measured: no GPU, or --level quick)",
+            )
+        } else {
+            CheckResult::pass(
+                ID,
+                format!("every GPU within 90% of the fleet median on {compared} metric(s)"),
+            )
+        });
+    }
+    out
+}
+
+fn uuid_of(n: &NodeEntry, gpu: Option<u32>) -> String {
+    n.report
+        .as_ref()
+        .and_then(|r| {
+            r.results
+                .iter()
+                .find(|x| x.gpu == gpu && x.facts.contains_key("uuid"))
+        })
+        .and_then(|x| x.facts.get("uuid").cloned())
+        .unwrap_or_else(|| "UUID unknown".to_string())
+}
+
+/// The link to each node against the median of the links.
+fn links(reported: &[&NodeEntry]) -> Vec<CheckResult> {
+    const ID: &str = "fleet.links";
+    let timed: Vec<(&NodeEntry, f64)> = reported
+        .iter()
+        .filter_map(|n| n.link_mbs.map(|v| (*n, v)))
+        .collect();
+    if timed.is_empty() {
+        return vec![CheckResult::skip(ID, "one node: no link to time")];
+    }
+    let values: Vec<f64> = timed.iter().map(|(_, v)| *v).collect();
+    let m = median(&values);
+    let mut out = Vec::new();
+    if timed.len() >= 2 {
+        for (n, v) in &timed {
+            if *v < LINK_FRACTION * m {
+                out.push(
+                    CheckResult::warn(
+                        ID,
+                        format!(
+                            "the link from rank 0 to {} is slow: {v:.0} MB/s, the links' median {m:.0} MB/s",
+                            n.label()
+                        ),
+                    )
+                    .measured(format!("{v:.0} MB/s"))
+                    .threshold(format!("≥ {:.0} MB/s (50% of the median link)", LINK_FRACTION * m))
+                    .value(*v, "MB/s")
+                    .fact("rank", n.rank.to_string())
+                    .hint("check that node's network link: its speed (`ethtool`), errors, and what shares it"),
+                );
+            }
+        }
+    }
+    if out.is_empty() {
+        let all: Vec<String> = timed
+            .iter()
+            .map(|(n, v)| format!("rank {} {v:.0}", n.rank))
+            .collect();
+        let what = if timed.len() >= 2 {
+            "within 50% of their median"
+        } else {
+            "one link, nothing to compare it with"
+        };
+        out.push(
+            CheckResult::pass(
+                ID,
+                format!("links from rank 0 in MB/s: {}; {what}", all.join(", ")),
+            )
+            .measured(format!("median {m:.0} MB/s"))
+            .value(m, "MB/s"),
+        );
+    }
+    out
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::context::ExpectGpus;
+    use crate::verify::report::Report;
+    use crate::verify::result::Level;
+
+    fn node(rank: usize, torch: &str, tflops: f64, link: Option<f64>) -> NodeEntry {
+        let results = vec![
+            CheckResult::pass("nvml.identity", "H200")
+                .gpu(0)
+                .fact("uuid", format!("GPU-{rank}")),
+            CheckResult::pass("func.matmul_bf16", "ok")
+                .gpu(0)
+                .value(tflops, "TFLOP/s"),
+        ];
+        NodeEntry {
+            rank,
+            host: Some(format!("node{rank}")),
+            address: Some(format!("10.0.0.{}", rank + 1)),
+            state: NodeState::Reported,
+            reason: None,
+            link_mbs: link,
+            software: [("torch".to_string(), torch.to_string())].into(),
+            report: Some(Report::new(
+                "host",
+                None,
+                Level::Full,
+                ExpectGpus::Any,
+                results,
+            )),
+        }
+    }
+
+    #[test]
+    fn a_healthy_fleet_passes() {
+        let r = judge(
+            vec![
+                node(0, "2.7.0", 680.0, None),
+                node(1, "2.7.0", 690.0, Some(1000.0)),
+                node(2, "2.7.0", 685.0, Some(1100.0)),
+            ],
+            3,
+        );
+        assert!(r.passed, "{:#?}", r.fleet);
+        assert_eq!(r.summary.warn, 0, "{:#?}", r.fleet);
+    }
+
+    #[test]
+    fn the_odd_node_slow_gpu_slow_link_and_missing_node_are_named() {
+        let mut missing = node(3, "", 0.0, None);
+        missing.state = NodeState::Missing;
+        missing.host = None;
+        missing.address = None;
+        missing.report = None;
+        missing.software.clear();
+        missing.reason = Some("never joined the rendezvous at 10.0.0.1:29500 within 45s".into());
+        let r = judge(
+            vec![
+                node(0, "2.7.0", 680.0, None),
+                node(1, "2.7.1", 690.0, Some(100.0)),
+                node(2, "2.7.0", 400.0, Some(1100.0)),
+                node(4, "2.7.0", 685.0, Some(1000.0)),
+                missing,
+            ],
+            5,
+        );
+        assert!(!r.passed);
+        let text = |id: &str| -> Vec<String> {
+            r.fleet
+                .iter()
+                .filter(|x| x.id == id)
+                .map(|x| format!("{} {}", x.status.label(), x.message))
+                .collect()
+        };
+        assert_eq!(
+            text("fleet.software"),
+            ["FAIL node1 (rank 1, 10.0.0.2) has torch 2.7.1; 3 of 4 nodes have 2.7.0"]
+        );
+        let o = text("fleet.outliers");
+        assert!(
+            o.len() == 1 && o[0].starts_with("WARN node2 (rank 2, 10.0.0.3) GPU 0 (GPU-2): func.matmul_bf16 400.0 TFLOP/s, below 90% of the fleet median 682.5"),
+            "{o:?}"
+        );
+        let l = text("fleet.links");
+        assert!(
+            l.len() == 1
+                && l[0].starts_with(
+                    "WARN the link from rank 0 to node1 (rank 1, 10.0.0.2) is slow: 100 MB/s"
+                ),
+            "{l:?}"
+        );
+        let n = text("fleet.nodes");
+        assert!(
+            n[0].starts_with("FAIL 4 of 5 nodes reported; rank 3 never joined"),
+            "{n:?}"
+        );
+    }
+}

@@ -1,0 +1,421 @@
+//! Fleet verify (`imgctl verify --fleet`): one process per node, started by
+//! the launcher (torchrun `--nnodes N`, `srun` one task per node, a
+//! Kubernetes indexed Job) with the env contract of train-demo. Every node
+//! runs its own checks; rank 0 gathers the reports over the same rendezvous
+//! as training ([`crate::train::parallel::rendezvous`]), times the link to
+//! each node with real bytes, and judges the fleet ([`judge`]): nodes that
+//! never joined or died, software that differs between nodes, numbers below
+//! the fleet's median, slow links.
+//!
+//! This file owns the run and the wire format after the rendezvous; judging
+//! lives in `judge.rs`, the table and JUnit in `render.rs`. It prints
+//! nothing: the command layer renders the [`FleetReport`].
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::report::Report;
+use crate::train::parallel::launch::LaunchInfo;
+use crate::train::parallel::rendezvous::{self, Links};
+
+mod judge;
+pub mod render;
+
+pub use judge::{judge, LINK_FRACTION};
+
+/// Version of the fleet JSON layout; bump on incompatible change.
+pub const FLEET_SCHEMA_VERSION: u32 = 1;
+
+/// Default bound on every wait of a fleet run (`--fleet-timeout`): joining,
+/// each node's report, each link probe. Well under a minute, so a lost node
+/// is named quickly; a full-level run on many GPUs may need more.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Default bytes sent to each node to time its link (`--link-mib`).
+pub const DEFAULT_LINK_MIB: u64 = 16;
+
+/// Largest report a node may send (a report of a 8-GPU full run is ~40 KiB).
+const MAX_REPORT_BYTES: u32 = 16 << 20;
+
+/// What one node sends rank 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// The node's rank in the launcher's world.
+    pub rank: usize,
+    /// Its host name (`/proc/sys/kernel/hostname`).
+    pub host: String,
+    /// The software that must be the same on every node: `imgctl`, `torch`,
+    /// `cudart`, `cublas`, `cudnn`, `nccl`, `driver`, `pins`.
+    pub software: BTreeMap<String, String>,
+    /// Its verify report.
+    pub report: Report,
+}
+
+/// One node as rank 0 saw it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// Rank.
+    pub rank: usize,
+    /// Host name, when the node reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The address rank 0 saw it connect from (`self` for rank 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// `reported`, `missing` (never joined) or `lost` (joined, then died or hung).
+    pub state: NodeState,
+    /// Why it is missing or lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Rank 0 → this node, MB/s (10^6 bytes), when timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_mbs: Option<f64>,
+    /// Its software facts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub software: BTreeMap<String, String>,
+    /// Its report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Report>,
+}
+
+impl NodeEntry {
+    /// `vm (rank 1, 10.231.1.2)`, or `rank 2` for a node that never reported.
+    pub fn label(&self) -> String {
+        match (&self.host, &self.address) {
+            (Some(h), Some(a)) => format!("{h} (rank {}, {a})", self.rank),
+            (Some(h), None) => format!("{h} (rank {})", self.rank),
+            (None, Some(a)) => format!("rank {} ({a})", self.rank),
+            (None, None) => format!("rank {}", self.rank),
+        }
+    }
+}
+
+/// A node's state at the end of a fleet run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// It sent its report.
+    Reported,
+    /// It never joined the rendezvous.
+    Missing,
+    /// It joined, then died or hung before its report or its link probe.
+    Lost,
+}
+
+/// The fleet's report: what `--json` prints on rank 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FleetReport {
+    /// [`FLEET_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The imgctl of rank 0.
+    pub imgctl_version: String,
+    /// The world size the launcher set.
+    pub nodes_expected: usize,
+    /// Every node, by rank.
+    pub nodes: Vec<NodeEntry>,
+    /// The fleet's own verdicts (`fleet.nodes`, `fleet.software`,
+    /// `fleet.outliers`, `fleet.links`, `fleet.node_checks`).
+    pub fleet: Vec<super::result::CheckResult>,
+    /// Counts of the fleet verdicts.
+    pub summary: super::report::Summary,
+    /// True when no fleet verdict is FAIL or ERROR.
+    pub passed: bool,
+    /// Seconds from the start of rank 0's run to its verdict.
+    pub seconds: f64,
+}
+
+/// How a fleet run is bounded and what it sends.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetOptions {
+    /// Bound of each wait (join, report, probe).
+    pub timeout: Duration,
+    /// Bytes per link probe.
+    pub link_bytes: u64,
+}
+
+/// What a fleet run ends with on this process.
+#[derive(Debug)]
+pub enum FleetOutcome {
+    /// Rank 0: the fleet's report.
+    Root(Box<FleetReport>),
+    /// Another rank: its report was delivered, and rank 0's verdict.
+    Leaf {
+        /// Where rank 0 was.
+        address: String,
+        /// Whether the fleet passed, as rank 0 judged it.
+        passed: bool,
+    },
+}
+
+/// The software facts of this node, from its report and its binary.
+pub fn software_facts(report: &Report) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    out.insert("imgctl".to_string(), imgctl_identity());
+    for (key, id) in [
+        ("driver", "nvml.driver"),
+        ("torch", "torch.version"),
+        ("cudart", "torch.cudart_loaded"),
+        ("cublas", "torch.cublas_loaded"),
+        ("cudnn", "torch.cudnn_loaded"),
+        ("nccl", "torch.nccl_loaded"),
+    ] {
+        let found = report.results.iter().find(|r| r.id == id);
+        let value = match found.and_then(|r| r.measured.as_deref()) {
+            // `2.7.0+cu126 (CUDA 12.6) from /path`: the version, not where.
+            Some(m) => m.split(" from ").next().unwrap_or(m).trim().to_string(),
+            None => "n/a".to_string(),
+        };
+        out.insert(key.to_string(), value);
+    }
+    if let Some(pins) = std::env::var_os(crate::env_vars::IMGCTL_VERIFY_PINS) {
+        out.insert(
+            "pins".to_string(),
+            format!("sha256:{}", short_sha(pins.to_string_lossy().as_bytes())),
+        );
+    }
+    out
+}
+
+/// `0.1.0 (sha256:1a2b3c4d5e6f)`: the version and the running binary's
+/// digest, so two builds of one version differ too.
+fn imgctl_identity() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    match crate::sys::fs::read_regular(std::path::Path::new("/proc/self/exe"), 1 << 30) {
+        Ok(bytes) => format!("{version} (sha256:{})", short_sha(&bytes)),
+        Err(_) => version.to_string(),
+    }
+}
+
+fn short_sha(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(bytes);
+    d.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+/// This host's name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Runs this node's part of a fleet verify: meets the others, runs `local`
+/// (this node's checks), and on rank 0 gathers, probes and judges.
+pub fn run(
+    info: &LaunchInfo,
+    options: FleetOptions,
+    local: impl FnOnce() -> Report,
+) -> anyhow::Result<FleetOutcome> {
+    let start = Instant::now();
+    if info.rank != 0 {
+        return run_leaf(info, options, local);
+    }
+    let gathered = rendezvous::rendezvous_whoever_comes(info, options.timeout)?;
+    let report = local();
+    let own = NodeReport {
+        rank: 0,
+        host: hostname(),
+        software: software_facts(&report),
+        report,
+    };
+    let mut nodes = vec![entry(own, Some("self".to_string()))];
+    let mut streams: Vec<(usize, TcpStream)> = Vec::new();
+    for (rank, peer) in gathered.peers.into_iter().enumerate().skip(1) {
+        let Some((mut stream, addr)) = peer else {
+            nodes.push(absent(
+                rank,
+                None,
+                NodeState::Missing,
+                format!(
+                    "never joined the rendezvous at {} within {}",
+                    gathered.address,
+                    fmt_secs(options.timeout)
+                ),
+            ));
+            continue;
+        };
+        let address = Some(addr.ip().to_string());
+        match read_report(&mut stream, start + 2 * options.timeout) {
+            Ok(r) => {
+                nodes.push(entry(r, address));
+                streams.push((rank, stream));
+            }
+            Err(why) => nodes.push(absent(rank, address, NodeState::Lost, why)),
+        }
+    }
+    for (rank, stream) in &mut streams {
+        let node = nodes.iter_mut().find(|n| n.rank == *rank).expect("listed");
+        match probe(stream, options.link_bytes, options.timeout) {
+            Ok(mbs) => node.link_mbs = Some(mbs),
+            Err(why) => {
+                node.state = NodeState::Lost;
+                node.reason = Some(format!("lost during the link probe: {why}"));
+            }
+        }
+    }
+    let mut report = judge(nodes, info.world_size);
+    report.seconds = start.elapsed().as_secs_f64();
+    for (_, stream) in &mut streams {
+        let _ = send_verdict(stream, report.passed);
+    }
+    Ok(FleetOutcome::Root(Box::new(report)))
+}
+
+fn entry(r: NodeReport, address: Option<String>) -> NodeEntry {
+    NodeEntry {
+        rank: r.rank,
+        host: Some(r.host),
+        address,
+        state: NodeState::Reported,
+        reason: None,
+        link_mbs: None,
+        software: r.software,
+        report: Some(r.report),
+    }
+}
+
+fn absent(rank: usize, address: Option<String>, state: NodeState, why: String) -> NodeEntry {
+    NodeEntry {
+        rank,
+        host: None,
+        address,
+        state,
+        reason: Some(why),
+        link_mbs: None,
+        software: BTreeMap::new(),
+        report: None,
+    }
+}
+
+/// Another rank: joins, runs its checks, sends its report, answers the
+/// probe and waits for the verdict.
+fn run_leaf(
+    info: &LaunchInfo,
+    options: FleetOptions,
+    local: impl FnOnce() -> Report,
+) -> anyhow::Result<FleetOutcome> {
+    let session = rendezvous::rendezvous(info, || Ok(Vec::new()), options.timeout)?;
+    let Links::Leaf(mut stream) = session.links else {
+        anyhow::bail!("fleet verify: rank {} got no link to rank 0", info.rank);
+    };
+    let report = local();
+    let mine = NodeReport {
+        rank: info.rank,
+        host: hostname(),
+        software: software_facts(&report),
+        report,
+    };
+    let body = serde_json::to_vec(&mine)?;
+    stream.set_write_timeout(Some(options.timeout))?;
+    stream.write_all(&(body.len() as u32).to_le_bytes())?;
+    stream.write_all(&body)?;
+    // Rank 0 waits for every report, then probes each link in turn: the
+    // wait for the verdict is bounded by all of that.
+    let bound = options.timeout * (2 + info.world_size as u32);
+    stream.set_read_timeout(Some(bound))?;
+    let passed = loop {
+        let mut tag = [0u8; 1];
+        stream
+            .read_exact(&mut tag)
+            .map_err(|e| anyhow::anyhow!("rank 0 at {} went away: {e}", session.address))?;
+        match tag[0] {
+            PROBE => answer_probe(&mut stream)?,
+            VERDICT => {
+                let mut v = [0u8; 1];
+                stream.read_exact(&mut v)?;
+                break v[0] == 1;
+            }
+            other => anyhow::bail!("fleet verify: rank 0 sent an unknown message ({other})"),
+        }
+    };
+    Ok(FleetOutcome::Leaf {
+        address: session.address,
+        passed,
+    })
+}
+
+/// Message tags from rank 0 after the reports.
+const PROBE: u8 = 1;
+const VERDICT: u8 = 2;
+
+/// Reads one node's report by `deadline`; the error says what happened.
+fn read_report(stream: &mut TcpStream, deadline: Instant) -> Result<NodeReport, String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    stream
+        .set_read_timeout(Some(left.max(Duration::from_millis(10))))
+        .map_err(|e| e.to_string())?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).map_err(|e| lost(&e))?;
+    let len = u32::from_le_bytes(len);
+    if len > MAX_REPORT_BYTES {
+        return Err(format!(
+            "sent a report of {len} bytes (at most {MAX_REPORT_BYTES})"
+        ));
+    }
+    let mut body = vec![0u8; len as usize];
+    stream.read_exact(&mut body).map_err(|e| lost(&e))?;
+    serde_json::from_slice(&body).map_err(|e| format!("sent a report imgctl cannot read: {e}"))
+}
+
+fn lost(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            "joined, then sent no report in time (hung or cut off)".to_string()
+        }
+        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => {
+            "joined, then died before its report (connection closed)".to_string()
+        }
+        _ => format!("joined, then its connection failed: {e}"),
+    }
+}
+
+/// Sends `bytes` to a node and waits for its acknowledgement: MB/s of the
+/// link from rank 0 to it, timed from the first byte to the answer.
+fn probe(stream: &mut TcpStream, bytes: u64, timeout: Duration) -> Result<f64, String> {
+    stream
+        .set_write_timeout(Some(timeout))
+        .and_then(|_| stream.set_read_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    let chunk = vec![0xA5u8; 1 << 20];
+    let start = Instant::now();
+    let mut head = vec![PROBE];
+    head.extend_from_slice(&bytes.to_le_bytes());
+    stream.write_all(&head).map_err(|e| lost(&e))?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        stream.write_all(&chunk[..n]).map_err(|e| lost(&e))?;
+        left -= n as u64;
+    }
+    let mut ack = [0u8; 1];
+    stream.read_exact(&mut ack).map_err(|e| lost(&e))?;
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    Ok(bytes as f64 / secs / 1e6)
+}
+
+fn answer_probe(stream: &mut TcpStream) -> anyhow::Result<()> {
+    let mut len = [0u8; 8];
+    stream.read_exact(&mut len)?;
+    let mut left = u64::from_le_bytes(len);
+    let mut buf = vec![0u8; 1 << 20];
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        stream.read_exact(&mut buf[..n])?;
+        left -= n as u64;
+    }
+    stream.write_all(&[1])?;
+    Ok(())
+}
+
+fn send_verdict(stream: &mut TcpStream, passed: bool) -> std::io::Result<()> {
+    stream.write_all(&[VERDICT, u8::from(passed)])
+}
+
+fn fmt_secs(d: Duration) -> String {
+    super::check::fmt_secs(d)
+}

@@ -1,0 +1,158 @@
+//! The fleet report for people and CI: a table with one row per node, then
+//! the fleet's verdicts, each on its line (fits 100 columns), and JUnit XML
+//! (a test suite per node with its checks, and one for the fleet's
+//! verdicts). JSON is the serde form of [`FleetReport`]. Strings only.
+use comfy_table::{presets, Cell, CellAlignment, Table};
+
+use super::{FleetReport, NodeState};
+use crate::output::{self, Fit};
+use crate::verify::report::{testcases, xml_escape};
+use crate::verify::result::Status;
+
+/// The table and the verdict lines, wrapped to the width in `fit`.
+pub fn table(report: &FleetReport, fit: Fit) -> String {
+    let width = match fit {
+        Fit::Cut(w) | Fit::Wrap(w) => Some(w),
+        Fit::Natural => None,
+    };
+    let mut t = Table::new();
+    t.load_preset(presets::ASCII_FULL_CONDENSED);
+    t.set_header(vec![
+        "rank",
+        "node",
+        "state",
+        "checks",
+        "link MB/s",
+        "torch",
+        "driver",
+    ]);
+    for n in &report.nodes {
+        let checks = match &n.report {
+            Some(r) => format!(
+                "{} pass, {} warn, {} fail",
+                r.summary.pass,
+                r.summary.warn,
+                r.summary.fail + r.summary.error
+            ),
+            None => n.reason.clone().unwrap_or_default(),
+        };
+        let state = match n.state {
+            NodeState::Reported if n.report.as_ref().is_some_and(|r| !r.passed) => "FAILED",
+            NodeState::Reported => "ok",
+            NodeState::Missing => "MISSING",
+            NodeState::Lost => "LOST",
+        };
+        let link = match (n.rank, n.link_mbs) {
+            (0, _) => "(rank 0)".to_string(),
+            (_, Some(v)) => format!("{v:.0}"),
+            (_, None) => "-".to_string(),
+        };
+        // `2.7.0+cu126 (CUDA 12.6)`: the version; --json has the rest.
+        let get = |k: &str| {
+            n.software
+                .get(k)
+                .and_then(|v| v.split_whitespace().next())
+                .unwrap_or("-")
+                .to_string()
+        };
+        let host = match (&n.host, &n.address) {
+            (Some(h), Some(a)) if a != "self" => format!("{h} {a}"),
+            (Some(h), _) => h.clone(),
+            (None, Some(a)) => a.clone(),
+            (None, None) => "-".to_string(),
+        };
+        t.add_row(vec![
+            Cell::new(n.rank).set_alignment(CellAlignment::Right),
+            Cell::new(host),
+            Cell::new(state),
+            Cell::new(checks),
+            Cell::new(link).set_alignment(CellAlignment::Right),
+            Cell::new(get("torch")),
+            Cell::new(get("driver")),
+        ]);
+    }
+    output::fit_table(&mut t, fit);
+    let mut out = t.to_string();
+    out.push('\n');
+    for r in &report.fleet {
+        let line = format!("{:<5} {}: {}", r.status.label(), r.id, r.message);
+        out.push_str(&output::wrap_text(&line, width));
+        out.push('\n');
+        if r.status != Status::Pass && r.status != Status::Skip {
+            if let Some(h) = &r.hint {
+                out.push_str(&output::wrap_text(&format!("      hint: {h}"), width));
+                out.push('\n');
+            }
+        }
+    }
+    out.push_str(&output::wrap_text(&summary_line(report), width));
+    out.push('\n');
+    out
+}
+
+/// `fleet verify passed: 3 of 3 nodes, 5 pass, 0 warn, 0 fail (4.1 s)`.
+pub fn summary_line(report: &FleetReport) -> String {
+    let s = &report.summary;
+    let reported = report
+        .nodes
+        .iter()
+        .filter(|n| n.state == NodeState::Reported)
+        .count();
+    format!(
+        "fleet verify {}: {reported} of {} nodes reported; {} pass, {} warn, {} fail, {} skip ({:.1} s)",
+        if report.passed { "passed" } else { "FAILED" },
+        report.nodes_expected,
+        s.pass,
+        s.warn,
+        s.fail + s.error,
+        s.skip,
+        report.seconds
+    )
+}
+
+/// JUnit XML: a suite per node (its checks; a node without a report is one
+/// failed case saying why) and a suite for the fleet's verdicts.
+pub fn junit(report: &FleetReport) -> String {
+    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    out.push_str(&format!(
+        "<testsuites name=\"imgctl verify --fleet\" time=\"{:.3}\">\n",
+        report.seconds
+    ));
+    for n in &report.nodes {
+        let name = xml_escape(&format!("imgctl.fleet.{}", n.label()));
+        match &n.report {
+            Some(r) => {
+                out.push_str(&format!(
+                    "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
+                    r.results.len(),
+                    r.summary.fail,
+                    r.summary.error,
+                    r.summary.skip
+                ));
+                out.push_str(&testcases(&r.results));
+            }
+            None => {
+                out.push_str(&format!(
+                    "  <testsuite name=\"{name}\" tests=\"1\" failures=\"1\" errors=\"0\" skipped=\"0\">\n"
+                ));
+                let why = xml_escape(n.reason.as_deref().unwrap_or("did not report"));
+                out.push_str(&format!(
+                    "    <testcase classname=\"imgctl.fleet\" name=\"node[rank {}]\">\n      <failure message=\"{why}\" type=\"FAIL\">{why}</failure>\n    </testcase>\n",
+                    n.rank
+                ));
+            }
+        }
+        out.push_str("  </testsuite>\n");
+    }
+    let s = &report.summary;
+    out.push_str(&format!(
+        "  <testsuite name=\"imgctl.fleet\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
+        report.fleet.len(),
+        s.fail,
+        s.error,
+        s.skip
+    ));
+    out.push_str(&testcases(&report.fleet));
+    out.push_str("  </testsuite>\n</testsuites>\n");
+    out
+}

@@ -1,0 +1,269 @@
+//! `imgctl verify --fleet` across real addresses: three (or four) "nodes"
+//! in network namespaces on one bridge ([`Nodes::star`]), each running its
+//! own imgctl. A fleet under torchrun's multi-node rendezvous passes and
+//! reports every node; a link shaped with `tc` to a tenth is named as the
+//! slow one; a node killed after joining and a node that never came are
+//! named within the bound; a node running another imgctl binary is named
+//! as the software mismatch. Skips (printing why) where namespaces cannot
+//! be made, as `multinode.rs` does.
+#![cfg(feature = "torch")]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::imgctl_bin;
+use crate::multinode::{Nodes, Proc};
+
+/// The port rank 0 listens on in these tests (each fixture has its own namespaces).
+const PORT: &str = "29511";
+
+fn star_or_skip(count: usize) -> Option<Nodes> {
+    match Nodes::star(count) {
+        Ok(n) => Some(n),
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+/// `imgctl verify --fleet` as rank `rank` of `world` on node `rank`, with
+/// the plain launcher variables (as a Kubernetes indexed Job sets them).
+fn fleet_rank(nodes: &Nodes, program: &Path, rank: usize, world: usize, extra: &[&str]) -> Proc {
+    let mut c = nodes.command(rank, program);
+    c.args(["verify", "--fleet", "--expect-gpus", "0"])
+        .args(extra)
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_WORLD_SIZE", "1")
+        .env("MASTER_ADDR", nodes.addr(0))
+        .env("MASTER_PORT", PORT);
+    Proc::spawn(&format!("fleet rank {rank}"), c)
+}
+
+/// Waits for every process, returning (exit code, stderr) of each.
+fn finish(procs: &mut [Proc]) -> Vec<(Option<i32>, String)> {
+    procs
+        .iter_mut()
+        .map(|p| {
+            let status = p.wait();
+            (status.code(), p.text())
+        })
+        .collect()
+}
+
+#[test]
+fn three_nodes_under_torchrun_report_as_one_fleet() {
+    let Some(torchrun) = crate::parallel::torchrun_or_skip() else {
+        return;
+    };
+    let Some(nodes) = star_or_skip(3) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("fleet.xml");
+    let endpoint = format!("{}:29400", nodes.addr(0));
+    let start = Instant::now();
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|i| {
+            let mut c = nodes.command(i, &torchrun);
+            c.args(["--nnodes", "3", "--nproc-per-node", "1"])
+                .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", &endpoint])
+                .args(["--rdzv-id", "imgctl-fleet", "--local-addr", &nodes.addr(i)])
+                // The namespaces share a hostname: say which node hosts the store.
+                .args([
+                    "--rdzv-conf",
+                    if i == 0 { "is_host=1" } else { "is_host=0" },
+                ])
+                .args(["--max-restarts", "0", "--no-python"])
+                .arg(imgctl_bin())
+                .args(["verify", "--fleet", "--expect-gpus", "0", "--junit"])
+                .arg(&junit);
+            Proc::spawn(&format!("torchrun on node {i}"), c)
+        })
+        .collect();
+    let ends = finish(&mut procs);
+    let took = start.elapsed();
+    for (code, text) in &ends {
+        assert_eq!(*code, Some(0), "{text}");
+    }
+    // torchrun's c10d rendezvous picks which node holds rank 0: that one
+    // prints the fleet's table, the others one line each.
+    let root = ends
+        .iter()
+        .map(|(_, t)| t)
+        .find(|t| t.contains("fleet verify passed"))
+        .unwrap_or_else(|| panic!("no fleet report: {ends:?}"));
+    assert!(
+        root.contains("fleet verify passed: 3 of 3 nodes reported"),
+        "{root}"
+    );
+    assert!(root.contains("PASS  fleet.software: the same "), "{root}");
+    assert!(
+        root.contains("PASS  fleet.links: links from rank 0 in MB/s: rank 1 "),
+        "{root}"
+    );
+    let leaves = ends
+        .iter()
+        .filter(|(_, t)| t.contains("reported to rank 0 at") && t.contains("the fleet passed"))
+        .count();
+    assert_eq!(leaves, 2, "{ends:?}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(
+        xml.matches("<testsuite name=\"imgctl.fleet.").count(),
+        3,
+        "{xml}"
+    );
+    assert!(xml.contains("name=\"fleet.software[node]\""), "{xml}");
+    eprintln!(
+        "three-node fleet under torchrun: {:.1} s\n{root}",
+        took.as_secs_f64()
+    );
+}
+
+#[test]
+fn a_link_shaped_to_a_tenth_is_named_as_the_slow_one() {
+    let Some(nodes) = star_or_skip(3) else { return };
+    // The bridge's ports carry well over 1 GB/s here; 200 Mbit/s is 25 MB/s.
+    nodes.shape(2, "200mbit");
+    let bin = imgctl_bin();
+    let mut procs: Vec<Proc> = (0..3)
+        .map(|r| fleet_rank(&nodes, &bin, r, 3, &["--link-mib", "8"]))
+        .collect();
+    let ends = finish(&mut procs);
+    let (code, root) = &ends[0];
+    // A slow link is a WARN: the run passes, and says which node.
+    assert_eq!(*code, Some(0), "{root}");
+    let flat = root.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "WARN fleet.links: the link from rank 0 to {} (rank 2, {}) is slow: ",
+            hostname(),
+            nodes.addr(2)
+        )),
+        "{root}"
+    );
+    assert!(
+        !flat.contains(&format!("to {} (rank 1,", hostname())),
+        "{root}"
+    );
+    eprintln!("{root}");
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn a_node_killed_after_joining_and_one_that_never_came_are_named_within_the_bound() {
+    let Some(nodes) = star_or_skip(3) else { return };
+    let bin = imgctl_bin();
+    // World size 4: rank 3 is never started. Rank 2 joins and is killed
+    // while rank 0 still waits for rank 3.
+    let bound = ["--fleet-timeout", "6"];
+    let start = Instant::now();
+    let mut root = fleet_rank(&nodes, &bin, 0, 4, &bound);
+    let mut one = fleet_rank(&nodes, &bin, 1, 4, &bound);
+    let mut two = fleet_rank(&nodes, &bin, 2, 4, &bound);
+    wait_for_connection(&nodes, 2);
+    two.kill();
+    let status = root
+        .wait_within(Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("rank 0 did not end within 60 s:\n{}", root.text()));
+    let took = start.elapsed();
+    let text = root.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("FAIL fleet.nodes: 2 of 4 nodes reported;"),
+        "{text}"
+    );
+    assert!(
+        flat.contains(&format!(
+            "rank 2 ({}) joined, then died before its report",
+            nodes.addr(2)
+        )),
+        "{text}"
+    );
+    assert!(
+        flat.contains("rank 3 never joined the rendezvous at "),
+        "{text}"
+    );
+    // The survivor hears the verdict and fails too.
+    assert_eq!(one.wait().code(), Some(1), "{}", one.text());
+    assert!(one.text().contains("the fleet FAILED"), "{}", one.text());
+    eprintln!(
+        "lost and missing nodes named after {:.1} s (bound 6 s)",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(40), "{took:?}");
+}
+
+/// Waits until node `i` holds an established connection to rank 0's port.
+fn wait_for_connection(nodes: &Nodes, i: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &nodes.names[i],
+                "ss",
+                "-Htn",
+                "state",
+                "established",
+            ])
+            .arg(format!("dst {}:{PORT}", nodes.addr(0)))
+            .output()
+            .unwrap();
+        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {i} never connected to rank 0"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_node_running_another_imgctl_build_is_named_as_the_mismatch() {
+    let Some(nodes) = star_or_skip(3) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The same version, another binary: one byte appended still runs.
+    let other = dir.path().join("imgctl");
+    std::fs::copy(imgctl_bin(), &other).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&other)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"\n").unwrap();
+    drop(f);
+    let bin = imgctl_bin();
+    let mut procs = vec![
+        fleet_rank(&nodes, &bin, 0, 3, &[]),
+        fleet_rank(&nodes, &bin, 1, 3, &[]),
+        fleet_rank(&nodes, &other, 2, 3, &[]),
+    ];
+    let ends = finish(&mut procs);
+    let (code, root) = &ends[0];
+    assert_eq!(*code, Some(1), "{root}");
+    let flat = root.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "FAIL fleet.software: {} (rank 2, {}) has imgctl {} (sha256:",
+            hostname(),
+            nodes.addr(2),
+            env!("CARGO_PKG_VERSION")
+        )) && flat.contains("2 of 3 nodes have"),
+        "{root}"
+    );
+    assert_eq!(flat.matches("FAIL fleet.software").count(), 1, "{root}");
+    for (code, text) in &ends[1..] {
+        assert_eq!(*code, Some(1), "{text}");
+    }
+}
