@@ -192,6 +192,7 @@ fn a_node_killed_after_joining_and_one_that_never_came_are_named_within_the_boun
         flat.contains("rank 3 never joined the rendezvous at "),
         "{text}"
     );
+    eprintln!("{text}");
     // The survivor hears the verdict and fails too.
     assert_eq!(one.wait().code(), Some(1), "{}", one.text());
     assert!(one.text().contains("the fleet FAILED"), "{}", one.text());
@@ -265,5 +266,118 @@ fn a_node_running_another_imgctl_build_is_named_as_the_mismatch() {
     assert_eq!(flat.matches("FAIL fleet.software").count(), 1, "{root}");
     for (code, text) in &ends[1..] {
         assert_eq!(*code, Some(1), "{text}");
+    }
+}
+
+/// The fleet examples a user copies: the Kubernetes manifest validates
+/// against the API's schemas (kubernetes-validate, strict: a misspelt field
+/// fails), its pods carry train-demo's env contract with RANK from the
+/// completion index, and both files run a command imgctl's own CLI accepts.
+#[test]
+fn the_fleet_examples_validate_and_run_valid_imgctl_commands() {
+    use clap::Parser;
+    use serde::Deserialize;
+    let root = crate::common::repo_root();
+    let manifest = root.join("examples/k8s-fleet-verify.yaml");
+    let validator = crate::common::venv().join("bin/kubernetes-validate");
+    let out = Command::new(&validator)
+        .args(["--strict", "--no-warn"])
+        .arg(&manifest)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", validator.display()));
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert_eq!(said.matches(" passed for resource ").count(), 2, "{said}");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let mut jobs = 0;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = serde_yaml::Value::deserialize(doc).unwrap();
+        if v["kind"] != "Job" {
+            continue;
+        }
+        jobs += 1;
+        assert_eq!(v["spec"]["completionMode"], "Indexed");
+        let completions = v["spec"]["completions"].as_u64().unwrap();
+        let c = &v["spec"]["template"]["spec"]["containers"][0];
+        let env = c["env"].as_sequence().unwrap();
+        let get = |name: &str| {
+            env.iter()
+                .find(|e| e["name"] == name)
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        assert_eq!(
+            get("RANK")["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+        );
+        assert_eq!(get("WORLD_SIZE")["value"], completions.to_string());
+        let service = v["spec"]["template"]["spec"]["subdomain"].as_str().unwrap();
+        assert_eq!(
+            get("MASTER_ADDR")["value"].as_str().unwrap(),
+            format!("{}-0.{service}", v["metadata"]["name"].as_str().unwrap())
+        );
+        let args: Vec<&str> = c["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(&args[..3], ["imgctl", "verify", "--fleet"]);
+        imgctl::cli::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(jobs, 1);
+    let script = std::fs::read_to_string(root.join("examples/slurm-fleet-verify.sbatch")).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(root.join("examples/slurm-fleet-verify.sbatch"))
+        .output()
+        .unwrap();
+    assert!(
+        syntax.status.success(),
+        "{}",
+        String::from_utf8_lossy(&syntax.stderr)
+    );
+    let joined = script.replace("\\\n", " ");
+    let line = joined
+        .lines()
+        .find(|l| l.trim_start().starts_with("srun ") && l.contains("imgctl verify --fleet"))
+        .expect("an srun … imgctl verify --fleet line");
+    // A lost node must not take rank 0 down before it is named.
+    assert!(line.contains("--kill-on-bad-exit=0"), "{line}");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "imgctl").unwrap();
+    imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));
+    assert!(script.contains("#SBATCH --ntasks-per-node=1"));
+}
+
+/// Bad fleet flags are usage errors with one line and a hint, before any
+/// check runs or any port is opened.
+#[test]
+fn bad_fleet_flags_are_usage_errors() {
+    use crate::common::{imgctl, one_error_line, texts};
+    for (args, needle) in [
+        (
+            vec!["--fleet-timeout", "0"],
+            "--fleet-timeout 0.0 is not a number of seconds",
+        ),
+        (
+            vec!["--fleet-timeout", "nan"],
+            "--fleet-timeout NaN is not a number of seconds",
+        ),
+        (
+            vec!["--link-mib", "0"],
+            "--link-mib 0 is not from 1 to 4096",
+        ),
+        (vec!["--image", "x:1"], "cannot be used with"),
+    ] {
+        let mut full = vec!["verify", "--fleet", "--expect-gpus", "0"];
+        full.extend(&args);
+        let out = imgctl(&full);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            one_error_line(&stderr).contains(needle),
+            "{args:?}: {stderr}"
+        );
     }
 }

@@ -99,7 +99,7 @@ fn node_checks(reported: &[&NodeEntry]) -> Vec<CheckResult> {
     if out.is_empty() {
         out.push(CheckResult::pass(
             ID,
-            format!("every node's own checks passed ({} nodes)", reported.len()),
+            format!("every node's own checks passed ({})", nodes(reported.len())),
         ));
     }
     out
@@ -153,7 +153,7 @@ fn software(reported: &[&NodeEntry]) -> Vec<CheckResult> {
         keys.dedup();
         out.push(CheckResult::pass(
             ID,
-            format!("the same {} on {} nodes", keys.join(", "), reported.len()),
+            format!("the same {} on {}", keys.join(", "), nodes(reported.len())),
         ));
     }
     out
@@ -286,6 +286,15 @@ fn links(reported: &[&NodeEntry]) -> Vec<CheckResult> {
         );
     }
     out
+}
+
+/// `1 node`, `3 nodes`.
+fn nodes(n: usize) -> String {
+    if n == 1 {
+        "1 node".to_string()
+    } else {
+        format!("{n} nodes")
+    }
 }
 
 fn median(values: &[f64]) -> f64 {

@@ -299,7 +299,9 @@ fn run_leaf(
     options: FleetOptions,
     local: impl FnOnce() -> Report,
 ) -> anyhow::Result<FleetOutcome> {
-    let session = rendezvous::rendezvous(info, || Ok(Vec::new()), options.timeout)?;
+    // Rank 0 goes on without the absent once its own wait ends; a node that
+    // started before it must outwait that, or it would give up first.
+    let session = rendezvous::rendezvous(info, || Ok(Vec::new()), 2 * options.timeout)?;
     let Links::Leaf(mut stream) = session.links else {
         anyhow::bail!("fleet verify: rank {} got no link to rank 0", info.rank);
     };
