@@ -99,6 +99,11 @@ fn three_nodes_under_torchrun_report_as_one_fleet() {
         "{root}"
     );
     assert!(root.contains("PASS  fleet.software: the same "), "{root}");
+    // Every node at once: the CPU collective's all-reduce, its sum checked.
+    assert!(
+        root.contains("PASS  fleet.allreduce: CPU all-reduce of 16 MiB over 3 nodes in "),
+        "{root}"
+    );
     assert!(
         root.contains("PASS  fleet.links: links from rank 0 in MB/s: rank 1 "),
         "{root}"
@@ -190,6 +195,10 @@ fn a_node_killed_after_joining_and_one_that_never_came_are_named_within_the_boun
     );
     assert!(
         flat.contains("rank 3 never joined the rendezvous at "),
+        "{text}"
+    );
+    assert!(
+        flat.contains("SKIP fleet.allreduce: not every node is here"),
         "{text}"
     );
     eprintln!("{text}");

@@ -81,6 +81,21 @@ pub struct NodeEntry {
     pub report: Option<Report>,
 }
 
+impl FleetReport {
+    /// Adds a fleet verdict, keeping the summary and `passed` in step.
+    pub fn push(&mut self, r: super::result::CheckResult) {
+        match r.status {
+            super::result::Status::Pass => self.summary.pass += 1,
+            super::result::Status::Warn => self.summary.warn += 1,
+            super::result::Status::Fail => self.summary.fail += 1,
+            super::result::Status::Skip => self.summary.skip += 1,
+            super::result::Status::Error => self.summary.error += 1,
+        }
+        self.passed = self.summary.fail == 0 && self.summary.error == 0;
+        self.fleet.push(r);
+    }
+}
+
 impl NodeEntry {
     /// `vm (rank 1, 10.231.1.2)`, or `rank 2` for a node that never reported.
     pub fn label(&self) -> String {
@@ -258,7 +273,25 @@ pub fn run(
             }
         }
     }
+    // Every node at once, when every node is still here.
+    let everyone = streams.len() + 1 == info.world_size
+        && nodes.iter().all(|n| n.state == NodeState::Reported);
+    let all_reduce = if everyone && info.world_size > 1 {
+        let (r, back) = all_reduce_root(streams, info.world_size, options);
+        streams = back;
+        r
+    } else {
+        super::result::CheckResult::skip(
+            ALL_REDUCE_ID,
+            if info.world_size == 1 {
+                "one node: nothing to all-reduce across"
+            } else {
+                "not every node is here: the all-reduce needs them all"
+            },
+        )
+    };
     let mut report = judge(nodes, info.world_size);
+    report.push(all_reduce);
     report.seconds = start.elapsed().as_secs_f64();
     for (_, stream) in &mut streams {
         let _ = send_verdict(stream, report.passed);
@@ -327,6 +360,16 @@ fn run_leaf(
             .map_err(|e| anyhow::anyhow!("rank 0 at {} went away: {e}", session.address))?;
         match tag[0] {
             PROBE => answer_probe(&mut stream)?,
+            ALL_REDUCE => {
+                stream = all_reduce_leaf(
+                    stream,
+                    info.rank,
+                    info.world_size,
+                    options,
+                    &session.address,
+                )?;
+                stream.set_read_timeout(Some(bound))?;
+            }
             VERDICT => {
                 let mut v = [0u8; 1];
                 stream.read_exact(&mut v)?;
@@ -344,6 +387,125 @@ fn run_leaf(
 /// Message tags from rank 0 after the reports.
 const PROBE: u8 = 1;
 const VERDICT: u8 = 2;
+const ALL_REDUCE: u8 = 3;
+
+/// The id of the cross-node all-reduce's verdict.
+const ALL_REDUCE_ID: &str = "fleet.allreduce";
+
+/// Every rank fills its buffer with `rank + 1`: the sum is n(n+1)/2 everywhere.
+fn all_reduce_buffer(rank: usize, bytes: u64) -> tch::Tensor {
+    let n = (bytes / 4).max(1) as i64;
+    tch::Tensor::full([n], (rank + 1) as f64, (tch::Kind::Float, tch::Device::Cpu))
+}
+
+/// Rank 0's side of the cross-node all-reduce over the CPU collective (the
+/// star of imgctl's rendezvous sockets, as CPU training uses it): every
+/// node at once, the result checked, the time and bytes reported.
+fn all_reduce_root(
+    streams: Vec<(usize, TcpStream)>,
+    world: usize,
+    options: FleetOptions,
+) -> (super::result::CheckResult, Vec<(usize, TcpStream)>) {
+    use super::result::CheckResult;
+    use crate::train::parallel::collective::cpu::CpuCollective;
+    use crate::train::parallel::collective::Collective;
+    use crate::train::parallel::rendezvous::Session;
+    let ranks: Vec<usize> = streams.iter().map(|(r, _)| *r).collect();
+    let mut links = Vec::new();
+    for (_, mut s) in streams {
+        if s.write_all(&[ALL_REDUCE]).is_err() {
+            return (
+                CheckResult::error(ALL_REDUCE_ID, "a node went away before the all-reduce"),
+                Vec::new(),
+            );
+        }
+        links.push(s);
+    }
+    let session = Session {
+        rank: 0,
+        world_size: world,
+        payload: Vec::new(),
+        links: Links::Root(links),
+        address: String::new(),
+    };
+    let buf = all_reduce_buffer(0, options.link_bytes);
+    let outcome = CpuCollective::new(session, options.timeout).and_then(|mut c| {
+        let start = Instant::now();
+        c.all_reduce_sum(&buf)?;
+        Ok((start.elapsed().as_secs_f64().max(1e-9), c.into_links()))
+    });
+    let (secs, links) = match outcome {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                CheckResult::error(ALL_REDUCE_ID, format!("the all-reduce failed: {e:#}")),
+                Vec::new(),
+            )
+        }
+    };
+    let streams = match links {
+        Links::Root(v) => ranks.into_iter().zip(v).collect(),
+        _ => Vec::new(),
+    };
+    let want = (world * (world + 1) / 2) as f64;
+    let wrong = buf.ne(want).sum(tch::Kind::Int64).int64_value(&[]);
+    let bytes = options.link_bytes as f64;
+    let algbw = bytes / secs / 1e6;
+    // The star sends every node's buffer to rank 0 and the sum back: rank 0's
+    // links carry 2(n-1) buffers.
+    let through_root = 2.0 * (world as f64 - 1.0) * bytes / secs / 1e6;
+    let r = if wrong > 0 {
+        CheckResult::fail(
+            ALL_REDUCE_ID,
+            format!(
+                "the all-reduce over {world} nodes is wrong in {wrong} element(s): expected {want}"
+            ),
+        )
+        .hint(
+            "a node or a link corrupts data: check each node's memory and NIC (dmesg, ethtool -S)",
+        )
+    } else {
+        CheckResult::pass(
+            ALL_REDUCE_ID,
+            format!(
+                "CPU all-reduce of {} MiB over {world} nodes in {:.0} ms, result checked: algbw {algbw:.0} MB/s, {through_root:.0} MB/s through rank 0's links",
+                options.link_bytes >> 20,
+                secs * 1e3
+            ),
+        )
+    };
+    let r = r
+        .measured(format!("algbw {algbw:.0} MB/s"))
+        .threshold(format!("every element = {want}"))
+        .value(algbw, "MB/s");
+    (r, streams)
+}
+
+/// A node's side of the cross-node all-reduce; gives the stream back.
+fn all_reduce_leaf(
+    stream: TcpStream,
+    rank: usize,
+    world: usize,
+    options: FleetOptions,
+    address: &str,
+) -> anyhow::Result<TcpStream> {
+    use crate::train::parallel::collective::cpu::CpuCollective;
+    use crate::train::parallel::collective::Collective;
+    use crate::train::parallel::rendezvous::Session;
+    let session = Session {
+        rank,
+        world_size: world,
+        payload: Vec::new(),
+        links: Links::Leaf(stream),
+        address: address.to_string(),
+    };
+    let mut c = CpuCollective::new(session, options.timeout)?;
+    c.all_reduce_sum(&all_reduce_buffer(rank, options.link_bytes))?;
+    match c.into_links() {
+        Links::Leaf(s) => Ok(s),
+        _ => anyhow::bail!("fleet verify: the all-reduce kept the link"),
+    }
+}
 
 /// Reads one node's report by `deadline`; the error says what happened.
 fn read_report(stream: &mut TcpStream, deadline: Instant) -> Result<NodeReport, String> {

@@ -34,7 +34,8 @@ pub fn table(report: &FleetReport, fit: Fit) -> String {
                 r.summary.warn,
                 r.summary.fail + r.summary.error
             ),
-            None => n.reason.clone().unwrap_or_default(),
+            // Why is in the fleet.nodes line under the table.
+            None => "-".to_string(),
         };
         let state = match n.state {
             NodeState::Reported if n.report.as_ref().is_some_and(|r| !r.passed) => "FAILED",

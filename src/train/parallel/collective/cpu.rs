@@ -71,6 +71,11 @@ impl CpuCollective {
         })
     }
 
+    /// Gives the sockets back (fleet verify talks on after its all-reduce).
+    pub fn into_links(self) -> Links {
+        self.links
+    }
+
     fn peer_error(&self, peer: usize, op: u8, e: std::io::Error) -> anyhow::Error {
         peer_error(self.rank, self.timeout, peer, op, e)
     }
