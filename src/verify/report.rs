@@ -56,6 +56,40 @@ pub struct Summary {
     pub error: usize,
 }
 
+impl Summary {
+    /// The counts of `results`.
+    pub fn of(results: &[CheckResult]) -> Self {
+        let mut s = Self::default();
+        for r in results {
+            s.add(r.status);
+        }
+        s
+    }
+    /// Counts one more verdict.
+    pub fn add(&mut self, status: Status) {
+        match status {
+            Status::Pass => self.pass += 1,
+            Status::Warn => self.warn += 1,
+            Status::Fail => self.fail += 1,
+            Status::Skip => self.skip += 1,
+            Status::Error => self.error += 1,
+        }
+    }
+    /// True when nothing is FAIL or ERROR.
+    pub fn passed(&self) -> bool {
+        self.fail == 0 && self.error == 0
+    }
+}
+
+/// `<testsuite name="NAME" tests=… failures=… errors=… skipped=…` (the
+/// caller closes the tag, with a `time` attribute if it has one).
+pub fn testsuite_open(name: &str, tests: usize, s: &Summary) -> String {
+    format!(
+        "  <testsuite name=\"{name}\" tests=\"{tests}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\"",
+        s.fail, s.error, s.skip
+    )
+}
+
 impl Report {
     /// Builds a report from results, computing the summary and verdict.
     pub fn new(
@@ -81,17 +115,8 @@ impl Report {
     }
     /// Recomputes the summary and verdict after results changed.
     pub fn recount(&mut self) {
-        let mut s = Summary::default();
-        for r in &self.results {
-            match r.status {
-                Status::Pass => s.pass += 1,
-                Status::Warn => s.warn += 1,
-                Status::Fail => s.fail += 1,
-                Status::Skip => s.skip += 1,
-                Status::Error => s.error += 1,
-            }
-        }
-        self.passed = s.fail == 0 && s.error == 0;
+        let s = Summary::of(&self.results);
+        self.passed = s.passed();
         self.summary = s;
     }
 }
@@ -441,13 +466,8 @@ pub fn junit(report: &Report) -> String {
         Some(image) => format!("imgctl.verify[{}]", xml_escape(image)),
         None => format!("imgctl.verify.{}", report.context),
     };
-    out.push_str(&format!(
-        "  <testsuite name=\"{suite}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{secs:.3}\">\n",
-        report.results.len(),
-        s.fail,
-        s.error,
-        s.skip
-    ));
+    out.push_str(&testsuite_open(&suite, report.results.len(), s));
+    out.push_str(&format!(" time=\"{secs:.3}\">\n"));
     out.push_str(&testcases(&report.results));
     out.push_str("  </testsuite>\n</testsuites>\n");
     out

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::{FleetReport, NodeEntry, NodeState, FLEET_SCHEMA_VERSION};
 use crate::verify::report::Summary;
-use crate::verify::result::{CheckResult, Status};
+use crate::verify::result::CheckResult;
 use crate::verify::run::MEDIAN_FRACTION;
 
 /// A link slower than this share of the fleet's median link is a WARN
@@ -27,21 +27,12 @@ pub fn judge(mut nodes: Vec<NodeEntry>, expected: usize) -> FleetReport {
     fleet.extend(software(&reported));
     fleet.extend(outliers(&reported));
     fleet.extend(links(&reported));
-    let mut summary = Summary::default();
-    for r in &fleet {
-        match r.status {
-            Status::Pass => summary.pass += 1,
-            Status::Warn => summary.warn += 1,
-            Status::Fail => summary.fail += 1,
-            Status::Skip => summary.skip += 1,
-            Status::Error => summary.error += 1,
-        }
-    }
+    let summary = Summary::of(&fleet);
     FleetReport {
         schema_version: FLEET_SCHEMA_VERSION,
         imgctl_version: env!("CARGO_PKG_VERSION").to_string(),
         nodes_expected: expected,
-        passed: summary.fail == 0 && summary.error == 0,
+        passed: summary.passed(),
         summary,
         nodes,
         fleet,

@@ -84,14 +84,8 @@ pub struct NodeEntry {
 impl FleetReport {
     /// Adds a fleet verdict, keeping the summary and `passed` in step.
     pub fn push(&mut self, r: super::result::CheckResult) {
-        match r.status {
-            super::result::Status::Pass => self.summary.pass += 1,
-            super::result::Status::Warn => self.summary.warn += 1,
-            super::result::Status::Fail => self.summary.fail += 1,
-            super::result::Status::Skip => self.summary.skip += 1,
-            super::result::Status::Error => self.summary.error += 1,
-        }
-        self.passed = self.summary.fail == 0 && self.summary.error == 0;
+        self.summary.add(r.status);
+        self.passed = self.summary.passed();
         self.fleet.push(r);
     }
 }

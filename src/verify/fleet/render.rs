@@ -6,7 +6,7 @@ use comfy_table::{presets, Cell, CellAlignment, Table};
 
 use super::{FleetReport, NodeState};
 use crate::output::{self, Fit};
-use crate::verify::report::{testcases, xml_escape};
+use crate::verify::report::{testcases, testsuite_open, xml_escape};
 use crate::verify::result::Status;
 
 /// The table and the verdict lines, wrapped to the width in `fit`.
@@ -123,13 +123,8 @@ pub fn junit(report: &FleetReport) -> String {
         let name = xml_escape(&format!("imgctl.fleet.{}", n.label()));
         match &n.report {
             Some(r) => {
-                out.push_str(&format!(
-                    "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
-                    r.results.len(),
-                    r.summary.fail,
-                    r.summary.error,
-                    r.summary.skip
-                ));
+                out.push_str(&testsuite_open(&name, r.results.len(), &r.summary));
+                out.push_str(">\n");
                 out.push_str(&testcases(&r.results));
             }
             None => {
@@ -145,14 +140,12 @@ pub fn junit(report: &FleetReport) -> String {
         }
         out.push_str("  </testsuite>\n");
     }
-    let s = &report.summary;
-    out.push_str(&format!(
-        "  <testsuite name=\"imgctl.fleet\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
+    out.push_str(&testsuite_open(
+        "imgctl.fleet",
         report.fleet.len(),
-        s.fail,
-        s.error,
-        s.skip
+        &report.summary,
     ));
+    out.push_str(">\n");
     out.push_str(&testcases(&report.fleet));
     out.push_str("  </testsuite>\n</testsuites>\n");
     out
