@@ -743,19 +743,14 @@ fn the_bundled_locks_are_fresh() {
         .iter()
         .map(|l| l["status"].as_str().unwrap())
         .collect();
-    if spec::bundled_lock("cu128").is_none() {
-        // cu128's torch index was unreachable where the locks were made: said, exit 1.
-        assert_eq!(statuses, ["fresh", "fresh", "missing"]);
-        assert_eq!(out.status.code(), Some(1));
-        assert!(
-            stderr.contains("warning: cu128: images/cu128.lock does not exist")
-                && stderr.contains("error: 1 of 3 locks is missing or stale (listed above)"),
-            "{stderr}"
-        );
-    } else {
-        assert_eq!(statuses, ["fresh", "fresh", "fresh"]);
-        assert_eq!(out.status.code(), Some(0), "{stderr}");
-    }
+    // cu128's torch index is unreachable where the locks are made: its spec
+    // says `lock: false`, so the documented CI command passes on main.
+    assert_eq!(statuses, ["fresh", "fresh", "disabled"]);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("cu128: the spec says `lock: false`; nothing to check"),
+        "{stderr}"
+    );
 }
 
 /// A template for the busybox base: the lock COPYs of the bundled template

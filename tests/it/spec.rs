@@ -404,7 +404,7 @@ fn specs_lists_the_profiles() {
         assert_eq!(profiles[i]["lock"], "fresh", "{}", profiles[i]);
         assert_eq!(profiles[i]["lock_packages"].as_u64(), Some(count(i) as u64));
     }
-    assert_eq!(profiles[2]["lock"], "missing");
+    assert_eq!(profiles[2]["lock"], "disabled");
     assert!(profiles[2]["lock_packages"].is_null());
 
     let out = imgctl_at_root(&["specs"]);
