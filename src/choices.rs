@@ -76,7 +76,8 @@ impl GradReduce {
 pub enum Preset {
     /// diffusers' train_unconditional.py UNet at 64×64.
     Default,
-    /// A small UNet (32×32) that trains in seconds on a CPU.
+    /// The smallest real UNet (32×32, varied shapes), for tests: a short run
+    /// draws noise; `smoke` is the one that shows learning on a CPU.
     Tiny,
     /// The tiny UNet at 16×16 on bold synthetic shapes: a CPU run that
     /// visibly learns within minutes.

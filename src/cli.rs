@@ -343,19 +343,19 @@ pub struct TrainArgs {
     /// YAML file with model and training settings (flags override it).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Number of optimizer steps.
+    /// Number of optimizer steps [default: the preset's: default 1000, tiny 200, smoke 1200; --print-config shows what applies].
     #[arg(long, allow_negative_numbers = true)]
     pub steps: Option<u64>,
-    /// Batch size per process.
+    /// Batch size per process [default: the preset's: default 16, tiny 8, smoke 16].
     #[arg(long, allow_negative_numbers = true)]
     pub batch_size: Option<i64>,
-    /// Peak learning rate.
+    /// Peak learning rate [default: the preset's: default 1e-4, tiny 1e-3, smoke 2e-3].
     #[arg(long, allow_negative_numbers = true)]
     pub lr: Option<f64>,
-    /// Random seed.
+    /// Random seed [default: 0].
     #[arg(long, allow_negative_numbers = true)]
     pub seed: Option<u64>,
-    /// Output directory for checkpoints, samples and metrics.
+    /// Output directory for checkpoints, samples and metrics [default: imgctl-train].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// A folder of PNG/JPEG images instead of the synthetic dataset.
@@ -395,16 +395,16 @@ pub struct TrainArgs {
         value_parser = ["latest", "auto"]
     )]
     pub resume: Option<String>,
-    /// Save a checkpoint every N steps.
+    /// Save a checkpoint every N steps [default: the preset's; --print-config shows it].
     #[arg(long, allow_negative_numbers = true)]
     pub checkpoint_every: Option<u64>,
-    /// Keep the last K checkpoints.
+    /// Keep the last K checkpoints [default: the preset's; --print-config shows it].
     #[arg(long, allow_negative_numbers = true)]
     pub keep: Option<usize>,
-    /// Write a sample grid every N steps (0: never).
+    /// Write a sample grid every N steps (0: never) [default: the preset's; --print-config shows it].
     #[arg(long, allow_negative_numbers = true)]
     pub sample_every: Option<u64>,
-    /// Data loader worker threads.
+    /// Data loader worker threads [default: the preset's; --print-config shows it].
     #[arg(long, allow_negative_numbers = true)]
     pub workers: Option<usize>,
     /// GPUs to train on: all, a count, or device ids (0,2,5; one: device=3 or 3,); one worker each.
@@ -439,6 +439,9 @@ pub struct TrainArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Print the resolved configuration (preset, then --config, then flags) as YAML that --config takes back, and exit.
+    #[arg(long, conflicts_with_all = ["benchmark", "resume", "json", "gpus"])]
+    pub print_config: bool,
 }
 
 /// `imgctl sample`.
@@ -471,4 +474,49 @@ pub struct SampleArgs {
     /// Print what was written (PNG path, grid, size, sampler, seed, …) as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(all(test, feature = "torch"))]
+mod tests {
+    use clap::CommandFactory;
+
+    use crate::train::config::{Preset, TrainConfig};
+
+    /// The defaults `train-demo --help` quotes are the presets' own.
+    #[test]
+    fn train_demo_help_quotes_the_presets_defaults() {
+        let cmd = super::Cli::command();
+        let train = cmd.find_subcommand("train-demo").expect("train-demo");
+        let help = |id: &str| {
+            train
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+        };
+        let t = |p| TrainConfig::preset(p).training;
+        let (d, tiny, smoke) = (t(Preset::Default), t(Preset::Tiny), t(Preset::Smoke));
+        assert!(
+            help("steps").contains(&format!(
+                "default {}, tiny {}, smoke {}",
+                d.steps, tiny.steps, smoke.steps
+            )),
+            "{}",
+            help("steps")
+        );
+        assert!(help("batch_size").contains(&format!(
+            "default {}, tiny {}, smoke {}",
+            d.batch_size, tiny.batch_size, smoke.batch_size
+        )));
+        assert!(
+            help("lr").contains(&format!(
+                "default {:e}, tiny {:e}, smoke {:e}",
+                d.lr, tiny.lr, smoke.lr
+            )),
+            "{}",
+            help("lr")
+        );
+        assert!(help("seed").contains(&format!("[default: {}]", d.seed)));
+    }
 }

@@ -502,6 +502,7 @@ impl<'a> RunLoop<'a> {
                 ddim_steps: tr.sample_steps,
                 samples: got,
                 data: want,
+                resembles_data: got.resembles(&want, images::RESEMBLANCE_FACTOR),
             });
         }
         if let Some(m) = self.metrics.as_mut() {

@@ -45,6 +45,9 @@ pub struct SampleStats {
     pub samples: images::ImageStats,
     /// The training data's.
     pub data: images::ImageStats,
+    /// Whether both statistics are within [`images::RESEMBLANCE_FACTOR`] of
+    /// the data's: false means the grid does not look like the data yet.
+    pub resembles_data: bool,
 }
 
 /// The [`images::ImageStats`] of up to 64 of `data`'s first images (as the

@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use crate::common::{imgctl, texts};
 
-/// How far each statistic may be from the training data's.
-const FACTOR: f64 = 2.0;
+/// How far each statistic may be from the training data's: the factor the
+/// end of a run uses to say the samples resemble the data.
+const FACTOR: f64 = imgctl::train::images::RESEMBLANCE_FACTOR;
 
 /// Runs the smoke preset for `steps` (all of it when `None`) and returns the
 /// summary's sample statistics: (samples, data) as (neighbour diff, saturation).
@@ -47,6 +48,23 @@ fn smoke_stats(steps: Option<&str>) -> ((f64, f64), (f64, f64)) {
     assert!(
         stderr.contains("8 images, DDIM 20 steps, EMA weights"),
         "the end says what the grid shows:\n{stderr}"
+    );
+    // The end of the run says what the statistics mean, as the JSON does.
+    let resembles = s["resembles_data"].as_bool().unwrap();
+    assert_eq!(
+        resembles,
+        stderr.contains(": they resemble the data"),
+        "{stderr}"
+    );
+    assert_eq!(
+        !resembles,
+        stderr.contains(": they do not resemble the data yet (train longer"),
+        "{stderr}"
+    );
+    assert_eq!(
+        resembles,
+        within(pair(&s["samples"]).0, pair(&s["data"]).0)
+            && within(pair(&s["samples"]).1, pair(&s["data"]).1)
     );
     (pair(&s["samples"]), pair(&s["data"]))
 }

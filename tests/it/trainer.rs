@@ -2280,3 +2280,61 @@ fn the_memory_budget_reads_the_cgroup_limit() {
         "the host's memory, not the cgroup's: {stderr}"
     );
 }
+
+/// `--print-config` prints the configuration a run would train with (the
+/// preset, then --config, then flags) as YAML that `--config` reads back to
+/// the same configuration; it trains and writes nothing, and it is a usage
+/// error beside a mode that does not train from a config (#29 item 3.9).
+#[test]
+fn print_config_shows_the_resolved_configuration_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let out_s = out.to_str().unwrap();
+    let first = run_env(
+        &[
+            "train-demo",
+            "--preset",
+            "smoke",
+            "--steps",
+            "7",
+            "--lr",
+            "0.003",
+            "--out",
+            out_s,
+            "--print-config",
+        ],
+        &[],
+    );
+    let (yaml, stderr) = assert_code(&first, 0);
+    assert!(
+        yaml.starts_with("# imgctl train-demo: the resolved configuration (preset smoke"),
+        "{yaml}"
+    );
+    let config: TrainConfig = serde_yaml::from_str(&yaml).unwrap();
+    assert_eq!(config.preset, Preset::Smoke);
+    assert_eq!(config.training.steps, 7);
+    assert_eq!(config.training.lr, 0.003);
+    assert_eq!(
+        config.training.batch_size,
+        TrainConfig::preset(Preset::Smoke).training.batch_size
+    );
+    assert!(!out.exists(), "--print-config wrote {out_s}: {stderr}");
+    let file = dir.path().join("resolved.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let again = run_env(
+        &[
+            "train-demo",
+            "--config",
+            file.to_str().unwrap(),
+            "--out",
+            out_s,
+            "--print-config",
+        ],
+        &[],
+    );
+    let (yaml2, _) = assert_code(&again, 0);
+    assert_eq!(yaml2, yaml);
+    let bad = run_env(&["train-demo", "--print-config", "--benchmark"], &[]);
+    let (_, stderr) = assert_code(&bad, 2);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}

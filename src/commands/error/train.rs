@@ -167,7 +167,7 @@ mod with_torch {
                 "use --batch-size {largest_batch} or less, or a smaller model.sample_size"
             )),
             BudgetError::DeviceTraining { largest_batch: 0, .. } => Advice::usage(
-                "use a smaller model (--preset tiny) or a GPU with more free memory"
+                "use a smaller model (--preset smoke) or a GPU with more free memory"
                     .to_string(),
             ),
             BudgetError::DeviceTraining { largest_batch, .. } => Advice::usage(format!(

@@ -23,6 +23,9 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
     use crate::train::parallel::launch::LaunchInfo;
 
     bench::check_flags(&args)?;
+    if args.print_config {
+        return print_config(&args);
+    }
     let launch = LaunchInfo::from_process_env()?;
     match (launch::slots(&args, &launch)?, args.benchmark) {
         // This process supervises one worker per GPU (CPU rank).
@@ -32,6 +35,24 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
         // A single process, or a rank a launcher started.
         (None, false) => single_run::train(args),
     }
+}
+
+/// `train-demo --print-config`: the configuration a run with these flags
+/// would train with, as YAML that `--config` reads back; nothing is trained
+/// or written.
+#[cfg(feature = "torch")]
+fn print_config(args: &TrainArgs) -> anyhow::Result<ExitStatus> {
+    let opts = options::resolve_options(args)?;
+    let yaml = serde_yaml::to_string(&opts.config)?;
+    crate::output::printer().data(format!(
+        "# imgctl train-demo: the resolved configuration (preset {}, then --config, then flags);\n\
+         # run it with `imgctl train-demo --config FILE`. Device {}, precision {}.\n{}",
+        opts.config.preset.name(),
+        crate::train::session::device_name(opts.device),
+        opts.precision.name(),
+        yaml.trim_end()
+    ));
+    Ok(ExitStatus::Success)
 }
 
 /// Runs `imgctl train-demo` (unavailable without the `torch` feature).
@@ -209,14 +230,19 @@ mod single_run {
         if let Some(last) = s.samples.last() {
             lines.push(match &s.sample_stats {
                 Some(st) => format!(
-                    "samples: {} — {} images, DDIM {} steps, EMA weights (neighbour difference {:.3}, saturation {:.3}; training data {:.3}, {:.3})",
+                    "samples: {} — {} images, DDIM {} steps, EMA weights (neighbour difference {:.3}, saturation {:.3}; training data {:.3}, {:.3}){}",
                     last.display(),
                     st.images,
                     st.ddim_steps,
                     st.samples.neighbour_diff,
                     st.samples.saturation,
                     st.data.neighbour_diff,
-                    st.data.saturation
+                    st.data.saturation,
+                    if st.resembles_data {
+                        ": they resemble the data"
+                    } else {
+                        ": they do not resemble the data yet (train longer; on a CPU, --preset smoke learns in about 2 minutes)"
+                    }
                 ),
                 None => format!("samples: {}", last.display()),
             });
@@ -237,13 +263,14 @@ mod single_run {
     /// trains at about 1 img/s on a CPU (0.24 img/s measured on 2 cores in a
     /// debug build), so its 1000 × 16 images take hours. `None` for small models.
     pub fn cpu_fallback_warning(config: &TrainConfig) -> Option<String> {
-        // The tiny preset's ~1 M parameters train in seconds; warn well above it.
+        // The tiny and smoke presets' ~0.7 M parameters step in milliseconds; warn well above it.
         const LARGE_PARAMS: u64 = 10_000_000;
         let params = config.model.param_count();
         (params >= LARGE_PARAMS).then(|| {
             format!(
                 "no CUDA device: the CPU trains the {:.1} M-parameter {} model at a few images \
-                 per second; use --preset tiny for a CPU demo, or check the GPU with `imgctl verify`",
+                 per second; use --preset smoke for a CPU demo (about 2 minutes, samples that show \
+                 the data), or check the GPU with `imgctl verify`",
                 params as f64 / 1e6,
                 config.preset
             )
@@ -261,7 +288,7 @@ mod tests {
         let default = TrainConfig::preset(Preset::Default);
         let w = cpu_fallback_warning(&default).expect("the default model is large");
         assert!(w.contains("113.7 M-parameter default model"), "{w}");
-        assert!(w.contains("--preset tiny"), "{w}");
+        assert!(w.contains("--preset smoke for a CPU demo"), "{w}");
         assert_eq!(
             cpu_fallback_warning(&TrainConfig::preset(Preset::Tiny)),
             None

@@ -178,10 +178,11 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         warmup: _,
         rendezvous_timeout: _,
         json: _,
+        print_config,
     } = args;
     let out = out_dir(args);
-    // A benchmark writes nothing under --out.
-    if resume_flag.is_none() && !benchmark {
+    // A benchmark, and --print-config, write nothing under --out.
+    if resume_flag.is_none() && !benchmark && !print_config {
         refuse_earlier_run(&out)?;
     }
     let resume = resume_checkpoint(&out, resume_flag.as_deref())?;

@@ -265,7 +265,7 @@ pub struct Census {
 }
 
 impl UNetConfig {
-    /// A real but small UNet that trains in seconds on a CPU: 32×32 RGB,
+    /// A real but small UNet (a step takes milliseconds on a CPU): 32×32 RGB,
     /// blocks (32, 64), one ResNet per down block, attention in the second
     /// down block, the first up block and the mid block, 8 norm groups.
     pub fn tiny() -> Self {
