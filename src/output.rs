@@ -95,7 +95,8 @@ impl Printer {
     /// A warning on stderr (always shown).
     pub fn warn(&self, msg: impl AsRef<str>) {
         if self.color {
-            eprintln!("\x1b[33mwarning\x1b[0m: {}", msg.as_ref());
+            // Bold yellow, as cargo's.
+            eprintln!("\x1b[1;33mwarning\x1b[0m: {}", msg.as_ref());
         } else {
             eprintln!("warning: {}", msg.as_ref());
         }

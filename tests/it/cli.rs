@@ -483,3 +483,30 @@ fn output_files_survive_a_full_disk() {
     names.sort();
     assert_eq!(names, ["Dockerfile", "filler", "junit.xml"]);
 }
+
+/// `error:` and `hint:` are coloured as cargo colours them when colour is
+/// on (`--color always`), and plain otherwise: the text is the same.
+#[test]
+fn error_labels_are_coloured_like_cargos_only_when_colour_is_on() {
+    let coloured = imgctl(&["--color", "always", "render", "--cuda", "9.9"]);
+    let (_, stderr) = texts(&coloured);
+    assert_eq!(coloured.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("\x1b[1;31merror\x1b[0m: unknown --cuda '9.9'"),
+        "{stderr:?}"
+    );
+    assert!(
+        stderr.contains("\n\x1b[1;36mhint\x1b[0m: `imgctl specs`"),
+        "{stderr:?}"
+    );
+    let plain = imgctl(&["render", "--cuda", "9.9"]);
+    let (_, plain_err) = texts(&plain);
+    assert!(!plain_err.contains('\x1b'), "{plain_err:?}");
+    assert_eq!(
+        stderr
+            .replace("\x1b[1;31m", "")
+            .replace("\x1b[1;36m", "")
+            .replace("\x1b[0m", ""),
+        plain_err
+    );
+}

@@ -74,12 +74,32 @@ pub fn render_error(err: &anyhow::Error) -> String {
     out
 }
 
+/// The labels of a rendered error coloured as cargo colours them: `error`
+/// bold red, `hint` bold cyan (the text itself stays plain).
+pub fn colour_labels(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            if let Some(rest) = l.strip_prefix("error:") {
+                format!("\x1b[1;31merror\x1b[0m:{rest}")
+            } else if let Some(rest) = l.strip_prefix("hint:") {
+                format!("\x1b[1;36mhint\x1b[0m:{rest}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + if text.ends_with('\n') { "\n" } else { "" }
+}
+
 /// A command's outcome as an exit status, printing any error on stderr.
 pub fn finish(result: anyhow::Result<ExitStatus>) -> ExitStatus {
     let status = match result {
         Ok(status) => status,
         Err(err) => {
-            crate::output::printer().stderr_text(render_error(&err));
+            let p = crate::output::printer();
+            let text = render_error(&err);
+            p.stderr_text(if p.color { colour_labels(&text) } else { text });
             status_of(&err)
         }
     };
