@@ -252,6 +252,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
 }
 
 /// Accepted `--fleet-timeout` seconds.
+#[cfg(feature = "torch")]
 const FLEET_TIMEOUT_RANGE: std::ops::RangeInclusive<f64> = 1.0..=3600.0;
 
 /// `verify --fleet`: this node's part of the fleet run; rank 0 prints the
