@@ -83,7 +83,9 @@ fn node_checks(reported: &[&NodeEntry]) -> Vec<CheckResult> {
             out.push(
                 CheckResult::fail(ID, format!("{}: {} failed", n.label(), failing.join(", ")))
                     .fact("rank", n.rank.to_string())
-                    .hint("`--json` has that node's whole report under nodes[].report"),
+                    .hint(
+                        "the fleet's JSON report has that node's whole report under nodes[].report",
+                    ),
             );
         }
     }
@@ -200,7 +202,7 @@ fn outliers(reported: &[&NodeEntry]) -> Vec<CheckResult> {
         out.push(if compared == 0 {
             CheckResult::skip(
                 ID,
-                "no per-GPU figure to compare across nodes (none measured: no GPU, or --level quick)",
+                "no per-GPU figure to compare across nodes (none measured: no GPU, or only the quick checks ran)",
             )
         } else {
             CheckResult::pass(
