@@ -28,12 +28,24 @@ pub fn table(report: &FleetReport, fit: Fit) -> String {
     ]);
     for n in &report.nodes {
         let checks = match &n.report {
-            Some(r) => format!(
-                "{} pass, {} warn, {} fail",
-                r.summary.pass,
-                r.summary.warn,
-                r.summary.fail + r.summary.error
-            ),
+            // `5 pass`, `4 pass, 1 fail`: the counts that are not zero.
+            Some(r) => {
+                let s = &r.summary;
+                let parts: Vec<String> = [
+                    (s.pass, "pass"),
+                    (s.warn, "warn"),
+                    (s.fail + s.error, "fail"),
+                ]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, w)| format!("{n} {w}"))
+                .collect();
+                if parts.is_empty() {
+                    "nothing ran".to_string()
+                } else {
+                    parts.join(", ")
+                }
+            }
             // Why is in the fleet.nodes line under the table.
             None => "-".to_string(),
         };
@@ -100,7 +112,7 @@ pub fn summary_line(report: &FleetReport) -> String {
         .filter(|n| n.state == NodeState::Reported)
         .count();
     format!(
-        "fleet verify {}: {reported} of {} nodes reported; {} pass, {} warn, {} fail, {} skip ({:.1} s)",
+        "fleet verify {}: {reported} of {} nodes reported; {} pass, {} warn, {} fail, {} skip ({:.1}s)",
         if report.passed { "passed" } else { "FAILED" },
         report.nodes_expected,
         s.pass,
