@@ -116,7 +116,7 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
 
 /// Version of the `sample --json` layout.
 #[cfg(feature = "torch")]
-const SAMPLE_REPORT_VERSION: u32 = 1;
+pub const SAMPLE_REPORT_VERSION: u32 = 1;
 
 /// What `imgctl sample --json` prints: the PNG it wrote and how.
 #[cfg(feature = "torch")]

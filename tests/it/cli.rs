@@ -510,3 +510,85 @@ fn error_labels_are_coloured_like_cargos_only_when_colour_is_on() {
         plain_err
     );
 }
+
+/// The README's table of JSON outputs states each document's
+/// `schema_version`: the cheap commands are run, the rest read from the
+/// constants their documents are built from.
+#[cfg(feature = "torch")]
+#[test]
+fn every_json_output_carries_the_schema_version_the_readme_states() {
+    let readme = std::fs::read_to_string(crate::common::repo_root().join("README.md")).unwrap();
+    let table: Vec<&str> = readme
+        .split("## JSON outputs")
+        .nth(1)
+        .expect("a JSON outputs section")
+        .lines()
+        .filter(|l| l.starts_with("| `imgctl "))
+        .collect();
+    assert!(table.len() >= 9, "{table:?}");
+    let stated = |command: &str| -> u64 {
+        let row = table
+            .iter()
+            .find(|l| l.starts_with(&format!("| `{command}")))
+            .unwrap_or_else(|| panic!("no README row for {command}"));
+        row.split('|').nth(3).unwrap().trim().parse().unwrap()
+    };
+    let root = crate::common::repo_root();
+    for (command, args) in [
+        ("imgctl specs --json", vec!["specs", "--json"]),
+        (
+            "imgctl build --dry-run --json",
+            vec!["build", "--cuda", "12.4", "--dry-run", "--json"],
+        ),
+        (
+            "imgctl lock --json",
+            vec!["lock", "--all", "--check", "--json"],
+        ),
+        (
+            "imgctl verify --json",
+            vec![
+                "verify",
+                "--expect-gpus",
+                "0",
+                "--only",
+                "torch.version",
+                "--json",
+            ],
+        ),
+    ] {
+        let out = std::process::Command::new(crate::common::imgctl_bin())
+            .args(&args)
+            .current_dir(&root)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = texts(&out);
+        let v: serde_json::Value =
+            serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{command}: {e}\n{stderr}"));
+        assert_eq!(
+            v["schema_version"].as_u64(),
+            Some(stated(command)),
+            "{command}"
+        );
+    }
+    assert_eq!(
+        stated("imgctl build --json"),
+        u64::from(imgctl::commands::build::REPORT_SCHEMA_VERSION)
+    );
+    assert_eq!(
+        stated("imgctl verify --fleet --json"),
+        u64::from(imgctl::verify::fleet::FLEET_SCHEMA_VERSION)
+    );
+    assert_eq!(
+        stated("imgctl train-demo --json"),
+        u64::from(imgctl::train::summary::SUMMARY_SCHEMA_VERSION)
+    );
+    assert_eq!(
+        stated("imgctl train-demo --benchmark --json"),
+        u64::from(imgctl::bench::SCHEMA_VERSION)
+    );
+    assert_eq!(
+        stated("imgctl sample --json"),
+        u64::from(imgctl::commands::sample::SAMPLE_REPORT_VERSION)
+    );
+}
