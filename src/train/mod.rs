@@ -37,5 +37,6 @@ pub mod space;
 pub mod summary;
 pub mod sync;
 pub mod tensorboard;
+pub mod threads;
 pub mod trainer;
 pub mod trainer_error;

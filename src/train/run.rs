@@ -252,6 +252,14 @@ impl<'a> RunLoop<'a> {
         let world = sync.world_size();
         let lead = rank == 0;
         let tr = &opts.config.training;
+        // Intra-op threads on the CPU, before the model exists.
+        let threads = (opts.device == tch::Device::Cpu).then(|| {
+            let (cores, load) = super::threads::host();
+            let omp = std::env::var(crate::env_vars::OMP_NUM_THREADS).ok();
+            let t = super::threads::choose(omp.as_deref(), cores, load);
+            tch::set_num_threads(t.count as i32);
+            t
+        });
 
         // Everything that can be wrong with the input, before any training.
         let (session::Session { data, mut trainer }, ()) =
@@ -262,7 +270,7 @@ impl<'a> RunLoop<'a> {
 
         let data = Arc::new(data);
         if lead {
-            announce(opts, &trainer, &data, world);
+            announce(opts, &trainer, &data, world, threads.as_ref());
         }
         let loader = session::start_loader(&trainer, data.clone());
         let metrics = if lead {
@@ -715,7 +723,13 @@ fn agreed_start(opts: &RunOptions, trainer: &mut Trainer, rank: usize) -> anyhow
 
 /// Rank 0's lines before training: the unreadable files skipped, then what
 /// trains on what ("training …", which the supervisor and the tests wait for).
-fn announce(opts: &RunOptions, trainer: &Trainer, data: &Dataset, world: usize) {
+fn announce(
+    opts: &RunOptions,
+    trainer: &Trainer,
+    data: &Dataset,
+    world: usize,
+    threads: Option<&super::threads::CpuThreads>,
+) {
     let p = printer();
     let cfg = &opts.config;
     for (path, why) in &data.skipped {
@@ -725,11 +739,20 @@ fn announce(opts: &RunOptions, trainer: &Trainer, data: &Dataset, world: usize) 
         DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
         DataChoice::Folder(d) => format!("{} ({} images)", d.display(), data.len()),
     };
+    let device = match threads {
+        Some(t) => format!(
+            "{} ({} thread{}: {})",
+            device_name(opts.device),
+            t.count,
+            if t.count == 1 { "" } else { "s" },
+            t.why
+        ),
+        None => device_name(opts.device),
+    };
     p.info(format!(
-        "training {} ({} params) on {} in {}, batch {}×{}, {} steps, data {src}",
+        "training {} ({} params) on {device} in {}, batch {}×{}, {} steps, data {src}",
         cfg.preset,
         trainer.param_count(),
-        device_name(opts.device),
         opts.precision.name(),
         cfg.training.batch_size,
         world,

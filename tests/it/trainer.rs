@@ -2338,3 +2338,46 @@ fn print_config_shows_the_resolved_configuration_and_round_trips() {
     let (_, stderr) = assert_code(&bad, 2);
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
+
+/// The start line says how many intra-op threads a CPU run uses and why:
+/// `OMP_NUM_THREADS` when set, else the cores the load average leaves free
+/// (#29 item 3.2; the choice itself is `train::threads::choose`'s unit test).
+#[test]
+fn the_start_line_names_the_cpu_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = train(
+        &dir.path().join("a"),
+        &["--steps", "1"],
+        &[("OMP_NUM_THREADS", "1")],
+    );
+    let (_, err) = assert_code(&o, 0);
+    assert!(
+        err.contains(" on cpu (1 thread: OMP_NUM_THREADS=1) in fp32,"),
+        "{err}"
+    );
+    let mut cmd = Command::new(imgctl_bin());
+    cmd.args([
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "1",
+    ])
+    .args(["--sample-every", "0", "--out"])
+    .arg(dir.path().join("b"))
+    .env("NO_COLOR", "1")
+    .env_remove("OMP_NUM_THREADS");
+    let o = cmd.output().unwrap();
+    let (_, err) = assert_code(&o, 0);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("training "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        line.contains(" cores, idle; OMP_NUM_THREADS sets it)")
+            || line.contains(" cores free at load "),
+        "{line}"
+    );
+}
