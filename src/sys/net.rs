@@ -1,8 +1,17 @@
 //! Sockets, through libc: the one listener std cannot make, a dual-stack
 //! `[::]` socket with `IPV6_V6ONLY` off (rendezvous's rank 0 listens on it
 //! when its address is not loopback). Which port, and who connects, belong
-//! to the caller.
+//! to the caller. Also this host's name, as the kernel gives it.
 use std::net::{Ipv4Addr, TcpListener};
+
+/// This host's name (`/proc/sys/kernel/hostname`), `localhost` when unreadable.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
 
 /// Listens on `[::]:port` with `IPV6_V6ONLY` off (IPv4 peers arrive as
 /// `::ffff:a.b.c.d`), whatever `net.ipv6.bindv6only` says; falls back to

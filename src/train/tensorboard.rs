@@ -135,14 +135,6 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
-}
-
 /// Writes `events.out.tfevents.<time>.<host>` in a log directory.
 pub struct EventWriter {
     path: PathBuf,
@@ -158,14 +150,14 @@ impl EventWriter {
         let mut path = dir.join(format!(
             "events.out.tfevents.{}.{}",
             wall as u64,
-            hostname()
+            crate::sys::net::hostname()
         ));
         let mut n = 1;
         while path.exists() {
             path = dir.join(format!(
                 "events.out.tfevents.{}.{}.{n}",
                 wall as u64,
-                hostname()
+                crate::sys::net::hostname()
             ));
             n += 1;
         }

@@ -4,8 +4,8 @@
 //! preset, 80 steps, debug build, interleaved runs with `farm-bench`: idle,
 //! two threads took 0.72× the wall time of one; with one core held by another
 //! process, two threads took 2.35× the time of one). So a run takes the cores
-//! the 1-minute load average leaves free, at least one. A leaf: arithmetic on
-//! what the caller read.
+//! the 1-minute load average leaves free, at least one. [`choose`] is
+//! arithmetic on what [`host`] read; the caller sets the count.
 use crate::env_vars as ev;
 
 /// The chosen thread count and why, for the start line.

@@ -102,10 +102,12 @@ fn node_checks(reported: &[&NodeEntry]) -> Vec<CheckResult> {
 /// have; every node with another is a FAIL naming it.
 fn software(reported: &[&NodeEntry]) -> Vec<CheckResult> {
     const ID: &str = "fleet.software";
-    let keys: std::collections::BTreeSet<&String> =
-        reported.iter().flat_map(|n| n.software.keys()).collect();
+    let keys: std::collections::BTreeSet<&str> = reported
+        .iter()
+        .flat_map(|n| n.software.keys().map(String::as_str))
+        .collect();
     let mut out = Vec::new();
-    for key in keys {
+    for &key in &keys {
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for n in reported {
             let v = n.software.get(key).map_or("(none)", String::as_str);
@@ -114,7 +116,8 @@ fn software(reported: &[&NodeEntry]) -> Vec<CheckResult> {
         if counts.len() < 2 {
             continue;
         }
-        // The value most nodes have; a tie names every node of the smaller sets.
+        // The value most nodes have (on a tie, the one that sorts first);
+        // every node with another is named.
         let (common, most) = counts
             .iter()
             .max_by_key(|(v, c)| (**c, std::cmp::Reverse(**v)))
@@ -133,17 +136,14 @@ fn software(reported: &[&NodeEntry]) -> Vec<CheckResult> {
                         ),
                     )
                     .fact("rank", n.rank.to_string())
-                    .fact("key", key.clone())
+                    .fact("key", key)
                     .hint("run the same image (or install the same versions) on every node"),
                 );
             }
         }
     }
     if out.is_empty() {
-        let keys: Vec<&String> = reported.iter().flat_map(|n| n.software.keys()).collect();
-        let mut keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
-        keys.sort_unstable();
-        keys.dedup();
+        let keys: Vec<&str> = keys.into_iter().collect();
         out.push(CheckResult::pass(
             ID,
             format!("the same {} on {}", keys.join(", "), nodes(reported.len())),
