@@ -159,10 +159,11 @@ pub enum FleetOutcome {
     },
 }
 
-/// The software facts of this node, from its report and its binary.
-pub fn software_facts(report: &Report) -> BTreeMap<String, String> {
+/// The software facts of this node, from its report and `imgctl` (the
+/// binary's identity, [`imgctl_identity`]).
+pub fn software_facts(report: &Report, imgctl: String) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    out.insert("imgctl".to_string(), imgctl_identity());
+    out.insert("imgctl".to_string(), imgctl);
     for (key, id) in [
         ("driver", "nvml.driver"),
         ("torch", "torch.version"),
@@ -189,28 +190,28 @@ pub fn software_facts(report: &Report) -> BTreeMap<String, String> {
 }
 
 /// `0.1.0 (sha256:1a2b3c4d5e6f)`: the version and the running binary's
-/// digest, so two builds of one version differ too.
-fn imgctl_identity() -> String {
+/// digest, so two builds of one version differ too. The binary is hashed as
+/// it is read, never held whole in memory.
+pub fn imgctl_identity() -> String {
     let version = env!("CARGO_PKG_VERSION");
-    match crate::sys::fs::read_regular(std::path::Path::new("/proc/self/exe"), 1 << 30) {
-        Ok(bytes) => format!("{version} (sha256:{})", short_sha(&bytes)),
+    let digest = std::fs::File::open("/proc/self/exe").and_then(|mut f| {
+        let mut h = sha2::Sha256::default();
+        std::io::copy(&mut f, &mut h)?;
+        Ok(short_hex(&sha2::Digest::finalize(h)))
+    });
+    match digest {
+        Ok(d) => format!("{version} (sha256:{d})"),
         Err(_) => version.to_string(),
     }
 }
 
 fn short_sha(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    let d = sha2::Sha256::digest(bytes);
-    d.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    short_hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes))
 }
 
-/// This host's name.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_string())
+/// The first 6 bytes of a digest in hex.
+fn short_hex(digest: &[u8]) -> String {
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
 /// Runs this node's part of a fleet verify: meets the others, runs `local`
@@ -221,17 +222,30 @@ pub fn run(
     local: impl FnOnce() -> Report,
 ) -> anyhow::Result<FleetOutcome> {
     let start = Instant::now();
+    // Hashing the binary takes seconds in a debug build: it runs while this
+    // node waits for the others, not inside the bound on its report.
+    let identity = std::thread::spawn(imgctl_identity);
+    let identity = move || {
+        identity
+            .join()
+            .unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into())
+    };
     if info.rank != 0 {
-        return run_leaf(info, options, local);
+        return run_leaf(info, options, local, identity);
     }
     let gathered = rendezvous::rendezvous_whoever_comes(info, options.timeout)?;
+    // Every node starts its checks when the session reaches it, as this one
+    // does now, and takes about as long as this one: their reports are due
+    // one bound after this node's own checks end (a full level on many GPUs
+    // takes minutes; the wait to join has already used its bound).
     let report = local();
     let own = NodeReport {
         rank: 0,
-        host: hostname(),
-        software: software_facts(&report),
+        host: crate::sys::net::hostname(),
+        software: software_facts(&report, identity()),
         report,
     };
+    let reports_due = Instant::now() + options.timeout;
     let mut nodes = vec![entry(own, Some("self".to_string()))];
     let mut streams: Vec<(usize, TcpStream)> = Vec::new();
     for (rank, peer) in gathered.peers.into_iter().enumerate().skip(1) {
@@ -243,13 +257,13 @@ pub fn run(
                 format!(
                     "never joined the rendezvous at {} within {}",
                     gathered.address,
-                    fmt_secs(options.timeout)
+                    super::check::fmt_secs(options.timeout)
                 ),
             ));
             continue;
         };
         let address = Some(addr.ip().to_string());
-        match read_report(&mut stream, start + 2 * options.timeout) {
+        match read_report(&mut stream, reports_due) {
             Ok(r) => {
                 nodes.push(entry(r, address));
                 streams.push((rank, stream));
@@ -325,6 +339,7 @@ fn run_leaf(
     info: &LaunchInfo,
     options: FleetOptions,
     local: impl FnOnce() -> Report,
+    identity: impl FnOnce() -> String,
 ) -> anyhow::Result<FleetOutcome> {
     // Rank 0 goes on without the absent once its own wait ends; a node that
     // started before it must outwait that, or it would give up first.
@@ -335,14 +350,21 @@ fn run_leaf(
     let report = local();
     let mine = NodeReport {
         rank: info.rank,
-        host: hostname(),
-        software: software_facts(&report),
+        host: crate::sys::net::hostname(),
+        software: software_facts(&report, identity()),
         report,
     };
     let body = serde_json::to_vec(&mine)?;
     stream.set_write_timeout(Some(options.timeout))?;
-    stream.write_all(&(body.len() as u32).to_le_bytes())?;
-    stream.write_all(&body)?;
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).map_err(|e| {
+        anyhow::anyhow!(
+            "rank {} could not send its report to rank 0 at {} ({e}): rank 0 stopped waiting for it",
+            info.rank,
+            session.address
+        )
+    })?;
     // Rank 0 waits for every report, then probes each link in turn: the
     // wait for the verdict is bounded by all of that.
     let bound = options.timeout * (2 + info.world_size as u32);
@@ -572,8 +594,4 @@ fn answer_probe(stream: &mut TcpStream) -> anyhow::Result<()> {
 
 fn send_verdict(stream: &mut TcpStream, passed: bool) -> std::io::Result<()> {
     stream.write_all(&[VERDICT, u8::from(passed)])
-}
-
-fn fmt_secs(d: Duration) -> String {
-    super::check::fmt_secs(d)
 }
