@@ -1,5 +1,8 @@
 //! Using imgctl as a library: load a bundled spec, render its Dockerfile with
-//! custom options, and print the pins that the image will carry as labels.
+//! custom options, and print the pins that the image will carry as labels;
+//! then (with the `torch` feature, the default) train the `tiny` UNet for a
+//! few steps with imgctl itself printing nothing: the run's events come to
+//! this program, which decides what to show.
 //!
 //! Run with `cargo run --example library_use -- 12.6`.
 use imgctl::render::{render, RenderOptions};
@@ -28,6 +31,58 @@ fn main() -> anyhow::Result<()> {
         "Dockerfile: {} lines, {} context files",
         image.dockerfile.lines().count(),
         image.files.len()
+    );
+    #[cfg(feature = "torch")]
+    train_quietly()?;
+    Ok(())
+}
+
+/// Four steps of the `tiny` preset on the synthetic data, on the CPU, into
+/// a temporary folder. imgctl says nothing on its own: its events are
+/// collected here, and the program prints the loss it saw and the summary.
+#[cfg(feature = "torch")]
+fn train_quietly() -> anyhow::Result<()> {
+    use std::cell::RefCell;
+
+    use imgctl::choices::Preset;
+    use imgctl::train::config::{Precision, TrainConfig};
+    use imgctl::train::events::RunEvent;
+    use imgctl::train::session::{DataChoice, RunOptions};
+    use imgctl::train::sync::SingleProcess;
+
+    let mut config = TrainConfig::preset(Preset::Tiny);
+    config.training.steps = 4;
+    config.training.sample_every = 0;
+    let out = std::env::temp_dir().join(format!("imgctl-library-use-{}", std::process::id()));
+    let opts = RunOptions {
+        config,
+        device: tch::Device::Cpu,
+        precision: Precision::Fp32,
+        out: out.clone(),
+        data: DataChoice::Synthetic,
+        init_from: None,
+        resume: None,
+        finished_ok: false,
+        inject_nan_at: None,
+        interrupt_after: None,
+        precision_note: None,
+        resume_flag: "--resume",
+    };
+    let losses = RefCell::new(Vec::new());
+    let summary = imgctl::train::run::run(opts, Box::new(SingleProcess), &|event| {
+        if let RunEvent::Step(s) = event {
+            losses.borrow_mut().push(s.loss);
+        }
+    });
+    let _ = std::fs::remove_dir_all(&out);
+    let summary = summary?;
+    let losses: Vec<String> = losses.borrow().iter().map(|l| format!("{l:.4}")).collect();
+    println!(
+        "trained {} ({} params) for {} steps: loss {}",
+        summary.preset,
+        summary.params,
+        summary.final_step,
+        losses.join(" → ")
     );
     Ok(())
 }

@@ -19,10 +19,10 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
-use crate::output::printer;
 use crate::sys::cudart::CudaRuntime;
 use crate::train::config::Precision;
 use crate::train::data::Loader;
+use crate::train::events::{Events, RunEvent};
 use crate::train::session::{self, RunOptions};
 use crate::train::sync::GradSync;
 use crate::train::trainer::{self, Trainer};
@@ -286,8 +286,13 @@ fn sync(d: Device) {
 }
 
 /// Runs the benchmark on this rank (every rank of a data-parallel job calls
-/// it; rank 0's report is the one to print).
-pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Result<BenchReport> {
+/// it; rank 0's report is the one to print); what it says as it goes
+/// reaches `events` ([`RunEvent::Note`] and [`RunEvent::Warning`]).
+pub fn run_rank(
+    opts: &BenchOptions,
+    sync_impl: Box<dyn GradSync>,
+    events: Events,
+) -> anyhow::Result<BenchReport> {
     let run = &opts.run;
     let backend = sync_backend_label(sync_impl.as_ref(), run.device);
     // The session of a run, without its output directory (a benchmark writes
@@ -295,13 +300,13 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
     let (session, gpu) = session::start(run, false, None, sync_impl, || Gpu::open(run.device))?;
     let mut trainer = session.trainer;
     let mut loader = session::start_loader(&trainer, Arc::new(session.data));
-    let mut step = |trainer: &mut Trainer| bench_step(&mut loader, trainer);
+    let mut step = |trainer: &mut Trainer| bench_step(&mut loader, trainer, events);
 
     let timed = timed_steps(opts, &mut trainer, &mut step, &gpu)?;
-    let comparison = checkpointing_comparison(opts, &mut trainer, &mut step)?;
+    let comparison = checkpointing_comparison(opts, &mut trainer, &mut step, events)?;
     let profiled = profiled_steps(opts.profile_steps, &mut trainer, &mut step)?;
     // On demand, a Chrome trace of a few more steps (not timed above).
-    trace_if_asked(run.device, &mut trainer, &mut step)?;
+    trace_if_asked(run.device, &mut trainer, &mut step, events)?;
     drop(loader);
     report(opts, &trainer, &gpu, backend, timed, comparison, profiled)
 }
@@ -311,10 +316,12 @@ pub fn run_rank(opts: &BenchOptions, sync_impl: Box<dyn GradSync>) -> anyhow::Re
 type Step<'a> = dyn FnMut(&mut Trainer) -> anyhow::Result<(f64, trainer::StepStats)> + 'a;
 
 /// One training step exactly as a run takes it, on the next batch of
-/// `loader`: the seconds waited for the batch, and the step's stats.
+/// `loader`: the seconds waited for the batch, and the step's stats (a
+/// fall-back to the slower AdamW is said to `events`, as a run says it).
 fn bench_step(
     loader: &mut Loader,
     trainer: &mut Trainer,
+    events: Events,
 ) -> anyhow::Result<(f64, trainer::StepStats)> {
     let t = Instant::now();
     let batch = loader
@@ -322,6 +329,12 @@ fn bench_step(
         .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
     let data_s = t.elapsed().as_secs_f64();
     let stats = trainer.train_step(&batch)?;
+    if stats.fell_back {
+        events(&RunEvent::Warning(format!(
+            "libtorch's fused AdamW failed ({}); using the elementwise update, which is slower (the figures below are of that update)",
+            trainer.unfused_reason().unwrap_or("no reason given")
+        )));
+    }
     Ok((data_s, stats))
 }
 
@@ -431,6 +444,7 @@ fn checkpointing_comparison(
     opts: &BenchOptions,
     trainer: &mut Trainer,
     step: &mut Step<'_>,
+    events: Events,
 ) -> anyhow::Result<Option<checkpointing::Comparison>> {
     let tr = &opts.run.config.training;
     if !tr.gradient_checkpointing {
@@ -443,11 +457,11 @@ fn checkpointing_comparison(
         steps_per_round: checkpointing::steps_per_round(opts.steps),
     };
     if trainer.rank() == 0 {
-        printer().info(format!(
+        events(&RunEvent::Note(format!(
             "benchmark: gradient checkpointing off against on, {} rounds of {} timed steps each",
             checkpointing::ROUNDS,
             setup.steps_per_round
-        ));
+        )));
     }
     Ok(Some(checkpointing::compare(trainer, step, setup)?))
 }
@@ -503,6 +517,7 @@ fn trace_if_asked(
     device: Device,
     trainer: &mut Trainer,
     step: &mut Step<'_>,
+    events: Events,
 ) -> anyhow::Result<()> {
     let Some(path) = std::env::var_os(crate::env_vars::IMGCTL_PROFILE_TRACE) else {
         return Ok(());
@@ -515,11 +530,11 @@ fn trace_if_asked(
         sync(device);
         Ok(())
     })?;
-    printer().info(format!(
+    events(&RunEvent::Note(format!(
         "profile: {TRACE_STEPS} steps traced to {} (summary: python3 scripts/trace_summary.py {})",
         path.display(),
         path.display()
-    ));
+    )));
     Ok(())
 }
 

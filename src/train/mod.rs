@@ -13,7 +13,7 @@
 //! [`sync`] (the [`sync::GradSync`] seam for data parallelism), [`session`]
 //! (the preflight and start shared with the benchmark), [`trainer`] (the
 //! step, sampling, checkpoint I/O) and [`run`] (the training loop, its report
-//! in [`summary`]); and [`parallel`] (launch, rendezvous, NCCL/CPU
+//! in [`summary`], what it says as it goes in [`events`]); and [`parallel`] (launch, rendezvous, NCCL/CPU
 //! collectives, gradient buckets, the `--gpus` supervisor), which implements
 //! [`sync::GradSync`] and imports neither the trainer nor the run.
 pub mod budget;
@@ -22,6 +22,7 @@ pub mod config;
 pub mod curves;
 pub mod data;
 pub mod ema;
+pub mod events;
 pub mod flat;
 pub mod images;
 pub mod memory;

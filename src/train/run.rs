@@ -5,7 +5,9 @@
 //!
 //! [`run`] starts through [`super::session`] (the preflight it shares with
 //! the benchmark), then steps until the last step; only rank 0 writes files
-//! or prints. Its phases (start, step, log, sample, checkpoint, finish) are
+//! or reports progress. What the run says goes to the caller's sink as
+//! [`RunEvent`]s; nothing here prints, but for the Ctrl-C handler's own
+//! lines ([`interrupt_flag`]), which must be said when the signal comes. Its phases (start, step, log, sample, checkpoint, finish) are
 //! the methods of the private `RunLoop`, which holds the run's state. Owns
 //! the orchestration of a run; the step lives in [`super::trainer`], the
 //! file formats in their own modules, and this module must not name a flag's
@@ -21,6 +23,7 @@ use anyhow::Context;
 use super::checkpoint;
 use super::config::Precision;
 use super::data::{Dataset, Loader, Source};
+use super::events::{Events, RunEvent, StepProgress};
 use super::images;
 use super::metrics::{MetricsWriter, StepRecord};
 use super::schedule::Sampler;
@@ -135,49 +138,52 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 }
 
 /// Redraws `out/loss.png` from the metrics written so far; a failure is a
-/// warning (once per run), never the run's end: the numbers are in
+/// warning (once per run: `warned`), never the run's end: the numbers are in
 /// metrics.jsonl and TensorBoard either way.
-fn redraw_curves(out: &std::path::Path, warned: &mut bool) -> Option<PathBuf> {
+fn redraw_curves(out: &std::path::Path, warned: &mut bool, events: Events) -> Option<PathBuf> {
     match super::curves::redraw(out) {
         Ok(path) => Some(path),
         Err(e) => {
             if !std::mem::replace(warned, true) {
-                printer().warn(format!(
+                events(&RunEvent::Warning(format!(
                     "could not draw {}: {e}",
                     out.join(super::curves::LOSS_PNG).display()
-                ));
+                )));
             }
             None
         }
     }
 }
 
-/// `secs` as humantime writes a duration (`1h 2m 3s`), rounded to seconds.
-fn human_duration(secs: f64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(secs.max(0.0).round() as u64))
-        .to_string()
-}
-
 /// Runs a whole training: preflight checks, model, optional resume, the loop
-/// with outputs on rank 0, and the summary. Ctrl-C writes a checkpoint and
-/// ends with an interrupted error (exit 130); a non-finite loss ends with a
-/// failure (exit 1) that names the last good checkpoint.
-pub fn run(opts: RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result<TrainSummary> {
+/// with outputs on rank 0, and the summary; what it says as it goes reaches
+/// `events` (ending with [`RunEvent::Stopped`], also on an error). Ctrl-C
+/// writes a checkpoint and ends with an interrupted error (exit 130); a
+/// non-finite loss ends with a failure (exit 1) that names the last good
+/// checkpoint.
+pub fn run(
+    opts: RunOptions,
+    sync: Box<dyn GradSync>,
+    events: Events,
+) -> anyhow::Result<TrainSummary> {
     // The Ctrl-C handler first: from the first line this run prints (the
     // supervisor and the tests take "training …" as the sign that Ctrl-C
     // will be answered with a checkpoint), SIGINT only sets the flag.
     let interrupt = interrupt_flag();
-    let mut run = RunLoop::start(&opts, sync, interrupt)?;
-    while !run.is_done() {
-        run.step()?;
-    }
-    run.finish()
+    let result = RunLoop::start(&opts, sync, interrupt, events).and_then(|mut run| {
+        while !run.is_done() {
+            run.step()?;
+        }
+        run.finish()
+    });
+    events(&RunEvent::Stopped);
+    result
 }
 
 /// One training run in progress: the trainer, its loader and outputs, and
 /// the counters its summary reports. [`run`] drives it: [`Self::start`],
 /// [`Self::step`] until the last step, [`Self::finish`]. The fields holding
-/// resources come in the order they are dropped (the bar, the metrics, the
+/// resources come in the order they are dropped (the metrics, the
 /// loader before the data and the trainer).
 struct RunLoop<'a> {
     /// The run's options.
@@ -188,8 +194,8 @@ struct RunLoop<'a> {
     lead: bool,
     /// Ranks.
     world: usize,
-    /// The progress bar (hidden on other ranks).
-    bar: indicatif::ProgressBar,
+    /// Where the run's events go (rank 0 sends progress; every rank its warnings).
+    events: Events<'a>,
     /// metrics.jsonl and TensorBoard (rank 0 only).
     metrics: Option<MetricsWriter>,
     /// This rank's data stream.
@@ -242,11 +248,12 @@ struct RunLoop<'a> {
 impl<'a> RunLoop<'a> {
     /// The prologue: the session ([`session::start`]: inputs, model, initial
     /// weights), the start step every rank agrees on, the lines that say what
-    /// trains, the loader, the metrics files and the progress bar.
+    /// trains, the loader, the metrics files and the start of the progress.
     fn start(
         opts: &'a RunOptions,
         sync: Box<dyn GradSync>,
         interrupt: Arc<AtomicBool>,
+        events: Events<'a>,
     ) -> anyhow::Result<Self> {
         let rank = sync.rank();
         let world = sync.world_size();
@@ -262,19 +269,31 @@ impl<'a> RunLoop<'a> {
         });
 
         // Everything that can be wrong with the input, before any training.
-        let (session::Session { data, mut trainer }, ()) =
-            session::start(opts, lead, opts.resume.as_deref(), sync, || Ok(()))?;
+        let (
+            session::Session {
+                data,
+                mut trainer,
+                resumed_step,
+            },
+            (),
+        ) = session::start(opts, lead, opts.resume.as_deref(), sync, || Ok(()))?;
+        if let (true, Some(dir), Some(step)) = (lead, &opts.resume, resumed_step) {
+            events(&RunEvent::Note(format!(
+                "resuming from {} (step {step})",
+                dir.display()
+            )));
+        }
         // Read by the steps only, so set once the weights are in place.
         trainer.inject_nan_at = opts.inject_nan_at;
-        let start_step = agreed_start(opts, &mut trainer, rank)?;
+        let start_step = agreed_start(opts, &mut trainer, rank, events)?;
 
         let data = Arc::new(data);
         if lead {
-            announce(opts, &trainer, &data, world, threads.as_ref());
+            announce(opts, &trainer, &data, world, threads.as_ref(), events);
         }
         let loader = session::start_loader(&trainer, data.clone());
         let metrics = if lead {
-            Some(open_metrics(opts, start_step)?)
+            Some(open_metrics(opts, start_step, events)?)
         } else {
             None
         };
@@ -284,22 +303,19 @@ impl<'a> RunLoop<'a> {
             // About 20 lines per run, at least one every 100 steps.
             (tr.steps / 20).clamp(1, 100)
         };
-        let bar = if lead {
-            printer().progress(
-                tr.steps,
-                "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
-            )
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
-        bar.set_position(start_step);
+        if lead {
+            events(&RunEvent::Started {
+                steps: tr.steps,
+                start_step,
+            });
+        }
 
         Ok(Self {
             opts,
             interrupt,
             lead,
             world,
-            bar,
+            events,
             metrics,
             loader,
             epoch_len: data.len() as u64,
@@ -341,7 +357,7 @@ impl<'a> RunLoop<'a> {
         self.stop_if_interrupted()?;
         let step_start = Instant::now();
         let Some(batch) = self.loader.next_batch() else {
-            self.bar.finish_and_clear();
+            (self.events)(&RunEvent::Stopped);
             let err = anyhow::anyhow!("a data loader thread stopped unexpectedly");
             return Err(self.save_before_error(err));
         };
@@ -349,7 +365,7 @@ impl<'a> RunLoop<'a> {
         let stats = match self.trainer.train_step(&batch) {
             Ok(s) => s,
             Err(e) => {
-                self.bar.finish_and_clear();
+                (self.events)(&RunEvent::Stopped);
                 if let Some(m) = self.metrics.as_mut() {
                     let _ = m.flush();
                 }
@@ -357,6 +373,12 @@ impl<'a> RunLoop<'a> {
             }
         };
         let dt = step_start.elapsed().as_secs_f64();
+        if stats.fell_back {
+            (self.events)(&RunEvent::Warning(format!(
+                "libtorch's fused AdamW failed ({}); using the elementwise update, which is slower",
+                self.trainer.unfused_reason().unwrap_or("no reason given")
+            )));
+        }
         self.count(&stats, dt);
         let done = self.trainer.step == tr.steps;
         // Metrics, progress and the sample grid of this step.
@@ -364,7 +386,7 @@ impl<'a> RunLoop<'a> {
             .log(&stats, dt, data_wait)
             .and_then(|()| self.sample(done));
         if let Err(err) = outputs {
-            self.bar.finish_and_clear();
+            (self.events)(&RunEvent::Stopped);
             return Err(self.save_before_error(err));
         }
         if self.lead
@@ -387,7 +409,7 @@ impl<'a> RunLoop<'a> {
         if !self.trainer.sync_any_rank(stop)? {
             return Ok(());
         }
-        self.bar.finish_and_clear();
+        (self.events)(&RunEvent::Stopped);
         let mut checkpoint = None;
         if self.lead {
             if let Some(m) = self.metrics.as_mut() {
@@ -431,12 +453,11 @@ impl<'a> RunLoop<'a> {
         }
     }
 
-    /// The step's metrics record (flushed at once), and on rank 0 the
-    /// progress bar and, without a terminal, the log line every
-    /// `log_every` steps and at the last (with the phase times verbosely).
+    /// The step's metrics record (flushed at once), and on rank 0 the step's
+    /// progress event, a log line due every `log_every` steps and at the
+    /// last.
     fn log(&mut self, stats: &StepStats, dt: f64, data_wait: f64) -> anyhow::Result<()> {
         let tr = &self.opts.config.training;
-        let p = printer();
         let global_batch = self.global_batch;
         let img_per_s = global_batch / dt.max(1e-9);
         if let Some(m) = self.metrics.as_mut() {
@@ -460,27 +481,18 @@ impl<'a> RunLoop<'a> {
         } else {
             img_per_s
         };
-        self.bar
-            .set_message(format!("loss {:.4} {:.1} img/s", stats.loss, avg_ips));
-        self.bar.set_position(stats.step);
-        if !p.interactive && (stats.step % self.log_every == 0 || stats.step == tr.steps) {
-            let left = (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9);
-            p.info(format!(
-                "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
-                stats.step,
-                tr.steps,
-                stats.loss,
-                stats.lr,
-                stats.grad_norm,
-                avg_ips,
-                human_duration(left)
-            ));
-            let t = stats.times;
-            p.verbose(format!(
-                "  step {} seconds: data {data_wait:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
-                stats.step, t.forward, t.backward, t.grad_sync, t.optimizer
-            ));
-        }
+        (self.events)(&RunEvent::Step(StepProgress {
+            step: stats.step,
+            steps: tr.steps,
+            loss: stats.loss,
+            lr: stats.lr,
+            grad_norm: stats.grad_norm,
+            img_per_s: avg_ips,
+            eta_s: (tr.steps - stats.step) as f64 * global_batch / avg_ips.max(1e-9),
+            log_due: stats.step % self.log_every == 0 || stats.step == tr.steps,
+            data_wait_s: data_wait,
+            times: stats.times,
+        }));
         Ok(())
     }
 
@@ -527,7 +539,7 @@ impl<'a> RunLoop<'a> {
         let opts = self.opts;
         if let Some(m) = self.metrics.as_mut() {
             m.flush()?;
-            self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned);
+            self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned, self.events);
             self.plotted_step = Some(self.trainer.step);
         }
         let dir = self
@@ -556,19 +568,20 @@ impl<'a> RunLoop<'a> {
         if !self.lead || step == self.start_step || self.last_checkpoint_step == Some(step) {
             return err;
         }
-        match self.write_checkpoint() {
-            Ok(dir) => printer().warn(format!(
+        let warning = match self.write_checkpoint() {
+            Ok(dir) => format!(
                 "saved the checkpoint of step {} before stopping: {} (fix the error below, then continue with {})",
                 step,
                 dir.display(),
                 opts.resume_flag
-            )),
-            Err(e) => printer().warn(format!(
+            ),
+            Err(e) => format!(
                 "could not save a checkpoint of step {} before stopping: {}",
                 step,
                 space::explain_disk_full(e, &opts.out, opts.config.model.param_count())
-            )),
-        }
+            ),
+        };
+        (self.events)(&RunEvent::Warning(warning));
         err
     }
 
@@ -578,7 +591,7 @@ impl<'a> RunLoop<'a> {
     fn finish(mut self) -> anyhow::Result<TrainSummary> {
         let opts = self.opts;
         let cfg = &opts.config;
-        self.bar.finish_and_clear();
+        (self.events)(&RunEvent::Stopped);
         let elapsed = self.started.elapsed().as_secs_f64();
         sync_device(opts.device);
         let device_memory = device_memory(opts.device);
@@ -587,7 +600,7 @@ impl<'a> RunLoop<'a> {
             Some(m) => {
                 m.flush()?;
                 if self.plotted_step != Some(self.trainer.step) {
-                    self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned);
+                    self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned, self.events);
                 }
                 (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
             }
@@ -687,7 +700,12 @@ impl<'a> RunLoop<'a> {
 /// ([`RunError::RanksDisagree`] otherwise): a checkpoint at the last step is
 /// [`RunError::AlreadyDone`], unless `--resume auto` takes it as a finished
 /// run whose outputs are written again (rank 0 says so).
-fn agreed_start(opts: &RunOptions, trainer: &mut Trainer, rank: usize) -> anyhow::Result<u64> {
+fn agreed_start(
+    opts: &RunOptions,
+    trainer: &mut Trainer,
+    rank: usize,
+    events: Events,
+) -> anyhow::Result<u64> {
     let steps = opts.config.training.steps;
     let start_step = trainer.step;
     // Every rank must continue from the same step: one that sees another
@@ -705,11 +723,11 @@ fn agreed_start(opts: &RunOptions, trainer: &mut Trainer, rank: usize) -> anyhow
     }
     if start_step >= steps && opts.finished_ok {
         if rank == 0 {
-            printer().info(format!(
+            events(&RunEvent::Note(format!(
                 "the run in {} is complete (checkpoint at step {start_step} of {}): writing its outputs, training nothing",
                 opts.out.display(),
                 steps
-            ));
+            )));
         }
     } else if start_step >= steps {
         return Err(RunError::AlreadyDone {
@@ -729,11 +747,14 @@ fn announce(
     data: &Dataset,
     world: usize,
     threads: Option<&super::threads::CpuThreads>,
+    events: Events,
 ) {
-    let p = printer();
     let cfg = &opts.config;
     for (path, why) in &data.skipped {
-        p.warn(format!("skipping unreadable {}: {why}", path.display()));
+        events(&RunEvent::Warning(format!(
+            "skipping unreadable {}: {why}",
+            path.display()
+        )));
     }
     let src = match &opts.data {
         DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
@@ -749,7 +770,7 @@ fn announce(
         ),
         None => device_name(opts.device),
     };
-    p.info(format!(
+    events(&RunEvent::Note(format!(
         "training {} ({} params) on {device} in {}, batch {}×{}, {} steps, data {src}",
         cfg.preset,
         trainer.param_count(),
@@ -757,15 +778,18 @@ fn announce(
         cfg.training.batch_size,
         world,
         cfg.training.steps,
-    ));
+    )));
 }
 
 /// Rank 0's output directory once every rank has its weights: stale
 /// temporaries removed, damaged checkpoints set aside (out of the way of
 /// pruning and later resumes), and the metrics files opened, continued from
 /// `start_step` on a resume (a damaged metrics.jsonl moved aside, warned).
-fn open_metrics(opts: &RunOptions, start_step: u64) -> anyhow::Result<MetricsWriter> {
-    let p = printer();
+fn open_metrics(
+    opts: &RunOptions,
+    start_step: u64,
+    events: Events,
+) -> anyhow::Result<MetricsWriter> {
     checkpoint::remove_stale_temporaries(&opts.out);
     // Every rank has loaded its checkpoint (the broadcast of
     // session::start): a damaged one now goes out of the way of pruning and
@@ -776,18 +800,18 @@ fn open_metrics(opts: &RunOptions, start_step: u64) -> anyhow::Result<MetricsWri
             opts.out.display()
         )
     })? {
-        p.info(format!(
+        events(&RunEvent::Note(format!(
             "the damaged checkpoint is kept as {}",
             aside.display()
-        ));
+        )));
     }
     let writer = MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
         .with_context(|| format!("opening metrics files in {}", opts.out.display()))?;
     if let Some((aside, why)) = &writer.set_aside {
-        p.warn(format!(
+        events(&RunEvent::Warning(format!(
             "metrics.jsonl was damaged ({why}): moved to {}; a new one keeps its readable steps up to {start_step}",
             aside.display()
-        ));
+        )));
     }
     Ok(writer)
 }

@@ -24,7 +24,6 @@ use super::data::{Dataset, Loader, StreamSpec};
 use super::space;
 use super::sync::GradSync;
 use super::trainer::Trainer;
-use crate::output::printer;
 
 /// Where training data comes from.
 #[derive(Debug, Clone)]
@@ -126,6 +125,8 @@ pub struct Session {
     pub data: Dataset,
     /// The model with its initial weights ([`initial_weights`]).
     pub trainer: Trainer,
+    /// The checkpoint's step when the session resumed one.
+    pub resumed_step: Option<u64>,
 }
 
 /// Starts a run's or a benchmark's session, the prologue both share:
@@ -144,8 +145,15 @@ pub fn start<T>(
     let data = check_inputs(opts, out_dir, sync.world_size())?;
     let before = before_model()?;
     let mut trainer = new_trainer(opts, sync)?;
-    initial_weights(&mut trainer, resume)?;
-    Ok((Session { data, trainer }, before))
+    let resumed_step = initial_weights(&mut trainer, resume)?;
+    Ok((
+        Session {
+            data,
+            trainer,
+            resumed_step,
+        },
+        before,
+    ))
 }
 
 /// The [`Trainer`] of `opts` (its config, device and precision, started from
@@ -163,20 +171,19 @@ pub fn new_trainer(opts: &RunOptions, sync: Box<dyn GradSync>) -> anyhow::Result
     Ok(trainer)
 }
 
-/// Restores the checkpoint `resume` when given (rank 0 says so), then makes
-/// every rank's weights, EMA and optimizer moments equal to rank 0's.
-pub fn initial_weights(trainer: &mut Trainer, resume: Option<&Path>) -> anyhow::Result<()> {
-    if let Some(dir) = resume {
-        let state = trainer.load_checkpoint(dir)?;
-        if trainer.rank() == 0 {
-            printer().info(format!(
-                "resuming from {} (step {})",
-                dir.display(),
-                state.step
-            ));
-        }
-    }
-    trainer.broadcast()
+/// Restores the checkpoint `resume` when given, then makes every rank's
+/// weights, EMA and optimizer moments equal to rank 0's; the step resumed
+/// from, if any (the caller says so).
+pub fn initial_weights(
+    trainer: &mut Trainer,
+    resume: Option<&Path>,
+) -> anyhow::Result<Option<u64>> {
+    let resumed = match resume {
+        Some(dir) => Some(trainer.load_checkpoint(dir)?.step),
+        None => None,
+    };
+    trainer.broadcast()?;
+    Ok(resumed)
 }
 
 /// Starts this rank's background loader over `data`: its block of every

@@ -40,7 +40,6 @@ use super::model::{weights, UNet2DModel};
 use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
 use super::schedule::{DdpmSchedule, Sampler};
 use super::sync::{GradLayout, GradSync, SyncStats};
-use crate::output::printer;
 
 pub use super::trainer_error::{StepError, TrainerError};
 
@@ -84,20 +83,7 @@ fn mark(profile: bool, device: Device, t: &mut Instant) -> f64 {
     dt
 }
 
-/// Seconds spent in each phase of a step. Without `profile` the phases are
-/// timed on the host only (kernels are asynchronous on CUDA, so most time
-/// shows up where the host waits: the loss read-back after the optimizer).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct PhaseTimes {
-    /// Host-to-device copies and the forward pass with the loss.
-    pub forward: f64,
-    /// The backward pass.
-    pub backward: f64,
-    /// [`GradSync::sync_grads`].
-    pub grad_sync: f64,
-    /// Unscaling, clipping, the loss read-back, AdamW and EMA.
-    pub optimizer: f64,
-}
+pub use super::events::PhaseTimes;
 
 /// What one step produced.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -116,6 +102,10 @@ pub struct StepStats {
     pub skipped: bool,
     /// Phase timings.
     pub times: PhaseTimes,
+    /// This step's update fell back from libtorch's fused AdamW to the
+    /// elementwise one, which is slower ([`Trainer::unfused_reason`] says
+    /// why); later steps stay on the elementwise update.
+    pub fell_back: bool,
 }
 
 /// Model, optimizer and EMA state of a run on one device.
@@ -271,6 +261,12 @@ impl Trainer {
             inject_nan_at: None,
             data: None,
         })
+    }
+
+    /// Why the update is libtorch's elementwise AdamW rather than its fused
+    /// one, once it is (see [`StepStats::fell_back`]).
+    pub fn unfused_reason(&self) -> Option<&str> {
+        self.opt.unfused_reason()
     }
 
     /// Number of trainable parameters.
@@ -450,6 +446,7 @@ impl Trainer {
         let lr = lr_at(tr.lr, self.step, tr.effective_warmup(), tr.steps);
         let finite = local_loss_finite && loss_v.is_finite() && norm_v.is_finite();
         let mut skipped = false;
+        let mut fell_back = false;
         if !finite {
             let is_fp16 = self.scaler.is_some();
             if is_fp16 && self.consecutive_skips < MAX_CONSECUTIVE_SKIPS {
@@ -479,11 +476,7 @@ impl Trainer {
             self.consecutive_skips = 0;
             let was_fused = self.opt.unfused_reason().is_none();
             self.opt.update(&mut self.master, &g, lr, Some(&divisor))?;
-            if let (true, Some(why)) = (was_fused, self.opt.unfused_reason()) {
-                printer().warn(format!(
-                    "libtorch's fused AdamW failed ({why}); using the elementwise update, which is slower"
-                ));
-            }
+            fell_back = was_fused && self.opt.unfused_reason().is_some();
             self.refresh_compute();
             self.ema.update(&self.master);
         }
@@ -498,6 +491,7 @@ impl Trainer {
             loss_scale: scale,
             skipped,
             times,
+            fell_back,
         })
     }
 

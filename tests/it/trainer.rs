@@ -2381,3 +2381,44 @@ fn the_start_line_names_the_cpu_threads() {
         "{line}"
     );
 }
+
+/// The library trains without printing (#28 item 2): `examples/library_use`
+/// (built by `cargo test` with the other examples) renders a Dockerfile and
+/// trains the tiny preset for four steps, imgctl's events going to the
+/// program; stdout has what the program chose to print, stderr nothing.
+#[test]
+fn the_library_trains_without_printing_through_its_event_sink() {
+    let exe = imgctl_bin()
+        .parent()
+        .expect("target dir")
+        .join("examples")
+        .join("library_use");
+    assert!(
+        exe.exists(),
+        "{} not built (cargo test builds the examples)",
+        exe.display()
+    );
+    let out = Command::new(&exe)
+        .arg("12.4")
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .expect("run the example");
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stderr, "", "imgctl printed on its own");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("trained tiny ("))
+        .unwrap_or_else(|| panic!("no training line:\n{stdout}"));
+    // Four steps, each loss a finite number the event carried.
+    let losses: Vec<f64> = line
+        .split(": loss ")
+        .nth(1)
+        .expect("losses")
+        .split(" → ")
+        .map(|l| l.parse().expect("a loss"))
+        .collect();
+    assert_eq!(losses.len(), 4, "{line}");
+    assert!(losses.iter().all(|l| l.is_finite() && *l > 0.0), "{line}");
+    assert!(line.contains("for 4 steps"), "{line}");
+}

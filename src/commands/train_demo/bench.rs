@@ -97,7 +97,7 @@ pub(super) fn local(args: &TrainArgs) -> anyhow::Result<ExitStatus> {
             opts.warmup, opts.steps, opts.profile_steps
         ));
     }
-    let r = bench::run_rank(&opts, sync)?;
+    let r = bench::run_rank(&opts, sync, &super::events::printed())?;
     if !primary {
         return Ok(ExitStatus::Success);
     }
@@ -126,7 +126,7 @@ pub(super) fn supervised(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Re
                 let t = supervisor::omp_threads(&slots[0], slots.len());
                 opts.env.push((ev::OMP_NUM_THREADS.into(), t.to_string()));
             }
-            let out = supervisor::supervise(&opts)?;
+            let out = supervisor::supervise(&opts, &super::events::printed())?;
             runs.push(parse_report(&out.stdout)?);
         }
         let s = bench::scaling_report(runs);
@@ -145,7 +145,7 @@ pub(super) fn supervised(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Re
         return Ok(ExitStatus::Success);
     }
     let opts = supervisor_options(slots, &["--gpus", "--plot"], &["--compare", "--json"], true)?;
-    let out = supervisor::supervise(&opts)?;
+    let out = supervisor::supervise(&opts, &super::events::printed())?;
     let r = parse_report(&out.stdout)?;
     finish_report(args, r)
 }

@@ -129,7 +129,7 @@ pub(super) fn supervise(slots: Vec<WorkerSlot>) -> anyhow::Result<ExitStatus> {
     let opts = supervisor_options(slots, &["--gpus"], &[], false)?;
     // A clean end of every worker is this command's success; how a failed
     // one maps to an exit code is commands/error's (SupervisorError).
-    supervisor::supervise(&opts).map(|_| ExitStatus::Success)
+    supervisor::supervise(&opts, &super::events::printed()).map(|_| ExitStatus::Success)
 }
 
 /// This executable with this command line minus `strip` (flags that take

@@ -13,6 +13,8 @@ use crate::ExitStatus;
 #[cfg(feature = "torch")]
 mod bench;
 #[cfg(feature = "torch")]
+mod events;
+#[cfg(feature = "torch")]
 mod launch;
 #[cfg(feature = "torch")]
 pub mod options;
@@ -112,8 +114,8 @@ mod single_run {
             }
         }
         let params = opts.config.model.param_count();
-        let summary =
-            run::run(opts, sync).map_err(|e| space::explain_disk_full(e, &out, params))?;
+        let summary = run::run(opts, sync, &super::events::printed())
+            .map_err(|e| space::explain_disk_full(e, &out, params))?;
         // Only rank 0 writes and prints.
         if !primary {
             return Ok(ExitStatus::Success);

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::env_vars as ev;
-use crate::output::printer;
+use crate::train::events::{Events, RunEvent};
 
 /// How many of a worker's last stderr lines a failure report shows.
 pub const TAIL_LINES: usize = 20;
@@ -288,6 +288,7 @@ fn start_workers(
     opts: &SupervisorOptions,
     port: u16,
     captured: &Arc<Mutex<String>>,
+    events: Events,
 ) -> anyhow::Result<(Vec<Worker>, Vec<JoinHandle<()>>)> {
     let n = opts.slots.len();
     let mut workers: Vec<Worker> = Vec::with_capacity(n);
@@ -340,14 +341,14 @@ fn start_workers(
                 )));
             }
         };
-        printer().verbose(format!(
+        events(&RunEvent::Detail(format!(
             "started rank {rank} of {n} (pid {}, {})",
             child.id(),
             match slot {
                 WorkerSlot::Gpu(v) => format!("CUDA_VISIBLE_DEVICES={v}"),
                 WorkerSlot::Cpu => "CPU".into(),
             }
-        ));
+        )));
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES)));
         let prefix = format!("[rank {rank}] ");
         if let Some(out) = child.stdout.take() {
@@ -369,14 +370,16 @@ fn start_workers(
 
 /// Starts the workers, waits for them, and returns how each ended. Errors:
 /// a worker failed (naming its rank, its end and its last stderr lines;
-/// exit status 2 when it failed on bad input), or Ctrl-C (exit 130).
-pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
+/// exit status 2 when it failed on bad input), or Ctrl-C (exit 130). What
+/// the supervisor itself says (the workers' lines are relayed as they come)
+/// goes to `events`.
+pub fn supervise(opts: &SupervisorOptions, events: Events) -> anyhow::Result<SupervisorReport> {
     install_interrupt_handler();
     let n = opts.slots.len();
     let port = super::rendezvous::free_port()?;
     let captured = Arc::new(Mutex::new(String::new()));
     let started = INTERRUPTS.load(Ordering::SeqCst);
-    let (mut workers, pumps) = start_workers(opts, port, &captured)?;
+    let (mut workers, pumps) = start_workers(opts, port, &captured, events)?;
 
     let mut failed: Option<usize> = None;
     let mut stop_at: Option<Instant> = None;
@@ -391,9 +394,9 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
                 // then the others are stopped. Signalling every rank instead
                 // races: a rank that stops first leaves the rest blocked in a
                 // collective, possibly rank 0 before it saved.
-                printer().warn(
-                    "interrupted: rank 0 saves a checkpoint and stops, then the other ranks are stopped (Ctrl-C again to kill them all)",
-                );
+                events(&RunEvent::Warning(
+                    "interrupted: rank 0 saves a checkpoint and stops, then the other ranks are stopped (Ctrl-C again to kill them all)".into(),
+                ));
                 if let Some(w) = workers.first().filter(|w| w.end.is_none()) {
                     signal(&w.child, libc::SIGINT);
                 }
@@ -481,13 +484,16 @@ pub fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
         // (live, they interleave with the other ranks'); the error stays one line.
         if said.is_none() {
             if tail.is_empty() {
-                printer().info(format!("rank {} wrote nothing to stderr", w.rank));
+                events(&RunEvent::Note(format!(
+                    "rank {} wrote nothing to stderr",
+                    w.rank
+                )));
             } else {
-                printer().info(format!(
+                events(&RunEvent::Note(format!(
                     "last lines of rank {}'s stderr:\n    {}",
                     w.rank,
                     tail.join("\n    ")
-                ));
+                )));
             }
         }
         return Err(SupervisorError::WorkerFailed {
@@ -522,6 +528,11 @@ fn worker_error(tail: &[String]) -> (Option<String>, Option<String>) {
 mod tests {
     use super::*;
     use crate::ExitStatus;
+
+    /// The supervisor with its own lines dropped (these tests read its report).
+    fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
+        super::supervise(opts, &crate::train::events::silent)
+    }
 
     fn sh(script: &str, n: usize) -> SupervisorOptions {
         SupervisorOptions {

@@ -1,0 +1,102 @@
+//! How a run's and a benchmark's events look on stderr: notes as lines,
+//! warnings labelled, and the steps as a progress bar on a terminal or, off
+//! one, a plain line every log step (the phase times with `-v`).
+use std::cell::RefCell;
+
+use indicatif::ProgressBar;
+
+use crate::output::{printer, Printer};
+use crate::train::events::{RunEvent, StepProgress};
+
+/// The progress bar's layout.
+const BAR_TEMPLATE: &str = "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]";
+
+/// A sink for [`crate::train::run::run`], [`crate::bench::run_rank`] and
+/// the supervisor that prints through the process's printer. It holds the progress bar
+/// between [`RunEvent::Started`] and [`RunEvent::Stopped`].
+pub(super) fn printed() -> impl Fn(&RunEvent) {
+    let bar: RefCell<Option<ProgressBar>> = RefCell::new(None);
+    move |event| {
+        let p = printer();
+        match event {
+            RunEvent::Note(line) => p.info(line),
+            RunEvent::Warning(line) => p.warn(line),
+            RunEvent::Detail(line) => p.verbose(line),
+            RunEvent::Started { steps, start_step } => {
+                let b = p.progress(*steps, BAR_TEMPLATE);
+                b.set_position(*start_step);
+                if let Some(old) = bar.replace(Some(b)) {
+                    old.finish_and_clear();
+                }
+            }
+            RunEvent::Step(s) => step(&p, bar.borrow().as_ref(), s),
+            RunEvent::Stopped => {
+                if let Some(b) = bar.take() {
+                    b.finish_and_clear();
+                }
+            }
+        }
+    }
+}
+
+/// A step on the bar, and off a terminal its log line when one is due.
+fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
+    if let Some(b) = bar {
+        b.set_message(format!("loss {:.4} {:.1} img/s", s.loss, s.img_per_s));
+        b.set_position(s.step);
+    }
+    if p.interactive || !s.log_due {
+        return;
+    }
+    p.info(log_line(s));
+    let t = s.times;
+    p.verbose(format!(
+        "  step {} seconds: data {:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
+        s.step, s.data_wait_s, t.forward, t.backward, t.grad_sync, t.optimizer
+    ));
+}
+
+/// `step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 3s`.
+fn log_line(s: &StepProgress) -> String {
+    format!(
+        "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
+        s.step,
+        s.steps,
+        s.loss,
+        s.lr,
+        s.grad_norm,
+        s.img_per_s,
+        human_duration(s.eta_s)
+    )
+}
+
+/// `secs` as humantime writes a duration (`1h 2m 3s`), rounded to seconds.
+fn human_duration(secs: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(secs.max(0.0).round() as u64))
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_line_names_the_step_its_loss_rate_and_time_left() {
+        let s = StepProgress {
+            step: 40,
+            steps: 80,
+            loss: 0.123_44,
+            lr: 1e-4,
+            grad_norm: 0.5124,
+            img_per_s: 12.34,
+            eta_s: 3725.4,
+            log_due: true,
+            data_wait_s: 0.0,
+            times: Default::default(),
+        };
+        assert_eq!(
+            log_line(&s),
+            "step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 1h 2m 5s"
+        );
+    }
+}
