@@ -521,7 +521,6 @@ fn worker_error(tail: &[String]) -> (Option<String>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ExitStatus;
 
     fn sh(script: &str, n: usize) -> SupervisorOptions {
         SupervisorOptions {
@@ -594,16 +593,25 @@ mod tests {
             2,
         ))
         .unwrap_err();
-        let text = crate::commands::error::render_error(&e);
+        let text = e.to_string();
         assert!(
-            text.starts_with("error: worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
+            text.starts_with("worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
             "{text}"
         );
+        // Its hint and exit code travel with the error (the command layer
+        // passes both on).
         assert!(
-            text.contains("hint: call 112 (rank 1's own hint)"),
-            "{text}"
+            matches!(
+                e.downcast_ref::<SupervisorError>(),
+                Some(SupervisorError::WorkerFailed {
+                    rank: 1,
+                    end: WorkerEnd::Code(2),
+                    worker_hint: Some(hint),
+                    ..
+                }) if hint == "call 112"
+            ),
+            "{e:?}"
         );
-        assert_eq!(crate::commands::error::status_of(&e), ExitStatus::Usage);
         assert_eq!(
             worker_error(&["x".into(), "error: a".into(), "hint: b".into()]),
             (Some("a".into()), Some("b".into()))
@@ -641,6 +649,16 @@ mod tests {
             full.contains("rank 1 was killed by signal 9 (SIGKILL)"),
             "{full}"
         );
-        assert_eq!(crate::commands::error::status_of(&e), ExitStatus::Usage);
+        assert!(
+            matches!(
+                e.downcast_ref::<SupervisorError>(),
+                Some(SupervisorError::WorkerFailed {
+                    rank: 0,
+                    end: WorkerEnd::Code(2),
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
     }
 }
