@@ -1,7 +1,7 @@
 //! Exit statuses, and the escaping that keeps input from forging lines in a
 //! message. A leaf: it knows no command, flag or core module; what an error
-//! means for the user (its exit status and hint) is decided in
-//! [`crate::commands::error`].
+//! means for the user (its exit status and hint) is decided by the command
+//! layer's error tables (`commands/error/`).
 
 /// How a command ended; the numeric value is the process exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

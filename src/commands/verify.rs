@@ -399,3 +399,43 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
         ExitStatus::Failure
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::Fit;
+    use crate::verify::CheckResult;
+
+    /// verify's own tests read the texts these words make.
+    #[test]
+    fn the_core_tests_hand_in_these_words() {
+        assert_eq!(WORDS, crate::verify::wording::TEST_WORDS);
+    }
+
+    #[test]
+    fn a_shortened_table_names_the_flags_that_show_it_whole() {
+        let report = Report::new(
+            "host",
+            None,
+            Level::Quick,
+            ExpectGpus::Any,
+            vec![
+                CheckResult::pass("nvml.driver", "driver 580.159.03").measured(
+                    "9.5.1 from /root/.cache/imgctl/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
+                ),
+                CheckResult::fail("nvml.ecc", "2 uncorrectable errors")
+                    .gpu(1)
+                    .threshold("0 errors"),
+            ],
+        );
+        for width in [80u16, 100, 120] {
+            let t = verify::report::table(&report, false, Fit::Cut(width), &WORDS);
+            assert!(
+                t.contains(
+                    "(shortened to fit the terminal; -v or --json show every column in full)"
+                ),
+                "{width}:\n{t}"
+            );
+        }
+    }
+}

@@ -353,60 +353,58 @@ mod tests {
 
     const TARGET: &str = "CPython 3.10 on linux_x86_64 glibc 2.35, binary wheels only";
 
-    /// The error line and the hint the user reads.
-    fn message(e: LockError) -> (String, String) {
-        let text = crate::commands::error::render_error(&e.into());
-        let (line, hint) = text.split_once("\n\nhint: ").unwrap();
-        (
-            line.strip_prefix("error: ").unwrap().to_string(),
-            hint.trim_end().to_string(),
-        )
-    }
-
     #[test]
     fn failures_become_one_line() {
         let idx = "https://pypi.org/simple";
         // uv 0.13.8's words (stderr not a terminal), as seen here.
         let proxy = "warning: The requested Python version 3.10 is not available; 3.11.7 will be used to build dependencies instead.\nerror: Request failed after 3 retries in 7.7s\n  cause: Failed to fetch: https://pypi.org/simple/six/\n  cause: error sending request for url (https://pypi.org/simple/six/)\n  cause: client error (Connect)\n  cause: tunnel error: failed to create underlying connection\n  cause: tcp connect error\n  cause: Connection refused (os error 111)\n";
-        let (m, h) = message(classify(proxy, Some(2), idx, TARGET));
-        assert_eq!(m, "cannot reach https://pypi.org/simple: tunnel error: failed to create underlying connection: tcp connect error: Connection refused (os error 111)");
-        assert!(h.contains("HTTPS_PROXY"), "{h}");
+        let e = classify(proxy, Some(2), idx, TARGET);
+        assert!(matches!(e, LockError::Unreachable { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "cannot reach https://pypi.org/simple: tunnel error: failed to create underlying connection: tcp connect error: Connection refused (os error 111)");
         let dns = "error: Request failed after 3 retries in 11.5s\n  cause: Failed to fetch: https://nonexistent.invalid/simple/six/\n  cause: error sending request for url (https://nonexistent.invalid/simple/six/)\n  cause: client error (Connect)\n  cause: dns error\n  cause: error resolving DNS\n  cause: failed to lookup address information: Name or service not known\n";
-        let (m, _) = message(classify(dns, Some(2), idx, TARGET));
-        assert!(m.ends_with(": dns error: error resolving DNS: failed to lookup address information: Name or service not known"), "{m}");
+        let e = classify(dns, Some(2), idx, TARGET);
+        assert!(matches!(e, LockError::Unreachable { .. }), "{e:?}");
+        assert!(e.to_string().ends_with(": dns error: error resolving DNS: failed to lookup address information: Name or service not known"), "{e}");
         // Of two indexes, the one that failed is named.
         let two = "https://download.pytorch.org/whl/cu128 and https://pypi.org/simple";
         let torch_dns = dns.replace(
             "https://nonexistent.invalid/simple",
             "https://download.pytorch.org/whl/cu128",
         );
-        let (m, _) = message(classify(&torch_dns, Some(2), two, TARGET));
+        let e = classify(&torch_dns, Some(2), two, TARGET);
+        assert!(matches!(e, LockError::Unreachable { .. }), "{e:?}");
         assert!(
-            m.starts_with("cannot reach https://download.pytorch.org/whl/cu128: dns error"),
-            "{m}"
+            e.to_string()
+                .starts_with("cannot reach https://download.pytorch.org/whl/cu128: dns error"),
+            "{e}"
         );
 
         let conflict = "error: No solution found when resolving dependencies\n  cause: Because referencing==0.36.2 depends on attrs>=22.2.0 and you require referencing==0.36.2, we can conclude that you require attrs>=22.2.0.\n         And because you require attrs==21.4.0, we can conclude that your requirements are unsatisfiable.\n";
-        let (m, h) = message(classify(conflict, Some(1), idx, TARGET));
-        assert_eq!(m, "uv cannot resolve the pins: Because referencing==0.36.2 depends on attrs>=22.2.0 and you require referencing==0.36.2, we can conclude that you require attrs>=22.2.0. And because you require attrs==21.4.0, we can conclude that your requirements are unsatisfiable.");
-        assert!(h.contains("pins so that they agree"), "{h}");
+        let e = classify(conflict, Some(1), idx, TARGET);
+        assert!(matches!(e, LockError::Conflict { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "uv cannot resolve the pins: Because referencing==0.36.2 depends on attrs>=22.2.0 and you require referencing==0.36.2, we can conclude that you require attrs>=22.2.0. And because you require attrs==21.4.0, we can conclude that your requirements are unsatisfiable.");
 
         for (stderr, what) in [
             ("error: No solution found when resolving dependencies\n  cause: Because there is no version of six==9.9 and you require six==9.9, we can conclude that your requirements are unsatisfiable.\n", "six==9.9"),
             ("error: No solution found when resolving dependencies\n  cause: Because numpy==1.21.0 has no usable wheels and you require numpy==1.21.0, we can conclude that your requirements are unsatisfiable.\n\nhint: Wheels are required for `numpy` because building from source is disabled for all packages (i.e., with `--no-build`)\n", "numpy==1.21.0"),
             ("error: No solution found when resolving dependencies\n  cause: Because nonexistent-pkg-zzqq was not found in the package registry and you require nonexistent-pkg-zzqq==1.0, we can conclude that your requirements are unsatisfiable.\n", "nonexistent-pkg-zzqq"),
         ] {
-            let (m, h) = message(classify(stderr, Some(1), idx, TARGET));
-            assert_eq!(m, format!("uv finds no {what} for {TARGET}"));
-            assert!(h.contains(idx), "{h}");
+            let e = classify(stderr, Some(1), idx, TARGET);
+            assert_eq!(e.to_string(), format!("uv finds no {what} for {TARGET}"));
+            // The indexes searched travel with it (the hint names them).
+            assert!(
+                matches!(&e, LockError::NoMatch { indexes, .. } if indexes == idx),
+                "{e:?}"
+            );
         }
 
         let tls = "error: Request failed after 3 retries\n  cause: error sending request for url (https://pypi.org/simple/six/)\n  cause: client error (Connect)\n  cause: invalid peer certificate: UnknownIssuer\n";
-        let (m, h) = message(classify(tls, Some(2), idx, TARGET));
-        assert_eq!(m, "cannot reach https://pypi.org/simple: TLS certificate verification failed (invalid peer certificate: UnknownIssuer)");
-        assert!(h.contains("SSL_CERT_FILE"), "{h}");
+        let e = classify(tls, Some(2), idx, TARGET);
+        assert!(matches!(e, LockError::Tls { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "cannot reach https://pypi.org/simple: TLS certificate verification failed (invalid peer certificate: UnknownIssuer)");
 
-        let (m, _) = message(classify("error: something odd\n", Some(2), idx, TARGET));
-        assert_eq!(m, "uv failed (exit 2): something odd");
+        let e = classify("error: something odd\n", Some(2), idx, TARGET);
+        assert!(matches!(e, LockError::UvFailed { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "uv failed (exit 2): something odd");
     }
 }

@@ -195,15 +195,21 @@ mod tests {
         // flock locks belong to the open file: a second open conflicts,
         // even in the same process.
         let e = OutLock::acquire(&out).unwrap_err();
-        use crate::commands::error::{render_error, status_of};
-        assert_eq!(status_of(&e), crate::ExitStatus::Usage);
         assert_eq!(
-            render_error(&e).lines().next().unwrap(),
+            e.to_string(),
             format!(
-                "error: --out {} is in use by another imgctl run (pid {})",
+                "{} is in use by another imgctl run (pid {})",
                 out.display(),
                 std::process::id()
             )
+        );
+        assert!(
+            matches!(
+                e.downcast_ref::<OutLockError>(),
+                Some(OutLockError::Held { out: o, pid: Some(p) })
+                    if *o == out && *p == std::process::id()
+            ),
+            "{e:?}"
         );
         drop(first);
         OutLock::acquire(&out).unwrap();

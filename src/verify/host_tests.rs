@@ -1,13 +1,13 @@
 //! Tests of verify --image on the host side (`host.rs`), kept in a file of their own.
 use super::*;
-use crate::commands::verify::WORDS;
+use crate::verify::wording::TEST_WORDS;
 
 fn uuid_verdict(
     host: &HostGpus,
     requested: Option<&GpuSelection>,
     container: Option<&[String]>,
 ) -> CheckResult {
-    super::uuid_verdict(host, requested, container, &WORDS)
+    super::uuid_verdict(host, requested, container, &TEST_WORDS)
 }
 use crate::verify::context::ExpectGpus;
 
@@ -175,7 +175,7 @@ fn host_uuid_check_gets_the_identity_results_it_compares() {
         only: vec!["host".into()],
         skip: vec![],
         timeout: Duration::from_secs(5),
-        words: WORDS,
+        words: TEST_WORDS,
     };
     let tail = |a: Vec<String>| a[8..].to_vec();
     assert_eq!(
@@ -210,7 +210,7 @@ fn args_forward_selection_without_host_ids() {
         only: vec!["nvml".into(), "host.gpu_uuids".into()],
         skip: vec!["nvml.ecc".into()],
         timeout: Duration::from_secs(5),
-        words: WORDS,
+        words: TEST_WORDS,
     };
     let a = container_args(&opts);
     assert_eq!(

@@ -516,6 +516,7 @@ pub fn testcases(results: &[CheckResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verify::wording::TEST_WORDS;
 
     fn sample() -> Report {
         Report::new(
@@ -542,12 +543,7 @@ mod tests {
 
     #[test]
     fn table_has_thresholds_and_plain_labels() {
-        let t = table(
-            &sample(),
-            false,
-            Fit::Natural,
-            &crate::commands::verify::WORDS,
-        );
+        let t = table(&sample(), false, Fit::Natural, &TEST_WORDS);
         assert!(t.contains(" FAIL "), "{t}");
         assert!(t.contains("0 errors"));
         assert!(t.contains("hint (nvml.ecc gpu1): drain"));
@@ -562,12 +558,7 @@ mod tests {
             Some("9.5.1 from /root/.cache/imgctl/venv/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9".into());
         report.recount();
         for width in [80u16, 100, 120] {
-            let plain = table(
-                &report,
-                false,
-                Fit::Cut(width),
-                &crate::commands::verify::WORDS,
-            );
+            let plain = table(&report, false, Fit::Cut(width), &TEST_WORDS);
             for line in plain.lines() {
                 assert!(
                     line.chars().count() <= width as usize,
@@ -579,18 +570,14 @@ mod tests {
             assert!(!plain.contains("/root/.cache"), "{plain}");
             // The threshold of a failure is shown at every width.
             assert!(plain.contains("0 errors"), "{width}:\n{plain}");
-            assert!(plain.contains("--json"), "{plain}");
+            // The note under it quotes the words handed in.
+            assert!(plain.contains(TEST_WORDS.full_view), "{plain}");
         }
         // Colour comes from comfy-table: the status label stays whole.
-        let coloured = table(&report, true, Fit::Cut(80), &crate::commands::verify::WORDS);
+        let coloured = table(&report, true, Fit::Cut(80), &TEST_WORDS);
         assert!(coloured.contains("FAIL"), "{coloured}");
         // Natural: every column, full text, as piped output always was.
-        let full = table(
-            &report,
-            false,
-            Fit::Natural,
-            &crate::commands::verify::WORDS,
-        );
+        let full = table(&report, false, Fit::Natural, &TEST_WORDS);
         assert!(full.contains("/root/.cache/imgctl"), "{full}");
         assert!(full.contains("| on "), "{full}");
     }
@@ -631,7 +618,7 @@ mod tests {
     #[test]
     fn expected_values_stand_beside_the_measured_ones_with_their_sources() {
         let report = measured_sample();
-        let words = &crate::commands::verify::WORDS;
+        let words = &TEST_WORDS;
         let full = table(&report, false, Fit::Natural, words);
         let row = full
             .lines()

@@ -11,7 +11,7 @@ fn opts(expect: ExpectGpus, only: &[&str]) -> Options {
         only: only.iter().map(|s| s.to_string()).collect(),
         skip: Vec::new(),
         timeout: Duration::from_secs(10),
-        words: crate::commands::verify::WORDS,
+        words: super::wording::TEST_WORDS,
     }
 }
 
@@ -41,7 +41,7 @@ fn healthy_node_passes_every_nvml_check() {
             &r,
             false,
             crate::output::Fit::Natural,
-            &crate::commands::verify::WORDS
+            &super::wording::TEST_WORDS
         )
     );
     for x in &r.results {
@@ -442,7 +442,7 @@ fn selection_by_id_prefix_and_unknown_ids() {
         only: vec!["nvml".into()],
         skip: vec!["nvml.ecc".into()],
         timeout: Duration::from_secs(1),
-        words: crate::commands::verify::WORDS,
+        words: super::wording::TEST_WORDS,
     };
     assert!(selected("nvml.pcie", Level::Quick, &o));
     assert!(!selected("nvml.ecc", Level::Quick, &o));

@@ -47,3 +47,21 @@ impl Wording {
         text.replace("{expect_gpus}", self.expect_gpus)
     }
 }
+
+/// The words verify's own tests hand in: the command layer's, spelt out here
+/// so that the core's tests need nothing from `commands/` (whose test checks
+/// that the two agree).
+#[cfg(test)]
+pub(crate) const TEST_WORDS: Wording = Wording {
+    expect_gpus: "--expect-gpus",
+    check_timeout: "--check-timeout",
+    gpus: "--gpus",
+    mount: "--mount",
+    image: "--image",
+    verify: "imgctl verify",
+    build: "imgctl build",
+    full_view: "-v or --json",
+    docker_run_gpus: "docker run --gpus",
+    docker_run_entrypoint: "docker run --rm --entrypoint",
+    toolkit_configure: "nvidia-ctk runtime configure --runtime=docker",
+};

@@ -83,3 +83,65 @@ fn file_error(e: &LockFileError) -> Advice {
             .with_message("no `# inputs-sha256:` line (not written by `imgctl lock`)"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::commands::error::{render_error, status_of};
+    use crate::error::ExitStatus;
+    use crate::lock::LockError;
+
+    /// The error line, the hint and the exit status the user gets; the line
+    /// must be the error's own text (uv's failures keep their words).
+    fn message(e: LockError) -> (String, String, ExitStatus) {
+        let own = e.to_string();
+        let e = anyhow::Error::from(e);
+        let text = render_error(&e);
+        let (line, hint) = text.split_once("\n\nhint: ").unwrap();
+        assert_eq!(line.strip_prefix("error: ").unwrap(), own);
+        (own, hint.trim_end().to_string(), status_of(&e))
+    }
+
+    #[test]
+    fn uvs_failures_are_one_line_with_what_to_do_about_them() {
+        let idx = "https://pypi.org/simple";
+        let (m, h, s) = message(LockError::Unreachable {
+            indexes: idx.into(),
+            cause: "tunnel error: failed to create underlying connection: tcp connect error: Connection refused (os error 111)".into(),
+        });
+        assert_eq!(m, "cannot reach https://pypi.org/simple: tunnel error: failed to create underlying connection: tcp connect error: Connection refused (os error 111)");
+        assert!(h.contains("HTTPS_PROXY"), "{h}");
+        assert_eq!(s, ExitStatus::Failure);
+
+        let (_, h, s) = message(LockError::Conflict {
+            explanation: "Because referencing==0.36.2 depends on attrs>=22.2.0 and you require referencing==0.36.2, we can conclude that you require attrs>=22.2.0. And because you require attrs==21.4.0, we can conclude that your requirements are unsatisfiable.".into(),
+        });
+        assert!(h.contains("pins so that they agree"), "{h}");
+        assert_eq!(s, ExitStatus::Failure);
+
+        let target = "CPython 3.10 on linux_x86_64 glibc 2.35, binary wheels only";
+        for what in ["six==9.9", "numpy==1.21.0", "nonexistent-pkg-zzqq"] {
+            let (m, h, s) = message(LockError::NoMatch {
+                what: what.into(),
+                target: target.into(),
+                indexes: idx.into(),
+            });
+            assert_eq!(m, format!("uv finds no {what} for {target}"));
+            assert!(h.contains(idx), "{h}");
+            assert_eq!(s, ExitStatus::Failure);
+        }
+
+        let (_, h, s) = message(LockError::Tls {
+            indexes: idx.into(),
+            cause: "invalid peer certificate: UnknownIssuer".into(),
+        });
+        assert!(h.contains("SSL_CERT_FILE"), "{h}");
+        assert_eq!(s, ExitStatus::Failure);
+
+        let (m, _, s) = message(LockError::UvFailed {
+            code: Some(2),
+            last: "something odd".into(),
+        });
+        assert_eq!(m, "uv failed (exit 2): something odd");
+        assert_eq!(s, ExitStatus::Failure);
+    }
+}

@@ -258,6 +258,36 @@ mod tests {
         assert_eq!(t, "error: cudaMemGetInfo failed with CUDA error 2\n");
     }
 
+    #[test]
+    fn an_nccl_that_fails_to_load_or_to_run_says_what_to_do() {
+        let (t, s) = text(NcclError::Load {
+            path: "/nonexistent/libnccl.so.2".into(),
+            why: "cannot open shared object file".into(),
+        });
+        assert!(
+            t.contains("hint: NCCL comes with the PyTorch CUDA wheel"),
+            "{t}"
+        );
+        assert_eq!(s, ExitStatus::Failure);
+        let (t, s) = text(NcclError::MissingSymbol {
+            path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+            name: "ncclGetVersion".into(),
+            why: "undefined symbol: ncclGetVersion".into(),
+        });
+        assert!(
+            t.contains("hint: NCCL comes with the PyTorch CUDA wheel"),
+            "{t}"
+        );
+        assert_eq!(s, ExitStatus::Failure);
+        let (t, s) = text(NcclError::Call {
+            call: "ncclCommInitAll".into(),
+            code: 4,
+            text: "invalid argument (run with NCCL_DEBUG=WARN for details)".into(),
+        });
+        assert!(t.contains("hint: set NCCL_DEBUG=INFO"), "{t}");
+        assert_eq!(s, ExitStatus::Failure);
+    }
+
     #[cfg(feature = "torch")]
     #[test]
     fn the_gpu_selection_speaks_of_the_flag() {
@@ -285,6 +315,14 @@ mod tests {
              or device indices (--gpus 0,2)\n"
         );
         assert_eq!(status_of(&e), ExitStatus::Usage);
+    }
+
+    #[cfg(feature = "torch")]
+    #[test]
+    fn a_half_set_launch_is_a_usage_error() {
+        let (t, s) = text(LaunchError::WorldSizeWithoutRank { world: "2".into() });
+        assert!(t.contains("RANK is not"), "{t}");
+        assert_eq!(s, ExitStatus::Usage);
     }
 
     #[cfg(feature = "torch")]
@@ -324,6 +362,24 @@ mod tests {
 
     #[cfg(feature = "torch")]
     #[test]
+    fn a_rank_whose_rank_0_gave_up_fails_with_the_timeout_hint() {
+        let (t, s) = text(RendezvousError::RootGaveUp {
+            rank: 1,
+            address: "127.0.0.1:29500".into(),
+            msg: "rank 0 gave up after 2 s: 2 of 3 ranks arrived at 127.0.0.1:29500 (missing ranks: 2)".into(),
+        });
+        assert_eq!(
+            t,
+            "error: rendezvous failed: rank 1 reached rank 0 at 127.0.0.1:29500, but rank 0 gave up after 2 s: \
+             2 of 3 ranks arrived at 127.0.0.1:29500 (missing ranks: 2)\n\n\
+             hint: start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT; \
+             raise --rendezvous-timeout (IMGCTL_RENDEZVOUS_TIMEOUT) if ranks start slowly\n"
+        );
+        assert_eq!(s, ExitStatus::Failure);
+    }
+
+    #[cfg(feature = "torch")]
+    #[test]
     fn a_failed_worker_passes_on_its_exit_status() {
         let failed = |end| SupervisorError::WorkerFailed {
             rank: 1,
@@ -350,5 +406,34 @@ mod tests {
             "error: interrupted: 2 workers stopped (rank 0 exited with code 0, rank 1 exited with code 130)\n"
         );
         assert_eq!(s, ExitStatus::Interrupted);
+    }
+
+    #[cfg(feature = "torch")]
+    #[test]
+    fn a_worker_that_exits_2_is_a_usage_error_with_its_own_hint() {
+        let (t, s) = text(SupervisorError::WorkerFailed {
+            rank: 1,
+            world_size: 2,
+            end: WorkerEnd::Code(2),
+            said: Some("disk on fire".into()),
+            worker_hint: Some("call 112".into()),
+            others: vec![(0, WorkerEnd::Signal(15))],
+        });
+        assert!(
+            t.starts_with("error: worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
+            "{t}"
+        );
+        assert!(t.contains("hint: call 112 (rank 1's own hint)"), "{t}");
+        assert_eq!(s, ExitStatus::Usage);
+        // Without a hint of its own, exit 2 is still a usage error.
+        let (_, s) = text(SupervisorError::WorkerFailed {
+            rank: 0,
+            world_size: 2,
+            end: WorkerEnd::Code(2),
+            said: None,
+            worker_hint: None,
+            others: vec![(1, WorkerEnd::Signal(9))],
+        });
+        assert_eq!(s, ExitStatus::Usage);
     }
 }

@@ -398,3 +398,83 @@ mod with_torch {
         )
     }
 }
+
+#[cfg(all(test, feature = "torch"))]
+mod tests {
+    use std::path::PathBuf;
+
+    use tch::Device;
+
+    use crate::commands::error::{render_error, status_of};
+    use crate::error::ExitStatus;
+    use crate::train::config::{Preset, TrainConfig};
+    use crate::train::out_lock::OutLockError;
+    use crate::train::space::{checkpoint_bytes, SpaceError};
+    use crate::train::trainer::TrainerError;
+
+    fn text(e: impl Into<anyhow::Error>) -> (String, ExitStatus) {
+        let e = e.into();
+        (render_error(&e), status_of(&e))
+    }
+
+    /// The settings that used to fail only once training had started are
+    /// usage errors, as every other invalid setting.
+    #[test]
+    fn late_failures_of_validation_are_usage_errors() {
+        let edits: [&dyn Fn(&mut TrainConfig); 4] = [
+            &|c| c.training.sample_steps = 5000,
+            &|c| c.training.ema.power = f64::NAN,
+            &|c| c.training.adam.weight_decay = f64::NAN,
+            &|c| c.model.out_channels = 1,
+        ];
+        for edit in edits {
+            let mut c = TrainConfig::preset(Preset::Tiny);
+            edit(&mut c);
+            let e = c.validate().unwrap_err();
+            assert_eq!(status_of(&e), ExitStatus::Usage, "{e}");
+        }
+    }
+
+    #[test]
+    fn a_held_out_directory_names_the_flag_and_the_holder() {
+        let (t, s) = text(OutLockError::Held {
+            out: PathBuf::from("/runs/a"),
+            pid: Some(4242),
+        });
+        assert_eq!(s, ExitStatus::Usage);
+        assert_eq!(
+            t.lines().next().unwrap(),
+            "error: --out /runs/a is in use by another imgctl run (pid 4242)"
+        );
+    }
+
+    #[test]
+    fn a_full_disk_is_a_failure_whose_hint_sizes_a_checkpoint() {
+        let (t, s) = text(SpaceError::DiskFull {
+            what: "writing the checkpoint of step 3 under x".into(),
+            out: PathBuf::from("/"),
+            checkpoint: checkpoint_bytes(1_000_000),
+            free: None,
+        });
+        assert_eq!(s, ExitStatus::Failure);
+        assert!(
+            t.contains("\nhint: a checkpoint needs about 16.2 MB and "),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_libtorch_failure_on_the_cpu_has_a_hint() {
+        let (t, s) = text(TrainerError::Libtorch {
+            step: 7,
+            first: "shape '[3]' is invalid for input of size 2".into(),
+            device: Device::Cpu,
+        });
+        assert!(t.contains("\nhint: "), "{t}");
+        assert!(
+            t.ends_with("\nhint: rerun with RUST_BACKTRACE=1 and report the message\n"),
+            "{t}"
+        );
+        assert_eq!(s, ExitStatus::Failure);
+    }
+}

@@ -531,9 +531,12 @@ mod tests {
         // WORLD_SIZE alone is a half-set launch, not a single process.
         let e = LaunchInfo::from_env(env(&[("WORLD_SIZE", "2")])).unwrap_err();
         assert!(e.to_string().contains("RANK is not"), "{e}");
-        assert_eq!(
-            crate::commands::error::status_of(&e),
-            crate::ExitStatus::Usage
+        assert!(
+            matches!(
+                e.downcast_ref::<LaunchError>(),
+                Some(LaunchError::WorldSizeWithoutRank { world }) if world == "2"
+            ),
+            "{e:?}"
         );
     }
 

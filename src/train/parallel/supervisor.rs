@@ -527,7 +527,6 @@ fn worker_error(tail: &[String]) -> (Option<String>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ExitStatus;
 
     /// The supervisor with its own lines dropped (these tests read its report).
     fn supervise(opts: &SupervisorOptions) -> anyhow::Result<SupervisorReport> {
@@ -605,16 +604,25 @@ mod tests {
             2,
         ))
         .unwrap_err();
-        let text = crate::commands::error::render_error(&e);
+        let text = e.to_string();
         assert!(
-            text.starts_with("error: worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
+            text.starts_with("worker rank 1 of 2 failed: it exited with code 2: disk on fire; stopped the others (rank 0 "),
             "{text}"
         );
+        // Its hint and exit code travel with the error (the command layer
+        // passes both on).
         assert!(
-            text.contains("hint: call 112 (rank 1's own hint)"),
-            "{text}"
+            matches!(
+                e.downcast_ref::<SupervisorError>(),
+                Some(SupervisorError::WorkerFailed {
+                    rank: 1,
+                    end: WorkerEnd::Code(2),
+                    worker_hint: Some(hint),
+                    ..
+                }) if hint == "call 112"
+            ),
+            "{e:?}"
         );
-        assert_eq!(crate::commands::error::status_of(&e), ExitStatus::Usage);
         assert_eq!(
             worker_error(&["x".into(), "error: a".into(), "hint: b".into()]),
             (Some("a".into()), Some("b".into()))
@@ -652,6 +660,16 @@ mod tests {
             full.contains("rank 1 was killed by signal 9 (SIGKILL)"),
             "{full}"
         );
-        assert_eq!(crate::commands::error::status_of(&e), ExitStatus::Usage);
+        assert!(
+            matches!(
+                e.downcast_ref::<SupervisorError>(),
+                Some(SupervisorError::WorkerFailed {
+                    rank: 0,
+                    end: WorkerEnd::Code(2),
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
     }
 }
