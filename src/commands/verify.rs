@@ -205,6 +205,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         let run = verify::host::ImageRun {
             image: image.clone(),
             gpus,
+            cmd: container_argv(&opts),
             opts: opts.clone(),
             mounts,
             labels: Default::default(),
@@ -400,11 +401,86 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
     })
 }
 
+/// The command line the image's imgctl runs (after its `imgctl`
+/// entrypoint): `verify --json` with this run's level, expectation and
+/// deadline, and the checks [`verify::host::container_checks`] leaves it.
+fn container_argv(opts: &Options) -> Vec<String> {
+    let level = match opts.level {
+        Level::Quick => "quick",
+        Level::Full => "full",
+    };
+    let mut argv: Vec<String> = vec![
+        "verify".into(),
+        "--json".into(),
+        "--level".into(),
+        level.into(),
+        "--expect-gpus".into(),
+        opts.expect.as_arg(),
+        "--check-timeout".into(),
+        opts.timeout.as_secs_f64().to_string(),
+    ];
+    let checks = verify::host::container_checks(opts);
+    if !checks.only.is_empty() {
+        argv.push("--only".into());
+        argv.extend(checks.only);
+    }
+    if !checks.skip.is_empty() {
+        argv.push("--skip".into());
+        argv.extend(checks.skip);
+    }
+    argv
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::output::Fit;
     use crate::verify::CheckResult;
+
+    /// The image's imgctl is told the level, expectation, deadline and the
+    /// checks it runs (no host ids), in its own flags' spelling.
+    #[test]
+    fn the_container_runs_verify_json_with_this_runs_settings() {
+        let opts = Options {
+            level: Level::Full,
+            expect: ExpectGpus::Exactly(0),
+            only: vec!["nvml".into(), "host.gpu_uuids".into()],
+            skip: vec!["nvml.ecc".into()],
+            timeout: Duration::from_secs(5),
+            words: WORDS,
+        };
+        assert_eq!(
+            container_argv(&opts),
+            vec![
+                "verify",
+                "--json",
+                "--level",
+                "full",
+                "--expect-gpus",
+                "0",
+                "--check-timeout",
+                "5",
+                "--only",
+                "nvml",
+                "--skip",
+                "nvml.ecc"
+            ]
+        );
+        // Every level is passed under the name `--level` takes.
+        use clap::ValueEnum;
+        for level in Level::value_variants() {
+            let name = level.to_possible_value().unwrap().get_name().to_string();
+            let argv = container_argv(&Options {
+                level: *level,
+                only: vec![],
+                skip: vec![],
+                ..opts.clone()
+            });
+            let at = argv.iter().position(|a| a == "--level").unwrap();
+            assert_eq!(argv[at + 1], name);
+            assert_eq!(argv.len(), 8, "no selection, no --only/--skip: {argv:?}");
+        }
+    }
 
     /// verify's own tests read the texts these words make.
     #[test]

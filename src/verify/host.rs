@@ -57,8 +57,13 @@ pub struct ImageRun {
     pub image: String,
     /// GPUs to give the container.
     pub gpus: GpuSelection,
-    /// Checks, level, expectation and deadline (forwarded into the container).
+    /// Checks, level, expectation and deadline (the host's verdicts use them;
+    /// the container gets them through `cmd`).
     pub opts: Options,
+    /// The command line run inside the container after its `imgctl`
+    /// entrypoint: the command layer spells it (`verify --json …`) from
+    /// `opts` and [`container_checks`].
+    pub cmd: Vec<String>,
     /// Extra bind mounts (`SRC:DST[:ro]`).
     pub mounts: Vec<String>,
     /// Extra container labels.
@@ -116,22 +121,21 @@ pub fn host_gpus(nvml: &NvmlState, timeout: Duration) -> HostGpus {
     })
 }
 
-/// The command line run inside the container (after the `imgctl` entrypoint).
-pub fn container_args(opts: &Options) -> Vec<String> {
-    let level = match opts.level {
-        Level::Quick => "quick",
-        Level::Full => "full",
-    };
-    let mut args: Vec<String> = vec![
-        "verify".into(),
-        "--json".into(),
-        "--level".into(),
-        level.into(),
-        "--expect-gpus".into(),
-        opts.expect.as_arg(),
-        "--check-timeout".into(),
-        opts.timeout.as_secs_f64().to_string(),
-    ];
+/// The checks the container's imgctl is asked for: ids or prefixes to run
+/// only, and to skip (each empty when not asked).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainerChecks {
+    /// Run only these (`--only`).
+    pub only: Vec<String>,
+    /// Skip these (`--skip`).
+    pub skip: Vec<String>,
+}
+
+/// What the container runs of `opts`' selection: the same checks without
+/// the host's own (`host.*`), plus the `nvml.identity` results
+/// `host.gpu_uuids` compares, and never nothing (it would refuse that): the
+/// driver at least.
+pub fn container_checks(opts: &Options) -> ContainerChecks {
     let not_host = |p: &&String| !p.starts_with("host");
     // host.gpu_uuids compares the UUIDs of the container's nvml.identity
     // results: the container reports them even when not asked to (they are
@@ -180,15 +184,7 @@ pub fn container_args(opts: &Options) -> Vec<String> {
         }
         skip.clear();
     }
-    if !only.is_empty() {
-        args.push("--only".into());
-        args.extend(only);
-    }
-    if !skip.is_empty() {
-        args.push("--skip".into());
-        args.extend(skip);
-    }
-    args
+    ContainerChecks { only, skip }
 }
 
 /// The UUIDs the container's `nvml.identity` results report.
@@ -434,7 +430,7 @@ pub async fn verify_image_with(
     let req = RunRequest {
         image: run.image.clone(),
         entrypoint: Some(vec!["imgctl".into()]),
-        cmd: container_args(&run.opts),
+        cmd: run.cmd.clone(),
         env,
         gpus: gpus.clone(),
         binds: run.mounts.clone(),

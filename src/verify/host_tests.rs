@@ -177,33 +177,38 @@ fn host_uuid_check_gets_the_identity_results_it_compares() {
         timeout: Duration::from_secs(5),
         words: TEST_WORDS,
     };
-    let tail = |a: Vec<String>| a[8..].to_vec();
+    let checks = |only: &[&str], skip: &[&str]| ContainerChecks {
+        only: only.iter().map(|s| s.to_string()).collect(),
+        skip: skip.iter().map(|s| s.to_string()).collect(),
+    };
     assert_eq!(
-        tail(container_args(&opts)),
-        vec!["--only", "nvml.driver", "nvml.identity"]
+        container_checks(&opts),
+        checks(&["nvml.driver", "nvml.identity"], &[])
     );
     opts.only = vec!["torch".into(), "host.gpu_uuids".into()];
     assert_eq!(
-        tail(container_args(&opts)),
-        vec!["--only", "torch", "nvml.identity"]
+        container_checks(&opts),
+        checks(&["torch", "nvml.identity"], &[])
     );
     // `--skip nvml` keeps nvml.identity in the container, and only it.
     opts.only = vec![];
     opts.skip = vec!["nvml".into()];
-    let a = tail(container_args(&opts));
-    assert_eq!(a[0], "--skip");
-    assert!(a.contains(&"nvml.ecc".to_string()) && a.contains(&"nvml.driver".to_string()));
-    assert!(!a.iter().any(|x| x == "nvml.identity" || x == "nvml"));
+    let c = container_checks(&opts);
+    assert!(c.only.is_empty(), "{c:?}");
+    assert!(
+        c.skip.contains(&"nvml.ecc".to_string()) && c.skip.contains(&"nvml.driver".to_string())
+    );
+    assert!(!c.skip.iter().any(|x| x == "nvml.identity" || x == "nvml"));
     // host.gpu_uuids skipped: nothing is added.
     opts.skip = vec!["nvml".into(), "host.gpu_uuids".into()];
-    assert_eq!(tail(container_args(&opts)), vec!["--skip", "nvml"]);
+    assert_eq!(container_checks(&opts), checks(&[], &["nvml"]));
     // Skips that leave the container nothing: it still reports its driver.
     opts.skip = vec!["nvml".into(), "torch".into(), "host.gpu_uuids".into()];
-    assert_eq!(tail(container_args(&opts)), vec!["--only", "nvml.driver"]);
+    assert_eq!(container_checks(&opts), checks(&["nvml.driver"], &[]));
 }
 
 #[test]
-fn args_forward_selection_without_host_ids() {
+fn the_container_gets_the_selection_without_host_ids() {
     let opts = Options {
         level: Level::Full,
         expect: ExpectGpus::Exactly(0),
@@ -212,23 +217,12 @@ fn args_forward_selection_without_host_ids() {
         timeout: Duration::from_secs(5),
         words: TEST_WORDS,
     };
-    let a = container_args(&opts);
     assert_eq!(
-        a,
-        vec![
-            "verify",
-            "--json",
-            "--level",
-            "full",
-            "--expect-gpus",
-            "0",
-            "--check-timeout",
-            "5",
-            "--only",
-            "nvml",
-            "--skip",
-            "nvml.ecc"
-        ]
+        container_checks(&opts),
+        ContainerChecks {
+            only: vec!["nvml".into()],
+            skip: vec!["nvml.ecc".into()],
+        }
     );
 }
 
