@@ -18,6 +18,7 @@ test: setup
 	cargo build --no-default-features
 	cargo test
 	bash scripts/fuzz-ci.sh
+	bash scripts/engine-tests.sh 28
 
 lint:
 	cargo fmt --all -- --check

@@ -9,7 +9,10 @@
 #                                Debian mirror, imported with `docker import`.
 #
 # Idempotent: an image that already exists is kept (so the engine's layer cache
-# built on it stays valid between runs). Usage: test-bases.sh [busybox|debian]...
+# built on it stays valid between runs). The Debian root filesystem is kept as a
+# tarball in the cache ($IMGCTL_CACHE/bases/, about 120 MB), so a second engine
+# (scripts/engine-tests.sh) imports it in seconds instead of a second
+# debootstrap; delete the tarball for a fresh one. Usage: test-bases.sh [busybox|debian]...
 # (default: both). Needs root (debootstrap) or sudo, and a Docker engine.
 # Environment: IMGCTL_DEBIAN_MIRROR (default http://deb.debian.org/debian).
 set -euo pipefail
@@ -22,6 +25,8 @@ export DOCKER_API_VERSION="${DOCKER_API_VERSION:-1.41}"
 busybox_image="imgctl-test/busybox:latest"
 debian_image="imgctl-test/debian:bookworm"
 mirror="${IMGCTL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+bases_cache="${IMGCTL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/imgctl}/bases"
+debian_tar="$bases_cache/debian-bookworm-minbase.tar"
 
 exists() { docker image inspect "$1" >/dev/null 2>&1; }
 
@@ -57,8 +62,17 @@ make_busybox() {
     docker import --change 'CMD ["/bin/sh"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$busybox_image" >/dev/null
 }
 
+import_debian() {
+  docker import --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$debian_image" >/dev/null
+}
+
 make_debian() {
   if exists "$debian_image"; then log "$debian_image exists"; return 0; fi
+  if [ -s "$debian_tar" ]; then
+    log "importing $debian_image from $debian_tar"
+    import_debian <"$debian_tar"
+    return 0
+  fi
   command -v debootstrap >/dev/null || { log "error: debootstrap missing (apt-get install debootstrap)"; exit 1; }
   local dir
   dir="$(mktemp -d)"
@@ -71,9 +85,11 @@ make_debian() {
   }
   # Keep the image small: the package cache and lists are refetched by apt-get update.
   as_root rm -rf "$dir/root/var/cache/apt/archives/"*.deb "$dir/root/var/lib/apt/lists/"*
-  log "importing $debian_image"
-  as_root tar -C "$dir/root" --numeric-owner -c . |
-    docker import --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$debian_image" >/dev/null
+  log "importing $debian_image (root filesystem kept as $debian_tar)"
+  mkdir -p "$bases_cache"
+  as_root tar -C "$dir/root" --numeric-owner -c . >"$debian_tar.tmp.$$"
+  mv "$debian_tar.tmp.$$" "$debian_tar"
+  import_debian <"$debian_tar"
 }
 
 targets=("$@")
