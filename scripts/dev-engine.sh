@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Swap the Docker engine answering on /var/run/docker.sock, to test imgctl against
-# another engine version on this machine. Not used by CI or `make test`: they use
-# whatever engine the machine runs (scripts/setup.sh starts one when none answers).
+# another engine version on this machine. `make test` (so CI) runs the suite on
+# whatever engine the machine runs (scripts/setup.sh starts one when none answers),
+# then scripts/engine-tests.sh swaps 28 in through this script for the engine tests.
 #
 #   scripts/dev-engine.sh 28       stop the running dockerd; start Debian's docker.io
-#                                  28.x (from unstable, unpacked under the cache, not
-#                                  installed) with its own data root /var/lib/docker-28
+#                                  28.x (from unstable, else testing; unpacked under the
+#                                  cache, not installed) with its own data root
+#                                  /var/lib/docker-28
 #   scripts/dev-engine.sh system   stop it; start the machine's /usr/sbin/dockerd again
 #   scripts/dev-engine.sh status   which engine answers
 #
@@ -51,13 +53,17 @@ fetch_28() {
   local dir="$CACHE/docker.io-28"
   if [ -x "$dir/usr/sbin/dockerd" ]; then echo "$dir"; return; fi
   mkdir -p "$CACHE"
-  local index="$CACHE/sid-Packages.xz"
-  log "reading $MIRROR unstable's package index"
-  curl -sf --max-time 120 "$MIRROR/dists/unstable/main/binary-amd64/Packages.xz" -o "$index"
-  local file
-  file=$(xz -dc "$index" | awk '/^Package: docker.io$/{p=1} p&&/^Filename:/{print $2; exit}')
-  [ -n "$file" ] || { log "error: no docker.io in unstable's index"; exit 1; }
-  case "$file" in *docker.io_28.*) ;; *) log "error: unstable's docker.io is not 28.x: $file"; exit 1 ;; esac
+  # unstable first, then testing: when unstable moves on to 29, testing keeps 28 a while.
+  local file="" suite index
+  for suite in unstable testing; do
+    index="$CACHE/$suite-Packages.xz"
+    log "reading $MIRROR $suite's package index"
+    curl -sf --max-time 120 "$MIRROR/dists/$suite/main/binary-amd64/Packages.xz" -o "$index" || continue
+    # awk stops at the first match: xz's SIGPIPE is no failure.
+    file=$(xz -dc "$index" | awk '/^Package: docker.io$/{p=1} p&&/^Filename:/{print $2; exit}' || true)
+    case "$file" in *docker.io_28.*) break ;; *) log "$suite's docker.io is not 28.x: ${file:-none}"; file="" ;; esac
+  done
+  [ -n "$file" ] || { log "error: neither unstable nor testing has a docker.io 28.x"; exit 1; }
   log "downloading $file"
   curl -sf --max-time 600 "$MIRROR/$file" -o "$CACHE/docker.io-28.deb"
   rm -rf "$dir.tmp" && dpkg-deb -x "$CACHE/docker.io-28.deb" "$dir.tmp" && mv "$dir.tmp" "$dir"
