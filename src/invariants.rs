@@ -171,10 +171,17 @@ pub fn train_config_text(text: &str) {
     if crate::train::budget::check_training(&cfg, true).is_err() {
         return;
     }
-    if cfg.model.census().params <= FUZZ_MODEL_PARAMS {
+    builds_when_small(&cfg.model);
+}
+
+/// A model that validated is built, if it has at most
+/// [`FUZZ_MODEL_PARAMS`] parameters: building must succeed (a validated
+/// config that libtorch refuses, or that panics, is the bug).
+#[cfg(feature = "torch")]
+fn builds_when_small(model: &crate::train::model::UNetConfig) {
+    if model.census().params <= FUZZ_MODEL_PARAMS {
         let vs = tch::nn::VarStore::new(tch::Device::Cpu);
-        let built =
-            tch::no_grad(|| crate::train::model::UNet2DModel::try_new(&vs.root(), &cfg.model));
+        let built = tch::no_grad(|| crate::train::model::UNet2DModel::try_new(&vs.root(), model));
         assert!(
             built.is_ok(),
             "a valid config did not build: {:?}",
@@ -190,16 +197,89 @@ pub fn train_config_text(text: &str) {
 pub const FUZZ_MODEL_PARAMS: u64 = 1_000_000;
 
 /// A checkpoint's `state.json` text → read as `sample` and `--resume` read
-/// it: refused, or a state whose model validates before anything is built
-/// (a `state.json` with `attention_head_dim: 0` once reached the model).
+/// it: refused, or a state whose model validates before anything is built,
+/// and then builds (a `state.json` with `attention_head_dim: 0` once
+/// reached the model and divided by zero).
 #[cfg(feature = "torch")]
 pub fn state_json_text(text: &str) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     std::fs::write(dir.path().join(crate::train::checkpoint::STATE_FILE), text)
         .expect("write state.json");
     if let Ok(state) = crate::train::checkpoint::read_state(dir.path()) {
-        let _ = state.config.model.validate();
         let _ = state.config.validate();
+        // `sample` validates the model alone, then builds it.
+        if state.config.model.validate().is_ok() {
+            builds_when_small(&state.config.model);
+        }
+    }
+}
+
+/// A weights file's bytes (safetensors: an 8-byte header length, a JSON
+/// header, the data) → read as `sample`, `--resume` and `--init-from` read
+/// it, against the tiny model: refused with an error, or tensors that hold
+/// no more bytes than the file; it never panics, and a file that passes the
+/// strict check loads.
+#[cfg(feature = "torch")]
+pub fn weights_bytes(bytes: &[u8]) {
+    use crate::train::model::{weights, UNet2DModel, UNetConfig};
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("weights.safetensors");
+    std::fs::write(&path, bytes).expect("write the weights file");
+    let _ = weights::read_metadata(&path);
+    let Ok(tensors) = weights::read_tensors(&path) else {
+        // The strict check reads the file the same way: refused there too.
+        return;
+    };
+    // Every tensor's data came from the file: none holds more bytes.
+    for (name, t) in &tensors {
+        let held = t.numel() * t.kind().elt_size_in_bytes();
+        assert!(
+            held <= bytes.len(),
+            "{name}: {held} bytes from a file of {}",
+            bytes.len()
+        );
+    }
+    let cfg = UNetConfig::preset(crate::choices::Preset::Tiny);
+    if weights::check_diffusers_state_dict(&cfg, &path).is_ok() {
+        let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+        tch::no_grad(|| UNet2DModel::try_new(&vs.root(), &cfg)).expect("the tiny model builds");
+        let loaded = weights::load_diffusers_state_dict(&vs, &path);
+        assert!(
+            loaded.is_ok(),
+            "a checked state dict did not load: {:?}",
+            loaded.err()
+        );
+    }
+}
+
+/// A docker context's `meta.json` text, as the current context of a config
+/// folder → the engine imgctl would connect to: refused with an error (an
+/// invalid file, no endpoint, TLS, an address imgctl cannot reach), or an
+/// endpoint named by that context whose address is one imgctl connects to;
+/// never a panic.
+pub fn docker_context_text(text: &str) {
+    use crate::docker::{config, endpoint};
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let name = "fuzz";
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"currentContext": "fuzz"}"#,
+    )
+    .expect("write config.json");
+    let meta = config::context_meta_path(dir.path(), name);
+    std::fs::create_dir_all(meta.parent().expect("a folder")).expect("make the context folder");
+    std::fs::write(&meta, text).expect("write meta.json");
+    let settings = endpoint::Settings {
+        config_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    if let Ok(e) = endpoint::resolve(None, &settings) {
+        assert_eq!(e.context.as_deref(), Some(name), "{e:?}");
+        assert!(!e.address.is_empty(), "{e:?}");
+        assert!(
+            crate::docker::transport::Target::parse(&e.address).is_ok(),
+            "an endpoint imgctl cannot connect to was accepted: {e:?}"
+        );
     }
 }
 

@@ -10,6 +10,16 @@ use crate::common::repo_root;
 /// Runs `check` on every UTF-8 file of the target's corpus and regressions
 /// folders; returns how many inputs ran.
 fn replay(target: &str, check: fn(&str)) -> usize {
+    replay_bytes(target, &|bytes| {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            check(text);
+        }
+    })
+}
+
+/// Runs `check` on every file of the target's corpus and regressions
+/// folders, as bytes; returns how many inputs ran.
+fn replay_bytes(target: &str, check: &(dyn Fn(&[u8]) + std::panic::RefUnwindSafe)) -> usize {
     let mut n = 0;
     for folder in ["corpus", "regressions"] {
         let dir = repo_root().join("fuzz").join(folder).join(target);
@@ -19,7 +29,7 @@ fn replay(target: &str, check: fn(&str)) -> usize {
         let mut files: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
         files.sort();
         for f in files {
-            let Ok(text) = std::fs::read_to_string(&f) else {
+            let Ok(bytes) = std::fs::read(&f) else {
                 continue;
             };
             let name = f
@@ -27,7 +37,7 @@ fn replay(target: &str, check: fn(&str)) -> usize {
                 .unwrap_or(Path::new(""))
                 .display()
                 .to_string();
-            if std::panic::catch_unwind(|| check(&text)).is_err() {
+            if std::panic::catch_unwind(|| check(&bytes)).is_err() {
                 panic!("{name} breaks the {target} invariant");
             }
             n += 1;
@@ -59,4 +69,15 @@ fn checkpoint_states_are_read_and_validated_or_refused() {
 #[test]
 fn docker_configs_are_read_or_refused() {
     assert!(replay("docker_config", imgctl::invariants::docker_config_text) >= 3);
+}
+
+#[test]
+fn docker_contexts_give_a_reachable_endpoint_or_are_refused() {
+    assert!(replay("docker_context", imgctl::invariants::docker_context_text) >= 5);
+}
+
+#[cfg(feature = "torch")]
+#[test]
+fn weights_files_are_read_or_refused() {
+    assert!(replay_bytes("weights_file", &imgctl::invariants::weights_bytes) >= 4);
 }
