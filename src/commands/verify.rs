@@ -482,12 +482,6 @@ mod tests {
         }
     }
 
-    /// verify's own tests read the texts these words make.
-    #[test]
-    fn the_core_tests_hand_in_these_words() {
-        assert_eq!(WORDS, crate::verify::wording::TEST_WORDS);
-    }
-
     #[test]
     fn a_shortened_table_names_the_flags_that_show_it_whole() {
         let report = Report::new(

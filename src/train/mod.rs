@@ -13,7 +13,8 @@
 //! [`sync`] (the [`sync::GradSync`] seam for data parallelism), [`session`]
 //! (the preflight and start shared with the benchmark), [`trainer`] (the
 //! step, sampling, checkpoint I/O) and [`run`] (the training loop, its report
-//! in [`summary`], what it says as it goes in [`events`]); and [`parallel`] (launch, rendezvous, NCCL/CPU
+//! in [`summary`], what it says as it goes in [`events`], Ctrl-C in
+//! [`interrupt`]); and [`parallel`] (launch, rendezvous, NCCL/CPU
 //! collectives, gradient buckets, the `--gpus` supervisor), which implements
 //! [`sync::GradSync`] and imports neither the trainer nor the run.
 pub mod budget;
@@ -25,6 +26,7 @@ pub mod ema;
 pub mod events;
 pub mod flat;
 pub mod images;
+pub mod interrupt;
 pub mod memory;
 pub mod metrics;
 pub mod model;

@@ -6,8 +6,8 @@
 //! [`run`] starts through [`super::session`] (the preflight it shares with
 //! the benchmark), then steps until the last step; only rank 0 writes files
 //! or reports progress. What the run says goes to the caller's sink as
-//! [`RunEvent`]s; nothing here prints, but for the Ctrl-C handler's own
-//! lines ([`interrupt_flag`]), which must be said when the signal comes. Its phases (start, step, log, sample, checkpoint, finish) are
+//! [`RunEvent`]s; nothing here prints (the Ctrl-C handler's own lines, said
+//! when the signal comes, live with it in [`super::interrupt`]). Its phases (start, step, log, sample, checkpoint, finish) are
 //! the methods of the private `RunLoop`, which holds the run's state. Owns
 //! the orchestration of a run; the step lives in [`super::trainer`], the
 //! file formats in their own modules, and this module must not name a flag's
@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -25,6 +25,7 @@ use super::config::Precision;
 use super::data::{Dataset, Loader, Source};
 use super::events::{Events, RunEvent, StepProgress};
 use super::images;
+use super::interrupt::interrupt_flag;
 use super::metrics::{MetricsWriter, StepRecord};
 use super::schedule::Sampler;
 use super::session::{self, device_name, DataChoice, RunOptions};
@@ -35,7 +36,6 @@ pub use super::summary::{
 };
 use super::sync::GradSync;
 use super::trainer::{sync_device, StepError, StepStats, Trainer};
-use crate::output::printer;
 
 /// Ways a run stops before its last step.
 #[derive(Debug, thiserror::Error)]
@@ -99,42 +99,6 @@ fn diverged(e: anyhow::Error, kept: &Option<PathBuf>, precision: Precision) -> a
     } else {
         e
     }
-}
-
-/// The process-wide Ctrl-C flag; the handler is installed on first use.
-pub fn interrupt_flag() -> Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| {
-        let flag = Arc::new(AtomicBool::new(false));
-        let f = flag.clone();
-        // The first Ctrl-C asks the loop to checkpoint and stop after the
-        // current step, and says so at once; a second one ends the process
-        // at once. `_exit`, never `process::exit`: exit handlers and static
-        // destructors would run while libtorch's threads still compute, and
-        // tearing libtorch down under them segfaulted (exit 139).
-        // One process says what the first Ctrl-C does: a supervisor says it
-        // for its ranks, and of torchrun's ranks rank 0 speaks.
-        let announce = std::env::var_os(crate::env_vars::IMGCTL_SUPERVISED).is_none()
-            && std::env::var(crate::env_vars::RANK).map_or(true, |r| r == "0");
-        let handler = move || {
-            if f.swap(true, Ordering::SeqCst) {
-                printer().stderr_text("second interrupt: exiting without a checkpoint\n");
-                crate::sys::process::exit_now(130);
-            }
-            if announce {
-                printer().stderr_text(
-                    "interrupt: finishing this step, then saving a checkpoint (Ctrl-C again exits without one)\n",
-                );
-            }
-        };
-        if let Err(e) = ctrlc::set_handler(handler) {
-            printer().warn(format!(
-                "cannot install the Ctrl-C handler ({e}); Ctrl-C will not write a checkpoint"
-            ));
-        }
-        flag
-    })
-    .clone()
 }
 
 /// Redraws `out/loss.png` from the metrics written so far; a failure is a

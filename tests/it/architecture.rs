@@ -55,10 +55,7 @@ fn sources() -> Vec<Source> {
             ) {
                 module.pop();
             }
-            let body = match text.find("#[cfg(test)]\nmod tests {") {
-                Some(i) => &text[..i],
-                None => &text[..],
-            };
+            let body = &text[..test_module_start(&text)];
             let code = body
                 .lines()
                 .filter(|l| !l.trim_start().starts_with("//"))
@@ -72,6 +69,22 @@ fn sources() -> Vec<Source> {
             }
         })
         .collect()
+}
+
+/// Where `text`'s trailing test module starts (`#[cfg(test)]` or another
+/// cfg naming `test`, such as `#[cfg(all(test, feature = "torch"))]`, on the
+/// line before `mod tests {`); its length when it has none.
+fn test_module_start(text: &str) -> usize {
+    let Some(at) = text.find("\nmod tests {") else {
+        return text.len();
+    };
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let attr = &text[line_start..at];
+    if attr.starts_with("#[cfg(") && attr.contains("test") {
+        line_start
+    } else {
+        text.len()
+    }
 }
 
 /// Whether a file holds only tests (declared `#[cfg(test)] mod …;` by its parent).
