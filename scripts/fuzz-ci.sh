@@ -3,7 +3,7 @@
 # fuzz target with libFuzzer's coverage instrumentation (the flags cargo-fuzz
 # passes, on the stable toolchain; no sanitizer, so the targets catch panics
 # and aborts, not memory errors: the crate denies unsafe outside src/sys/)
-# and runs each for FUZZ_SECONDS (default 15) over a scratch copy of its
+# and runs each for FUZZ_SECONDS (default 12) over a scratch copy of its
 # corpus and regressions. A crash fails the run; its input is kept under
 # fuzz/artifacts/TARGET/ to be copied into fuzz/regressions/TARGET/
 # (replayed by tests/it/fuzz_regressions.rs) once fixed.
@@ -16,7 +16,7 @@
 # Environment: FUZZ_SECONDS, FUZZ_TARGETS (a space-separated subset).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-seconds="${FUZZ_SECONDS:-15}"
+seconds="${FUZZ_SECONDS:-12}"
 read -r -a targets <<<"${FUZZ_TARGETS:-spec_render lock_parse docker_config docker_context train_config state_json weights_file}"
 log() { printf 'fuzz: %s\n' "$*" >&2; }
 
