@@ -86,25 +86,38 @@ pub fn printer() -> Printer {
 }
 
 impl Printer {
-    /// An informational line on stderr (hidden by `-q`).
+    /// An informational line on stderr (hidden by `-q`), wrapped to the
+    /// terminal ([`Printer::fit_text`]).
     pub fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {
-            self.stderr_text(format!("{}\n", msg.as_ref()));
+            self.stderr_text(format!("{}\n", self.fit_text(msg.as_ref())));
         }
     }
-    /// A warning on stderr (always shown).
+    /// A warning on stderr (always shown), wrapped to the terminal.
     pub fn warn(&self, msg: impl AsRef<str>) {
+        let text = self.fit_text(&format!("warning: {}", msg.as_ref()));
         if self.color {
             // Bold yellow, as cargo's.
-            eprintln!("\x1b[1;33mwarning\x1b[0m: {}", msg.as_ref());
+            let rest = text.strip_prefix("warning").unwrap_or(&text);
+            eprintln!("\x1b[1;33mwarning\x1b[0m{rest}");
         } else {
-            eprintln!("warning: {}", msg.as_ref());
+            eprintln!("{text}");
         }
     }
-    /// A detail line on stderr, shown with `-v`.
+    /// A detail line on stderr, shown with `-v`, wrapped to the terminal.
     pub fn verbose(&self, msg: impl AsRef<str>) {
         if self.verbose > 0 {
-            eprintln!("{}", msg.as_ref());
+            eprintln!("{}", self.fit_text(msg.as_ref()));
+        }
+    }
+    /// `text` as it should meet stderr: on a terminal of known width (its
+    /// own, or `COLUMNS`), each line broken between words to fit ([`wrap`]);
+    /// unchanged when stderr is not a terminal, so logs and pipes keep one
+    /// line per message.
+    pub fn fit_text(&self, text: &str) -> String {
+        match table_width(Stream::Stderr).filter(|_| self.interactive) {
+            Some(width) => wrap(text, usize::from(width)),
+            None => text.to_string(),
         }
     }
     /// `text` on stderr exactly as given (no newline added, not hidden by
@@ -158,6 +171,38 @@ impl Printer {
         bar.enable_steady_tick(Duration::from_millis(120));
         bar
     }
+}
+
+/// `text` with each of its lines broken between words to fit `width`
+/// columns: a continuation line is indented two spaces past its line's own
+/// indent, and a word wider than the width (a long path) stands whole on a
+/// line of its own, never cut.
+pub fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 16);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let body = line.trim_start_matches(' ');
+        let indent = &line[..line.len() - body.len()];
+        let hang = indent.len() + 2;
+        out.push_str(indent);
+        let mut column = indent.len();
+        for (n, word) in body.split(' ').enumerate() {
+            let w = word.chars().count();
+            if n > 0 && column + 1 + w > width && column > hang {
+                out.push('\n');
+                out.push_str(&" ".repeat(hang));
+                column = hang;
+            } else if n > 0 {
+                out.push(' ');
+                column += 1;
+            }
+            out.push_str(word);
+            column += w;
+        }
+    }
+    out
 }
 
 /// The stream a table is printed to: its terminal gives the width.
@@ -332,6 +377,34 @@ pub fn shorten_paths(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrapped_lines_break_between_words_and_keep_long_words_whole() {
+        let note = "note: cu124: there is no cu124 build of torch 2.7.0 (it was published for cu118, cu126, cu128 only)";
+        let got = wrap(note, 40);
+        assert_eq!(
+            got,
+            "note: cu124: there is no cu124 build of\n  torch 2.7.0 (it was published for\n  cu118, cu126, cu128 only)"
+        );
+        assert!(got.lines().all(|l| l.chars().count() <= 40), "{got}");
+        // Words survive whole and in order.
+        assert_eq!(
+            got.split_whitespace().collect::<Vec<_>>(),
+            note.split_whitespace().collect::<Vec<_>>()
+        );
+        // A path wider than the line is never cut; an indented line hangs
+        // under its own indent; blank lines and short lines stay as they are.
+        let path = "/tmp/a-very-long-folder-name-that-does-not-fit/model.safetensors";
+        assert_eq!(
+            wrap(&format!("saved {path} ok"), 30),
+            format!("saved\n  {path}\n  ok")
+        );
+        assert_eq!(
+            wrap("error: short\n\n    caused by: one two three four", 20),
+            "error: short\n\n    caused by: one\n      two three four"
+        );
+        assert_eq!(wrap("fits", 80), "fits");
+    }
 
     #[test]
     fn long_paths_keep_their_last_component() {

@@ -1,5 +1,7 @@
 //! Command-line conventions shared by every command.
-use crate::common::{imgctl, texts};
+use std::process::Command;
+
+use crate::common::{imgctl, imgctl_bin, texts};
 
 #[test]
 fn version_and_help() {
@@ -591,4 +593,49 @@ fn every_json_output_carries_the_schema_version_the_readme_states() {
         stated("imgctl sample --json"),
         u64::from(imgctl::commands::sample::SAMPLE_REPORT_VERSION)
     );
+}
+
+/// #29 item 3.10: on a terminal, messages break between words at its width
+/// (here `COLUMNS` under `script`'s pseudo-terminal), continuation lines
+/// indented; in a pipe each message stays one line, for logs and grep.
+#[test]
+fn messages_wrap_between_words_on_a_terminal_and_stay_whole_in_a_pipe() {
+    let bin = imgctl_bin();
+    let shell = format!(
+        "COLUMNS=60 NO_COLOR=1 {} render --cuda 12.4 > /dev/null",
+        bin.display()
+    );
+    // util-linux's script(1) runs the command on a pseudo-terminal.
+    let out = Command::new("script")
+        .args(["-qec", &shell, "/dev/null"])
+        .output()
+        .expect("run script(1) (util-linux)");
+    let seen = String::from_utf8_lossy(&out.stdout).replace('\r', "");
+    assert!(out.status.success(), "{seen}");
+    let note: Vec<&str> = seen
+        .lines()
+        .take_while(|l| !l.starts_with("pip lock:"))
+        .collect();
+    assert!(note.len() >= 3, "the note was not wrapped:\n{seen}");
+    assert!(note[0].starts_with("note: cu124: "), "{seen}");
+    assert!(note[1..].iter().all(|l| l.starts_with("  ")), "{seen}");
+    assert!(
+        note.iter().all(|l| l.chars().count() <= 60),
+        "a line is wider than the terminal:\n{seen}"
+    );
+    // The same words in the same order as the one line a pipe gets.
+    let piped = Command::new(&bin)
+        .args(["render", "--cuda", "12.4"])
+        .env("COLUMNS", "60")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run imgctl");
+    let (_, stderr) = texts(&piped);
+    let line = stderr.lines().next().expect("a note");
+    assert!(
+        line.starts_with("note: cu124: ") && line.chars().count() > 60,
+        "{stderr}"
+    );
+    let words = |t: &str| t.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(words(&note.join(" ")), words(line));
 }

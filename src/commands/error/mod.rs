@@ -98,7 +98,7 @@ pub fn finish(result: anyhow::Result<ExitStatus>) -> ExitStatus {
         Ok(status) => status,
         Err(err) => {
             let p = crate::output::printer();
-            let text = render_error(&err);
+            let text = p.fit_text(&render_error(&err));
             p.stderr_text(if p.color { colour_labels(&text) } else { text });
             status_of(&err)
         }
