@@ -2,10 +2,32 @@
 //! ([`interrupt_flag`]), and the handler's own lines, said when the signal
 //! comes (the one place under `train/` that prints, because no sink is
 //! listening inside a signal handler).
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::output::printer;
+
+/// The step the loop is training now (0 before the first), named by the
+/// first Ctrl-C's line.
+static STEP_IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// The run loop says which step it starts (1-based), so that a Ctrl-C
+/// answers "finishing step N".
+pub fn set_step_in_progress(step: u64) {
+    STEP_IN_PROGRESS.store(step, Ordering::Relaxed);
+}
+
+/// What the first Ctrl-C says, naming the step being finished when one is.
+fn first_interrupt_line(step: u64) -> String {
+    let which = if step == 0 {
+        "this step".to_string()
+    } else {
+        format!("step {step}")
+    };
+    format!(
+        "interrupt: finishing {which}, then saving a checkpoint (Ctrl-C again exits without one)\n"
+    )
+}
 
 /// The process-wide Ctrl-C flag; the handler is installed on first use.
 pub fn interrupt_flag() -> Arc<AtomicBool> {
@@ -28,9 +50,9 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
                 crate::sys::process::exit_now(130);
             }
             if announce {
-                printer().stderr_text(
-                    "interrupt: finishing this step, then saving a checkpoint (Ctrl-C again exits without one)\n",
-                );
+                printer().stderr_text(first_interrupt_line(
+                    STEP_IN_PROGRESS.load(Ordering::Relaxed),
+                ));
             }
         };
         if let Err(e) = ctrlc::set_handler(handler) {
@@ -41,4 +63,18 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         flag
     })
     .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_ctrl_c_names_the_step_it_finishes() {
+        assert_eq!(
+            first_interrupt_line(41),
+            "interrupt: finishing step 41, then saving a checkpoint (Ctrl-C again exits without one)\n"
+        );
+        assert!(first_interrupt_line(0).starts_with("interrupt: finishing this step, "));
+    }
 }

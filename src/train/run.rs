@@ -319,6 +319,7 @@ impl<'a> RunLoop<'a> {
         let opts = self.opts;
         let tr = &opts.config.training;
         self.stop_if_interrupted()?;
+        super::interrupt::set_step_in_progress(self.trainer.step + 1);
         let step_start = Instant::now();
         let Some(batch) = self.loader.next_batch() else {
             (self.events)(&RunEvent::Stopped);
