@@ -7,9 +7,10 @@ setup:
 build: setup
 	cargo build --release
 
-# Set up, then build the default image (PyTorch 2.7 / CUDA 12.4 profile).
+# Set up, then build the default image (PyTorch 2.7 / CUDA 12.4 profile) under
+# build's default tag, imgctl/cu124:latest.
 image: build
-	./target/release/imgctl build --cuda 12.4 --tag imgctl/pytorch:2.7.0-cu124
+	./target/release/imgctl build --cuda 12.4
 
 # Set up, then run the whole test suite (CI runs exactly this).
 test: setup

@@ -107,7 +107,7 @@ fn docker_error(e: &DockerError) -> Advice {
             usage("build it with `imgctl build`, or check `docker images`")
         }
         DockerError::InvalidImageReference { .. } => usage(
-            "an image is NAME[:TAG] or NAME@sha256:DIGEST, in lower case, e.g. imgctl/pytorch:2.7.0-cu124",
+            "an image is NAME[:TAG] or NAME@sha256:DIGEST, in lower case, e.g. imgctl/cu124:latest",
         ),
         DockerError::Timeout { .. } => Advice::failure(
             "raise --check-timeout, or look for a hung GPU (nvidia-smi, dmesg)".to_string(),
