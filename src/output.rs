@@ -115,10 +115,7 @@ impl Printer {
     /// unchanged when stderr is not a terminal, so logs and pipes keep one
     /// line per message.
     pub fn fit_text(&self, text: &str) -> String {
-        match table_width(Stream::Stderr).filter(|_| self.interactive) {
-            Some(width) => wrap(text, usize::from(width)),
-            None => text.to_string(),
-        }
+        wrap_text(text, table_width(Stream::Stderr).filter(|_| self.interactive))
     }
     /// `text` on stderr exactly as given (no newline added, not hidden by
     /// `-q`): errors, and blocks that are already laid out.
@@ -319,28 +316,13 @@ pub fn fit_table(table: &mut comfy_table::Table, fit: Fit) -> bool {
     table.lines().count() < wrapped
 }
 
-/// Word-wraps `text` to `width` columns (no change without a width); lines
-/// after the first are indented by two spaces. A word longer than a line
-/// stays whole.
+/// Word-wraps `text` to `width` columns ([`wrap`]); no change without a
+/// width.
 pub fn wrap_text(text: &str, width: Option<u16>) -> String {
-    let Some(width) = width.map(usize::from) else {
-        return text.to_string();
-    };
-    let mut out = String::new();
-    let mut line = 0;
-    for word in text.split(' ') {
-        let len = word.chars().count();
-        if line > 0 && line + 1 + len > width {
-            out.push_str("\n  ");
-            line = 2;
-        } else if line > 0 {
-            out.push(' ');
-            line += 1;
-        }
-        out.push_str(word);
-        line += len;
+    match width {
+        Some(w) => wrap(text, usize::from(w)),
+        None => text.to_string(),
     }
-    out
 }
 
 /// Longer than this, a word with a `/` in it is shown as `…/` and its last
