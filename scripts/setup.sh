@@ -36,8 +36,9 @@ apt_install() {
 # g++: torch-sys's C++ wrapper and our csrc/torch_ext.cpp are compiled at build time.
 # iproute2: tests/it/multinode.rs makes its "nodes" with `ip netns` and veth pairs.
 # procps: tests/it/buildkit.rs watches a cancelled step's process with pgrep.
+# xz-utils: scripts/dev-engine.sh reads Debian's package index (engine-tests.sh 28 in make test).
 # bsdutils: script(1) gives tests/it/cli.rs a pseudo-terminal (messages wrapped to its width).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

@@ -48,10 +48,11 @@ impl Wording {
     }
 }
 
-/// The words verify's own tests hand in: placeholders, not the command
-/// layer's words (the core must not spell a flag, and its tests read where
-/// a word goes, not how the user's command line spells it; the command
-/// layer's tests read its own words).
+/// The words verify's own tests hand in: each field's own name in angle
+/// brackets, on purpose, not the command layer's flags. The core must not
+/// spell a flag (an architecture rule), and its tests check where a word
+/// goes, not how the user's command line spells it; `commands/verify.rs`'s
+/// tests check the real words.
 #[cfg(test)]
 pub(crate) const TEST_WORDS: Wording = Wording {
     expect_gpus: "<expect_gpus>",
