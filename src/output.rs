@@ -115,7 +115,10 @@ impl Printer {
     /// unchanged when stderr is not a terminal, so logs and pipes keep one
     /// line per message.
     pub fn fit_text(&self, text: &str) -> String {
-        wrap_text(text, table_width(Stream::Stderr).filter(|_| self.interactive))
+        wrap_text(
+            text,
+            table_width(Stream::Stderr).filter(|_| self.interactive),
+        )
     }
     /// `text` on stderr exactly as given (no newline added, not hidden by
     /// `-q`): errors, and blocks that are already laid out.

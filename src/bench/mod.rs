@@ -331,8 +331,8 @@ fn bench_step(
     let stats = trainer.train_step(&batch)?;
     if stats.fell_back {
         events(&RunEvent::Warning(format!(
-            "libtorch's fused AdamW failed ({}); using the elementwise update, which is slower (the figures below are of that update)",
-            trainer.unfused_reason().unwrap_or("no reason given")
+            "{} (the figures below are of that update)",
+            trainer.fell_back_warning()
         )));
     }
     Ok((data_s, stats))

@@ -339,10 +339,7 @@ impl<'a> RunLoop<'a> {
         };
         let dt = step_start.elapsed().as_secs_f64();
         if stats.fell_back {
-            (self.events)(&RunEvent::Warning(format!(
-                "libtorch's fused AdamW failed ({}); using the elementwise update, which is slower",
-                self.trainer.unfused_reason().unwrap_or("no reason given")
-            )));
+            (self.events)(&RunEvent::Warning(self.trainer.fell_back_warning()));
         }
         self.count(&stats, dt);
         let done = self.trainer.step == tr.steps;

@@ -269,6 +269,14 @@ impl Trainer {
         self.opt.unfused_reason()
     }
 
+    /// The warning a step that [`StepStats::fell_back`] gives, with the reason.
+    pub fn fell_back_warning(&self) -> String {
+        format!(
+            "libtorch's fused AdamW failed ({}); using the elementwise update, which is slower",
+            self.unfused_reason().unwrap_or("no reason given")
+        )
+    }
+
     /// Number of trainable parameters.
     pub fn param_count(&self) -> i64 {
         self.layout.params
