@@ -8,7 +8,7 @@
 //! file, batch file, the JSON the script prints); it must not time anything
 //! itself.
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,17 @@ pub enum ReferenceError {
         python: String,
         /// Why not.
         error: std::io::Error,
+    },
+    /// The interpreter runs but cannot import what the reference needs
+    /// (checked before imgctl's half of `--compare` runs; exit 2).
+    #[error("the PyTorch reference's interpreter `{python}` cannot import {missing}: {why}")]
+    Imports {
+        /// The interpreter ([`python`]).
+        python: String,
+        /// What failed to import (`torch, diffusers`).
+        missing: String,
+        /// Python's last line (`ModuleNotFoundError: No module named 'torch'`).
+        why: String,
     },
 }
 
@@ -126,13 +137,18 @@ pub struct ReferenceRun {
 /// The interpreter: `$IMGCTL_PYTHON`; else `$IMGCTL_VENV/bin/python` when it
 /// exists (the venv scripts/setup.sh made, with torch and diffusers;
 /// `.cargo/config.toml` points IMGCTL_VENV at the repository's `.venv`, so
-/// `cargo run` finds it); else `python3` from PATH (inside an image built by
-/// imgctl, where torch is the system Python's).
+/// `cargo run` finds it); else the Python of the venv whose libtorch this
+/// process runs on (a release binary started from anywhere: the venv
+/// `make build` linked it against); else `python3` from PATH (inside an
+/// image built by imgctl, where torch is the system Python's).
 pub fn python() -> String {
-    python_from(|k| std::env::var(k).ok())
+    let own = crate::sys::procmaps::mapped_library("libtorch_cpu.so")
+        .and_then(|lib| venv_python_of(&lib))
+        .map(|p| p.to_string_lossy().into_owned());
+    python_from(|k| std::env::var(k).ok(), own)
 }
 
-fn python_from(get: impl Fn(&str) -> Option<String>) -> String {
+fn python_from(get: impl Fn(&str) -> Option<String>, own_venv: Option<String>) -> String {
     let set = |k: &str| get(k).filter(|s| !s.trim().is_empty());
     if let Some(p) = set(ev::IMGCTL_PYTHON) {
         return p;
@@ -143,7 +159,54 @@ fn python_from(get: impl Fn(&str) -> Option<String>) -> String {
             return py.to_string_lossy().into_owned();
         }
     }
-    "python3".into()
+    own_venv.unwrap_or_else(|| "python3".into())
+}
+
+/// The `bin/python` of the venv that holds `libtorch` (a path such as
+/// `VENV/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so`), when it
+/// exists; None for a libtorch outside a venv (a standalone download).
+pub fn venv_python_of(libtorch: &Path) -> Option<PathBuf> {
+    // FILE → torch/lib → torch → site-packages → python3.X → lib → VENV
+    let venv = libtorch.ancestors().nth(6)?;
+    let site = libtorch.ancestors().nth(3)?;
+    if site.file_name()? != "site-packages" {
+        return None;
+    }
+    let py = venv.join("bin").join("python");
+    py.exists().then_some(py)
+}
+
+/// What the reference script imports; checked before any benchmarking.
+const REFERENCE_IMPORTS: &str = "torch, diffusers";
+
+/// Checks that [`python`] starts and imports torch and diffusers, so that
+/// `--compare` fails in seconds, before imgctl's half runs, rather than after.
+pub fn check_imports() -> anyhow::Result<String> {
+    let py = python();
+    let out = Command::new(&py)
+        .args(["-c", &format!("import {REFERENCE_IMPORTS}")])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|error| ReferenceError::Spawn {
+            python: py.clone(),
+            error,
+        })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(ReferenceError::Imports {
+            python: py,
+            missing: REFERENCE_IMPORTS.into(),
+            why: stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("it exited without saying why")
+                .trim()
+                .to_string(),
+        }
+        .into());
+    }
+    Ok(py)
 }
 
 /// Writes the script, the diffusers config and `REFERENCE_BATCHES` batches of
@@ -401,17 +464,39 @@ mod tests {
             }
         };
         // A venv without bin/python does not count.
-        assert_eq!(python_from(env(&[], &venv)), "python3");
+        assert_eq!(python_from(env(&[], &venv), None), "python3");
         std::fs::create_dir_all(dir.path().join("bin")).unwrap();
         std::fs::write(dir.path().join("bin/python"), "").unwrap();
         assert_eq!(
-            python_from(env(&[], &venv)),
+            python_from(env(&[], &venv), None),
             dir.path().join("bin/python").to_string_lossy()
         );
         assert_eq!(
-            python_from(env(&[("IMGCTL_PYTHON", "/opt/py")], &venv)),
+            python_from(env(&[("IMGCTL_PYTHON", "/opt/py")], &venv), None),
             "/opt/py"
         );
-        assert_eq!(python_from(|_| None), "python3");
+        assert_eq!(python_from(|_| None, None), "python3");
+        // Started from anywhere (no IMGCTL_VENV), the venv of its own libtorch.
+        assert_eq!(
+            python_from(|_| None, Some("/v/bin/python".into())),
+            "/v/bin/python"
+        );
+    }
+
+    #[test]
+    fn the_venv_of_a_libtorch_is_found_only_where_a_venv_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir
+            .path()
+            .join("lib/python3.11/site-packages/torch/lib/libtorch_cpu.so");
+        assert_eq!(venv_python_of(&lib), None, "no bin/python yet");
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        std::fs::write(dir.path().join("bin/python"), "").unwrap();
+        assert_eq!(venv_python_of(&lib), Some(dir.path().join("bin/python")));
+        // A standalone libtorch (libtorch/lib/libtorch_cpu.so) has no venv.
+        assert_eq!(
+            venv_python_of(&dir.path().join("opt/libtorch/lib/libtorch_cpu.so")),
+            None
+        );
     }
 }

@@ -19,5 +19,8 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
         ReferenceError::Spawn { .. } => Advice::usage(format!(
             "install Python 3 with torch and diffusers (scripts/setup.sh does), or point {IMGCTL_PYTHON} at such an interpreter"
         )),
+        ReferenceError::Imports { .. } => Advice::usage(format!(
+            "point {IMGCTL_PYTHON} at a Python with torch and diffusers (the venv scripts/setup.sh made: `{IMGCTL_PYTHON}=~/.cache/imgctl/venv-torch-2.7.0/bin/python`), or `pip install torch diffusers` into this one"
+        )),
     })
 }

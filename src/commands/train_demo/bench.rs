@@ -66,8 +66,10 @@ pub(super) fn check_flags(args: &TrainArgs) -> anyhow::Result<()> {
         ));
     }
     if args.compare {
-        // A malformed deadline is a usage error before any work.
+        // A malformed deadline, or an interpreter without torch and
+        // diffusers, is a usage error before any work.
         reference::reference_timeout()?;
+        reference::check_imports()?;
     }
     Ok(())
 }
