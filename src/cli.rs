@@ -85,8 +85,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Flags every command takes.
+/// Flags every command takes (listed under their own heading in `--help`).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// More output (full build logs, per-step details).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -97,7 +98,7 @@ pub struct GlobalArgs {
     /// Colour: auto, always or never (NO_COLOR is honoured).
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, hide_possible_values = true)]
     pub color: ColorChoice,
-    /// Docker context of the engine for build and verify --image (as `docker --context`; beats DOCKER_HOST, DOCKER_CONTEXT and `docker context use`).
+    /// Docker context of the engine for build, verify --image, up, ps, down and logs (as `docker --context`; beats DOCKER_HOST, DOCKER_CONTEXT and `docker context use`).
     #[arg(
         long,
         global = true,
@@ -128,6 +129,116 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff), of imgctl or of one subcommand.
     Man(ManArgs),
+    /// Start a workstation: a container of an imgctl image with JupyterLab, SSH, the GPUs and this folder at /workspace.
+    Up(UpArgs),
+    /// List the workstations `imgctl up` started.
+    Ps(PsArgs),
+    /// Stop and remove workstations (the folder mounted at /workspace stays).
+    Down(DownArgs),
+    /// Print a workstation's log (JupyterLab's and sshd's output).
+    Logs(LogsArgs),
+}
+
+/// A TCP port flag's value: 1 to 65535.
+fn tcp_port(s: &str) -> Result<u16, String> {
+    match s.trim().parse::<u16>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a TCP port from 1 to 65535".to_string()),
+    }
+}
+
+/// `imgctl up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// The image (built by `imgctl build`).
+    #[arg(value_name = "IMAGE", default_value = "imgctl/cu124:latest")]
+    pub image: String,
+    /// The container's name [default: imgctl-FOLDER, after the mounted folder].
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// GPUs: all, a count, device ids (0,2; one: device=3), or none [default: all when the engine can give GPUs, else none].
+    #[arg(long, value_name = "all|N|IDS|none", allow_hyphen_values = true)]
+    pub gpus: Option<String>,
+    /// The host folder mounted read-write at /workspace [default: the current folder].
+    #[arg(long, value_name = "DIR", conflicts_with = "no_mount")]
+    pub mount: Option<PathBuf>,
+    /// Mount no host folder (/workspace is the container's own).
+    #[arg(long)]
+    pub no_mount: bool,
+    /// A public key file for SSH; repeatable [default: every ~/.ssh/*.pub].
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key: Vec<PathBuf>,
+    /// JupyterLab's host port [default: 8888, or a free one when 8888 is taken].
+    #[arg(long, value_name = "PORT", value_parser = tcp_port, allow_negative_numbers = true)]
+    pub jupyter_port: Option<u16>,
+    /// SSH's host port [default: 2222, or a free one when 2222 is taken].
+    #[arg(long, value_name = "PORT", value_parser = tcp_port, allow_negative_numbers = true)]
+    pub ssh_port: Option<u16>,
+    /// The host address the ports listen on (0.0.0.0: every interface).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub listen: String,
+    /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g.
+    #[arg(long, value_name = "SIZE", default_value = "16g")]
+    pub shm_size: String,
+    /// Do not run `imgctl verify --level quick` inside once it is up.
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Seconds to wait for JupyterLab and SSH to answer (the image's healthcheck).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 300,
+        allow_negative_numbers = true
+    )]
+    pub wait: i64,
+    /// Print the workstation's addresses as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `imgctl ps` (with the global -q: the names only, one a line, as `docker ps -q`).
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Stopped workstations too.
+    #[arg(short, long)]
+    pub all: bool,
+    /// Print as JSON (with each JupyterLab URL and its token).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `imgctl down`.
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// The workstations to remove (`imgctl ps` lists them).
+    #[arg(value_name = "NAME", required_unless_present = "all")]
+    pub names: Vec<String>,
+    /// Every workstation, running or stopped.
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+    /// Seconds the services get to stop before they are killed.
+    #[arg(
+        short,
+        long,
+        value_name = "SECS",
+        default_value_t = 10,
+        allow_negative_numbers = true
+    )]
+    pub time: i64,
+}
+
+/// `imgctl logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The workstation.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Keep printing new lines until Ctrl-C.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u32>,
 }
 
 /// `imgctl completions SHELL`.

@@ -141,3 +141,6 @@ pub fn seconds(var: &str, default: std::time::Duration) -> anyhow::Result<std::t
 /// this width even when piped (POSIX lists `COLUMNS` among the variables
 /// that override the terminal's width).
 pub const COLUMNS: &str = "COLUMNS";
+
+/// The user's home folder (`imgctl up` reads the SSH public keys in `~/.ssh`).
+pub const HOME: &str = "HOME";

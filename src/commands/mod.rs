@@ -15,6 +15,7 @@ pub mod sample;
 pub mod specs;
 pub mod train_demo;
 pub mod verify;
+pub mod workstation;
 
 /// Runs the parsed command.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
@@ -33,6 +34,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Verify(args) => verify::run(args),
         Command::TrainDemo(args) => train_demo::run(args),
         Command::Sample(args) => sample::run(args),
+        Command::Up(args) => workstation::up(args),
+        Command::Ps(args) => workstation::ps(args),
+        Command::Down(args) => workstation::down(args),
+        Command::Logs(args) => workstation::logs(args),
     }
 }
 

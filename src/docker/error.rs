@@ -204,6 +204,26 @@ pub enum DockerError {
         /// bollard's words.
         error: String,
     },
+    /// Inspecting a container failed.
+    #[error("inspecting container {id}: {error}")]
+    InspectContainer {
+        /// The container's name or id.
+        id: String,
+        /// bollard's words.
+        error: String,
+    },
+    /// Running a command in a container (`docker exec`) failed.
+    #[error("running a command in the container: {error}")]
+    Exec {
+        /// bollard's words.
+        error: String,
+    },
+    /// Listing containers failed.
+    #[error("listing containers: {error}")]
+    ListContainers {
+        /// bollard's words.
+        error: String,
+    },
     /// A signal ended the run; the container was removed.
     #[error("interrupted by {signal}; the container was removed")]
     Interrupted {

@@ -23,6 +23,7 @@ pub mod image;
 pub mod run;
 pub mod tail;
 pub mod transport;
+pub mod workstation;
 
 pub use engine::{connect, Engine, EngineInfo};
 pub use error::{DockerError, PushFailure};

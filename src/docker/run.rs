@@ -180,6 +180,10 @@ impl ContainerGuard {
     pub fn new(id: String) -> Self {
         Self { id: Some(id) }
     }
+    /// Disarms the guard: the container stays (a workstation that came up).
+    pub fn keep(mut self) {
+        self.id = None;
+    }
     /// Removes the container now (force) and disarms the guard.
     pub async fn remove(&mut self, docker: &bollard::Docker) -> anyhow::Result<()> {
         if let Some(id) = self.id.take() {

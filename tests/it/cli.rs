@@ -593,6 +593,13 @@ fn every_json_output_carries_the_schema_version_the_readme_states() {
         stated("imgctl sample --json"),
         u64::from(imgctl::commands::sample::SAMPLE_REPORT_VERSION)
     );
+    for command in ["imgctl up --json", "imgctl ps --json"] {
+        assert_eq!(
+            stated(command),
+            u64::from(imgctl::commands::workstation::SCHEMA_VERSION),
+            "{command}"
+        );
+    }
 }
 
 /// #29 item 3.10: on a terminal, messages break between words at its width

@@ -317,6 +317,7 @@ fn real_image_end_to_end() {
     let (key, public) = keypair(work.path());
     let name = format!("imgctl-e2e-{pid}");
     workstation_services(&mut guard, &image, &name, &key, &public);
+    workstation_up(&mut guard, pid, &key, work.path());
     hardened_workstation(&mut guard, &image, pid, &key, &public);
     no_path_to_root_and_clean_stops(guard, &image, &name, pid);
 }
@@ -542,6 +543,105 @@ fn workstation_services(
         owners.lines().all(|u| u.trim() == "dev"),
         "processes not run by dev:\n{owners}"
     );
+}
+
+/// `imgctl up` on the real image (issue 29, item 1): the folder at
+/// /workspace, JupyterLab with the generated token (and without it refused),
+/// SSH with the given key, the quick verify inside passed; `ps` lists it,
+/// `down` leaves no container and the folder's files.
+fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work: &Path) {
+    let name = format!("imgctl-e2e-up-{pid}");
+    guard.container(&name);
+    let folder = work.join("project");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("hello.txt"), "from the host\n").unwrap();
+    // The image's user (uid 1000) owns the folder, as on a workstation.
+    let chown = Command::new("chown")
+        .args(["-R", "1000:1000"])
+        .arg(&folder)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let started = Instant::now();
+    let out = Command::new(imgctl_bin())
+        .args(["up", "--name", &name, "--json", "--mount"])
+        .arg(&folder)
+        .arg("--ssh-key")
+        .arg(key.with_extension("pub"))
+        .arg(E2E_TAG)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "imgctl up failed:\n{stderr}");
+    eprintln!(
+        "e2e: imgctl up to healthy and verified: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // No warning (the folder is dev's), bar the memlock one of an engine
+    // whose own limit is low (this machine's 20.10: 8 MiB hard).
+    assert!(
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("warning:"))
+            .all(|l| l.contains("may not raise the ulimit memlock=-1")),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout).expect("up --json");
+    assert_eq!(report["verify"]["passed"], true, "{stdout}");
+    assert!(
+        report["verify"]["summary"]["pass"].as_u64().unwrap() > 0,
+        "{stdout}"
+    );
+    let url = report["jupyter"]["open"].as_str().unwrap().to_string();
+    let token = url.rsplit("token=").next().unwrap().to_string();
+    let jupyter_port = report["jupyter"]["port"].as_u64().unwrap() as u16;
+    assert_eq!(http_status(jupyter_port, "/api/status", None), 403);
+    assert_eq!(http_status(jupyter_port, "/api/status", Some(&token)), 200);
+    // The folder is /workspace, and dev writes there.
+    assert_eq!(
+        http_status(jupyter_port, "/api/contents/hello.txt", Some(&token)),
+        200
+    );
+    let ssh_port = report["ssh"]["port"].as_u64().unwrap() as u16;
+    assert_eq!(
+        report["ssh"]["open"],
+        format!("ssh -p {ssh_port} dev@127.0.0.1"),
+        "{stdout}"
+    );
+    let out = ssh(
+        key,
+        ssh_port,
+        &[],
+        "cat /workspace/hello.txt; echo written >/workspace/out.txt; df -k /dev/shm | tail -1",
+    );
+    let (said, err) = texts(&out);
+    assert!(out.status.success(), "ssh into the workstation: {err}");
+    assert!(said.starts_with("from the host"), "{said}");
+    // /dev/shm is 16 GiB, not Docker's 64 MB.
+    let shm_kib: u64 = said
+        .lines()
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(shm_kib, 16 * 1024 * 1024, "{said}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("out.txt")).unwrap(),
+        "written\n"
+    );
+
+    // Listed, then removed: no container, the folder kept.
+    let ps = crate::common::imgctl(&["ps", "--json"]);
+    assert!(texts(&ps).0.contains(&name), "{}", texts(&ps).0);
+    let out = crate::common::imgctl(&["down", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    let left = docker_ok(&["ps", "-a", "-q", "--filter", &format!("name=^/{name}$")]);
+    assert!(left.is_empty(), "down left {left}");
+    assert!(folder.join("out.txt").exists());
 }
 
 /// Kubernetes' restricted profile with a read-only root file system.

@@ -22,3 +22,4 @@ mod spec;
 mod train;
 mod trainer;
 mod verify;
+mod workstation;

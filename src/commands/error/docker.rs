@@ -121,6 +121,9 @@ fn docker_error(e: &DockerError) -> Advice {
         | DockerError::WaitStreamClosed
         | DockerError::Logs { .. }
         | DockerError::RemoveContainer { .. }
+        | DockerError::InspectContainer { .. }
+        | DockerError::Exec { .. }
+        | DockerError::ListContainers { .. }
         | DockerError::AuthNotBase64 { .. }
         | DockerError::AuthNotUtf8 { .. }
         | DockerError::AuthNotUserPassword { .. }

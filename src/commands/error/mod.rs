@@ -19,6 +19,7 @@ mod parallel;
 mod spec;
 mod train;
 mod verify;
+mod workstation;
 
 pub use advice::{Advice, CliError};
 
@@ -41,6 +42,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         bench::advise,
         verify::advise,
         parallel::advise,
+        workstation::advise,
     ];
     tables.iter().find_map(|table| table(err))
 }

@@ -1,0 +1,78 @@
+//! What a workstation that cannot be made or found ([`WorkstationError`])
+//! means for the user of `imgctl up` and `imgctl down`: its exit status and
+//! the hint naming the flag or command that gets past it.
+
+use super::advice::Advice;
+use crate::docker::workstation::WorkstationError;
+
+/// Advice for [`WorkstationError`].
+pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
+    err.downcast_ref::<WorkstationError>().map(workstation)
+}
+
+fn workstation(e: &WorkstationError) -> Advice {
+    match e {
+        WorkstationError::NameTaken {
+            name,
+            workstation: true,
+        } => Advice::usage(format!(
+            "`imgctl up` prints its addresses again when it already runs; `imgctl down {name}` removes it, or pass --name NEW for a second one"
+        )),
+        WorkstationError::NameTaken { name, .. } => Advice::usage(format!(
+            "pass --name NEW, or remove that container (`docker rm -f {name}`) if you no longer need it"
+        )),
+        WorkstationError::NotFound { .. } => {
+            Advice::usage("`imgctl ps` lists the workstations (`imgctl ps -a` stopped ones too)".to_string())
+        }
+        WorkstationError::NotAWorkstation { name } => Advice::usage(format!(
+            "imgctl removes only the workstations it started (`imgctl ps`); remove others with `docker rm -f {name}`"
+        )),
+        WorkstationError::UlimitRefused { .. } => Advice::failure(
+            "let the engine raise the limit (dockerd started with `LimitMEMLOCK=infinity` in its systemd unit)".to_string(),
+        ),
+        WorkstationError::PortTaken { .. } => Advice::usage(
+            "free the port, pass another (--jupyter-port / --ssh-port), or leave the flag out to use a free one"
+                .to_string(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ExitStatus;
+
+    #[test]
+    fn every_workstation_error_has_a_hint_and_bad_input_is_a_usage_error() {
+        for e in [
+            WorkstationError::NameTaken {
+                name: "ws".into(),
+                workstation: true,
+            },
+            WorkstationError::NameTaken {
+                name: "ws".into(),
+                workstation: false,
+            },
+            WorkstationError::NotFound { name: "ws".into() },
+            WorkstationError::NotAWorkstation { name: "ws".into() },
+            WorkstationError::UlimitRefused {
+                ulimits: vec!["memlock=-1".into()],
+                message: "operation not permitted".into(),
+            },
+            WorkstationError::PortTaken {
+                address: "127.0.0.1".into(),
+                port: "8888".into(),
+                message: "port is already allocated".into(),
+            },
+        ] {
+            let a = workstation(&e);
+            let expected = if matches!(e, WorkstationError::UlimitRefused { .. }) {
+                ExitStatus::Failure
+            } else {
+                ExitStatus::Usage
+            };
+            assert_eq!(a.status, expected, "{e}");
+            assert!(a.hint.is_some_and(|h| !h.is_empty()), "{e}");
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! Workstations: long-running containers of an imgctl image, started the way
+//! people start them by hand (`docker run --gpus all --shm-size … -p 8888 -p
+//! 2222 -v .:/workspace IMAGE`), found again by their label, and removed.
+//!
+//! This module owns the container's configuration ([`Workstation`] →
+//! create body), its health as the image's HEALTHCHECK reports it
+//! ([`health`]), running a command inside it ([`exec`]), listing the
+//! workstations of the engine ([`list`]) and stopping one ([`remove`]). It
+//! decides nothing about flags, defaults or wording: `commands/workstation.rs`
+//! does. A workstation outlives the imgctl that started it, so it never
+//! carries the pid label of [`super::run`]'s short-lived containers (whose
+//! clean-up would remove it).
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{
+    ContainerCreateBody, ContainerStateStatusEnum, HealthStatusEnum, HostConfig, PortBinding,
+    ResourcesUlimits,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions, StopContainerOptions,
+};
+use futures_util::StreamExt;
+
+use super::run::{device_request, GpuRequestRejected};
+use super::tail::Tail;
+use super::DockerError;
+use crate::gpus::GpuSelection;
+
+/// Label every workstation carries (`true`); `imgctl ps` lists by it.
+pub const LABEL_WORKSTATION: &str = "io.imgctl.workstation";
+/// Label: the host folder mounted at /workspace (absent: none).
+pub const LABEL_WORKSPACE: &str = "io.imgctl.workstation.workspace";
+/// Label: the GPUs asked for (`all`, `2`, `0,2`, `none`).
+pub const LABEL_GPUS: &str = "io.imgctl.workstation.gpus";
+/// Label: the user the image's services run as (for the `ssh` line).
+pub const LABEL_USER: &str = "io.imgctl.workstation.user";
+
+/// JupyterLab's port inside the container (the entrypoint's default).
+pub const JUPYTER_PORT: u16 = 8888;
+/// sshd's port inside the container (the entrypoint's default).
+pub const SSH_PORT: u16 = 22;
+/// Where the host folder is mounted (the image's WORKDIR).
+pub const WORKSPACE: &str = "/workspace";
+
+/// The ulimits NCCL and pinned host memory want (NVIDIA's containers are
+/// documented with `--ulimit memlock=-1 --ulimit stack=67108864`).
+pub const ULIMITS: [(&str, i64); 2] = [("memlock", -1), ("stack", 64 * 1024 * 1024)];
+
+/// A published port: the container's port on a host address, at a fixed
+/// host port or (None) one the engine picks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publish {
+    /// The container's port.
+    pub container: u16,
+    /// The host address (`127.0.0.1`).
+    pub address: String,
+    /// The host port; None lets the engine pick a free one.
+    pub host: Option<u16>,
+}
+
+/// A workstation to create.
+#[derive(Debug, Clone)]
+pub struct Workstation {
+    /// Container name.
+    pub name: String,
+    /// Image reference.
+    pub image: String,
+    /// GPUs to request; None requests none.
+    pub gpus: Option<GpuSelection>,
+    /// The host folder to mount read-write at [`WORKSPACE`].
+    pub workspace: Option<String>,
+    /// Ports to publish.
+    pub publish: Vec<Publish>,
+    /// /dev/shm's size in bytes.
+    pub shm_bytes: i64,
+    /// `K=V` environment entries (the token and keys go here).
+    pub env: Vec<String>,
+    /// Ulimits (name, soft = hard limit; −1 unlimited), usually [`ULIMITS`].
+    pub ulimits: Vec<(String, i64)>,
+    /// Labels besides [`LABEL_WORKSTATION`].
+    pub labels: HashMap<String, String>,
+}
+
+impl Workstation {
+    /// The Engine API's create body for this workstation.
+    pub fn create_body(&self) -> ContainerCreateBody {
+        let mut labels = self.labels.clone();
+        labels.insert(LABEL_WORKSTATION.into(), "true".into());
+        labels.insert(
+            LABEL_GPUS.into(),
+            self.gpus.as_ref().map_or("none".into(), |g| g.to_string()),
+        );
+        if let Some(w) = &self.workspace {
+            labels.insert(LABEL_WORKSPACE.into(), w.clone());
+        }
+        let mut ports: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+        let mut exposed: Vec<String> = Vec::new();
+        for p in &self.publish {
+            let key = format!("{}/tcp", p.container);
+            if !exposed.contains(&key) {
+                exposed.push(key.clone());
+            }
+            ports
+                .entry(key)
+                .or_default()
+                .get_or_insert_with(Vec::new)
+                .push(PortBinding {
+                    host_ip: Some(p.address.clone()),
+                    host_port: Some(p.host.map_or(String::new(), |h| h.to_string())),
+                });
+        }
+        let host_config = HostConfig {
+            device_requests: self.gpus.as_ref().map(|g| vec![device_request(g)]),
+            binds: self
+                .workspace
+                .as_ref()
+                .map(|w| vec![format!("{w}:{WORKSPACE}")]),
+            port_bindings: Some(ports),
+            shm_size: Some(self.shm_bytes),
+            ulimits: Some(
+                self.ulimits
+                    .iter()
+                    .map(|(name, value)| ResourcesUlimits {
+                        name: Some(name.clone()),
+                        soft: Some(*value),
+                        hard: Some(*value),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            env: Some(self.env.clone()),
+            labels: Some(labels),
+            exposed_ports: Some(exposed),
+            host_config: Some(host_config),
+            ..Default::default()
+        }
+    }
+}
+
+/// Why a workstation could not be made or found (the command layer words
+/// each with its hint in `commands/error/workstation.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkstationError {
+    /// The name is taken by a container.
+    #[error("a container named {name} already exists{}", if *.workstation { " (an imgctl workstation)" } else { "" })]
+    NameTaken {
+        /// The name.
+        name: String,
+        /// Whether it is one of imgctl's workstations.
+        workstation: bool,
+    },
+    /// No container of that name.
+    #[error("no workstation named {name}")]
+    NotFound {
+        /// The name as given.
+        name: String,
+    },
+    /// A container of that name that imgctl did not start as a workstation.
+    #[error("{name} is a container, but not an imgctl workstation")]
+    NotAWorkstation {
+        /// The name.
+        name: String,
+    },
+    /// The engine (its runtime) may not raise a ulimit this far.
+    #[error("the engine may not set the ulimits {}: {message}", .ulimits.join(", "))]
+    UlimitRefused {
+        /// The ulimits asked for (`memlock=-1`).
+        ulimits: Vec<String>,
+        /// The engine's words.
+        message: String,
+    },
+    /// The engine could not publish a port (taken by another process or container).
+    #[error("port {address}:{port} is taken: {message}")]
+    PortTaken {
+        /// Host address.
+        address: String,
+        /// Host port.
+        port: String,
+        /// The engine's words.
+        message: String,
+    },
+}
+
+/// What the container's state and healthcheck say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// Running; the healthcheck has not passed yet.
+    Starting,
+    /// Running and the healthcheck passes (or the image has none).
+    Healthy,
+    /// The healthcheck failed its retries; its last output.
+    Unhealthy(String),
+    /// The main process ended with this code.
+    Exited(i64),
+}
+
+/// Creates and starts the workstation; returns its id. A GPU request the
+/// engine cannot serve fails with [`GpuRequestRejected`] in the chain (the
+/// half-made container is removed first), a taken port with
+/// [`WorkstationError::PortTaken`].
+pub async fn create_and_start(
+    docker: &bollard::Docker,
+    ws: &Workstation,
+) -> anyhow::Result<String> {
+    let opts = CreateContainerOptions {
+        name: Some(ws.name.clone()),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(Some(opts), ws.create_body())
+        .await
+        .map_err(|e| start_error(&e, ws, true))?;
+    if let Err(e) = docker.start_container(&created.id, None).await {
+        let err = start_error(&e, ws, false);
+        remove_by_id(docker, &created.id).await?;
+        return Err(err);
+    }
+    Ok(created.id)
+}
+
+/// The error for a failed create (`creating`) or start of `ws`.
+fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> anyhow::Error {
+    if let Some(too_much) = super::transport::too_much(e) {
+        return DockerError::EngineTooMuch(too_much).into();
+    }
+    let msg = super::transport::words(e);
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("could not select device driver")
+        || lower.contains("nvidia-container-cli")
+        || lower.contains("unknown runtime")
+    {
+        return GpuRequestRejected(msg).into();
+    }
+    if lower.contains("error setting rlimit") {
+        return WorkstationError::UlimitRefused {
+            ulimits: ws.ulimits.iter().map(|(n, v)| format!("{n}={v}")).collect(),
+            message: msg,
+        }
+        .into();
+    }
+    if lower.contains("already in use") && lower.contains("name") {
+        return WorkstationError::NameTaken {
+            name: ws.name.clone(),
+            workstation: false,
+        }
+        .into();
+    }
+    if lower.contains("port is already allocated") || lower.contains("address already in use") {
+        let taken = ws
+            .publish
+            .iter()
+            .find(|p| p.host.is_some_and(|h| msg.contains(&format!(":{h}"))));
+        return WorkstationError::PortTaken {
+            address: taken.map_or("?".into(), |p| p.address.clone()),
+            port: taken
+                .and_then(|p| p.host)
+                .map_or("?".into(), |h| h.to_string()),
+            message: msg,
+        }
+        .into();
+    }
+    if creating && (msg.contains("No such image") || msg.contains("404")) {
+        return DockerError::NoImageForContainer {
+            image: ws.image.clone(),
+        }
+        .into();
+    }
+    if creating {
+        DockerError::CreateContainer {
+            image: ws.image.clone(),
+            message: msg,
+        }
+        .into()
+    } else {
+        DockerError::StartContainer {
+            image: ws.image.clone(),
+            message: msg,
+        }
+        .into()
+    }
+}
+
+/// The container's state as [`Health`].
+pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health> {
+    let inspect = docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .map_err(|e| {
+            DockerError::of_engine(&e, |error| DockerError::InspectContainer {
+                id: id.to_string(),
+                error,
+            })
+        })?;
+    let state = inspect.state.unwrap_or_default();
+    let running = matches!(
+        state.status,
+        Some(ContainerStateStatusEnum::RUNNING | ContainerStateStatusEnum::CREATED)
+    );
+    if !running {
+        return Ok(Health::Exited(state.exit_code.unwrap_or(-1)));
+    }
+    let Some(h) = state.health else {
+        return Ok(Health::Healthy);
+    };
+    Ok(match h.status {
+        Some(HealthStatusEnum::HEALTHY) | Some(HealthStatusEnum::NONE) | None => Health::Healthy,
+        Some(HealthStatusEnum::UNHEALTHY) => Health::Unhealthy(
+            h.log
+                .unwrap_or_default()
+                .last()
+                .and_then(|l| l.output.clone())
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        ),
+        _ => Health::Starting,
+    })
+}
+
+/// The host ports the engine published for a running container, by
+/// container port (`8888` → `(127.0.0.1, 32771)`).
+pub async fn published_ports(
+    docker: &bollard::Docker,
+    id: &str,
+) -> anyhow::Result<HashMap<u16, (String, u16)>> {
+    let inspect = docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .map_err(|e| {
+            DockerError::of_engine(&e, |error| DockerError::InspectContainer {
+                id: id.to_string(),
+                error,
+            })
+        })?;
+    let mut out = HashMap::new();
+    let ports = inspect
+        .network_settings
+        .and_then(|n| n.ports)
+        .unwrap_or_default();
+    for (key, bindings) in ports {
+        let Some(container) = key.split('/').next().and_then(|p| p.parse::<u16>().ok()) else {
+            continue;
+        };
+        if let Some(b) = bindings.unwrap_or_default().into_iter().find_map(|b| {
+            let port = b.host_port?.parse::<u16>().ok()?;
+            Some((b.host_ip.unwrap_or_default(), port))
+        }) {
+            out.insert(container, b);
+        }
+    }
+    Ok(out)
+}
+
+/// What a command run inside a container left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Its exit code.
+    pub exit_code: i64,
+    /// Its stdout (the last [`super::run::STDOUT_LIMIT`] bytes).
+    pub stdout: String,
+    /// Its stderr (the last [`super::tail::OUTPUT_TAIL`] bytes).
+    pub stderr: String,
+}
+
+/// Runs `cmd` inside the running container `id` as the container's user and
+/// waits for it (at most `timeout`).
+pub async fn exec(
+    docker: &bollard::Docker,
+    id: &str,
+    cmd: Vec<String>,
+    env: Vec<String>,
+    timeout: Duration,
+) -> anyhow::Result<ExecOutput> {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    let created = docker
+        .create_exec(
+            id,
+            CreateExecOptions {
+                cmd: Some(cmd),
+                env: Some(env),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| DockerError::of_engine(&e, |error| DockerError::Exec { error }))?;
+    let run = async {
+        let mut stdout = Tail::new(super::run::STDOUT_LIMIT);
+        let mut stderr = Tail::new(super::tail::OUTPUT_TAIL);
+        if let StartExecResults::Attached { mut output, .. } = docker
+            .start_exec(&created.id, None)
+            .await
+            .map_err(|e| DockerError::of_engine(&e, |error| DockerError::Exec { error }))?
+        {
+            while let Some(chunk) = output.next().await {
+                match chunk
+                    .map_err(|e| DockerError::of_engine(&e, |error| DockerError::Exec { error }))?
+                {
+                    bollard::container::LogOutput::StdErr { message } => stderr.push(&message),
+                    bollard::container::LogOutput::StdOut { message }
+                    | bollard::container::LogOutput::Console { message } => stdout.push(&message),
+                    bollard::container::LogOutput::StdIn { .. } => {}
+                }
+            }
+        }
+        let inspect = docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(|e| DockerError::of_engine(&e, |error| DockerError::Exec { error }))?;
+        Ok::<_, anyhow::Error>(ExecOutput {
+            exit_code: inspect.exit_code.unwrap_or(-1),
+            stdout: stdout.into_text(),
+            stderr: stderr.into_text(),
+        })
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(out) => out,
+        Err(_) => Err(DockerError::Timeout {
+            seconds: timeout.as_secs(),
+        }
+        .into()),
+    }
+}
+
+/// The last `lines` lines of the container's output (stdout and stderr).
+pub async fn log_tail(docker: &bollard::Docker, id: &str, lines: usize) -> String {
+    let mut logs = docker.logs(
+        id,
+        Some(LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: lines.to_string(),
+            ..Default::default()
+        }),
+    );
+    let mut text = Tail::new(super::tail::OUTPUT_TAIL);
+    while let Some(Ok(chunk)) = logs.next().await {
+        text.push(&chunk.into_bytes());
+    }
+    text.into_text()
+}
+
+/// One workstation as `imgctl ps` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Listed {
+    /// Container name.
+    pub name: String,
+    /// Container id (full).
+    pub id: String,
+    /// Image reference it was started from.
+    pub image: String,
+    /// `running`, `exited`, …
+    pub state: String,
+    /// The engine's status text (`Up 3 minutes (healthy)`).
+    pub status: String,
+    /// The GPUs asked for.
+    pub gpus: String,
+    /// The host folder at /workspace, if any.
+    pub workspace: Option<String>,
+    /// JupyterLab's host address and port, when published.
+    pub jupyter: Option<(String, u16)>,
+    /// sshd's host address and port, when published.
+    pub ssh: Option<(String, u16)>,
+    /// The image's user (SSH logs in as it).
+    pub user: Option<String>,
+    /// The JupyterLab token (from the container's environment).
+    pub token: Option<String>,
+    /// Creation time, seconds since the epoch.
+    pub created: i64,
+}
+
+/// Every workstation of the engine (`all`: stopped ones too), oldest first.
+pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Listed>> {
+    let mut filters = HashMap::new();
+    filters.insert(
+        "label".to_string(),
+        vec![format!("{LABEL_WORKSTATION}=true")],
+    );
+    let opts = ListContainersOptions {
+        all,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let summaries = docker
+        .list_containers(Some(opts))
+        .await
+        .map_err(|e| DockerError::of_engine(&e, |error| DockerError::ListContainers { error }))?;
+    let mut out = Vec::new();
+    for c in summaries {
+        let Some(id) = c.id.clone() else { continue };
+        let labels = c.labels.clone().unwrap_or_default();
+        let mut published: HashMap<u16, (String, u16)> = HashMap::new();
+        for p in c.ports.unwrap_or_default() {
+            if let Some(public) = p.public_port {
+                published
+                    .entry(p.private_port)
+                    .or_insert((p.ip.unwrap_or_default(), public));
+            }
+        }
+        let token = container_env(docker, &id)
+            .await
+            .into_iter()
+            .find_map(|e| e.strip_prefix("JUPYTER_TOKEN=").map(str::to_string));
+        out.push(Listed {
+            name: c
+                .names
+                .unwrap_or_default()
+                .first()
+                .map_or(id.clone(), |n| n.trim_start_matches('/').to_string()),
+            id,
+            image: c.image.unwrap_or_default(),
+            state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            status: c.status.unwrap_or_default(),
+            gpus: labels.get(LABEL_GPUS).cloned().unwrap_or_default(),
+            workspace: labels.get(LABEL_WORKSPACE).cloned(),
+            jupyter: published.get(&JUPYTER_PORT).cloned(),
+            ssh: published.get(&SSH_PORT).cloned(),
+            user: labels.get(LABEL_USER).cloned(),
+            token,
+            created: c.created.unwrap_or_default(),
+        });
+    }
+    out.sort_by_key(|w| w.created);
+    Ok(out)
+}
+
+/// The container's environment (`K=V`), empty when it cannot be read.
+async fn container_env(docker: &bollard::Docker, id: &str) -> Vec<String> {
+    docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .ok()
+        .and_then(|i| i.config)
+        .and_then(|c| c.env)
+        .unwrap_or_default()
+}
+
+/// Whether a container named `name` exists, and if so whether it is a
+/// workstation: None (no such container), Some(true|false).
+pub async fn find(docker: &bollard::Docker, name: &str) -> anyhow::Result<Option<(String, bool)>> {
+    match docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(i) => {
+            let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
+            let is_ws = labels.get(LABEL_WORKSTATION).map(String::as_str) == Some("true");
+            Ok(Some((i.id.unwrap_or_default(), is_ws)))
+        }
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(None),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::InspectContainer {
+                id: name.to_string(),
+                error,
+            })
+            .into(),
+        ),
+    }
+}
+
+/// Stops workstation `name` (SIGTERM, then SIGKILL after `grace`) and removes
+/// it with its anonymous volumes; the mounted host folder is untouched.
+/// Refuses a container that is not a workstation.
+pub async fn remove(docker: &bollard::Docker, name: &str, grace: Duration) -> anyhow::Result<()> {
+    let id = match find(docker, name).await? {
+        None => {
+            return Err(WorkstationError::NotFound {
+                name: name.to_string(),
+            }
+            .into())
+        }
+        Some((_, false)) => {
+            return Err(WorkstationError::NotAWorkstation {
+                name: name.to_string(),
+            }
+            .into())
+        }
+        Some((id, true)) => id,
+    };
+    let stop = docker
+        .stop_container(
+            &id,
+            Some(StopContainerOptions {
+                t: Some(i32::try_from(grace.as_secs()).unwrap_or(i32::MAX)),
+                ..Default::default()
+            }),
+        )
+        .await;
+    match stop {
+        Ok(()) => {}
+        // 304: already stopped; 404: gone meanwhile.
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 304 | 404,
+            ..
+        }) => {}
+        Err(e) => {
+            return Err(
+                DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
+                    id: name.to_string(),
+                    error,
+                })
+                .into(),
+            )
+        }
+    }
+    remove_by_id(docker, &id).await
+}
+
+/// Force-removes container `id` (and its anonymous volumes); gone already is fine.
+pub async fn remove_by_id(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    match docker.remove_container(id, Some(opts)).await {
+        Ok(())
+        | Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
+                id: id.to_string(),
+                error,
+            })
+            .into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_create_body_carries_what_a_workstation_needs() {
+        let ws = Workstation {
+            name: "ws".into(),
+            image: "imgctl/cu124:latest".into(),
+            gpus: Some(GpuSelection::All),
+            workspace: Some("/home/me/proj".into()),
+            publish: vec![
+                Publish {
+                    container: JUPYTER_PORT,
+                    address: "127.0.0.1".into(),
+                    host: Some(8888),
+                },
+                Publish {
+                    container: SSH_PORT,
+                    address: "127.0.0.1".into(),
+                    host: None,
+                },
+            ],
+            shm_bytes: 16 << 30,
+            env: vec!["JUPYTER_TOKEN=t".into()],
+            ulimits: ULIMITS.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+            labels: HashMap::new(),
+        };
+        let body = ws.create_body();
+        let host = body.host_config.unwrap();
+        assert_eq!(host.shm_size, Some(16 << 30));
+        assert_eq!(
+            host.binds,
+            Some(vec!["/home/me/proj:/workspace".to_string()])
+        );
+        assert_eq!(host.device_requests.unwrap()[0].count, Some(-1));
+        let ports = host.port_bindings.unwrap();
+        assert_eq!(
+            ports["8888/tcp"].as_ref().unwrap()[0].host_port.as_deref(),
+            Some("8888")
+        );
+        // An empty host port: the engine picks a free one.
+        assert_eq!(
+            ports["22/tcp"].as_ref().unwrap()[0].host_port.as_deref(),
+            Some("")
+        );
+        let ulimits = host.ulimits.unwrap();
+        assert!(ulimits
+            .iter()
+            .any(|u| u.name.as_deref() == Some("memlock") && u.soft == Some(-1)));
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[LABEL_WORKSTATION], "true");
+        assert_eq!(labels[LABEL_GPUS], "all");
+        // Never the pid label: the stale-container clean-up would remove it.
+        assert!(!labels.contains_key(super::super::run::LABEL_PID));
+    }
+}

@@ -1,0 +1,266 @@
+//! `imgctl up`, `ps`, `down` and `logs` against the real engine: what a
+//! person trips on first (a missing image, an image imgctl did not build, a
+//! taken port, `--gpus` on a host whose engine cannot give GPUs, a name that
+//! is no workstation) each stops with one error line and a hint, and leaves
+//! no container. The workstation itself (JupyterLab with its token, SSH with
+//! the key, `ps`, `down`) runs on the end-to-end image in `image_e2e.rs`,
+//! which is built there once.
+use std::process::Command;
+
+use crate::build::{docker, docker_ok, ensure_bases, test_tag, EngineGuard, BUSYBOX_BASE};
+use crate::common::{imgctl, one_error_line, texts};
+
+/// A tiny image that carries the label `up` looks for (the image's user),
+/// made from the local busybox base: enough to reach the engine's GPU
+/// request, which fails before anything in it runs.
+fn labelled_image(guard: &mut EngineGuard, test: &str) -> String {
+    ensure_bases();
+    let tag = test_tag(&format!("ws-{test}"));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!("FROM {BUSYBOX_BASE}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\nCMD [\"sleep\", \"600\"]\n"),
+    )
+    .unwrap();
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &tag])
+        .arg(dir.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "docker build: {}", texts(&out).1);
+    guard.image(&tag);
+    tag
+}
+
+/// `imgctl up` with `args` (never a real key or this folder): exit code and stderr.
+fn up(args: &[&str]) -> (Option<i32>, String) {
+    let empty = tempfile::tempdir().unwrap();
+    let mut full = vec!["up", "--no-mount", "--no-verify", "--wait", "20"];
+    full.extend_from_slice(args);
+    let out = Command::new(crate::common::imgctl_bin())
+        .args(&full)
+        .env("HOME", empty.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (out.status.code(), texts(&out).1)
+}
+
+fn containers_named(name: &str) -> String {
+    docker_ok(&["ps", "-a", "-q", "--filter", &format!("name=^/{name}$")])
+}
+
+#[test]
+fn up_refuses_what_a_new_user_trips_on_with_one_line_and_leaves_nothing() {
+    let mut guard = EngineGuard::default();
+    let name = format!("imgctl-it-ws-{}", std::process::id());
+
+    // A missing image.
+    let (code, err) = up(&["--name", &name, "imgctl-test/no-such-image:missing"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(one_error_line(&err).contains("not found"), "{err}");
+    assert!(err.contains("hint: build it with `imgctl build`"), "{err}");
+
+    // An image imgctl did not build: nothing in it starts JupyterLab or SSH.
+    ensure_bases();
+    let (code, err) = up(&["--name", &name, BUSYBOX_BASE]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        one_error_line(&err).contains("was not built by imgctl"),
+        "{err}"
+    );
+    assert!(err.contains("hint: build one with `imgctl build`"), "{err}");
+
+    // A taken port, asked for by name: refused before the engine is asked.
+    let held = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = held.local_addr().unwrap().port().to_string();
+    let image = labelled_image(&mut guard, "refusals");
+    let (code, err) = up(&["--name", &name, "--jupyter-port", &port, &image]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        one_error_line(&err).contains(&format!(
+            "--jupyter-port {port}: port {port} on 127.0.0.1 is taken"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("hint: free it"), "{err}");
+
+    // --gpus on an engine that cannot give GPUs (no NVIDIA Container Toolkit here).
+    let (code, err) = up(&["--name", &name, "--gpus", "all", &image]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        one_error_line(&err)
+            .contains("--gpus all: the Docker engine cannot give the container GPUs"),
+        "{err}"
+    );
+    assert!(err.contains("NVIDIA Container Toolkit"), "{err}");
+    assert_eq!(
+        containers_named(&name),
+        "",
+        "a refused up left its container"
+    );
+
+    // Bad values of up's own flags: usage errors naming the flag.
+    for (args, words) in [
+        (
+            vec!["--shm-size", "lots"],
+            "--shm-size \"lots\" is not a size",
+        ),
+        (
+            vec!["--listen", "localhost:80"],
+            "--listen \"localhost:80\" is not an IP address",
+        ),
+        (vec!["--name", "a/b"], "--name a/b is not a container name"),
+        (vec!["--gpus", "0"], "--gpus 0 asks for no GPU"),
+    ] {
+        let mut full = args.clone();
+        full.push(&image);
+        let (code, err) = up(&full);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(one_error_line(&err).contains(words), "{args:?}: {err}");
+    }
+
+    let out = imgctl(&["up", "--wait", "0", &image]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_error_line(&texts(&out).1).contains("--wait 0 is not a number of seconds"));
+
+    // down and logs touch only workstations.
+    let out = imgctl(&["down", &name]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_error_line(&texts(&out).1).contains(&format!("no workstation named {name}")));
+    let other = format!("imgctl-it-not-ws-{}", std::process::id());
+    guard.container(&other);
+    docker_ok(&["create", "--name", &other, &image]);
+    for cmd in ["down", "logs"] {
+        let out = imgctl(&[cmd, &other]);
+        let (_, err) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {err}");
+        assert!(
+            one_error_line(&err).contains("not an imgctl workstation"),
+            "{cmd}: {err}"
+        );
+    }
+    assert_ne!(
+        containers_named(&other),
+        "",
+        "down removed a container that is no workstation"
+    );
+    let _ = docker(&["rm", "-f", &other]);
+}
+
+#[test]
+fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it() {
+    // The labelled busybox image has no healthcheck: up counts it healthy
+    // once it runs; its `sleep` keeps it up. --no-verify: no imgctl inside.
+    let mut guard = EngineGuard::default();
+    let image = labelled_image(&mut guard, "auto");
+    let name = format!("imgctl-it-ws-auto-{}", std::process::id());
+    guard.container(&name);
+    let folder = tempfile::tempdir().unwrap();
+    let key = folder.path().join("k.pub");
+    std::fs::write(
+        &key,
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheTest test@imgctl\n",
+    )
+    .unwrap();
+    let out = imgctl(&[
+        "up",
+        "--name",
+        &name,
+        "--mount",
+        folder.path().to_str().unwrap(),
+        "--ssh-key",
+        key.to_str().unwrap(),
+        "--no-verify",
+        "--json",
+        &image,
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("starts without GPUs"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["gpus"], "none", "{stdout}");
+    assert_eq!(
+        report["workspace"],
+        folder.path().canonicalize().unwrap().to_str().unwrap()
+    );
+    let url = report["jupyter"]["open"].as_str().unwrap();
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.contains("/lab?token="),
+        "{url}"
+    );
+    let token = url.rsplit('=').next().unwrap();
+    assert_eq!(token.len(), 32, "{url}");
+    assert!(
+        report["ssh"]["open"]
+            .as_str()
+            .unwrap()
+            .starts_with("ssh -p "),
+        "{stdout}"
+    );
+    // What the engine was told: /dev/shm, the ulimits, loopback only, the folder.
+    let host = docker_ok(&["inspect", "--format", "{{json .HostConfig}}", &name]);
+    let host: serde_json::Value = serde_json::from_str(&host).unwrap();
+    assert_eq!(host["ShmSize"], 16_i64 << 30);
+    // The stack NCCL wants, and memlock unless this engine may not raise
+    // it (a dockerd with a low hard limit of its own: then it says so).
+    let ulimits = host["Ulimits"].to_string();
+    assert!(ulimits.contains("\"stack\""), "{host}");
+    assert!(
+        ulimits.contains("\"memlock\"") || stderr.contains("may not raise the ulimit memlock=-1"),
+        "{ulimits}\n{stderr}"
+    );
+    for (_, bindings) in host["PortBindings"].as_object().unwrap() {
+        assert_eq!(bindings[0]["HostIp"], "127.0.0.1", "{host}");
+    }
+    assert!(
+        host["Binds"][0].as_str().unwrap().ends_with(":/workspace"),
+        "{host}"
+    );
+
+    // A second up of the same name prints the same addresses, starts nothing.
+    let again = imgctl(&[
+        "up",
+        "--name",
+        &name,
+        "--mount",
+        folder.path().to_str().unwrap(),
+        "--json",
+        &image,
+    ]);
+    let again: serde_json::Value = serde_json::from_str(&texts(&again).0).unwrap();
+    assert_eq!(again["already_up"], true);
+    assert_eq!(again["jupyter"]["open"], report["jupyter"]["open"]);
+
+    // ps lists it (JSON with its URL, and a table), -q its name alone.
+    let ps = imgctl(&["ps", "--json"]);
+    let ps: serde_json::Value = serde_json::from_str(&texts(&ps).0).unwrap();
+    let row = ps["workstations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name.as_str())
+        .cloned();
+    let row = row.unwrap_or_else(|| panic!("{name} not in ps: {ps}"));
+    assert_eq!(row["state"], "running");
+    assert_eq!(row["jupyter"]["open"], report["jupyter"]["open"]);
+    let quiet = imgctl(&["-q", "ps"]);
+    assert!(
+        texts(&quiet).0.lines().any(|l| l == name),
+        "{}",
+        texts(&quiet).0
+    );
+
+    // down: the container is gone, the folder and its files stay.
+    std::fs::write(folder.path().join("notes.txt"), "kept").unwrap();
+    let out = imgctl(&["down", "--time", "1", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(texts(&out).1.contains(&format!("removed {name}")));
+    assert_eq!(containers_named(&name), "");
+    assert_eq!(
+        std::fs::read_to_string(folder.path().join("notes.txt")).unwrap(),
+        "kept"
+    );
+}
