@@ -685,8 +685,10 @@ fn a_cut_link_stops_both_sides_within_the_collective_timeout_naming_the_lost_ran
     // Silence, not a reset: each side gave up at its timeout.
     for (p, other) in [(&a, 1), (&b, 0)] {
         assert!(
-            p.text()
-                .contains(&format!("waited 8 s for rank {other} in a CPU ")),
+            p.text().contains(&format!(
+                "waited 8 s for rank {other} on {} in a CPU ",
+                nodes.addr(other)
+            )),
             "{}: not a timeout:\n{}",
             p.what,
             p.text()
