@@ -856,3 +856,48 @@ fn a_killed_slurmd_stops_the_other_rank_naming_the_lost_rank_and_host() {
         errors[0]
     );
 }
+
+/// Two tasks on each node (`srun -N 2 --ntasks-per-node 2`: SLURM_LOCALID 0
+/// and 1 on each, SLURM_TASKS_PER_NODE `2(x2)`): four ranks whose weights
+/// and hash logs are those of four ranks on one host.
+#[test]
+fn srun_with_two_tasks_per_node_matches_four_ranks_on_one_host() {
+    let Some(cluster) = cluster_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let hashes = dir.path().join("hashes");
+    std::fs::create_dir_all(&hashes).unwrap();
+    let steps = 2;
+    let out = dir.path().join("four");
+    let args = crate::multinode::train_args(dir.path(), &out, steps, &[]);
+    let mut c = cluster.in_node(0, "srun");
+    c.args(["-N", "2", "--ntasks-per-node", "2", "--label"])
+        .args(["--kill-on-bad-exit=1"])
+        .arg(imgctl_bin())
+        .args(&args)
+        .env("IMGCTL_PARAM_HASH_DIR", &hashes);
+    let mut p = Proc::spawn("srun of four tasks", c);
+    let status = p.wait();
+    let text = p.text();
+    assert!(status.success(), "{text}\n{}", cluster.logs());
+    assert!(
+        text.contains("0: data parallel: 4 ranks, cpu backend, rendezvous at sn1:29500"),
+        "{text}"
+    );
+    let one_host = crate::parallel::train(dir.path(), "one-host", Some(4), 2, steps);
+    assert!(
+        crate::parallel::tensors(&crate::parallel::final_model(&out, steps))
+            == crate::parallel::tensors(&crate::parallel::final_model(&one_host, steps)),
+        "four tasks on two nodes and four ranks on one host trained different weights"
+    );
+    let log =
+        |d: &Path, r: usize| std::fs::read_to_string(d.join(format!("rank-{r}.txt"))).unwrap();
+    for r in 0..4 {
+        assert_eq!(
+            log(&hashes, r),
+            log(&dir.path().join("one-host-hashes"), r),
+            "rank {r}'s hash log"
+        );
+    }
+}
