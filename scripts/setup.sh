@@ -38,7 +38,10 @@ apt_install() {
 # procps: tests/it/buildkit.rs watches a cancelled step's process with pgrep.
 # xz-utils: scripts/dev-engine.sh reads Debian's package index (engine-tests.sh 28 in make test).
 # bsdutils: script(1) gives tests/it/cli.rs a pseudo-terminal (messages wrapped to its width).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils
+# slurmctld slurmd slurm-client munge: tests/it/slurm.rs runs a real SLURM cluster (22.05 in
+#   bookworm) on its network namespaces; it starts the daemons itself, with its own config,
+#   ports and munge socket (the packages' services are never started: no init runs them here).
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

@@ -29,6 +29,19 @@ fn first_interrupt_line(step: u64) -> String {
     )
 }
 
+/// Whether this process says what the first Ctrl-C does (`get` reads the
+/// environment): one process speaks. A supervisor says it for its ranks; of
+/// torchrun's ranks rank 0 (`RANK`), and of srun's tasks task 0
+/// (`SLURM_PROCID`: scancel and scontrol requeue signal every task at once,
+/// and srun merges their output).
+fn announces(get: impl Fn(&str) -> Option<String>) -> bool {
+    use crate::env_vars as ev;
+    get(ev::IMGCTL_SUPERVISED).is_none()
+        && get(ev::RANK)
+            .or_else(|| get(ev::SLURM_PROCID))
+            .map_or(true, |r| r.trim() == "0")
+}
+
 /// The process-wide Ctrl-C flag; the handler is installed on first use.
 pub fn interrupt_flag() -> Arc<AtomicBool> {
     static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
@@ -40,10 +53,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         // at once. `_exit`, never `process::exit`: exit handlers and static
         // destructors would run while libtorch's threads still compute, and
         // tearing libtorch down under them segfaulted (exit 139).
-        // One process says what the first Ctrl-C does: a supervisor says it
-        // for its ranks, and of torchrun's ranks rank 0 speaks.
-        let announce = std::env::var_os(crate::env_vars::IMGCTL_SUPERVISED).is_none()
-            && std::env::var(crate::env_vars::RANK).map_or(true, |r| r == "0");
+        let announce = announces(|k| std::env::var(k).ok());
         let handler = move || {
             if f.swap(true, Ordering::SeqCst) {
                 printer().stderr_text("second interrupt: exiting without a checkpoint\n");
@@ -76,5 +86,28 @@ mod tests {
             "interrupt: finishing step 41, then saving a checkpoint (Ctrl-C again exits without one)\n"
         );
         assert!(first_interrupt_line(0).starts_with("interrupt: finishing this step, "));
+    }
+
+    #[test]
+    fn one_process_of_a_job_announces_the_interrupt() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(announces(env(&[])));
+        assert!(announces(env(&[("RANK", "0")])));
+        assert!(!announces(env(&[("RANK", "1")])));
+        // srun's tasks: only task 0 (the others would repeat the line).
+        assert!(announces(env(&[("SLURM_PROCID", "0")])));
+        assert!(!announces(env(&[("SLURM_PROCID", "1")])));
+        // torchrun under SLURM: its RANK wins, as in the launch choice.
+        assert!(announces(env(&[("RANK", "0"), ("SLURM_PROCID", "1")])));
+        assert!(!announces(env(&[
+            ("IMGCTL_SUPERVISED", "1"),
+            ("RANK", "0")
+        ])));
     }
 }

@@ -17,6 +17,7 @@ mod lock;
 mod multinode;
 mod parallel;
 mod render;
+mod slurm;
 mod smoke;
 mod spec;
 mod train;

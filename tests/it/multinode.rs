@@ -32,7 +32,7 @@ const NODE_CONFIG: &str = "preset: tiny\nmodel:\n  sample_size: 16\ntraining:\n 
 
 /// How long any one wait of these tests may last before it fails (a debug
 /// build on a busy 2-core machine takes about 0.8 s per two-rank step).
-const PATIENCE: Duration = Duration::from_secs(240);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(240);
 
 /// Two network namespaces ("nodes") joined by a veth pair; dropping it kills
 /// every process inside and deletes both.
@@ -49,7 +49,7 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 impl Nodes {
     /// Two nodes, or why they cannot be made here (the test then skips).
-    fn new() -> Result<Self, String> {
+    pub(crate) fn new() -> Result<Self, String> {
         remove_stale_namespaces();
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let mut nodes = Self {
@@ -232,7 +232,7 @@ impl Drop for Nodes {
 
 /// SIGKILL to every process in namespace `ns` (a launcher's workers may have
 /// left its process group: torchrun starts each in a session of its own).
-fn kill_everything_in(ns: &str) {
+pub(crate) fn kill_everything_in(ns: &str) {
     let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() else {
         return;
     };
@@ -268,7 +268,7 @@ fn remove_stale_namespaces() {
 }
 
 /// Every variable a launcher sets; none may leak in from the test's environment.
-const LAUNCH_VARS: [&str; 19] = [
+pub(crate) const LAUNCH_VARS: [&str; 19] = [
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -415,14 +415,14 @@ impl Drop for Proc {
 }
 
 /// The config file of these tests in `dir`.
-fn node_config(dir: &Path) -> PathBuf {
+pub(crate) fn node_config(dir: &Path) -> PathBuf {
     let p = dir.join("node.yaml");
     std::fs::write(&p, NODE_CONFIG).unwrap();
     p
 }
 
 /// `train-demo` arguments: `steps` steps of batch 2 per rank into `out`.
-fn train_args(dir: &Path, out: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
+pub(crate) fn train_args(dir: &Path, out: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
     let cfg = node_config(dir);
     let mut v: Vec<String> = [
         "train-demo",
@@ -472,7 +472,7 @@ fn start_rank(
 }
 
 /// The `error: …` lines of a stderr text.
-fn error_lines(err: &str) -> Vec<&str> {
+pub(crate) fn error_lines(err: &str) -> Vec<&str> {
     err.lines()
         .map(|l| l.trim_start())
         .filter(|l| l.starts_with("error: "))
@@ -481,7 +481,12 @@ fn error_lines(err: &str) -> Vec<&str> {
 
 /// The network changes no bit: the two-node run's weights and hash log are
 /// those of two CPU ranks on one host (loopback, imgctl's own supervisor).
-fn assert_same_as_two_ranks_on_one_host(dir: &Path, out: &Path, hashes: &Path, steps: u64) {
+pub(crate) fn assert_same_as_two_ranks_on_one_host(
+    dir: &Path,
+    out: &Path,
+    hashes: &Path,
+    steps: u64,
+) {
     let host = train(dir, "one-host", Some(2), 2, steps);
     assert!(
         tensors(&final_model(out, steps)) == tensors(&final_model(&host, steps)),
@@ -685,8 +690,10 @@ fn a_cut_link_stops_both_sides_within_the_collective_timeout_naming_the_lost_ran
     // Silence, not a reset: each side gave up at its timeout.
     for (p, other) in [(&a, 1), (&b, 0)] {
         assert!(
-            p.text()
-                .contains(&format!("waited 8 s for rank {other} in a CPU ")),
+            p.text().contains(&format!(
+                "waited 8 s for rank {other} on {} in a CPU ",
+                nodes.addr(other)
+            )),
             "{}: not a timeout:\n{}",
             p.what,
             p.text()
@@ -696,7 +703,7 @@ fn a_cut_link_stops_both_sides_within_the_collective_timeout_naming_the_lost_ran
 }
 
 /// Checkpoint step folders under `out`, sorted.
-fn checkpoints(out: &Path) -> Vec<String> {
+pub(crate) fn checkpoints(out: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(out.join("checkpoints"))
         .map(|d| {
             d.flatten()

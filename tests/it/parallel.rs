@@ -1306,6 +1306,16 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
         .lines()
         .find(|l| l.trim_start().starts_with("srun ") && l.contains("imgctl train-demo"))
         .expect("an srun … imgctl train-demo line");
+    // The training flags are the script's default `train_args=(…)`, and in
+    // the container the output directory is /out.
+    let defaults = script
+        .lines()
+        .find_map(|l| l.strip_prefix("train_args=("))
+        .and_then(|l| l.strip_suffix(')'))
+        .expect("a train_args=(…) line");
+    let line = line
+        .replace("\"${train_args[@]}\"", defaults)
+        .replace("\"$out\"", "/out");
     let words: Vec<&str> = line.split_whitespace().collect();
     let at = words.iter().position(|w| *w == "imgctl").unwrap();
     imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));

@@ -13,6 +13,13 @@ use tch::{Device, Kind};
 
 use super::timeouts::fmt_secs;
 
+/// ` on HOST` when a peer's host is known, else nothing (messages).
+pub(crate) fn on_host(host: &Option<String>) -> String {
+    host.as_ref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default()
+}
+
 /// `is` or `are`, for "only N … visible".
 fn is_are(n: usize) -> &'static str {
     if n == 1 {
@@ -236,12 +243,14 @@ pub enum CollectiveError {
         theirs: String,
     },
     /// A peer did not answer a CPU collective in time.
-    #[error("rank {rank} waited {} for rank {peer} in a CPU {op} and gave up", fmt_secs(*.timeout))]
+    #[error("rank {rank} waited {} for rank {peer}{} in a CPU {op} and gave up", fmt_secs(*.timeout), on_host(.host))]
     PeerTimeout {
         /// This rank.
         rank: usize,
         /// The silent rank.
         peer: usize,
+        /// Its address, when known.
+        host: Option<String>,
         /// The collective timeout.
         timeout: Duration,
         /// The operation (`all-reduce`, `broadcast`, `barrier`).

@@ -16,7 +16,7 @@ use tch::{Device, Tensor};
 
 use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
 use crate::sys::tensor::with_cpu_bytes;
-use crate::train::parallel::error::CollectiveError;
+use crate::train::parallel::error::{on_host, CollectiveError};
 use crate::train::parallel::rendezvous::{Links, Session};
 use crate::train::parallel::tcpstore::is_timeout;
 
@@ -39,6 +39,9 @@ pub struct CpuCollective {
     world_size: usize,
     links: Links,
     timeout: Duration,
+    /// The address each peer connected from or was reached at, by rank
+    /// (`None` for this rank and for ranks it has no link to), for messages.
+    hosts: Vec<Option<String>>,
     /// Receive buffer reused across calls (one bucket of bytes).
     scratch: Vec<u8>,
     /// Accumulator reused across calls.
@@ -48,16 +51,20 @@ pub struct CpuCollective {
 impl CpuCollective {
     /// Takes over a rendezvous session's sockets; `timeout` bounds every wait.
     pub fn new(session: Session, timeout: Duration) -> anyhow::Result<Self> {
+        let host = |s: &TcpStream| s.peer_addr().ok().map(|a| a.ip().to_string());
+        let mut hosts = vec![None; session.world_size];
         match &session.links {
             Links::Root(v) => {
-                for s in v {
+                for (i, s) in v.iter().enumerate() {
                     s.set_read_timeout(Some(timeout))?;
                     s.set_write_timeout(Some(timeout))?;
+                    hosts[i + 1] = host(s);
                 }
             }
             Links::Leaf(s) => {
                 s.set_read_timeout(Some(timeout))?;
                 s.set_write_timeout(Some(timeout))?;
+                hosts[0] = host(s);
             }
             Links::Alone => {}
         }
@@ -66,6 +73,7 @@ impl CpuCollective {
             world_size: session.world_size,
             links: session.links,
             timeout,
+            hosts,
             scratch: Vec::new(),
             acc: Vec::new(),
         })
@@ -77,7 +85,7 @@ impl CpuCollective {
     }
 
     fn peer_error(&self, peer: usize, op: u8, e: std::io::Error) -> anyhow::Error {
-        peer_error(self.rank, self.timeout, peer, op, e)
+        peer_error(self.rank, self.timeout, (peer, &self.hosts[peer]), op, e)
     }
 
     /// Runs one operation; `bytes` is this rank's buffer (empty for a barrier).
@@ -125,7 +133,7 @@ impl CpuCollective {
                     let mut s = By(s, deadline);
                     let mut h = [0u8; 16];
                     if let Err(e) = s.read_exact(&mut h) {
-                        let err = peer_error(0, self.timeout, peer, op, e);
+                        let err = peer_error(0, self.timeout, (peer, &self.hosts[peer]), op, e);
                         return Err(err);
                     }
                     if h != header {
@@ -133,8 +141,9 @@ impl CpuCollective {
                         break;
                     }
                     if op == OP_ALL_REDUCE {
-                        s.read_exact(&mut self.scratch)
-                            .map_err(|e| peer_error(0, self.timeout, peer, op, e))?;
+                        s.read_exact(&mut self.scratch).map_err(|e| {
+                            peer_error(0, self.timeout, (peer, &self.hosts[peer]), op, e)
+                        })?;
                         // Sum in rank order: acc = ((r0 + r1) + r2) + …
                         match elem {
                             Elem::F32 => {
@@ -288,12 +297,14 @@ impl Collective for CpuCollective {
     }
 }
 
-/// The error for a failed exchange with `peer`: a timeout names the wait, a
-/// broken connection names the peer that probably exited.
+/// The error for a failed exchange with `peer` (its rank and address): a
+/// timeout names the wait, a broken connection names the peer that probably
+/// exited, both with the peer's host (a lost node, under a launcher that
+/// spreads ranks over many).
 fn peer_error(
     rank: usize,
     timeout: Duration,
-    peer: usize,
+    (peer, host): (usize, &Option<String>),
     op: u8,
     e: std::io::Error,
 ) -> anyhow::Error {
@@ -301,13 +312,15 @@ fn peer_error(
         CollectiveError::PeerTimeout {
             rank,
             peer,
+            host: host.clone(),
             timeout,
             op: op_name(op),
         }
         .into()
     } else {
         anyhow::Error::from(e).context(format!(
-            "rank {rank}: the connection to rank {peer} broke during a CPU {} (did rank {peer} exit?)",
+            "rank {rank}: the connection to rank {peer}{} broke during a CPU {} (did rank {peer} exit?)",
+            on_host(host),
             op_name(op)
         ))
     }
@@ -398,6 +411,9 @@ mod tests {
         let e = root
             .all_reduce_sum(&Tensor::from_slice(&[1.0f32]))
             .unwrap_err();
-        assert!(format!("{e:#}").contains("rank 1"), "{e:#}");
+        assert!(
+            format!("{e:#}").contains("the connection to rank 1 on 127.0.0.1 broke"),
+            "{e:#}"
+        );
     }
 }
