@@ -345,13 +345,34 @@ pub fn scaling_table(s: &ScalingReport) -> String {
 /// by the other process counts: the reference runs while imgctl's benchmark
 /// process still holds its memory.
 pub fn compare_table(c: &CompareReport) -> String {
-    let mut t = table(&[
-        "run",
-        "img/s per device",
-        "step ms (median)",
-        "peak memory (own)",
-        "imgctl ÷ this",
-    ]);
+    compare_table_fit(c, fit())
+}
+
+/// [`compare_table`] for a given fit. Its numbers are never cut: on a
+/// narrow terminal the headers take two lines and the run's name wraps
+/// (a cut table would wrap instead of cutting), and a run that did not
+/// run says why under its name.
+pub fn compare_table_fit(c: &CompareReport, fit: Fit) -> String {
+    // One-line headers take 80 columns of their own.
+    let narrow = matches!(fit, Fit::Cut(w) | Fit::Wrap(w) if w < 120);
+    let header: [&str; 5] = if narrow {
+        [
+            "run",
+            "img/s per\ndevice",
+            "step ms\n(median)",
+            "peak memory\n(own)",
+            "imgctl\n÷ this",
+        ]
+    } else {
+        [
+            "run",
+            "img/s per device",
+            "step ms (median)",
+            "peak memory (own)",
+            "imgctl ÷ this",
+        ]
+    };
+    let mut t = table(&header);
     let i = &c.imgctl;
     t.add_row(vec![
         Cell::new(format!("imgctl ({}, AdamW fused)", i.precision)),
@@ -394,18 +415,29 @@ pub fn compare_table(c: &CompareReport) -> String {
             ]);
         } else {
             t.add_row(vec![
-                Cell::new(label),
                 Cell::new(format!(
-                    "did not run: {}",
+                    "{label}\ndid not run: {}",
                     r.error.as_deref().unwrap_or("unknown error")
                 )),
-                Cell::new(""),
-                Cell::new(""),
-                Cell::new(""),
+                right("—".into()),
+                right("—".into()),
+                right("—".into()),
+                right("—".into()),
             ]);
         }
     }
-    let mut s = render(t, fit());
+    // The figures' columns keep their width; the names wrap.
+    for i in 1..5 {
+        if let Some(col) = t.column_mut(i) {
+            col.set_constraint(ColumnConstraint::ContentWidth);
+        }
+    }
+    let fit = match fit {
+        Fit::Cut(w) => Fit::Wrap(w),
+        f => f,
+    };
+    output::fit_table(&mut t, fit);
+    let mut s = t.to_string();
     if let Some(n) = &c.compile_note {
         s.push_str(&format!("\ntorch.compile: {n}"));
     }
@@ -510,5 +542,44 @@ mod tests {
         assert!(t.contains(&gib(24 * GIB)), "{t}");
         assert!(!t.contains(&gib(44 * GIB + GIB / 2)), "{t}");
         assert!(t.contains("1.20×"), "{t}");
+    }
+
+    #[test]
+    fn the_compare_table_never_cuts_a_number() {
+        let run = |mode: &str, ok: bool| ReferenceRun {
+            mode: mode.into(),
+            ok,
+            img_per_s: ok.then_some(123456.789),
+            step_ms_median: ok.then_some(98765.4),
+            torch_version: Some("2.7.0+cu126".into()),
+            optimizer: Some("AdamW (foreach)".into()),
+            recipe: Some("autocast bf16 over fp32 weights".into()),
+            device_used_baseline_bytes: Some(GIB),
+            device_used_peak_bytes: Some(100 * GIB),
+            error: (!ok).then(|| {
+                "stopped after 1800 s (IMGCTL_REFERENCE_TIMEOUT to change the limit)".into()
+            }),
+            ..Default::default()
+        };
+        let c = CompareReport::new(
+            imgctl_report(),
+            vec![
+                run("eager", true),
+                run("compile", false),
+                run("eager_matched", true),
+            ],
+            None,
+        );
+        for width in [80u16, 100, 120] {
+            let t = compare_table_fit(&c, Fit::Cut(width));
+            assert!(
+                t.lines().all(|l| l.chars().count() <= width as usize),
+                "{width}:\n{t}"
+            );
+            assert!(!t.contains('…'), "{width}:\n{t}");
+            for figure in ["123456.8", "98765.4", &gib(99 * GIB), "did not run"] {
+                assert!(t.contains(figure), "{figure} at {width}:\n{t}");
+            }
+        }
     }
 }

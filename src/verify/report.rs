@@ -313,7 +313,12 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
                 sources.cell(r).unwrap_or_default()
             }),
             Cell::new(short(r.threshold.as_deref().unwrap_or(""))),
-            Cell::new(short(&r.message)),
+            // Narrow, the measured column is hidden: its value leads the
+            // details, where the row's cut leaves it in view.
+            Cell::new(match (&r.measured, narrow) {
+                (Some(m), true) if !m.is_empty() => short(&format!("{m}: {}", r.message)),
+                _ => short(&r.message),
+            }),
         ]);
     }
     let mut hide = Vec::new();
@@ -657,6 +662,13 @@ mod tests {
             assert!(!cut.contains("H200 SXM: BF16"), "{width}:\n{cut}");
             if width < 110 {
                 assert!(!cut.lines().nth(1).unwrap().contains("expected"), "{cut}");
+                // #29 item 3.10: a passing row keeps its measured value in
+                // view, leading the details, though the column is hidden.
+                let pass_row = cut
+                    .lines()
+                    .find(|l| l.contains("PASS") && l.contains("gpu0"))
+                    .unwrap_or_else(|| panic!("{width}:\n{cut}"));
+                assert!(pass_row.contains("686.3 TFLOP/s"), "{width}:\n{cut}");
                 // The failure's figures follow the table, expected among them.
                 let flat = cut.split_whitespace().collect::<Vec<_>>().join(" ");
                 assert!(
