@@ -236,7 +236,7 @@ pub struct LogsArgs {
     /// Keep printing new lines until Ctrl-C.
     #[arg(short, long)]
     pub follow: bool,
-    /// Only the last N lines.
+    /// Only the last N lines [default: all].
     #[arg(long, value_name = "N")]
     pub tail: Option<u32>,
 }
@@ -255,7 +255,7 @@ pub struct ManArgs {
     /// The subcommand whose page to print (e.g. `train-demo`); imgctl's own page when absent.
     #[arg(value_name = "COMMAND")]
     pub command: Option<String>,
-    /// Write every page (imgctl.1, imgctl-build.1, …) into this folder instead of printing one.
+    /// Write every page (imgctl.1, imgctl-build.1, …) into this folder instead of printing one [default: print to stdout].
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub out_dir: Option<PathBuf>,
 }
@@ -263,13 +263,13 @@ pub struct ManArgs {
 /// Which spec to use, and the build-time options that shape the Dockerfile.
 #[derive(Debug, Args, Clone)]
 pub struct ImageArgs {
-    /// CUDA version of a bundled profile (12.4, 12.6, 12.8); default 12.4.
+    /// CUDA version of a bundled profile (12.4, 12.6, 12.8) [default: 12.4].
     #[arg(long, conflicts_with = "spec")]
     pub cuda: Option<String>,
     /// A spec file of your own instead of a bundled profile.
     #[arg(long, value_name = "FILE")]
     pub spec: Option<PathBuf>,
-    /// Replace the spec's base image (mirrors, offline engines).
+    /// Replace the spec's base image (mirrors, offline engines) [default: the spec's].
     #[arg(long, value_name = "IMAGE")]
     pub base_image: Option<String>,
     /// A proxy CA certificate that apt and pip inside the build must trust;
@@ -285,13 +285,13 @@ pub struct ImageArgs {
     /// auto (buildkit on engines at API 1.42+, honouring DOCKER_BUILDKIT; render: classic).
     #[arg(long, value_enum, default_value_t = BuilderChoice::Auto)]
     pub builder: BuilderChoice,
-    /// pip index URL to use inside the build.
+    /// pip index URL to use inside the build (a PyPI mirror also serves torch when the spec takes it from PyPI) [default: the spec's indexes].
     #[arg(long, value_name = "URL")]
     pub pip_index_url: Option<String>,
-    /// UID of the non-root user (match the host user for mounted files; default 1000).
+    /// UID of the non-root user (match the host user for mounted files: `id -u`) [default: 1000].
     #[arg(long, allow_hyphen_values = true, value_parser = user_id)]
     pub uid: Option<u32>,
-    /// GID of the non-root user (default 1000).
+    /// GID of the non-root user [default: 1000].
     #[arg(long, allow_hyphen_values = true, value_parser = group_id)]
     pub gid: Option<u32>,
     /// Give the non-root user passwordless sudo.
@@ -305,7 +305,7 @@ pub struct BuildArgs {
     /// Spec selection and Dockerfile options.
     #[command(flatten)]
     pub image: ImageArgs,
-    /// Name and optionally a tag (name:tag); repeatable.
+    /// Name and optionally a tag (name:tag); repeatable [default: imgctl/PROFILE:latest, e.g. imgctl/cu124:latest].
     #[arg(short, long = "tag", value_name = "NAME[:TAG]")]
     pub tags: Vec<String>,
     /// Do not use the build cache.
@@ -329,10 +329,10 @@ pub struct BuildArgs {
     /// Print the build report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Where to write the JSON build report (default: imgctl-build.json in the cwd is NOT written unless set).
+    /// Also write the JSON build report to this file [default: none written].
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// The imgctl binary to put in the image (default: this executable).
+    /// The imgctl binary to put in the image [default: this executable].
     #[arg(long, value_name = "FILE", hide = true)]
     pub imgctl_binary: Option<PathBuf>,
 }
@@ -343,7 +343,7 @@ pub struct RenderArgs {
     /// Spec selection and Dockerfile options.
     #[command(flatten)]
     pub image: ImageArgs,
-    /// Write the Dockerfile here instead of stdout.
+    /// Write the Dockerfile here instead of stdout [default: stdout].
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -351,7 +351,7 @@ pub struct RenderArgs {
 /// `imgctl lock`.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// CUDA version of a bundled profile (12.4, 12.6, 12.8); default 12.4.
+    /// CUDA version of a bundled profile (12.4, 12.6, 12.8) [default: 12.4].
     #[arg(long, conflicts_with_all = ["spec", "all"])]
     pub cuda: Option<String>,
     /// A spec file of your own; its lock goes next to it (FILE.lock, or the spec's `lock: PATH`).
@@ -366,7 +366,7 @@ pub struct LockArgs {
     /// Resolve again even when the lock is up to date (newest transitive versions).
     #[arg(long, conflicts_with = "check")]
     pub upgrade: bool,
-    /// A mirror of PyPI to resolve from (also for torch when the spec takes it from PyPI).
+    /// A mirror of PyPI to resolve from (also for torch when the spec takes it from PyPI) [default: the spec's indexes].
     #[arg(long, value_name = "URL")]
     pub pip_index_url: Option<String>,
     /// Print the outcome as JSON on stdout.
@@ -469,7 +469,7 @@ pub struct TrainArgs {
     /// Output directory for checkpoints, samples and metrics [default: imgctl-train].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// A folder of PNG/JPEG images instead of the synthetic dataset.
+    /// A folder of PNG/JPEG images instead of the synthetic dataset [default: the synthetic dataset].
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
     /// Numeric precision [default: bf16 on GPUs with bf16 tensor cores (compute capability 8.0+), else fp32].
@@ -484,20 +484,20 @@ pub struct TrainArgs {
     /// Recompute each UNet block's activations in backward instead of keeping them (diffusers' enable_gradient_checkpointing): less memory, more compute, the same results.
     #[arg(long)]
     pub gradient_checkpointing: bool,
-    /// Average gradient buckets across ranks while backward runs (on, as DDP) or after it (off).
+    /// Average gradient buckets across ranks while backward runs (on, as DDP) or after it (off) [default: on].
     #[arg(long, value_enum, ignore_case = true, value_name = "on|off")]
     pub overlap_grad_reduce: Option<Switch>,
-    /// Gradient bucket cap in MiB for the all-reduce (DDP's bucket_cap_mb; default 25).
+    /// Gradient bucket cap in MiB for the all-reduce (DDP's bucket_cap_mb) [default: 25].
     #[arg(long, value_name = "MB", allow_negative_numbers = true)]
     pub bucket_cap_mb: Option<f64>,
-    /// cpu, cuda, or cuda:N (default: cuda when available).
+    /// cpu, cuda, or cuda:N [default: cuda when available, else cpu].
     #[arg(long)]
     pub device: Option<String>,
     /// Initialise from a diffusers UNet2DModel safetensors state dict.
     #[arg(long, value_name = "FILE")]
     pub init_from: Option<PathBuf>,
     /// Continue from the latest checkpoint in --out; `--resume auto` starts
-    /// afresh when there is none yet (jobs restarted on failure).
+    /// afresh when there is none yet (jobs restarted on failure) [default: a fresh run].
     #[arg(
         long,
         value_name = "auto",
@@ -518,7 +518,7 @@ pub struct TrainArgs {
     /// Data loader worker threads [default: the preset's; --print-config shows it].
     #[arg(long, allow_negative_numbers = true)]
     pub workers: Option<usize>,
-    /// GPUs to train on: all, a count, or device ids (0,2,5; one: device=3 or 3,); one worker each.
+    /// GPUs to train on: all, a count, or device ids (0,2,5; one: device=3 or 3,); one worker each [default: one process, on --device].
     // allow_hyphen_values: `--gpus -1` reaches imgctl's own GPU-list parser
     // (a clear usage error) instead of clap's "unexpected argument '-1'".
     #[arg(long, value_name = "all|N|IDS", allow_hyphen_values = true)]
@@ -532,14 +532,14 @@ pub struct TrainArgs {
     /// With --benchmark: also run the PyTorch reference and print the ratio.
     #[arg(long)]
     pub compare: bool,
-    /// With --scaling or --compare: write the chart (PNG) here; default
-    /// OUT/scaling.png or OUT/compare.png when --out is given.
+    /// With --scaling or --compare: write the chart (PNG) here [default:
+    /// OUT/scaling.png or OUT/compare.png when --out is given, else none].
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Warm-up steps before timing (benchmark).
+    /// Warm-up steps before timing (benchmark) [default: 10 on a GPU, 2 on the CPU].
     #[arg(long, allow_negative_numbers = true)]
     pub warmup: Option<u64>,
-    /// Seconds to wait for all ranks at rendezvous.
+    /// Seconds to wait for all ranks at rendezvous [default: 300].
     #[arg(
         long,
         env = "IMGCTL_RENDEZVOUS_TIMEOUT",
@@ -576,7 +576,7 @@ pub struct SampleArgs {
     /// Use the raw weights instead of the EMA weights.
     #[arg(long)]
     pub no_ema: bool,
-    /// cpu, cuda, or cuda:N.
+    /// cpu, cuda, or cuda:N [default: cuda when available, else cpu].
     #[arg(long)]
     pub device: Option<String>,
     /// Output PNG.

@@ -646,3 +646,64 @@ fn messages_wrap_between_words_on_a_terminal_and_stay_whole_in_a_pipe() {
     let words = |t: &str| t.split_whitespace().map(str::to_string).collect::<Vec<_>>();
     assert_eq!(words(&note.join(" ")), words(line));
 }
+
+/// #29 item 3.9: every option that takes a value shows its default in
+/// `--help` (clap's `[default: …]`, or the same words in its help where the
+/// default is computed), unless leaving it out means "none": those are
+/// listed here, and a new option must join one side or the other.
+#[test]
+fn every_option_with_a_value_shows_its_default_or_means_none_without_it() {
+    use clap::CommandFactory;
+    const NONE_WITHOUT_IT: &[&str] = &[
+        "build --spec",
+        "build --ca-cert",
+        "build --ca-cert-secret",
+        "build --build-arg",
+        "build --label",
+        "render --spec",
+        "render --ca-cert",
+        "render --ca-cert-secret",
+        "verify --image",
+        "verify --only",
+        "verify --skip",
+        "verify --junit",
+        "verify --mount",
+        "train-demo --config",
+        "train-demo --init-from",
+        "lock --spec",
+    ];
+    let mut missing = Vec::new();
+    let cli = imgctl::cli::Cli::command();
+    for sub in cli.get_subcommands() {
+        for arg in sub.get_arguments() {
+            if arg.is_positional()
+                || arg.is_hide_set()
+                || arg.is_required_set()
+                || !arg.get_action().takes_values()
+            {
+                continue;
+            }
+            let long = format!(
+                "{} --{}",
+                sub.get_name(),
+                arg.get_long().unwrap_or_default()
+            );
+            let help = format!(
+                "{}{}",
+                arg.get_help().map(|h| h.to_string()).unwrap_or_default(),
+                arg.get_long_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default()
+            );
+            let shown = !arg.get_default_values().is_empty() || help.contains("[default:");
+            if !shown && !NONE_WITHOUT_IT.contains(&long.as_str()) {
+                missing.push(long);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "no default shown:\n{}",
+        missing.join("\n")
+    );
+}
