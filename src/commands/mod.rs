@@ -13,12 +13,15 @@ pub mod output_files;
 pub mod render;
 pub mod sample;
 pub mod specs;
+pub mod torch_part;
 pub mod train_demo;
 pub mod verify;
 pub mod workstation;
 
 /// Runs the parsed command.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
+    // A front end without libtorch hands torch commands to the full imgctl.
+    torch_part::hand_over(&cli.command)?;
     if let Some(name) = &cli.global.context {
         // Global, as `docker --context`: every engine connection of the
         // process (the build, verify --image, their clean-up guards) uses it.
@@ -45,6 +48,6 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
 #[cfg(not(feature = "torch"))]
 pub(crate) fn torch_missing(command: &str) -> anyhow::Error {
     crate::commands::error::CliError::usage(format!("`imgctl {command}` needs libtorch, and this imgctl was built without the `torch` feature"))
-        .with_hint("use the imgctl inside an image built by `imgctl build`, or build with default features (`cargo build --release`)")
+        .with_hint(format!("install the full imgctl beside this one as {} (`make install` does), use the imgctl inside an image built by `imgctl build`, or build with default features (`cargo build --release`)", torch_part::TORCH_PART))
         .into()
 }

@@ -1,6 +1,7 @@
-//! The two linking facts of the `torch` feature, checked on the built binary:
-//! libtorch_cuda.so is NEEDED (not dropped by --as-needed), and a RUNPATH
-//! points at libtorch so the binary runs without LD_LIBRARY_PATH.
+//! The linking facts, checked on the built binaries: with the `torch`
+//! feature libtorch_cuda.so is NEEDED (not dropped by --as-needed) and a
+//! RUNPATH points at libtorch so the binary runs without LD_LIBRARY_PATH;
+//! without it (the front end) no libtorch is loaded at all.
 #![cfg(feature = "torch")]
 
 use std::process::Command;
@@ -78,4 +79,121 @@ fn runs_without_ld_library_path() {
         "imgctl --version failed without LD_LIBRARY_PATH: {stderr}"
     );
     assert!(stdout.starts_with("imgctl "), "{stdout}");
+}
+
+/// The front end (#29 item 3.11): the same sources built without the `torch`
+/// feature. `make test` leaves it at `target/imgctl-front`; when that is
+/// missing or older than the sources, it is built here, into its own target
+/// folder (`target/front`), so the full binary under test is never replaced.
+fn front_binary() -> std::path::PathBuf {
+    let root = crate::common::repo_root();
+    let copied = root.join("target/imgctl-front");
+    let newest_source = walk_newest(&root.join("src"));
+    let fresh = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| newest_source.is_some_and(|s| t >= s))
+    };
+    if fresh(&copied) {
+        return copied;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "--no-default-features",
+            "--target-dir",
+            "target/front",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("run cargo build --no-default-features");
+    assert!(out.status.success(), "{}", texts(&out).1);
+    root.join("target/front/debug/imgctl")
+}
+
+/// The newest modification time of the files under `dir`.
+fn walk_newest(dir: &std::path::Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() {
+            walk_newest(&path)
+        } else {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// The front end loads no libtorch (so `--version`, `specs`, `build` … start
+/// in milliseconds: 5 ms against 657 ms, README), runs the commands that need
+/// none itself, hands those that need libtorch to `imgctl-torch` beside it
+/// (the same output as the full binary), and without one says what to
+/// install, in one line.
+#[test]
+fn the_front_end_loads_no_libtorch_and_hands_torch_commands_over() {
+    let front = front_binary();
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(&front)
+        .output()
+        .unwrap();
+    let dynamic = texts(&out).0;
+    assert!(dynamic.contains("Shared library: [libc.so.6]"), "{dynamic}");
+    assert!(
+        !dynamic.contains("torch"),
+        "the front end links libtorch:\n{dynamic}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let installed = dir.path().join("imgctl");
+    std::fs::copy(&front, &installed).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&installed)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    let version = run(&["--version"]);
+    assert_eq!(
+        texts(&version).0.trim(),
+        format!("imgctl {}", env!("CARGO_PKG_VERSION"))
+    );
+    // Alone, a torch command says what to install beside it.
+    let alone = run(&["train-demo", "--print-config"]);
+    let (_, err) = texts(&alone);
+    assert_eq!(alone.status.code(), Some(2), "{err}");
+    assert!(
+        crate::common::one_error_line(&err).contains("needs libtorch"),
+        "{err}"
+    );
+    assert!(
+        err.contains("install the full imgctl beside this one as imgctl-torch"),
+        "{err}"
+    );
+
+    // With the full imgctl beside it, the same command gives the full one's output.
+    std::os::unix::fs::symlink(imgctl_bin(), dir.path().join("imgctl-torch")).unwrap();
+    let handed = run(&["train-demo", "--preset", "smoke", "--print-config"]);
+    let direct = Command::new(imgctl_bin())
+        .args(["train-demo", "--preset", "smoke", "--print-config"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(handed.status.code(), Some(0), "{}", texts(&handed).1);
+    assert_eq!(texts(&handed).0, texts(&direct).0);
+    // verify of this host runs the torch checks (in imgctl-torch), not SKIPs.
+    let verify = run(&[
+        "verify",
+        "--expect-gpus",
+        "0",
+        "--only",
+        "torch.version",
+        "--json",
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&texts(&verify).0).unwrap();
+    assert_eq!(report["results"][0]["status"], "pass", "{report}");
 }

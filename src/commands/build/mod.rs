@@ -318,11 +318,19 @@ pub fn parse_pairs(values: &[String], flag: &str) -> anyhow::Result<BTreeMap<Str
     Ok(out)
 }
 
-/// The imgctl to put in the image: `--imgctl-binary`, else this executable.
+/// The imgctl to put in the image: `--imgctl-binary`, else this executable,
+/// or, for a front end without libtorch, the full imgctl beside it (the
+/// image's verify checks its own torch).
 fn imgctl_binary(flag: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     match flag {
         Some(p) => Ok(p.clone()),
-        None => std::env::current_exe().context("finding the running imgctl executable"),
+        None => {
+            let exe = std::env::current_exe().context("finding the running imgctl executable")?;
+            if cfg!(feature = "torch") {
+                return Ok(exe);
+            }
+            Ok(crate::commands::torch_part::part_beside(&exe).unwrap_or(exe))
+        }
     }
 }
 
