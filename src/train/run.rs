@@ -563,8 +563,12 @@ impl<'a> RunLoop<'a> {
         let cfg = &opts.config;
         (self.events)(&RunEvent::Stopped);
         let elapsed = self.started.elapsed().as_secs_f64();
+        // What the watch still had to say (a short run can end before NVML loads).
         let gpus = self.watch.0.take().map(|mut w| {
             w.stop();
+            w.notes()
+                .into_iter()
+                .for_each(|n| (self.events)(&RunEvent::Note(n)));
             w.usage()
         });
         sync_device(opts.device);
