@@ -105,6 +105,11 @@ type GetAttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
 /// driver_types.h, the same in CUDA 11, 12 and 13).
 const DEV_ATTR_CC_MAJOR: c_int = 75;
 const DEV_ATTR_CC_MINOR: c_int = 76;
+/// `cudaDevAttrPciBusId`, `cudaDevAttrPciDeviceId` and `cudaDevAttrPciDomainId`
+/// (enum cudaDeviceAttr, driver_types.h, the same in CUDA 11, 12 and 13).
+const DEV_ATTR_PCI_BUS: c_int = 33;
+const DEV_ATTR_PCI_DEVICE: c_int = 34;
+const DEV_ATTR_PCI_DOMAIN: c_int = 50;
 /// `cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags)`.
 type StreamCreateWithFlagsFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
 /// `cudaError_t cudaStreamDestroy(cudaStream_t)` and `cudaEventDestroy(cudaEvent_t)`.
@@ -313,6 +318,25 @@ impl CudaRuntime {
             (r == 0).then_some(value)
         };
         Some((attribute(DEV_ATTR_CC_MAJOR)?, attribute(DEV_ATTR_CC_MINOR)?))
+    }
+
+    /// Where device `index` sits on the PCI bus, `(domain, bus, device)`
+    /// (cudaDeviceGetAttribute): NVML's `pci_bus_id` names the same GPU
+    /// whatever `CUDA_VISIBLE_DEVICES` and `CUDA_DEVICE_ORDER` did to the
+    /// CUDA ordinals. `None` when a call fails (no device).
+    pub fn pci_location(&self, index: usize) -> Option<(u32, u32, u32)> {
+        let get = self.get_attribute?;
+        let attribute = |attr: c_int| {
+            let mut value: c_int = 0;
+            // SAFETY: cudaDeviceGetAttribute writes one int.
+            let r = unsafe { get(&mut value, attr, index as c_int) };
+            (r == 0).then_some(value as u32)
+        };
+        Some((
+            attribute(DEV_ATTR_PCI_DOMAIN)?,
+            attribute(DEV_ATTR_PCI_BUS)?,
+            attribute(DEV_ATTR_PCI_DEVICE)?,
+        ))
     }
 
     /// `(free, total)` bytes of the current device (cudaMemGetInfo). "Used"

@@ -89,6 +89,8 @@ pub enum SettingCheck {
     EmaPower,
     /// `bucket_cap_mb` not positive.
     BucketCap,
+    /// `gpu_sample_every_s` negative or not a number.
+    GpuSampleEvery,
     /// `keep` is 0.
     Keep,
     /// Sample grids of no image or no step.
@@ -164,6 +166,11 @@ pub struct TrainingConfig {
     pub sample_steps: usize,
     /// Plain progress line every N steps when stderr is not a terminal (0: about 20 lines per run).
     pub log_every: u64,
+    /// Seconds between two readings of the run's GPUs through NVML
+    /// (utilisation, memory, power, temperature, SM clock, throttle
+    /// reasons); 0: never. CPU runs read none.
+    #[serde(default = "default_gpu_sample_every_s")]
+    pub gpu_sample_every_s: f64,
     /// Data loader threads.
     pub workers: usize,
     /// Batches queued per loader thread.
@@ -178,6 +185,14 @@ pub struct TrainingConfig {
 
 fn default_overlap() -> bool {
     true
+}
+
+/// Every 5 s: nvidia-smi's utilisation covers the last 1/6 s to 1 s (by
+/// product, nvml.h `nvmlDeviceGetUtilizationRates`), so a reading every few
+/// seconds is a sample, not an average; 5 s costs nothing next to a step and
+/// still gives a 10-minute run 120 points.
+fn default_gpu_sample_every_s() -> f64 {
+    5.0
 }
 
 /// DDP's default `bucket_cap_mb=25` (torch/nn/parallel/distributed.py).
@@ -218,6 +233,7 @@ impl TrainingConfig {
             sample_num: 16,
             sample_steps: 50,
             log_every: 0,
+            gpu_sample_every_s: default_gpu_sample_every_s(),
             // 4 threads × 2 queued batches keep a GPU step (tens of ms) fed: one
             // 64-image batch of synthetic data takes a few ms per thread.
             workers: 4,
@@ -322,6 +338,12 @@ impl TrainingConfig {
             return bad(
                 format!("bucket_cap_mb is {}", self.bucket_cap_mb),
                 SettingCheck::BucketCap,
+            );
+        }
+        if !(self.gpu_sample_every_s.is_finite() && self.gpu_sample_every_s >= 0.0) {
+            return bad(
+                format!("gpu_sample_every_s is {}", self.gpu_sample_every_s),
+                SettingCheck::GpuSampleEvery,
             );
         }
         if self.keep == 0 {
@@ -643,6 +665,17 @@ mod tests {
         c.validate().unwrap();
         assert!(invalid(&|c| c.training.ema.power = f64::NAN).contains("ema power is NaN"));
         assert!(invalid(&|c| c.training.adam.weight_decay = f64::NAN).contains("weight_decay NaN"));
+        assert_eq!(
+            invalid(&|c| c.training.gpu_sample_every_s = -1.0),
+            "invalid training setting: gpu_sample_every_s is -1"
+        );
+        // 0 reads no GPU; a file without the key keeps the 5 s default.
+        c.training.gpu_sample_every_s = 0.0;
+        c.validate().unwrap();
+        let mut c = TrainConfig::preset(Preset::Tiny);
+        c.apply_yaml("training:\n  steps: 3\n", "t.yaml", false)
+            .unwrap();
+        assert_eq!(c.training.gpu_sample_every_s, 5.0);
         assert_eq!(
             invalid(&|c| c.model.out_channels = 1),
             "invalid model config: out_channels is 1 but in_channels is 3"

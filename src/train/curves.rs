@@ -1,9 +1,12 @@
 //! `OUT/loss.png`: the run's curves for people — loss (raw and smoothed),
-//! learning rate and gradient norm against the step — drawn from
+//! learning rate and gradient norm against the step, and on a watched GPU
+//! run the GPUs' utilisation and memory — drawn from
 //! `metrics.jsonl` by [`crate::plot`]. Reads the metrics file only; must not
 //! touch the model or the run's state, so it can be redrawn at any time.
 use std::path::{Path, PathBuf};
 
+use super::events::{Events, RunEvent};
+use super::gpu_watch::load_of;
 use super::metrics::{read_jsonl, StepRecord};
 use crate::plot::{lines_png, Panel, Series, PALETTE};
 
@@ -31,8 +34,31 @@ pub fn smooth(values: &[(f64, f64)], weight: f64) -> Vec<(f64, f64)> {
     out
 }
 
+/// The GPU panel's two lines, in percent against the step: utilisation
+/// (the mean of the GPUs read) and memory used (the fullest GPU's, as a
+/// share of its memory); both empty when no step carries a reading.
+fn gpu_lines(records: &[StepRecord]) -> [Vec<(f64, f64)>; 2] {
+    let mut util = Vec::new();
+    let mut memory = Vec::new();
+    for r in records {
+        let Some(load) = load_of(&r.gpus) else {
+            continue;
+        };
+        if let Some(u) = load.utilization_pct {
+            util.push((r.step as f64, u));
+        }
+        if let (Some(used), Some(total)) = (load.memory_used_bytes, load.memory_total_bytes) {
+            if total > 0 {
+                memory.push((r.step as f64, used as f64 / total as f64 * 100.0));
+            }
+        }
+    }
+    [util, memory]
+}
+
 /// Draws `out/loss.png` from `records` (steps in order). Skipped fp16 steps
-/// carry no gradient norm and are left out of that panel.
+/// carry no gradient norm and are left out of that panel. A fourth panel
+/// shows the GPUs when steps carry readings.
 pub fn draw(out: &Path, records: &[StepRecord]) -> std::io::Result<PathBuf> {
     let path = out.join(LOSS_PNG);
     let loss: Vec<(f64, f64)> = records.iter().map(|r| (r.step as f64, r.loss)).collect();
@@ -50,7 +76,7 @@ pub fn draw(out: &Path, records: &[StepRecord]) -> std::io::Result<PathBuf> {
         color,
         faint,
     };
-    let panels = [
+    let mut panels = vec![
         Panel {
             title: "loss (MSE of the predicted noise)",
             series: vec![
@@ -79,6 +105,25 @@ pub fn draw(out: &Path, records: &[StepRecord]) -> std::io::Result<PathBuf> {
             x_ticks: None,
         },
     ];
+    let [util, memory] = gpu_lines(records);
+    let several = records.iter().any(|r| r.gpus.len() > 1);
+    let (util_label, memory_label) = if several {
+        ("utilisation (mean)", "memory used (fullest GPU)")
+    } else {
+        ("utilisation", "memory used")
+    };
+    if !util.is_empty() || !memory.is_empty() {
+        panels.push(Panel {
+            title: "GPU (% of time a kernel ran; % of its memory)",
+            series: vec![
+                line(util_label, &util, PALETTE[3], false),
+                line(memory_label, &memory, PALETTE[4], false),
+            ],
+            log_y: false,
+            y_zero: true,
+            x_ticks: None,
+        });
+    }
     let last = records.last().map_or(0, |r| r.step);
     lines_png(&path, &format!("train-demo: {last} steps"), "step", &panels)?;
     Ok(path)
@@ -87,6 +132,24 @@ pub fn draw(out: &Path, records: &[StepRecord]) -> std::io::Result<PathBuf> {
 /// Redraws `out/loss.png` from `out/metrics.jsonl`.
 pub fn redraw(out: &Path) -> std::io::Result<PathBuf> {
     draw(out, &read_jsonl(&out.join("metrics.jsonl"))?)
+}
+
+/// [`redraw`] for a run: a failure is a warning (once per run: `warned`),
+/// never the run's end, the numbers being in metrics.jsonl and TensorBoard
+/// either way.
+pub fn redraw_warned(out: &Path, warned: &mut bool, events: Events) -> Option<PathBuf> {
+    match redraw(out) {
+        Ok(path) => Some(path),
+        Err(e) => {
+            if !std::mem::replace(warned, true) {
+                events(&RunEvent::Warning(format!(
+                    "could not draw {}: {e}",
+                    out.join(LOSS_PNG).display()
+                )));
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -120,6 +183,7 @@ mod tests {
                 loss_scale: 1.0,
                 img_per_s: 10.0,
                 skipped: step == 5,
+                gpus: Vec::new(),
             })
             .collect();
         let path = draw(dir.path(), &records).unwrap();
@@ -133,5 +197,59 @@ mod tests {
                 .count();
             assert!(n > 200, "{color:?}: {n} pixels");
         }
+    }
+
+    #[test]
+    fn a_gpu_panel_joins_when_steps_carry_readings() {
+        use crate::train::gpu_watch::GpuSample;
+        let dir = tempfile::tempdir().unwrap();
+        let reading = |step: u64| {
+            (0..2)
+                .map(|index| GpuSample {
+                    index,
+                    rank: index as usize,
+                    utilization_pct: Some(if step < 20 { 35 } else { 95 + index }),
+                    memory_used_bytes: Some((40 + step.min(60) / 3 + index as u64 * 4) << 30),
+                    memory_total_bytes: Some(150_754_820_096),
+                    power_w: Some(650.0),
+                    temperature_c: Some(70),
+                    sm_clock_mhz: Some(1980),
+                    throttle_reasons: Some(Vec::new()),
+                })
+                .collect()
+        };
+        let records: Vec<StepRecord> = (1..=200)
+            .map(|step| StepRecord {
+                step,
+                loss: 1.0 / (1.0 + step as f64 / 30.0),
+                lr: 1e-4,
+                grad_norm: 0.5,
+                loss_scale: 1.0,
+                img_per_s: 10.0,
+                skipped: false,
+                gpus: if step % 5 == 1 {
+                    reading(step)
+                } else {
+                    Vec::new()
+                },
+            })
+            .collect();
+        let path = draw(dir.path(), &records).unwrap();
+        let img = image::open(&path).unwrap().to_rgb8();
+        assert_eq!(img.height(), 34 + 4 * 250);
+        for color in [PALETTE[3], PALETTE[4]] {
+            let n = img
+                .pixels()
+                .filter(|p| p.0 == [color.0, color.1, color.2])
+                .count();
+            assert!(n > 200, "{color:?}: {n} pixels");
+        }
+        let [util, memory] = gpu_lines(&records);
+        assert_eq!(util.len(), 40);
+        assert_eq!(util[0], (1.0, 35.0));
+        assert_eq!(util[39], (196.0, 95.5));
+        // The fullest GPU (GPU 1): 44 GiB + 196/3 capped at 60/3 = 64 GiB.
+        let share = (64u64 << 30) as f64 / 150_754_820_096.0 * 100.0;
+        assert!((memory[39].1 - share).abs() < 1e-9, "{:?}", memory[39]);
     }
 }

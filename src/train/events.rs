@@ -68,6 +68,22 @@ pub struct StepProgress {
     pub data_wait_s: f64,
     /// Its phases' seconds.
     pub times: PhaseTimes,
+    /// The GPUs as last read (a GPU run whose GPUs NVML can read; the
+    /// reading may be a few seconds old).
+    pub gpu: Option<GpuLoad>,
+}
+
+/// What the progress line shows of the watched GPUs' latest reading.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuLoad {
+    /// GPUs read.
+    pub gpus: usize,
+    /// Their mean utilisation, percent (`None`: NVML did not say).
+    pub utilization_pct: Option<f64>,
+    /// Memory in use on the fullest of them.
+    pub memory_used_bytes: Option<u64>,
+    /// That GPU's memory.
+    pub memory_total_bytes: Option<u64>,
 }
 
 /// Seconds spent in each phase of a step. Without `profile` the phases are

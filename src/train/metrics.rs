@@ -1,5 +1,6 @@
-//! Per-step metrics: `OUT/metrics.jsonl` (one JSON object per step) and
-//! TensorBoard scalars and sample images under `OUT/tb/`.
+//! Per-step metrics: `OUT/metrics.jsonl` (one JSON object per step, with
+//! the GPUs' reading when a new one came during the step) and TensorBoard
+//! scalars and sample images under `OUT/tb/`.
 //!
 //! Owns the record shape and the two sinks; only rank 0 creates a
 //! [`MetricsWriter`]. Must not compute anything: the trainer measures.
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::gpu_watch::GpuSample;
 use super::tensorboard::EventWriter;
 
 /// One optimizer step, as logged.
@@ -28,6 +30,10 @@ pub struct StepRecord {
     pub img_per_s: f64,
     /// Whether the update was skipped (fp16 overflow).
     pub skipped: bool,
+    /// The GPUs' reading taken during this step (every few seconds, on a
+    /// watched GPU run; absent from the other steps and from older files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuSample>,
 }
 
 /// Writes `metrics.jsonl` and TensorBoard events.
@@ -154,7 +160,13 @@ impl MetricsWriter {
                 ("train/loss_scale", r.loss_scale as f32),
                 ("train/img_per_s", r.img_per_s as f32),
             ],
-        )
+        )?;
+        if r.gpus.is_empty() {
+            return Ok(());
+        }
+        let scalars = gpu_scalars(&r.gpus);
+        let named: Vec<(&str, f32)> = scalars.iter().map(|(t, v)| (t.as_str(), *v)).collect();
+        self.tb.scalars(r.step as i64, &named)
     }
 
     /// Adds a sample grid (PNG bytes) to TensorBoard.
@@ -167,6 +179,32 @@ impl MetricsWriter {
         self.jsonl.flush()?;
         self.tb.flush()
     }
+}
+
+/// The TensorBoard scalars of a GPU reading, per GPU by NVML's index
+/// (`gpu0/utilization_pct`, `gpu0/memory_used_gib`, `gpu0/power_w`,
+/// `gpu0/temperature_c`, `gpu0/sm_clock_mhz`); what NVML did not answer is left out.
+pub fn gpu_scalars(reading: &[GpuSample]) -> Vec<(String, f32)> {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let mut out = Vec::new();
+    for s in reading {
+        let values = [
+            ("utilization_pct", s.utilization_pct.map(f64::from)),
+            (
+                "memory_used_gib",
+                s.memory_used_bytes.map(|b| b as f64 / GIB),
+            ),
+            ("power_w", s.power_w),
+            ("temperature_c", s.temperature_c.map(f64::from)),
+            ("sm_clock_mhz", s.sm_clock_mhz.map(f64::from)),
+        ];
+        for (name, v) in values {
+            if let Some(v) = v {
+                out.push((format!("gpu{}/{name}", s.index), v as f32));
+            }
+        }
+    }
+    out
 }
 
 /// Reads `metrics.jsonl` back.

@@ -9,7 +9,8 @@
 //! (synthetic set, image folders, background loader), [`flat`] (flat
 //! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
 //! scaling), [`ema`], [`checkpoint`], [`out_lock`] (one run per output
-//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`];
+//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`],
+//! [`gpu_watch`] (the GPUs' NVML readings while a run trains);
 //! [`sync`] (the [`sync::GradSync`] seam for data parallelism), [`session`]
 //! (the preflight and start shared with the benchmark), [`trainer`] (the
 //! step, sampling, checkpoint I/O) and [`run`] (the training loop, its report
@@ -25,6 +26,7 @@ pub mod data;
 pub mod ema;
 pub mod events;
 pub mod flat;
+pub mod gpu_watch;
 pub mod images;
 pub mod interrupt;
 pub mod memory;

@@ -23,7 +23,8 @@ use anyhow::Context;
 use super::checkpoint;
 use super::config::Precision;
 use super::data::{Dataset, Loader, Source};
-use super::events::{Events, RunEvent, StepProgress};
+use super::events::{Events, GpuLoad, RunEvent, StepProgress};
+use super::gpu_watch::{self, GpuWatch};
 use super::images;
 use super::interrupt::interrupt_flag;
 use super::metrics::{MetricsWriter, StepRecord};
@@ -101,24 +102,6 @@ fn diverged(e: anyhow::Error, kept: &Option<PathBuf>, precision: Precision) -> a
     }
 }
 
-/// Redraws `out/loss.png` from the metrics written so far; a failure is a
-/// warning (once per run: `warned`), never the run's end: the numbers are in
-/// metrics.jsonl and TensorBoard either way.
-fn redraw_curves(out: &std::path::Path, warned: &mut bool, events: Events) -> Option<PathBuf> {
-    match super::curves::redraw(out) {
-        Ok(path) => Some(path),
-        Err(e) => {
-            if !std::mem::replace(warned, true) {
-                events(&RunEvent::Warning(format!(
-                    "could not draw {}: {e}",
-                    out.join(super::curves::LOSS_PNG).display()
-                )));
-            }
-            None
-        }
-    }
-}
-
 /// Runs a whole training: preflight checks, model, optional resume, the loop
 /// with outputs on rank 0, and the summary; what it says as it goes reaches
 /// `events` (ending with [`RunEvent::Stopped`], also on an error). Ctrl-C
@@ -162,6 +145,8 @@ struct RunLoop<'a> {
     events: Events<'a>,
     /// metrics.jsonl and TensorBoard (rank 0 only).
     metrics: Option<MetricsWriter>,
+    /// The GPUs' watch (rank 0 of a GPU run) and its latest reading's view.
+    watch: (Option<GpuWatch>, Option<GpuLoad>),
     /// This rank's data stream.
     loader: Loader,
     /// The training data.
@@ -255,6 +240,10 @@ impl<'a> RunLoop<'a> {
         if lead {
             announce(opts, &trainer, &data, world, threads.as_ref(), events);
         }
+        let every_s = tr.gpu_sample_every_s;
+        let watch = gpu_watch::start_for_run(opts.device, every_s, rank, world, &mut |v| {
+            trainer.sync_mean_scalars(v)
+        })?;
         let loader = session::start_loader(&trainer, data.clone());
         let metrics = if lead {
             Some(open_metrics(opts, start_step, events)?)
@@ -281,6 +270,7 @@ impl<'a> RunLoop<'a> {
             world,
             events,
             metrics,
+            watch: (watch, None),
             loader,
             epoch_len: data.len() as u64,
             data,
@@ -422,6 +412,7 @@ impl<'a> RunLoop<'a> {
         let tr = &self.opts.config.training;
         let global_batch = self.global_batch;
         let img_per_s = global_batch / dt.max(1e-9);
+        let gpus = self.gpu_reading();
         if let Some(m) = self.metrics.as_mut() {
             m.record(&StepRecord {
                 step: stats.step,
@@ -431,6 +422,7 @@ impl<'a> RunLoop<'a> {
                 loss_scale: stats.loss_scale,
                 img_per_s,
                 skipped: stats.skipped,
+                gpus,
             })?;
             // Flushed every step so `tail -f metrics.jsonl` and TensorBoard follow the run.
             m.flush()?;
@@ -454,8 +446,23 @@ impl<'a> RunLoop<'a> {
             log_due: stats.step % self.log_every == 0 || stats.step == tr.steps,
             data_wait_s: data_wait,
             times: stats.times,
+            gpu: self.watch.1,
         }));
         Ok(())
+    }
+
+    /// The GPUs' reading when a new one came since the last step (its view
+    /// kept for the progress line), after what the watch has to say once.
+    fn gpu_reading(&mut self) -> Vec<gpu_watch::GpuSample> {
+        let Some(w) = self.watch.0.as_mut() else {
+            return Vec::new();
+        };
+        for note in w.notes() {
+            (self.events)(&RunEvent::Note(note));
+        }
+        let reading = w.take_new().unwrap_or_default();
+        self.watch.1 = gpu_watch::load_of(&reading).or(self.watch.1);
+        reading
     }
 
     /// On rank 0 every `sample_every` steps and at the last (`done`): a
@@ -501,7 +508,8 @@ impl<'a> RunLoop<'a> {
         let opts = self.opts;
         if let Some(m) = self.metrics.as_mut() {
             m.flush()?;
-            self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned, self.events);
+            self.loss_plot =
+                super::curves::redraw_warned(&opts.out, &mut self.plot_warned, self.events);
             self.plotted_step = Some(self.trainer.step);
         }
         let dir = self
@@ -555,6 +563,14 @@ impl<'a> RunLoop<'a> {
         let cfg = &opts.config;
         (self.events)(&RunEvent::Stopped);
         let elapsed = self.started.elapsed().as_secs_f64();
+        // What the watch still had to say (a short run can end before NVML loads).
+        let gpus = self.watch.0.take().map(|mut w| {
+            w.stop();
+            w.notes()
+                .into_iter()
+                .for_each(|n| (self.events)(&RunEvent::Note(n)));
+            w.usage()
+        });
         sync_device(opts.device);
         let device_memory = device_memory(opts.device);
         let diffusers_model = self.export_diffusers()?;
@@ -562,7 +578,8 @@ impl<'a> RunLoop<'a> {
             Some(m) => {
                 m.flush()?;
                 if self.plotted_step != Some(self.trainer.step) {
-                    self.loss_plot = redraw_curves(&opts.out, &mut self.plot_warned, self.events);
+                    self.loss_plot =
+                        super::curves::redraw_warned(&opts.out, &mut self.plot_warned, self.events);
                 }
                 (m.jsonl_path().to_path_buf(), m.tb_path().to_path_buf())
             }
@@ -589,6 +606,7 @@ impl<'a> RunLoop<'a> {
             img_per_s: (self.timed_secs > 0.0).then(|| self.timed_images / self.timed_secs),
             train_flops_per_image: cfg.model.train_flops_per_image(),
             device_memory,
+            gpus: gpus.unwrap_or_default(),
             // A single process syncs nothing (its stats would count 0 buckets).
             grad_sync: self.trainer.sync_stats(),
             elapsed_s: elapsed,

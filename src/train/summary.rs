@@ -11,6 +11,7 @@ use serde::Serialize;
 use tch::{Device, Tensor};
 
 use super::data::Dataset;
+pub use super::gpu_watch::GpuUsage;
 use super::images;
 use super::sync::SyncStats;
 
@@ -112,6 +113,10 @@ pub struct TrainSummary {
     pub train_flops_per_image: f64,
     /// Device memory in use at the end of training (CUDA only).
     pub device_memory: Option<DeviceMemory>,
+    /// The GPUs as read every `training.gpu_sample_every_s` while this
+    /// process trained: mean utilisation, peak memory and more, per GPU
+    /// (empty on the CPU, without NVML, and on ranks other than 0).
+    pub gpus: Vec<GpuUsage>,
     /// The gradient all-reduce (data-parallel runs, one rank too; `null` for a
     /// single process).
     pub grad_sync: Option<SyncStats>,

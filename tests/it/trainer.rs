@@ -152,7 +152,11 @@ fn train_tiny_loss_falls() {
     // One process all-reduces nothing: no grad_sync record, no line.
     assert!(summary["grad_sync"].is_null(), "{}", summary["grad_sync"]);
     assert!(!stderr.contains("gradient all-reduce"), "{stderr}");
+    // A CPU run reads no GPU: nothing said, nothing recorded (#29 item 2).
+    assert_eq!(summary["gpus"], serde_json::json!([]));
+    assert!(!stderr.contains("GPU"), "{stderr}");
     let recs = losses(&out);
+    assert!(recs.iter().all(|r| r.gpus.is_empty()));
     assert_eq!(recs.len(), 24);
     assert_eq!(
         recs.iter().map(|r| r.step).collect::<Vec<_>>(),
@@ -1381,6 +1385,7 @@ fn train_tensorboard_reader_reads_scalars_and_images() {
         .expect("loss.png")
         .to_rgb8();
     assert_eq!(curves.width(), 960);
+    assert_eq!(curves.height(), 34 + 3 * 250, "no GPU panel on the CPU");
     assert!(
         stderr.contains(&format!("curves: {}", out.join("loss.png").display())),
         "{stderr}"

@@ -130,6 +130,9 @@ mod with_torch {
             SettingCheck::BucketCap => {
                 "use a positive size in MiB such as 25 (--bucket-cap-mb 25)".to_string()
             }
+            SettingCheck::GpuSampleEvery => {
+                "use a number of seconds such as 5, or 0 to read no GPU statistics".to_string()
+            }
             SettingCheck::Keep => "keep at least one checkpoint (--keep 1)".to_string(),
             SettingCheck::Sampling => {
                 "sample grids need at least one image and one step".to_string()

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use indicatif::ProgressBar;
 
 use crate::output::{printer, Printer};
-use crate::train::events::{RunEvent, StepProgress};
+use crate::train::events::{GpuLoad, RunEvent, StepProgress};
 
 /// The progress bar's layout.
 const BAR_TEMPLATE: &str = "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]";
@@ -42,7 +42,11 @@ pub(super) fn printed() -> impl Fn(&RunEvent) {
 /// A step on the bar, and off a terminal its log line when one is due.
 fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
     if let Some(b) = bar {
-        b.set_message(format!("loss {:.4} {:.1} img/s", s.loss, s.img_per_s));
+        let gpu = s
+            .gpu
+            .map(|g| format!(" {}", gpu_words(&g)))
+            .unwrap_or_default();
+        b.set_message(format!("loss {:.4} {:.1} img/s{gpu}", s.loss, s.img_per_s));
         b.set_position(s.step);
     }
     if p.interactive || !s.log_due {
@@ -56,10 +60,16 @@ fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
     ));
 }
 
-/// `step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 3s`.
+/// `step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 3s`,
+/// with the GPUs' latest reading before the ETA on a watched GPU run
+/// (`… 12.3 img/s GPU 97% 61/141 GiB ETA 3s`).
 fn log_line(s: &StepProgress) -> String {
+    let gpu = s
+        .gpu
+        .map(|g| format!(" {}", gpu_words(&g)))
+        .unwrap_or_default();
     format!(
-        "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s ETA {}",
+        "step {}/{} loss {:.4} lr {:.2e} grad_norm {:.3} {:.1} img/s{gpu} ETA {}",
         s.step,
         s.steps,
         s.loss,
@@ -67,6 +77,26 @@ fn log_line(s: &StepProgress) -> String {
         s.grad_norm,
         s.img_per_s,
         human_duration(s.eta_s)
+    )
+}
+
+/// `GPU 97% 61/141 GiB`; with several GPUs their mean utilisation and the
+/// fullest one's memory (`4 GPUs 96% 61/141 GiB`); `?` where NVML did not say.
+fn gpu_words(g: &GpuLoad) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let who = if g.gpus == 1 {
+        "GPU".to_string()
+    } else {
+        format!("{} GPUs", g.gpus)
+    };
+    let util = g
+        .utilization_pct
+        .map_or("?%".to_string(), |u| format!("{u:.0}%"));
+    let gib = |b: Option<u64>| b.map_or("?".to_string(), |b| format!("{:.0}", b as f64 / GIB));
+    format!(
+        "{who} {util} {}/{} GiB",
+        gib(g.memory_used_bytes),
+        gib(g.memory_total_bytes)
     )
 }
 
@@ -93,10 +123,31 @@ mod tests {
             log_due: true,
             data_wait_s: 0.0,
             times: Default::default(),
+            gpu: None,
         };
         assert_eq!(
             log_line(&s),
             "step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 1h 2m 5s"
         );
+        let h200 = GpuLoad {
+            gpus: 1,
+            utilization_pct: Some(97.4),
+            memory_used_bytes: Some(61 << 30),
+            memory_total_bytes: Some(150_754_820_096),
+        };
+        let watched = StepProgress {
+            gpu: Some(h200),
+            ..s
+        };
+        assert_eq!(
+            log_line(&watched),
+            "step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s GPU 97% 61/140 GiB ETA 1h 2m 5s"
+        );
+        let four = GpuLoad {
+            gpus: 4,
+            utilization_pct: None,
+            ..h200
+        };
+        assert_eq!(gpu_words(&four), "4 GPUs ?% 61/140 GiB");
     }
 }

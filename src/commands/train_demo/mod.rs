@@ -79,6 +79,8 @@ mod single_run {
     use crate::train::parallel::launch::LaunchInfo;
     use crate::train::run::{self, TrainSummary};
     use crate::train::space;
+    use crate::train::summary::GpuUsage;
+    use crate::verify::nvml::{throttle_names, BENIGN_THROTTLE};
     use crate::ExitStatus;
 
     /// Trains in this process (a world of one, or this rank of a launched
@@ -186,6 +188,7 @@ mod single_run {
                 gib(m.total_bytes)
             ));
         }
+        lines.extend(s.gpus.iter().map(gpu_usage_line));
         if let Some(g) = s.grad_sync.filter(|g| g.calls > 0) {
             let how = if g.overlapped {
                 format!(
@@ -260,6 +263,61 @@ mod single_run {
         lines
     }
 
+    /// `GPU 0 (NVIDIA H200, rank 0): mean utilisation 96%, peak memory 61.2
+    /// of 140.4 GiB, at most 612 W and 71 °C (120 readings)`, then the
+    /// throttle reasons beyond idle and the software power cap (which verify
+    /// counts as benign) and in how many readings each was active.
+    pub fn gpu_usage_line(u: &GpuUsage) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let name = u
+            .name
+            .as_deref()
+            .map_or(String::new(), |n| format!("{n}, "));
+        let util = u
+            .mean_utilization_pct
+            .map_or("utilisation unknown".to_string(), |p| {
+                format!("mean utilisation {p:.0}%")
+            });
+        let memory = match (u.peak_memory_used_bytes, u.memory_total_bytes) {
+            (Some(used), Some(total)) => {
+                format!(", peak memory {:.1} of {:.1} GiB", gib(used), gib(total))
+            }
+            (Some(used), None) => format!(", peak memory {:.1} GiB", gib(used)),
+            _ => String::new(),
+        };
+        let most: Vec<String> = [
+            u.peak_power_w.map(|w| format!("{w:.0} W")),
+            u.max_temperature_c.map(|c| format!("{c} °C")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let most = if most.is_empty() {
+            String::new()
+        } else {
+            format!(", at most {}", most.join(" and "))
+        };
+        let benign = throttle_names(BENIGN_THROTTLE);
+        let throttled: Vec<String> = u
+            .throttle_reasons
+            .iter()
+            .filter(|(r, _)| !benign.contains(r))
+            .map(|(r, n)| format!("{r} in {n}"))
+            .collect();
+        let throttled = if throttled.is_empty() {
+            String::new()
+        } else {
+            format!("; throttled: {}", throttled.join(", "))
+        };
+        format!(
+            "GPU {} ({name}rank {}): {util}{memory}{most} ({} reading{}){throttled}",
+            u.index,
+            u.rank,
+            u.samples,
+            if u.samples == 1 { "" } else { "s" }
+        )
+    }
+
     /// The warning for a run that fell back to the CPU (no CUDA device, no
     /// `--device`) with a model too large for a CPU demo: the default model
     /// trains at about 1 img/s on a CPU (0.24 img/s measured on 2 cores in a
@@ -282,8 +340,44 @@ mod single_run {
 
 #[cfg(all(test, feature = "torch"))]
 mod tests {
-    use super::single_run::cpu_fallback_warning;
+    use super::single_run::{cpu_fallback_warning, gpu_usage_line};
     use crate::train::config::{Preset, TrainConfig};
+    use crate::train::summary::GpuUsage;
+
+    #[test]
+    fn a_gpu_usage_line_gives_the_mean_utilisation_and_peak_memory() {
+        let mut u = GpuUsage {
+            index: 0,
+            rank: 0,
+            name: Some("NVIDIA H200".into()),
+            samples: 120,
+            mean_utilization_pct: Some(96.4),
+            peak_memory_used_bytes: Some(65_712_999_424),
+            memory_total_bytes: Some(150_754_820_096),
+            peak_power_w: Some(612.3),
+            max_temperature_c: Some(71),
+            throttle_reasons: [
+                ("sw_power_cap".to_string(), 40),
+                ("hw_thermal_slowdown".to_string(), 3),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        assert_eq!(
+            gpu_usage_line(&u),
+            "GPU 0 (NVIDIA H200, rank 0): mean utilisation 96%, peak memory 61.2 of 140.4 GiB, at most 612 W and 71 °C (120 readings); throttled: hw_thermal_slowdown in 3"
+        );
+        u.throttle_reasons.clear();
+        u.mean_utilization_pct = None;
+        u.peak_power_w = None;
+        u.max_temperature_c = None;
+        u.name = None;
+        u.samples = 1;
+        assert_eq!(
+            gpu_usage_line(&u),
+            "GPU 0 (rank 0): utilisation unknown, peak memory 61.2 of 140.4 GiB (1 reading)"
+        );
+    }
 
     #[test]
     fn cpu_fallback_warns_for_the_default_model_only() {

@@ -139,6 +139,14 @@ pub trait NvmlBackend: Send + Sync {
     fn power_limit_default_mw(&self, gpu: u32) -> NvmlResult<u32>;
     /// Active clock-event (throttle) reasons, NVML bit mask.
     fn throttle_reasons(&self, gpu: u32) -> NvmlResult<u64>;
+    /// Percent of the last sample period (1/6 s to 1 s, by product) in which
+    /// a kernel ran (nvmlDeviceGetUtilizationRates, its `gpu` field).
+    fn utilization_pct(&self, gpu: u32) -> NvmlResult<u32>;
+    /// Memory in use on the GPU in bytes, every process and the driver's
+    /// own reserve together (nvmlDeviceGetMemoryInfo_v2, `used`).
+    fn memory_used(&self, gpu: u32) -> NvmlResult<u64>;
+    /// Current SM clock in MHz (nvmlDeviceGetClockInfo, NVML_CLOCK_SM).
+    fn sm_clock_mhz(&self, gpu: u32) -> NvmlResult<u32>;
     /// PCIe link state.
     fn pcie_link(&self, gpu: u32) -> NvmlResult<PcieLink>;
     /// NVLink links: `Some(active)` for each link the GPU has.

@@ -47,6 +47,12 @@ pub struct FakeGpu {
     pub power_limit_default_mw: u32,
     /// Throttle mask.
     pub throttle: NvmlResult<u64>,
+    /// Utilisation, percent.
+    pub utilization: NvmlResult<u32>,
+    /// Memory in use, bytes.
+    pub memory_used: NvmlResult<u64>,
+    /// SM clock, MHz.
+    pub sm_clock_mhz: NvmlResult<u32>,
     /// PCIe link.
     pub pcie: NvmlResult<PcieLink>,
     /// NVLink states.
@@ -82,6 +88,9 @@ impl FakeGpu {
             power_limit_mw: 700_000,
             power_limit_default_mw: 700_000,
             throttle: Ok(0x1),
+            utilization: Ok(0),
+            memory_used: Ok(595_591_168),
+            sm_clock_mhz: Ok(345),
             pcie: Ok(PcieLink {
                 gen: 5,
                 max_gen: 5,
@@ -211,6 +220,15 @@ impl NvmlBackend for FakeNvml {
     }
     fn throttle_reasons(&self, gpu: u32) -> NvmlResult<u64> {
         self.gpu(gpu, "throttle_reasons")?.throttle.clone()
+    }
+    fn utilization_pct(&self, gpu: u32) -> NvmlResult<u32> {
+        self.gpu(gpu, "utilization_pct")?.utilization.clone()
+    }
+    fn memory_used(&self, gpu: u32) -> NvmlResult<u64> {
+        self.gpu(gpu, "memory_used")?.memory_used.clone()
+    }
+    fn sm_clock_mhz(&self, gpu: u32) -> NvmlResult<u32> {
+        self.gpu(gpu, "sm_clock_mhz")?.sm_clock_mhz.clone()
     }
     fn pcie_link(&self, gpu: u32) -> NvmlResult<PcieLink> {
         self.gpu(gpu, "pcie_link")?.pcie.clone()

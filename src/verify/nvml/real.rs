@@ -227,6 +227,22 @@ impl NvmlBackend for RealNvml {
             Err(e) => Err(map_err(e)),
         }
     }
+    fn utilization_pct(&self, gpu: u32) -> NvmlResult<u32> {
+        self.dev(gpu)?
+            .utilization_rates()
+            .map(|u| u.gpu)
+            .map_err(map_err)
+    }
+    fn memory_used(&self, gpu: u32) -> NvmlResult<u64> {
+        self.dev(gpu)?
+            .memory_info()
+            .map(|m| m.used)
+            .map_err(map_err)
+    }
+    fn sm_clock_mhz(&self, gpu: u32) -> NvmlResult<u32> {
+        use nvml_wrapper::enum_wrappers::device::Clock;
+        self.dev(gpu)?.clock_info(Clock::SM).map_err(map_err)
+    }
     fn pcie_link(&self, gpu: u32) -> NvmlResult<PcieLink> {
         let dev = self.dev(gpu)?;
         Ok(PcieLink {
