@@ -1,0 +1,228 @@
+//! `imgctl ps`, `down` and `logs`: the workstations `up` started, found by
+//! their label; nothing else is listed, stopped or read.
+use std::time::Duration;
+
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+
+use super::{report_of, UpReport, SCHEMA_VERSION, WAIT_RANGE};
+use crate::cli::{DownArgs, LogsArgs, PsArgs};
+use crate::commands::error::CliError;
+use crate::docker::workstation::{self as ws, Listed, WorkstationError};
+use crate::output::{self, printer};
+use crate::ExitStatus;
+
+/// `imgctl ps`.
+pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let listed = runtime.block_on(async {
+        let docker = crate::docker::connect().await?.docker;
+        ws::list(&docker, args.all).await
+    })?;
+    if args.json {
+        let rows: Vec<UpReport> = listed
+            .iter()
+            .map(|w| report_of(w, true, None))
+            .map(|mut r| {
+                r.already_up = false;
+                r
+            })
+            .collect();
+        printer().json(&serde_json::json!({
+            "schema_version": SCHEMA_VERSION,
+            "workstations": listed.iter().zip(rows).map(|(w, r)| serde_json::json!({
+                "name": r.name, "id": r.id, "image": r.image, "state": w.state,
+                "status": w.status, "gpus": r.gpus, "workspace": r.workspace,
+                "jupyter": r.jupyter, "ssh": r.ssh, "created": w.created,
+            })).collect::<Vec<_>>(),
+        }))?;
+        return Ok(ExitStatus::Success);
+    }
+    if printer().quiet {
+        for w in &listed {
+            printer().data(&w.name);
+        }
+        return Ok(ExitStatus::Success);
+    }
+    if listed.is_empty() {
+        printer().info(if args.all {
+            "no workstations (`imgctl up` starts one)"
+        } else {
+            "no workstation runs (`imgctl up` starts one; `imgctl ps -a` shows stopped ones)"
+        });
+        return Ok(ExitStatus::Success);
+    }
+    printer().data(ps_table(&listed).trim_end());
+    Ok(ExitStatus::Success)
+}
+
+/// The engine's status text, shorter for the table: `Up 33 seconds
+/// (healthy)` → `up 33 s, healthy` (`--json` keeps the engine's words).
+fn short_status(status: &str) -> String {
+    let mut s = status.to_string();
+    for (long, short) in [
+        (" (healthy)", ", healthy"),
+        (" (health: starting)", ", starting"),
+        (" (unhealthy)", ", UNHEALTHY"),
+        ("Up ", "up "),
+        ("Exited ", "exited "),
+        (" seconds", " s"),
+        (" minutes", " min"),
+        (" hours", " h"),
+        ("About a minute", "1 min"),
+        ("About an hour", "1 h"),
+        ("Less than a second", "0 s"),
+    ] {
+        s = s.replace(long, short);
+    }
+    s
+}
+
+/// The table of `imgctl ps`, fitted to stdout's width.
+fn ps_table(listed: &[Listed]) -> String {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "NAME",
+        "STATUS",
+        "JUPYTER",
+        "SSH",
+        "GPUS",
+        "IMAGE",
+        "WORKSPACE",
+    ]);
+    let addr = |a: &Option<(String, u16)>| {
+        a.as_ref()
+            .map_or("-".to_string(), |(h, p)| format!("{h}:{p}"))
+    };
+    for w in listed {
+        table.add_row([
+            w.name.clone(),
+            short_status(&w.status),
+            addr(&w.jupyter),
+            addr(&w.ssh),
+            w.gpus.clone(),
+            w.image.clone(),
+            w.workspace.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
+    if let output::Fit::Cut(width) = fit {
+        // The least useful first: the folder, the image, the GPUs.
+        output::drop_columns(&mut table, width, &[6, 5, 4]);
+    }
+    output::fit_table(&mut table, fit);
+    table.to_string()
+}
+
+/// `imgctl down`.
+pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
+    if !WAIT_RANGE.contains(&args.time) && args.time != 0 {
+        return Err(CliError::usage(format!("--time {} is not a number of seconds from 0 to 3600", args.time))
+            .with_hint("the services get this long to stop before they are killed: e.g. --time 10 (the default)")
+            .into());
+    }
+    let grace = Duration::from_secs(args.time.unsigned_abs());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let docker = crate::docker::connect().await?.docker;
+        let names: Vec<String> = if args.all {
+            ws::list(&docker, true)
+                .await?
+                .into_iter()
+                .map(|w| w.name)
+                .collect()
+        } else {
+            args.names.clone()
+        };
+        // Every name is checked before anything is removed.
+        for name in &names {
+            match ws::find(&docker, name).await? {
+                Some((_, true)) => {}
+                Some((_, false)) => {
+                    return Err(WorkstationError::NotAWorkstation { name: name.clone() }.into())
+                }
+                None => return Err(WorkstationError::NotFound { name: name.clone() }.into()),
+            }
+        }
+        if names.is_empty() {
+            printer().info("no workstations to remove");
+        }
+        for name in &names {
+            let spinner = printer().spinner(format!("stopping {name}"));
+            let removed = ws::remove(&docker, name, grace).await;
+            spinner.finish_and_clear();
+            removed?;
+            printer().info(format!(
+                "removed {name} (the folder mounted at /workspace is kept)"
+            ));
+        }
+        Ok(ExitStatus::Success)
+    })
+}
+
+/// `imgctl logs`.
+pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
+    use futures_util::StreamExt;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let docker = crate::docker::connect().await?.docker;
+        match ws::find(&docker, &args.name).await? {
+            Some((_, true)) => {}
+            Some((_, false)) => {
+                return Err(WorkstationError::NotAWorkstation {
+                    name: args.name.clone(),
+                }
+                .into())
+            }
+            None => {
+                return Err(WorkstationError::NotFound {
+                    name: args.name.clone(),
+                }
+                .into())
+            }
+        }
+        let mut stream = docker.logs(
+            &args.name,
+            Some(bollard::query_parameters::LogsOptions {
+                stdout: true,
+                stderr: true,
+                follow: args.follow,
+                tail: args.tail.map_or("all".to_string(), |n| n.to_string()),
+                ..Default::default()
+            }),
+        );
+        while let Some(chunk) = stream.next().await {
+            match chunk? {
+                bollard::container::LogOutput::StdErr { message } => {
+                    printer().stderr_text(String::from_utf8_lossy(&message))
+                }
+                other => printer().data_bytes(&other.into_bytes()),
+            }
+        }
+        Ok(ExitStatus::Success)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_column_says_the_engine_s_words_shorter() {
+        assert_eq!(short_status("Up 33 seconds (healthy)"), "up 33 s, healthy");
+        assert_eq!(
+            short_status("Up About a minute (health: starting)"),
+            "up 1 min, starting"
+        );
+        assert_eq!(
+            short_status("Exited (0) 3 minutes ago"),
+            "exited (0) 3 min ago"
+        );
+    }
+}
