@@ -129,11 +129,11 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff), of imgctl or of one subcommand.
     Man(ManArgs),
-    /// Start a workstation: a container of an imgctl image with JupyterLab, SSH, the GPUs and this folder at /workspace.
+    /// Start a workstation: JupyterLab, SSH, the GPUs, this folder at /workspace.
     Up(UpArgs),
     /// List the workstations `imgctl up` started.
     Ps(PsArgs),
-    /// Stop and remove workstations (the folder mounted at /workspace stays).
+    /// Stop and remove workstations (their folders stay).
     Down(DownArgs),
     /// Print a workstation's log (JupyterLab's and sshd's output).
     Logs(LogsArgs),
