@@ -35,8 +35,15 @@ lock="${TMPDIR:-/tmp}/imgctl-test-bases.lock"
 exec 9>"$lock"
 flock 9
 
+# The busybox base's layout version: an older image on the engine is made
+# again (2: /dev, /proc and /sys exist, so a RUN step's layer holds no mount
+# point that the runtime made with the time of the build).
+busybox_layout=2
 make_busybox() {
-  if exists "$busybox_image"; then log "$busybox_image exists"; return 0; fi
+  if [ "$(docker image inspect --format '{{ index .Config.Labels "io.imgctl.test-base.layout" }}' "$busybox_image" 2>/dev/null)" = "$busybox_layout" ]; then
+    log "$busybox_image exists"
+    return 0
+  fi
   # Debian's busybox-static installs /bin/busybox; a static binary has no
   # program interpreter (PT_INTERP), which readelf (binutils) shows.
   local bb=/bin/busybox
@@ -47,7 +54,7 @@ make_busybox() {
   local dir
   dir="$(mktemp -d)"
   trap 'rm -rf "$dir"' RETURN
-  mkdir -p "$dir"/{bin,sbin,usr/bin,usr/sbin,etc,tmp,root,home,workspace}
+  mkdir -p "$dir"/{bin,sbin,usr/bin,usr/sbin,etc,tmp,root,home,workspace,dev,proc,sys}
   chmod 1777 "$dir/tmp"
   cp "$bb" "$dir/bin/busybox"
   # What `busybox --install -s` does, without running it on the host's /bin.
@@ -59,7 +66,8 @@ make_busybox() {
   printf 'root:x:0:\n' >"$dir/etc/group"
   log "importing $busybox_image"
   tar -C "$dir" --numeric-owner --owner=0 --group=0 -c . |
-    docker import --change 'CMD ["/bin/sh"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' - "$busybox_image" >/dev/null
+    docker import --change 'CMD ["/bin/sh"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      --change "LABEL io.imgctl.test-base.layout=$busybox_layout" - "$busybox_image" >/dev/null
 }
 
 import_debian() {

@@ -72,6 +72,9 @@ pub struct BuildPlan {
     pub pull: bool,
     /// The Dockerfile is the BuildKit variant (cache mounts).
     pub buildkit: bool,
+    /// The image's creation time, seconds since the epoch (the `created`
+    /// label's; BuildKit gets it as `SOURCE_DATE_EPOCH`).
+    pub created_epoch: u64,
 }
 
 impl BuildPlan {
@@ -293,6 +296,9 @@ fn plan_with(
         no_cache: args.no_cache,
         pull: args.pull,
         buildkit,
+        created_epoch: created
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     })
 }
 
@@ -470,11 +476,21 @@ async fn build(
         }
     }
 
+    // BuildKit (0.11 and later) writes the image config's and history's
+    // times from SOURCE_DATE_EPOCH: the created label's time, so that a fresh
+    // build of the same inputs gives the same image (README, reproducible
+    // builds). The classic builder has no such setting.
+    let mut build_args = plan.build_args.clone();
+    if builder == Builder::BuildKit {
+        build_args
+            .entry(SOURCE_DATE_EPOCH.to_string())
+            .or_insert_with(|| plan.created_epoch.to_string());
+    }
     let request = BuildRequest {
         tags: plan.tags.clone(),
         no_cache: plan.no_cache,
         pull: plan.pull,
-        build_args: plan.build_args.clone(),
+        build_args,
         // In the Dockerfile instead (one step, not one per label).
         labels: BTreeMap::new(),
         builder,
