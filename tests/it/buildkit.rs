@@ -127,9 +127,9 @@ fn engine_major() -> u32 {
         .unwrap_or(0)
 }
 
-/// #29 item 3.5: two `--no-cache` builds of the busybox spec. With BuildKit
-/// on an engine whose BuildKit reads `SOURCE_DATE_EPOCH` (0.11 and later:
-/// Docker 23 and later), which imgctl passes as the created label's time,
+/// #29 item 3.5: two `--no-cache` builds of the busybox spec with
+/// `SOURCE_DATE_EPOCH` set. With BuildKit on an engine whose BuildKit reads
+/// it (0.11 and later: Docker 23 and later), to which imgctl passes it,
 /// they give the same image id: the config's and history's times come from
 /// it, the context's files have fixed times, and the template's RUN step
 /// clamps the times of what it wrote. Docker 20.10's BuildKit (0.8) and the
@@ -148,10 +148,17 @@ fn fresh_builds_give_the_same_image_where_the_engine_allows() {
         let build = || {
             let out = imgctl(
                 &[
-                    "build", "--spec", spec.to_str().unwrap(), "--builder", builder, "--tag",
-                    &tag, "--no-cache", "--json",
+                    "build",
+                    "--spec",
+                    spec.to_str().unwrap(),
+                    "--builder",
+                    builder,
+                    "--tag",
+                    &tag,
+                    "--no-cache",
+                    "--json",
                 ],
-                &[],
+                &[("SOURCE_DATE_EPOCH", "1764720000")],
             );
             let (stdout, stderr) = texts(&out);
             assert!(out.status.success(), "{builder}: {stderr}");
@@ -162,10 +169,17 @@ fn fresh_builds_give_the_same_image_where_the_engine_allows() {
         let reproducible = builder == "buildkit" && major >= 23;
         eprintln!(
             "fresh builds, {builder} on Docker {major}: {}",
-            if first == second { "same image id" } else { "different image ids" }
+            if first == second {
+                "same image id"
+            } else {
+                "different image ids"
+            }
         );
         if reproducible {
-            assert_eq!(first, second, "{builder} on Docker {major}: fresh builds differ");
+            assert_eq!(
+                first, second,
+                "{builder} on Docker {major}: fresh builds differ"
+            );
         } else {
             assert_ne!(
                 first, second,

@@ -73,7 +73,7 @@ pub struct BuildPlan {
     /// The Dockerfile is the BuildKit variant (cache mounts).
     pub buildkit: bool,
     /// The image's creation time, seconds since the epoch (the `created`
-    /// label's; BuildKit gets it as `SOURCE_DATE_EPOCH`).
+    /// label's; with `SOURCE_DATE_EPOCH` set, BuildKit gets it too).
     pub created_epoch: u64,
 }
 
@@ -476,12 +476,14 @@ async fn build(
         }
     }
 
-    // BuildKit (0.11 and later) writes the image config's and history's
-    // times from SOURCE_DATE_EPOCH: the created label's time, so that a fresh
-    // build of the same inputs gives the same image (README, reproducible
-    // builds). The classic builder has no such setting.
+    // With SOURCE_DATE_EPOCH set, BuildKit (0.11 and later) writes the image
+    // config's and history's times from it, so that a fresh build of the
+    // same inputs gives the same image (README, reproducible builds). Only
+    // then: newer BuildKits also stamp COPY and WORKDIR with it, which would
+    // make every new imgctl (a bundled spec's time) miss the whole cache.
+    // The classic builder has no such setting.
     let mut build_args = plan.build_args.clone();
-    if builder == Builder::BuildKit {
+    if builder == Builder::BuildKit && std::env::var_os(SOURCE_DATE_EPOCH).is_some() {
         build_args
             .entry(SOURCE_DATE_EPOCH.to_string())
             .or_insert_with(|| plan.created_epoch.to_string());
