@@ -193,7 +193,8 @@ impl ContainerGuard {
     }
 }
 
-async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
+/// Force-removes container `id` with its anonymous volumes; one already gone is fine.
+pub(crate) async fn remove_container(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
     let opts = RemoveContainerOptions {
         force: true,
         v: true,

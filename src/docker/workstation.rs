@@ -19,7 +19,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, StopContainerOptions,
+    StopContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -322,40 +322,6 @@ pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health
     })
 }
 
-/// The host ports the engine published for a running container, by
-/// container port (`8888` → `(127.0.0.1, 32771)`).
-pub async fn published_ports(
-    docker: &bollard::Docker,
-    id: &str,
-) -> anyhow::Result<HashMap<u16, (String, u16)>> {
-    let inspect = docker
-        .inspect_container(id, None::<InspectContainerOptions>)
-        .await
-        .map_err(|e| {
-            DockerError::of_engine(&e, |error| DockerError::InspectContainer {
-                id: id.to_string(),
-                error,
-            })
-        })?;
-    let mut out = HashMap::new();
-    let ports = inspect
-        .network_settings
-        .and_then(|n| n.ports)
-        .unwrap_or_default();
-    for (key, bindings) in ports {
-        let Some(container) = key.split('/').next().and_then(|p| p.parse::<u16>().ok()) else {
-            continue;
-        };
-        if let Some(b) = bindings.unwrap_or_default().into_iter().find_map(|b| {
-            let port = b.host_port?.parse::<u16>().ok()?;
-            Some((b.host_ip.unwrap_or_default(), port))
-        }) {
-            out.insert(container, b);
-        }
-    }
-    Ok(out)
-}
-
 /// What a command run inside a container left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutput {
@@ -616,24 +582,7 @@ pub async fn remove(docker: &bollard::Docker, name: &str, grace: Duration) -> an
 
 /// Force-removes container `id` (and its anonymous volumes); gone already is fine.
 pub async fn remove_by_id(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
-    let opts = RemoveContainerOptions {
-        force: true,
-        v: true,
-        ..Default::default()
-    };
-    match docker.remove_container(id, Some(opts)).await {
-        Ok(())
-        | Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(()),
-        Err(e) => Err(
-            DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
-                id: id.to_string(),
-                error,
-            })
-            .into(),
-        ),
-    }
+    super::run::remove_container(docker, id).await
 }
 
 #[cfg(test)]
