@@ -103,7 +103,7 @@ stage verify_expect2 30 "issue 4: --expect-gpus 2 on one GPU must fail (exit 1)"
   "$bin" verify --expect-gpus 2 --only nvml --json
 stage budget_device 40 "issue 17: a batch far beyond the GPU's free memory must exit 2 naming the GPU and the largest batch that fits" -- \
   "$bin" train-demo "${model[@]}" --precision bf16 --batch-size 20000000 --steps 1 --out "$work/budget"
-stage train_bf16 150 "issue 5: default config, $steps steps in bf16: loss, img/s, torch's peak memory" -- \
+stage train_bf16 150 "issue 5: default config, $steps steps in bf16: loss, img/s, torch's peak memory; issue 29: the GPU watch (summary gpus[]: mean utilisation, peak memory)" -- \
   "$bin" train-demo "${model[@]}" --precision bf16 --steps "$steps" --sample-every 150 \
   --checkpoint-every "$steps" --out "$work/train-bf16" --json
 stage nccl_world1 150 "issue 6: train_bf16 again through NCCL with one rank (--gpus 1): same loss curve, watchdog events complete" -- \
