@@ -16,9 +16,14 @@ use crate::commands::error::CliError;
 use crate::env_vars as ev;
 use crate::gpus::GpuSelection;
 use crate::output::printer;
+use crate::train::parallel::error::LaunchError;
 use crate::train::parallel::launch::{resolve_gpus, LaunchInfo, LaunchSource};
+use crate::train::parallel::agent;
 use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
-use crate::train::parallel::{rendezvous_timeout, worker_device, DataParallel};
+use crate::choices::Preset;
+use crate::train::parallel::{
+    collective_timeout, default_collective_timeout, rendezvous_timeout, worker_device, DataParallel,
+};
 use crate::train::session::RunOptions;
 use crate::train::sync::GradSync;
 use crate::ExitStatus;
@@ -34,11 +39,16 @@ pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Bo
         return Ok(Box::new(DataParallel::single(opts.device)));
     }
     let timeout = rendezvous_timeout(args.rendezvous_timeout)?;
+    // Read before the rendezvous, so a malformed value fails at once. Short
+    // runs name a lost node within a minute; long ones leave rank 0 time to
+    // write checkpoints and sample grids while the others wait.
+    let short_run = args.benchmark || opts.config.preset == Preset::Smoke;
+    let collective = collective_timeout(default_collective_timeout(short_run))?;
     let visible = tch::Cuda::device_count().max(0) as usize;
     if let Some(d) = launcher_device(args.device.as_deref(), &launch, visible)? {
         opts.device = d;
     }
-    let dp = DataParallel::init(launch, opts.device, timeout)?;
+    let dp = DataParallel::init(launch, opts.device, timeout, collective)?;
     if dp.is_primary() {
         printer().info(format!(
             "data parallel: {} rank{}, {} backend, rendezvous at {}",
@@ -49,6 +59,40 @@ pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Bo
         ));
     }
     Ok(Box::new(dp))
+}
+
+/// `err` of a rank launched by torchrun, after the run stopped: when it
+/// lost a peer and torchrun's rendezvous store does not answer either
+/// ([`agent::rendezvous_host_lost`]), this rank's torchrun agent is ended
+/// (SIGKILL: its own shutdown would wait on the dead store, for many
+/// minutes when the host went silent) and the error becomes the one line
+/// that names the rendezvous host; any other error is returned unchanged.
+pub fn after_lost_peer(err: anyhow::Error) -> anyhow::Error {
+    let Ok(launch) = LaunchInfo::from_process_env() else {
+        return err;
+    };
+    match agent::rendezvous_host_lost(&launch, &err, agent::RENDEZVOUS_PROBE) {
+        None => err,
+        Some(mut lost) => {
+            if let LaunchError::RendezvousHostLost { ended_agent, .. } = &mut lost {
+                *ended_agent = end_torchrun_agent();
+            }
+            lost.into()
+        }
+    }
+}
+
+/// SIGKILLs this process's parent when it is torchrun's agent (its command
+/// line names `torchrun` or `torch.distributed.run`); its pid when it did.
+fn end_torchrun_agent() -> Option<u32> {
+    let parent = std::os::unix::process::parent_id();
+    let cmdline = std::fs::read(format!("/proc/{parent}/cmdline")).ok()?;
+    let cmdline = String::from_utf8_lossy(&cmdline);
+    if !(cmdline.contains("torchrun") || cmdline.contains("torch.distributed.run")) {
+        return None;
+    }
+    crate::sys::process::kill(parent as i32, libc::SIGKILL).ok()?;
+    Some(parent)
 }
 
 /// The device of a launched rank when `--device` leaves the choice of
