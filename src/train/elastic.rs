@@ -135,7 +135,10 @@ mod tests {
     #[test]
     fn the_same_world_size_changes_nothing() {
         let f = fit(&ckpt(2, 4, 4), 4, 2).unwrap();
-        assert_eq!((f.batch_size, f.configured_batch_size, f.note), (4, 4, None));
+        assert_eq!(
+            (f.batch_size, f.configured_batch_size, f.note),
+            (4, 4, None)
+        );
     }
 
     #[test]

@@ -32,20 +32,22 @@ fn is_are(n: usize) -> &'static str {
 /// A launch environment or a GPU selection this process cannot run with.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// torchrun's rendezvous host went away with a peer: no restart can
-    /// follow (exit 1; see [`super::agent`]).
+    /// torchrun's rendezvous host went away (with a peer, or the agent
+    /// stopped this rank): no restart can follow (exit 1; see [`super::agent`]).
     #[error(
-        "rank {rank} lost rank {peer}{}, and torchrun's rendezvous store at {store_at} does not answer either: the rendezvous host is gone, so torchrun cannot restart the job{}",
-        on_host(.host),
+        "rank {rank} {}, and torchrun's rendezvous store at {store_at} does not answer{}: the rendezvous host is gone, so torchrun cannot restart the job{}",
+        match .lost {
+            Some((peer, host)) => format!("lost rank {peer}{}", on_host(host)),
+            None => "was stopped by its torchrun agent".to_string(),
+        },
+        if .lost.is_some() { " either" } else { "" },
         .ended_agent.map(|pid| format!(" (ended its agent, pid {pid}, which would wait for the store)")).unwrap_or_default()
     )]
     RendezvousHostLost {
         /// This rank.
         rank: usize,
-        /// The rank lost.
-        peer: usize,
-        /// Its address, when known.
-        host: Option<String>,
+        /// The rank lost and its address, when a collective said so.
+        lost: Option<(usize, Option<String>)>,
         /// `host:port` of torchrun's store (`MASTER_ADDR:MASTER_PORT`).
         store_at: String,
         /// The pid of the torchrun agent this rank ended, if it did.
