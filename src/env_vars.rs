@@ -88,7 +88,8 @@ pub const IMGCTL_PYTHON: &str = "IMGCTL_PYTHON";
 /// `IMGCTL_PYTHON` is unset, and `imgctl lock` its `bin/uv` (before uv on PATH).
 pub const IMGCTL_VENV: &str = "IMGCTL_VENV";
 /// Seconds a collective may wait for the other ranks before the rank gives
-/// up (default 1800): the CPU backend's exchanges and the NCCL watchdog.
+/// up (default 30 for the smoke preset and `--benchmark`, 1800 otherwise):
+/// the CPU backend's exchanges and the NCCL watchdog.
 pub const IMGCTL_COLLECTIVE_TIMEOUT: &str = "IMGCTL_COLLECTIVE_TIMEOUT";
 /// Seconds one PyTorch reference run of `--compare` may take (default 1800);
 /// a run past it is stopped and reported as not ok, the others still compare.

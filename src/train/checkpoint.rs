@@ -57,6 +57,12 @@ pub struct State {
     pub world_size: usize,
     /// Images per rank per step.
     pub batch_size: usize,
+    /// The per-rank batch the run's configuration asked for, before an
+    /// elastic restart on another number of ranks changed `batch_size` to
+    /// keep the global batch (`super::elastic`); `None` in checkpoints
+    /// written before it was recorded (then `batch_size`).
+    #[serde(default)]
+    pub configured_batch_size: Option<usize>,
     /// The precision used.
     pub precision: String,
     /// The last step's loss.
@@ -495,6 +501,7 @@ mod tests {
             scaler: None,
             world_size: 1,
             batch_size: 2,
+            configured_batch_size: None,
             precision: "fp32".into(),
             last_loss: None,
             config: TrainConfig::preset(crate::choices::Preset::Tiny),

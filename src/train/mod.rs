@@ -8,9 +8,10 @@
 //! The run around the model: [`config`] (presets, YAML, flags), [`data`]
 //! (synthetic set, image folders, background loader), [`flat`] (flat
 //! parameter/gradient buffers), [`optim`] (AdamW, LR schedule, clipping, loss
-//! scaling), [`ema`], [`checkpoint`], [`out_lock`] (one run per output
-//! directory), [`space`] (disk space), [`metrics`] and [`tensorboard`],
-//! [`gpu_watch`] (the GPUs' NVML readings while a run trains);
+//! scaling), [`ema`], [`checkpoint`], [`elastic`] (the batch of a resume on
+//! another number of ranks), [`out_lock`] (one run per output directory),
+//! [`space`] (disk space), [`metrics`] and [`tensorboard`], [`gpu_watch`]
+//! (the GPUs' NVML readings while a run trains);
 //! [`sync`] (the [`sync::GradSync`] seam for data parallelism), [`session`]
 //! (the preflight and start shared with the benchmark), [`trainer`] (the
 //! step, sampling, checkpoint I/O) and [`run`] (the training loop, its report
@@ -23,6 +24,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod curves;
 pub mod data;
+pub mod elastic;
 pub mod ema;
 pub mod events;
 pub mod flat;

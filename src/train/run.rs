@@ -109,7 +109,7 @@ fn diverged(e: anyhow::Error, kept: &Option<PathBuf>, precision: Precision) -> a
 /// non-finite loss ends with a failure (exit 1) that names the last good
 /// checkpoint.
 pub fn run(
-    opts: RunOptions,
+    mut opts: RunOptions,
     sync: Box<dyn GradSync>,
     events: Events,
 ) -> anyhow::Result<TrainSummary> {
@@ -117,12 +117,14 @@ pub fn run(
     // supervisor and the tests take "training …" as the sign that Ctrl-C
     // will be answered with a checkpoint), SIGINT only sets the flag.
     let interrupt = interrupt_flag();
-    let result = RunLoop::start(&opts, sync, interrupt, events).and_then(|mut run| {
-        while !run.is_done() {
-            run.step()?;
-        }
-        run.finish()
-    });
+    let result = session::fit_world_size(&mut opts, sync.world_size())
+        .and_then(|fit| RunLoop::start(&opts, sync, interrupt, events, fit))
+        .and_then(|mut run| {
+            while !run.is_done() {
+                run.step()?;
+            }
+            run.finish()
+        });
     events(&RunEvent::Stopped);
     result
 }
@@ -198,11 +200,13 @@ impl<'a> RunLoop<'a> {
     /// The prologue: the session ([`session::start`]: inputs, model, initial
     /// weights), the start step every rank agrees on, the lines that say what
     /// trains, the loader, the metrics files and the start of the progress.
+    /// `fit`: the batch of a resume, from [`session::fit_world_size`].
     fn start(
         opts: &'a RunOptions,
         sync: Box<dyn GradSync>,
         interrupt: Arc<AtomicBool>,
         events: Events<'a>,
+        fit: Option<super::elastic::Fit>,
     ) -> anyhow::Result<Self> {
         let rank = sync.rank();
         let world = sync.world_size();
@@ -231,6 +235,12 @@ impl<'a> RunLoop<'a> {
                 "resuming from {} (step {step})",
                 dir.display()
             )));
+        }
+        if let Some(fit) = fit {
+            trainer.configured_batch_size = fit.configured_batch_size;
+            if let (true, Some(note)) = (lead, fit.note) {
+                events(&RunEvent::Note(note));
+            }
         }
         // Read by the steps only, so set once the weights are in place.
         trainer.inject_nan_at = opts.inject_nan_at;

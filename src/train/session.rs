@@ -186,6 +186,29 @@ pub fn initial_weights(
     Ok(resumed)
 }
 
+/// The batch of a run that resumes a checkpoint on `world` ranks
+/// ([`super::elastic::fit`]: the checkpoint's global batch is kept), set in
+/// `opts.config`; `None` when the run resumes nothing. Every rank reads the
+/// same checkpoint and so decides the same.
+pub fn fit_world_size(
+    opts: &mut RunOptions,
+    world: usize,
+) -> anyhow::Result<Option<super::elastic::Fit>> {
+    let Some(dir) = &opts.resume else {
+        return Ok(None);
+    };
+    let state = checkpoint::read_state(dir)?;
+    let recorded = super::elastic::Recorded {
+        step: state.step,
+        world_size: state.world_size,
+        batch_size: state.batch_size,
+        configured_batch_size: state.configured_batch_size.unwrap_or(state.batch_size),
+    };
+    let fit = super::elastic::fit(&recorded, opts.config.training.batch_size, world)?;
+    opts.config.training.batch_size = fit.batch_size;
+    Ok(Some(fit))
+}
+
 /// Starts this rank's background loader over `data`: its block of every
 /// global batch, from the sample the trainer has reached.
 pub fn start_loader(trainer: &Trainer, data: Arc<Dataset>) -> Loader {

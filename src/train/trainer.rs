@@ -143,6 +143,10 @@ pub struct Trainer {
     pub inject_nan_at: Option<u64>,
     /// The training data, recorded in checkpoints so `--resume` reuses it.
     pub data: Option<DataSource>,
+    /// The per-rank batch the configuration asked for, recorded in
+    /// checkpoints; differs from `config.training.batch_size` after a resume
+    /// on another number of ranks ([`super::elastic`]).
+    pub configured_batch_size: usize,
 }
 
 /// The error for a training step that panicked inside tch: libtorch's own
@@ -237,7 +241,9 @@ impl Trainer {
         let opt = AdamW::new(config.training.adam, &master);
         let ema = Ema::new(config.training.ema, &master);
         let scaler = (precision == Precision::Fp16).then(GradScaler::default);
+        let configured_batch_size = config.training.batch_size;
         Ok(Self {
+            configured_batch_size,
             schedule: DdpmSchedule::new(device),
             config,
             device,
@@ -605,6 +611,7 @@ impl Trainer {
             scaler: self.scaler,
             world_size: self.sync.world_size(),
             batch_size: self.config.training.batch_size,
+            configured_batch_size: Some(self.configured_batch_size),
             precision: self.precision.name().to_string(),
             last_loss,
             config: self.config.clone(),

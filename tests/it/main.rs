@@ -7,6 +7,7 @@ mod buildkit;
 mod checkpointing;
 mod cli;
 mod device_check;
+mod elastic;
 mod engine;
 mod fleet;
 mod fuzz_regressions;

@@ -215,7 +215,7 @@ impl Nodes {
 
     /// Cuts node `i` off: its end of the link goes down (no FIN, no RST:
     /// the other side only sees silence).
-    fn cut(&self, i: usize) {
+    pub(crate) fn cut(&self, i: usize) {
         let dev = if self.star && i == 0 { "br0" } else { "eth0" };
         self.ip(&self.names[i], &["link", "set", dev, "down"]);
     }

@@ -144,7 +144,10 @@ pub(crate) fn final_model(out: &Path, steps: u64) -> PathBuf {
 /// (Element-wise ratios are meaningless for weights whose gradient is a
 /// near-cancellation: Adam normalises each element's update, so a 1e-7
 /// difference in such a gradient moves that one weight visibly.)
-fn relative_l2(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> (f64, f64, String) {
+pub(crate) fn relative_l2(
+    a: &[(String, Vec<f32>)],
+    b: &[(String, Vec<f32>)],
+) -> (f64, f64, String) {
     assert_eq!(a.len(), b.len());
     let (mut num, mut den) = (0.0f64, 0.0f64);
     let mut worst = (0.0f64, String::new());
@@ -1352,6 +1355,7 @@ fn nccl_without_a_gpu_fails_cleanly() {
         0,
         1,
         tch::Device::Cuda(0),
+        Duration::from_secs(30),
         Duration::from_secs(30),
     )
     .unwrap_err();

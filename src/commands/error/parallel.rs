@@ -93,6 +93,10 @@ fn cuda_error(e: &CudaError) -> Advice {
 fn launch_error(e: &LaunchError) -> Advice {
     let usage = |hint: &str| Advice::usage(hint.to_string());
     match e {
+        LaunchError::RendezvousHostLost { .. } => Advice::failure(
+            "start the job again with an --rdzv-endpoint on a live node; --resume auto continues from the last checkpoint"
+                .to_string(),
+        ),
         LaunchError::SlurmWorldSize { .. } => {
             usage("drop WORLD_SIZE from the batch script, or set it to $SLURM_NTASKS")
         }
@@ -189,6 +193,7 @@ fn collective_error(e: &CollectiveError) -> Advice {
         CollectiveError::PeerTimeout { .. } => {
             Advice::failure("another rank is stuck or much slower; check its output".to_string())
         }
+        CollectiveError::PeerLost { .. } => Advice::failure(None),
         CollectiveError::NcclInitTimeout { .. } => Advice::failure(
             "check that every rank reached NCCL set-up; NCCL_DEBUG=INFO shows the transport"
                 .to_string(),

@@ -29,6 +29,7 @@ mod with_torch {
     use crate::train::budget::{gib, BudgetError};
     use crate::train::checkpoint::CheckpointError;
     use crate::train::config::{Precision, SettingCheck, TrainConfigError};
+    use crate::train::elastic::ElasticError;
     use crate::train::images::ImagesError;
     use crate::train::model::config::preset_names;
     use crate::train::model::error::{ModelCheck, ModelConfigError, WeightsError};
@@ -55,6 +56,9 @@ mod with_torch {
         }
         if let Some(e) = err.downcast_ref::<RunError>() {
             return Some(run(e));
+        }
+        if let Some(e) = err.downcast_ref::<ElasticError>() {
+            return Some(elastic(e));
         }
         if let Some(e) = err.downcast_ref::<TrainerError>() {
             return Some(trainer(e));
@@ -237,6 +241,14 @@ mod with_torch {
                 usage("pass a readable directory of PNG or JPEG images to --data")
             }
             SessionError::NoImages { .. } | SessionError::NoReadableImages { .. } => usage("put .png/.jpg/.jpeg files directly in the folder (subfolders are not searched), or omit --data for the synthetic set"),
+        }
+    }
+
+    fn elastic(e: &ElasticError) -> Advice {
+        match e {
+            ElasticError::DoesNotDivide { global, .. } => Advice::usage(format!(
+                "resume on a number of ranks that divides {global}, or pass --batch-size to choose a new per-rank batch (the global batch then changes)"
+            )),
         }
     }
 

@@ -11,14 +11,20 @@ use std::ffi::OsString;
 
 use tch::Device;
 
+use crate::choices::Preset;
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::env_vars as ev;
 use crate::gpus::GpuSelection;
 use crate::output::printer;
+use crate::train::parallel::agent;
+use crate::train::parallel::error::LaunchError;
 use crate::train::parallel::launch::{resolve_gpus, LaunchInfo, LaunchSource};
 use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
-use crate::train::parallel::{rendezvous_timeout, worker_device, DataParallel};
+use crate::train::parallel::{
+    collective_timeout, default_collective_timeout, rendezvous_timeout, worker_device, DataParallel,
+};
+use crate::train::run::RunError;
 use crate::train::session::RunOptions;
 use crate::train::sync::GradSync;
 use crate::ExitStatus;
@@ -34,11 +40,16 @@ pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Bo
         return Ok(Box::new(DataParallel::single(opts.device)));
     }
     let timeout = rendezvous_timeout(args.rendezvous_timeout)?;
+    // Read before the rendezvous, so a malformed value fails at once. Short
+    // runs name a lost node within a minute; long ones leave rank 0 time to
+    // write checkpoints and sample grids while the others wait.
+    let short_run = args.benchmark || opts.config.preset == Preset::Smoke;
+    let collective = collective_timeout(default_collective_timeout(short_run))?;
     let visible = tch::Cuda::device_count().max(0) as usize;
     if let Some(d) = launcher_device(args.device.as_deref(), &launch, visible)? {
         opts.device = d;
     }
-    let dp = DataParallel::init(launch, opts.device, timeout)?;
+    let dp = DataParallel::init(launch, opts.device, timeout, collective)?;
     if dp.is_primary() {
         printer().info(format!(
             "data parallel: {} rank{}, {} backend, rendezvous at {}",
@@ -49,6 +60,77 @@ pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Bo
         ));
     }
     Ok(Box::new(dp))
+}
+
+/// `err` of a rank launched by torchrun, after the run stopped: when it
+/// lost a peer, or its agent stopped it, and torchrun's c10d rendezvous
+/// store does not answer ([`agent::rendezvous_host_lost`]), this rank's
+/// torchrun agent is ended (SIGKILL: its own shutdown would wait on the
+/// dead store, for many minutes when the host went silent) and the error
+/// becomes the one line that names the rendezvous host; any other error is
+/// returned unchanged.
+pub fn after_lost_peer(err: anyhow::Error) -> anyhow::Error {
+    let Ok(launch) = LaunchInfo::from_process_env() else {
+        return err;
+    };
+    let Some((agent_pid, args, env)) = torchrun_agent() else {
+        return err;
+    };
+    let Some(endpoint) = agent::rendezvous_endpoint(&args, |k| env.get(k).cloned()) else {
+        return err;
+    };
+    let interrupted = matches!(
+        err.downcast_ref::<RunError>(),
+        Some(RunError::Interrupted { .. })
+    );
+    let lost = agent::rendezvous_host_lost(
+        launch.rank,
+        &endpoint,
+        &err,
+        interrupted,
+        agent::RENDEZVOUS_PROBE,
+    );
+    match lost {
+        None => err,
+        Some(mut lost) => {
+            if let LaunchError::RendezvousHostLost { ended_agent, .. } = &mut lost {
+                *ended_agent = crate::sys::process::kill(agent_pid as i32, libc::SIGKILL)
+                    .ok()
+                    .map(|()| agent_pid);
+            }
+            lost.into()
+        }
+    }
+}
+
+/// This process's parent when it is torchrun's agent (its command line
+/// names `torchrun` or `torch.distributed.run`): its pid, arguments and
+/// the `PET_RDZV_*` variables it reads its rendezvous settings from.
+fn torchrun_agent() -> Option<(u32, Vec<String>, std::collections::HashMap<String, String>)> {
+    let parent = std::os::unix::process::parent_id();
+    let split = |bytes: Vec<u8>| -> Vec<String> {
+        bytes
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    };
+    let args = split(std::fs::read(format!("/proc/{parent}/cmdline")).ok()?);
+    if !args
+        .iter()
+        .any(|a| a.ends_with("torchrun") || a == "torch.distributed.run")
+    {
+        return None;
+    }
+    let env = split(std::fs::read(format!("/proc/{parent}/environ")).unwrap_or_default())
+        .into_iter()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            k.starts_with("PET_RDZV_")
+                .then(|| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    Some((parent, args, env))
 }
 
 /// The device of a launched rank when `--device` leaves the choice of

@@ -117,7 +117,8 @@ mod single_run {
         }
         let params = opts.config.model.param_count();
         let summary = run::run(opts, sync, &super::events::printed())
-            .map_err(|e| space::explain_disk_full(e, &out, params))?;
+            .map_err(|e| space::explain_disk_full(e, &out, params))
+            .map_err(super::launch::after_lost_peer)?;
         // Only rank 0 writes and prints.
         if !primary {
             return Ok(ExitStatus::Success);

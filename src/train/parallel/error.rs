@@ -32,6 +32,27 @@ fn is_are(n: usize) -> &'static str {
 /// A launch environment or a GPU selection this process cannot run with.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
+    /// torchrun's rendezvous host went away (with a peer, or the agent
+    /// stopped this rank): no restart can follow (exit 1; see [`super::agent`]).
+    #[error(
+        "rank {rank} {}, and torchrun's rendezvous store at {store_at} does not answer{}: the rendezvous host is gone, so torchrun cannot restart the job{}",
+        match .lost {
+            Some((peer, host)) => format!("lost rank {peer}{}", on_host(host)),
+            None => "was stopped by its torchrun agent".to_string(),
+        },
+        if .lost.is_some() { " either" } else { "" },
+        .ended_agent.map(|pid| format!(" (ended its agent, pid {pid}, which would wait for the store)")).unwrap_or_default()
+    )]
+    RendezvousHostLost {
+        /// This rank.
+        rank: usize,
+        /// The rank lost and its address, when a collective said so.
+        lost: Option<(usize, Option<String>)>,
+        /// `host:port` of torchrun's store (`MASTER_ADDR:MASTER_PORT`).
+        store_at: String,
+        /// The pid of the torchrun agent this rank ended, if it did.
+        ended_agent: Option<u32>,
+    },
     /// A batch script's `WORLD_SIZE` that is not srun's task count.
     #[error("WORLD_SIZE={world} disagrees with SLURM_NTASKS={ntasks} under srun")]
     SlurmWorldSize {
@@ -255,6 +276,22 @@ pub enum CollectiveError {
         timeout: Duration,
         /// The operation (`all-reduce`, `broadcast`, `barrier`).
         op: &'static str,
+    },
+    /// A peer's connection broke during a CPU collective (it exited, or
+    /// its node went away and its kernel reset the connection).
+    #[error("rank {rank}: the connection to rank {peer}{} broke during a CPU {op} (did rank {peer} exit?)", on_host(.host))]
+    PeerLost {
+        /// This rank.
+        rank: usize,
+        /// The rank whose connection broke.
+        peer: usize,
+        /// Its address, when known.
+        host: Option<String>,
+        /// The operation (`all-reduce`, `broadcast`, `barrier`).
+        op: &'static str,
+        /// What the socket said.
+        #[source]
+        error: std::io::Error,
     },
     /// The rendezvous payload is no NCCL unique id.
     #[error("rendezvous delivered a {len}-byte NCCL id, expected {expected}")]

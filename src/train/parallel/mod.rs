@@ -11,6 +11,7 @@
 //!   backward has finished its gradients, while backward goes on (DDP's overlap).
 //! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
 //!   peer) ends the rank after a timeout, instead of hanging it forever.
+//! - [`agent`]: after a lost peer, whether torchrun's rendezvous host went with it.
 //! - [`timeouts`]: how long collectives wait; [`error`]: the typed errors
 //!   (`commands/` gives them their exit status and hints).
 //!
@@ -31,6 +32,7 @@ use tch::{Device, Tensor};
 use crate::env_vars as ev;
 use crate::train::sync::{backward_then_sync, GradLayout, GradSync, SyncStats};
 
+pub mod agent;
 pub mod buckets;
 pub mod collective;
 pub mod error;
@@ -47,7 +49,7 @@ pub use buckets::DEFAULT_BUCKET_BYTES;
 pub use collective::{Backend, Collective, Solo};
 pub use error::{CollectiveError, LaunchError, RendezvousError};
 pub use launch::{LaunchInfo, LaunchSource};
-pub use timeouts::collective_timeout;
+pub use timeouts::{collective_timeout, default_collective_timeout};
 
 /// The device a worker trains on, from its launch info and the visible GPUs:
 /// none visible → CPU; one visible (a launcher pinned it, e.g. the `--gpus`
@@ -123,8 +125,15 @@ impl DataParallel {
 
     /// Joins the job described by `launch` on `device`: NCCL for a CUDA
     /// device (also for a world of one), the CPU backend over TCP for CPU
-    /// ranks, nothing for a single CPU process. Every wait is bounded by `timeout`.
-    pub fn init(launch: LaunchInfo, device: Device, timeout: Duration) -> anyhow::Result<Self> {
+    /// ranks, nothing for a single CPU process. The rendezvous and the
+    /// communicator's set-up are bounded by `timeout`, every collective
+    /// after them by `collective` ([`collective_timeout`]).
+    pub fn init(
+        launch: LaunchInfo,
+        device: Device,
+        timeout: Duration,
+        collective: Duration,
+    ) -> anyhow::Result<Self> {
         match device {
             Device::Cuda(index) => {
                 let rt = crate::sys::cudart::CudaRuntime::locate()?;
@@ -140,6 +149,7 @@ impl DataParallel {
                     session.world_size,
                     device,
                     timeout,
+                    collective,
                 )?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = session.address;
@@ -149,11 +159,9 @@ impl DataParallel {
                 Ok(Self::with_collective(launch, device, Box::new(Solo)))
             }
             _ => {
-                // Read before the rendezvous, so a malformed value fails at once.
-                let bound = collective_timeout()?;
                 let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
                 let address = session.address.clone();
-                let coll = collective::cpu::CpuCollective::new(session, bound)?;
+                let coll = collective::cpu::CpuCollective::new(session, collective)?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = address;
                 Ok(dp)

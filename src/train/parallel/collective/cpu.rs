@@ -16,7 +16,7 @@ use tch::{Device, Tensor};
 
 use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
 use crate::sys::tensor::with_cpu_bytes;
-use crate::train::parallel::error::{on_host, CollectiveError};
+use crate::train::parallel::error::CollectiveError;
 use crate::train::parallel::rendezvous::{Links, Session};
 use crate::train::parallel::tcpstore::is_timeout;
 
@@ -318,11 +318,14 @@ fn peer_error(
         }
         .into()
     } else {
-        anyhow::Error::from(e).context(format!(
-            "rank {rank}: the connection to rank {peer}{} broke during a CPU {} (did rank {peer} exit?)",
-            on_host(host),
-            op_name(op)
-        ))
+        CollectiveError::PeerLost {
+            rank,
+            peer,
+            host: host.clone(),
+            op: op_name(op),
+            error: e,
+        }
+        .into()
     }
 }
 

@@ -28,7 +28,6 @@ use crate::sys::cudart::{CommStream, CudaRuntime, Marker};
 use crate::sys::nccl::{Communicator, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
 use crate::sys::nccl_tensors;
 use crate::train::parallel::error::CollectiveError;
-use crate::train::parallel::timeouts::collective_timeout;
 use crate::train::parallel::watchdog::{self, Watchdog};
 
 /// An NCCL communicator over one GPU per rank.
@@ -70,6 +69,7 @@ impl NcclCollective {
         world_size: usize,
         device: Device,
         timeout: Duration,
+        watch_timeout: Duration,
     ) -> anyhow::Result<Self> {
         let uid: [u8; UNIQUE_ID_BYTES] =
             id.try_into().map_err(|_| CollectiveError::NcclIdLength {
@@ -77,8 +77,6 @@ impl NcclCollective {
                 expected: UNIQUE_ID_BYTES,
             })?;
         let version = lib.version()?;
-        // Read before any set-up, so a malformed value fails at once.
-        let watch_timeout = collective_timeout()?;
         // One runtime for the set-up thread, the watchdog and the comm stream.
         let rt = Arc::new(CudaRuntime::locate()?);
         let setup_rt = rt.clone();
