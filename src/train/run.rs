@@ -248,7 +248,7 @@ impl<'a> RunLoop<'a> {
 
         let data = Arc::new(data);
         if lead {
-            announce(opts, &trainer, &data, world, threads.as_ref(), events);
+            super::session::announce(opts, &trainer, &data, world, threads.as_ref(), events);
         }
         let every_s = tr.gpu_sample_every_s;
         let watch = gpu_watch::start_for_run(opts.device, every_s, rank, world, &mut |v| {
@@ -727,48 +727,6 @@ fn agreed_start(
         .into());
     }
     Ok(start_step)
-}
-
-/// Rank 0's lines before training: the unreadable files skipped, then what
-/// trains on what ("training …", which the supervisor and the tests wait for).
-fn announce(
-    opts: &RunOptions,
-    trainer: &Trainer,
-    data: &Dataset,
-    world: usize,
-    threads: Option<&super::threads::CpuThreads>,
-    events: Events,
-) {
-    let cfg = &opts.config;
-    for (path, why) in &data.skipped {
-        events(&RunEvent::Warning(format!(
-            "skipping unreadable {}: {why}",
-            path.display()
-        )));
-    }
-    let src = match &opts.data {
-        DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
-        DataChoice::Folder(d) => format!("{} ({} images)", d.display(), data.len()),
-    };
-    let device = match threads {
-        Some(t) => format!(
-            "{} ({} thread{}: {})",
-            device_name(opts.device),
-            t.count,
-            if t.count == 1 { "" } else { "s" },
-            t.why
-        ),
-        None => device_name(opts.device),
-    };
-    events(&RunEvent::Note(format!(
-        "training {} ({} params) on {device} in {}, batch {}×{}, {} steps, data {src}",
-        cfg.preset,
-        trainer.param_count(),
-        opts.precision.name(),
-        cfg.training.batch_size,
-        world,
-        cfg.training.steps,
-    )));
 }
 
 /// Rank 0's output directory once every rank has its weights: stale

@@ -453,6 +453,48 @@ pub(crate) fn device_name(d: Device) -> String {
     }
 }
 
+/// Rank 0's lines before training: the unreadable files skipped, then what
+/// trains on what ("training …", which the supervisor and the tests wait for).
+pub(crate) fn announce(
+    opts: &RunOptions,
+    trainer: &Trainer,
+    data: &Dataset,
+    world: usize,
+    threads: Option<&super::threads::CpuThreads>,
+    events: crate::train::events::Events,
+) {
+    let cfg = &opts.config;
+    for (path, why) in &data.skipped {
+        events(&crate::train::events::RunEvent::Warning(format!(
+            "skipping unreadable {}: {why}",
+            path.display()
+        )));
+    }
+    let src = match &opts.data {
+        DataChoice::Synthetic => format!("synthetic ({} images)", data.len()),
+        DataChoice::Folder(d) => format!("{} ({} images)", d.display(), data.len()),
+    };
+    let device = match threads {
+        Some(t) => format!(
+            "{} ({} thread{}: {})",
+            device_name(opts.device),
+            t.count,
+            if t.count == 1 { "" } else { "s" },
+            t.why
+        ),
+        None => device_name(opts.device),
+    };
+    events(&crate::train::events::RunEvent::Note(format!(
+        "training {} ({} params) on {device} in {}, batch {}×{}, {} steps, data {src}",
+        cfg.preset,
+        trainer.param_count(),
+        opts.precision.name(),
+        cfg.training.batch_size,
+        world,
+        cfg.training.steps,
+    )));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
