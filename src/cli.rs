@@ -137,6 +137,19 @@ pub enum Command {
     Down(DownArgs),
     /// Print a workstation's log (JupyterLab's and sshd's output).
     Logs(LogsArgs),
+    /// Print an image's CycloneDX SBOM (its dpkg, Python and CUDA packages).
+    Sbom(SbomArgs),
+}
+
+/// `imgctl sbom`.
+#[derive(Debug, Args)]
+pub struct SbomArgs {
+    /// The image (read from the engine; a container of it lists its packages).
+    #[arg(value_name = "IMAGE")]
+    pub image: String,
+    /// Write the SBOM here (atomically) instead of stdout [default: stdout].
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// A TCP port flag's value: 1 to 65535.

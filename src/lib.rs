@@ -4,7 +4,8 @@
 //! 1. **build** (`imgctl build`, `imgctl render`): validated image specs
 //!    ([`spec`]) are rendered to Dockerfiles ([`render`]) and built through the
 //!    Docker Engine API ([`docker`]); `imgctl lock` pins every Python package
-//!    of a spec in a lock file ([`lock`]).
+//!    of a spec in a lock file ([`lock`]); `imgctl sbom` lists what a built
+//!    image holds as CycloneDX ([`sbom`]).
 //! 2. **verify** (`imgctl verify`): GPU, driver and library checks through NVML
 //!    and libtorch ([`verify`]), run inside a container or on a host.
 //! 3. **train-demo** (`imgctl train-demo`, `imgctl sample`): a diffusers-compatible
@@ -36,6 +37,7 @@ pub mod lock;
 pub mod output;
 pub mod plot;
 pub mod render;
+pub mod sbom;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod sys;

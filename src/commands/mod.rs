@@ -12,6 +12,7 @@ pub mod lock;
 pub mod output_files;
 pub mod render;
 pub mod sample;
+pub mod sbom;
 pub mod specs;
 pub mod torch_part;
 pub mod train_demo;
@@ -41,6 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Ps(args) => workstation::ps(args),
         Command::Down(args) => workstation::down(args),
         Command::Logs(args) => workstation::logs(args),
+        Command::Sbom(args) => sbom::run(args),
     }
 }
 

@@ -318,6 +318,7 @@ fn real_image_end_to_end() {
     let name = format!("imgctl-e2e-{pid}");
     workstation_services(&mut guard, &image, &name, &key, &public);
     workstation_up(&mut guard, pid, &key, work.path());
+    sbom_lists_what_the_image_holds(work.path());
     hardened_workstation(&mut guard, &image, pid, &key, &public);
     no_path_to_root_and_clean_stops(guard, &image, &name, pid);
 }
@@ -642,6 +643,125 @@ fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work: &Path) {
     let left = docker_ok(&["ps", "-a", "-q", "--filter", &format!("name=^/{name}$")]);
     assert!(left.is_empty(), "down left {left}");
     assert!(folder.join("out.txt").exists());
+}
+
+/// `imgctl sbom` of the real image (issue 27, item 1): valid CycloneDX 1.5
+/// (an independent validator: cyclonedx-python-lib), the same bytes twice,
+/// every package `dpkg-query -W` and `pip list` report inside the image and
+/// nothing else, the lock's hashes on the Python packages, the CUDA stack.
+fn sbom_lists_what_the_image_holds(work: &Path) {
+    let (first, second) = (work.join("sbom-1.json"), work.join("sbom-2.json"));
+    for path in [&first, &second] {
+        let out = crate::common::imgctl(&["sbom", E2E_TAG, "--output", path.to_str().unwrap()]);
+        let (_, err) = texts(&out);
+        assert_eq!(out.status.code(), Some(0), "imgctl sbom: {err}");
+        assert!(err.contains("dpkg packages"), "{err}");
+    }
+    let text = std::fs::read_to_string(&first).unwrap();
+    assert_eq!(
+        text,
+        std::fs::read_to_string(&second).unwrap(),
+        "two SBOMs of one image differ"
+    );
+    let validate = Command::new(crate::common::venv_python())
+        .args([
+            "-c",
+            "import sys\nfrom cyclonedx.validation.json import JsonStrictValidator\nfrom cyclonedx.schema import SchemaVersion\nerr = JsonStrictValidator(SchemaVersion.V1_5).validate_str(open(sys.argv[1]).read())\nprint(err or 'valid')\nsys.exit(1 if err else 0)",
+        ])
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert!(validate.status.success(), "{:?}", texts(&validate));
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let components = doc["components"].as_array().unwrap();
+    let names = |prefix: &str| -> std::collections::BTreeSet<String> {
+        components
+            .iter()
+            .filter(|c| c["purl"].as_str().is_some_and(|p| p.starts_with(prefix)))
+            .map(|c| c["name"].as_str().unwrap().to_lowercase().replace('_', "-"))
+            .collect()
+    };
+    let dpkg: std::collections::BTreeSet<String> = docker_ok(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "dpkg-query",
+        E2E_TAG,
+        "-W",
+        "-f",
+        "${Package}\n",
+    ])
+    .lines()
+    .map(str::to_string)
+    .collect();
+    assert_eq!(
+        names("pkg:deb/"),
+        dpkg,
+        "the SBOM's dpkg packages differ from dpkg-query -W"
+    );
+    let pip: Vec<Value> = serde_json::from_str(&docker_ok(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "python",
+        E2E_TAG,
+        "-m",
+        "pip",
+        "list",
+        "--format",
+        "json",
+    ]))
+    .unwrap();
+    let pip: std::collections::BTreeSet<String> = pip
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_lowercase().replace('_', "-"))
+        .collect();
+    assert_eq!(
+        names("pkg:pypi/"),
+        pip,
+        "the SBOM's Python packages differ from pip list"
+    );
+    // torch carries the hashes the lock allowed for it, and the lock has them.
+    let lock = docker_ok(&[
+        "run",
+        "--rm",
+        "--entrypoint",
+        "cat",
+        E2E_TAG,
+        "/etc/imgctl/pip.lock",
+    ]);
+    let torch = components
+        .iter()
+        .find(|c| c["name"] == "torch")
+        .expect("torch in the SBOM");
+    let hashes = torch["hashes"]
+        .as_array()
+        .expect("torch has the lock's hashes");
+    assert!(!hashes.is_empty());
+    for h in hashes {
+        assert!(
+            lock.contains(h["content"].as_str().unwrap()),
+            "{h} not in the lock"
+        );
+    }
+    for cuda in ["CUDA runtime (cudart)", "cuBLAS", "cuDNN", "NCCL"] {
+        assert!(
+            components.iter().any(|c| c["name"] == cuda),
+            "no {cuda} in the SBOM"
+        );
+    }
+    let counts = |kind: &str| {
+        components
+            .iter()
+            .filter(|c| c["purl"].as_str().is_some_and(|p| p.starts_with(kind)))
+            .count()
+    };
+    eprintln!(
+        "e2e: sbom: {} components ({} deb, {} pypi, CUDA 4, base and imgctl), CycloneDX 1.5 valid",
+        components.len(),
+        counts("pkg:deb/"),
+        counts("pkg:pypi/")
+    );
 }
 
 /// Kubernetes' restricted profile with a read-only root file system.

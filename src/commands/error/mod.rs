@@ -16,6 +16,7 @@ mod docker;
 mod gpus;
 mod lock;
 mod parallel;
+mod sbom;
 mod spec;
 mod train;
 mod verify;
@@ -43,6 +44,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         verify::advise,
         parallel::advise,
         workstation::advise,
+        sbom::advise,
     ];
     tables.iter().find_map(|table| table(err))
 }
