@@ -61,8 +61,15 @@ fn build_twice(builder: &str, tag: &str) -> (Value, Value, String) {
     (first, second, format!("{stderr}\n{stderr2}"))
 }
 
+/// Held by the tests that compare image ids of the busybox spec, so that
+/// one's `--no-cache` builds (and their removal) never run beside the
+/// other's cached rebuilds on the classic builder's shared image store (a
+/// cached rebuild gave a new id once when they ran together).
+static IMAGE_ID_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn unchanged_rebuilds_give_the_same_image_with_both_builders() {
+    let _one_at_a_time = IMAGE_ID_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     ensure_bases();
     let mut guard = EngineGuard::default();
     for builder in ["buildkit", "classic"] {
@@ -138,6 +145,7 @@ fn engine_major() -> u32 {
 /// the README's table is held to the engines CI runs).
 #[test]
 fn fresh_builds_give_the_same_image_where_the_engine_allows() {
+    let _one_at_a_time = IMAGE_ID_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     ensure_bases();
     let mut guard = EngineGuard::default();
     let major = engine_major();
@@ -157,6 +165,9 @@ fn fresh_builds_give_the_same_image_where_the_engine_allows() {
                     &tag,
                     "--no-cache",
                     "--json",
+                    // A step chain of its own, shared with no other test's builds.
+                    "--build-arg",
+                    &format!("IMGCTL_TEST_FAIL=fresh-{builder}"),
                 ],
                 &[("SOURCE_DATE_EPOCH", "1764720000")],
             );
