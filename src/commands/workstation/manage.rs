@@ -21,14 +21,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
         ws::list(&docker, args.all).await
     })?;
     if args.json {
-        let rows: Vec<UpReport> = listed
-            .iter()
-            .map(|w| report_of(w, true, None))
-            .map(|mut r| {
-                r.already_up = false;
-                r
-            })
-            .collect();
+        let rows: Vec<UpReport> = listed.iter().map(|w| report_of(w, false, None)).collect();
         printer().json(&serde_json::json!({
             "schema_version": SCHEMA_VERSION,
             "workstations": listed.iter().zip(rows).map(|(w, r)| serde_json::json!({
