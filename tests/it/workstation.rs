@@ -263,4 +263,47 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
         std::fs::read_to_string(folder.path().join("notes.txt")).unwrap(),
         "kept"
     );
+
+    // Two ups at once (the default ports free for both plans, or taken by
+    // the first): both come up, each on its own ports. This race failed
+    // CI once: the loser got "port is already allocated" from the engine.
+    let names: Vec<String> = (0..2)
+        .map(|i| format!("imgctl-it-ws-race{i}-{}", std::process::id()))
+        .collect();
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            guard.container(n);
+            Command::new(crate::common::imgctl_bin())
+                .args(["up", "--name", n, "--mount"])
+                .arg(folder.path())
+                .args([
+                    "--ssh-key",
+                    key.to_str().unwrap(),
+                    "--no-verify",
+                    "--json",
+                    &image,
+                ])
+                .env("NO_COLOR", "1")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
+        ports.push((
+            report["jupyter"]["port"].clone(),
+            report["ssh"]["port"].clone(),
+        ));
+    }
+    assert_ne!(ports[0].0, ports[1].0, "{ports:?}");
+    assert_ne!(ports[0].1, ports[1].1, "{ports:?}");
+    let out = imgctl(&["down", "--time", "1", &names[0], &names[1]]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
 }

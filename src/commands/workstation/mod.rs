@@ -261,10 +261,16 @@ async fn create(
         labels: HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]),
     };
     // At most one retry for each thing an engine may refuse that the
-    // workstation can do without: GPUs it was not asked for by name, and
+    // workstation can do without: GPUs it was not asked for by name,
     // ulimits the engine's runtime may not raise (a dockerd whose own hard
-    // memlock limit is low, without CAP_SYS_RESOURCE).
-    for _ in 0..3 {
+    // memlock limit is low, without CAP_SYS_RESOURCE), and a default port
+    // that another container took after the plan found it free.
+    let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
+        .chain(plan.ssh.as_ref())
+        .filter(|p| !p.given)
+        .filter_map(|p| p.host)
+        .collect();
+    for _ in 0..5 {
         let e = match ws::create_and_start(docker, &station).await {
             Ok(id) => return Ok((id, station.gpus)),
             Err(e) => e,
@@ -299,6 +305,23 @@ async fn create(
                 dropped.join(" "),
                 ulimits.join(" ")
             ));
+        } else if let Some(WorkstationError::PortTaken { port, .. }) =
+            e.downcast_ref::<WorkstationError>()
+        {
+            let Some(publish) = station.publish.iter_mut().find(|p| {
+                p.host
+                    .is_some_and(|h| h.to_string() == *port && defaulted.contains(&h))
+            }) else {
+                return Err(e);
+            };
+            note(
+                false,
+                format!(
+                    "port {port} was taken while {} started; it gets a free port (below)",
+                    plan.name
+                ),
+            );
+            publish.host = None;
         } else {
             return Err(e);
         }

@@ -26,6 +26,8 @@ pub(super) enum GpuChoice {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct PortPlan {
     pub(super) host: Option<u16>,
+    /// Whether the port was given by flag (then it is never changed).
+    pub(super) given: bool,
     pub(super) note: Option<String>,
 }
 
@@ -190,6 +192,7 @@ fn port_plan(
     match given {
         Some(port) if free(port) => Ok(PortPlan {
             host: Some(port),
+            given: true,
             note: None,
         }),
         Some(port) => Err(CliError::usage(format!(
@@ -201,10 +204,12 @@ fn port_plan(
         .into()),
         None if free(default) => Ok(PortPlan {
             host: Some(default),
+            given: false,
             note: None,
         }),
         None => Ok(PortPlan {
             host: None,
+            given: false,
             note: Some(format!(
                 "port {default} is taken; {service} gets a free port (below), or choose one with {flag}"
             )),
