@@ -345,6 +345,18 @@ pub struct BuildArgs {
     /// Also write the JSON build report to this file [default: none written].
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Write the image's attestations into this folder: the CycloneDX SBOM (sbom.cdx.json), the SLSA provenance (provenance.intoto.json) and, with --verify, the verdict (verify.intoto.json) [default: none written; --push attaches them all the same].
+    #[arg(long, value_name = "DIR")]
+    pub attest: Option<PathBuf>,
+    /// Run `imgctl verify` inside the new image (with the host's GPUs) before tagging and pushing it; a failed verify leaves the image untagged and unpushed, exit 1.
+    #[arg(long)]
+    pub verify: bool,
+    /// The level of --verify's checks.
+    #[arg(long, value_enum, default_value_t = Level::Quick, requires = "verify")]
+    pub verify_level: Level,
+    /// How many GPUs --verify must find in the image (N or any).
+    #[arg(long, default_value = "any", value_name = "N|any", requires = "verify")]
+    pub expect_gpus: String,
     /// The imgctl binary to put in the image [default: this executable].
     #[arg(long, value_name = "FILE", hide = true)]
     pub imgctl_binary: Option<PathBuf>,

@@ -23,6 +23,7 @@
 #![deny(unsafe_code)]
 
 #[cfg(feature = "torch")]
+pub mod attest;
 pub mod bench;
 pub mod choices;
 pub mod cli;

@@ -29,29 +29,8 @@ pub fn run(args: SbomArgs) -> anyhow::Result<ExitStatus> {
     let read = runtime.block_on(read_image(&args.image));
     spinner.finish_and_clear();
     let (id, labels, inventory) = read?;
-    let facts = ImageFacts {
-        id: &id,
-        reference: &args.image,
-        labels: &labels,
-    };
-    let doc = sbom::cyclonedx(&facts, &inventory);
-    let text = format!("{}\n", serde_json::to_string_pretty(&doc)?);
-    let hashed = doc["components"].as_array().map_or(0, |c| {
-        c.iter()
-            .filter(|c| c.get("hashes").is_some() && c["type"] == "library")
-            .count()
-    });
-    let summary = format!(
-        "sbom of {} ({}): {} dpkg packages, {} Python packages ({hashed} with the hashes of the image's pip lock), {} CUDA libraries",
-        args.image,
-        &id[..id.len().min(19)],
-        inventory.debs.len(),
-        inventory.python.len(),
-        sbom::CUDA_WHEELS
-            .iter()
-            .filter(|(w, _)| inventory.python.iter().any(|p| sbom::normalize(&p.name) == *w))
-            .count()
-    );
+    let (doc, summary) = document(&id, &args.image, &labels, &inventory);
+    let text = String::from_utf8(crate::attest::to_bytes(&doc))?;
     match &args.output {
         Some(path) => {
             crate::sys::fs::write_file_atomic(path, text.as_bytes()).map_err(|e| {
@@ -68,8 +47,39 @@ pub fn run(args: SbomArgs) -> anyhow::Result<ExitStatus> {
     Ok(ExitStatus::Success)
 }
 
+/// The SBOM of image `id` (named `reference`) and a line counting what it holds.
+pub(crate) fn document(
+    id: &str,
+    reference: &str,
+    labels: &BTreeMap<String, String>,
+    inventory: &sbom::Inventory,
+) -> (serde_json::Value, String) {
+    let facts = ImageFacts {
+        id,
+        reference,
+        labels,
+    };
+    let doc = sbom::cyclonedx(&facts, inventory);
+    let hashed = doc["components"].as_array().map_or(0, |c| {
+        c.iter()
+            .filter(|c| c.get("hashes").is_some() && c["type"] == "library")
+            .count()
+    });
+    let summary = format!(
+        "sbom of {reference} ({}): {} dpkg packages, {} Python packages ({hashed} with the hashes of the image's pip lock), {} CUDA libraries",
+        &id[..id.len().min(19)],
+        inventory.debs.len(),
+        inventory.python.len(),
+        sbom::CUDA_WHEELS
+            .iter()
+            .filter(|(w, _)| inventory.python.iter().any(|p| sbom::normalize(&p.name) == *w))
+            .count()
+    );
+    (doc, summary)
+}
+
 /// The image's id, labels and inventory (a container of it lists them).
-async fn read_image(
+pub(crate) async fn read_image(
     image: &str,
 ) -> anyhow::Result<(String, BTreeMap<String, String>, sbom::Inventory)> {
     let docker = crate::docker::connect().await?.docker;

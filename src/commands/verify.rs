@@ -404,7 +404,7 @@ pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
 /// The command line the image's imgctl runs (after its `imgctl`
 /// entrypoint): `verify --json` with this run's level, expectation and
 /// deadline, and the checks [`verify::host::container_checks`] leaves it.
-fn container_argv(opts: &Options) -> Vec<String> {
+pub(crate) fn container_argv(opts: &Options) -> Vec<String> {
     let level = match opts.level {
         Level::Quick => "quick",
         Level::Full => "full",

@@ -385,6 +385,25 @@ fn template_context(
     }
 }
 
+/// The template `spec` renders with, for the build's provenance: where it
+/// is (a path, or `imgctl:images/workstation.Dockerfile.j2` when bundled)
+/// and its bytes; `None` when a user template cannot be read (the render
+/// says why).
+pub fn template_source(spec: &LoadedSpec) -> Option<(String, Vec<u8>)> {
+    match (&spec.spec.template, &spec.dir) {
+        (Some(t), Some(dir)) => {
+            let path = dir.join(t);
+            let text =
+                crate::sys::fs::read_regular_text(&path, crate::spec::MAX_SPEC_BYTES).ok()?;
+            Some((path.display().to_string(), text.into_bytes()))
+        }
+        _ => Some((
+            "imgctl:images/workstation.Dockerfile.j2".to_string(),
+            WORKSTATION_TEMPLATE.as_bytes().to_vec(),
+        )),
+    }
+}
+
 /// The Dockerfile: the spec's own template (next to the spec) or the bundled
 /// one, rendered with `ctx`; `Err` also when a line is too long for Docker.
 fn render_dockerfile(spec: &LoadedSpec, ctx: &Ctx) -> Result<String, RenderError> {

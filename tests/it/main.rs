@@ -2,6 +2,7 @@
 mod common;
 
 mod architecture;
+mod attest;
 mod build;
 mod buildkit;
 mod checkpointing;

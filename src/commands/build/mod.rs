@@ -28,6 +28,7 @@ use crate::output::printer;
 use crate::render::docker_quote;
 use crate::ExitStatus;
 
+pub mod attest;
 pub(crate) mod progress;
 mod report;
 
@@ -75,6 +76,8 @@ pub struct BuildPlan {
     /// The image's creation time, seconds since the epoch (the `created`
     /// label's; with `SOURCE_DATE_EPOCH` set, BuildKit gets it too).
     pub created_epoch: u64,
+    /// The flags and inputs the provenance records.
+    pub inputs: crate::attest::BuildInputs,
 }
 
 impl BuildPlan {
@@ -131,6 +134,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
     }
     // The flags are checked (and the spec rendered) before any engine work;
     // `auto` renders the classic variant until the engine has decided.
+    let evidence = attest::Evidence::from_args(&args)?;
     let plan = plan(&args, args.image.builder == BuilderChoice::BuildKit)?;
     for note in &plan.notes {
         printer().info(format!("note: {note}"));
@@ -172,7 +176,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
             &engine.info,
             Some(&format!("{builder} ({reason})")),
         ));
-        build(&docker, &engine.info.address, plan, builder, args.push).await
+        build(&docker, &engine.info, plan, builder, &evidence).await
     })?;
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.report {
@@ -299,6 +303,7 @@ fn plan_with(
         created_epoch: created
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        inputs: attest::build_inputs(args, &loaded, &rendered.lock),
     })
 }
 
@@ -455,49 +460,15 @@ fn dry_run(plan: &BuildPlan, json: bool) -> anyhow::Result<ExitStatus> {
 /// Builds the plan on the engine at `address`; Ctrl-C cancels it (exit 130).
 async fn build(
     docker: &bollard::Docker,
-    address: &str,
+    engine: &crate::docker::engine::EngineInfo,
     plan: BuildPlan,
     builder: Builder,
-    push: bool,
+    evidence: &attest::Evidence,
 ) -> anyhow::Result<BuildReport> {
+    let address = engine.address.as_str();
     let p = printer();
-    let base_refs = image::from_images(plan.context.dockerfile());
-    let bases = image::resolve_bases(docker, &base_refs).await?;
-    let mut plan = plan;
-    if let Some(digest) = bases.first().and_then(|b| b.digest.clone()) {
-        plan.add_label("org.opencontainers.image.base.digest", &digest);
-    }
-    for base in &bases {
-        if base.id.is_none() && !plan.pull {
-            p.info(format!(
-                "base image {} is not on the engine; the engine will try to pull it",
-                base.reference
-            ));
-        }
-    }
-
-    // With SOURCE_DATE_EPOCH set, BuildKit (0.11 and later) writes the image
-    // config's and history's times from it, so that a fresh build of the
-    // same inputs gives the same image (README, reproducible builds). Only
-    // then: newer BuildKits also stamp COPY and WORKDIR with it, which would
-    // make every new imgctl (a bundled spec's time) miss the whole cache.
-    // The classic builder has no such setting.
-    let mut build_args = plan.build_args.clone();
-    if builder == Builder::BuildKit && std::env::var_os(SOURCE_DATE_EPOCH).is_some() {
-        build_args
-            .entry(SOURCE_DATE_EPOCH.to_string())
-            .or_insert_with(|| plan.created_epoch.to_string());
-    }
-    let request = BuildRequest {
-        tags: plan.tags.clone(),
-        no_cache: plan.no_cache,
-        pull: plan.pull,
-        build_args,
-        // In the Dockerfile instead (one step, not one per label).
-        labels: BTreeMap::new(),
-        builder,
-        secrets: plan.secrets.clone(),
-    };
+    let (plan, bases) = with_bases(docker, plan).await?;
+    let request = build_request(&plan, builder, evidence.verify.is_some());
     let tar = plan.context.to_tar()?;
     p.info(format!(
         "building {} from spec {} (context {})",
@@ -554,7 +525,18 @@ async fn build(
         Ok(Err(err)) => return Err(build_failure(err)),
         Ok(Ok(outcome)) => outcome,
     };
-    for extra in plan.tags.iter().skip(1) {
+    let verified = match &evidence.verify {
+        Some(opts) => {
+            let report = attest::verify_image(&outcome.image_id, opts).await?;
+            if !report.passed {
+                return Err(attest::verify_failed(&outcome.image_id, &report));
+            }
+            Some(report)
+        }
+        None => None,
+    };
+    let tagged_by_build = usize::from(evidence.verify.is_none());
+    for extra in plan.tags.iter().skip(tagged_by_build) {
         image::tag(docker, &outcome.image_id, extra).await?;
     }
     let facts = image::inspect(docker, &outcome.image_id)
@@ -579,20 +561,26 @@ async fn build(
         p.info(format!("tagged {tag}"));
     }
 
-    let mut pushed = Vec::new();
-    if push {
-        for tag in &plan.tags {
-            p.info(format!("pushing {tag}"));
-            let spinner = p.spinner(format!("pushing {tag}"));
-            image::push(docker, tag, &mut |status| {
-                spinner.set_message(format!("pushing {tag}: {status}"));
-                printer().verbose(status);
-            })
-            .await?;
-            spinner.finish_and_clear();
-            pushed.push(tag.clone());
-        }
-    }
+    let (pushed, pushed_digests) = if evidence.push {
+        push_tags(docker, &plan.tags, &outcome.image_id).await?
+    } else {
+        Default::default()
+    };
+    let attestations = if evidence.attests() {
+        let made = attest::Made {
+            image_id: &outcome.image_id,
+            plan: &plan,
+            bases: &bases,
+            engine,
+            builder,
+            created: facts.labels.get("org.opencontainers.image.created"),
+            pushed: &pushed_digests,
+            verified: verified.as_ref(),
+        };
+        made.attest(evidence.dir.as_deref()).await?
+    } else {
+        Vec::new()
+    };
 
     Ok(BuildReport {
         schema_version: REPORT_SCHEMA_VERSION,
@@ -616,6 +604,101 @@ async fn build(
         },
         notes: plan.notes.clone(),
         pushed,
+        verify: verified.as_ref().map(attest::verify_summary),
+        attestations,
+    })
+}
+
+/// Resolves the plan's base images and labels the image with the first's digest.
+async fn with_bases(
+    docker: &bollard::Docker,
+    mut plan: BuildPlan,
+) -> anyhow::Result<(BuildPlan, Vec<image::BaseImage>)> {
+    let base_refs = image::from_images(plan.context.dockerfile());
+    let bases = image::resolve_bases(docker, &base_refs).await?;
+    if let Some(digest) = bases.first().and_then(|b| b.digest.clone()) {
+        plan.add_label("org.opencontainers.image.base.digest", &digest);
+    }
+    for base in &bases {
+        if base.id.is_none() && !plan.pull {
+            printer().info(format!(
+                "base image {} is not on the engine; the engine will try to pull it",
+                base.reference
+            ));
+        }
+    }
+    Ok((plan, bases))
+}
+
+/// The engine's build request of `plan`; with `verify_first`, no tag (the
+/// tags come once the image passed verify).
+fn build_request(plan: &BuildPlan, builder: Builder, verify_first: bool) -> BuildRequest {
+    // With SOURCE_DATE_EPOCH set, BuildKit (0.11 and later) writes the image
+    // config's and history's times from it, so that a fresh build of the
+    // same inputs gives the same image (README, reproducible builds). Only
+    // then: newer BuildKits also stamp COPY and WORKDIR with it, which would
+    // make every new imgctl (a bundled spec's time) miss the whole cache.
+    // The classic builder has no such setting.
+    let mut build_args = plan.build_args.clone();
+    if builder == Builder::BuildKit && std::env::var_os(SOURCE_DATE_EPOCH).is_some() {
+        build_args
+            .entry(SOURCE_DATE_EPOCH.to_string())
+            .or_insert_with(|| plan.created_epoch.to_string());
+    }
+    BuildRequest {
+        tags: if verify_first {
+            Vec::new()
+        } else {
+            plan.tags.clone()
+        },
+        no_cache: plan.no_cache,
+        pull: plan.pull,
+        build_args,
+        // In the Dockerfile instead (one step, not one per label).
+        labels: BTreeMap::new(),
+        builder,
+        secrets: plan.secrets.clone(),
+    }
+}
+
+/// Pushes every tag; returns them and each repository's pushed digest.
+async fn push_tags(
+    docker: &bollard::Docker,
+    tags: &[String],
+    image_id: &str,
+) -> anyhow::Result<(Vec<String>, Vec<(String, String)>)> {
+    let p = printer();
+    let mut pushed = Vec::new();
+    let mut digests: Vec<(String, String)> = Vec::new();
+    for tag in tags {
+        p.info(format!("pushing {tag}"));
+        let spinner = p.spinner(format!("pushing {tag}"));
+        image::push(docker, tag, &mut |status| {
+            spinner.set_message(format!("pushing {tag}: {status}"));
+            printer().verbose(status);
+        })
+        .await?;
+        spinner.finish_and_clear();
+        pushed.push(tag.clone());
+        let repo = image::split_tag(tag).0.to_string();
+        if let Some(digest) = image::inspect(docker, image_id)
+            .await?
+            .and_then(|f| pushed_digest(&f.repo_digests, &repo))
+        {
+            if !digests.iter().any(|(r, _)| *r == repo) {
+                digests.push((repo, digest));
+            }
+        }
+    }
+    Ok((pushed, digests))
+}
+
+/// The digest a push gave `repo`, from the image's repo digests (`repo@sha256:…`).
+fn pushed_digest(repo_digests: &[String], repo: &str) -> Option<String> {
+    repo_digests.iter().find_map(|d| {
+        d.split_once('@')
+            .filter(|(r, _)| *r == repo)
+            .map(|(_, h)| h.to_string())
     })
 }
 

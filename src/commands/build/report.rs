@@ -39,6 +39,13 @@ pub struct BuildReport {
     pub notes: Vec<String>,
     /// Tags pushed (`--push`).
     pub pushed: Vec<String>,
+    /// `--verify`'s verdict in short (`passed`, `level`, `expect_gpus`, `summary`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify: Option<serde_json::Value>,
+    /// The SBOM and statements made (`--attest`, `--push`): file, path,
+    /// sha256, artifact type and the artifacts that carry them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attestations: Vec<super::attest::Attestation>,
 }
 
 /// Which spec.

@@ -1,0 +1,406 @@
+//! The evidence of a build: `--verify` (imgctl verify inside the new image
+//! before it is tagged or pushed), `--attest DIR` (the SBOM, the SLSA
+//! provenance and the verdict as files) and what `--push` attaches to the
+//! pushed manifest. The documents themselves are [`crate::attest`]'s and
+//! [`crate::sbom`]'s; this file gathers their inputs and writes them.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::attest::{self, BuildFacts, BuildInputs, Material};
+use crate::cli::BuildArgs;
+use crate::commands::error::CliError;
+use crate::output::printer;
+use crate::verify::{ExpectGpus, Options, Report};
+
+/// What the build is asked to prove and keep.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// `--attest DIR`.
+    pub dir: Option<PathBuf>,
+    /// `--verify`: the options of the verify inside the image.
+    pub verify: Option<Options>,
+    /// `--push`: the attestations are attached to each pushed manifest.
+    pub push: bool,
+}
+
+impl Evidence {
+    /// From the flags; a bad `--expect-gpus` or an `--attest` path that is
+    /// a file is a usage error before anything is built.
+    pub fn from_args(args: &BuildArgs) -> anyhow::Result<Self> {
+        if let Some(dir) = &args.attest {
+            if dir.exists() && !dir.is_dir() {
+                return Err(CliError::usage(format!(
+                    "--attest {} is a file, not a folder",
+                    dir.display()
+                ))
+                .with_hint("--attest takes a folder (made when missing) that receives sbom.cdx.json, provenance.intoto.json and verify.intoto.json")
+                .into());
+            }
+        }
+        let verify = if args.verify {
+            let expect = ExpectGpus::parse(&args.expect_gpus)?;
+            Some(Options {
+                level: args.verify_level,
+                expect,
+                only: Vec::new(),
+                skip: Vec::new(),
+                timeout: std::time::Duration::from_secs(60),
+                words: crate::commands::verify::WORDS,
+            })
+        } else {
+            None
+        };
+        Ok(Evidence {
+            dir: args.attest.clone(),
+            verify,
+            push: args.push,
+        })
+    }
+
+    /// Whether an SBOM and provenance are made at all.
+    pub fn attests(&self) -> bool {
+        self.dir.is_some() || self.push
+    }
+}
+
+/// A URL without its user and password (`https://u:p@host/x` → `https://host/x`).
+fn without_userinfo(value: &str) -> String {
+    let Some((scheme, rest)) = value.split_once("://") else {
+        return value.to_string();
+    };
+    let host_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://{host}{}", &rest[host_end..]),
+        None => value.to_string(),
+    }
+}
+
+/// The flags as given and the spec's inputs with their digests. Secrets
+/// stay out: a `--ca-cert-secret` is named, never read here, and URLs lose
+/// their user and password.
+pub fn build_inputs(
+    args: &BuildArgs,
+    loaded: &crate::spec::LoadedSpec,
+    lock: &crate::lock::LockState,
+) -> BuildInputs {
+    let image = &args.image;
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let clean = |m: &[String]| -> BTreeMap<String, String> {
+        crate::commands::build::parse_pairs(m, "")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, without_userinfo(&v)))
+            .collect()
+    };
+    let external = json!({
+        "spec": {"name": loaded.name, "origin": loaded.origin, "cuda": image.cuda, "file": path(&image.spec)},
+        "baseImage": image.base_image,
+        "caCert": path(&image.ca_cert),
+        "caCertSecret": path(&image.ca_cert_secret).map(|p| format!("{p} (a build secret: its bytes are not recorded)")),
+        "builder": image.builder,
+        "pipIndexUrl": image.pip_index_url.as_deref().map(without_userinfo),
+        "uid": image.uid,
+        "gid": image.gid,
+        "sudo": image.sudo,
+        "tags": args.tags,
+        "buildArgs": clean(&args.build_args),
+        "labels": clean(&args.labels),
+        "noCache": args.no_cache,
+        "pull": args.pull,
+        "push": args.push,
+        "verify": args.verify.then(|| json!({"level": args.verify_level, "expectGpus": args.expect_gpus})),
+    });
+    let mut external = external;
+    if let Value::Object(map) = &mut external {
+        // Flags not given are left out, not written as null.
+        map.retain(|_, v| !v.is_null());
+        if let Some(Value::Object(spec)) = map.get_mut("spec") {
+            spec.retain(|_, v| !v.is_null());
+        }
+    }
+    let mut materials = vec![Material {
+        name: "spec".into(),
+        uri: match &loaded.file {
+            Some(f) => f.display().to_string(),
+            None => format!("imgctl:{}", loaded.origin),
+        },
+        sha256: loaded.sha256.clone(),
+    }];
+    if let Some((uri, bytes)) = crate::render::template_source(loaded) {
+        materials.push(Material::of("template", uri, &bytes));
+    }
+    if let crate::lock::LockState::Fresh { path, text, .. } = lock {
+        materials.push(Material::of("lock", path.clone(), text.as_bytes()));
+    }
+    if let Some(ca) = &image.ca_cert {
+        if let Ok(bytes) = std::fs::read(ca) {
+            // Installed in the image: public, so its digest is recorded.
+            materials.push(Material::of("ca-cert", ca.display().to_string(), &bytes));
+        }
+    }
+    BuildInputs {
+        external,
+        materials,
+    }
+}
+
+/// The context's files as materials (`context:Dockerfile`, `context:imgctl`…).
+pub fn context_materials(context: &crate::docker::context::BuildContext) -> Vec<Material> {
+    context
+        .entries()
+        .iter()
+        .map(|e| Material::of(format!("context:{}", e.path), e.path.clone(), &e.contents))
+        .collect()
+}
+
+/// Runs the image's own `imgctl verify` in a removed-on-every-path
+/// container of `image_id`, with the host's GPUs when it has any, and
+/// prints its table. The caller decides what a failure means.
+pub async fn verify_image(image_id: &str, opts: &Options) -> anyhow::Result<Report> {
+    let p = printer();
+    let run = crate::verify::host::ImageRun {
+        image: image_id.to_string(),
+        gpus: crate::gpus::GpuSelection::All,
+        cmd: crate::commands::verify::container_argv(opts),
+        opts: opts.clone(),
+        mounts: Vec::new(),
+        labels: Default::default(),
+    };
+    let nvml = crate::verify::load_real_nvml(opts.timeout);
+    let spinner = p.spinner("imgctl verify inside the new image");
+    let report = crate::verify::host::verify_image_with(run, nvml, &|_| {}).await;
+    spinner.finish_and_clear();
+    let report = report?;
+    if !p.quiet {
+        let fit = crate::output::table_fit(crate::output::Stream::Stderr, p.verbose > 0);
+        p.stderr_text(crate::verify::report::table(
+            &report,
+            p.color,
+            fit,
+            &crate::commands::verify::WORDS,
+        ));
+    }
+    Ok(report)
+}
+
+/// The error of a failed `--verify`: the image stays, untagged and unpushed.
+pub fn verify_failed(image_id: &str, report: &Report) -> anyhow::Error {
+    let failed: Vec<String> = report
+        .results
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.status,
+                crate::verify::Status::Fail | crate::verify::Status::Error
+            )
+        })
+        .map(|r| format!("{}: {}", r.id, r.message))
+        .collect();
+    let short = &image_id[..image_id.len().min(19)];
+    CliError::failure(format!(
+        "verify failed inside the new image {short}, so it was not tagged or pushed: {}",
+        failed.join("; ")
+    ))
+    .with_hint(format!(
+        "look inside with `docker run --rm -it --entrypoint sh {short}`; `docker image prune` removes it"
+    ))
+    .into()
+}
+
+/// One attestation as written and attached.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attestation {
+    /// Its file name in `--attest DIR` (`sbom.cdx.json`…).
+    pub file: String,
+    /// Where it was written (`--attest`), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// sha256 of its bytes (`sha256:…`).
+    pub sha256: String,
+    /// The OCI artifact type it is pushed as.
+    pub artifact_type: String,
+    /// The predicate type of a statement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicate_type: Option<String>,
+    /// The artifact manifests that carry it (`repo@sha256:…`), one per pushed repository.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attached: Vec<String>,
+    /// The bytes.
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+}
+
+impl Attestation {
+    fn new(file: &str, artifact_type: &str, predicate: Option<&str>, bytes: Vec<u8>) -> Self {
+        Attestation {
+            file: file.to_string(),
+            path: None,
+            sha256: format!("sha256:{}", attest::sha256_hex(&bytes)),
+            artifact_type: artifact_type.to_string(),
+            predicate_type: predicate.map(str::to_string),
+            attached: Vec::new(),
+            bytes,
+        }
+    }
+}
+
+/// The SBOM of the built image, read from a container of it.
+pub async fn sbom(image_id: &str, tag: &str) -> anyhow::Result<Attestation> {
+    let spinner = printer().spinner(format!("listing the packages of {tag} for its SBOM"));
+    let read = crate::commands::sbom::read_image(image_id).await;
+    spinner.finish_and_clear();
+    let (id, labels, inventory) = read?;
+    let (doc, summary) = crate::commands::sbom::document(&id, tag, &labels, &inventory);
+    printer().info(summary);
+    Ok(Attestation::new(
+        attest::files::SBOM,
+        attest::CYCLONEDX_MEDIA_TYPE,
+        None,
+        crate::attest::to_bytes(&doc),
+    ))
+}
+
+/// The two statements of the build (the verdict only with `--verify`).
+pub fn statements(
+    inputs: &BuildInputs,
+    facts: &BuildFacts,
+    verified: Option<&Report>,
+) -> Vec<Attestation> {
+    let mut out = vec![Attestation::new(
+        attest::files::PROVENANCE,
+        attest::IN_TOTO_MEDIA_TYPE,
+        Some(attest::SLSA_PROVENANCE_V1),
+        attest::to_bytes(&attest::provenance(inputs, facts)),
+    )];
+    if let Some(report) = verified {
+        out.push(Attestation::new(
+            attest::files::VERIFY,
+            attest::IN_TOTO_MEDIA_TYPE,
+            Some(attest::VERIFY_PREDICATE),
+            attest::to_bytes(&attest::verify_statement(facts, report)),
+        ));
+    }
+    out
+}
+
+/// Writes each attestation into `dir` (made when missing), atomically.
+pub fn write_all(dir: &Path, all: &mut [Attestation]) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        CliError::failure(format!(
+            "cannot make the --attest folder {}: {e}",
+            dir.display()
+        ))
+        .with_hint("pass a folder you can write")
+    })?;
+    for a in all.iter_mut() {
+        let path = dir.join(&a.file);
+        crate::sys::fs::write_file_atomic(&path, &a.bytes).map_err(|e| {
+            CliError::failure(format!("cannot write {}: {e}", path.display()))
+                .with_hint("pass a folder you can write")
+        })?;
+        a.path = Some(path.display().to_string());
+    }
+    printer().info(format!(
+        "attestations: {} in {}",
+        all.iter()
+            .map(|a| a.file.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        dir.display()
+    ));
+    Ok(())
+}
+
+/// What the attestations of a finished build are made of.
+pub struct Made<'a> {
+    /// The image id.
+    pub image_id: &'a str,
+    /// The plan it was built from (tags, inputs, context).
+    pub plan: &'a super::BuildPlan,
+    /// Its base images, resolved.
+    pub bases: &'a [crate::docker::image::BaseImage],
+    /// The engine.
+    pub engine: &'a crate::docker::engine::EngineInfo,
+    /// The builder that ran.
+    pub builder: crate::docker::build::Builder,
+    /// The image's `created` label.
+    pub created: Option<&'a String>,
+    /// Pushed manifests: (repository, digest).
+    pub pushed: &'a [(String, String)],
+    /// `--verify`'s report.
+    pub verified: Option<&'a Report>,
+}
+
+impl Made<'_> {
+    /// Reads the SBOM from the image, makes the statements and writes them
+    /// all into `dir` when given.
+    pub async fn attest(&self, dir: Option<&Path>) -> anyhow::Result<Vec<Attestation>> {
+        let first_tag = self.plan.tags.first().cloned().unwrap_or_default();
+        let sbom = sbom(self.image_id, &first_tag).await?;
+        let mut inputs = self.plan.inputs.clone();
+        inputs.materials.extend(context_materials(&self.plan.context));
+        let byproducts = vec![Material {
+            name: "sbom".into(),
+            uri: attest::files::SBOM.into(),
+            sha256: attest::hex_of(&sbom.sha256).to_string(),
+        }];
+        let bases: Vec<(String, Option<String>)> = self
+            .bases
+            .iter()
+            .map(|b| (b.reference.clone(), b.digest.clone()))
+            .collect();
+        let facts = BuildFacts {
+            image_id: self.image_id,
+            tags: &self.plan.tags,
+            pushed: self.pushed,
+            builder: if self.builder == crate::docker::build::Builder::BuildKit {
+                "buildkit"
+            } else {
+                "classic"
+            },
+            engine_version: &self.engine.version,
+            api_version: &self.engine.api_version,
+            engine_os: &self.engine.os,
+            bases: &bases,
+            created: self.created.map(String::as_str),
+            byproducts: &byproducts,
+        };
+        let mut all = vec![sbom];
+        all.extend(statements(&inputs, &facts, self.verified));
+        if let Some(dir) = dir {
+            write_all(dir, &mut all)?;
+        }
+        Ok(all)
+    }
+}
+
+/// The verdict in short, for the build report.
+pub fn verify_summary(report: &Report) -> Value {
+    json!({"passed": report.passed, "level": report.level, "expect_gpus": report.expect_gpus, "summary": report.summary})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_user_and_password() {
+        assert_eq!(
+            without_userinfo("https://me:tok3n@pypi.example/simple"),
+            "https://pypi.example/simple"
+        );
+        assert_eq!(
+            without_userinfo("https://pypi.org/simple"),
+            "https://pypi.org/simple"
+        );
+        assert_eq!(without_userinfo("plain=value"), "plain=value");
+        assert_eq!(
+            without_userinfo("http://a@b/c@d"),
+            "http://b/c@d",
+            "an @ in the path is no user"
+        );
+    }
+}
