@@ -17,6 +17,7 @@ mod linking;
 mod lock;
 mod multinode;
 mod parallel;
+mod referrers;
 mod render;
 mod slurm;
 mod smoke;
