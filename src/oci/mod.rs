@@ -38,6 +38,9 @@ use manifest::{EMPTY_BLOB, EMPTY_MEDIA_TYPE, MANIFEST_ACCEPT, OCI_INDEX, OCI_MAN
 /// the PUT with (OCI distribution spec 1.1).
 pub const OCI_SUBJECT: &str = "OCI-Subject";
 
+/// The most pages of a referrers list followed (`Link: <…>; rel="next"`).
+pub const MAX_REFERRER_PAGES: usize = 100;
+
 /// The most bytes of one artifact's content imgctl reads back.
 pub const MAX_ARTIFACT: u64 = 256 << 20;
 
@@ -358,31 +361,38 @@ impl Repository {
             url.push('?');
             url.push_str(&serde_urlencoded::to_string([("artifactType", t)]).unwrap_or_default());
         }
-        let reply = self
-            .transport
-            .send(Call::get(&url).header("Accept", OCI_INDEX))
-            .await?;
-        if reply.status == StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
         let what = format!("the referrers list of {subject_digest}");
-        if !reply.status.is_success() {
-            return Err(self.transport.refused(&what, &reply));
+        let mut entries = Vec::new();
+        for page in 0..MAX_REFERRER_PAGES {
+            let reply = self
+                .transport
+                .send(Call::get(&url).header("Accept", OCI_INDEX))
+                .await?;
+            if page == 0 && reply.status == StatusCode::NOT_FOUND {
+                return Ok(None);
+            }
+            if !reply.status.is_success() {
+                return Err(self.transport.refused(&what, &reply));
+            }
+            let bad = |e: anyhow::Error| {
+                anyhow!(
+                    "{what} in {} from registry {}: {e}",
+                    self.name(),
+                    self.registry()
+                )
+            };
+            let index = manifest::parse_index(&reply.body).map_err(bad)?;
+            entries.extend(manifest::index_entries(&index).map_err(bad)?);
+            match reply.header("Link").and_then(next_link) {
+                Some(next) => url = next,
+                None => return Ok(Some(entries)),
+            }
         }
-        let index = manifest::parse_index(&reply.body).map_err(|e| {
-            anyhow!(
-                "{what} in {} from registry {}: {e}",
-                self.name(),
-                self.registry()
-            )
-        })?;
-        manifest::index_entries(&index).map(Some).map_err(|e| {
-            anyhow!(
-                "{what} in {} from registry {}: {e}",
-                self.name(),
-                self.registry()
-            )
-        })
+        bail!(
+            "{what} in {} from registry {} has more than {MAX_REFERRER_PAGES} pages",
+            self.name(),
+            self.registry()
+        )
     }
 
     fn fallback_what(&self, subject_digest: &str) -> String {
@@ -435,6 +445,22 @@ impl Repository {
         }
         Ok(())
     }
+}
+
+/// The target of a `Link: <url>; rel="next"` header (the referrers API's
+/// pagination).
+fn next_link(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (target, params) = part.split_once(';')?;
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        params
+            .split(';')
+            .any(|p| {
+                let p = p.trim().replace(' ', "");
+                p == "rel=\"next\"" || p == "rel=next"
+            })
+            .then(|| target.to_string())
+    })
 }
 
 /// A HEAD reply's descriptor, when its headers give the digest, the media
@@ -506,6 +532,20 @@ mod tests {
     }
 
     #[test]
+    fn next_links() {
+        assert_eq!(
+            next_link(r#"</v2/me/x/referrers/sha256:1?n=2&last=b>; rel="next""#).as_deref(),
+            Some("/v2/me/x/referrers/sha256:1?n=2&last=b")
+        );
+        assert_eq!(
+            next_link(r#"<https://a/prev>; rel="prev", <https://a/next>; rel=next"#).as_deref(),
+            Some("https://a/next")
+        );
+        assert_eq!(next_link(r#"<https://a/prev>; rel="prev""#), None);
+        assert_eq!(next_link("garbage"), None);
+    }
+
+    #[test]
     fn repositories_know_their_registry() {
         let r = Repository::new("127.0.0.1:5000/me/img:tag", None).unwrap();
         assert_eq!(r.registry(), "127.0.0.1:5000");
@@ -515,3 +555,6 @@ mod tests {
         assert_eq!(empty_config().digest, manifest::EMPTY_DIGEST);
     }
 }
+
+#[cfg(test)]
+mod fake_tests;
