@@ -35,6 +35,7 @@ pub mod gpus;
 pub mod image_ref;
 pub mod invariants;
 pub mod lock;
+pub mod oci;
 pub mod output;
 pub mod plot;
 pub mod render;

@@ -759,11 +759,27 @@ impl LocalRegistry {
 
     /// GET on the registry API with basic auth; returns (status, body).
     pub fn get(&self, path: &str, user: &str, password: &str) -> (u16, String) {
+        let (status, _, body) = self.get_accepting(path, None, user, password);
+        (status, body)
+    }
+
+    /// GET on the registry API with basic auth and, when given, an `Accept`
+    /// header (the registry hides OCI manifests from clients that do not
+    /// accept them);
+    /// returns (status, the head's header lines, body).
+    pub fn get_accepting(
+        &self,
+        path: &str,
+        accept: Option<&str>,
+        user: &str,
+        password: &str,
+    ) -> (u16, String, String) {
         use base64::Engine as _;
         use std::io::{Read, Write};
         let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {auth}\r\nConnection: close\r\n\r\n").unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Basic {auth}\r\n{accept}Connection: close\r\n\r\n").unwrap();
         let mut response = String::new();
         s.read_to_string(&mut response).unwrap();
         let status = response
@@ -771,11 +787,8 @@ impl LocalRegistry {
             .nth(1)
             .and_then(|c| c.parse().ok())
             .unwrap_or(0);
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
+        let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+        (status, head.to_string(), body.to_string())
     }
 }
 

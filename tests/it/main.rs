@@ -18,6 +18,7 @@ mod linking;
 mod lock;
 mod multinode;
 mod parallel;
+mod referrers;
 mod render;
 mod slurm;
 mod smoke;

@@ -1,0 +1,366 @@
+//! [`super::Repository`] against an in-process fake registry, for what the
+//! integration test's distribution 2.8 cannot show: Bearer tokens (asked for
+//! once, then cached), a registry with the referrers API that answers
+//! `OCI-Subject` (no fallback tag is written, the API's list is used), blob
+//! redirects to another host (followed without the credentials), and a token
+//! service that refuses the password (one line, no secret).
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use bollard::auth::DockerCredentials;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use super::manifest::{self, Descriptor, OCI_INDEX, OCI_MANIFEST};
+use super::Repository;
+
+const TOKEN: &str = "tok-4f1a";
+const PASSWORD: &str = "fake-s3cret";
+
+/// The fake's state: what it stores and what it was asked.
+#[derive(Default)]
+struct Fake {
+    port: u16,
+    referrers_api: bool,
+    blobs: HashMap<String, Bytes>,
+    /// reference → (media type, bytes).
+    manifests: HashMap<String, (String, Bytes)>,
+    /// subject digest → referrer descriptors (the API's own list).
+    referrers: HashMap<String, Vec<Descriptor>>,
+    /// `METHOD path auth` of each request (auth: none, basic, bearer).
+    log: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Fake>>;
+
+fn reply(
+    status: StatusCode,
+    headers: &[(&str, String)],
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::builder().status(status);
+    for (k, v) in headers {
+        r = r.header(*k, v.as_str());
+    }
+    r.body(Full::new(body.into())).unwrap()
+}
+
+fn unknown() -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::NOT_FOUND,
+        &[("Content-Type", "application/json".into())],
+        r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#,
+    )
+}
+
+async fn handle(
+    state: Shared,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let auth = parts
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let kind = auth
+        .split(' ')
+        .next()
+        .filter(|k| !k.is_empty())
+        .unwrap_or("none");
+    let path = parts.uri.path().to_string();
+    let mut fake = state.lock().unwrap();
+    fake.log.push(format!("{} {path} {kind}", parts.method));
+    let port = fake.port;
+    // Blob storage "on another host" (localhost, not 127.0.0.1): no auth.
+    if let Some(digest) = path.strip_prefix("/storage/") {
+        let blob = fake.blobs.get(digest).cloned().unwrap_or_default();
+        return Ok(reply(StatusCode::OK, &[], blob));
+    }
+    if path == "/token" {
+        let good = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("me:{PASSWORD}"))
+        );
+        return Ok(if auth == good {
+            reply(
+                StatusCode::OK,
+                &[],
+                format!(r#"{{"access_token":"{TOKEN}"}}"#),
+            )
+        } else {
+            reply(
+                StatusCode::UNAUTHORIZED,
+                &[],
+                r#"{"errors":[{"code":"UNAUTHORIZED","message":"bad password"}]}"#,
+            )
+        });
+    }
+    if auth != format!("Bearer {TOKEN}") {
+        let challenge = format!(
+            r#"Bearer realm="http://127.0.0.1:{port}/token",service="fake",scope="repository:me/x:pull""#
+        );
+        return Ok(reply(
+            StatusCode::UNAUTHORIZED,
+            &[("WWW-Authenticate", challenge)],
+            "",
+        ));
+    }
+    let Some(rest) = path.strip_prefix("/v2/me/x/") else {
+        return Ok(reply(StatusCode::NOT_FOUND, &[], "404 page not found"));
+    };
+    let (kind, arg) = rest.split_once('/').unwrap_or((rest, ""));
+    Ok(match (parts.method.clone(), kind) {
+        (Method::HEAD, "blobs") if fake.blobs.contains_key(arg) => reply(StatusCode::OK, &[], ""),
+        (Method::HEAD, "blobs") => reply(StatusCode::NOT_FOUND, &[], ""),
+        (Method::GET, "blobs") => reply(
+            StatusCode::TEMPORARY_REDIRECT,
+            &[("Location", format!("http://localhost:{port}/storage/{arg}"))],
+            "",
+        ),
+        (Method::POST, "blobs") => reply(
+            StatusCode::ACCEPTED,
+            &[("Location", "/v2/me/x/upload/1?state=x".into())],
+            "",
+        ),
+        (Method::PUT, "upload") => {
+            let query = parts.uri.query().unwrap_or("");
+            let digest = query.split("digest=").nth(1).unwrap_or("").to_string();
+            assert_eq!(manifest::sha256_digest(&body), digest);
+            fake.blobs.insert(digest, body);
+            reply(StatusCode::CREATED, &[], "")
+        }
+        (Method::PUT, "manifests") => {
+            let media_type = parts.headers["content-type"].to_str().unwrap().to_string();
+            let digest = manifest::sha256_digest(&body);
+            let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let mut headers = vec![("Docker-Content-Digest", digest.clone())];
+            if let (true, Some(subject)) =
+                (fake.referrers_api, parsed["subject"]["digest"].as_str())
+            {
+                let entry = Descriptor {
+                    artifact_type: parsed["artifactType"].as_str().map(str::to_string),
+                    annotations: serde_json::from_value(parsed["annotations"].clone())
+                        .unwrap_or_default(),
+                    ..Descriptor::of(&media_type, &body)
+                };
+                fake.referrers
+                    .entry(subject.to_string())
+                    .or_default()
+                    .push(entry);
+                headers.push(("OCI-Subject", subject.to_string()));
+            }
+            fake.manifests
+                .insert(digest.clone(), (media_type.clone(), body.clone()));
+            fake.manifests.insert(arg.to_string(), (media_type, body));
+            reply(StatusCode::CREATED, &headers, "")
+        }
+        (Method::GET | Method::HEAD, "manifests") => match fake.manifests.get(arg) {
+            Some((media_type, bytes)) => reply(
+                StatusCode::OK,
+                &[
+                    ("Content-Type", media_type.clone()),
+                    ("Docker-Content-Digest", manifest::sha256_digest(bytes)),
+                ],
+                bytes.clone(),
+            ),
+            None => unknown(),
+        },
+        (Method::GET, "referrers") if fake.referrers_api => {
+            // One referrer a page, the next page linked (`?page=N`).
+            let page: usize = parts
+                .uri
+                .query()
+                .and_then(|q| q.strip_prefix("page="))
+                .map_or(0, |n| n.parse().unwrap());
+            let all = fake.referrers.get(arg).cloned().unwrap_or_default();
+            let mut index = manifest::empty_index();
+            let mut headers = vec![("Content-Type", OCI_INDEX.to_string())];
+            if let Some(d) = all.get(page) {
+                manifest::merge_into_index(&mut index, d);
+            }
+            if page + 1 < all.len() {
+                let next = format!("</v2/me/x/referrers/{arg}?page={}>; rel=\"next\"", page + 1);
+                headers.push(("Link", next));
+            }
+            reply(
+                StatusCode::OK,
+                &headers,
+                serde_json::to_vec(&index).unwrap(),
+            )
+        }
+        _ => reply(StatusCode::NOT_FOUND, &[], "404 page not found"),
+    })
+}
+
+/// Starts a fake on a free port; returns its state.
+async fn start(referrers_api: bool) -> Shared {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let state = Arc::new(Mutex::new(Fake {
+        port: listener.local_addr().unwrap().port(),
+        referrers_api,
+        ..Default::default()
+    }));
+    let shared = state.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let state = shared.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| handle(state.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    state
+}
+
+fn repository(state: &Shared, password: &str) -> Repository {
+    let port = state.lock().unwrap().port;
+    let credentials = DockerCredentials {
+        username: Some("me".into()),
+        password: Some(password.into()),
+        ..Default::default()
+    };
+    Repository::new(&format!("127.0.0.1:{port}/me/x:v1"), Some(credentials)).unwrap()
+}
+
+/// Stores an image manifest under tag `v1`; its descriptor.
+fn subject(state: &Shared) -> Descriptor {
+    let bytes = Bytes::from_static(
+        br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#,
+    );
+    let d = Descriptor::of(OCI_MANIFEST, &bytes);
+    let mut fake = state.lock().unwrap();
+    fake.manifests
+        .insert("v1".into(), (OCI_MANIFEST.into(), bytes.clone()));
+    fake.manifests
+        .insert(d.digest.clone(), (OCI_MANIFEST.into(), bytes));
+    d
+}
+
+fn count(state: &Shared, prefix: &str) -> usize {
+    state
+        .lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|l| l.starts_with(prefix))
+        .count()
+}
+
+#[tokio::test]
+async fn bearer_tokens_and_the_referrers_api() {
+    let state = start(true).await;
+    let subject = subject(&state);
+    let repo = repository(&state, PASSWORD);
+    assert_eq!(repo.resolve("v1").await.unwrap(), subject);
+    let mut annotations = BTreeMap::new();
+    annotations.insert("k".to_string(), "v".to_string());
+    let pushed = repo
+        .push_artifact(
+            &subject,
+            "application/vnd.in-toto+json",
+            "application/vnd.in-toto+json",
+            b"statement",
+            annotations,
+        )
+        .await
+        .unwrap();
+    // The registry answered OCI-Subject: no referrers tag was read or written.
+    let tag = manifest::fallback_tag(&subject.digest).unwrap();
+    assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 0);
+    assert_eq!(count(&state, &format!("GET /v2/me/x/manifests/{tag}")), 0);
+    // The list is the API's, two pages of it.
+    let other = repo
+        .push_artifact(&subject, "other", "text/plain", b"other", BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        repo.referrers(&subject.digest, None).await.unwrap(),
+        vec![pushed.clone(), other.clone()]
+    );
+    assert_eq!(count(&state, "GET /v2/me/x/referrers/"), 2);
+    assert_eq!(
+        repo.referrers(&subject.digest, Some("other"))
+            .await
+            .unwrap(),
+        vec![other]
+    );
+    assert_eq!(count(&state, &format!("GET /v2/me/x/manifests/{tag}")), 0);
+    assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 0);
+    // The blob comes through the redirect, without the token on the other host.
+    let (layer, bytes) = repo.fetch_artifact(&pushed.digest).await.unwrap();
+    assert_eq!(bytes, b"statement");
+    assert_eq!(layer.media_type, "application/vnd.in-toto+json");
+    assert_eq!(count(&state, "GET /storage/"), 1);
+    let log = state.lock().unwrap().log.clone();
+    let storage: Vec<_> = log
+        .iter()
+        .filter(|l| l.starts_with("GET /storage/"))
+        .collect();
+    assert!(storage[0].ends_with(" none"), "{storage:?}");
+    // One token for everything (cached), asked for with basic auth.
+    assert_eq!(
+        count(&state, "GET /token Basic"),
+        1,
+        "{:?}",
+        state.lock().unwrap().log
+    );
+}
+
+#[tokio::test]
+async fn without_the_api_the_fallback_tag_is_kept() {
+    let state = start(false).await;
+    let subject = subject(&state);
+    let repo = repository(&state, PASSWORD);
+    let a = repo
+        .push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
+        .await
+        .unwrap();
+    let b = repo
+        .push_artifact(&subject, "b", "text/plain", b"b", BTreeMap::new())
+        .await
+        .unwrap();
+    repo.push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
+        .await
+        .unwrap();
+    let tag = manifest::fallback_tag(&subject.digest).unwrap();
+    assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 3);
+    assert_eq!(
+        repo.referrers(&subject.digest, None).await.unwrap(),
+        vec![a, b.clone()]
+    );
+    assert_eq!(
+        repo.referrers(&subject.digest, Some("b")).await.unwrap(),
+        vec![b]
+    );
+    // Blobs the registry has are not uploaded again.
+    assert_eq!(count(&state, "POST /v2/me/x/blobs/uploads/"), 3);
+}
+
+#[tokio::test]
+async fn a_refused_token_is_one_line_without_the_password() {
+    let state = start(true).await;
+    let repo = repository(&state, "wrong-fake-pw");
+    let e = repo.resolve("v1").await.unwrap_err();
+    let text = format!("{e:#}");
+    let port = state.lock().unwrap().port;
+    assert_eq!(
+        text,
+        format!(
+            "the token service of registry 127.0.0.1:{port} (http://127.0.0.1:{port}/token) refused a token for me/x: 401 UNAUTHORIZED: bad password (the credentials were refused)"
+        )
+    );
+    assert!(!format!("{e:?}").contains("wrong-fake-pw"));
+}
