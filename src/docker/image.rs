@@ -104,16 +104,34 @@ pub async fn resolve_bases(
         let facts = inspect(docker, reference).await?;
         out.push(BaseImage {
             reference: reference.clone(),
-            digest: facts.as_ref().map(|f| {
-                f.repo_digests
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| f.id.clone())
-            }),
+            digest: facts
+                .as_ref()
+                .map(|f| base_digest(reference, &f.repo_digests, &f.id)),
             id: facts.map(|f| f.id),
         });
     }
     Ok(out)
+}
+
+/// The digest a base image is recorded by: its own repository's registry
+/// digest (`name@sha256:…`), else its local id. Never another
+/// repository's: pushing the base elsewhere (a mirror, a test registry)
+/// adds repo digests in an order of the engine's, and the label, so the
+/// image, would change with it.
+pub fn base_digest(reference: &str, repo_digests: &[String], id: &str) -> String {
+    let familiar = |name: &str| -> String {
+        let name = name.strip_prefix("docker.io/").unwrap_or(name);
+        name.strip_prefix("library/").unwrap_or(name).to_string()
+    };
+    let name = familiar(split_tag(reference.split('@').next().unwrap_or(reference)).0);
+    repo_digests
+        .iter()
+        .find(|d| {
+            d.split_once('@')
+                .is_some_and(|(repo, _)| familiar(repo) == name)
+        })
+        .cloned()
+        .unwrap_or_else(|| id.to_string())
 }
 
 /// Splits `name[:tag]` (a registry port is not a tag) into name and tag.
@@ -243,6 +261,35 @@ mod tests {
         assert_eq!(
             from_images(df),
             vec!["nvidia/cuda:12.4.1-base", "imgctl-test/busybox:latest"]
+        );
+    }
+
+    #[test]
+    fn a_base_is_recorded_by_its_own_repositorys_digest_or_its_id() {
+        let digests = [
+            "127.0.0.1:5000/mirror/cuda@sha256:aaa".to_string(),
+            "nvidia/cuda@sha256:bbb".to_string(),
+        ];
+        assert_eq!(
+            base_digest("nvidia/cuda:12.4.1-base", &digests, "sha256:id"),
+            "nvidia/cuda@sha256:bbb"
+        );
+        assert_eq!(
+            base_digest("docker.io/nvidia/cuda:12.4.1-base", &digests, "sha256:id"),
+            "nvidia/cuda@sha256:bbb"
+        );
+        // Pushed elsewhere only: the id, not the other repository's digest.
+        assert_eq!(
+            base_digest("imgctl-test/busybox:latest", &digests[..1], "sha256:id"),
+            "sha256:id"
+        );
+        assert_eq!(
+            base_digest(
+                "ubuntu@sha256:ccc",
+                &["ubuntu@sha256:ccc".to_string()],
+                "sha256:id"
+            ),
+            "ubuntu@sha256:ccc"
         );
     }
 
