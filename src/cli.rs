@@ -139,6 +139,22 @@ pub enum Command {
     Logs(LogsArgs),
     /// Print an image's CycloneDX SBOM (its dpkg, Python and CUDA packages).
     Sbom(SbomArgs),
+    /// List what is attached to a pushed image in its registry (SBOM, provenance, verify verdict).
+    Inspect(InspectArgs),
+}
+
+/// `imgctl inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The pushed image (REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:…).
+    #[arg(value_name = "REF")]
+    pub image: String,
+    /// Print the subject and its referrers as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Fetch each attached artifact into this folder (sbom.cdx.json, provenance.intoto.json, verify.intoto.json), its digest checked [default: none fetched].
+    #[arg(long, value_name = "DIR")]
+    pub save: Option<PathBuf>,
 }
 
 /// `imgctl sbom`.

@@ -8,6 +8,7 @@ pub mod completions;
 pub mod engine_line;
 pub mod error;
 pub mod image_args;
+pub mod inspect;
 pub mod lock;
 pub mod output_files;
 pub mod render;
@@ -43,6 +44,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Down(args) => workstation::down(args),
         Command::Logs(args) => workstation::logs(args),
         Command::Sbom(args) => sbom::run(args),
+        Command::Inspect(args) => inspect::run(args),
     }
 }
 

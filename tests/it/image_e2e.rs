@@ -59,25 +59,9 @@ fn build_image(work: &Path) -> String {
     let report = work.join("report.json");
     let started = Instant::now();
     let mut child = Command::new(imgctl_bin())
-        .args([
-            "build",
-            // The BuildKit variant (cache mounts) on every engine from 18.09,
-            // 20.10 included; tests/it/build.rs keeps the classic builder covered.
-            "--builder",
-            "buildkit",
-            "--cuda",
-            "12.4",
-            "--base-image",
-            DEBIAN_BASE,
-            "--ca-cert",
-            HOST_CA,
-            "--tag",
-            E2E_TAG,
-            "--report",
-        ])
+        .args(e2e_build_args(&binary))
+        .args(["--tag", E2E_TAG, "--report"])
         .arg(&report)
-        .arg("--imgctl-binary")
-        .arg(&binary)
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -162,6 +146,27 @@ fn build_image(work: &Path) -> String {
         }
     }
     id
+}
+
+/// `imgctl build` of the end-to-end image, less its tags and outputs.
+fn e2e_build_args(binary: &Path) -> Vec<String> {
+    [
+        "build",
+        // The BuildKit variant (cache mounts) on every engine from 18.09,
+        // 20.10 included; tests/it/build.rs keeps the classic builder covered.
+        "--builder",
+        "buildkit",
+        "--cuda",
+        "12.4",
+        "--base-image",
+        DEBIAN_BASE,
+        "--ca-cert",
+        HOST_CA,
+        "--imgctl-binary",
+        binary.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// `docker history` sizes (`5.47GB`, `768MB`, `12.4kB`, `0B`) in bytes.
@@ -319,6 +324,7 @@ fn real_image_end_to_end() {
     workstation_services(&mut guard, &image, &name, &key, &public);
     workstation_up(&mut guard, pid, &key, work.path());
     sbom_lists_what_the_image_holds(work.path());
+    verified_and_attested_builds(work.path(), &image);
     hardened_workstation(&mut guard, &image, pid, &key, &public);
     no_path_to_root_and_clean_stops(guard, &image, &name, pid);
 }
@@ -663,15 +669,7 @@ fn sbom_lists_what_the_image_holds(work: &Path) {
         std::fs::read_to_string(&second).unwrap(),
         "two SBOMs of one image differ"
     );
-    let validate = Command::new(crate::common::venv_python())
-        .args([
-            "-c",
-            "import sys\nfrom cyclonedx.validation.json import JsonStrictValidator\nfrom cyclonedx.schema import SchemaVersion\nerr = JsonStrictValidator(SchemaVersion.V1_5).validate_str(open(sys.argv[1]).read())\nprint(err or 'valid')\nsys.exit(1 if err else 0)",
-        ])
-        .arg(&first)
-        .output()
-        .unwrap();
-    assert!(validate.status.success(), "{:?}", texts(&validate));
+    assert_valid_cyclonedx(&first);
     let doc: Value = serde_json::from_str(&text).unwrap();
     let components = doc["components"].as_array().unwrap();
     let names = |prefix: &str| -> std::collections::BTreeSet<String> {
@@ -761,6 +759,132 @@ fn sbom_lists_what_the_image_holds(work: &Path) {
         components.len(),
         counts("pkg:deb/"),
         counts("pkg:pypi/")
+    );
+}
+
+/// Validates a CycloneDX 1.5 JSON file with an independent validator
+/// (cyclonedx-python-lib's strict schema validation).
+fn assert_valid_cyclonedx(path: &Path) {
+    let validate = Command::new(crate::common::venv_python())
+        .args([
+            "-c",
+            "import sys\nfrom cyclonedx.validation.json import JsonStrictValidator\nfrom cyclonedx.schema import SchemaVersion\nerr = JsonStrictValidator(SchemaVersion.V1_5).validate_str(open(sys.argv[1]).read())\nprint(err or 'valid')\nsys.exit(1 if err else 0)",
+        ])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(validate.status.success(), "{:?}", texts(&validate));
+}
+
+/// `build --verify` and `--attest` of the real image (issue 27, item 3): a
+/// verify that must fail (`--expect-gpus 1` on this GPU-less host) leaves
+/// its tag unmade, and the tag it would have moved where it was; one that
+/// passes tags the image and writes the SBOM, the provenance and the
+/// verdict, bound to the image id. Both rebuild from the warm cache.
+fn verified_and_attested_builds(work: &Path, image: &str) {
+    let binary = work.join("imgctl");
+    let refused = "imgctl-test/e2e:must-fail";
+    let out = Command::new(imgctl_bin())
+        .args(e2e_build_args(&binary))
+        .args(["--tag", refused, "--verify", "--expect-gpus", "1"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let err = texts(&out).1;
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("verify failed inside the new image")
+            && line.contains("not tagged or pushed"),
+        "{err}"
+    );
+    assert!(line.contains("nvml."), "the failed check is named: {err}");
+    assert!(
+        !docker(&["image", "inspect", refused]).status.success(),
+        "a failed verify tagged {refused}"
+    );
+    assert_eq!(
+        docker_ok(&["image", "inspect", "--format", "{{.Id}}", E2E_TAG]),
+        image
+    );
+
+    let dir = work.join("attest");
+    let out = Command::new(imgctl_bin())
+        .args(e2e_build_args(&binary))
+        .args([
+            "--tag",
+            E2E_TAG,
+            "--verify",
+            "--expect-gpus",
+            "0",
+            "--json",
+            "--attest",
+        ])
+        .arg(&dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let (stdout, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["image_id"], image,
+        "the cached rebuild gave a new image"
+    );
+    assert_eq!(report["verify"]["passed"], true, "{stdout}");
+    assert_valid_cyclonedx(&dir.join("sbom.cdx.json"));
+    let verdict: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("verify.intoto.json")).unwrap())
+            .unwrap();
+    assert_eq!(verdict["predicateType"], "urn:imgctl:predicate:verify:v1");
+    assert_eq!(
+        verdict["subject"][0]["digest"]["sha256"],
+        image.trim_start_matches("sha256:")
+    );
+    assert_eq!(verdict["predicate"]["passed"], true);
+    assert!(
+        verdict["predicate"]["results"].as_array().unwrap().len() > 5,
+        "{verdict}"
+    );
+    let prov: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("provenance.intoto.json")).unwrap())
+            .unwrap();
+    let deps = prov["predicate"]["buildDefinition"]["resolvedDependencies"]
+        .as_array()
+        .unwrap();
+    for name in [
+        "spec",
+        "template",
+        "lock",
+        "ca-cert",
+        "context:imgctl",
+        "base-image",
+    ] {
+        assert!(
+            deps.iter().any(|d| d["name"] == name),
+            "no {name} in the provenance"
+        );
+    }
+    let sbom: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sbom.cdx.json")).unwrap()).unwrap();
+    let components = sbom["components"].as_array().unwrap();
+    let count = |kind: &str| {
+        components
+            .iter()
+            .filter(|c| c["purl"].as_str().is_some_and(|p| p.starts_with(kind)))
+            .count()
+    };
+    eprintln!(
+        "e2e: --attest: sbom {} components ({} deb, {} pypi), provenance {} inputs, verify {} checks ({})",
+        components.len(),
+        count("pkg:deb/"),
+        count("pkg:pypi/"),
+        deps.len(),
+        verdict["predicate"]["results"].as_array().unwrap().len(),
+        verdict["predicate"]["summary"]
     );
 }
 

@@ -341,7 +341,9 @@ impl Made<'_> {
         let first_tag = self.plan.tags.first().cloned().unwrap_or_default();
         let sbom = sbom(self.image_id, &first_tag).await?;
         let mut inputs = self.plan.inputs.clone();
-        inputs.materials.extend(context_materials(&self.plan.context));
+        inputs
+            .materials
+            .extend(context_materials(&self.plan.context));
         let byproducts = vec![Material {
             name: "sbom".into(),
             uri: attest::files::SBOM.into(),
@@ -370,11 +372,58 @@ impl Made<'_> {
         };
         let mut all = vec![sbom];
         all.extend(statements(&inputs, &facts, self.verified));
+        attach(self.pushed, &self.plan.tags, &mut all, facts.created).await?;
         if let Some(dir) = dir {
             write_all(dir, &mut all)?;
         }
         Ok(all)
     }
+}
+
+/// Attaches every attestation to each pushed manifest as an OCI 1.1
+/// artifact whose `subject` is that manifest (the referrers API where the
+/// registry has it, else the referrers tag `sha256-…`), with the docker
+/// config's credentials for the registry.
+pub async fn attach(
+    pushed: &[(String, String)],
+    tags: &[String],
+    all: &mut [Attestation],
+    created: Option<&str>,
+) -> anyhow::Result<()> {
+    for (repo, digest) in pushed {
+        let reference = format!("{repo}@{digest}");
+        let spinner = printer().spinner(format!("attaching the attestations to {reference}"));
+        let repository =
+            crate::oci::Repository::new(&reference, crate::oci::docker_credentials(&reference)?)?;
+        let subject = repository.resolve(digest).await?;
+        for a in all.iter_mut() {
+            let annotations = attest::artifact_annotations(a.predicate_type.as_deref(), created);
+            let pushed = repository
+                .push_artifact(
+                    &subject,
+                    &a.artifact_type,
+                    &a.artifact_type,
+                    &a.bytes,
+                    annotations,
+                )
+                .await?;
+            a.attached.push(format!("{repo}@{}", pushed.digest));
+        }
+        spinner.finish_and_clear();
+        let tag = tags
+            .iter()
+            .find(|t| crate::docker::image::split_tag(t).0 == repo)
+            .unwrap_or(&reference);
+        printer().info(format!(
+            "attached {} to {repo}@{}; `imgctl inspect {tag}` lists them",
+            all.iter()
+                .map(|a| a.file.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            &digest[..digest.len().min(19)]
+        ));
+    }
+    Ok(())
 }
 
 /// The verdict in short, for the build report.

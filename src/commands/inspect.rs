@@ -1,0 +1,150 @@
+//! `imgctl inspect REF`: what is attached to a pushed image in its registry
+//! (the SBOM and the in-toto statements `build --push` attaches as OCI
+//! referrers), read with the docker config's credentials. A table on
+//! stdout, `--json` for machines, `--save DIR` to fetch each one (its
+//! digest checked) under the names `build --attest` gives them.
+use std::path::Path;
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::Table;
+use serde::Serialize;
+
+use crate::attest;
+use crate::cli::InspectArgs;
+use crate::commands::error::CliError;
+use crate::oci::{Descriptor, Repository};
+use crate::output::{self, printer};
+use crate::ExitStatus;
+
+/// Version of `inspect --json`.
+const SCHEMA_VERSION: u32 = 1;
+
+/// `inspect --json`.
+#[derive(Debug, Serialize)]
+struct Inspected {
+    schema_version: u32,
+    /// The reference as given.
+    reference: String,
+    /// The image manifest the referrers refer to.
+    subject: Descriptor,
+    /// The artifacts that refer to it.
+    referrers: Vec<Descriptor>,
+}
+
+/// What an attached artifact is, in words, and the file name `--save` gives it.
+fn kind(d: &Descriptor) -> (String, String) {
+    let predicate = d
+        .annotations
+        .get(attest::PREDICATE_ANNOTATION)
+        .map(String::as_str);
+    let hex = attest::hex_of(&d.digest);
+    let short = &hex[..hex.len().min(12)];
+    match (d.artifact_type.as_deref(), predicate) {
+        (Some(attest::CYCLONEDX_MEDIA_TYPE), _) => {
+            ("SBOM (CycloneDX)".into(), attest::files::SBOM.into())
+        }
+        (Some(attest::IN_TOTO_MEDIA_TYPE), Some(attest::SLSA_PROVENANCE_V1)) => (
+            "provenance (SLSA v1)".into(),
+            attest::files::PROVENANCE.into(),
+        ),
+        (Some(attest::IN_TOTO_MEDIA_TYPE), Some(attest::VERIFY_PREDICATE)) => {
+            ("imgctl verify verdict".into(), attest::files::VERIFY.into())
+        }
+        (Some(other), Some(p)) => (format!("{other} ({p})"), format!("{short}.json")),
+        (Some(other), None) => (other.to_string(), format!("{short}.json")),
+        (None, _) => ("(no artifact type)".into(), format!("{short}.json")),
+    }
+}
+
+/// `imgctl inspect`.
+pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
+    crate::image_ref::check(crate::image_ref::Role::Image, &args.image)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let spinner = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        printer().spinner(format!("reading the referrers of {}", args.image))
+    };
+    let read = runtime.block_on(read(&args.image, args.save.as_deref()));
+    spinner.finish_and_clear();
+    let inspected = read.map_err(|e| {
+        CliError::failure(format!("inspect {}: {e:#}", args.image)).with_hint(
+            "inspect reads the registry: pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials",
+        )
+    })?;
+    if args.json {
+        printer().json(&inspected)?;
+        return Ok(ExitStatus::Success);
+    }
+    let n = inspected.referrers.len();
+    printer().data(format!(
+        "{}: {}\n  {}",
+        args.image,
+        match n {
+            0 => "nothing attached (`imgctl build --push` attaches the SBOM and the provenance)"
+                .to_string(),
+            1 => "1 artifact attached".to_string(),
+            n => format!("{n} artifacts attached"),
+        },
+        inspected.subject.digest
+    ));
+    if n == 0 {
+        return Ok(ExitStatus::Success);
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(["ATTACHED", "ARTIFACT TYPE", "MANIFEST", "CREATED"]);
+    for d in &inspected.referrers {
+        let hex = attest::hex_of(&d.digest);
+        table.add_row([
+            kind(d).0,
+            d.artifact_type.clone().unwrap_or_else(|| "-".into()),
+            format!("sha256:{}", &hex[..hex.len().min(12)]),
+            d.annotations
+                .get("org.opencontainers.image.created")
+                .cloned()
+                .unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
+    if let output::Fit::Cut(width) = fit {
+        output::drop_columns(&mut table, width, &[3, 1]);
+    }
+    output::fit_table(&mut table, fit);
+    printer().data(table.to_string());
+    if let Some(dir) = &args.save {
+        printer().info(format!(
+            "saved {} file(s) in {}",
+            inspected.referrers.len(),
+            dir.display()
+        ));
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// The subject and its referrers; with `save`, each artifact fetched into it.
+async fn read(reference: &str, save: Option<&Path>) -> anyhow::Result<Inspected> {
+    let credentials = crate::oci::docker_credentials(reference)?;
+    let repository = Repository::new(reference, credentials)?;
+    let target = repository.tag_or_digest().unwrap_or("latest").to_string();
+    let subject = repository.resolve(&target).await?;
+    let referrers = repository.referrers(&subject.digest, None).await?;
+    if let Some(dir) = save {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
+        for d in &referrers {
+            let (_, bytes) = repository.fetch_artifact(&d.digest).await?;
+            let path = dir.join(kind(d).1);
+            crate::sys::fs::write_file_atomic(&path, &bytes)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        }
+    }
+    Ok(Inspected {
+        schema_version: SCHEMA_VERSION,
+        reference: reference.to_string(),
+        subject,
+        referrers,
+    })
+}
