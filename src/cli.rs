@@ -139,7 +139,7 @@ pub enum Command {
     Logs(LogsArgs),
     /// Print an image's CycloneDX SBOM (its dpkg, Python and CUDA packages).
     Sbom(SbomArgs),
-    /// List what is attached to a pushed image in its registry (SBOM, provenance, verify verdict).
+    /// List the SBOM and statements attached to a pushed image in its registry.
     Inspect(InspectArgs),
 }
 

@@ -22,8 +22,8 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![deny(unsafe_code)]
 
-#[cfg(feature = "torch")]
 pub mod attest;
+#[cfg(feature = "torch")]
 pub mod bench;
 pub mod choices;
 pub mod cli;

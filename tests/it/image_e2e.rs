@@ -783,11 +783,31 @@ fn assert_valid_cyclonedx(path: &Path) {
 /// verdict, bound to the image id. Both rebuild from the warm cache.
 fn verified_and_attested_builds(work: &Path, image: &str) {
     let binary = work.join("imgctl");
-    let refused = "imgctl-test/e2e:must-fail";
+    // A registry it would push to, had the image passed.
+    let registry = crate::build::LocalRegistry::start("e2e", "e2e-pw");
+    let refused = format!("127.0.0.1:{}/imgctl-test/e2e:must-fail", registry.port);
+    let config = work.join("docker-config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.json"),
+        format!(
+            r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "ZTJlOmUyZS1wdw=="}}}}}}"#,
+            registry.port
+        ),
+    )
+    .unwrap();
     let out = Command::new(imgctl_bin())
         .args(e2e_build_args(&binary))
-        .args(["--tag", refused, "--verify", "--expect-gpus", "1"])
+        .args([
+            "--tag",
+            &refused,
+            "--verify",
+            "--expect-gpus",
+            "1",
+            "--push",
+        ])
         .env("NO_COLOR", "1")
+        .env("DOCKER_CONFIG", &config)
         .output()
         .unwrap();
     let err = texts(&out).1;
@@ -803,9 +823,11 @@ fn verified_and_attested_builds(work: &Path, image: &str) {
     );
     assert!(line.contains("nvml."), "the failed check is named: {err}");
     assert!(
-        !docker(&["image", "inspect", refused]).status.success(),
+        !docker(&["image", "inspect", &refused]).status.success(),
         "a failed verify tagged {refused}"
     );
+    let (status, body) = registry.get("/v2/imgctl-test/e2e/tags/list", "e2e", "e2e-pw");
+    assert_eq!(status, 404, "a failed verify pushed: {body}");
     assert_eq!(
         docker_ok(&["image", "inspect", "--format", "{{.Id}}", E2E_TAG]),
         image

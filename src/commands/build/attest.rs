@@ -83,16 +83,15 @@ fn without_userinfo(value: &str) -> String {
 /// their user and password.
 pub fn build_inputs(
     args: &BuildArgs,
+    (build_args, labels): (&BTreeMap<String, String>, &BTreeMap<String, String>),
     loaded: &crate::spec::LoadedSpec,
     lock: &crate::lock::LockState,
 ) -> BuildInputs {
     let image = &args.image;
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-    let clean = |m: &[String]| -> BTreeMap<String, String> {
-        crate::commands::build::parse_pairs(m, "")
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, without_userinfo(&v)))
+    let clean = |m: &BTreeMap<String, String>| -> BTreeMap<String, String> {
+        m.iter()
+            .map(|(k, v)| (k.clone(), without_userinfo(v)))
             .collect()
     };
     let external = json!({
@@ -106,8 +105,8 @@ pub fn build_inputs(
         "gid": image.gid,
         "sudo": image.sudo,
         "tags": args.tags,
-        "buildArgs": clean(&args.build_args),
-        "labels": clean(&args.labels),
+        "buildArgs": clean(build_args),
+        "labels": clean(labels),
         "noCache": args.no_cache,
         "pull": args.pull,
         "push": args.push,
@@ -319,7 +318,11 @@ pub struct Made<'a> {
     /// The image id.
     pub image_id: &'a str,
     /// The plan it was built from (tags, inputs, context).
-    pub plan: &'a super::BuildPlan,
+    pub tags: &'a [String],
+    /// The flags and inputs of the plan.
+    pub inputs: &'a BuildInputs,
+    /// The build context (its files become materials).
+    pub context: &'a crate::docker::context::BuildContext,
     /// Its base images, resolved.
     pub bases: &'a [crate::docker::image::BaseImage],
     /// The engine.
@@ -338,12 +341,10 @@ impl Made<'_> {
     /// Reads the SBOM from the image, makes the statements and writes them
     /// all into `dir` when given.
     pub async fn attest(&self, dir: Option<&Path>) -> anyhow::Result<Vec<Attestation>> {
-        let first_tag = self.plan.tags.first().cloned().unwrap_or_default();
+        let first_tag = self.tags.first().cloned().unwrap_or_default();
         let sbom = sbom(self.image_id, &first_tag).await?;
-        let mut inputs = self.plan.inputs.clone();
-        inputs
-            .materials
-            .extend(context_materials(&self.plan.context));
+        let mut inputs = self.inputs.clone();
+        inputs.materials.extend(context_materials(self.context));
         let byproducts = vec![Material {
             name: "sbom".into(),
             uri: attest::files::SBOM.into(),
@@ -356,7 +357,7 @@ impl Made<'_> {
             .collect();
         let facts = BuildFacts {
             image_id: self.image_id,
-            tags: &self.plan.tags,
+            tags: self.tags,
             pushed: self.pushed,
             builder: if self.builder == crate::docker::build::Builder::BuildKit {
                 "buildkit"
@@ -372,7 +373,7 @@ impl Made<'_> {
         };
         let mut all = vec![sbom];
         all.extend(statements(&inputs, &facts, self.verified));
-        attach(self.pushed, &self.plan.tags, &mut all, facts.created).await?;
+        attach(self.pushed, self.tags, &mut all, facts.created).await?;
         if let Some(dir) = dir {
             write_all(dir, &mut all)?;
         }

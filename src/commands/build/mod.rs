@@ -30,6 +30,7 @@ use crate::ExitStatus;
 
 pub mod attest;
 pub(crate) mod progress;
+mod push;
 mod report;
 
 use progress::ProgressView;
@@ -255,6 +256,7 @@ fn plan_with(
     for (key, value) in oci_labels(&loaded.name, bases.first(), created) {
         labels.entry(key).or_insert(value);
     }
+    let user_labels_for_inputs = user_labels.clone();
     labels.extend(user_labels);
     let build_labels: BTreeMap<String, String> = labels
         .iter()
@@ -285,6 +287,12 @@ fn plan_with(
     };
     context.add(crate::render::IMGCTL_BINARY_PATH, 0o755, bytes)?;
 
+    let inputs = attest::build_inputs(
+        args,
+        (&build_args, &user_labels_for_inputs),
+        &loaded,
+        &rendered.lock,
+    );
     Ok(BuildPlan {
         spec_name: loaded.name.clone(),
         spec_sha256: loaded.sha256.clone(),
@@ -303,7 +311,7 @@ fn plan_with(
         created_epoch: created
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        inputs: attest::build_inputs(args, &loaded, &rendered.lock),
+        inputs,
     })
 }
 
@@ -525,20 +533,6 @@ async fn build(
         Ok(Err(err)) => return Err(build_failure(err)),
         Ok(Ok(outcome)) => outcome,
     };
-    let verified = match &evidence.verify {
-        Some(opts) => {
-            let report = attest::verify_image(&outcome.image_id, opts).await?;
-            if !report.passed {
-                return Err(attest::verify_failed(&outcome.image_id, &report));
-            }
-            Some(report)
-        }
-        None => None,
-    };
-    let tagged_by_build = usize::from(evidence.verify.is_none());
-    for extra in plan.tags.iter().skip(tagged_by_build) {
-        image::tag(docker, &outcome.image_id, extra).await?;
-    }
     let facts = image::inspect(docker, &outcome.image_id)
         .await?
         .ok_or_else(|| {
@@ -557,19 +551,35 @@ async fn build(
         outcome.steps.len(),
         outcome.executed_steps(),
     ));
+    let verified = match &evidence.verify {
+        Some(opts) => {
+            let report = attest::verify_image(&outcome.image_id, opts).await?;
+            if !report.passed {
+                return Err(attest::verify_failed(&outcome.image_id, &report));
+            }
+            Some(report)
+        }
+        None => None,
+    };
+    let tagged_by_build = usize::from(evidence.verify.is_none());
+    for extra in plan.tags.iter().skip(tagged_by_build) {
+        image::tag(docker, &outcome.image_id, extra).await?;
+    }
     for tag in &plan.tags {
         p.info(format!("tagged {tag}"));
     }
 
     let (pushed, pushed_digests) = if evidence.push {
-        push_tags(docker, &plan.tags, &outcome.image_id).await?
+        push::push_tags(docker, &plan.tags, &outcome.image_id).await?
     } else {
         Default::default()
     };
     let attestations = if evidence.attests() {
         let made = attest::Made {
             image_id: &outcome.image_id,
-            plan: &plan,
+            tags: &plan.tags,
+            inputs: &plan.inputs,
+            context: &plan.context,
             bases: &bases,
             engine,
             builder,
@@ -659,47 +669,6 @@ fn build_request(plan: &BuildPlan, builder: Builder, verify_first: bool) -> Buil
         builder,
         secrets: plan.secrets.clone(),
     }
-}
-
-/// Pushes every tag; returns them and each repository's pushed digest.
-async fn push_tags(
-    docker: &bollard::Docker,
-    tags: &[String],
-    image_id: &str,
-) -> anyhow::Result<(Vec<String>, Vec<(String, String)>)> {
-    let p = printer();
-    let mut pushed = Vec::new();
-    let mut digests: Vec<(String, String)> = Vec::new();
-    for tag in tags {
-        p.info(format!("pushing {tag}"));
-        let spinner = p.spinner(format!("pushing {tag}"));
-        image::push(docker, tag, &mut |status| {
-            spinner.set_message(format!("pushing {tag}: {status}"));
-            printer().verbose(status);
-        })
-        .await?;
-        spinner.finish_and_clear();
-        pushed.push(tag.clone());
-        let repo = image::split_tag(tag).0.to_string();
-        if let Some(digest) = image::inspect(docker, image_id)
-            .await?
-            .and_then(|f| pushed_digest(&f.repo_digests, &repo))
-        {
-            if !digests.iter().any(|(r, _)| *r == repo) {
-                digests.push((repo, digest));
-            }
-        }
-    }
-    Ok((pushed, digests))
-}
-
-/// The digest a push gave `repo`, from the image's repo digests (`repo@sha256:…`).
-fn pushed_digest(repo_digests: &[String], repo: &str) -> Option<String> {
-    repo_digests.iter().find_map(|d| {
-        d.split_once('@')
-            .filter(|(r, _)| *r == repo)
-            .map(|(_, h)| h.to_string())
-    })
 }
 
 /// The error of a failed build (its words: commands/error/build.rs); a
