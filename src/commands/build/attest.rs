@@ -338,11 +338,13 @@ pub struct Made<'a> {
 }
 
 impl Made<'_> {
-    /// Reads the SBOM from the image, makes the statements and writes them
-    /// all into `dir` when given.
-    pub async fn attest(&self, dir: Option<&Path>) -> anyhow::Result<Vec<Attestation>> {
-        let first_tag = self.tags.first().cloned().unwrap_or_default();
-        let sbom = sbom(self.image_id, &first_tag).await?;
+    /// Makes the statements beside `sbom` (read from the image), attaches
+    /// them all to the pushed manifests and writes them into `dir` when given.
+    pub async fn attest(
+        &self,
+        sbom: Attestation,
+        dir: Option<&Path>,
+    ) -> anyhow::Result<Vec<Attestation>> {
         let mut inputs = self.inputs.clone();
         inputs.materials.extend(context_materials(self.context));
         let byproducts = vec![Material {

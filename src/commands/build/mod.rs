@@ -506,15 +506,6 @@ async fn build(
         }
     };
     view.finish();
-    let outcome = match outcome {
-        Ok(o) => {
-            // Built: nothing on the engine to cancel any more, so a signal
-            // during tagging or pushing ends the process as usual.
-            signals.exit_on_next();
-            Ok(o)
-        }
-        Err(sig) => Err(sig),
-    };
     let outcome: BuildOutcome = match outcome {
         Err(sig) => {
             p.info(format!(
@@ -569,12 +560,25 @@ async fn build(
         p.info(format!("tagged {tag}"));
     }
 
+    // The SBOM is read from a container of the image, before the push: the
+    // containers of --verify and of the SBOM remove themselves on a signal
+    // (docker::run listens while they live; this stream keeps any signal
+    // between them pending).
+    let sbom = if evidence.attests() {
+        let first_tag = plan.tags.first().cloned().unwrap_or_default();
+        Some(attest::sbom(&outcome.image_id, &first_tag).await?)
+    } else {
+        None
+    };
+    // Nothing of ours left on the engine: a signal during pushing ends the
+    // process as usual.
+    signals.exit_on_next();
     let (pushed, pushed_digests) = if evidence.push {
         push::push_tags(docker, &plan.tags, &outcome.image_id).await?
     } else {
         Default::default()
     };
-    let attestations = if evidence.attests() {
+    let attestations = if let Some(sbom) = sbom {
         let made = attest::Made {
             image_id: &outcome.image_id,
             tags: &plan.tags,
@@ -587,7 +591,7 @@ async fn build(
             pushed: &pushed_digests,
             verified: verified.as_ref(),
         };
-        made.attest(evidence.dir.as_deref()).await?
+        made.attest(sbom, evidence.dir.as_deref()).await?
     } else {
         Vec::new()
     };
