@@ -7,28 +7,15 @@
 //! inspect` reads back. `--verify` and the SBOM of a real image run on the
 //! end-to-end image (`image_e2e.rs`).
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
 use crate::build::{busybox_spec, docker_ok, ensure_bases, EngineGuard, LocalRegistry};
-use crate::common::{imgctl_bin, texts};
+use crate::buildkit::imgctl;
+use crate::common::texts;
 
 /// The host's CA bundle, passed as a build secret: its bytes must not leak.
 const HOST_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
-
-fn imgctl(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(imgctl_bin());
-    cmd.args(args)
-        .env("NO_COLOR", "1")
-        .env_remove("DOCKER_BUILDKIT")
-        .env_remove("DOCKER_API_VERSION")
-        .stdin(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run imgctl")
-}
 
 fn read(dir: &Path, file: &str) -> String {
     std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
@@ -36,7 +23,6 @@ fn read(dir: &Path, file: &str) -> String {
 
 #[test]
 fn attested_build_records_every_input_no_secret_and_pushes_its_referrers() {
-    use base64::Engine as _;
     ensure_bases();
     let registry = LocalRegistry::start("attester", "att3st-pw");
     let mut guard = EngineGuard::default();
@@ -44,15 +30,7 @@ fn attested_build_records_every_input_no_secret_and_pushes_its_referrers() {
     let tag = format!("{repo}:{}", std::process::id());
     guard.image(&tag);
     let config = tempfile::tempdir().unwrap();
-    let auth = base64::engine::general_purpose::STANDARD.encode("attester:att3st-pw");
-    std::fs::write(
-        config.path().join("config.json"),
-        format!(
-            r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "{auth}"}}}}}}"#,
-            registry.port
-        ),
-    )
-    .unwrap();
+    let auth = registry.write_docker_config(config.path(), "attester", "att3st-pw");
     let env = [
         ("DOCKER_CONFIG", config.path().to_str().unwrap()),
         ("SOURCE_DATE_EPOCH", "1700000000"),

@@ -757,6 +757,22 @@ impl LocalRegistry {
         registry
     }
 
+    /// Writes `dir/config.json`, a docker config that logs `user` in to this
+    /// registry with `password`; returns the `auth` string it holds.
+    pub fn write_docker_config(&self, dir: &Path, user: &str, password: &str) -> String {
+        use base64::Engine as _;
+        let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        std::fs::write(
+            dir.join("config.json"),
+            format!(
+                r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "{auth}"}}}}}}"#,
+                self.port
+            ),
+        )
+        .unwrap();
+        auth
+    }
+
     /// GET on the registry API with basic auth; returns (status, body).
     pub fn get(&self, path: &str, user: &str, password: &str) -> (u16, String) {
         let (status, _, body) = self.get_accepting(path, None, user, password);
@@ -810,18 +826,6 @@ fn push_uses_the_docker_config_credentials() {
     let spec = busybox_spec();
     let spec = spec.to_str().unwrap();
     let config = tempfile::tempdir().unwrap();
-    let write_config = |auth: &str| {
-        std::fs::write(
-            config.path().join("config.json"),
-            format!(
-                r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "{auth}"}}}}}}"#,
-                registry.port
-            ),
-        )
-        .unwrap();
-    };
-    use base64::Engine as _;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     // A fixed creation time: both builds give one image, none is left dangling.
     let env = [
         ("DOCKER_CONFIG", config.path().to_str().unwrap()),
@@ -829,7 +833,7 @@ fn push_uses_the_docker_config_credentials() {
     ];
 
     // Wrong password: refused by the registry, exit 1, and the secret is not shown.
-    write_config(&b64("pusher:wrong-pw"));
+    registry.write_docker_config(config.path(), "pusher", "wrong-pw");
     let out = imgctl_env(&["build", "--spec", spec, "--tag", &tag, "--push"], &env);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -847,7 +851,7 @@ fn push_uses_the_docker_config_credentials() {
     assert!(!stderr.contains("wrong-pw"), "a secret leaked: {stderr}");
 
     // The right credentials from $DOCKER_CONFIG/config.json: pushed, and the registry has it.
-    write_config(&b64("pusher:s3cret-pw"));
+    registry.write_docker_config(config.path(), "pusher", "s3cret-pw");
     let out = imgctl_env(
         &["build", "--spec", spec, "--tag", &tag, "--push", "--json"],
         &env,

@@ -14,7 +14,9 @@ use crate::build::{
 };
 use crate::common::{imgctl_bin, one_error_line, texts};
 
-fn imgctl(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// imgctl with `env`, without the engine settings of the caller's shell
+/// (`DOCKER_BUILDKIT`, `DOCKER_API_VERSION`, `SOURCE_DATE_EPOCH`).
+pub fn imgctl(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(imgctl_bin());
     cmd.args(args)
         .env("NO_COLOR", "1")

@@ -788,14 +788,7 @@ fn verified_and_attested_builds(work: &Path, image: &str) {
     let refused = format!("127.0.0.1:{}/imgctl-test/e2e:must-fail", registry.port);
     let config = work.join("docker-config");
     std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.json"),
-        format!(
-            r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "ZTJlOmUyZS1wdw=="}}}}}}"#,
-            registry.port
-        ),
-    )
-    .unwrap();
+    registry.write_docker_config(&config, "e2e", "e2e-pw");
     let out = Command::new(imgctl_bin())
         .args(e2e_build_args(&binary))
         .args([

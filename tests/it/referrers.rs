@@ -44,15 +44,7 @@ fn credentials(password: &str) -> Option<DockerCredentials> {
 fn docker_push(registry: &LocalRegistry, tag: &str) {
     docker_ok(&["tag", BUSYBOX_BASE, tag]);
     let config = tempfile::tempdir().unwrap();
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
-    std::fs::write(
-        config.path().join("config.json"),
-        format!(
-            r#"{{"auths": {{"127.0.0.1:{}": {{"auth": "{auth}"}}}}}}"#,
-            registry.port
-        ),
-    )
-    .unwrap();
+    registry.write_docker_config(config.path(), USER, PASSWORD);
     let out = Command::new("docker")
         .args(["push", tag])
         .env("DOCKER_CONFIG", config.path())
