@@ -798,7 +798,9 @@ fn verified_and_attested_builds(work: &Path, image: &str) {
             "--expect-gpus",
             "1",
             "--push",
+            "--attest",
         ])
+        .arg(work.join("refused"))
         .env("NO_COLOR", "1")
         .env("DOCKER_CONFIG", &config)
         .output()
@@ -821,10 +823,19 @@ fn verified_and_attested_builds(work: &Path, image: &str) {
     );
     let (status, body) = registry.get("/v2/imgctl-test/e2e/tags/list", "e2e", "e2e-pw");
     assert_eq!(status, 404, "a failed verify pushed: {body}");
+    // Its verdict is kept as evidence (and nothing else: no SBOM, no provenance).
+    let verdict: Value = serde_json::from_str(
+        &std::fs::read_to_string(work.join("refused/verify.intoto.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(verdict["predicate"]["passed"], false);
+    assert!(!work.join("refused/provenance.intoto.json").exists());
     assert_eq!(
         docker_ok(&["image", "inspect", "--format", "{{.Id}}", E2E_TAG]),
         image
     );
+
+    interrupted_verify_leaves_nothing(&binary, image);
 
     let dir = work.join("attest");
     let out = Command::new(imgctl_bin())
@@ -900,6 +911,62 @@ fn verified_and_attested_builds(work: &Path, image: &str) {
         deps.len(),
         verdict["predicate"]["results"].as_array().unwrap().len(),
         verdict["predicate"]["summary"]
+    );
+}
+
+/// Ctrl-C while `build --verify` runs the image's verify: the verify
+/// container is removed, nothing is tagged, exit 130 (the build's own
+/// signal handler once ended the process first and could leave it).
+fn interrupted_verify_leaves_nothing(binary: &Path, image: &str) {
+    let tag = "imgctl-test/e2e:interrupted";
+    let ancestor = format!("ancestor={image}");
+    // The workstations of the earlier steps run from this image too.
+    let before = docker_ok(&["ps", "-a", "-q", "--no-trunc", "--filter", &ancestor]);
+    let mut child = Command::new(imgctl_bin())
+        .args(e2e_build_args(binary))
+        .args(["--tag", tag, "--verify", "--expect-gpus", "0"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::BufReader::new(stderr).read_to_string(&mut s);
+        s
+    });
+    let started = Instant::now();
+    let container = loop {
+        let running = docker_ok(&["ps", "-q", "--no-trunc", "--filter", &ancestor]);
+        if let Some(id) = running
+            .lines()
+            .find(|l| !l.is_empty() && !before.contains(*l))
+        {
+            break id.to_string();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120) && child.try_wait().unwrap().is_none(),
+            "no verify container appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // SIGINT, as Ctrl-C in a terminal sends.
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT)
+    };
+    let status = child.wait().unwrap();
+    let log = reader.join().unwrap();
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(log.contains("interrupted by SIGINT"), "{log}");
+    assert!(
+        !docker(&["inspect", &container]).status.success(),
+        "the verify container {container} was left behind:\n{log}"
+    );
+    assert!(
+        !docker(&["image", "inspect", tag]).status.success(),
+        "{tag} was tagged"
     );
 }
 

@@ -185,6 +185,35 @@ pub async fn verify_image(image_id: &str, opts: &Options) -> anyhow::Result<Repo
     Ok(report)
 }
 
+/// With `--attest DIR`, a failed `--verify` still leaves its verdict
+/// (`verify.intoto.json`, about the untagged image) as evidence of why.
+pub fn keep_failed_verdict(
+    dir: &Path,
+    image_id: &str,
+    engine: &crate::docker::engine::EngineInfo,
+    report: &Report,
+) -> anyhow::Result<()> {
+    let facts = BuildFacts {
+        image_id,
+        tags: &[],
+        pushed: &[],
+        builder: "",
+        engine_version: &engine.version,
+        api_version: &engine.api_version,
+        engine_os: &engine.os,
+        bases: &[],
+        created: None,
+        byproducts: &[],
+    };
+    let mut verdict = vec![Attestation::new(
+        attest::files::VERIFY,
+        attest::IN_TOTO_MEDIA_TYPE,
+        Some(attest::VERIFY_PREDICATE),
+        attest::to_bytes(&attest::verify_statement(&facts, report)),
+    )];
+    write_all(dir, &mut verdict)
+}
+
 /// The error of a failed `--verify`: the image stays, untagged and unpushed.
 pub fn verify_failed(image_id: &str, report: &Report) -> anyhow::Error {
     let failed: Vec<String> = report

@@ -546,6 +546,9 @@ async fn build(
         Some(opts) => {
             let report = attest::verify_image(&outcome.image_id, opts).await?;
             if !report.passed {
+                if let Some(dir) = &evidence.dir {
+                    attest::keep_failed_verdict(dir, &outcome.image_id, engine, &report)?;
+                }
                 return Err(attest::verify_failed(&outcome.image_id, &report));
             }
             Some(report)
