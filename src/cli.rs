@@ -458,7 +458,7 @@ pub struct VerifyArgs {
     /// Per-check deadline in seconds (0.1 to 3600).
     #[arg(
         long,
-        default_value_t = 30.0,
+        default_value_t = crate::verify::DEFAULT_CHECK_TIMEOUT_S,
         value_name = "SECS",
         allow_negative_numbers = true
     )]

@@ -35,6 +35,10 @@ pub mod torch;
 pub mod versions;
 pub mod wording;
 
+/// Each check's deadline unless `--check-timeout` says otherwise, in seconds
+/// (`verify`, and the verify of `build --verify`).
+pub const DEFAULT_CHECK_TIMEOUT_S: f64 = 30.0;
+
 pub use check::Check;
 pub use context::{in_container, matches, selected, Context, ExpectGpus, NvmlState, Options};
 pub use error::VerifyError;

@@ -47,7 +47,7 @@ impl Evidence {
                 expect,
                 only: Vec::new(),
                 skip: Vec::new(),
-                timeout: std::time::Duration::from_secs(60),
+                timeout: std::time::Duration::from_secs_f64(crate::verify::DEFAULT_CHECK_TIMEOUT_S),
                 words: crate::commands::verify::WORDS,
             })
         } else {
@@ -205,13 +205,7 @@ pub fn keep_failed_verdict(
         created: None,
         byproducts: &[],
     };
-    let mut verdict = vec![Attestation::new(
-        attest::files::VERIFY,
-        attest::IN_TOTO_MEDIA_TYPE,
-        Some(attest::VERIFY_PREDICATE),
-        attest::to_bytes(&attest::verify_statement(&facts, report)),
-    )];
-    write_all(dir, &mut verdict)
+    write_all(dir, &mut [verdict(&facts, report)])
 }
 
 /// The error of a failed `--verify`: the image stays, untagged and unpushed.
@@ -303,15 +297,26 @@ pub fn statements(
         Some(attest::SLSA_PROVENANCE_V1),
         attest::to_bytes(&attest::provenance(inputs, facts)),
     )];
-    if let Some(report) = verified {
-        out.push(Attestation::new(
-            attest::files::VERIFY,
-            attest::IN_TOTO_MEDIA_TYPE,
-            Some(attest::VERIFY_PREDICATE),
-            attest::to_bytes(&attest::verify_statement(facts, report)),
-        ));
-    }
+    out.extend(verified.map(|report| verdict(facts, report)));
     out
+}
+
+/// `verify.intoto.json`: the verdict of `--verify` about `facts`' image.
+fn verdict(facts: &BuildFacts, report: &Report) -> Attestation {
+    Attestation::new(
+        attest::files::VERIFY,
+        attest::IN_TOTO_MEDIA_TYPE,
+        Some(attest::VERIFY_PREDICATE),
+        attest::to_bytes(&attest::verify_statement(facts, report)),
+    )
+}
+
+/// The files' names, for people: `sbom.cdx.json, provenance.intoto.json`.
+fn names(all: &[Attestation]) -> String {
+    all.iter()
+        .map(|a| a.file.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Writes each attestation into `dir` (made when missing), atomically.
@@ -331,14 +336,7 @@ pub fn write_all(dir: &Path, all: &mut [Attestation]) -> anyhow::Result<()> {
         })?;
         a.path = Some(path.display().to_string());
     }
-    printer().info(format!(
-        "attestations: {} in {}",
-        all.iter()
-            .map(|a| a.file.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        dir.display()
-    ));
+    printer().info(format!("attestations: {} in {}", names(all), dir.display()));
     Ok(())
 }
 
@@ -448,10 +446,7 @@ pub async fn attach(
             .unwrap_or(&reference);
         printer().info(format!(
             "attached {} to {repo}@{}; `imgctl inspect {tag}` lists them",
-            all.iter()
-                .map(|a| a.file.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
+            names(all),
             &digest[..digest.len().min(19)]
         ));
     }
