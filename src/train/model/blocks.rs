@@ -218,7 +218,14 @@ impl Attention {
             .linear(&w_qkv, Some(&b_qkv))
             .reshape([n, hw, 3, self.heads, self.head_dim])
             .permute([2, 0, 3, 1, 4]);
-        let (q, k, v) = (qkv.get(0), qkv.get(1), qkv.get(2));
+        // unbind, not three selects: its backward stacks the three
+        // gradients into one tensor, where each select's backward fills a
+        // zero tensor of all three and copies its third in (the op profile,
+        // `train-demo --benchmark --op-profile`, counted 9 MiB a step more).
+        let (q, k, v) = match &qkv.unbind(0)[..] {
+            [q, k, v] => (q.shallow_clone(), k.shallow_clone(), v.shallow_clone()),
+            _ => unreachable!("the qkv tensor's first dimension is 3"),
+        };
         let o = Tensor::scaled_dot_product_attention(
             &q,
             &k,
