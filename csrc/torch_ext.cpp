@@ -540,13 +540,17 @@ int imgctl_cuda_matmul_tf32(int mode, int *previous, char *err, size_t err_len) 
 }
 
 // Starts the Kineto profiler on this thread's CPU ops and, with cuda != 0,
-// the CUDA kernels and copies.
+// the CUDA kernels and copies; every allocation and free is recorded too
+// (the trace's "[memory]" events, as torch.profiler's profile_memory=True),
+// and each operator's input shapes (record_shapes=True).
 int imgctl_profiler_start(int cuda, char *err, size_t err_len) {
   try {
     using torch::profiler::impl::ActivityType;
     using torch::profiler::impl::ProfilerConfig;
     using torch::profiler::impl::ProfilerState;
-    const ProfilerConfig config(ProfilerState::KINETO);
+    const ProfilerConfig config(ProfilerState::KINETO,
+                                /*report_input_shapes=*/true,
+                                /*profile_memory=*/true);
     std::set<ActivityType> activities{ActivityType::CPU};
     if (cuda != 0) {
       activities.insert(ActivityType::CUDA);

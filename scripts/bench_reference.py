@@ -25,10 +25,17 @@ weights and gradients in bf16 over an fp32 master copy that the optimizer
 updates (no autocast). The default recipe is what diffusers users run; this
 one isolates the framework from the recipe.
 
+--op-profile TRACE runs the timed steps under torch.profiler (CPU operators
+with their input shapes and every allocation, profile_memory=True) and writes its Chrome trace to
+TRACE: `imgctl train-demo --benchmark --op-profile` reads it beside the trace
+of its own steps and counts the operators of each (the timings of such steps
+are the profiler's, not a benchmark's).
+
 Usage: bench_reference.py --unet-config config.json --data batches.bin
        --batches K --batch-size B --image-size S --precision bf16
        --device cuda --warmup 10 --steps 50 [--compile] [--channels-last]
        [--gradient-checkpointing] [--recipe default|imgctl]
+       [--op-profile TRACE]
 """
 import argparse
 import json
@@ -54,6 +61,7 @@ def main() -> int:
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--recipe", choices=["default", "imgctl"], default="default")
+    ap.add_argument("--op-profile", metavar="TRACE")
     a = ap.parse_args()
 
     matched = a.recipe == "imgctl"
@@ -198,6 +206,12 @@ def main() -> int:
         peak_used = 0
         t0 = time.perf_counter()
         loss = float("nan")
+        prof = None
+        if a.op_profile:
+            from torch.profiler import ProfilerActivity, profile
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            prof = profile(activities=acts, profile_memory=True, record_shapes=True)
+            prof.__enter__()
         for i in range(a.steps):
             ts0 = time.perf_counter()
             loss = step(a.warmup + i)
@@ -206,6 +220,9 @@ def main() -> int:
                 free, total = torch.cuda.mem_get_info(device)
                 peak_used = max(peak_used, total - free)
         sync()
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(a.op_profile)
         elapsed = time.perf_counter() - t0
         walls_ms = sorted(w * 1e3 for w in walls)
         n = len(walls_ms)

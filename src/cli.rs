@@ -573,6 +573,9 @@ pub struct TrainArgs {
     /// With --benchmark: also run the PyTorch reference and print the ratio.
     #[arg(long)]
     pub compare: bool,
+    /// With --benchmark: count the operators and bytes allocated of imgctl's step against the PyTorch reference's with imgctl's recipe, both under libtorch's profiler (--steps profiled steps each [default: 3]; with --out, their Chrome traces go there).
+    #[arg(long)]
+    pub op_profile: bool,
     /// With --scaling or --compare: write the chart (PNG) here [default:
     /// OUT/scaling.png or OUT/compare.png when --out is given, else none].
     #[arg(long, value_name = "FILE")]

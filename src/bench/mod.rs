@@ -31,6 +31,7 @@ use checkpointing::MemProbe;
 pub mod charts;
 pub mod checkpointing;
 pub mod host_memory;
+pub mod ops;
 pub mod peak;
 pub mod reference;
 pub mod report;

@@ -273,6 +273,9 @@ pub struct ReferenceArgs {
     pub channels_last: bool,
     /// diffusers' `enable_gradient_checkpointing()`.
     pub gradient_checkpointing: bool,
+    /// Profile the timed steps and write their Chrome trace here
+    /// (`--op-profile`).
+    pub op_profile: Option<PathBuf>,
 }
 
 /// Runs the script prepared in `dir` and parses its JSON. A missing
@@ -319,6 +322,9 @@ fn run_process(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     }
     if a.gradient_checkpointing {
         cmd.arg("--gradient-checkpointing");
+    }
+    if let Some(trace) = &a.op_profile {
+        cmd.arg("--op-profile").arg(trace);
     }
     let child = cmd.spawn().map_err(|error| ReferenceError::Spawn {
         python: py.clone(),

@@ -17,6 +17,7 @@ mod injection;
 mod linking;
 mod lock;
 mod multinode;
+mod op_profile;
 mod parallel;
 mod referrers;
 mod render;

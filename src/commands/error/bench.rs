@@ -1,6 +1,7 @@
 //! What the benchmark core's errors mean for the user of
-//! `imgctl train-demo --benchmark --compare`: the exit status and how to get
-//! an interpreter for the PyTorch reference.
+//! `imgctl train-demo --benchmark --compare` and `--op-profile`: the exit
+//! status, how to get an interpreter for the PyTorch reference, and what to
+//! do about a profiler trace that cannot be read.
 
 use super::advice::Advice;
 
@@ -13,8 +14,21 @@ pub(super) fn advise(_err: &(dyn std::error::Error + 'static)) -> Option<Advice>
 /// Advice for the errors of `bench/`.
 #[cfg(feature = "torch")]
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
+    use crate::bench::ops::TraceError;
     use crate::bench::reference::ReferenceError;
     use crate::env_vars::IMGCTL_PYTHON;
+    if let Some(e) = err.downcast_ref::<TraceError>() {
+        return Some(match e {
+            TraceError::Read { .. } => Advice::failure(
+                "the profiler's trace went missing: check the free space and permissions of --out (or of the temporary directory)"
+                    .to_string(),
+            ),
+            TraceError::Format { .. } => Advice::failure(
+                "the profiler wrote no usable trace; rerun, and report it with the torch version (`imgctl verify`) if it repeats"
+                    .to_string(),
+            ),
+        });
+    }
     err.downcast_ref::<ReferenceError>().map(|e| match e {
         ReferenceError::Spawn { .. } => Advice::usage(format!(
             "install Python 3 with torch and diffusers (scripts/setup.sh does), or point {IMGCTL_PYTHON} at such an interpreter"

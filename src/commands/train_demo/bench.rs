@@ -27,6 +27,7 @@ pub(super) fn check_flags(args: &TrainArgs) -> anyhow::Result<()> {
         for (flag, set) in [
             ("--scaling", args.scaling),
             ("--compare", args.compare),
+            ("--op-profile", args.op_profile),
             ("--warmup", args.warmup.is_some()),
         ] {
             if set {
@@ -65,7 +66,24 @@ pub(super) fn check_flags(args: &TrainArgs) -> anyhow::Result<()> {
             "run one, then the other",
         ));
     }
-    if args.compare {
+    if args.op_profile {
+        for (flag, set) in [
+            ("--scaling", args.scaling),
+            ("--compare", args.compare),
+            ("--gpus", args.gpus.is_some()),
+            ("--plot", args.plot.is_some()),
+        ] {
+            if set {
+                return Err(usage(
+                    format!(
+                        "--op-profile compares one process's step; {flag} does not apply to it"
+                    ),
+                    format!("drop {flag}, or run --op-profile on its own"),
+                ));
+            }
+        }
+    }
+    if args.compare || args.op_profile {
         // A malformed deadline, or an interpreter without torch and
         // diffusers, is a usage error before any work.
         reference::reference_timeout()?;
@@ -205,6 +223,7 @@ fn finish_local(
         matched: false,
         channels_last: opts.run.config.training.channels_last,
         gradient_checkpointing: opts.run.config.training.gradient_checkpointing,
+        op_profile: None,
     };
     let mut runs = vec![run_reference(
         &format!("eager, with {}", reference::python()),
@@ -282,7 +301,7 @@ fn finish_local(
 /// Runs one reference program, showing what runs and for how long: a
 /// spinner with the elapsed time on a terminal, a start line otherwise; an
 /// end line with its wall time (also in the report's `wall_s`) after.
-fn run_reference(
+pub(super) fn run_reference(
     label: &str,
     dir: &std::path::Path,
     a: &reference::ReferenceArgs,

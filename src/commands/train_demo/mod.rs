@@ -17,6 +17,8 @@ mod events;
 #[cfg(feature = "torch")]
 mod launch;
 #[cfg(feature = "torch")]
+mod op_profile;
+#[cfg(feature = "torch")]
 pub mod options;
 
 /// Runs `imgctl train-demo`.
@@ -33,6 +35,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
         // This process supervises one worker per GPU (CPU rank).
         (Some(slots), false) => launch::supervise(slots),
         (Some(slots), true) => bench::supervised(&args, slots),
+        (None, true) if args.op_profile => op_profile::run(&args),
         (None, true) => bench::local(&args),
         // A single process, or a rank a launcher started.
         (None, false) => single_run::train(args),

@@ -174,6 +174,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         gpus: _,
         scaling: _,
         compare: _,
+        op_profile: _,
         plot: _,
         warmup: _,
         rendezvous_timeout: _,
