@@ -41,8 +41,8 @@ pub const EXPLAINED: &[(&str, &str)] = &[
     ),
     (
         "aten::narrow",
-        "the backward of those concatenations: the fused QKV gradient is cut \
-         back into to_q's, to_k's and to_v's (views)",
+        "the backward of attention's weight concatenations (aten::cat): the \
+         fused QKV gradient is cut back into to_q's, to_k's and to_v's (views)",
     ),
     (
         "aten::unbind",

@@ -17,12 +17,12 @@ fn table(header: &[&str]) -> Table {
 }
 
 /// How the tables meet stderr's width.
-fn fit() -> Fit {
+pub(crate) fn fit() -> Fit {
     output::table_fit(output::Stream::Stderr, output::printer().verbose > 0)
 }
 
 /// Renders `t` fitted to stderr's terminal, its first column never cut.
-fn render(mut t: Table, fit: Fit) -> String {
+pub(crate) fn render(mut t: Table, fit: Fit) -> String {
     if let Some(c) = t.column_mut(0) {
         c.set_constraint(ColumnConstraint::ContentWidth);
     }

@@ -117,7 +117,7 @@ fn every_operator_imgctl_issues_more_often_than_pytorch_is_explained() {
         }
         // The text a person reads: the totals, then the operators.
         assert!(err.contains("imgctl ÷ ref"), "{err}");
-        assert!(err.contains("why imgctl's extra"), "{err}");
+        assert!(err.contains("why imgctl issues them"), "{err}");
         assert!(err.contains("(0 unexplained)"), "{err}");
     }
 }

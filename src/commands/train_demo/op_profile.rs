@@ -13,7 +13,7 @@ use tch::Device;
 use super::bench::run_reference;
 use super::launch::{usage, worker_sync};
 use super::options::resolve_options;
-use crate::bench::ops::{self, OpProfileReport, OpRow, Tally};
+use crate::bench::ops::{self, OpProfileReport, Tally};
 use crate::bench::{self, reference, report::num, BenchOptions};
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
@@ -200,47 +200,79 @@ pub fn summary_table(r: &OpProfileReport) -> String {
             right(ratio),
         ]);
     }
-    format!("{}\nreference: {}\n{t}", r.setup, r.reference_recipe)
+    format!(
+        "{}\nreference: {}\n{}",
+        r.setup,
+        r.reference_recipe,
+        bench::report::render(t, bench::report::fit())
+    )
 }
 
-/// The operators: every extra, then the largest other differences.
+/// Calls a step: whole numbers without decimals (`41`), else [`num`].
+fn calls(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        num(x)
+    }
+}
+
+/// Mebibytes with one decimal.
+fn mib(bytes: f64) -> String {
+    format!("{:.1}", bytes / f64::from(1u32 << 20))
+}
+
+/// The operators: every extra, then the largest other differences; below
+/// the table, why imgctl issues each extra.
 pub fn ops_table(r: &OpProfileReport, all: bool) -> String {
     let mut t = table(&[
         "operator",
         "imgctl/step",
         "ref/step",
-        "bytes/step imgctl",
-        "ref",
-        "why imgctl's extra",
+        "MiB imgctl",
+        "MiB ref",
+        "extra",
     ]);
-    let differs = |o: &&OpRow| o.is_extra() || o.imgctl_per_step != o.reference_per_step;
     let mut shown = 0;
     let mut rest = 0;
+    let mut reasons = Vec::new();
     for o in &r.ops {
-        if !all && !o.is_extra() && (shown >= SHOWN || !differs(&o)) {
+        let differs = o.imgctl_per_step != o.reference_per_step;
+        if !all && !o.is_extra() && (shown >= SHOWN || !differs) {
             rest += 1;
             continue;
         }
         if !o.is_extra() {
             shown += 1;
         }
-        let why = match (&o.explanation, o.is_extra()) {
-            (Some(w), _) => w.clone(),
-            (None, true) => "UNEXPLAINED".into(),
-            (None, false) => String::new(),
+        let extra = match (&o.explanation, o.is_extra()) {
+            (Some(why), _) => {
+                reasons.push(format!("  {}: {why}", o.name));
+                "why ↓"
+            }
+            (None, true) => "UNEXPLAINED",
+            (None, false) => "",
         };
         t.add_row(vec![
             Cell::new(&o.name),
-            right(num(o.imgctl_per_step)),
-            right(num(o.reference_per_step)),
-            right(bench::report::size(o.imgctl_bytes_per_step as u64)),
-            right(bench::report::size(o.reference_bytes_per_step as u64)),
-            Cell::new(why),
+            right(calls(o.imgctl_per_step)),
+            right(calls(o.reference_per_step)),
+            right(mib(o.imgctl_bytes_per_step)),
+            right(mib(o.reference_bytes_per_step)),
+            Cell::new(extra),
         ]);
     }
     let extras = r.ops.iter().filter(|o| o.is_extra()).count();
-    format!(
-        "{t}\n{extras} operator kinds issued more often by imgctl ({} unexplained); {rest} more rows with --json or -v",
-        r.unexplained.len()
-    )
+    let mut text = format!(
+        "{}\n{extras} operator kinds issued more often by imgctl ({} unexplained); {rest} more rows with --json or -v\n",
+        bench::report::render(t, bench::report::fit()),
+        r.unexplained.len(),
+    );
+    if !reasons.is_empty() {
+        text.push_str(
+            "why imgctl issues them (bytes: allocated inside the operator and what it calls):\n",
+        );
+        text.push_str(&reasons.join("\n"));
+    }
+    text
 }
