@@ -35,6 +35,7 @@ if [ "$cpu" = 1 ]; then
 
   steps=6 bench_batch=2 bench_batches="2 4" expect=(--expect-gpus 0) train_precisions="fp32"
   profile_args=(--device cpu --warmup 1 --steps 1)
+  op_steps=(--warmup 1 --steps 1)
   default_run=(--steps 6)
   # Stages that take a step count of their own (50 on the GPU): a few here,
   # where bf16 runs unaccelerated and the CI machine's two cores are shared.
@@ -54,6 +55,7 @@ else
   model=()
   steps=300 bench_batch=64 bench_batches="64 128 256" expect=() train_precisions="fp32 fp16"
   profile_args=()
+  op_steps=(--warmup 5 --steps 3)
   default_run=()
   dp_steps=50
   dp=("$bin" train-demo --gpus 1)
@@ -150,6 +152,11 @@ stage trace_bf16 90 "issue 12: imgctl's bf16 step at batch $best, 3 steps under 
 stage profile_ref 90 "issue 12: diffusers' eager bf16-autocast step at batch $best under torch.profiler, summed the same way" -- \
   "$IMGCTL_PYTHON" scripts/profile_step.py --unet-config "$work/train-bf16/unet/config.json" \
   --batch-size "$best" "${profile_args[@]}"
+# What each step launches, operator by operator, against the reference with
+# imgctl's recipe (the 0.72x of the first device run); the traces stay here.
+stage op_profile_bf16 120 "issue 24: ATen operators and bytes a step, imgctl against PyTorch eager with imgctl's recipe, bf16 batch $best" -- \
+  "$bin" train-demo --benchmark --op-profile "${model[@]}" --precision bf16 --batch-size "$best" \
+  "${op_steps[@]}" --out "$work/op-profile" --json
 stage bench_fp32 150 "issue 6: benchmark fp32 batch $best vs PyTorch (compile capped at 60 s)" -- \
   env IMGCTL_REFERENCE_TIMEOUT=60 "$bin" train-demo --benchmark "${model[@]}" --precision fp32 \
   --batch-size "$best" --compare --json

@@ -71,26 +71,26 @@ pub const EXPLAINED: &[(&str, &str)] = &[
     ),
     (
         "aten::addmm",
-        "imgctl's linears take 2-D inputs (addmm with the bias) where the \
-         reference's 3-D attention projections go through matmul → mm: fewer \
-         GEMMs in all (addmm + mm)",
+        "with --channels-last the attention's token matrix is contiguous, so \
+         its linears (the fused QKV and to_out) run as one addmm each where \
+         the reference's go through matmul → mm: fewer GEMMs in all",
     ),
     (
         "aten::expand",
         "the bias of each addmm above, broadcast (a view)",
     ),
     (
+        "aten::contiguous",
+        "with --channels-last the convolution weights are NCHW views of the \
+         flat parameter buffer, so each convolution converts its weight to \
+         NHWC in forward and in backward (the reference moves its parameters \
+         to channels-last once); about twice the weights' bytes a step",
+    ),
+    (
         "aten::alias",
         "each ResNet block's input alias, so its gradient sums in one order \
          with and without --gradient-checkpointing (bit-identical results; a \
          view, no kernel)",
-    ),
-    (
-        "aten::contiguous",
-        "the CPU's slow convolution backward copies gradients that reach it \
-         strided (with the tiny preset 8 a step more than the reference, 4 at \
-         each of its two resolutions); where they become strided is not \
-         found yet, and cuDNN reads strided gradients on a GPU",
     ),
     (
         "aten::norm",

@@ -243,7 +243,15 @@ impl Attention {
             .forward(&o)
             .transpose(1, 2)
             .reshape([n, c, h, w]);
-        let out = o + x;
+        // The residual first: an elementwise result takes its first
+        // operand's layout, and `o` (a transposed view reshaped) has NHWC
+        // strides. `o + x` handed channels-last activations to the next
+        // blocks in an NCHW model, whose convolutions then copied them (and
+        // their gradients) back, a copy each way the op profile counted
+        // (`train-demo --benchmark --op-profile`); on a GPU, cuDNN follows an
+        // NHWC input and converts the weights instead. Addition commutes:
+        // the same results.
+        let out = x + o;
         if self.rescale_output_factor == 1.0 {
             out
         } else {
