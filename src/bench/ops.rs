@@ -81,10 +81,14 @@ pub const EXPLAINED: &[(&str, &str)] = &[
     ),
     (
         "aten::contiguous",
-        "with --channels-last the convolution weights are NCHW views of the \
-         flat parameter buffer, so each convolution converts its weight to \
-         NHWC in forward and in backward (the reference moves its parameters \
-         to channels-last once); about twice the weights' bytes a step",
+        "in NCHW runs the attention's output has NHWC strides (as in \
+         diffusers) and the blocks after it copy activations, gradients and \
+         convolution weights between layouts; adding the residual first cut \
+         those copies but measured slower on the CPU (the comment at the \
+         attention residual in src/train/model/blocks.rs); \
+         with --channels-last the convolution weights are NCHW views of the \
+         flat buffer, converted to NHWC in each forward and backward (the \
+         reference moves its parameters once)",
     ),
     (
         "aten::alias",
