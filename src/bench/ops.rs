@@ -71,9 +71,11 @@ pub const EXPLAINED: &[(&str, &str)] = &[
     ),
     (
         "aten::addmm",
-        "with --channels-last the attention's token matrix is contiguous, so \
-         its linears (the fused QKV and to_out) run as one addmm each where \
-         the reference's go through matmul → mm: fewer GEMMs in all",
+        "an attention whose input has NHWC strides (with --channels-last, or \
+         after an earlier attention's output: see aten::contiguous) has a \
+         contiguous token matrix, so its linears (the fused QKV and to_out) \
+         run as one addmm each where the reference's go through matmul → mm: \
+         fewer GEMMs in all (addmm + mm)",
     ),
     (
         "aten::expand",
