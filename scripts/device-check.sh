@@ -35,7 +35,7 @@ if [ "$cpu" = 1 ]; then
 
   steps=6 bench_batch=2 bench_batches="2 4" expect=(--expect-gpus 0) train_precisions="fp32"
   profile_args=(--device cpu --warmup 1 --steps 1)
-  op_steps=(--warmup 1 --steps 1)
+  op_steps=(--warmup 1 --steps 1) op_n=1
   default_run=(--steps 6)
   # Stages that take a step count of their own (50 on the GPU): a few here,
   # where bf16 runs unaccelerated and the CI machine's two cores are shared.
@@ -55,7 +55,7 @@ else
   model=()
   steps=300 bench_batch=64 bench_batches="64 128 256" expect=() train_precisions="fp32 fp16"
   profile_args=()
-  op_steps=(--warmup 5 --steps 3)
+  op_steps=(--warmup 5 --steps 3) op_n=3
   default_run=()
   dp_steps=50
   dp=("$bin" train-demo --gpus 1)
@@ -157,6 +157,9 @@ stage profile_ref 90 "issue 12: diffusers' eager bf16-autocast step at batch $be
 stage op_profile_bf16 120 "issue 24: ATen operators and bytes a step, imgctl against PyTorch eager with imgctl's recipe, bf16 batch $best" -- \
   "$bin" train-demo --benchmark --op-profile "${model[@]}" --precision bf16 --batch-size "$best" \
   "${op_steps[@]}" --out "$work/op-profile" --json
+stage op_profile_kernels 30 "issue 24: the op profile's two traces summed by kernel kind, imgctl's then the reference's" -- \
+  bash -c 'for t in imgctl reference; do echo "== $t"; "$IMGCTL_PYTHON" scripts/trace_summary.py "$1/$t.trace.json" --steps "$2" || exit 1; done' \
+  _ "$work/op-profile" "$op_n"
 stage bench_fp32 150 "issue 6: benchmark fp32 batch $best vs PyTorch (compile capped at 60 s)" -- \
   env IMGCTL_REFERENCE_TIMEOUT=60 "$bin" train-demo --benchmark "${model[@]}" --precision fp32 \
   --batch-size "$best" --compare --json

@@ -590,6 +590,10 @@ fn every_json_output_carries_the_schema_version_the_readme_states() {
         u64::from(imgctl::bench::SCHEMA_VERSION)
     );
     assert_eq!(
+        stated("imgctl train-demo --benchmark --op-profile --json"),
+        u64::from(imgctl::bench::ops::SCHEMA_VERSION)
+    );
+    assert_eq!(
         stated("imgctl sample --json"),
         u64::from(imgctl::commands::sample::SAMPLE_REPORT_VERSION)
     );
