@@ -73,7 +73,7 @@ pub const EXPLAINED: &[(&str, &str)] = &[
     ),
     (
         "aten::addmm",
-        "an attention whose input has NHWC strides (with --channels-last, or \
+        "an attention whose input has NHWC strides (in channels-last runs, or \
          after an earlier attention's output: see aten::contiguous) has a \
          contiguous token matrix, so its linears (the fused QKV and to_out) \
          run as one addmm each where the reference's go through matmul → mm: \
@@ -90,14 +90,14 @@ pub const EXPLAINED: &[(&str, &str)] = &[
          convolution weights between layouts; adding the residual first cut \
          those copies but measured slower on the CPU (the comment at the \
          attention residual in src/train/model/blocks.rs); \
-         with --channels-last the convolution weights are NCHW views of the \
+         in channels-last runs the convolution weights are NCHW views of the \
          flat buffer, converted to NHWC in each forward and backward (the \
          reference moves its parameters once)",
     ),
     (
         "aten::alias",
         "each ResNet block's input alias, so its gradient sums in one order \
-         with and without --gradient-checkpointing (bit-identical results; a \
+         with and without gradient checkpointing (bit-identical results; a \
          view, no kernel)",
     ),
     (
