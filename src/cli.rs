@@ -98,7 +98,7 @@ pub struct GlobalArgs {
     /// Colour: auto, always or never (NO_COLOR is honoured).
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto, hide_possible_values = true)]
     pub color: ColorChoice,
-    /// Docker context of the engine for build, verify --image, up, ps, down and logs (as `docker --context`; beats DOCKER_HOST, DOCKER_CONTEXT and `docker context use`).
+    /// Docker context of the engine for build, verify --image, sbom, up, ps, down and logs (as `docker --context`; beats DOCKER_HOST, DOCKER_CONTEXT and `docker context use`).
     #[arg(
         long,
         global = true,
@@ -368,7 +368,7 @@ pub struct BuildArgs {
     #[arg(long)]
     pub verify: bool,
     /// The level of --verify's checks.
-    #[arg(long, value_enum, default_value_t = Level::Quick, requires = "verify")]
+    #[arg(long, value_enum, default_value_t = Level::Quick, requires = "verify", value_name = "LEVEL")]
     pub verify_level: Level,
     /// How many GPUs --verify must find in the image (N or any).
     #[arg(long, default_value = "any", value_name = "N|any", requires = "verify")]

@@ -59,6 +59,9 @@ pub const IMGCTL_VERIFY_PINS: &str = "IMGCTL_VERIFY_PINS";
 /// CUDA device enumeration order; verify sets `PCI_BUS_ID` when unset so CUDA
 /// ordinals follow NVML's (PCI) order.
 pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";
+/// Kineto's (libtorch's profiler's) log threshold; a CPU profile sets `5`
+/// when unset, which silences Kineto's complaint that it found no CUDA device.
+pub const KINETO_LOG_LEVEL: &str = "KINETO_LOG_LEVEL";
 /// Read by libtorch, not set by imgctl: `1` makes fp32 matmuls use TF32
 /// (ATen/Context.h; NVIDIA's NGC containers set it). verify's fp32 matmul
 /// check then judges against TF32's error bound.

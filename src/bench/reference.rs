@@ -278,6 +278,35 @@ pub struct ReferenceArgs {
     pub op_profile: Option<PathBuf>,
 }
 
+impl ReferenceArgs {
+    /// The reference run that mirrors `opts` with `batch` images a step:
+    /// the same model input, precision, device, steps, learning rate, seed,
+    /// layout and checkpointing; eager, diffusers' recipe, not profiled.
+    pub fn for_run(opts: &super::BenchOptions, batch: usize) -> anyhow::Result<Self> {
+        let run = &opts.run;
+        let training = &run.config.training;
+        Ok(Self {
+            batch,
+            image_size: run.config.image_size()?,
+            channels: run.config.model.in_channels,
+            precision: run.precision.name().into(),
+            device: match run.device {
+                tch::Device::Cuda(i) => format!("cuda:{i}"),
+                _ => "cpu".into(),
+            },
+            warmup: opts.warmup,
+            steps: opts.steps,
+            lr: training.lr,
+            seed: training.seed,
+            compile: false,
+            matched: false,
+            channels_last: training.channels_last,
+            gradient_checkpointing: training.gradient_checkpointing,
+            op_profile: None,
+        })
+    }
+}
+
 /// Runs the script prepared in `dir` and parses its JSON. A missing
 /// interpreter is an error (exit 2); a script that ran but could not train
 /// (no diffusers, compile unavailable) comes back as `ok: false` with the

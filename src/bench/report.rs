@@ -9,7 +9,8 @@ use crate::output::{self, Fit};
 use super::reference::CompareReport;
 use super::{BenchReport, ScalingReport};
 
-fn table(header: &[&str]) -> Table {
+/// A table in the benchmark reports' style, with `header`.
+pub(crate) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED);
     t.set_header(header.iter().map(|h| Cell::new(*h)));
@@ -33,7 +34,8 @@ pub(crate) fn render(mut t: Table, fit: Fit) -> String {
 /// Below this width the benchmark table gives its longest values two rows.
 const NARROW: u16 = 100;
 
-fn right(s: String) -> Cell {
+/// A right-aligned cell (figures).
+pub(crate) fn right(s: String) -> Cell {
     Cell::new(s).set_alignment(CellAlignment::Right)
 }
 

@@ -205,26 +205,7 @@ fn finish_local(
     p.info(report::bench_table(&r));
     let dir = tempfile::tempdir()?;
     reference::prepare(dir.path(), &opts.run, r.batch_per_rank)?;
-    let device = match opts.run.device {
-        Device::Cuda(i) => format!("cuda:{i}"),
-        _ => "cpu".into(),
-    };
-    let base = reference::ReferenceArgs {
-        batch: r.batch_per_rank,
-        image_size: r.image_size,
-        channels: opts.run.config.model.in_channels,
-        precision: r.precision.clone(),
-        device,
-        warmup: opts.warmup,
-        steps: opts.steps,
-        lr: opts.run.config.training.lr,
-        seed: opts.run.config.training.seed,
-        compile: false,
-        matched: false,
-        channels_last: opts.run.config.training.channels_last,
-        gradient_checkpointing: opts.run.config.training.gradient_checkpointing,
-        op_profile: None,
-    };
+    let base = reference::ReferenceArgs::for_run(opts, r.batch_per_rank)?;
     let mut runs = vec![run_reference(
         &format!("eager, with {}", reference::python()),
         dir.path(),

@@ -7,14 +7,14 @@
 //! comparison; the counting lives in `crate::bench::ops`. One process only:
 //! the comparison is of one step, not of a data-parallel job.
 use anyhow::Context as _;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
-use tch::Device;
+use comfy_table::Cell;
 
 use super::bench::run_reference;
 use super::launch::{usage, worker_sync};
 use super::options::resolve_options;
 use crate::bench::ops::{self, OpProfileReport, Tally};
-use crate::bench::{self, reference, report::num, BenchOptions};
+use crate::bench::report::{num, right, table};
+use crate::bench::{self, reference, BenchOptions};
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::output::printer;
@@ -98,23 +98,9 @@ fn reference_tally(
     let batch = opts.run.config.training.batch_size;
     reference::prepare(scratch, &opts.run, batch)?;
     let a = reference::ReferenceArgs {
-        batch,
-        image_size: opts.run.config.image_size()?,
-        channels: opts.run.config.model.in_channels,
-        precision: opts.run.precision.name().into(),
-        device: match opts.run.device {
-            Device::Cuda(i) => format!("cuda:{i}"),
-            _ => "cpu".into(),
-        },
-        warmup: opts.warmup,
-        steps: opts.steps,
-        lr: opts.run.config.training.lr,
-        seed: opts.run.config.training.seed,
-        compile: false,
         matched: true,
-        channels_last: opts.run.config.training.channels_last,
-        gradient_checkpointing: opts.run.config.training.gradient_checkpointing,
         op_profile: Some(trace.to_path_buf()),
+        ..reference::ReferenceArgs::for_run(opts, batch)?
     };
     let run = run_reference("eager, imgctl's recipe, profiled", scratch, &a)?;
     if !run.ok {
@@ -157,17 +143,6 @@ fn setup_line(opts: &BenchOptions) -> String {
             ""
         },
     )
-}
-
-fn table(header: &[&str]) -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    t.set_header(header.iter().map(|h| Cell::new(*h)));
-    t
-}
-
-fn right(s: String) -> Cell {
-    Cell::new(s).set_alignment(CellAlignment::Right)
 }
 
 /// A row of [`summary_table`]: its label, the figure, and its format.
