@@ -30,8 +30,7 @@ test: setup
 	cargo build --no-default-features
 	cp target/debug/imgctl target/imgctl-front
 	cargo test
-	bash scripts/fuzz-ci.sh
-	bash scripts/engine-tests.sh 28
+	bash scripts/ci-last.sh
 
 lint:
 	cargo fmt --all -- --check
