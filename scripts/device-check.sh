@@ -103,6 +103,13 @@ stage verify_full 170 "issue 4: functional checks (matmul, bandwidths, NCCL)" --
   "$bin" verify --level full "${expect[@]}" --json --junit "$res/verify-full.xml"
 stage verify_expect2 30 "issue 4: --expect-gpus 2 on one GPU must fail (exit 1)" -- \
   "$bin" verify --expect-gpus 2 --only nvml --json
+# One node's fleet verify at the full level under real torchrun (its
+# c10d rendezvous, as on a cluster): the node's figures against the SKU
+# table's expected values, and the fleet's own checks around them.
+stage fleet_full 120 "issue 25: verify --fleet --level full on one node under torchrun: the node's figures against the reference table, the fleet checks" -- \
+  "$IMGCTL_PYTHON" -m torch.distributed.run --nnodes 1 --nproc-per-node 1 --rdzv-backend c10d \
+  --rdzv-endpoint 127.0.0.1:29531 --no-python "$bin" verify --fleet --level full "${expect[@]}" \
+  --json --junit "$res/fleet-full.xml"
 stage budget_device 40 "issue 17: a batch far beyond the GPU's free memory must exit 2 naming the GPU and the largest batch that fits" -- \
   "$bin" train-demo "${model[@]}" --precision bf16 --batch-size 20000000 --steps 1 --out "$work/budget"
 stage train_bf16 150 "issue 5: default config, $steps steps in bf16: loss, img/s, torch's peak memory; issue 29: the GPU watch (summary gpus[]: mean utilisation, peak memory)" -- \
@@ -186,6 +193,7 @@ done
 tar -C "$(dirname "$res")" -czf "$OUT/results.tar.gz" results
 cp "$res/summary.tsv" "$OUT/"
 [ -f "$res/verify_full.err" ] && cp "$res/verify_full.err" "$OUT/verify-full-table.txt"
+[ -f "$res/fleet_full.err" ] && cp "$res/fleet_full.err" "$OUT/fleet-full-table.txt"
 g=$(ls "$res"/train-bf16-*.png 2>/dev/null | tail -n 1)
 [ -n "$g" ] && cp "$g" "$OUT/sample-bf16.png"
 cat "$res/summary.tsv"

@@ -45,6 +45,20 @@ fn device_check_rehearses_every_stage_on_the_cpu() {
         stages += 1;
     }
     assert!(stages >= 15, "only {stages} stages ran:\n{summary}");
+    // The stages each open issue's device part needs ran, and passed above.
+    for must in [
+        "verify_full",
+        "fleet_full",
+        "train_bf16",
+        "bench_bf16",
+        "op_profile_bf16",
+    ] {
+        assert!(
+            summary.lines().any(|l| l.split('\t').next() == Some(must)),
+            "stage {must} did not run:\n{summary}"
+        );
+    }
+    assert!(out_dir.path().join("fleet-full-table.txt").is_file());
     assert!(out_dir.path().join("results.tar.gz").is_file());
     assert!(
         stderr.contains("best bf16 batch:"),
