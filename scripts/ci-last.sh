@@ -2,10 +2,11 @@
 # The last two steps of `make test`, side by side: the bounded fuzzing
 # (scripts/fuzz-ci.sh, whose instrumented build keeps both cores busy for
 # minutes) and the engine tests on Docker 28 (scripts/engine-tests.sh 28, most
-# of whose time is the end-to-end image's cold build: pip downloading wheels
-# inside a container, waiting on the network more than on the CPU). One after
-# the other they took about 18 minutes on a 2-core machine; together the
-# fuzz build fills the time the image build waits.
+# of whose time is the end-to-end image's cold build, part of it waiting on
+# pip's downloads inside a container). One after the other they took about
+# 1034-1090 s on a 2-core machine; side by side 972 s and 890 s in two runs
+# (2026-12-03): a small gain, since unpacking wheels and committing layers
+# is CPU work too.
 #
 # The fuzzing's lines come prefixed with `fuzz: ` as they are printed. The
 # exit status is the first failure's (the engine tests', then the fuzzing's);
