@@ -298,6 +298,9 @@ pub fn run_rank(
     let backend = sync_backend_label(sync_impl.as_ref(), run.device);
     // The session of a run, without its output directory (a benchmark writes
     // nothing) or a checkpoint; the GPU's memory is read before the model.
+    if std::env::var_os(crate::env_vars::IMGCTL_PROFILE_TRACE).is_some() {
+        crate::sys::torch_ext::quiet_kineto_for_cpu(run.device.is_cuda());
+    }
     let (session, gpu) = session::start(run, false, None, sync_impl, || Gpu::open(run.device))?;
     let mut trainer = session.trainer;
     let mut loader = session::start_loader(&trainer, Arc::new(session.data));

@@ -426,6 +426,7 @@ pub fn profile_rank(
 ) -> anyhow::Result<Tally> {
     let run = &opts.run;
     let device: Device = run.device;
+    crate::sys::torch_ext::quiet_kineto_for_cpu(device.is_cuda());
     let (session, ()) = session::start(run, false, None, sync_impl, || Ok(()))?;
     let mut trainer = session.trainer;
     let mut loader = session::start_loader(&trainer, std::sync::Arc::new(session.data));

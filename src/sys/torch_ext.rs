@@ -303,6 +303,20 @@ impl Drop for Tf32Matmul {
     }
 }
 
+/// On a CPU run Kineto still asks CUDA for its devices and, on a host
+/// without any, prints `ERROR: gpuGetDeviceCount failed with code 35`: noise
+/// that reads like a failure. Kineto reads its log level when the profiler
+/// first starts, so a CPU profile quietens it (`KINETO_LOG_LEVEL=5`) unless
+/// the user set a level; on a GPU its errors (CUPTI's permissions among them)
+/// are worth seeing. Call it before the run starts its threads (the data
+/// loader's): setting the environment while another thread reads it is a
+/// data race in C.
+pub fn quiet_kineto_for_cpu(cuda: bool) {
+    if !cuda && std::env::var_os(crate::env_vars::KINETO_LOG_LEVEL).is_none() {
+        std::env::set_var(crate::env_vars::KINETO_LOG_LEVEL, "5");
+    }
+}
+
 /// Runs `f` under libtorch's Kineto profiler (CPU ops, and CUDA kernels with
 /// `cuda`) and writes the Chrome trace (`chrome://tracing`, Perfetto, or
 /// `scripts/trace_summary.py`) to `path`.
@@ -314,15 +328,6 @@ pub fn profile_to_trace<T>(
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| anyhow::anyhow!("the trace path {} holds a NUL byte", path.display()))?;
-    // On a CPU run Kineto still asks CUDA for its devices and, on a host
-    // without any, prints `ERROR: gpuGetDeviceCount failed with code 35`:
-    // noise that reads like a failure. Kineto reads its log level when the
-    // profiler first starts, so quieten it here, for CPU runs only (on a GPU
-    // its errors, CUPTI's permissions among them, are worth seeing), and
-    // never over the user's own setting.
-    if !cuda && std::env::var_os(crate::env_vars::KINETO_LOG_LEVEL).is_none() {
-        std::env::set_var(crate::env_vars::KINETO_LOG_LEVEL, "5");
-    }
     // SAFETY: err as in `call`; no pointers are kept.
     call(|err, len| unsafe { imgctl_profiler_start(c_int::from(cuda), err, len) })
         .map_err(|why| anyhow::anyhow!("cannot start libtorch's profiler: {why}"))?;
