@@ -86,6 +86,8 @@ pub enum Role {
     BaseImage,
     /// The image to verify inside.
     Image,
+    /// A pushed image named by position (`imgctl inspect REF`).
+    Pushed,
 }
 
 impl std::fmt::Display for Role {
@@ -93,6 +95,7 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Role::BaseImage => "base image",
             Role::Image => "image",
+            Role::Pushed => "image reference",
         })
     }
 }

@@ -58,7 +58,7 @@ fn kind(d: &Descriptor) -> (String, String) {
 
 /// `imgctl inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
-    crate::image_ref::check(crate::image_ref::Role::Image, &args.image)?;
+    crate::image_ref::check(crate::image_ref::Role::Pushed, &args.image)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

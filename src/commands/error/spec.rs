@@ -164,6 +164,7 @@ fn reference(e: &ImageRefError) -> Advice {
             let flag = match role {
                 Role::BaseImage => "--base-image",
                 Role::Image => "--image",
+                Role::Pushed => "REF",
             };
             Advice::usage(GRAMMAR.to_string())
                 .with_message(format!("invalid {flag} '{value}': {reason}"))
@@ -205,7 +206,11 @@ mod tests {
     #[test]
     fn references_name_the_flag_of_their_role() {
         use crate::image_ref::{check, Role};
-        for (role, flag) in [(Role::BaseImage, "--base-image"), (Role::Image, "--image")] {
+        for (role, flag) in [
+            (Role::BaseImage, "--base-image"),
+            (Role::Image, "--image"),
+            (Role::Pushed, "REF"),
+        ] {
             let err = anyhow::Error::from(check(role, "Bad!").unwrap_err());
             assert_eq!(status_of(&err), ExitStatus::Usage);
             assert!(
