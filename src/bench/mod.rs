@@ -400,9 +400,6 @@ fn timed_steps(
     gpu: &Gpu,
 ) -> anyhow::Result<Timed> {
     let device = opts.run.device;
-    if device == Device::Cpu {
-        host_memory::exact_accounting();
-    }
     for _ in 0..opts.warmup {
         step(trainer)?;
     }
@@ -431,7 +428,10 @@ fn timed_steps(
             .flatten(),
         _ => None,
     };
-    let step_memory = probe.step_memory(before_steps, opts.run.config.training.batch_size);
+    let step_memory = match probe {
+        MemProbe::Host => host_step_memory(trainer, step, opts.run.config.training.batch_size)?,
+        MemProbe::Cuda(_) => probe.step_memory(before_steps, opts.run.config.training.batch_size),
+    };
     Ok(Timed {
         walls,
         elapsed,
@@ -440,6 +440,28 @@ fn timed_steps(
         step_memory,
         last_loss,
     })
+}
+
+/// The host memory of a step on the CPU, measured in steps of its own after
+/// the timed ones: glibc's mmap threshold is fixed first
+/// ([`host_memory::exact_accounting`]), so that freed tensors leave the RSS,
+/// then one step settles the heap and one is measured. Not during the timed
+/// steps: with the threshold fixed, every tensor of 1 MiB or more is mapped,
+/// faulted in page by page and unmapped each step, which made the timed steps
+/// slower than training runs them (tiny preset, fp32, batch 8 on 2 cores: the
+/// PyTorch reference under the same threshold took 1.3–1.6× its step time
+/// without it), and `--compare` unfair to imgctl.
+fn host_step_memory(
+    trainer: &mut Trainer,
+    step: &mut Step<'_>,
+    batch: usize,
+) -> anyhow::Result<Option<StepMemory>> {
+    host_memory::exact_accounting();
+    step(trainer)?;
+    let probe = MemProbe::Host;
+    let before = probe.start();
+    step(trainer)?;
+    Ok(probe.step_memory(before, batch))
 }
 
 /// With `--gradient-checkpointing`: its rounds against the same steps
