@@ -404,9 +404,13 @@ fn timed_steps(
         step(trainer)?;
     }
     sync(device);
-    // The timed steps' own peaks, as the PyTorch reference resets them.
+    // The timed steps' own peaks on CUDA, as the PyTorch reference resets
+    // them; the host's come from steps of their own ([`host_step_memory`]).
     let probe = MemProbe::of(device);
-    let before_steps = probe.start();
+    let before_steps = match probe {
+        MemProbe::Cuda(_) => probe.start(),
+        MemProbe::Host => None,
+    };
     let mut walls = Vec::with_capacity(opts.steps as usize);
     let mut peak_used = gpu.baseline.map_or(0, |b| b.0);
     let mut last_loss = f64::NAN;
@@ -442,15 +446,12 @@ fn timed_steps(
     })
 }
 
-/// The host memory of a step on the CPU, measured in steps of its own after
-/// the timed ones: glibc's mmap threshold is fixed first
-/// ([`host_memory::exact_accounting`]), so that freed tensors leave the RSS,
-/// then one step settles the heap and one is measured. Not during the timed
-/// steps: with the threshold fixed, every tensor of 1 MiB or more is mapped,
-/// faulted in page by page and unmapped each step, which made the timed steps
-/// slower than training runs them (tiny preset, fp32, batch 8 on 2 cores: the
-/// PyTorch reference under the same threshold took 1.3–1.6× its step time
-/// without it), and `--compare` unfair to imgctl.
+/// The host memory of a CPU step, from steps of its own after the timed
+/// ones: glibc's mmap threshold fixed ([`host_memory::exact_accounting`]) so
+/// freed tensors leave the RSS, one step to settle the heap, one measured.
+/// Fixed during the timed steps, it mapped and faulted in every large tensor
+/// anew each step: 1.42× their time (median of 4 interleaved pairs,
+/// `bench/results/2026-12-03-cpu-benchmark-memory-accounting.md`).
 fn host_step_memory(
     trainer: &mut Trainer,
     step: &mut Step<'_>,
