@@ -26,6 +26,11 @@ const PASSWORD: &str = "fake-s3cret";
 struct Fake {
     port: u16,
     referrers_api: bool,
+    /// Basic auth (`me:PASSWORD`) instead of Bearer tokens.
+    basic: bool,
+    /// Another server's `host:port`: the referrers API's next page and the
+    /// upload's `Location` name it (a hostile or careless registry).
+    elsewhere: Option<String>,
     blobs: HashMap<String, Bytes>,
     /// reference → (media type, bytes).
     manifests: HashMap<String, (String, Bytes)>,
@@ -55,6 +60,33 @@ fn unknown() -> Response<Full<Bytes>> {
         &[("Content-Type", "application/json".into())],
         r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#,
     )
+}
+
+/// The 401 a request without the fake's credentials gets, if it lacks them.
+fn unauthorized(fake: &Fake, auth: &str) -> Option<Response<Full<Bytes>>> {
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("me:{PASSWORD}"))
+    );
+    if fake.basic && auth != basic {
+        return Some(reply(
+            StatusCode::UNAUTHORIZED,
+            &[("WWW-Authenticate", r#"Basic realm="fake""#.into())],
+            "",
+        ));
+    }
+    if !fake.basic && auth != format!("Bearer {TOKEN}") {
+        let challenge = format!(
+            r#"Bearer realm="http://127.0.0.1:{}/token",service="fake",scope="repository:me/x:pull""#,
+            fake.port
+        );
+        return Some(reply(
+            StatusCode::UNAUTHORIZED,
+            &[("WWW-Authenticate", challenge)],
+            "",
+        ));
+    }
+    None
 }
 
 async fn handle(
@@ -105,15 +137,8 @@ async fn handle(
             )
         });
     }
-    if auth != format!("Bearer {TOKEN}") {
-        let challenge = format!(
-            r#"Bearer realm="http://127.0.0.1:{port}/token",service="fake",scope="repository:me/x:pull""#
-        );
-        return Ok(reply(
-            StatusCode::UNAUTHORIZED,
-            &[("WWW-Authenticate", challenge)],
-            "",
-        ));
+    if let Some(challenge) = unauthorized(&fake, auth) {
+        return Ok(challenge);
     }
     let Some(rest) = path.strip_prefix("/v2/me/x/") else {
         return Ok(reply(StatusCode::NOT_FOUND, &[], "404 page not found"));
@@ -127,11 +152,11 @@ async fn handle(
             &[("Location", format!("http://localhost:{port}/storage/{arg}"))],
             "",
         ),
-        (Method::POST, "blobs") => reply(
-            StatusCode::ACCEPTED,
-            &[("Location", "/v2/me/x/upload/1?state=x".into())],
-            "",
-        ),
+        (Method::POST, "blobs") => {
+            let host = fake.elsewhere.as_ref().map(|h| format!("http://{h}"));
+            let location = format!("{}/v2/me/x/upload/1?state=x", host.unwrap_or_default());
+            reply(StatusCode::ACCEPTED, &[("Location", location)], "")
+        }
         (Method::PUT, "upload") => {
             let query = parts.uri.query().unwrap_or("");
             let digest = query.split("digest=").nth(1).unwrap_or("").to_string();
@@ -189,7 +214,12 @@ async fn handle(
                 manifest::merge_into_index(&mut index, d);
             }
             if page + 1 < all.len() {
-                let next = format!("</v2/me/x/referrers/{arg}?page={}>; rel=\"next\"", page + 1);
+                let host = fake.elsewhere.as_ref().map(|h| format!("http://{h}"));
+                let next = format!(
+                    "<{}/v2/me/x/referrers/{arg}?page={}>; rel=\"next\"",
+                    host.unwrap_or_default(),
+                    page + 1
+                );
                 headers.push(("Link", next));
             }
             reply(
@@ -363,4 +393,58 @@ async fn a_refused_token_is_one_line_without_the_password() {
         )
     );
     assert!(!format!("{e:?}").contains("wrong-fake-pw"));
+}
+
+/// What the other server saw: every request carried no credentials.
+fn saw_no_credentials(other: &Shared) -> Vec<String> {
+    let log = other.lock().unwrap().log.clone();
+    assert!(!log.is_empty(), "the other server was never asked");
+    for line in &log {
+        assert!(
+            line.ends_with(" none"),
+            "credentials went to another host: {log:?}"
+        );
+        assert!(
+            !line.contains("/token"),
+            "a token was asked of another host: {log:?}"
+        );
+    }
+    log
+}
+
+#[tokio::test]
+async fn a_next_page_on_another_host_gets_no_credentials() {
+    for basic in [true, false] {
+        let other = start(true).await;
+        let state = start(true).await;
+        let other_port = other.lock().unwrap().port;
+        {
+            let mut fake = state.lock().unwrap();
+            fake.basic = basic;
+            fake.elsewhere = Some(format!("127.0.0.1:{other_port}"));
+        }
+        let subject = subject(&state);
+        let repo = repository(&state, PASSWORD);
+        for t in ["a", "b"] {
+            repo.push_artifact(&subject, t, "text/plain", t.as_bytes(), BTreeMap::new())
+                .await
+                .unwrap_err(); // the upload's Location is on the other host
+        }
+        // Both uploads' PUTs went there without credentials, and failed.
+        assert_eq!(count(&other, "PUT /v2/me/x/upload/1 none"), 2);
+        // Referrers as a registry that links its next page elsewhere.
+        let d = Descriptor::of("text/plain", b"r");
+        state
+            .lock()
+            .unwrap()
+            .referrers
+            .insert(subject.digest.clone(), vec![d.clone(), d]);
+        let e = repo.referrers(&subject.digest, None).await.unwrap_err();
+        assert!(format!("{e:#}").contains("401"), "{e:#}");
+        let log = saw_no_credentials(&other);
+        assert!(
+            log.iter().any(|l| l.starts_with("GET /v2/me/x/referrers/")),
+            "{log:?}"
+        );
+    }
 }

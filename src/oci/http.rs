@@ -2,8 +2,10 @@
 //! loopback registries, HTTPS through rustls with the system's roots and the
 //! ring provider for the rest), the 401 → challenge → retry dance of
 //! [`super::auth`] with the resulting `Authorization` header cached, redirects
-//! of GET and HEAD followed (blob stores on other hosts; credentials are not
-//! sent to another host), bounded replies and a deadline per request, and the
+//! of GET and HEAD followed (blob stores on other hosts), credentials sent
+//! only to the registry's own scheme, host and port (whatever URL a `Link`,
+//! a `Location` or a redirect names), an HTTPS registry never followed to
+//! plain HTTP, bounded replies and a deadline per request, and the
 //! one-line errors that name the registry, the repository, the status and the
 //! registry's own error message, never a credential.
 use std::sync::{Arc, Mutex};
@@ -158,40 +160,49 @@ impl Transport {
     /// the registry could not be reached, or a token service refused.
     pub async fn send(&self, call: Call<'_>) -> anyhow::Result<Reply> {
         let mut authorization = self.cached_auth();
-        let mut reply = self.send_following(&call, authorization.as_deref()).await?;
-        if reply.status == StatusCode::UNAUTHORIZED {
+        let (mut reply, at_registry) = self.send_following(&call, authorization.as_deref()).await?;
+        // A 401 from another host (a `Link` or `Location` that left the
+        // registry) stands: its challenge would draw our credentials to it.
+        if reply.status == StatusCode::UNAUTHORIZED && at_registry {
             if let Some(header) = self.authenticate(&reply).await? {
                 let header: Arc<str> = header.into();
                 if authorization.as_deref() != Some(&*header) {
                     *self.auth.lock().unwrap_or_else(|e| e.into_inner()) = Some(header.clone());
                     authorization = Some(header);
-                    reply = self.send_following(&call, authorization.as_deref()).await?;
+                    reply = self
+                        .send_following(&call, authorization.as_deref())
+                        .await?
+                        .0;
                 }
             }
         }
         Ok(reply)
     }
 
-    /// Sends `call`, following redirects of GET and HEAD (without the
-    /// `Authorization` header once on another host).
+    /// Sends `call`, following redirects of GET and HEAD, with the
+    /// `Authorization` header only on the registry's own origin; the reply,
+    /// and whether it came from that origin.
     async fn send_following(
         &self,
         call: &Call<'_>,
         authorization: Option<&str>,
-    ) -> anyhow::Result<Reply> {
+    ) -> anyhow::Result<(Reply, bool)> {
+        let base = self.base();
         let mut url = self.absolute(call.url)?;
-        let origin = url.authority().cloned();
         for _ in 0..=MAX_REDIRECTS {
-            let same_host = url.authority() == origin.as_ref();
+            self.refuse_downgrade(&base, &url, "a URL")?;
+            // The registry's own authority, never the call's: a `Link`, an
+            // upload `Location` or a redirect can name any host.
+            let same_origin = same_origin(&base, &url);
             let reply = self
-                .send_once(call, &url, authorization.filter(|_| same_host))
+                .send_once(call, &url, authorization.filter(|_| same_origin))
                 .await?;
             let follow = matches!(call.method, Method::GET | Method::HEAD)
                 && reply.status.is_redirection()
                 && reply.status != StatusCode::NOT_MODIFIED;
             match reply.header(LOCATION.as_str()).filter(|_| follow) {
                 Some(location) => url = resolve(&url, location)?,
-                None => return Ok(reply),
+                None => return Ok((reply, same_origin)),
             }
         }
         Err(anyhow!(
@@ -342,6 +353,10 @@ impl Transport {
             None => self.credentials.as_ref().and_then(auth::basic_header),
         };
         let url = self.absolute(&url)?;
+        // The token protocol sends the credentials to the realm, whatever
+        // its host (as the docker CLI does), but never over plain HTTP
+        // when the registry itself is HTTPS.
+        self.refuse_downgrade(&self.base(), &url, "a token service")?;
         let reply = self.send_once(&call, &url, basic.as_deref()).await?;
         if !reply.status.is_success() {
             return Err(anyhow!(
@@ -366,10 +381,27 @@ impl Transport {
             })
     }
 
+    /// The registry's base URL.
+    fn base(&self) -> Uri {
+        self.base_url.parse().expect("a valid base URL")
+    }
+
     /// `url` made absolute against the registry's base URL.
     fn absolute(&self, url: &str) -> anyhow::Result<Uri> {
-        let base: Uri = self.base_url.parse().expect("a valid base URL");
-        resolve(&base, url)
+        resolve(&self.base(), url)
+    }
+
+    /// An error when `url` would take an HTTPS registry's traffic to plain
+    /// HTTP (`what` names where the URL came from).
+    fn refuse_downgrade(&self, base: &Uri, url: &Uri, what: &str) -> anyhow::Result<()> {
+        if base.scheme_str() == Some("https") && url.scheme_str() != Some("https") {
+            return Err(anyhow!(
+                "registry {} named {what} over plain HTTP ({}); refused: an HTTPS registry is never followed to HTTP",
+                self.registry,
+                strip_query(&url.to_string())
+            ));
+        }
+        Ok(())
     }
 
     /// The one-line error for a reply the caller did not expect: `registry R
@@ -438,6 +470,21 @@ fn chain(e: &dyn std::error::Error) -> String {
     one_line(&parts.join(": "))
 }
 
+/// Whether `url` is on the registry at `base`: the same scheme, host and
+/// port. Only then does a request carry the registry's `Authorization`.
+pub fn same_origin(base: &Uri, url: &Uri) -> bool {
+    let port = |u: &Uri| {
+        u.port_u16().or(match u.scheme_str() {
+            Some("http") => Some(80),
+            Some("https") => Some(443),
+            _ => None,
+        })
+    };
+    base.scheme_str() == url.scheme_str()
+        && base.host().map(str::to_ascii_lowercase) == url.host().map(str::to_ascii_lowercase)
+        && port(base) == port(url)
+}
+
 /// `url` without its query (upload URLs carry state in it).
 pub fn strip_query(url: &str) -> &str {
     url.split('?').next().unwrap_or(url)
@@ -500,6 +547,48 @@ mod tests {
             "http://127.0.0.1:5000/v2/x/blobs/uploads/abc"
         );
         assert_eq!(strip_query("/a?b=c"), "/a");
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_registrys_own_origin() {
+        let base: Uri = "https://reg.example".parse().unwrap();
+        let at = |u: &str| same_origin(&base, &u.parse().unwrap());
+        assert!(at("https://reg.example/v2/x/referrers/a?page=2"));
+        assert!(at("https://REG.example:443/v2/"));
+        assert!(!at("http://reg.example/v2/"));
+        assert!(!at("https://reg.example:8443/v2/"));
+        assert!(!at("https://other.example/v2/"));
+        assert!(!at("https://reg.example.other.example/v2/"));
+        let local: Uri = "http://127.0.0.1:5000".parse().unwrap();
+        assert!(same_origin(
+            &local,
+            &"http://127.0.0.1:5000/v2/".parse().unwrap()
+        ));
+        assert!(!same_origin(
+            &local,
+            &"http://127.0.0.1:5001/v2/".parse().unwrap()
+        ));
+        assert!(!same_origin(
+            &local,
+            &"http://localhost:5000/v2/".parse().unwrap()
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_https_registry_is_never_followed_to_http() {
+        // setup.sh installs ca-certificates: the HTTPS client builds.
+        let t = Transport::new("reg.example", "https://reg.example", "me/x", None).unwrap();
+        let e = t
+            .send(Call::get(
+                "http://reg.example/v2/me/x/referrers/sha256:a?page=2",
+            ))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "registry reg.example named a URL over plain HTTP (http://reg.example/v2/me/x/referrers/sha256:a); refused: an HTTPS registry is never followed to HTTP"
+        );
     }
 
     #[test]
