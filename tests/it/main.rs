@@ -12,6 +12,7 @@ mod elastic;
 mod engine;
 mod fleet;
 mod fuzz_regressions;
+mod hostile_peers;
 mod image_e2e;
 mod injection;
 mod linking;

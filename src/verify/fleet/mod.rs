@@ -263,7 +263,7 @@ pub fn run(
             continue;
         };
         let address = Some(addr.ip().to_string());
-        match read_report(&mut stream, reports_due) {
+        match read_report(&mut stream, reports_due).and_then(|r| matches_hello(r, rank)) {
             Ok(r) => {
                 nodes.push(entry(r, address));
                 streams.push((rank, stream));
@@ -272,7 +272,9 @@ pub fn run(
         }
     }
     for (rank, stream) in &mut streams {
-        let node = nodes.iter_mut().find(|n| n.rank == *rank).expect("listed");
+        let Some(node) = nodes.iter_mut().find(|n| n.rank == *rank) else {
+            continue; // every stream's node was pushed beside it
+        };
         match probe(stream, options.link_bytes, options.timeout) {
             Ok(mbs) => node.link_mbs = Some(mbs),
             Err(why) => {
@@ -305,6 +307,20 @@ pub fn run(
         let _ = send_verdict(stream, report.passed);
     }
     Ok(FleetOutcome::Root(Box::new(report)))
+}
+
+/// `r` when it is the report of `rank`, the rank its connection joined as;
+/// else why it is refused (a forged or confused peer must not stand in for
+/// another node, nor crash rank 0).
+fn matches_hello(r: NodeReport, rank: usize) -> Result<NodeReport, String> {
+    if r.rank == rank {
+        Ok(r)
+    } else {
+        Err(format!(
+            "joined as rank {rank}, then sent a report for rank {} (a forged or misconfigured node)",
+            r.rank
+        ))
+    }
 }
 
 fn entry(r: NodeReport, address: Option<String>) -> NodeEntry {

@@ -1,0 +1,141 @@
+//! The rendezvous and fleet protocol against peers that lie or stall: a real
+//! `imgctl verify --fleet` rank 0 on loopback, and fake ranks written here
+//! that speak the wire format (a real hello, then an edited report or a
+//! message dripped a byte at a time). Rank 0 must name such a node and go
+//! on, within its bound, never crash or wait past it.
+#![cfg(feature = "torch")]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use imgctl::verify::fleet::NodeReport;
+use imgctl::verify::{Level, Report, Summary};
+
+use crate::common::imgctl_bin;
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real rank 0 of a world of `world`, on 127.0.0.1:`port`, bound `secs`.
+pub fn rank0(port: u16, world: usize, secs: &str) -> Child {
+    Command::new(imgctl_bin())
+        .args(["verify", "--fleet", "--expect-gpus", "0", "--json"])
+        .args(["--fleet-timeout", secs, "--link-mib", "1"])
+        .env("NO_COLOR", "1")
+        .env("RANK", "0")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Connects to rank 0 (retrying while it starts).
+pub fn connect(port: u16) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() > deadline => panic!("rank 0 never listened: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// The 20 bytes of a hello: magic, protocol 1, rank, world size.
+pub fn hello(rank: u32, world: u32) -> Vec<u8> {
+    let mut b = b"IMGCTLRV".to_vec();
+    for v in [1u32, rank, world] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b
+}
+
+/// Reads rank 0's answer to a hello: (status, body).
+fn read_reply(s: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).unwrap();
+    let mut body = vec![0u8; u32::from_le_bytes(head[1..5].try_into().unwrap()) as usize];
+    s.read_exact(&mut body).unwrap();
+    (head[0], body)
+}
+
+/// A framed node report claiming `rank`.
+fn report_frame(rank: usize) -> Vec<u8> {
+    let report = NodeReport {
+        rank,
+        host: "forged".into(),
+        software: BTreeMap::new(),
+        report: Report {
+            schema_version: 1,
+            imgctl_version: env!("CARGO_PKG_VERSION").into(),
+            context: "host".into(),
+            image: None,
+            level: Level::Quick,
+            expect_gpus: "0".into(),
+            results: Vec::new(),
+            summary: Summary::default(),
+            passed: true,
+        },
+    };
+    let body = serde_json::to_vec(&report).unwrap();
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Waits for rank 0; (exit code, stdout JSON, stderr).
+pub fn finish(child: Child, within: Duration) -> (Option<i32>, serde_json::Value, String) {
+    let start = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        took < within,
+        "rank 0 took {took:?} (bound {within:?}): {stderr}"
+    );
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code(), json, stderr)
+}
+
+/// P6: a peer that joined as rank 1 and then reports as another rank (7,
+/// or 0) is a failed node with the reason; rank 0 does not crash (it
+/// panicked with exit 101).
+#[test]
+fn a_report_for_another_rank_fails_that_node_without_a_crash() {
+    for claimed in [7usize, 0] {
+        let port = free_port();
+        let child = rank0(port, 2, "10");
+        let mut s = connect(port);
+        s.write_all(&hello(1, 2)).unwrap();
+        let (status, _) = read_reply(&mut s);
+        assert_eq!(status, 0, "rank 0 refused the hello");
+        s.write_all(&report_frame(claimed)).unwrap();
+        let (code, json, stderr) = finish(child, Duration::from_secs(60));
+        assert_eq!(code, Some(1), "claimed rank {claimed}: {stderr}");
+        let node = &json["nodes"][1];
+        assert_eq!(node["rank"], 1, "{json}");
+        assert_eq!(node["state"], "lost", "{json}");
+        let reason = node["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains(&format!(
+                "joined as rank 1, then sent a report for rank {claimed}"
+            )),
+            "{reason}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
