@@ -67,6 +67,30 @@ pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Opens `path` with `options`, never through a symbolic link at its last
+/// component (`O_NOFOLLOW`): in a folder that someone else can write, a
+/// link planted under a name imgctl writes would make it truncate or write
+/// any file the user can. A link is a `PermissionDenied` error saying so.
+pub fn open_nofollow(options: &mut std::fs::OpenOptions, path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    options
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is a symbolic link, which imgctl does not write through (remove it, or use another folder)",
+                        path.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })
+}
+
 /// Opens `path` for reading if it is a regular file, without blocking: the
 /// open uses `O_NONBLOCK` (a FIFO with no writer would block a plain open
 /// forever), and anything but a regular file is an `InvalidInput` error
@@ -194,6 +218,30 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_nofollow_refuses_a_link_and_leaves_its_target_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, b"keep me").unwrap();
+        let link = dir.path().join("lock");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let e = open_nofollow(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true),
+            &link,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+        // A plain file opens as usual.
+        let plain = dir.path().join("plain");
+        open_nofollow(std::fs::OpenOptions::new().write(true).create(true), &plain).unwrap();
+        assert!(plain.is_file());
+    }
 
     #[test]
     fn reads_only_regular_files_within_their_cap() {

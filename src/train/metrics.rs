@@ -120,11 +120,10 @@ impl MetricsWriter {
             std::fs::rename(&jsonl_path, &aside)?;
             set_aside = Some((aside, "it is not a regular file".to_string()));
         }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&jsonl_path)?;
+        let mut file = crate::sys::fs::open_nofollow(
+            OpenOptions::new().create(true).write(true).truncate(true),
+            &jsonl_path,
+        )?;
         for line in kept {
             writeln!(file, "{line}")?;
         }

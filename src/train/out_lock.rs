@@ -63,13 +63,17 @@ impl OutLock {
         };
         let created = (!out.exists()).then(|| out.to_path_buf());
         std::fs::create_dir_all(out).map_err(cannot)?;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(cannot)?;
+        // Never through a link: in a shared run folder, a planted
+        // `.imgctl.lock` link would have the pid written over its target.
+        let mut file = crate::sys::fs::open_nofollow(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+            &path,
+        )
+        .map_err(cannot)?;
         if let Err(err) = crate::sys::fs::try_lock_exclusive(&file) {
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Err(held_error(out, &path));
@@ -181,6 +185,23 @@ mod tests {
         std::fs::create_dir(&kept).unwrap();
         drop(OutLock::acquire(&kept).unwrap());
         assert!(kept.is_dir());
+    }
+
+    #[test]
+    fn a_planted_link_as_the_lock_is_refused_and_its_target_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run");
+        std::fs::create_dir(&out).unwrap();
+        let victim = dir.path().join("victim.txt");
+        std::fs::write(&victim, "precious\n").unwrap();
+        std::os::unix::fs::symlink(&victim, out.join(LOCK_FILE)).unwrap();
+        let e = OutLock::acquire(&out).unwrap_err();
+        assert!(matches!(
+            e.downcast_ref::<OutLockError>(),
+            Some(OutLockError::CannotWrite { .. })
+        ));
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
     }
 
     #[test]

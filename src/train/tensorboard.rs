@@ -153,7 +153,7 @@ impl EventWriter {
             crate::sys::net::hostname()
         ));
         let mut n = 1;
-        while path.exists() {
+        while path.symlink_metadata().is_ok() {
             path = dir.join(format!(
                 "events.out.tfevents.{}.{}.{n}",
                 wall as u64,
@@ -161,7 +161,13 @@ impl EventWriter {
             ));
             n += 1;
         }
-        let mut out = BufWriter::new(File::create(&path)?);
+        // A new file, never an existing name (nor a link planted there).
+        let mut out = BufWriter::new(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)?,
+        );
         out.write_all(&tfrecord(&encode_version_event(wall)))?;
         out.flush()?;
         Ok(Self { path, out })
