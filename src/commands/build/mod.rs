@@ -29,6 +29,7 @@ use crate::render::docker_quote;
 use crate::ExitStatus;
 
 pub mod attest;
+mod created;
 pub(crate) mod progress;
 mod push;
 mod report;
@@ -252,7 +253,7 @@ fn plan_with(
 
     let mut labels = rendered.labels.clone();
     let bases = image::from_images(&rendered.dockerfile);
-    let created = created_time(&loaded, &rendered.lock);
+    let created = created::created_time(&loaded, &rendered.lock)?;
     for (key, value) in oci_labels(&loaded.name, bases.first(), created) {
         labels.entry(key).or_insert(value);
     }
@@ -351,41 +352,6 @@ fn imgctl_binary(flag: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
             Ok(crate::commands::torch_part::part_beside(&exe).unwrap_or(exe))
         }
     }
-}
-
-/// The image's creation time: `SOURCE_DATE_EPOCH` (reproducible-builds.org)
-/// when set, else the newest modification time of the spec's inputs (the spec
-/// file, its template and its lock; for a bundled spec, which lives inside
-/// imgctl, the imgctl executable). Never the wall clock: building the same
-/// spec, lock and imgctl twice gives the same labels, so the same image.
-fn created_time(loaded: &crate::spec::LoadedSpec, lock: &crate::lock::LockState) -> SystemTime {
-    if let Some(secs) = std::env::var(SOURCE_DATE_EPOCH)
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-    {
-        return UNIX_EPOCH + Duration::from_secs(secs);
-    }
-    let mut inputs: Vec<PathBuf> = Vec::new();
-    match &loaded.file {
-        Some(file) => {
-            inputs.push(file.clone());
-            if let (Some(template), Some(dir)) = (&loaded.spec.template, &loaded.dir) {
-                inputs.push(dir.join(template));
-            }
-            if let crate::lock::LockState::Fresh { path, .. } = lock {
-                inputs.push(PathBuf::from(path));
-            }
-        }
-        None => inputs.extend(std::env::current_exe().ok()),
-    }
-    let newest = inputs
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .max()
-        .unwrap_or(UNIX_EPOCH);
-    // Whole seconds: the label is written to the second.
-    let secs = newest.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    UNIX_EPOCH + Duration::from_secs(secs)
 }
 
 /// OCI annotations (github.com/opencontainers/image-spec, annotations.md).
