@@ -153,7 +153,9 @@ pub fn parse_inventory(text: &str) -> Result<Inventory, SbomError> {
         })
         .collect();
     python.sort_by(|a, b| (normalize(&a.name), &a.version).cmp(&(normalize(&b.name), &b.version)));
-    python.dedup();
+    // One dist found under two spellings (`PyYAML` and `pyyaml`, two
+    // dist-info folders) is one component: its purl is the normalized name.
+    python.dedup_by(|a, b| normalize(&a.name) == normalize(&b.name) && a.version == b.version);
     let lock_text = sections["#lock"].join("\n");
     let lock = if lock_text.trim().is_empty() {
         None
@@ -290,6 +292,9 @@ pub fn cyclonedx(image: &ImageFacts, inv: &Inventory) -> Value {
             }));
         }
     }
+    // Every bom-ref once (CycloneDX requires it): the first stands.
+    let mut seen = std::collections::BTreeSet::new();
+    components.retain(|c| seen.insert(c["bom-ref"].as_str().unwrap_or_default().to_string()));
     let mut properties: Vec<Value> = image
         .labels
         .iter()
@@ -297,13 +302,12 @@ pub fn cyclonedx(image: &ImageFacts, inv: &Inventory) -> Value {
         .map(|(k, v)| json!({ "name": k, "value": v }))
         .collect();
     properties.sort_by_key(|p| p["name"].as_str().unwrap_or_default().to_string());
-    json!({
+    let mut doc = json!({
         "bomFormat": "CycloneDX",
         "specVersion": "1.5",
         "serialNumber": serial(image.id),
         "version": 1,
         "metadata": {
-            "timestamp": label("org.opencontainers.image.created").unwrap_or_else(|| "1970-01-01T00:00:00Z".into()),
             "tools": { "components": [{ "type": "application", "name": "imgctl", "version": env!("CARGO_PKG_VERSION") }] },
             "component": {
                 "type": "container", "bom-ref": "image", "name": image.reference,
@@ -313,7 +317,21 @@ pub fn cyclonedx(image: &ImageFacts, inv: &Inventory) -> Value {
             },
         },
         "components": components,
-    })
+    });
+    // The image's `created` label when it is an RFC 3339 time (as
+    // CycloneDX's dateTime needs); a free-text label is left out, never
+    // copied into an invalid document.
+    if let Some(t) = label("org.opencontainers.image.created").and_then(|t| timestamp(&t)) {
+        doc["metadata"]["timestamp"] = json!(t);
+    }
+    doc
+}
+
+/// `text` as an RFC 3339 UTC time to the second (`2026-12-03T00:00:00Z`),
+/// when it is one.
+fn timestamp(text: &str) -> Option<String> {
+    let t = humantime::parse_rfc3339(text.trim()).ok()?;
+    Some(humantime::format_rfc3339_seconds(t).to_string())
 }
 
 #[cfg(test)]
@@ -375,6 +393,44 @@ mod tests {
             cyclonedx(&other, &inv)["serialNumber"],
             cyclonedx(&facts, &inv)["serialNumber"]
         );
+    }
+
+    #[test]
+    fn a_free_text_created_label_and_two_spellings_keep_the_document_valid() {
+        let text =
+            "#dpkg\n#os\ndebian\t12\n#python\nPyYAML\t6.0.2\npyyaml\t6.0.2\nPYYAML\t6.0.2\n#lock\n";
+        let inv = parse_inventory(text).unwrap();
+        assert_eq!(inv.python.len(), 1, "{:?}", inv.python);
+        let mut labels = BTreeMap::new();
+        labels.insert(
+            "org.opencontainers.image.created".to_string(),
+            "yesterday at noon".to_string(),
+        );
+        let image = ImageFacts {
+            id: "sha256:00",
+            reference: "x:1",
+            labels: &labels,
+        };
+        let doc = cyclonedx(&image, &inv);
+        assert!(doc["metadata"].get("timestamp").is_none(), "{doc}");
+        let refs: Vec<_> = doc["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["bom-ref"].as_str().unwrap().to_string())
+            .collect();
+        let unique: std::collections::BTreeSet<_> = refs.iter().collect();
+        assert_eq!(refs.len(), unique.len(), "{refs:?}");
+        assert_eq!(
+            timestamp("2026-12-03T00:00:00Z").as_deref(),
+            Some("2026-12-03T00:00:00Z")
+        );
+        assert_eq!(
+            timestamp("2026-12-03T00:00:00.5Z").as_deref(),
+            Some("2026-12-03T00:00:00Z")
+        );
+        assert_eq!(timestamp("yesterday at noon"), None);
+        assert_eq!(timestamp("2026-13-03T00:00:00Z"), None);
     }
 
     #[test]
