@@ -1,8 +1,52 @@
 //! Sockets, through libc: the one listener std cannot make, a dual-stack
 //! `[::]` socket with `IPV6_V6ONLY` off (rendezvous's rank 0 listens on it
 //! when its address is not loopback). Which port, and who connects, belong
-//! to the caller. Also this host's name, as the kernel gives it.
-use std::net::{Ipv4Addr, TcpListener};
+//! to the caller. Also this host's name, as the kernel gives it, and the
+//! read of a whole message against one deadline.
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::time::Instant;
+
+/// Fills `buf` from `stream` before `deadline`, whatever the pace of the
+/// bytes: each `read` waits only for what is left of the deadline, so a peer
+/// that drips a byte a second cannot stretch a bounded wait (a read timeout
+/// alone bounds each read, not the message). Past the deadline: `TimedOut`.
+pub fn read_exact_by(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::new(
+                ErrorKind::TimedOut,
+                "the message did not arrive in time",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err(Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "the connection closed mid-message",
+                ))
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(Error::new(
+                    ErrorKind::TimedOut,
+                    "the message did not arrive in time",
+                ))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
 
 /// This host's name (`/proc/sys/kernel/hostname`), `localhost` when unreadable.
 pub fn hostname() -> String {
@@ -81,5 +125,65 @@ pub fn bind_all_interfaces(port: u16) -> std::io::Result<TcpListener> {
             return fail(fd);
         }
         Ok(TcpListener::from_raw_fd(fd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Duration;
+
+    /// A connected pair on loopback.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn a_dripped_message_ends_at_the_deadline_not_at_its_last_byte() {
+        let (mut writer, mut reader) = pair();
+        let drip = std::thread::spawn(move || {
+            for _ in 0..20 {
+                if writer.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let start = Instant::now();
+        let mut buf = [0u8; 20];
+        let e =
+            read_exact_by(&mut reader, &mut buf, start + Duration::from_millis(350)).unwrap_err();
+        let took = start.elapsed();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        assert!(took < Duration::from_millis(900), "{took:?}");
+        drop(reader);
+        drip.join().unwrap();
+    }
+
+    #[test]
+    fn a_whole_message_in_time_is_read_and_a_closed_one_is_eof() {
+        let (mut writer, mut reader) = pair();
+        writer.write_all(b"hello").unwrap();
+        let mut buf = [0u8; 5];
+        read_exact_by(
+            &mut reader,
+            &mut buf,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(&buf, b"hello");
+        writer.write_all(b"he").unwrap();
+        drop(writer);
+        let e = read_exact_by(
+            &mut reader,
+            &mut buf,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 }

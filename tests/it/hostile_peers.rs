@@ -139,3 +139,97 @@ fn a_report_for_another_rank_fails_that_node_without_a_crash() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// P7: a report dripped a byte at a time holds rank 0 no longer than its
+/// bound (the bound was on each read, so 1 byte every 0.5 s of a report of
+/// hundreds of bytes held rank 0 for minutes).
+#[test]
+fn a_dripped_report_ends_at_the_fleet_timeout() {
+    let port = free_port();
+    let child = rank0(port, 2, "3");
+    let mut s = connect(port);
+    s.write_all(&hello(1, 2)).unwrap();
+    let (status, _) = read_reply(&mut s);
+    assert_eq!(status, 0);
+    let frame = report_frame(1);
+    let drip = std::thread::spawn(move || {
+        // Bounded: at most 60 s of dripping, and it stops when rank 0 hangs up.
+        for b in frame.iter().take(120) {
+            if s.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    let (code, json, stderr) = finish(child, Duration::from_secs(30));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(json["nodes"][1]["state"], "lost", "{json}");
+    let reason = json["nodes"][1]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("sent no report in time"), "{reason}");
+    drip.join().unwrap();
+}
+
+/// P8: 64 connections that each drip a byte every 7 s filled every slot
+/// for hellos, and the real rank 1 was turned away ("rank 0 closed the
+/// connection"). Now the oldest waiting connection makes room, and a
+/// hello must be whole within 10 s: the real rank joins and the fleet
+/// passes.
+#[test]
+fn drippers_filling_the_hello_slots_do_not_keep_the_real_rank_out() {
+    let port = free_port();
+    let root = rank0(port, 2, "30");
+    let mut drippers: Vec<TcpStream> = (0..64).map(|_| connect(port)).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let drip = std::thread::spawn(move || {
+        let start = Instant::now();
+        let magic = b"IMGCTLRV";
+        let mut i = 0;
+        // Bounded: 90 s at most, or until the test is done.
+        while !flag.load(std::sync::atomic::Ordering::SeqCst)
+            && start.elapsed() < Duration::from_secs(90)
+        {
+            for d in drippers.iter_mut() {
+                let _ = d.write_all(&magic[i % 8..i % 8 + 1]);
+            }
+            i += 1;
+            for _ in 0..70 {
+                if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    });
+    // Rank 0 has accepted them all (a real rank arriving now finds the slots full).
+    std::thread::sleep(Duration::from_secs(1));
+    let leaf = Command::new(imgctl_bin())
+        .args([
+            "verify",
+            "--fleet",
+            "--expect-gpus",
+            "0",
+            "--fleet-timeout",
+            "30",
+        ])
+        .args(["--link-mib", "1"])
+        .env("NO_COLOR", "1")
+        .env("RANK", "1")
+        .env("LOCAL_RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("LOCAL_WORLD_SIZE", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, json, stderr) = finish(root, Duration::from_secs(120));
+    let leaf = leaf.wait_with_output().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    drip.join().unwrap();
+    let leaf_err = String::from_utf8_lossy(&leaf.stderr);
+    assert_eq!(leaf.status.code(), Some(0), "rank 1: {leaf_err}");
+    assert_eq!(code, Some(0), "rank 0: {stderr}");
+    assert_eq!(json["nodes"][1]["state"], "reported", "{json}");
+}

@@ -7,9 +7,9 @@
 //! stay open afterwards: the CPU backend runs its collectives over them. Every
 //! wait has a deadline and its error names what was waited for. This module
 //! owns the wire format of the hello; it must not know what the payload means.
-use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -18,7 +18,7 @@ use super::error::RendezvousError;
 use super::launch::LaunchInfo;
 use super::tcpstore::{connect_any, host_port, is_timeout, StoreClient};
 use super::timeouts::fmt_secs;
-use crate::sys::net::bind_all_interfaces;
+use crate::sys::net::{bind_all_interfaces, read_exact_by};
 
 /// Default time every rank waits for the others (`--rendezvous-timeout`):
 /// 300 s, the order of torchrun's own rendezvous timeout (900 s for c10d
@@ -28,14 +28,20 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Magic bytes opening every hello ("IMGCTLRV" + protocol version 1).
 const MAGIC: &[u8; 8] = b"IMGCTLRV";
 const PROTOCOL: u32 = 1;
-/// How long an accepted connection may take to send its hello before rank 0
-/// drops it (a port scanner or a stray client must not stall the rendezvous).
+/// How long an accepted connection may take to send its whole hello before
+/// rank 0 drops it (a port scanner, a stray client or a peer dripping a byte
+/// at a time must not stall the rendezvous).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most accepted connections whose hello rank 0 waits for at once; past
-/// it, new ones are closed at once. Each is read on a thread of its own, so
-/// idle connections (12 of them kept the real rank 1 out for two minutes when
-/// hellos were read one after another) never delay a real rank.
+/// it, the oldest of them is closed to make room, never the newcomer (a real
+/// rank sends its hello at once, so it is never the oldest). Each is read on
+/// a thread of its own, so idle connections (12 of them kept the real rank 1
+/// out for two minutes when hellos were read one after another) never delay
+/// a real rank.
 const MAX_PENDING_HELLOS: usize = 64;
+/// The most bytes of rank 0's answer to a hello a rank reads: the payload
+/// is an NCCL unique id (128 bytes) or nothing, a refusal one line.
+const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// The sockets a rendezvous leaves behind.
 #[derive(Debug)]
@@ -354,7 +360,10 @@ fn gather(
     listener.set_nonblocking(true)?;
     let mut arrived = 1 + peers.iter().skip(1).flatten().count();
     let (tx, hellos) = std::sync::mpsc::channel();
-    let pending = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // The connections whose hello is awaited, oldest first (a clone of
+    // each, to close it from here).
+    let mut waiting: VecDeque<(u64, TcpStream)> = VecDeque::new();
+    let mut accepted = 0u64;
     let mut refused: Vec<String> = Vec::new();
     while arrived < n {
         if Instant::now() >= deadline {
@@ -362,26 +371,32 @@ fn gather(
         }
         match listener.accept() {
             Ok((stream, peer)) => {
-                if pending.load(Ordering::SeqCst) >= MAX_PENDING_HELLOS {
-                    // Too many connections say nothing: close this one.
-                    drop(stream);
-                } else {
-                    pending.fetch_add(1, Ordering::SeqCst);
-                    let (tx, pending) = (tx.clone(), pending.clone());
-                    std::thread::spawn(move || {
-                        let hello = read_hello_of(stream);
-                        pending.fetch_sub(1, Ordering::SeqCst);
-                        let _ = tx.send((hello, peer));
-                    });
+                if waiting.len() >= MAX_PENDING_HELLOS {
+                    // Too many connections say nothing: the oldest goes.
+                    if let Some((_, oldest)) = waiting.pop_front() {
+                        let _ = oldest.shutdown(Shutdown::Both);
+                    }
                 }
+                let Ok(clone) = stream.try_clone() else {
+                    continue;
+                };
+                let id = accepted;
+                accepted += 1;
+                waiting.push_back((id, clone));
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let hello = read_hello_of(stream);
+                    let _ = tx.send((id, hello, peer));
+                });
                 continue;
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(anyhow::Error::from(e).context("rendezvous: accept failed")),
         }
-        let Ok((hello, peer)) = hellos.recv_timeout(Duration::from_millis(20)) else {
+        let Ok((id, hello, peer)) = hellos.recv_timeout(Duration::from_millis(20)) else {
             continue;
         };
+        waiting.retain(|(i, _)| *i != id);
         // Not one of ours (or it gave up): ignore it and keep waiting.
         let Ok((mut stream, rank, world)) = hello else {
             continue;
@@ -439,9 +454,7 @@ fn join(
     stream.set_nodelay(true)?;
     write_hello(&mut stream, info.rank, info.world_size)
         .with_context(|| format!("rendezvous: sending hello to rank 0 at {address}"))?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    stream.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
-    let payload = match read_reply(&mut stream) {
+    let payload = match read_reply(&mut stream, deadline) {
         Ok(Ok(p)) => p,
         Ok(Err((TIMED_OUT, msg))) => {
             return Err(RendezvousError::RootGaveUp {
@@ -485,18 +498,17 @@ fn write_hello(s: &mut TcpStream, rank: usize, world: usize) -> std::io::Result<
     s.write_all(&buf)
 }
 
-/// Reads the hello of an accepted connection within [`HELLO_TIMEOUT`]:
-/// the stream with its (rank, world size).
+/// Reads the hello of an accepted connection, all of it within
+/// [`HELLO_TIMEOUT`]: the stream with its (rank, world size).
 fn read_hello_of(mut stream: TcpStream) -> std::io::Result<(TcpStream, usize, usize)> {
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(HELLO_TIMEOUT))?;
-    let (rank, world) = read_hello(&mut stream)?;
+    let (rank, world) = read_hello(&mut stream, Instant::now() + HELLO_TIMEOUT)?;
     Ok((stream, rank, world))
 }
 
-fn read_hello(s: &mut TcpStream) -> std::io::Result<(usize, usize)> {
+fn read_hello(s: &mut TcpStream, deadline: Instant) -> std::io::Result<(usize, usize)> {
     let mut buf = [0u8; 20];
-    s.read_exact(&mut buf)?;
+    read_exact_by(s, &mut buf, deadline)?;
     if &buf[..8] != MAGIC || u32::from_le_bytes(buf[8..12].try_into().unwrap()) != PROTOCOL {
         return Err(std::io::Error::new(
             ErrorKind::InvalidData,
@@ -533,13 +545,23 @@ fn send_reply(s: &mut TcpStream, reply: Reply<'_>) -> std::io::Result<()> {
     s.write_all(&buf)
 }
 
-/// The payload, or the refusal's status and message.
-fn read_reply(s: &mut TcpStream) -> std::io::Result<Result<Vec<u8>, (u8, String)>> {
+/// The payload, or the refusal's status and message: the whole answer
+/// before `deadline`, at most [`MAX_REPLY_BYTES`] of it.
+fn read_reply(
+    s: &mut TcpStream,
+    deadline: Instant,
+) -> std::io::Result<Result<Vec<u8>, (u8, String)>> {
     let mut head = [0u8; 5];
-    s.read_exact(&mut head)?;
+    read_exact_by(s, &mut head, deadline)?;
     let len = u32::from_le_bytes(head[1..5].try_into().unwrap()) as usize;
+    if len > MAX_REPLY_BYTES {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("rank 0 answered the hello with {len} bytes (at most {MAX_REPLY_BYTES}): not an imgctl rank 0"),
+        ));
+    }
     let mut body = vec![0u8; len];
-    s.read_exact(&mut body)?;
+    read_exact_by(s, &mut body, deadline)?;
     Ok(if head[0] == 0 {
         Ok(body)
     } else {

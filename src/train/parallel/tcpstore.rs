@@ -14,7 +14,7 @@
 //! host's byte order (the server copies them into C++ integers), strings and
 //! byte vectors as a `u64` length then the bytes. A new connection must send
 //! `VALIDATE` with the magic number first, or the libuv server ignores it.
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -179,13 +179,9 @@ impl StoreClient {
         })
     }
 
+    /// The whole of `buf` before `deadline`, however the store paces it.
     fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::Error::new(ErrorKind::TimedOut, "deadline passed"));
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.read_exact(buf)
+        crate::sys::net::read_exact_by(&mut self.stream, buf, deadline)
     }
 
     fn read_u32(&mut self, deadline: Instant) -> std::io::Result<u32> {

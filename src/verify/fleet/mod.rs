@@ -11,13 +11,14 @@
 //! lives in `judge.rs`, the table and JUnit in `render.rs`. It prints
 //! nothing: the command layer renders the [`FleetReport`].
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use super::report::Report;
+use crate::sys::net::read_exact_by;
 use crate::train::parallel::launch::LaunchInfo;
 use crate::train::parallel::rendezvous::{self, Links};
 
@@ -384,14 +385,13 @@ fn run_leaf(
     // Rank 0 waits for every report, then probes each link in turn: the
     // wait for the verdict is bounded by all of that.
     let bound = options.timeout * (2 + info.world_size as u32);
-    stream.set_read_timeout(Some(bound))?;
     let passed = loop {
         let mut tag = [0u8; 1];
-        stream
-            .read_exact(&mut tag)
+        let deadline = Instant::now() + bound;
+        read_exact_by(&mut stream, &mut tag, deadline)
             .map_err(|e| anyhow::anyhow!("rank 0 at {} went away: {e}", session.address))?;
         match tag[0] {
-            PROBE => answer_probe(&mut stream)?,
+            PROBE => answer_probe(&mut stream, Instant::now() + options.timeout)?,
             ALL_REDUCE => {
                 stream = all_reduce_leaf(
                     stream,
@@ -404,7 +404,7 @@ fn run_leaf(
             }
             VERDICT => {
                 let mut v = [0u8; 1];
-                stream.read_exact(&mut v)?;
+                read_exact_by(&mut stream, &mut v, deadline)?;
                 break v[0] == 1;
             }
             other => anyhow::bail!("fleet verify: rank 0 sent an unknown message ({other})"),
@@ -540,13 +540,11 @@ fn all_reduce_leaf(
 }
 
 /// Reads one node's report by `deadline`; the error says what happened.
+/// Reads a node's report, the whole message before `deadline` (a peer that
+/// drips it cannot hold rank 0 past its bound).
 fn read_report(stream: &mut TcpStream, deadline: Instant) -> Result<NodeReport, String> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    stream
-        .set_read_timeout(Some(left.max(Duration::from_millis(10))))
-        .map_err(|e| e.to_string())?;
     let mut len = [0u8; 4];
-    stream.read_exact(&mut len).map_err(|e| lost(&e))?;
+    read_exact_by(stream, &mut len, deadline).map_err(|e| lost(&e))?;
     let len = u32::from_le_bytes(len);
     if len > MAX_REPORT_BYTES {
         return Err(format!(
@@ -554,7 +552,7 @@ fn read_report(stream: &mut TcpStream, deadline: Instant) -> Result<NodeReport, 
         ));
     }
     let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body).map_err(|e| lost(&e))?;
+    read_exact_by(stream, &mut body, deadline).map_err(|e| lost(&e))?;
     serde_json::from_slice(&body).map_err(|e| format!("sent a report imgctl cannot read: {e}"))
 }
 
@@ -589,19 +587,20 @@ fn probe(stream: &mut TcpStream, bytes: u64, timeout: Duration) -> Result<f64, S
         left -= n as u64;
     }
     let mut ack = [0u8; 1];
-    stream.read_exact(&mut ack).map_err(|e| lost(&e))?;
+    read_exact_by(stream, &mut ack, start + timeout).map_err(|e| lost(&e))?;
     let secs = start.elapsed().as_secs_f64().max(1e-9);
     Ok(bytes as f64 / secs / 1e6)
 }
 
-fn answer_probe(stream: &mut TcpStream) -> anyhow::Result<()> {
+/// Reads rank 0's probe bytes, all of them before `deadline`, and acks.
+fn answer_probe(stream: &mut TcpStream, deadline: Instant) -> anyhow::Result<()> {
     let mut len = [0u8; 8];
-    stream.read_exact(&mut len)?;
+    read_exact_by(stream, &mut len, deadline)?;
     let mut left = u64::from_le_bytes(len);
     let mut buf = vec![0u8; 1 << 20];
     while left > 0 {
         let n = left.min(buf.len() as u64) as usize;
-        stream.read_exact(&mut buf[..n])?;
+        read_exact_by(stream, &mut buf[..n], deadline)?;
         left -= n as u64;
     }
     stream.write_all(&[1])?;
