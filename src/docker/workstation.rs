@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bollard::models::{
-    ContainerCreateBody, ContainerStateStatusEnum, HealthStatusEnum, HostConfig, PortBinding,
-    ResourcesUlimits,
+    ContainerCreateBody, ContainerStateStatusEnum, HealthStatusEnum, HostConfig, Mount, MountType,
+    PortBinding, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
@@ -113,10 +113,18 @@ impl Workstation {
         }
         let host_config = HostConfig {
             device_requests: self.gpus.as_ref().map(|g| vec![device_request(g)]),
-            binds: self
-                .workspace
-                .as_ref()
-                .map(|w| vec![format!("{w}:{WORKSPACE}")]),
+            // A bind `Mounts` entry, not a `Binds` string: the folder's path
+            // is taken whole (`Binds` splits `SRC:DST:MODE` at every colon,
+            // so a folder named `col:on` was refused as mode "/workspace").
+            mounts: self.workspace.as_ref().map(|w| {
+                vec![Mount {
+                    typ: Some(MountType::BIND),
+                    source: Some(w.clone()),
+                    target: Some(WORKSPACE.to_string()),
+                    read_only: Some(false),
+                    ..Default::default()
+                }]
+            }),
             port_bindings: Some(ports),
             shm_size: Some(self.shm_bytes),
             ulimits: Some(
@@ -507,13 +515,17 @@ async fn container_env(docker: &bollard::Docker, id: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Whether a container named `name` exists, and if so whether it is a
-/// workstation: None (no such container), Some(true|false).
+/// Whether a container named exactly `name` exists (never one whose id
+/// starts with it), and if so whether it is a workstation: None (no such
+/// container), Some(true|false).
 pub async fn find(docker: &bollard::Docker, name: &str) -> anyhow::Result<Option<(String, bool)>> {
     match docker
         .inspect_container(name, None::<InspectContainerOptions>)
         .await
     {
+        // The engine also finds a container by an id or an id's prefix:
+        // `down 4a12` must not remove the workstation whose id starts so.
+        Ok(i) if i.name.as_deref().map(|n| n.trim_start_matches('/')) != Some(name) => Ok(None),
         Ok(i) => {
             let labels = i.config.and_then(|c| c.labels).unwrap_or_default();
             let is_ws = labels.get(LABEL_WORKSTATION).map(String::as_str) == Some("true");
@@ -616,10 +628,11 @@ mod tests {
         let body = ws.create_body();
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
-        assert_eq!(
-            host.binds,
-            Some(vec!["/home/me/proj:/workspace".to_string()])
-        );
+        let mount = &host.mounts.as_ref().unwrap()[0];
+        assert_eq!(mount.typ, Some(MountType::BIND));
+        assert_eq!(mount.source.as_deref(), Some("/home/me/proj"));
+        assert_eq!(mount.target.as_deref(), Some("/workspace"));
+        assert_eq!(host.binds, None);
         assert_eq!(host.device_requests.unwrap()[0].count, Some(-1));
         let ports = host.port_bindings.unwrap();
         assert_eq!(

@@ -149,6 +149,20 @@ fn up_refuses_what_a_new_user_trips_on_with_one_line_and_leaves_nothing() {
     let _ = docker(&["rm", "-f", &other]);
 }
 
+/// A prefix of a workstation's id is no name (#40 P9: `down 4a12` removed
+/// the workstation whose id starts so): down and logs refuse it, and the
+/// workstation stays.
+fn an_id_prefix_is_no_name(name: &str) {
+    let id = docker_ok(&["inspect", "--format", "{{.Id}}", name]);
+    for command in ["down", "logs"] {
+        let out = imgctl(&[command, &id.trim()[..12]]);
+        let (_, err) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        assert!(err.contains("no workstation named"), "{command}: {err}");
+    }
+    assert_ne!(containers_named(name), "", "a prefix of its id removed it");
+}
+
 #[test]
 fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it() {
     // The labelled busybox image has no healthcheck: up counts it healthy
@@ -157,6 +171,11 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     let image = labelled_image(&mut guard, "auto");
     let name = format!("imgctl-it-ws-auto-{}", std::process::id());
     guard.container(&name);
+    let root = tempfile::tempdir().unwrap();
+    // A colon in the folder's name (#40 P10: a `Binds` string split it,
+    // and the engine refused "invalid mode: /workspace").
+    let mounted = root.path().join("col:on");
+    std::fs::create_dir(&mounted).unwrap();
     let folder = tempfile::tempdir().unwrap();
     let key = folder.path().join("k.pub");
     std::fs::write(
@@ -169,7 +188,7 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
         "--name",
         &name,
         "--mount",
-        folder.path().to_str().unwrap(),
+        mounted.to_str().unwrap(),
         "--ssh-key",
         key.to_str().unwrap(),
         "--no-verify",
@@ -184,7 +203,7 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     assert_eq!(report["gpus"], "none", "{stdout}");
     assert_eq!(
         report["workspace"],
-        folder.path().canonicalize().unwrap().to_str().unwrap()
+        mounted.canonicalize().unwrap().to_str().unwrap()
     );
     let url = report["jupyter"]["open"].as_str().unwrap();
     assert!(
@@ -215,10 +234,14 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     for (_, bindings) in host["PortBindings"].as_object().unwrap() {
         assert_eq!(bindings[0]["HostIp"], "127.0.0.1", "{host}");
     }
-    assert!(
-        host["Binds"][0].as_str().unwrap().ends_with(":/workspace"),
-        "{host}"
+    assert_eq!(host["Mounts"][0]["Type"], "bind", "{host}");
+    assert_eq!(host["Mounts"][0]["Target"], "/workspace", "{host}");
+    assert_eq!(
+        host["Mounts"][0]["Source"],
+        mounted.canonicalize().unwrap().to_str().unwrap()
     );
+
+    an_id_prefix_is_no_name(&name);
 
     // A second up of the same name prints the same addresses, starts nothing.
     let again = imgctl(&[
@@ -226,7 +249,7 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
         "--name",
         &name,
         "--mount",
-        folder.path().to_str().unwrap(),
+        mounted.to_str().unwrap(),
         "--json",
         &image,
     ]);
@@ -254,13 +277,13 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     );
 
     // down: the container is gone, the folder and its files stay.
-    std::fs::write(folder.path().join("notes.txt"), "kept").unwrap();
+    std::fs::write(mounted.join("notes.txt"), "kept").unwrap();
     let out = imgctl(&["down", "--time", "1", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
     assert!(texts(&out).1.contains(&format!("removed {name}")));
     assert_eq!(containers_named(&name), "");
     assert_eq!(
-        std::fs::read_to_string(folder.path().join("notes.txt")).unwrap(),
+        std::fs::read_to_string(mounted.join("notes.txt")).unwrap(),
         "kept"
     );
 

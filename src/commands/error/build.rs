@@ -55,7 +55,7 @@ fn build_error(e: &BuildError) -> Advice {
                 .to_string(),
         ),
         BuildError::BadDockerBuildkit { .. } => Advice::usage(
-            "set DOCKER_BUILDKIT=1 (BuildKit) or 0 (classic), or unset it, or pass --builder"
+            "set DOCKER_BUILDKIT=1 (BuildKit) or 0 (classic), or unset it (the docker CLI refuses other values too)"
                 .to_string(),
         ),
         // The engine side's advice (commands/error/docker.rs).

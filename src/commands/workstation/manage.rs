@@ -61,6 +61,7 @@ fn short_status(status: &str) -> String {
         ("Up ", "up "),
         ("Exited ", "exited "),
         (" seconds", " s"),
+        (" second", " s"),
         (" minutes", " min"),
         (" hours", " h"),
         ("About a minute", "1 min"),
@@ -165,8 +166,8 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
         .build()?;
     runtime.block_on(async {
         let docker = crate::docker::connect().await?.docker;
-        match ws::find(&docker, &args.name).await? {
-            Some((_, true)) => {}
+        let id = match ws::find(&docker, &args.name).await? {
+            Some((id, true)) => id,
             Some((_, false)) => {
                 return Err(WorkstationError::NotAWorkstation {
                     name: args.name.clone(),
@@ -179,9 +180,9 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
                 }
                 .into())
             }
-        }
+        };
         let mut stream = docker.logs(
-            &args.name,
+            &id,
             Some(bollard::query_parameters::LogsOptions {
                 stdout: true,
                 stderr: true,
@@ -209,6 +210,7 @@ mod tests {
     #[test]
     fn the_status_column_says_the_engine_s_words_shorter() {
         assert_eq!(short_status("Up 33 seconds (healthy)"), "up 33 s, healthy");
+        assert_eq!(short_status("Up 1 second"), "up 1 s");
         assert_eq!(
             short_status("Up About a minute (health: starting)"),
             "up 1 min, starting"

@@ -165,8 +165,8 @@ pub enum BuildError {
         /// The engine's OS.
         os: String,
     },
-    /// `DOCKER_BUILDKIT` holds neither 0/1 nor false/true.
-    #[error("DOCKER_BUILDKIT={value:?} is neither 1 nor 0")]
+    /// `DOCKER_BUILDKIT` holds no boolean (the docker CLI refuses it too).
+    #[error("DOCKER_BUILDKIT={value:?} is not a boolean (1, 0, true or false)")]
     BadDockerBuildkit {
         /// The value found.
         value: String,

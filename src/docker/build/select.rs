@@ -104,6 +104,13 @@ pub fn decide(
         api: api.clone(),
         os: facts.os.clone(),
     };
+    // Checked whatever the choice, as the docker CLI checks it for every
+    // build: a value that is no boolean is a mistake to name, not to skip.
+    let env_on = docker_buildkit
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| parse_bool(v).map(|on| (on, v)))
+        .transpose()?;
     match choice {
         BuilderChoice::Classic => Ok((Builder::Classic, BuilderReason::Requested)),
         BuilderChoice::BuildKit if can_buildkit => {
@@ -111,16 +118,7 @@ pub fn decide(
         }
         BuilderChoice::BuildKit => Err(unsupported()),
         BuilderChoice::Auto => {
-            if let Some(value) = docker_buildkit.map(str::trim).filter(|v| !v.is_empty()) {
-                let on = match value.to_ascii_lowercase().as_str() {
-                    "1" | "true" => true,
-                    "0" | "false" => false,
-                    _ => {
-                        return Err(BuildError::BadDockerBuildkit {
-                            value: value.to_string(),
-                        })
-                    }
-                };
+            if let Some((on, value)) = env_on {
                 let reason = BuilderReason::Environment(value.to_string());
                 return match on {
                     true if can_buildkit => Ok((Builder::BuildKit, reason)),
@@ -154,6 +152,18 @@ pub fn choose_builder(
     decide(choice, &facts, env.as_deref())
 }
 
+/// `DOCKER_BUILDKIT`'s value as Go's `strconv.ParseBool` reads it (the
+/// docker CLI's own parser): 1, t, true, 0, f, false in their usual cases.
+fn parse_bool(value: &str) -> Result<bool, BuildError> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(BuildError::BadDockerBuildkit {
+            value: value.to_string(),
+        }),
+    }
+}
+
 /// `1.41` → (1, 41).
 fn parse_api(text: &str) -> Option<(u32, u32)> {
     let (major, minor) = text.trim().split_once('.')?;
@@ -168,6 +178,30 @@ mod tests {
         EngineFacts {
             api,
             os: os.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_docker_buildkit_that_is_no_boolean_is_refused_whatever_the_choice() {
+        let f = facts((1, 41), "linux");
+        for bad in ["garbage", "2", "yes", "on", "-1"] {
+            for choice in [
+                BuilderChoice::Auto,
+                BuilderChoice::Classic,
+                BuilderChoice::BuildKit,
+            ] {
+                let e = decide(choice, &f, Some(bad)).unwrap_err();
+                assert!(
+                    matches!(e, BuildError::BadDockerBuildkit { .. }),
+                    "{bad}: {e}"
+                );
+            }
+        }
+        for (good, builder) in [("T", Builder::BuildKit), ("False", Builder::Classic)] {
+            assert_eq!(
+                decide(BuilderChoice::Auto, &f, Some(good)).unwrap().0,
+                builder
+            );
         }
     }
 
