@@ -196,6 +196,39 @@ fn builds_when_small(model: &crate::train::model::UNetConfig) {
 #[cfg(feature = "torch")]
 pub const FUZZ_MODEL_PARAMS: u64 = 1_000_000;
 
+/// A rendezvous or fleet message as a peer may send it: the first byte picks
+/// the decoder (a hello, rank 0's answer head, or a node's report for the
+/// rank in the next byte), the rest is the message. Refused, or decoded
+/// within its bounds: a hello of exactly its length, an answer no longer
+/// than the cap, a report only for the rank that joined.
+#[cfg(feature = "torch")]
+pub fn wire_messages(data: &[u8]) {
+    use crate::train::parallel::rendezvous;
+    let Some((&kind, rest)) = data.split_first() else {
+        return;
+    };
+    match kind % 3 {
+        0 => {
+            if rendezvous::parse_hello(rest).is_ok() {
+                assert_eq!(rest.len(), rendezvous::HELLO_BYTES);
+            }
+        }
+        1 => {
+            if let Ok((_, len)) = rendezvous::parse_reply_head(rest) {
+                assert!(rest.len() == 5 && len <= rendezvous::MAX_REPLY_BYTES);
+            }
+        }
+        _ => {
+            let Some((&rank, body)) = rest.split_first() else {
+                return;
+            };
+            if let Ok(r) = crate::verify::fleet::parse_report(body, rank.into()) {
+                assert_eq!(r.rank, usize::from(rank));
+            }
+        }
+    }
+}
+
 /// A checkpoint's `state.json` text → read as `sample` and `--resume` read
 /// it: refused, or a state whose model validates before anything is built,
 /// and then builds (a `state.json` with `attention_head_dim: 0` once

@@ -81,3 +81,23 @@ fn docker_contexts_give_a_reachable_endpoint_or_are_refused() {
 fn weights_files_are_read_or_refused() {
     assert!(replay_bytes("weights_file", &imgctl::invariants::weights_bytes) >= 4);
 }
+
+#[cfg(feature = "torch")]
+#[test]
+fn wire_messages_are_decoded_within_bounds_or_refused() {
+    assert!(replay_bytes("wire_messages", &imgctl::invariants::wire_messages) >= 8);
+    // The seeds reach past the parsers' first checks: a real report decodes
+    // for the rank that joined, and the same report is refused for another.
+    let seed = std::fs::read(repo_root().join("fuzz/corpus/wire_messages/report-rank1")).unwrap();
+    assert!(imgctl::verify::fleet::parse_report(&seed[2..], 1).is_ok());
+    let e = imgctl::verify::fleet::parse_report(&seed[2..], 2).unwrap_err();
+    assert!(
+        e.contains("joined as rank 2, then sent a report for rank 1"),
+        "{e}"
+    );
+    let hello = std::fs::read(repo_root().join("fuzz/corpus/wire_messages/hello-rank1")).unwrap();
+    assert_eq!(
+        imgctl::train::parallel::rendezvous::parse_hello(&hello[1..]).unwrap(),
+        (1, 2)
+    );
+}

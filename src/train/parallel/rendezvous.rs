@@ -41,7 +41,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_PENDING_HELLOS: usize = 64;
 /// The most bytes of rank 0's answer to a hello a rank reads: the payload
 /// is an NCCL unique id (128 bytes) or nothing, a refusal one line.
-const MAX_REPLY_BYTES: usize = 1 << 20;
+pub const MAX_REPLY_BYTES: usize = 1 << 20;
 
 /// The sockets a rendezvous leaves behind.
 #[derive(Debug)]
@@ -507,17 +507,45 @@ fn read_hello_of(mut stream: TcpStream) -> std::io::Result<(TcpStream, usize, us
 }
 
 fn read_hello(s: &mut TcpStream, deadline: Instant) -> std::io::Result<(usize, usize)> {
-    let mut buf = [0u8; 20];
+    let mut buf = [0u8; HELLO_BYTES];
     read_exact_by(s, &mut buf, deadline)?;
-    if &buf[..8] != MAGIC || u32::from_le_bytes(buf[8..12].try_into().unwrap()) != PROTOCOL {
+    parse_hello(&buf)
+}
+
+/// The length of a hello: magic, protocol, rank, world size.
+pub const HELLO_BYTES: usize = 20;
+
+/// The (rank, world size) a hello's bytes say; `InvalidData` for anything
+/// but [`HELLO_BYTES`] bytes of an imgctl hello of this protocol. Pure: the
+/// fuzz target `wire_messages` drives it.
+pub fn parse_hello(buf: &[u8]) -> std::io::Result<(usize, usize)> {
+    let not_ours = || std::io::Error::new(ErrorKind::InvalidData, "not an imgctl hello");
+    let buf: &[u8; HELLO_BYTES] = buf.try_into().map_err(|_| not_ours())?;
+    let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+    if &buf[..8] != MAGIC || word(8) != PROTOCOL {
+        return Err(not_ours());
+    }
+    Ok((word(12) as usize, word(16) as usize))
+}
+
+/// The status and body length of rank 0's answer to a hello, from its
+/// 5-byte head; `InvalidData` past [`MAX_REPLY_BYTES`]. Pure, as
+/// [`parse_hello`].
+pub fn parse_reply_head(head: &[u8]) -> std::io::Result<(u8, usize)> {
+    let [status, a, b, c, d] = *head else {
         return Err(std::io::Error::new(
             ErrorKind::InvalidData,
-            "not an imgctl hello",
+            "an answer's head is 5 bytes",
+        ));
+    };
+    let len = u32::from_le_bytes([a, b, c, d]) as usize;
+    if len > MAX_REPLY_BYTES {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("rank 0 answered the hello with {len} bytes (at most {MAX_REPLY_BYTES}): not an imgctl rank 0"),
         ));
     }
-    let rank = u32::from_le_bytes(buf[12..16].try_into().unwrap()) as usize;
-    let world = u32::from_le_bytes(buf[16..20].try_into().unwrap()) as usize;
-    Ok((rank, world))
+    Ok((status, len))
 }
 
 /// What rank 0 answers a hello with (status byte, length, body).
@@ -553,19 +581,13 @@ fn read_reply(
 ) -> std::io::Result<Result<Vec<u8>, (u8, String)>> {
     let mut head = [0u8; 5];
     read_exact_by(s, &mut head, deadline)?;
-    let len = u32::from_le_bytes(head[1..5].try_into().unwrap()) as usize;
-    if len > MAX_REPLY_BYTES {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            format!("rank 0 answered the hello with {len} bytes (at most {MAX_REPLY_BYTES}): not an imgctl rank 0"),
-        ));
-    }
+    let (status, len) = parse_reply_head(&head)?;
     let mut body = vec![0u8; len];
     read_exact_by(s, &mut body, deadline)?;
-    Ok(if head[0] == 0 {
+    Ok(if status == 0 {
         Ok(body)
     } else {
-        Err((head[0], String::from_utf8_lossy(&body).into_owned()))
+        Err((status, String::from_utf8_lossy(&body).into_owned()))
     })
 }
 

@@ -264,7 +264,7 @@ pub fn run(
             continue;
         };
         let address = Some(addr.ip().to_string());
-        match read_report(&mut stream, reports_due).and_then(|r| matches_hello(r, rank)) {
+        match read_report(&mut stream, reports_due, rank) {
             Ok(r) => {
                 nodes.push(entry(r, address));
                 streams.push((rank, stream));
@@ -308,6 +308,15 @@ pub fn run(
         let _ = send_verdict(stream, report.passed);
     }
     Ok(FleetOutcome::Root(Box::new(report)))
+}
+
+/// The report in `body` from the node that joined as `rank`: it must parse
+/// and be that rank's (see [`matches_hello`]); else why not. Pure: the fuzz
+/// target `wire_messages` drives it.
+pub fn parse_report(body: &[u8], rank: usize) -> Result<NodeReport, String> {
+    let r = serde_json::from_slice(body)
+        .map_err(|e| format!("sent a report imgctl cannot read: {e}"))?;
+    matches_hello(r, rank)
 }
 
 /// `r` when it is the report of `rank`, the rank its connection joined as;
@@ -542,7 +551,11 @@ fn all_reduce_leaf(
 /// Reads one node's report by `deadline`; the error says what happened.
 /// Reads a node's report, the whole message before `deadline` (a peer that
 /// drips it cannot hold rank 0 past its bound).
-fn read_report(stream: &mut TcpStream, deadline: Instant) -> Result<NodeReport, String> {
+fn read_report(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    rank: usize,
+) -> Result<NodeReport, String> {
     let mut len = [0u8; 4];
     read_exact_by(stream, &mut len, deadline).map_err(|e| lost(&e))?;
     let len = u32::from_le_bytes(len);
@@ -553,7 +566,7 @@ fn read_report(stream: &mut TcpStream, deadline: Instant) -> Result<NodeReport, 
     }
     let mut body = vec![0u8; len as usize];
     read_exact_by(stream, &mut body, deadline).map_err(|e| lost(&e))?;
-    serde_json::from_slice(&body).map_err(|e| format!("sent a report imgctl cannot read: {e}"))
+    parse_report(&body, rank)
 }
 
 fn lost(e: &std::io::Error) -> String {
