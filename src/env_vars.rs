@@ -49,6 +49,12 @@ pub const TORCHELASTIC_USE_AGENT_STORE: &str = "TORCHELASTIC_USE_AGENT_STORE";
 pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
 /// How many times torchrun restarted the workers of this job (0 at first).
 pub const TORCHELASTIC_RESTART_COUNT: &str = "TORCHELASTIC_RESTART_COUNT";
+/// The rendezvous's shared secret: set on every rank, each proves it holds
+/// it (HMAC-SHA256) on the hello, rank 0's answer and the fleet verdict.
+pub const IMGCTL_RENDEZVOUS_TOKEN: &str = "IMGCTL_RENDEZVOUS_TOKEN";
+/// A file whose first line is the rendezvous token (instead of
+/// `IMGCTL_RENDEZVOUS_TOKEN`, which other users may read in `/proc`).
+pub const IMGCTL_RENDEZVOUS_TOKEN_FILE: &str = "IMGCTL_RENDEZVOUS_TOKEN_FILE";
 /// Rendezvous timeout in seconds (also `--rendezvous-timeout`).
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.

@@ -209,8 +209,9 @@ pub fn wire_messages(data: &[u8]) {
     };
     match kind % 3 {
         0 => {
-            if rendezvous::parse_hello(rest).is_ok() {
+            if let Ok(head) = rendezvous::parse_hello(rest) {
                 assert_eq!(rest.len(), rendezvous::HELLO_BYTES);
+                assert!(head.rank <= u32::MAX as usize && head.world <= u32::MAX as usize);
             }
         }
         1 => {

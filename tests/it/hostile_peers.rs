@@ -233,3 +233,110 @@ fn drippers_filling_the_hello_slots_do_not_keep_the_real_rank_out() {
     assert_eq!(code, Some(0), "rank 0: {stderr}");
     assert_eq!(json["nodes"][1]["state"], "reported", "{json}");
 }
+
+/// The fleet verdict's tag on the wire (`verify/fleet/mod.rs`).
+const VERDICT: u8 = 2;
+
+/// A fake rank 0 of 20 lines: takes rank 1's hello and report, then tells
+/// it "the fleet passed". Returns rank 1's (exit code, stderr).
+fn fake_rank0_says_passed(token: Option<&str>) -> (Option<i32>, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut leaf = Command::new(imgctl_bin());
+    leaf.args([
+        "verify",
+        "--fleet",
+        "--expect-gpus",
+        "0",
+        "--fleet-timeout",
+        "20",
+    ])
+    .env("NO_COLOR", "1")
+    .env("RANK", "1")
+    .env("LOCAL_RANK", "0")
+    .env("WORLD_SIZE", "2")
+    .env("LOCAL_WORLD_SIZE", "1")
+    .env("MASTER_ADDR", "127.0.0.1")
+    .env("MASTER_PORT", port.to_string())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    if let Some(t) = token {
+        leaf.env("IMGCTL_RENDEZVOUS_TOKEN", t);
+    }
+    let leaf = leaf.spawn().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut head = [0u8; 20];
+        s.read_exact(&mut head).unwrap();
+        if head[8] == 2 {
+            let mut proof = [0u8; 48];
+            s.read_exact(&mut proof).unwrap();
+        }
+        s.write_all(&[0, 0, 0, 0, 0]).unwrap(); // a session, no payload
+        let mut len = [0u8; 4];
+        if s.read_exact(&mut len).is_ok() {
+            let mut report = vec![0u8; u32::from_le_bytes(len) as usize];
+            let _ = s.read_exact(&mut report);
+            let _ = s.write_all(&[VERDICT, 1]);
+        }
+        // Hold the connection until rank 1 has read what it was told.
+        let _ = s.read(&mut [0u8; 1]);
+    });
+    let (code, _, stderr) = finish(leaf, Duration::from_secs(90));
+    fake.join().unwrap();
+    (code, stderr)
+}
+
+/// The doubt of #40: without a token, a fake rank 0 tells a real rank 1
+/// "the fleet passed" and is believed; with IMGCTL_RENDEZVOUS_TOKEN set on
+/// rank 1, the fake cannot prove the token and rank 1 says so (exit 2).
+#[test]
+fn a_fake_rank_0_is_believed_without_a_token_and_refused_with_one() {
+    let (code, stderr) = fake_rank0_says_passed(None);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("the fleet passed"), "{stderr}");
+    let (code, stderr) = fake_rank0_says_passed(Some("fleet-s3cret"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("could not prove the rendezvous token"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("IMGCTL_RENDEZVOUS_TOKEN"), "{stderr}");
+    assert!(!stderr.contains("fleet-s3cret"), "{stderr}");
+}
+
+/// A fleet whose ranks share a token passes as without one.
+#[test]
+fn a_fleet_sharing_a_token_passes() {
+    let port = free_port();
+    let mut root = Command::new(imgctl_bin());
+    let spawn_rank = |rank: &str, c: &mut Command| {
+        c.args(["verify", "--fleet", "--expect-gpus", "0", "--json"])
+            .args(["--fleet-timeout", "30", "--link-mib", "1"])
+            .env("NO_COLOR", "1")
+            .env("RANK", rank)
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .env("LOCAL_WORLD_SIZE", "1")
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("IMGCTL_RENDEZVOUS_TOKEN", "shared")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let root = spawn_rank("0", &mut root);
+    let leaf = spawn_rank("1", &mut Command::new(imgctl_bin()));
+    let (code, json, stderr) = finish(root, Duration::from_secs(120));
+    let leaf = leaf.wait_with_output().unwrap();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(json["nodes"][1]["state"], "reported", "{json}");
+    assert_eq!(
+        leaf.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&leaf.stderr)
+    );
+}

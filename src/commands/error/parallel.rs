@@ -89,6 +89,10 @@ fn cuda_error(e: &CudaError) -> Advice {
     }
 }
 
+/// The hint of every rendezvous-token error.
+#[cfg(feature = "torch")]
+const TOKEN_HINT: &str = "set the same IMGCTL_RENDEZVOUS_TOKEN (or IMGCTL_RENDEZVOUS_TOKEN_FILE) on every rank, or on none";
+
 #[cfg(feature = "torch")]
 fn launch_error(e: &LaunchError) -> Advice {
     let usage = |hint: &str| Advice::usage(hint.to_string());
@@ -120,6 +124,7 @@ fn launch_error(e: &LaunchError) -> Advice {
         }
         LaunchError::Missing { .. } => usage(LAUNCH_VARS),
         LaunchError::BadRestartCount { .. } => usage("torchrun sets it; do not override it"),
+        LaunchError::BadToken { .. } => usage(TOKEN_HINT),
         LaunchError::NoSlurmHost | LaunchError::BadNodelist { .. } => {
             usage("export MASTER_ADDR=<first node> in the batch script")
         }
@@ -176,6 +181,7 @@ fn rendezvous_error(e: &RendezvousError) -> Advice {
         RendezvousError::BadAgentAddress { .. } => {
             Advice::failure("another program wrote that key; restart the job".to_string())
         }
+        RendezvousError::Token { .. } => Advice::usage(TOKEN_HINT.to_string()),
         RendezvousError::Refused { .. } => Advice::usage(
             "start every rank with the same WORLD_SIZE and a distinct RANK".to_string(),
         ),

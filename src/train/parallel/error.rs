@@ -113,6 +113,13 @@ pub enum LaunchError {
         /// The variable.
         key: String,
     },
+    /// The rendezvous token cannot be read (both variables set, an
+    /// unreadable or empty file).
+    #[error("invalid rendezvous token: {why}")]
+    BadToken {
+        /// Why (never the token).
+        why: String,
+    },
     /// `TORCHELASTIC_RESTART_COUNT` that is no count.
     #[error("TORCHELASTIC_RESTART_COUNT={value:?} is not a non-negative integer")]
     BadRestartCount {
@@ -222,6 +229,13 @@ pub enum RendezvousError {
     #[error("rendezvous failed: {msg}")]
     Refused {
         /// Rank 0's reason.
+        msg: String,
+    },
+    /// The ranks do not share the rendezvous token: a rank without it, or
+    /// with another, or a rank 0 that could not prove it (not this job's).
+    #[error("rendezvous failed: {msg}")]
+    Token {
+        /// What was refused, and by whom.
         msg: String,
     },
     /// This rank reached rank 0, which then gave up waiting for the others.

@@ -50,6 +50,10 @@ pub struct LaunchInfo {
     /// Set when `MASTER_PORT` is torchrun's agent store, not ours
     /// (`TORCHELASTIC_USE_AGENT_STORE=True`).
     pub agent_store: Option<AgentStore>,
+    /// The rendezvous's shared secret, when the environment gives one
+    /// ([`super::auth`]); never serialized.
+    #[serde(skip)]
+    pub token: Option<super::auth::Token>,
 }
 
 /// torchrun's elastic agent holds a c10d TCPStore at `MASTER_ADDR:MASTER_PORT`
@@ -90,6 +94,7 @@ impl LaunchInfo {
             master_port: port,
             source: LaunchSource::Torchrun,
             agent_store: None,
+            token: None,
         }
     }
 
@@ -104,6 +109,7 @@ impl LaunchInfo {
             master_port: DEFAULT_MASTER_PORT,
             source: LaunchSource::Single,
             agent_store: None,
+            token: None,
         }
     }
 
@@ -124,8 +130,10 @@ impl LaunchInfo {
     /// then agree with `SLURM_NTASKS`); none of them: single.
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let token = super::auth::Token::from_env(&get)?;
+        let with_token = |info: LaunchInfo| LaunchInfo { token, ..info };
         if get(ev::RANK).is_some() {
-            return torchrun(&get);
+            return torchrun(&get).map(with_token);
         }
         if get(ev::SLURM_PROCID).is_some() && get(ev::SLURM_NTASKS).is_some() {
             let info = slurm(&get)?;
@@ -138,7 +146,7 @@ impl LaunchInfo {
                     .into());
                 }
             }
-            return Ok(info);
+            return Ok(with_token(info));
         }
         if let Some(w) = get(ev::WORLD_SIZE) {
             return Err(LaunchError::WorldSizeWithoutRank { world: w }.into());
@@ -223,6 +231,7 @@ fn torchrun(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo>
         master_port,
         source: LaunchSource::Torchrun,
         agent_store: agent_store(get)?,
+        token: None,
     };
     check_ranks(&info, ev::RANK, ev::WORLD_SIZE)?;
     Ok(info)
@@ -290,6 +299,7 @@ fn slurm(get: &impl Fn(&str) -> Option<String>) -> anyhow::Result<LaunchInfo> {
         master_port,
         source: LaunchSource::Slurm,
         agent_store: None,
+        token: None,
     };
     check_ranks(&info, ev::SLURM_PROCID, ev::SLURM_NTASKS)?;
     Ok(info)

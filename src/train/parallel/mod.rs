@@ -33,6 +33,7 @@ use crate::env_vars as ev;
 use crate::train::sync::{backward_then_sync, GradLayout, GradSync, SyncStats};
 
 pub mod agent;
+pub mod auth;
 pub mod buckets;
 pub mod collective;
 pub mod error;

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use super::auth::{self, Nonce, Token, MAC_BYTES, NONCE_BYTES};
 use super::error::RendezvousError;
 use super::launch::LaunchInfo;
 use super::tcpstore::{connect_any, host_port, is_timeout, StoreClient};
@@ -28,6 +29,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Magic bytes opening every hello ("IMGCTLRV" + protocol version 1).
 const MAGIC: &[u8; 8] = b"IMGCTLRV";
 const PROTOCOL: u32 = 1;
+/// The protocol of a hello that proves the rendezvous token: the 20 bytes of
+/// protocol 1, then a nonce and the MAC of both ([`super::auth`]).
+const PROTOCOL_TOKEN: u32 = 2;
+/// Reply status of a refusal over the rendezvous token.
+const TOKEN_REFUSED: u8 = 3;
 /// How long an accepted connection may take to send its whole hello before
 /// rank 0 drops it (a port scanner, a stray client or a peer dripping a byte
 /// at a time must not stall the rendezvous).
@@ -67,6 +73,19 @@ pub struct Session {
     pub links: Links,
     /// Where rank 0 listened, for messages.
     pub address: String,
+    /// With a rendezvous token: the token and the nonces the ranks' hellos
+    /// named (rank 0: one per other rank, index `r - 1`; another rank: its
+    /// own), to which later proofs (the fleet's verdict) are bound.
+    pub auth: Option<SessionAuth>,
+}
+
+/// A session's proof material ([`Session::auth`]).
+#[derive(Debug, Clone)]
+pub struct SessionAuth {
+    /// The shared secret.
+    pub token: Token,
+    /// The hellos' nonces.
+    pub nonces: Vec<Nonce>,
 }
 
 fn timed_out(timeout: Duration, what: String) -> anyhow::Error {
@@ -147,6 +166,7 @@ pub fn rendezvous(
             payload: payload()?,
             links: Links::Alone,
             address: host_port(&info.master_addr, info.master_port),
+            auth: None,
         });
     }
     match (&info.agent_store, info.rank) {
@@ -240,6 +260,8 @@ pub struct Gathered {
     pub address: String,
     /// Hellos refused on the way (another job's, a wrong WORLD_SIZE).
     pub refused: Vec<String>,
+    /// Per rank, the nonce its hello named, with a rendezvous token.
+    pub nonces: Vec<Option<Nonce>>,
 }
 
 /// Rank 0's side of a rendezvous that does not fail when a rank stays
@@ -251,19 +273,22 @@ pub fn rendezvous_whoever_comes(info: &LaunchInfo, timeout: Duration) -> anyhow:
     let deadline = Instant::now() + timeout;
     let mut peers: Vec<Option<(TcpStream, SocketAddr)>> =
         (0..info.world_size).map(|_| None).collect();
+    let mut nonces: Vec<Option<Nonce>> = vec![None; info.world_size];
     if info.world_size == 1 {
         return Ok(Gathered {
             peers,
             address: host_port(&info.master_addr, info.master_port),
             refused: Vec::new(),
+            nonces,
         });
     }
     let (listener, address) = root_listener(info, timeout, deadline)?;
-    let refused = gather(&listener, info, deadline, &mut peers)?;
-    for p in peers.iter_mut() {
+    let refused = gather(&listener, info, deadline, &mut peers, &mut nonces)?;
+    for (p, nonce) in peers.iter_mut().zip(&nonces) {
         if let Some((s, _)) = p {
             s.set_nodelay(true)?;
-            if send_reply(s, Reply::Session(&[])).is_err() {
+            let body = session_body(&[], info.token.as_ref(), nonce.as_ref());
+            if send_reply(s, Reply::Session(&body)).is_err() {
                 // It left between its hello and now: as absent as one that never came.
                 *p = None;
             }
@@ -273,7 +298,19 @@ pub fn rendezvous_whoever_comes(info: &LaunchInfo, timeout: Duration) -> anyhow:
         peers,
         address,
         refused,
+        nonces,
     })
+}
+
+/// The body of a session answer: the payload, and with a token the MAC of
+/// the hello's nonce and the payload (rank 0 proves it holds the token, to
+/// this rank, for this hello alone).
+fn session_body(payload: &[u8], token: Option<&Token>, nonce: Option<&Nonce>) -> Vec<u8> {
+    let mut body = payload.to_vec();
+    if let (Some(t), Some(n)) = (token, nonce) {
+        body.extend_from_slice(&t.mac(b"session", &[n, payload]));
+    }
+    body
 }
 
 /// A failure to talk to torchrun's agent store, with the hint that goes with it.
@@ -313,7 +350,8 @@ fn serve_until(
 ) -> anyhow::Result<Session> {
     let n = info.world_size;
     let mut peers: Vec<Option<(TcpStream, SocketAddr)>> = (0..n).map(|_| None).collect();
-    let refused = gather(&listener, info, deadline, &mut peers)?;
+    let mut nonces: Vec<Option<Nonce>> = vec![None; n];
+    let refused = gather(&listener, info, deadline, &mut peers, &mut nonces)?;
     let missing: Vec<usize> = (1..n).filter(|&r| peers[r].is_none()).collect();
     if !missing.is_empty() {
         let arrived = n - missing.len();
@@ -335,16 +373,22 @@ fn serve_until(
     for (r, s) in peers.into_iter().enumerate().skip(1) {
         let (mut s, _) = s.expect("all ranks arrived");
         s.set_nodelay(true)?;
-        send_reply(&mut s, Reply::Session(&payload))
+        let body = session_body(&payload, info.token.as_ref(), nonces[r].as_ref());
+        send_reply(&mut s, Reply::Session(&body))
             .with_context(|| format!("rendezvous: sending the session to rank {r}"))?;
         links.push(s);
     }
+    let auth = info.token.clone().map(|token| SessionAuth {
+        token,
+        nonces: nonces.into_iter().skip(1).flatten().collect(),
+    });
     Ok(Session {
         rank: 0,
         world_size: n,
         payload,
         links: Links::Root(links),
         address,
+        auth,
     })
 }
 
@@ -355,6 +399,7 @@ fn gather(
     info: &LaunchInfo,
     deadline: Instant,
     peers: &mut [Option<(TcpStream, SocketAddr)>],
+    nonces: &mut [Option<Nonce>],
 ) -> anyhow::Result<Vec<String>> {
     let n = info.world_size;
     listener.set_nonblocking(true)?;
@@ -383,9 +428,9 @@ fn gather(
                 let id = accepted;
                 accepted += 1;
                 waiting.push_back((id, clone));
-                let tx = tx.clone();
+                let (tx, token) = (tx.clone(), info.token.clone());
                 std::thread::spawn(move || {
-                    let hello = read_hello_of(stream);
+                    let hello = read_hello_of(stream, token.as_ref());
                     let _ = tx.send((id, hello, peer));
                 });
                 continue;
@@ -398,13 +443,22 @@ fn gather(
         };
         waiting.retain(|(i, _)| *i != id);
         // Not one of ours (or it gave up): ignore it and keep waiting.
-        let Ok((mut stream, rank, world)) = hello else {
+        let Ok((mut stream, hello)) = hello else {
             continue;
         };
+        let (rank, world) = (hello.rank, hello.world);
         // A hello that cannot be one of this job's ranks (another job's, a
         // wrong WORLD_SIZE, a rank taken or out of range, or forged) is
         // refused on its own connection; the job goes on waiting for the
         // real rank, and a timeout names what was refused.
+        let token_why = hello.token.as_ref().err().map(|t| t.describe(rank, &peer));
+        if let Some(msg) = token_why {
+            let _ = send_reply(&mut stream, Reply::TokenRefused(&msg));
+            if refused.len() < 8 {
+                refused.push(msg);
+            }
+            continue;
+        }
         let why = if world != n {
             Some(format!(
                 "rank {rank} (from {peer}) was started with WORLD_SIZE={world}, \
@@ -427,6 +481,7 @@ fn gather(
             continue;
         }
         peers[rank] = Some((stream, peer));
+        nonces[rank] = hello.token.ok().flatten();
         arrived += 1;
     }
     Ok(refused)
@@ -452,10 +507,18 @@ fn join(
         )
     })?;
     stream.set_nodelay(true)?;
-    write_hello(&mut stream, info.rank, info.world_size)
+    let nonce = write_hello(&mut stream, info.rank, info.world_size, info.token.as_ref())
         .with_context(|| format!("rendezvous: sending hello to rank 0 at {address}"))?;
     let payload = match read_reply(&mut stream, deadline) {
-        Ok(Ok(p)) => p,
+        Ok(Ok(p)) => match (&info.token, nonce) {
+            (Some(t), Some(n)) => proven_payload(t, &n, p).ok_or_else(|| RendezvousError::Token {
+                msg: format!(
+                    "rank 0 at {address} could not prove the rendezvous token: it holds another one, or it is not this job's rank 0"
+                ),
+            })?,
+            _ => p,
+        },
+        Ok(Err((TOKEN_REFUSED, msg))) => return Err(RendezvousError::Token { msg }.into()),
         Ok(Err((TIMED_OUT, msg))) => {
             return Err(RendezvousError::RootGaveUp {
                 rank: info.rank,
@@ -480,52 +543,160 @@ fn join(
             )))
         }
     };
+    let auth = info.token.clone().zip(nonce).map(|(token, n)| SessionAuth {
+        token,
+        nonces: vec![n],
+    });
     Ok(Session {
         rank: info.rank,
         world_size: info.world_size,
         payload,
         links: Links::Leaf(stream),
         address,
+        auth,
     })
 }
 
-fn write_hello(s: &mut TcpStream, rank: usize, world: usize) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(20);
+/// The payload of a session answer that proves the token (see
+/// [`session_body`]); `None` when the proof is missing or wrong.
+fn proven_payload(token: &Token, nonce: &Nonce, mut body: Vec<u8>) -> Option<Vec<u8>> {
+    let at = body.len().checked_sub(MAC_BYTES)?;
+    let tag = body.split_off(at);
+    token
+        .verify(b"session", &[nonce, &body], &tag)
+        .then_some(body)
+}
+
+/// Sends a hello; with a token, protocol 2 with a fresh nonce and the MAC
+/// of both (the nonce is returned: rank 0's answers are bound to it).
+fn write_hello(
+    s: &mut TcpStream,
+    rank: usize,
+    world: usize,
+    token: Option<&Token>,
+) -> std::io::Result<Option<Nonce>> {
+    let mut buf = Vec::with_capacity(HELLO_BYTES + NONCE_BYTES + MAC_BYTES);
     buf.extend_from_slice(MAGIC);
-    buf.extend_from_slice(&PROTOCOL.to_le_bytes());
+    let protocol = if token.is_some() {
+        PROTOCOL_TOKEN
+    } else {
+        PROTOCOL
+    };
+    buf.extend_from_slice(&protocol.to_le_bytes());
     buf.extend_from_slice(&(rank as u32).to_le_bytes());
     buf.extend_from_slice(&(world as u32).to_le_bytes());
-    s.write_all(&buf)
+    let nonce = token.map(|t| {
+        let n = auth::nonce();
+        let tag = t.mac(b"hello", &[&buf, &n]);
+        buf.extend_from_slice(&n);
+        buf.extend_from_slice(&tag);
+        n
+    });
+    s.write_all(&buf)?;
+    Ok(nonce)
+}
+
+/// Why a hello is refused over the rendezvous token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// Rank 0 has a token; the hello proves none.
+    Missing,
+    /// The hello's proof is not of rank 0's token.
+    Another,
+    /// The hello proves a token, but rank 0 has none.
+    Unexpected,
+}
+
+impl TokenRefusal {
+    /// The refusal in words, for rank 0's error and the refused rank.
+    fn describe(self, rank: usize, peer: &SocketAddr) -> String {
+        match self {
+            TokenRefusal::Missing => format!(
+                "rank {rank} (from {peer}) has no rendezvous token, but rank 0 has one"
+            ),
+            TokenRefusal::Another => format!(
+                "rank {rank} (from {peer}) holds another rendezvous token than rank 0 (or is not one of this job's ranks)"
+            ),
+            TokenRefusal::Unexpected => format!(
+                "rank {rank} (from {peer}) has a rendezvous token, but rank 0 has none"
+            ),
+        }
+    }
+}
+
+/// A hello as rank 0 read it.
+struct Hello {
+    rank: usize,
+    world: usize,
+    /// With tokens on both sides, the nonce it proved; without any, `None`;
+    /// else why it is refused.
+    token: Result<Option<Nonce>, TokenRefusal>,
 }
 
 /// Reads the hello of an accepted connection, all of it within
-/// [`HELLO_TIMEOUT`]: the stream with its (rank, world size).
-fn read_hello_of(mut stream: TcpStream) -> std::io::Result<(TcpStream, usize, usize)> {
+/// [`HELLO_TIMEOUT`], and checks its proof of `token`.
+fn read_hello_of(
+    mut stream: TcpStream,
+    token: Option<&Token>,
+) -> std::io::Result<(TcpStream, Hello)> {
     stream.set_nonblocking(false)?;
-    let (rank, world) = read_hello(&mut stream, Instant::now() + HELLO_TIMEOUT)?;
-    Ok((stream, rank, world))
-}
-
-fn read_hello(s: &mut TcpStream, deadline: Instant) -> std::io::Result<(usize, usize)> {
-    let mut buf = [0u8; HELLO_BYTES];
-    read_exact_by(s, &mut buf, deadline)?;
-    parse_hello(&buf)
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    let mut head = [0u8; HELLO_BYTES];
+    read_exact_by(&mut stream, &mut head, deadline)?;
+    let parsed = parse_hello(&head)?;
+    let proof = if parsed.proves_token {
+        let mut rest = [0u8; NONCE_BYTES + MAC_BYTES];
+        read_exact_by(&mut stream, &mut rest, deadline)?;
+        let (n, tag) = rest.split_at(NONCE_BYTES);
+        let nonce: Nonce = n.try_into().expect("NONCE_BYTES");
+        Some((nonce, tag.to_vec()))
+    } else {
+        None
+    };
+    let checked = match (token, proof) {
+        (None, None) => Ok(None),
+        (Some(t), Some((n, tag))) if t.verify(b"hello", &[&head, &n], &tag) => Ok(Some(n)),
+        (Some(_), Some(_)) => Err(TokenRefusal::Another),
+        (Some(_), None) => Err(TokenRefusal::Missing),
+        (None, Some(_)) => Err(TokenRefusal::Unexpected),
+    };
+    let hello = Hello {
+        rank: parsed.rank,
+        world: parsed.world,
+        token: checked,
+    };
+    Ok((stream, hello))
 }
 
 /// The length of a hello: magic, protocol, rank, world size.
 pub const HELLO_BYTES: usize = 20;
 
-/// The (rank, world size) a hello's bytes say; `InvalidData` for anything
-/// but [`HELLO_BYTES`] bytes of an imgctl hello of this protocol. Pure: the
-/// fuzz target `wire_messages` drives it.
-pub fn parse_hello(buf: &[u8]) -> std::io::Result<(usize, usize)> {
+/// What the first [`HELLO_BYTES`] of a hello say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloHead {
+    /// The rank it claims.
+    pub rank: usize,
+    /// Its world size.
+    pub world: usize,
+    /// Protocol 2: a nonce and a MAC follow.
+    pub proves_token: bool,
+}
+
+/// The head of a hello; `InvalidData` for anything but [`HELLO_BYTES`]
+/// bytes of an imgctl hello of protocol 1 or 2. Pure: the fuzz target
+/// `wire_messages` drives it.
+pub fn parse_hello(buf: &[u8]) -> std::io::Result<HelloHead> {
     let not_ours = || std::io::Error::new(ErrorKind::InvalidData, "not an imgctl hello");
     let buf: &[u8; HELLO_BYTES] = buf.try_into().map_err(|_| not_ours())?;
     let word = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
-    if &buf[..8] != MAGIC || word(8) != PROTOCOL {
+    if &buf[..8] != MAGIC || !matches!(word(8), PROTOCOL | PROTOCOL_TOKEN) {
         return Err(not_ours());
     }
-    Ok((word(12) as usize, word(16) as usize))
+    Ok(HelloHead {
+        rank: word(12) as usize,
+        world: word(16) as usize,
+        proves_token: word(8) == PROTOCOL_TOKEN,
+    })
 }
 
 /// The status and body length of rank 0's answer to a hello, from its
@@ -556,6 +727,8 @@ enum Reply<'a> {
     Refused(&'a str),
     /// Status [`TIMED_OUT`]: rank 0's deadline passed before every rank came.
     TimedOut(&'a str),
+    /// Status [`TOKEN_REFUSED`]: the hello's proof of the token failed.
+    TokenRefused(&'a str),
 }
 
 /// Reply status of [`Reply::TimedOut`].
@@ -566,6 +739,7 @@ fn send_reply(s: &mut TcpStream, reply: Reply<'_>) -> std::io::Result<()> {
         Reply::Session(p) => (0u8, p),
         Reply::Refused(m) => (1u8, m.as_bytes()),
         Reply::TimedOut(m) => (TIMED_OUT, m.as_bytes()),
+        Reply::TokenRefused(m) => (TOKEN_REFUSED, m.as_bytes()),
     };
     let mut buf = vec![status];
     buf.extend_from_slice(&(body.len() as u32).to_le_bytes());

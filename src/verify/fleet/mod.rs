@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 
 use super::report::Report;
 use crate::sys::net::read_exact_by;
+use crate::train::parallel::auth::{Nonce, Token, MAC_BYTES};
+use crate::train::parallel::error::RendezvousError;
 use crate::train::parallel::launch::LaunchInfo;
 use crate::train::parallel::rendezvous::{self, Links};
 
@@ -304,8 +306,9 @@ pub fn run(
     let mut report = judge(nodes, info.world_size);
     report.push(all_reduce);
     report.seconds = start.elapsed().as_secs_f64();
-    for (_, stream) in &mut streams {
-        let _ = send_verdict(stream, report.passed);
+    for (rank, stream) in &mut streams {
+        let proof = info.token.as_ref().zip(gathered.nonces[*rank].as_ref());
+        let _ = send_verdict(stream, report.passed, proof);
     }
     Ok(FleetOutcome::Root(Box::new(report)))
 }
@@ -414,6 +417,18 @@ fn run_leaf(
             VERDICT => {
                 let mut v = [0u8; 1];
                 read_exact_by(&mut stream, &mut v, deadline)?;
+                if let Some(auth) = &session.auth {
+                    let mut tag = [0u8; MAC_BYTES];
+                    read_exact_by(&mut stream, &mut tag, deadline)?;
+                    if !auth.token.verify(b"verdict", &[&auth.nonces[0], &v], &tag) {
+                        anyhow::bail!(RendezvousError::Token {
+                            msg: format!(
+                                "the verdict from rank 0 at {} does not prove the rendezvous token: it was not sent by this job's rank 0",
+                                session.address
+                            )
+                        });
+                    }
+                }
                 break v[0] == 1;
             }
             other => anyhow::bail!("fleet verify: rank 0 sent an unknown message ({other})"),
@@ -468,6 +483,7 @@ fn all_reduce_root(
         payload: Vec::new(),
         links: Links::Root(links),
         address: String::new(),
+        auth: None,
     };
     let buf = all_reduce_buffer(0, options.link_bytes);
     let outcome = CpuCollective::new(session, options.timeout).and_then(|mut c| {
@@ -539,6 +555,7 @@ fn all_reduce_leaf(
         payload: Vec::new(),
         links: Links::Leaf(stream),
         address: address.to_string(),
+        auth: None,
     };
     let mut c = CpuCollective::new(session, options.timeout)?;
     c.all_reduce_sum(&all_reduce_buffer(rank, options.link_bytes))?;
@@ -548,7 +565,6 @@ fn all_reduce_leaf(
     }
 }
 
-/// Reads one node's report by `deadline`; the error says what happened.
 /// Reads a node's report, the whole message before `deadline` (a peer that
 /// drips it cannot hold rank 0 past its bound).
 fn read_report(
@@ -620,6 +636,16 @@ fn answer_probe(stream: &mut TcpStream, deadline: Instant) -> anyhow::Result<()>
     Ok(())
 }
 
-fn send_verdict(stream: &mut TcpStream, passed: bool) -> std::io::Result<()> {
-    stream.write_all(&[VERDICT, u8::from(passed)])
+/// The verdict, and with a rendezvous token its MAC bound to the node's
+/// hello nonce (a process that is not rank 0 cannot tell a node "passed").
+fn send_verdict(
+    stream: &mut TcpStream,
+    passed: bool,
+    proof: Option<(&Token, &Nonce)>,
+) -> std::io::Result<()> {
+    let mut message = vec![VERDICT, u8::from(passed)];
+    if let Some((token, nonce)) = proof {
+        message.extend_from_slice(&token.mac(b"verdict", &[nonce, &message[1..]]));
+    }
+    stream.write_all(&message)
 }
