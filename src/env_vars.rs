@@ -19,6 +19,11 @@ pub const DOCKER_CONTEXT: &str = "DOCKER_CONTEXT";
 /// Set (non-empty): the docker CLI talks TLS to `DOCKER_HOST`; imgctl refuses
 /// such an address instead of talking plain HTTP to it.
 pub const DOCKER_TLS_VERIFY: &str = "DOCKER_TLS_VERIFY";
+/// Set by Jupyter in a kernel's environment (jupyter_client), so inherited
+/// by `!imgctl …` in a notebook cell: output goes to a notebook, whose
+/// output area understands `\r` but not the terminal's line erase, and is
+/// far wider than the 80 columns of the pty ipykernel runs commands in.
+pub const JPY_PARENT_PID: &str = "JPY_PARENT_PID";
 /// Disables colour when set to any value (<https://no-color.org>).
 pub const NO_COLOR: &str = "NO_COLOR";
 /// Global rank of a worker (torchrun).

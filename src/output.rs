@@ -2,6 +2,9 @@
 //!
 //! One process-wide [`Printer`] set up from the global flags. Progress bars
 //! are drawn only on a terminal; elsewhere, long work prints plain lines.
+//! Under a Jupyter kernel (`!imgctl …` in a notebook cell, [`in_notebook`])
+//! stderr is a pty, but what reads it is a notebook's output area: plain
+//! lines there too, and tables at their natural width.
 //! `NO_COLOR` and `--color never` turn colour off. Tables fit the width of
 //! the terminal they go to (or `COLUMNS`): [`table_fit`] says how, and
 //! [`fit_table`] / [`drop_columns`] / [`shorten_paths`] do it.
@@ -61,11 +64,13 @@ pub enum ColorChoice {
 /// Sets up the process-wide printer (first call wins): `verbose` (`-v`
 /// count), `quiet` (`-q`) and the colour choice.
 pub fn init(verbose: u8, quiet: bool, color: ColorChoice) {
-    let interactive = std::io::stderr().is_terminal();
+    let terminal = std::io::stderr().is_terminal();
+    // A notebook shows colours, but its output area erases no line: no bars.
+    let interactive = terminal && !in_notebook();
     let color = match color {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
-        ColorChoice::Auto => interactive && std::env::var_os(crate::env_vars::NO_COLOR).is_none(),
+        ColorChoice::Auto => terminal && std::env::var_os(crate::env_vars::NO_COLOR).is_none(),
     };
     let _ = PRINTER.set(Printer {
         verbose,
@@ -73,6 +78,13 @@ pub fn init(verbose: u8, quiet: bool, color: ColorChoice) {
         interactive,
         color,
     });
+}
+
+/// Whether imgctl runs under a Jupyter kernel (`JPY_PARENT_PID` set, as
+/// jupyter_client sets it for kernels and their children): a notebook cell's
+/// `!imgctl …`.
+pub fn in_notebook() -> bool {
+    std::env::var_os(crate::env_vars::JPY_PARENT_PID).is_some_and(|v| !v.is_empty())
 }
 
 /// The process-wide printer (plain, non-interactive defaults before [`init`]).
@@ -241,6 +253,11 @@ pub fn table_width(stream: Stream) -> Option<u16> {
         .filter(|n| *n >= MIN_COLUMNS);
     if columns.is_some() {
         return columns;
+    }
+    // The pty of a notebook cell says 80 columns; the notebook is wider and
+    // wraps long lines itself.
+    if in_notebook() {
+        return None;
     }
     // comfy-table asks the terminal (TIOCGWINSZ through crossterm) when the
     // stream is one.

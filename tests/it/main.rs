@@ -18,6 +18,7 @@ mod injection;
 mod linking;
 mod lock;
 mod multinode;
+mod notebook;
 mod op_profile;
 mod parallel;
 mod referrers;

@@ -264,6 +264,20 @@ mod single_run {
         if let Some(plot) = &s.loss_plot {
             lines.push(format!("curves: {}", plot.display()));
         }
+        if crate::output::in_notebook() {
+            let pictures: Vec<String> = s
+                .loss_plot
+                .iter()
+                .chain(s.samples.last())
+                .map(|p| format!("Image({:?})", p.display().to_string()))
+                .collect();
+            if !pictures.is_empty() {
+                lines.push(format!(
+                    "show them here: from IPython.display import Image, display; display({})",
+                    pictures.join(", ")
+                ));
+            }
+        }
         lines
     }
 
