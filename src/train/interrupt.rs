@@ -1,15 +1,28 @@
 //! Ctrl-C during training: the process-wide flag the run loop polls
 //! ([`interrupt_flag`]), and the handler's own lines, said when the signal
-//! comes (the one place under `train/` that prints, because no sink is
+//! comes. A second Ctrl-C a second or more after the first exits at once;
+//! closer, it is the first one delivered twice (`timeout` forwards it too) (the one place under `train/` that prints, because no sink is
 //! listening inside a signal handler).
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::output::printer;
 
 /// The step the loop is training now (0 before the first), named by the
 /// first Ctrl-C's line.
 static STEP_IN_PROGRESS: AtomicU64 = AtomicU64::new(0);
+
+/// SIGINTs closer than this to the first are that same Ctrl-C: under
+/// `timeout` (or any parent that forwards it) one key press reaches the
+/// process twice, from the terminal and from the parent, and must not count
+/// as the second Ctrl-C that gives up the checkpoint.
+const SAME_CTRL_C: Duration = Duration::from_secs(1);
+
+/// Whether a SIGINT at `now` is a second Ctrl-C after a first at `first`.
+fn is_second_ctrl_c(first: Instant, now: Instant) -> bool {
+    now.saturating_duration_since(first) >= SAME_CTRL_C
+}
 
 /// The run loop says which step it starts (1-based), so that a Ctrl-C
 /// answers "finishing step N".
@@ -54,11 +67,17 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         // destructors would run while libtorch's threads still compute, and
         // tearing libtorch down under them segfaulted (exit 139).
         let announce = announces(|k| std::env::var(k).ok());
+        let first_at: OnceLock<Instant> = OnceLock::new();
         let handler = move || {
             if f.swap(true, Ordering::SeqCst) {
+                let first = *first_at.get_or_init(Instant::now);
+                if !is_second_ctrl_c(first, Instant::now()) {
+                    return; // the first Ctrl-C, delivered twice
+                }
                 printer().stderr_text("second interrupt: exiting without a checkpoint\n");
                 crate::sys::process::exit_now(130);
             }
+            let _ = first_at.set(Instant::now());
             if announce {
                 printer().stderr_text(first_interrupt_line(
                     STEP_IN_PROGRESS.load(Ordering::Relaxed),
@@ -78,6 +97,15 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sigints_within_a_second_of_the_first_are_the_same_ctrl_c() {
+        let first = Instant::now();
+        assert!(!is_second_ctrl_c(first, first));
+        assert!(!is_second_ctrl_c(first, first + Duration::from_millis(300)));
+        assert!(is_second_ctrl_c(first, first + Duration::from_millis(1000)));
+        assert!(is_second_ctrl_c(first, first + Duration::from_secs(3)));
+    }
 
     #[test]
     fn the_first_ctrl_c_names_the_step_it_finishes() {
