@@ -277,7 +277,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         .with_hint("e.g. --link-mib 16 (the default)")
         .into());
     }
-    let info = crate::train::parallel::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
+    let info = crate::world::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
     let options = FleetOptions {
         timeout: Duration::from_secs_f64(args.fleet_timeout),
         link_bytes: args.link_mib << 20,

@@ -431,7 +431,7 @@ fn only_the_command_layer_speaks_the_users_language() {
 const NO_TABLE: &[(&str, &str, &str, &str)] = &[
     (
         "RawNvmlError",
-        "src/verify/nvml/real.rs",
+        "src/nvml/real.rs",
         "RawNvmlError::Code",
         "mapped to NvmlErr, then to a check's verdict",
     ),

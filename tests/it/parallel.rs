@@ -396,7 +396,7 @@ fn torchrun_launches_two_cpu_ranks_through_its_agent_store() {
 /// for a key nobody writes ends at its deadline.
 #[test]
 fn the_store_client_speaks_pytorchs_tcpstore_protocol() {
-    use imgctl::train::parallel::tcpstore::StoreClient;
+    use imgctl::world::tcpstore::StoreClient;
     let script = "import datetime, sys, torch.distributed as d\n\
                   s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False, \
                   timeout=datetime.timedelta(seconds=60))\n\
@@ -1340,7 +1340,7 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
 #[test]
 fn nccl_without_a_gpu_fails_cleanly() {
     use imgctl::sys::nccl::NcclLibrary;
-    use imgctl::train::parallel::collective::nccl::NcclCollective;
+    use imgctl::world::collective::nccl::NcclCollective;
     if tch::Cuda::device_count() > 0 {
         // On a GPU machine the same call succeeds; this test is about CPU machines.
         return;

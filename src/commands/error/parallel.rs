@@ -4,17 +4,16 @@
 //! variables, the GPU selection, NCCL and the CUDA runtime).
 //!
 //! Covers [`LaunchError`], [`RendezvousError`], [`CollectiveError`] and
-//! [`SupervisorError`] of `train::parallel`, and [`NcclError`] and
+//! [`SupervisorError`] of `world` and `train::parallel`, and [`NcclError`] and
 //! [`CudaError`] of `sys` (those two also without the `torch` feature).
 
 use super::advice::Advice;
 use crate::sys::cudart::CudaError;
 use crate::sys::nccl::NcclError;
 #[cfg(feature = "torch")]
-use crate::train::parallel::{
-    supervisor::{SupervisorError, WorkerEnd},
-    CollectiveError, LaunchError, RendezvousError,
-};
+use crate::train::parallel::supervisor::{SupervisorError, WorkerEnd};
+#[cfg(feature = "torch")]
+use crate::world::{CollectiveError, LaunchError, RendezvousError};
 
 /// The hint of a rendezvous that timed out (here, or at rank 0).
 #[cfg(feature = "torch")]
@@ -171,7 +170,7 @@ fn rendezvous_error(e: &RendezvousError) -> Advice {
             "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's c10d store is at \
              MASTER_ADDR:MASTER_PORT; run under torchrun (not with its variables copied), \
              or raise --rendezvous-timeout (now {})",
-            crate::train::parallel::timeouts::fmt_secs(*timeout)
+            crate::world::timeouts::fmt_secs(*timeout)
         )),
         RendezvousError::BadAgentAddress { .. } => {
             Advice::failure("another program wrote that key; restart the job".to_string())
@@ -297,7 +296,7 @@ mod tests {
     #[test]
     fn the_gpu_selection_speaks_of_the_flag() {
         use crate::gpus::GpuSelection;
-        use crate::train::parallel::launch::resolve_gpus;
+        use crate::world::launch::resolve_gpus;
         let resolve = |s: &str, visible| resolve_gpus(&GpuSelection::parse(s).unwrap(), visible);
         let e = resolve("device=1", 0).unwrap_err();
         assert_eq!(
