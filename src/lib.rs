@@ -47,6 +47,7 @@ pub mod sys;
 #[cfg(feature = "torch")]
 pub mod train;
 pub mod verify;
+pub mod workstation;
 #[cfg(feature = "torch")]
 pub mod world;
 
