@@ -63,11 +63,10 @@ impl Termination {
     /// nothing is left to clean up.
     pub fn exit_on_next(mut self) {
         tokio::spawn(async move {
-            let sig = self.recv().await;
-            crate::output::printer().stderr_text(format!("error: interrupted by {sig}\n"));
-            // The one exit helper (sys::process): `_exit`, so no exit
-            // handler runs while other threads still use the runtime.
-            crate::sys::process::exit_now(130);
+            let signal = self.recv().await;
+            // The command layer's line and status (exit 130), then `_exit`,
+            // so no exit handler runs while other threads still use the runtime.
+            crate::output::exit_with(DockerError::Signalled { signal }.into());
         });
     }
 

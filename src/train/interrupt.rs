@@ -57,7 +57,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
         let handler = move || {
             if f.swap(true, Ordering::SeqCst) {
                 printer().stderr_text("second interrupt: exiting without a checkpoint\n");
-                crate::sys::process::exit_now(130);
+                crate::sys::process::exit_now(crate::ExitStatus::Interrupted);
             }
             if announce {
                 printer().stderr_text(first_interrupt_line(

@@ -367,7 +367,7 @@ pub fn driver_verdict(host: &HostGpus, labels: &HashMap<String, String>) -> Chec
 
 /// What [`verify_image_with`] is doing, told to its watcher as each phase
 /// starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImagePhase {
     /// Connecting to the Docker engine.
     Connect,
@@ -380,6 +380,15 @@ pub enum ImagePhase {
     Container(ContainerPhase),
     /// Comparing the host's GPUs and driver with the container's.
     Compare,
+    /// The container's stderr, for those who asked to see more (`-v`): its
+    /// last [`crate::docker::tail::OUTPUT_TAIL`] bytes, and how many bytes
+    /// before them were left out.
+    ContainerStderr {
+        /// The stderr kept.
+        stderr: String,
+        /// Bytes left out before it (0: none).
+        cut: u64,
+    },
 }
 
 /// Runs the image's own verify inside a container of the image and returns
@@ -472,16 +481,10 @@ pub async fn verify_image_with(
             }
         }
         Ok(out) => {
-            let kept = if out.stderr_cut > 0 {
-                format!(
-                    " (its last {} KiB; {} bytes before them left out)",
-                    crate::docker::tail::OUTPUT_TAIL / 1024,
-                    out.stderr_cut
-                )
-            } else {
-                String::new()
-            };
-            crate::output::printer().verbose(format!("container stderr{kept}:\n{}", out.stderr));
+            phase(ImagePhase::ContainerStderr {
+                stderr: out.stderr.clone(),
+                cut: out.stderr_cut,
+            });
             let parsed = serde_json::from_str::<Report>(out.stdout.trim())
                 .map(|rep| (container_report_problem(out.exit_code, &rep), rep));
             match parsed {

@@ -57,6 +57,13 @@ pub fn status_of(err: &anyhow::Error) -> ExitStatus {
         .map_or(ExitStatus::Failure, |a| a.status)
 }
 
+/// [`render_error`] and [`status_of`] together: the command layer's
+/// [`crate::output::ErrorRenderer`], for the paths that end the process
+/// without returning (a signal, the collective watchdog).
+pub fn render_fatal(err: &anyhow::Error) -> (String, ExitStatus) {
+    (render_error(err), status_of(err))
+}
+
 /// Renders an error for a terminal: `error:`, `caused by:` lines and a `hint:`
 /// (the hint of the first error in the chain that [`advise`] knows).
 pub fn render_error(err: &anyhow::Error) -> String {

@@ -4,14 +4,17 @@
 //! variables, the GPU selection, NCCL and the CUDA runtime).
 //!
 //! Covers [`LaunchError`], [`RendezvousError`], [`CollectiveError`] and
-//! [`SupervisorError`] of `world` and `train::parallel`, and [`NcclError`] and
-//! [`CudaError`] of `sys` (those two also without the `torch` feature).
+//! [`WatchdogError`] of `world`, [`SupervisorError`] of `train::parallel`,
+//! and [`NcclError`] and [`CudaError`] of `sys` (those two also without the
+//! `torch` feature).
 
 use super::advice::Advice;
 use crate::sys::cudart::CudaError;
 use crate::sys::nccl::NcclError;
 #[cfg(feature = "torch")]
 use crate::train::parallel::supervisor::{SupervisorError, WorkerEnd};
+#[cfg(feature = "torch")]
+use crate::world::watchdog::WatchdogError;
 #[cfg(feature = "torch")]
 use crate::world::{CollectiveError, LaunchError, RendezvousError};
 
@@ -32,7 +35,7 @@ const NCCL_MISSING_HINT: &str =
     "NCCL comes with the PyTorch CUDA wheel (nvidia-nccl-cu12, file libnccl.so.2); \
      use an image built by `imgctl build`, or train on one device without --gpus";
 
-/// Advice for the errors of `train::parallel`, `sys::nccl` and `sys::cudart`.
+/// Advice for the errors of `world`, `train::parallel`, `sys::nccl` and `sys::cudart`.
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
     if let Some(e) = err.downcast_ref::<NcclError>() {
         return Some(nccl_error(e));
@@ -54,8 +57,23 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
         if let Some(e) = err.downcast_ref::<SupervisorError>() {
             return Some(supervisor_error(e));
         }
+        if let Some(e) = err.downcast_ref::<WatchdogError>() {
+            return Some(watchdog_error(e));
+        }
     }
     None
+}
+
+/// The collective watchdog's warning and its firing (which ends the rank).
+#[cfg(feature = "torch")]
+fn watchdog_error(e: &WatchdogError) -> Advice {
+    match e {
+        WatchdogError::Off { .. } => Advice::failure(None),
+        WatchdogError::Fired { .. } => Advice::failure(
+            "the failing rank's own log names the cause; NCCL_DEBUG=INFO shows NCCL's view"
+                .to_string(),
+        ),
+    }
 }
 
 fn nccl_error(e: &NcclError) -> Advice {
