@@ -108,6 +108,11 @@ pub fn warn_error(err: &anyhow::Error) {
     printer().stderr_text(format!("warning: {err:#}\n"));
 }
 
+/// How tables meet stderr: [`table_fit`] with `-v` showing them whole.
+pub fn stderr_fit() -> Fit {
+    table_fit(Stream::Stderr, printer().verbose > 0)
+}
+
 /// The process-wide printer (plain, non-interactive defaults before [`init`]).
 pub fn printer() -> Printer {
     *PRINTER.get_or_init(|| Printer {

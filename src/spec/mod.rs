@@ -111,6 +111,12 @@ pub fn bundled_locks() -> Vec<(&'static str, &'static str)> {
     BUNDLED_LOCKS.iter().map(|(_, p, t)| (*p, *t)).collect()
 }
 
+/// The CUDA `major.minor` of every bundled profile, in order (`12.4`, …):
+/// what `--cuda` accepts.
+pub fn bundled_cudas() -> Vec<&'static str> {
+    BUNDLED.iter().map(|(_, mm, _)| *mm).collect()
+}
+
 /// The CUDA `major.minor` that selects a bundled profile (`cu124` → `12.4`).
 pub fn bundled_cuda(name: &str) -> Option<&'static str> {
     BUNDLED
