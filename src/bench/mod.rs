@@ -13,6 +13,8 @@
 //! benchmark starts as a run does, through [`crate::train::session`] (without
 //! an output directory or a checkpoint to resume). This module measures and
 //! reports; it must not change how the trainer steps.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 use std::sync::Arc;
 use std::time::Instant;
 

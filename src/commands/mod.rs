@@ -1,5 +1,7 @@
 //! One file per subcommand: turn clap args into typed options, call the core,
 //! print through [`crate::output`].
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use crate::cli::{Cli, Command};
 use crate::ExitStatus;
 

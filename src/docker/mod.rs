@@ -12,6 +12,8 @@
 //! container's output for an error or a report is bounded ([`tail`]). It
 //! knows nothing of specs or checks, and it prints nothing: commands do. Its errors are [`DockerError`] (and
 //! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 pub mod auth;
 pub mod build;
 pub mod config;

@@ -1,4 +1,4 @@
-//! **The NVML seam** (a part of its own, under `train/` and `verify/`): the
+//! **The NVML seam** (on the shared floor, under `train/` and `verify/`): the
 //! trait ([`NvmlBackend`], in `backend.rs`), the real backend over
 //! nvml-wrapper ([`RealNvml`], `real.rs`) and a scriptable fake for unit
 //! tests (`FakeNvml`, `fake.rs`, compiled for tests only).
@@ -8,6 +8,8 @@
 //! verify's NVML checks (`verify::nvml`) and the trainer's GPU watch
 //! (`train::gpu_watch`); this module imports neither. The paths
 //! `nvml::X` are the public ones.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 pub mod backend;
 #[cfg(test)]
 mod fake;

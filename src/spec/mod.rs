@@ -8,6 +8,8 @@
 //! reported at once as a [`SpecError`], one `field.path: message` line each;
 //! its messages name no command-line flag (`commands/` adds those and the
 //! hints).
+//!
+//! Part: the build wing (`docs/architecture.md`).
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};

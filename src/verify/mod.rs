@@ -16,6 +16,8 @@
 //! Verify must not parse CLI arguments nor name them (see
 //! `commands/verify.rs`), nor talk to the Docker engine except through
 //! `crate::docker`.
+//!
+//! Part: the verify wing (`docs/architecture.md`).
 pub mod check;
 pub mod context;
 pub mod error;

@@ -1,4 +1,4 @@
-//! **The world** (a part of its own, under `train/` and `verify/`): the
+//! **The world** (on the shared floor, under `train/` and `verify/`): the
 //! job's identity, rendezvous, the TCPStore, collectives and the watchdog,
 //! shared by training (`train::parallel`'s data parallelism) and by
 //! `verify --fleet` (`verify::fleet`).
@@ -15,6 +15,8 @@
 //!
 //! It imports only `sys/`, `env_vars`, `gpus/` and `output`; never `train/`,
 //! `verify/` nor `commands/`.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 pub mod agent;
 pub mod collective;
 pub mod error;

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use crate::common::repo_root;
 
+mod picture;
+
 /// One source file: its module path (`["train", "sync"]`) and its code
 /// without comment lines and without its trailing `#[cfg(test)] mod tests`.
 struct Source {

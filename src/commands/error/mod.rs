@@ -7,6 +7,8 @@
 //! enums, so a new variant without advice does not compile. A [`CliError`] (built by `commands/` itself) carries its status and
 //! hint directly. [`render_error`] prints `error: …`, `  caused by: …` lines, a
 //! blank line and `hint: …`.
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use crate::error::ExitStatus;
 
 mod advice;

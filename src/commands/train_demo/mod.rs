@@ -7,6 +7,8 @@
 //! rank of a launched job ([`launch::worker_sync`]), with the flags resolved
 //! by [`options`]. Those modules never call back into this one. The command
 //! layer only: the work lives in `crate::train` and `crate::bench`.
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use crate::cli::TrainArgs;
 use crate::ExitStatus;
 

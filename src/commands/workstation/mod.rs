@@ -10,6 +10,8 @@
 //! [`crate::docker::workstation`]), and prints the JupyterLab URL and the
 //! `ssh` line: this layer keeps the words and the exit status. Until the
 //! workstation is up, every failure and Ctrl-C removes it.
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -17,6 +17,8 @@
 //! only through that seam, [`crate::train::sync`]: nothing here imports the
 //! trainer or the run. This module must not own the training loop, the data
 //! pipeline or any output file besides the opt-in parameter-hash log.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
