@@ -289,11 +289,21 @@ pub struct ManArgs {
     pub out_dir: Option<PathBuf>,
 }
 
+/// The help of `--cuda`: the CUDA versions of the bundled profiles, read
+/// from the specs in `images/` ([`crate::spec::bundled_cudas`]), and the default.
+pub fn cuda_help() -> String {
+    format!(
+        "CUDA version of a bundled profile ({}) [default: {}]",
+        crate::spec::bundled_cudas().join(", "),
+        crate::spec::DEFAULT_CUDA
+    )
+}
+
 /// Which spec to use, and the build-time options that shape the Dockerfile.
 #[derive(Debug, Args, Clone)]
 pub struct ImageArgs {
-    /// CUDA version of a bundled profile (12.4, 12.6, 12.8) [default: 12.4].
-    #[arg(long, conflicts_with = "spec")]
+    /// CUDA version of a bundled profile ([`cuda_help`] lists them).
+    #[arg(long, conflicts_with = "spec", help = cuda_help())]
     pub cuda: Option<String>,
     /// A spec file of your own instead of a bundled profile.
     #[arg(long, value_name = "FILE")]
@@ -392,8 +402,8 @@ pub struct RenderArgs {
 /// `imgctl lock`.
 #[derive(Debug, Args)]
 pub struct LockArgs {
-    /// CUDA version of a bundled profile (12.4, 12.6, 12.8) [default: 12.4].
-    #[arg(long, conflicts_with_all = ["spec", "all"])]
+    /// CUDA version of a bundled profile ([`cuda_help`] lists them).
+    #[arg(long, conflicts_with_all = ["spec", "all"], help = cuda_help())]
     pub cuda: Option<String>,
     /// A spec file of your own; its lock goes next to it (FILE.lock, or the spec's `lock: PATH`).
     #[arg(long, value_name = "FILE", conflicts_with = "all")]

@@ -203,7 +203,7 @@ pub const FUZZ_MODEL_PARAMS: u64 = 1_000_000;
 /// than the cap, a report only for the rank that joined.
 #[cfg(feature = "torch")]
 pub fn wire_messages(data: &[u8]) {
-    use crate::train::parallel::rendezvous;
+    use crate::world::rendezvous;
     let Some((&kind, rest)) = data.split_first() else {
         return;
     };

@@ -35,6 +35,7 @@ pub mod gpus;
 pub mod image_ref;
 pub mod invariants;
 pub mod lock;
+pub mod nvml;
 pub mod oci;
 pub mod output;
 pub mod plot;
@@ -46,6 +47,9 @@ pub mod sys;
 #[cfg(feature = "torch")]
 pub mod train;
 pub mod verify;
+pub mod workstation;
+#[cfg(feature = "torch")]
+pub mod world;
 
 pub use error::ExitStatus;
 

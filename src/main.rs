@@ -6,6 +6,9 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = imgctl::cli::Cli::parse();
     imgctl::output::init(cli.global.verbose, cli.global.quiet, cli.global.color);
+    // The words of the paths that cannot return an error (a signal, the
+    // collective watchdog) come from the command layer's tables.
+    imgctl::output::set_error_renderer(imgctl::commands::error::render_fatal);
     let status = imgctl::commands::error::finish(imgctl::run(cli));
     if imgctl::verify::check::abandoned_threads() > 0 {
         // A check is still stuck inside a driver call: the libraries' exit
@@ -14,7 +17,7 @@ fn main() -> std::process::ExitCode {
         let _ = std::io::stdout().flush();
         let _ = std::io::stderr().flush();
         // _exit ends the process at once; every output is flushed above.
-        imgctl::sys::process::exit_now(i32::from(status.code()));
+        imgctl::sys::process::exit_now(status);
     }
     std::process::ExitCode::from(status.code())
 }

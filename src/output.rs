@@ -87,6 +87,44 @@ pub fn in_notebook() -> bool {
     std::env::var_os(crate::env_vars::JPY_PARENT_PID).is_some_and(|v| !v.is_empty())
 }
 
+/// How the command layer reads an error: its lines (`error: …`, `hint: …`)
+/// and its exit status, from its advice tables.
+pub type ErrorRenderer = fn(&anyhow::Error) -> (String, crate::ExitStatus);
+
+static ERROR_RENDERER: OnceLock<ErrorRenderer> = OnceLock::new();
+
+/// Registers the command layer's [`ErrorRenderer`] (first call wins), before
+/// any path that cannot return an error to a command starts: a signal
+/// handler, the collective watchdog's thread. Those paths hand [`exit_with`]
+/// and [`warn_error`] a typed core error; the words stay the command layer's.
+pub fn set_error_renderer(render: ErrorRenderer) {
+    let _ = ERROR_RENDERER.set(render);
+}
+
+/// Prints `err` as the command layer renders it and ends the process at once
+/// with its status ([`crate::sys::process::exit_now`]: no exit handlers).
+/// Without a registered renderer: `error: ` and the error's chain, status 1.
+pub fn exit_with(err: anyhow::Error) -> ! {
+    let (text, status) = match ERROR_RENDERER.get() {
+        Some(render) => render(&err),
+        None => (format!("error: {err:#}\n"), crate::ExitStatus::Failure),
+    };
+    // Written and flushed before the exit.
+    printer().stderr_text(text);
+    crate::sys::process::exit_now(status)
+}
+
+/// Prints `err` as a warning line (`warning: ` and its chain, exactly as
+/// given, not wrapped); the run goes on.
+pub fn warn_error(err: &anyhow::Error) {
+    printer().stderr_text(format!("warning: {err:#}\n"));
+}
+
+/// How tables meet stderr: [`table_fit`] with `-v` showing them whole.
+pub fn stderr_fit() -> Fit {
+    table_fit(Stream::Stderr, printer().verbose > 0)
+}
+
 /// The process-wide printer (plain, non-interactive defaults before [`init`]).
 pub fn printer() -> Printer {
     *PRINTER.get_or_init(|| Printer {

@@ -13,6 +13,8 @@
 //! benchmark starts as a run does, through [`crate::train::session`] (without
 //! an output directory or a checkpoint to resume). This module measures and
 //! reports; it must not change how the trainer steps.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -35,6 +37,9 @@ pub mod ops;
 pub mod peak;
 pub mod reference;
 pub mod report;
+pub mod scaling;
+
+pub use scaling::{scaling_report, scaling_sizes, ScalingReport, ScalingRow};
 
 /// Version of every benchmark JSON document.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -723,71 +728,6 @@ pub fn default_steps(device: Device) -> (u64, u64) {
     match device {
         Device::Cuda(_) => (10, 50),
         _ => (2, 10),
-    }
-}
-
-/// One row of a scaling table.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ScalingRow {
-    /// Ranks.
-    pub ranks: usize,
-    /// Images per second, all ranks.
-    pub img_per_s: f64,
-    /// Images per second per rank.
-    pub img_per_s_per_device: f64,
-    /// img/s / (ranks × img/s at 1 rank).
-    pub efficiency: f64,
-    /// Share of the profiled step spent in all-reduce.
-    pub all_reduce_share: f64,
-}
-
-/// `--scaling`: the runs at 1, 2, 4 … N ranks.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ScalingReport {
-    /// [`SCHEMA_VERSION`].
-    pub schema_version: u32,
-    /// `imgctl.train_scaling`.
-    pub kind: String,
-    /// One row per world size.
-    pub rows: Vec<ScalingRow>,
-    /// The full reports.
-    pub runs: Vec<BenchReport>,
-}
-
-/// World sizes for `--scaling` up to `n`: 1, 2, 4, … and n itself.
-pub fn scaling_sizes(n: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut k = 1;
-    while k < n {
-        v.push(k);
-        k *= 2;
-    }
-    v.push(n.max(1));
-    v
-}
-
-/// Builds the scaling table from runs ordered by world size (the first is the baseline).
-pub fn scaling_report(runs: Vec<BenchReport>) -> ScalingReport {
-    let base = runs.first().map_or(0.0, |r| r.img_per_s_per_device);
-    let rows = runs
-        .iter()
-        .map(|r| ScalingRow {
-            ranks: r.world_size,
-            img_per_s: r.img_per_s,
-            img_per_s_per_device: r.img_per_s_per_device,
-            efficiency: if base > 0.0 {
-                r.img_per_s_per_device / base
-            } else {
-                0.0
-            },
-            all_reduce_share: r.all_reduce_share,
-        })
-        .collect();
-    ScalingReport {
-        schema_version: SCHEMA_VERSION,
-        kind: "imgctl.train_scaling".into(),
-        rows,
-        runs,
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) fn table(header: &[&str]) -> Table {
 
 /// How the tables meet stderr's width.
 pub(crate) fn fit() -> Fit {
-    output::table_fit(output::Stream::Stderr, output::printer().verbose > 0)
+    output::stderr_fit()
 }
 
 /// Renders `t` fitted to stderr's terminal, its first column never cut.

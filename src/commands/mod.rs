@@ -1,5 +1,7 @@
 //! One file per subcommand: turn clap args into typed options, call the core,
 //! print through [`crate::output`].
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use crate::cli::{Cli, Command};
 use crate::ExitStatus;
 
@@ -46,6 +48,24 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Sbom(args) => sbom::run(args),
         Command::Inspect(args) => inspect::run(args),
     }
+}
+
+/// Says a note of a container run ([`crate::docker::run::run_to_completion_with`]):
+/// containers of killed runs removed, or not looked for. Returns whether
+/// `phase` was one (a step is the caller's to show).
+pub(crate) fn say_container_note(phase: &crate::docker::run::ContainerPhase) -> bool {
+    use crate::docker::run::ContainerPhase;
+    match phase {
+        ContainerPhase::StaleRemoved(n) => crate::output::printer().info(format!(
+            "removed {n} container{} left by an imgctl run that was killed",
+            if *n == 1 { "" } else { "s" }
+        )),
+        ContainerPhase::StaleUnchecked(e) => crate::output::printer().warn(format!(
+            "could not look for containers left by killed imgctl runs: {e}"
+        )),
+        _ => return false,
+    }
+    true
 }
 
 /// The error a torch-only command gives in a binary built without the `torch` feature.

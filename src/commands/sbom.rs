@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::cli::SbomArgs;
 use crate::commands::error::CliError;
-use crate::docker::run::{run_to_completion, RunRequest};
+use crate::docker::run::{run_to_completion_with, RunRequest};
 use crate::output::printer;
 use crate::sbom::{self, ImageFacts};
 use crate::ExitStatus;
@@ -93,7 +93,7 @@ pub(crate) async fn read_image(
         .ok()
         .and_then(|i| i.id)
         .unwrap_or_default();
-    let out = run_to_completion(
+    let out = run_to_completion_with(
         &docker,
         RunRequest {
             image: image.to_string(),
@@ -101,6 +101,9 @@ pub(crate) async fn read_image(
             cmd: vec![sbom::INVENTORY_SCRIPT.to_string()],
             timeout: INVENTORY_DEADLINE,
             ..Default::default()
+        },
+        &|p| {
+            super::say_container_note(&p);
         },
     )
     .await?;

@@ -220,7 +220,11 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         } else {
             printer().spinner(format!("verify {image}"))
         };
-        let phase = |p: ImagePhase| spinner.set_message(phase_text(p, image));
+        let phase = |p: ImagePhase| {
+            if let Some(text) = phase_text(&p, image) {
+                spinner.set_message(text)
+            }
+        };
         let report = rt.block_on(verify::host::verify_image_with(run, nvml, &phase));
         spinner.finish_and_clear();
         return emit(&report?, &args);
@@ -277,7 +281,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         .with_hint("e.g. --link-mib 16 (the default)")
         .into());
     }
-    let info = crate::train::parallel::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
+    let info = crate::world::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
     let options = FleetOptions {
         timeout: Duration::from_secs_f64(args.fleet_timeout),
         link_bytes: args.link_mib << 20,
@@ -340,9 +344,34 @@ fn write_junit(path: &std::path::Path, xml: &str) -> anyhow::Result<()> {
     })
 }
 
-/// The spinner's message for each phase of `verify --image`.
-fn phase_text(phase: ImagePhase, image: &str) -> String {
+/// Says a note of `verify --image`'s run (see [`super::say_container_note`];
+/// the container's stderr with `-v`). Returns whether `phase` was one.
+pub(crate) fn say_image_note(phase: &ImagePhase) -> bool {
     match phase {
+        ImagePhase::Container(c) => super::say_container_note(c),
+        ImagePhase::ContainerStderr { stderr, cut } => {
+            let kept = if *cut > 0 {
+                format!(
+                    " (its last {} KiB; {cut} bytes before them left out)",
+                    crate::docker::tail::OUTPUT_TAIL / 1024,
+                )
+            } else {
+                String::new()
+            };
+            printer().verbose(format!("container stderr{kept}:\n{stderr}"));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The spinner's message for each phase of `verify --image` (None for a
+/// note, said by [`say_image_note`]).
+fn phase_text(phase: &ImagePhase, image: &str) -> Option<String> {
+    if say_image_note(phase) {
+        return None;
+    }
+    Some(match phase {
         ImagePhase::Connect => "connecting to the Docker engine".to_string(),
         ImagePhase::Labels => format!("reading the labels of {image}"),
         ImagePhase::HostGpus => "asking the host's NVML for its GPUs".to_string(),
@@ -360,7 +389,11 @@ fn phase_text(phase: ImagePhase, image: &str) -> String {
         ImagePhase::Compare => {
             "comparing the host's GPUs and driver with the container's".to_string()
         }
-    }
+        ImagePhase::Container(
+            ContainerPhase::StaleRemoved(_) | ContainerPhase::StaleUnchecked(_),
+        )
+        | ImagePhase::ContainerStderr { .. } => return None,
+    })
 }
 
 /// The bar of a local run on a terminal: `⠋ [3/17] nvml.ecc (2s)`. Hidden

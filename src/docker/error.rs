@@ -224,6 +224,13 @@ pub enum DockerError {
         /// bollard's words.
         error: String,
     },
+    /// A signal ended the run where nothing was left to clean up
+    /// ([`super::Termination::exit_on_next`]).
+    #[error("interrupted by {signal}")]
+    Signalled {
+        /// The signal's name (`SIGINT`).
+        signal: &'static str,
+    },
     /// A signal ended the run; the container was removed.
     #[error("interrupted by {signal}; the container was removed")]
     Interrupted {

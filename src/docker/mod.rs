@@ -12,6 +12,8 @@
 //! container's output for an error or a report is bounded ([`tail`]). It
 //! knows nothing of specs or checks, and it prints nothing: commands do. Its errors are [`DockerError`] (and
 //! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 pub mod auth;
 pub mod build;
 pub mod config;
@@ -63,11 +65,10 @@ impl Termination {
     /// nothing is left to clean up.
     pub fn exit_on_next(mut self) {
         tokio::spawn(async move {
-            let sig = self.recv().await;
-            crate::output::printer().stderr_text(format!("error: interrupted by {sig}\n"));
-            // The one exit helper (sys::process): `_exit`, so no exit
-            // handler runs while other threads still use the runtime.
-            crate::sys::process::exit_now(130);
+            let signal = self.recv().await;
+            // The command layer's line and status (exit 130), then `_exit`,
+            // so no exit handler runs while other threads still use the runtime.
+            crate::output::exit_with(DockerError::Signalled { signal }.into());
         });
     }
 

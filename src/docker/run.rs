@@ -276,11 +276,18 @@ fn is_gpu_rejection(msg: &str) -> bool {
         || m.contains("unknown runtime")
 }
 
-/// A step of [`run_to_completion_with`], told to its watcher as it starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A step of [`run_to_completion_with`], told to its watcher as it starts,
+/// or a note on the way that the watcher words (this module prints nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContainerPhase {
     /// Creating the container (after removing those left by killed runs).
     Create,
+    /// This many containers left by imgctl runs that were killed were removed
+    /// (before creating; at least one).
+    StaleRemoved(usize),
+    /// Looking for containers left by killed imgctl runs failed (the error);
+    /// the run goes on.
+    StaleUnchecked(String),
     /// Starting it.
     Start,
     /// Waiting for its main process to end.
@@ -295,7 +302,9 @@ pub enum ContainerPhase {
 /// collects its output, and removes it, on every path: success, error, timeout,
 /// panic (the guard), and Ctrl-C, SIGTERM or SIGHUP (an interrupted error, exit 130).
 /// A GPU request the engine cannot serve fails with [`GpuRequestRejected`] in
-/// the error chain, so callers can retry without GPUs.
+/// the error chain, so callers can retry without GPUs. Its notes (containers
+/// of killed runs removed) go unsaid: a command that has someone to tell uses
+/// [`run_to_completion_with`].
 pub async fn run_to_completion(
     docker: &bollard::Docker,
     req: RunRequest,
@@ -313,13 +322,8 @@ pub async fn run_to_completion_with(
     phase(ContainerPhase::Create);
     match remove_stale(docker).await {
         Ok(0) => {}
-        Ok(n) => crate::output::printer().info(format!(
-            "removed {n} container{} left by an imgctl run that was killed",
-            if n == 1 { "" } else { "s" }
-        )),
-        Err(e) => crate::output::printer().warn(format!(
-            "could not look for containers left by killed imgctl runs: {e:#}"
-        )),
+        Ok(n) => phase(ContainerPhase::StaleRemoved(n)),
+        Err(e) => phase(ContainerPhase::StaleUnchecked(format!("{e:#}"))),
     }
     let mut labels = req.labels.clone();
     labels.insert(LABEL_MANAGED.into(), "true".into());

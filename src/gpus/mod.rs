@@ -7,6 +7,8 @@
 //!
 //! Leaves both: they hold figures and parse text; measuring, launching and
 //! device requests are their callers' jobs.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 pub mod expected;
 pub mod peaks;
 pub mod select;

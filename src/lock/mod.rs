@@ -12,6 +12,8 @@
 //! renders nothing (the Dockerfile side is [`crate::render`]), never talks to
 //! Docker, and never names a flag or an imgctl command: what to tell the user
 //! is `commands/`'s.
+//!
+//! Part: the build wing (`docs/architecture.md`).
 use crate::spec::compat;
 
 mod error;

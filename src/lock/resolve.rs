@@ -163,7 +163,8 @@ pub fn parse_uv_output(text: &str) -> Result<Vec<Resolved>, String> {
 /// Resolves the full package set of `inputs` with `uv` (see the module's
 /// documentation): torch's set for the torch step, the rest for the pins
 /// step, each package with its hashes. `requirements` are the pins as the
-/// spec writes them; `on_line` sees uv's stderr lines.
+/// spec writes them; `on_line` sees each uv command line and uv's stderr
+/// lines (see [`uv::run`]).
 pub fn resolve(
     uv: &Uv,
     inputs: &LockInputs,

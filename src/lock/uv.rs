@@ -128,8 +128,9 @@ fn is_executable(p: &Path) -> bool {
 /// Pid of the running uv, for the Ctrl-C handler (0: none).
 static UV_PID: AtomicU32 = AtomicU32::new(0);
 
-/// Runs uv with `args`, `stdin` on its standard input; its stderr lines go to
-/// `on_line`; returns its stdout. `indexes` and `target` (`CPython 3.10 on
+/// Runs uv with `args`, `stdin` on its standard input; `on_line` sees the
+/// command line first (`$ uv …  (stdin: …)`, for `-v`), then uv's stderr
+/// lines; returns its stdout. `indexes` and `target` (`CPython 3.10 on
 /// linux_x86_64 glibc 2.35, binary wheels only`) word its failures.
 pub fn run(
     uv: &Uv,
@@ -139,7 +140,7 @@ pub fn run(
     target: &str,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<String, LockError> {
-    crate::output::printer().verbose(format!(
+    on_line(&format!(
         "$ {} {}  (stdin: {})",
         uv.program.display(),
         args.join(" "),

@@ -18,6 +18,8 @@
 //! sees, [`options`] the options. Its errors ([`RenderError`]) name
 //! no command-line flag: `commands/` builds the options from the flags and
 //! words the errors for the user.
+//!
+//! Part: the build wing (`docs/architecture.md`).
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::spec::{compat, LoadedSpec};

@@ -8,6 +8,8 @@
 //! reported at once as a [`SpecError`], one `field.path: message` line each;
 //! its messages name no command-line flag (`commands/` adds those and the
 //! hints).
+//!
+//! Part: the build wing (`docs/architecture.md`).
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -109,6 +111,12 @@ pub fn bundled_lock(name: &str) -> Option<&'static str> {
 /// The embedded locks of the bundled profiles: (path in the repository, text).
 pub fn bundled_locks() -> Vec<(&'static str, &'static str)> {
     BUNDLED_LOCKS.iter().map(|(_, p, t)| (*p, *t)).collect()
+}
+
+/// The CUDA `major.minor` of every bundled profile, in order (`12.4`, …):
+/// what `--cuda` accepts.
+pub fn bundled_cudas() -> Vec<&'static str> {
+    BUNDLED.iter().map(|(_, mm, _)| *mm).collect()
 }
 
 /// The CUDA `major.minor` that selects a bundled profile (`cu124` → `12.4`).

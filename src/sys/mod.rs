@@ -18,6 +18,8 @@
 //! - [`procmaps`]: the files mapped in this process (`/proc/self/maps`).
 //! - `torch_ext` and `tensor` (the `torch` feature): our C++ shim over libtorch, and a tensor's memory handed to raw code.
 //! - [`process`], [`fs`], [`net`]: the libc calls (signals, `_exit`, access, statvfs, flock, a dual-stack socket).
+//!
+//! Part: the base (`docs/architecture.md`).
 pub mod cuda_libs;
 pub mod cudart;
 pub mod fs;

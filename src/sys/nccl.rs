@@ -1,5 +1,5 @@
 //! The one run-time shim over NCCL (`libnccl.so.2`), shared by data-parallel
-//! training (`train::parallel::collective::nccl`) and verify's `func.nccl_allreduce` check.
+//! training (`world::collective::nccl`) and verify's `func.nccl_allreduce` check.
 //!
 //! tch 0.20 has no NCCL bindings, so the entry points imgctl needs
 //! ([`SYMBOLS`]) are resolved with libloading from the very `libnccl.so.2`

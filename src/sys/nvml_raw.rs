@@ -4,7 +4,7 @@
 //!
 //! This module owns the soname, the C signatures and the `unsafe` calls; it
 //! returns NVML's raw `nvmlReturn_t` codes and leaves their meaning, and every
-//! message, to `verify::nvml`. It must not initialise NVML (nvml-wrapper's
+//! message, to `crate::nvml`. It must not initialise NVML (nvml-wrapper's
 //! `Nvml::init` does, in the same process) nor import nvml-wrapper.
 use std::ffi::c_void;
 

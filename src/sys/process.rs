@@ -34,9 +34,11 @@ pub fn kill_process_group(leader: u32) -> std::io::Result<()> {
     kill(-pid, libc::SIGKILL)
 }
 
-/// Ends this process at once with `code` (`_exit(2)`): no exit handlers, no
-/// destructors, no flush of Rust's buffered output (flush before calling).
-pub fn exit_now(code: i32) -> ! {
+/// Ends this process at once with `status`'s code (`_exit(2)`): no exit
+/// handlers, no destructors, no flush of Rust's buffered output (flush
+/// before calling).
+pub fn exit_now(status: crate::ExitStatus) -> ! {
+    let code = i32::from(status.code());
     // SAFETY: _exit ends the process at once; the caller flushed its output.
     unsafe { libc::_exit(code) }
 }

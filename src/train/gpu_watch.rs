@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::events::GpuLoad;
-use crate::verify::nvml::{throttle_names, NvmlBackend, RealNvml};
+use crate::nvml::{throttle_names, NvmlBackend, RealNvml};
 
 /// Where a GPU sits on the PCI bus: `(domain, bus, device)`.
 pub type PciLocation = (u32, u32, u32);
@@ -444,7 +444,7 @@ pub fn start_for_run(
     if rank != 0 {
         return Ok(None);
     }
-    let launch = super::parallel::launch::LaunchInfo::from_process_env().ok();
+    let launch = crate::world::launch::LaunchInfo::from_process_env().ok();
     let one_node = world == 1 || launch.is_some_and(|l| l.local_world_size == l.world_size);
     let (targets, scope) = if one_node {
         (all, "")
@@ -465,7 +465,7 @@ pub fn start_for_run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::nvml::{fake, FakeNvml, NvmlErr};
+    use crate::nvml::{fake, FakeNvml, NvmlErr};
 
     fn fake_loader(f: FakeNvml) -> NvmlLoader {
         Box::new(move || Ok(fake(f)))

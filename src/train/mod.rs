@@ -19,6 +19,8 @@
 //! [`interrupt`]); and [`parallel`] (launch, rendezvous, NCCL/CPU
 //! collectives, gradient buckets, the `--gpus` supervisor), which implements
 //! [`sync::GradSync`] and imports neither the trainer nor the run.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 pub mod budget;
 pub mod checkpoint;
 pub mod config;

@@ -11,10 +11,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::error::VerifyError;
-use super::nvml::backend::NvmlBackend;
 use super::pins::Pins;
 use super::result::{CheckResult, Level};
 use super::wording::Wording;
+use crate::nvml::backend::NvmlBackend;
 
 /// How many GPUs the run requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

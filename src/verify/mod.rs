@@ -7,7 +7,7 @@
 //! and the selection rules, [`registry`] every check in run order, [`run`]
 //! the runner with its deadlines, and [`report`] the [`Report`] with its
 //! table, JSON and JUnit forms. Families live in [`nvml`] (NVML through
-//! nvml-wrapper, behind the [`nvml::NvmlBackend`] seam), [`torch`] (libtorch
+//! nvml-wrapper, behind the [`crate::nvml::NvmlBackend`] seam), [`torch`] (libtorch
 //! facts and loaded-library provenance), [`functional`] (matrix products,
 //! bandwidths, NCCL; `--level full`) and [`host`] (the host side of
 //! `verify --image`), and `fleet` runs one verify per node of a launcher's
@@ -16,6 +16,8 @@
 //! Verify must not parse CLI arguments nor name them (see
 //! `commands/verify.rs`), nor talk to the Docker engine except through
 //! `crate::docker`.
+//!
+//! Part: the verify wing (`docs/architecture.md`).
 pub mod check;
 pub mod context;
 pub mod error;

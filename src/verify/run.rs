@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use super::check::{self, Check};
 use super::context::{in_container, selected, Context, NvmlState, Options};
-use super::nvml::real::RealNvml;
 use super::pins::Pins;
 use super::registry::registry;
 use super::report::Report;
 use super::result::{CheckResult, Scope, Status};
+use crate::nvml::real::RealNvml;
 
 /// Loads the real NVML under the deadline (a wedged driver can hang nvmlInit).
 pub fn load_real_nvml(timeout: Duration) -> NvmlState {

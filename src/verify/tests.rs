@@ -1,8 +1,8 @@
 //! Verdict paths driven through the fake NVML backend.
 use std::time::{Duration, Instant};
 
-use super::nvml::{FakeNvml, NvmlErr, PcieLink, RemappedRows};
 use super::*;
+use crate::nvml::{self, FakeNvml, NvmlErr, PcieLink, RemappedRows};
 
 fn opts(expect: ExpectGpus, only: &[&str]) -> Options {
     Options {

@@ -1,8 +1,12 @@
-//! The architecture's rules, checked on the source tree (see the README's
-//! "Layout" and `shared/DESIGN.md`): no import circle between files, no file
-//! over 800 lines, `unsafe` only in `src/sys/`, the user's words (`CliError`,
-//! flags, `imgctl …` commands, clap types) only in `cli.rs`, `commands/` and
-//! `main.rs`.
+//! The architecture's rules, checked on the source tree (see
+//! `docs/architecture.md` and the README's "Layout"): no import circle
+//! between files, no file over 800 lines (test files too, a `#[path]` test
+//! file with its module), `unsafe` only in `src/sys/`, the user's words
+//! (`CliError`, flags, `imgctl …` commands, clap types) only in `cli.rs`,
+//! `commands/` and `main.rs`, the parts' nevers (train and verify never
+//! import each other, core never imports `commands/`, `printer()` only in
+//! the command layer and `output.rs`), and a picture that names only parts
+//! that exist.
 //!
 //! The rules read source text, not the compiler's view: a `use`/path that
 //! starts with `crate::`, `super::` or a child module's name is an edge from
@@ -13,13 +17,14 @@ use std::path::{Path, PathBuf};
 
 use crate::common::repo_root;
 
+mod picture;
+
 /// One source file: its module path (`["train", "sync"]`) and its code
 /// without comment lines and without its trailing `#[cfg(test)] mod tests`.
 struct Source {
     file: String,
     module: Vec<String>,
     code: String,
-    lines: usize,
 }
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -61,12 +66,7 @@ fn sources() -> Vec<Source> {
                 .filter(|l| !l.trim_start().starts_with("//"))
                 .collect::<Vec<_>>()
                 .join("\n");
-            Source {
-                file,
-                module,
-                code,
-                lines: text.lines().count(),
-            }
+            Source { file, module, code }
         })
         .collect()
 }
@@ -291,24 +291,80 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 }
 
 /// Lines outside the command layer that may name a flag, each with its reason.
-const ALLOWED: &[(&str, &str, &str)] = &[(
-    "src/lock/file.rs",
-    "# Check: {regenerate} --check.",
-    "file content, not a message: a lock file's header says how to check it",
-)];
-
-/// imgctl's subcommands, as a message would name them (`imgctl build`).
-const SUBCOMMANDS: &[&str] = &[
-    "build",
-    "render",
-    "verify",
-    "train-demo",
-    "sample",
-    "specs",
-    "lock",
-    "completions",
-    "man",
+const ALLOWED: &[(&str, &str, &str)] = &[
+    (
+        "src/lock/file.rs",
+        "# Check: {regenerate} --check.",
+        "file content, not a message: a lock file's header says how to check it",
+    ),
+    (
+        "src/verify/report.rs",
+        "<testsuites name=\\\"imgctl verify\\\"",
+        "file content, not a message: the JUnit document's suite name",
+    ),
+    (
+        "src/verify/fleet/render.rs",
+        "<testsuites name=\\\"imgctl verify --fleet\\\"",
+        "file content, not a message: the JUnit document's suite name",
+    ),
 ];
+
+/// imgctl's subcommands, as a message would name them (`imgctl build`):
+/// every one `cli::Command` declares, through clap's `CommandFactory`.
+fn subcommands() -> Vec<String> {
+    use clap::CommandFactory;
+    imgctl::cli::Cli::command()
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+/// The string literals of one line of code, unescaped enough to read
+/// (`\"` is a quote inside the literal, not its end); a literal left open at
+/// the line's end runs to it. Raw strings (`r"…"`, `r#"…"#`) end at their
+/// own closing; a `'"'` char literal opens nothing.
+fn string_literals(line: &str) -> Vec<String> {
+    let b = line.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'\'' if i + 2 < b.len() && b[i + 2] == b'\'' => i += 3,
+            b'\'' if i + 3 < b.len() && b[i + 1] == b'\\' && b[i + 3] == b'\'' => i += 4,
+            b'r' if (i == 0 || !b[i - 1].is_ascii_alphanumeric())
+                && line[i + 1..].trim_start_matches('#').starts_with('"') =>
+            {
+                let hashes = line[i + 1..].len() - line[i + 1..].trim_start_matches('#').len();
+                let start = i + 2 + hashes;
+                let close = format!("\"{}", "#".repeat(hashes));
+                let end = line[start..].find(&close).map_or(line.len(), |e| start + e);
+                out.push(line[start..end].to_string());
+                i = end + close.len();
+            }
+            b'"' => {
+                let mut text = String::new();
+                let mut j = i + 1;
+                while j < b.len() && b[j] != b'"' {
+                    if b[j] == b'\\' && j + 1 < b.len() {
+                        text.push(match b[j + 1] {
+                            b'n' | b't' => ' ',
+                            c => c as char,
+                        });
+                        j += 2;
+                    } else {
+                        let c = line[j..].chars().next().unwrap();
+                        text.push(c);
+                        j += c.len_utf8();
+                    }
+                }
+                out.push(text);
+                i = j + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
 
 /// Whether `file` may speak the user's language (flags, `CliError`, clap).
 fn user_facing(file: &str) -> bool {
@@ -337,7 +393,6 @@ fn the_circle_finder_finds_a_circle() {
         file: file.into(),
         module: module.iter().map(|m| m.to_string()).collect(),
         code: code.into(),
-        lines: 1,
     };
     let tree = [
         src("src/lib.rs", &[], "pub mod a;\npub mod b;"),
@@ -350,17 +405,241 @@ fn the_circle_finder_finds_a_circle() {
     );
 }
 
+/// Files over 800 lines for now, each with its reason; the rule fails when
+/// one is no longer over (take it off the list).
+const LONG_FOR_NOW: &[(&str, &str)] = &[(
+    "src/world/rendezvous.rs",
+    "802 lines with rendezvous_tests.rs: the security fixes in flight edit this file; split it by topic after they land",
+)];
+
+/// Every `.rs` file under `src/` and `tests/` with its line count; a file a
+/// `#[path = "…"]` module declaration names counts with the file that
+/// declares it (moving tests out does not make a module shorter).
+fn line_counts() -> BTreeMap<String, usize> {
+    let root = repo_root();
+    let mut files = Vec::new();
+    rs_files(&root.join("src"), &mut files);
+    rs_files(&root.join("tests"), &mut files);
+    let mut counts = BTreeMap::new();
+    let mut declared = BTreeMap::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap();
+        let rel = path.strip_prefix(&root).unwrap().display().to_string();
+        counts.insert(rel.clone(), text.lines().count());
+        for line in text.lines() {
+            let Some(piece) = line.trim_start().strip_prefix("#[path = \"") else {
+                continue;
+            };
+            let name = &piece[..piece.find('"').unwrap()];
+            let target = path.parent().unwrap().join(name);
+            let target = target.strip_prefix(&root).unwrap().display().to_string();
+            declared.insert(target, rel.clone());
+        }
+    }
+    for (target, owner) in &declared {
+        let n = counts
+            .remove(target)
+            .unwrap_or_else(|| panic!("{owner} names {target}, which is not there"));
+        *counts.get_mut(owner).unwrap() += n;
+    }
+    counts
+}
+
 #[test]
-fn no_source_file_over_800_lines() {
-    let long: Vec<String> = sources()
-        .iter()
-        .filter(|s| s.lines > 800)
-        .map(|s| format!("{} ({} lines)", s.file, s.lines))
-        .collect();
+fn no_file_over_800_lines() {
+    let counts = line_counts();
     assert!(
-        long.is_empty(),
-        "files over 800 lines (split them by job): {long:?}"
+        counts.keys().any(|f| f.starts_with("tests/it/")) && counts.len() > 200,
+        "only {} files found: the reader is broken",
+        counts.len()
     );
+    assert!(
+        counts["src/docker/transport.rs"]
+            > std::fs::read_to_string(repo_root().join("src/docker/transport.rs"))
+                .unwrap()
+                .lines()
+                .count(),
+        "transport_tests.rs (#[path]) must count with transport.rs"
+    );
+    let mut wrong: Vec<String> = counts
+        .iter()
+        .filter(|(f, n)| **n > 800 && !LONG_FOR_NOW.iter().any(|(l, _)| l == f))
+        .map(|(f, n)| format!("{f} ({n} lines)"))
+        .collect();
+    for (file, why) in LONG_FOR_NOW {
+        if counts.get(*file).map_or(true, |n| *n <= 800) {
+            wrong.push(format!(
+                "{file} is no longer over 800 lines: take it off LONG_FOR_NOW ({why})"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "files over 800 lines (split them by topic; moving tests out does not count): {wrong:?}"
+    );
+}
+
+/// The part a source file belongs to: its top folder or file under `src/`
+/// (`src/train/parallel/mod.rs` → `train`, `src/cli.rs` → `cli`).
+fn part(file: &str) -> &str {
+    let rest = file.strip_prefix("src/").unwrap_or(file);
+    let top = rest.split('/').next().unwrap_or(rest);
+    top.strip_suffix(".rs").unwrap_or(top)
+}
+
+/// The file-to-file edges from part `from` to part `to`.
+fn arrows(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    from: impl Fn(&str) -> bool,
+    to: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    graph
+        .iter()
+        .filter(|(f, _)| from(f))
+        .flat_map(|(f, ts)| {
+            ts.iter()
+                .filter(|t| to(t))
+                .map(move |t| format!("{f} -> {t}"))
+        })
+        .collect()
+}
+
+#[test]
+fn train_and_verify_never_import_each_other() {
+    let graph = edges(&sources());
+    let mut found = arrows(&graph, |f| part(f) == "train", |t| part(t) == "verify");
+    found.extend(arrows(
+        &graph,
+        |f| part(f) == "verify",
+        |t| part(t) == "train",
+    ));
+    assert!(
+        found.is_empty(),
+        "train/ and verify/ stand side by side (what both need lives in world/, nvml/, gpus/): {found:#?}"
+    );
+    // The reader sees both parts' imports of the floor under them.
+    assert!(!arrows(&graph, |f| part(f) == "verify", |t| part(t) == "world").is_empty());
+    assert!(!arrows(&graph, |f| part(f) == "train", |t| part(t) == "nvml").is_empty());
+}
+
+#[test]
+fn the_core_never_imports_the_command_layer() {
+    let graph = edges(&sources());
+    let found = arrows(
+        &graph,
+        |f| part(f) != "commands" && f != "src/lib.rs",
+        |t| part(t) == "commands",
+    );
+    assert!(
+        found.is_empty(),
+        "only lib.rs (run → commands::dispatch) may point up at commands/: {found:#?}"
+    );
+    assert!(
+        !arrows(&graph, |f| f == "src/lib.rs", |t| part(t) == "commands").is_empty(),
+        "the reader no longer sees lib.rs -> commands: it is broken"
+    );
+}
+
+/// Core files that still call `printer()`, each with its reason; the rule
+/// fails when one no longer does (take it off the list).
+const PRINTS_FOR_NOW: &[(&str, &str)] = &[
+    (
+        "src/train/interrupt.rs",
+        "the Ctrl-C handler's own lines, on the signal's thread: no caller to return them to",
+    ),
+    (
+        "src/train/parallel/supervisor.rs",
+        "relays each worker's stdout line as the run's data, from its reader thread",
+    ),
+];
+
+#[test]
+fn only_the_command_layer_and_output_call_the_printer() {
+    let allowed = |f: &str| {
+        part(f) == "commands" || f == "src/main.rs" || f == "src/output.rs" || test_only(f)
+    };
+    let sources = sources();
+    let mut found = Vec::new();
+    for s in sources.iter().filter(|s| !allowed(&s.file)) {
+        let lines: Vec<&str> = s.code.lines().filter(|l| l.contains("printer()")).collect();
+        if !lines.is_empty() && !PRINTS_FOR_NOW.iter().any(|(f, _)| *f == s.file) {
+            found.extend(lines.iter().map(|l| format!("{}: {}", s.file, l.trim())));
+        }
+    }
+    for (file, why) in PRINTS_FOR_NOW {
+        let s = sources.iter().find(|s| s.file == *file);
+        if !s.is_some_and(|s| s.code.contains("printer()")) {
+            found.push(format!(
+                "{file} no longer calls printer(): take it off PRINTS_FOR_NOW ({why})"
+            ));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "core speaks through its callbacks, events and typed results, not the printer: {found:#?}"
+    );
+}
+
+#[test]
+fn string_literals_are_read_past_escaped_quotes() {
+    let line = r#"out.push_str(&format!("<a name=\"imgctl verify --fleet\" t=\"{:.3}\">\n", s));"#;
+    assert_eq!(
+        string_literals(line),
+        vec![r#"<a name="imgctl verify --fleet" t="{:.3}"> "#.to_string()]
+    );
+    assert_eq!(
+        string_literals(r##"let (q, r) = ('"', r#"say "imgctl up""#);"##),
+        vec![r#"say "imgctl up""#.to_string()]
+    );
+}
+
+#[test]
+fn the_cuda_help_lists_the_bundled_specs() {
+    use clap::CommandFactory;
+    // The CUDA major.minor of every spec in images/, as its `cuda:` says.
+    let mut from_specs = Vec::new();
+    for entry in std::fs::read_dir(repo_root().join("images")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let cuda = text
+                .lines()
+                .find_map(|l| l.strip_prefix("cuda:"))
+                .unwrap_or_else(|| panic!("{} has no cuda:", path.display()));
+            let mm: Vec<&str> = cuda.trim().trim_matches('"').split('.').take(2).collect();
+            from_specs.push(mm.join("."));
+        }
+    }
+    from_specs.sort();
+    let mut bundled: Vec<String> = imgctl::spec::bundled_cudas()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    bundled.sort();
+    assert_eq!(
+        bundled, from_specs,
+        "the bundled profiles are images/*.yaml"
+    );
+    let cli = imgctl::cli::Cli::command();
+    for sub in ["build", "render", "lock"] {
+        let cmd = cli.find_subcommand(sub).unwrap();
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == "cuda") else {
+            continue;
+        };
+        let help = arg.get_help().unwrap().to_string();
+        assert!(
+            help.contains(&format!("({})", imgctl::spec::bundled_cudas().join(", "))),
+            "imgctl {sub} --cuda: {help}"
+        );
+    }
+    // No hand-written list of versions left in cli.rs.
+    let cli_rs = std::fs::read_to_string(repo_root().join("src/cli.rs")).unwrap();
+    for v in &from_specs {
+        assert!(
+            !cli_rs.contains(&format!("{v}, ")),
+            "src/cli.rs lists CUDA {v} by hand"
+        );
+    }
 }
 
 #[test]
@@ -386,6 +665,11 @@ fn unsafe_lives_in_sys_only() {
 
 #[test]
 fn only_the_command_layer_speaks_the_users_language() {
+    let commands = subcommands();
+    assert!(
+        commands.len() >= 15 && commands.iter().any(|c| c == "up"),
+        "clap lists too few subcommands: {commands:?}"
+    );
     let mut found = Vec::new();
     for s in sources()
         .iter()
@@ -394,10 +678,8 @@ fn only_the_command_layer_speaks_the_users_language() {
         for line in s.code.lines() {
             // String literals that read as messages (they hold a space):
             // an argv entry such as "--json" handed to a program is not one.
-            let strings: Vec<&str> = line
-                .split('"')
-                .skip(1)
-                .step_by(2)
+            let strings: Vec<String> = string_literals(line)
+                .into_iter()
                 .filter(|t| t.contains(' '))
                 .collect();
             let flag = strings.iter().any(|t| {
@@ -406,11 +688,9 @@ fn only_the_command_layer_speaks_the_users_language() {
                         w.len() > 2 && w.starts_with("--") && w.as_bytes()[2].is_ascii_lowercase()
                     })
             });
-            let command = strings.iter().any(|t| {
-                SUBCOMMANDS
-                    .iter()
-                    .any(|c| t.contains(&format!("imgctl {c}")))
-            });
+            let command = strings
+                .iter()
+                .any(|t| commands.iter().any(|c| t.contains(&format!("imgctl {c}"))));
             let allowed = ALLOWED
                 .iter()
                 .any(|(file, text, _why)| s.file == *file && line.contains(text));
@@ -431,7 +711,7 @@ fn only_the_command_layer_speaks_the_users_language() {
 const NO_TABLE: &[(&str, &str, &str, &str)] = &[
     (
         "RawNvmlError",
-        "src/verify/nvml/real.rs",
+        "src/nvml/real.rs",
         "RawNvmlError::Code",
         "mapped to NvmlErr, then to a check's verdict",
     ),

@@ -96,6 +96,6 @@ fn wire_messages_are_decoded_within_bounds_or_refused() {
         "{e}"
     );
     let hello = std::fs::read(repo_root().join("fuzz/corpus/wire_messages/hello-rank1")).unwrap();
-    let head = imgctl::train::parallel::rendezvous::parse_hello(&hello[1..]).unwrap();
+    let head = imgctl::world::rendezvous::parse_hello(&hello[1..]).unwrap();
     assert_eq!((head.rank, head.world, head.proves_token), (1, 2, false));
 }

@@ -170,7 +170,10 @@ pub async fn verify_image(image_id: &str, opts: &Options) -> anyhow::Result<Repo
     };
     let nvml = crate::verify::load_real_nvml(opts.timeout);
     let spinner = p.spinner("imgctl verify inside the new image");
-    let report = crate::verify::host::verify_image_with(run, nvml, &|_| {}).await;
+    let report = crate::verify::host::verify_image_with(run, nvml, &|p| {
+        crate::commands::verify::say_image_note(&p);
+    })
+    .await;
     spinner.finish_and_clear();
     let report = report?;
     if !p.quiet {

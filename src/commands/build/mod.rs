@@ -8,6 +8,8 @@
 //! otherwise, the full log with `-v`), and writes the JSON build report
 //! (`--report FILE`, `--json`). It holds no engine logic: that is
 //! [`crate::docker`].
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

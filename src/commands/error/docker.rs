@@ -112,7 +112,9 @@ fn docker_error(e: &DockerError) -> Advice {
         DockerError::Timeout { .. } => Advice::failure(
             "raise --check-timeout, or look for a hung GPU (nvidia-smi, dmesg)".to_string(),
         ),
-        DockerError::Interrupted { .. } => Advice::interrupted(None),
+        DockerError::Interrupted { .. } | DockerError::Signalled { .. } => {
+            Advice::interrupted(None)
+        }
         DockerError::SignalHandler { .. }
         | DockerError::InspectImage { .. }
         | DockerError::CreateContainer { .. }

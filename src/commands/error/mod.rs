@@ -7,6 +7,8 @@
 //! enums, so a new variant without advice does not compile. A [`CliError`] (built by `commands/` itself) carries its status and
 //! hint directly. [`render_error`] prints `error: …`, `  caused by: …` lines, a
 //! blank line and `hint: …`.
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use crate::error::ExitStatus;
 
 mod advice;
@@ -55,6 +57,13 @@ pub fn status_of(err: &anyhow::Error) -> ExitStatus {
     err.chain()
         .find_map(advise)
         .map_or(ExitStatus::Failure, |a| a.status)
+}
+
+/// [`render_error`] and [`status_of`] together: the command layer's
+/// [`crate::output::ErrorRenderer`], for the paths that end the process
+/// without returning (a signal, the collective watchdog).
+pub fn render_fatal(err: &anyhow::Error) -> (String, ExitStatus) {
+    (render_error(err), status_of(err))
 }
 
 /// Renders an error for a terminal: `error:`, `caused by:` lines and a `hint:`

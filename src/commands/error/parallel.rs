@@ -4,17 +4,19 @@
 //! variables, the GPU selection, NCCL and the CUDA runtime).
 //!
 //! Covers [`LaunchError`], [`RendezvousError`], [`CollectiveError`] and
-//! [`SupervisorError`] of `train::parallel`, and [`NcclError`] and
-//! [`CudaError`] of `sys` (those two also without the `torch` feature).
+//! [`WatchdogError`] of `world`, [`SupervisorError`] of `train::parallel`,
+//! and [`NcclError`] and [`CudaError`] of `sys` (those two also without the
+//! `torch` feature).
 
 use super::advice::Advice;
 use crate::sys::cudart::CudaError;
 use crate::sys::nccl::NcclError;
 #[cfg(feature = "torch")]
-use crate::train::parallel::{
-    supervisor::{SupervisorError, WorkerEnd},
-    CollectiveError, LaunchError, RendezvousError,
-};
+use crate::train::parallel::supervisor::{SupervisorError, WorkerEnd};
+#[cfg(feature = "torch")]
+use crate::world::watchdog::WatchdogError;
+#[cfg(feature = "torch")]
+use crate::world::{CollectiveError, LaunchError, RendezvousError};
 
 /// The hint of a rendezvous that timed out (here, or at rank 0).
 #[cfg(feature = "torch")]
@@ -33,7 +35,7 @@ const NCCL_MISSING_HINT: &str =
     "NCCL comes with the PyTorch CUDA wheel (nvidia-nccl-cu12, file libnccl.so.2); \
      use an image built by `imgctl build`, or train on one device without --gpus";
 
-/// Advice for the errors of `train::parallel`, `sys::nccl` and `sys::cudart`.
+/// Advice for the errors of `world`, `train::parallel`, `sys::nccl` and `sys::cudart`.
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
     if let Some(e) = err.downcast_ref::<NcclError>() {
         return Some(nccl_error(e));
@@ -55,8 +57,23 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
         if let Some(e) = err.downcast_ref::<SupervisorError>() {
             return Some(supervisor_error(e));
         }
+        if let Some(e) = err.downcast_ref::<WatchdogError>() {
+            return Some(watchdog_error(e));
+        }
     }
     None
+}
+
+/// The collective watchdog's warning and its firing (which ends the rank).
+#[cfg(feature = "torch")]
+fn watchdog_error(e: &WatchdogError) -> Advice {
+    match e {
+        WatchdogError::Off { .. } => Advice::failure(None),
+        WatchdogError::Fired { .. } => Advice::failure(
+            "the failing rank's own log names the cause; NCCL_DEBUG=INFO shows NCCL's view"
+                .to_string(),
+        ),
+    }
 }
 
 fn nccl_error(e: &NcclError) -> Advice {
@@ -176,7 +193,7 @@ fn rendezvous_error(e: &RendezvousError) -> Advice {
             "TORCHELASTIC_USE_AGENT_STORE=True says torchrun's c10d store is at \
              MASTER_ADDR:MASTER_PORT; run under torchrun (not with its variables copied), \
              or raise --rendezvous-timeout (now {})",
-            crate::train::parallel::timeouts::fmt_secs(*timeout)
+            crate::world::timeouts::fmt_secs(*timeout)
         )),
         RendezvousError::BadAgentAddress { .. } => {
             Advice::failure("another program wrote that key; restart the job".to_string())
@@ -303,7 +320,7 @@ mod tests {
     #[test]
     fn the_gpu_selection_speaks_of_the_flag() {
         use crate::gpus::GpuSelection;
-        use crate::train::parallel::launch::resolve_gpus;
+        use crate::world::launch::resolve_gpus;
         let resolve = |s: &str, visible| resolve_gpus(&GpuSelection::parse(s).unwrap(), visible);
         let e = resolve("device=1", 0).unwrap_err();
         assert_eq!(

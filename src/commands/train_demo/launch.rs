@@ -5,7 +5,7 @@
 //! launched).
 //!
 //! Turns flags and launcher variables into typed options; the work lives in
-//! `train::parallel`. This module must not choose the mode (`super` does) nor
+//! `train::parallel` and `world`. This module must not choose the mode (`super` does) nor
 //! train or benchmark.
 use std::ffi::OsString;
 
@@ -17,16 +17,15 @@ use crate::commands::error::CliError;
 use crate::env_vars as ev;
 use crate::gpus::GpuSelection;
 use crate::output::printer;
-use crate::train::parallel::agent;
-use crate::train::parallel::error::LaunchError;
-use crate::train::parallel::launch::{resolve_gpus, LaunchInfo, LaunchSource};
 use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
-use crate::train::parallel::{
-    collective_timeout, default_collective_timeout, rendezvous_timeout, worker_device, DataParallel,
-};
+use crate::train::parallel::{rendezvous_timeout, worker_device, DataParallel};
 use crate::train::run::RunError;
 use crate::train::session::RunOptions;
 use crate::train::sync::GradSync;
+use crate::world::agent;
+use crate::world::error::LaunchError;
+use crate::world::launch::{resolve_gpus, LaunchInfo, LaunchSource};
+use crate::world::{collective_timeout, default_collective_timeout};
 use crate::ExitStatus;
 
 /// The gradient sync of this process: a world of one when no launcher set

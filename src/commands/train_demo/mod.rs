@@ -7,6 +7,8 @@
 //! rank of a launched job ([`launch::worker_sync`]), with the flags resolved
 //! by [`options`]. Those modules never call back into this one. The command
 //! layer only: the work lives in `crate::train` and `crate::bench`.
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use crate::cli::TrainArgs;
 use crate::ExitStatus;
 
@@ -24,7 +26,7 @@ pub mod options;
 /// Runs `imgctl train-demo`.
 #[cfg(feature = "torch")]
 pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
-    use crate::train::parallel::launch::LaunchInfo;
+    use crate::world::launch::LaunchInfo;
 
     bench::check_flags(&args)?;
     if args.print_config {
@@ -75,15 +77,16 @@ mod single_run {
     use super::launch::worker_sync;
     use super::options::{out_dir, resolve_options};
     use crate::cli::TrainArgs;
+    use crate::nvml::throttle_names;
     use crate::output::printer;
     use crate::train::checkpoint;
     use crate::train::config::TrainConfig;
     use crate::train::out_lock::OutLock;
-    use crate::train::parallel::launch::LaunchInfo;
     use crate::train::run::{self, TrainSummary};
     use crate::train::space;
     use crate::train::summary::GpuUsage;
-    use crate::verify::nvml::{throttle_names, BENIGN_THROTTLE};
+    use crate::verify::nvml::BENIGN_THROTTLE;
+    use crate::world::launch::LaunchInfo;
     use crate::ExitStatus;
 
     /// Trains in this process (a world of one, or this rank of a launched

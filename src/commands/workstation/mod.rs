@@ -4,10 +4,14 @@
 //! interface, a folder its user cannot write, a Jupyter without a token).
 //!
 //! `up` checks every input before it touches the engine, starts the
-//! container ([`crate::docker::workstation`]), waits for the image's
-//! healthcheck, runs the image's own `imgctl verify --level quick` against
-//! the GPUs it was given, and prints the JupyterLab URL and the `ssh` line.
-//! Until the workstation is up, every failure and Ctrl-C removes it.
+//! container, waits for the image's healthcheck and runs the image's own
+//! `imgctl verify --level quick` against the GPUs it was given (the
+//! lifecycle is the core's, [`crate::workstation`], over
+//! [`crate::docker::workstation`]), and prints the JupyterLab URL and the
+//! `ssh` line: this layer keeps the words and the exit status. Until the
+//! workstation is up, every failure and Ctrl-C removes it.
+//!
+//! Part: the command layer (`docs/architecture.md`).
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,14 +20,15 @@ use serde::Serialize;
 
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
-use crate::docker::run::{ContainerGuard, GpuRequestRejected};
+use crate::docker::run::ContainerGuard;
 use crate::docker::workstation::{
-    self as ws, Health, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
+    self as ws, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
 };
 use crate::gpus::GpuSelection;
 use crate::output::printer;
 use crate::render::labels;
-use crate::verify::Report;
+use crate::verify::{Level, Options};
+use crate::workstation::{self as life, CameUp, Created, NotUp, Note, QuickVerify, VerifySummary};
 use crate::ExitStatus;
 
 mod manage;
@@ -80,15 +85,6 @@ struct Service {
     open: String,
 }
 
-/// The quick verify inside, in short.
-#[derive(Debug, Serialize)]
-struct VerifySummary {
-    passed: bool,
-    summary: crate::verify::Summary,
-    /// The checks that failed or errored: `id: message`.
-    failed: Vec<String>,
-}
-
 /// Starts the workstation of `plan` and prints how to reach it.
 async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<ExitStatus> {
     let docker = crate::docker::connect().await?.docker;
@@ -141,15 +137,7 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     } else {
         printer().spinner(format!("starting {}", plan.name))
     };
-    let note = |warning: bool, text: String| {
-        spinner.suspend(|| {
-            if warning {
-                printer().warn(text)
-            } else {
-                printer().info(text)
-            }
-        })
-    };
+    let note = |note: Note| spinner.suspend(|| say_note(&plan, note));
     let (id, gpus) = create(&docker, &plan, &user, &token, &note)
         .await
         .inspect_err(|_| spinner.finish_and_clear())?;
@@ -160,12 +148,14 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     ));
     let started = Instant::now();
     let came_up = tokio::select! {
-        r = wait_healthy(&docker, &id, &plan, started) => r,
+        r = life::wait_healthy(&docker, &id, plan.wait, started, LOG_LINES) => r,
         sig = interrupt.recv() => Err(crate::docker::DockerError::Interrupted { signal: sig }.into()),
     };
     spinner.finish_and_clear();
     // Any failure until here removes the container (the guard, on drop).
-    came_up?;
+    if let CameUp::No { why, log } = came_up? {
+        return Err(not_up(&plan, &why, &log));
+    }
     guard.keep();
     interrupt.exit_on_next();
     let up_in = started.elapsed();
@@ -215,15 +205,15 @@ fn services(plan: &UpPlan) -> &'static str {
     }
 }
 
-/// Creates and starts the container; with no `--gpus`, an engine that
-/// cannot give GPUs gets a container without them (said once). Returns its
-/// id and the GPUs it got.
+/// Creates and starts the container ([`life::create`]); with no `--gpus`,
+/// an engine that cannot give GPUs gets a container without them (said
+/// once). Returns its id and the GPUs it got.
 async fn create(
     docker: &bollard::Docker,
     plan: &UpPlan,
     user: &str,
     token: &str,
-    note: &(dyn Fn(bool, String) + Sync),
+    note: &(dyn Fn(Note) + Sync),
 ) -> anyhow::Result<(String, Option<GpuSelection>)> {
     let mut env = vec![format!("JUPYTER_TOKEN={token}")];
     let mut publish = vec![Publish {
@@ -242,7 +232,7 @@ async fn create(
         }
         None => env.push("IMGCTL_MODE=jupyter".into()),
     }
-    let mut station = Workstation {
+    let station = Workstation {
         name: plan.name.clone(),
         image: plan.image.clone(),
         gpus: match &plan.gpus {
@@ -260,73 +250,35 @@ async fn create(
             .collect(),
         labels: HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]),
     };
-    // At most one retry for each thing an engine may refuse that the
-    // workstation can do without: GPUs it was not asked for by name,
-    // ulimits the engine's runtime may not raise (a dockerd whose own hard
-    // memlock limit is low, without CAP_SYS_RESOURCE), and a default port
-    // that another container took after the plan found it free.
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())
         .filter(|p| !p.given)
         .filter_map(|p| p.host)
         .collect();
-    for _ in 0..5 {
-        let e = match ws::create_and_start(docker, &station).await {
-            Ok(id) => return Ok((id, station.gpus)),
-            Err(e) => e,
-        };
-        if let Some(rejected) = e
-            .chain()
-            .find_map(|c| c.downcast_ref::<GpuRequestRejected>())
-        {
-            if plan.gpus != GpuChoice::Auto || station.gpus.is_none() {
-                return Err(gpus_refused(station.gpus.as_ref(), &rejected.0));
-            }
-            note(false, "the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs".into());
-            station.gpus = None;
-        } else if let Some(WorkstationError::UlimitRefused { ulimits, .. }) =
-            e.downcast_ref::<WorkstationError>()
-        {
-            if station.ulimits.is_empty() {
-                return Err(e);
-            }
-            // memlock is the one a sandboxed engine refuses; then any.
-            let dropped: Vec<String> = if station.ulimits.iter().any(|(n, _)| n == "memlock") {
-                station.ulimits.retain(|(n, _)| n != "memlock");
-                vec!["memlock=-1".into()]
-            } else {
-                std::mem::take(&mut station.ulimits)
-                    .iter()
-                    .map(|(n, v)| format!("{n}={v}"))
-                    .collect()
-            };
-            note(true, format!(
-                "the engine may not raise the ulimit {} (its own limit is lower; asked for {}): the workstation keeps the engine's, so NCCL may pin less host memory; start dockerd with LimitMEMLOCK=infinity to lift it",
-                dropped.join(" "),
-                ulimits.join(" ")
-            ));
-        } else if let Some(WorkstationError::PortTaken { port, .. }) =
-            e.downcast_ref::<WorkstationError>()
-        {
-            let Some(publish) = station.publish.iter_mut().find(|p| {
-                p.host
-                    .is_some_and(|h| h.to_string() == *port && defaulted.contains(&h))
-            }) else {
-                return Err(e);
-            };
-            note(
-                false,
-                format!(
-                    "port {port} was taken while {} started; it gets a free port (below)",
-                    plan.name
-                ),
-            );
-            publish.host = None;
-        } else {
-            return Err(e);
+    let auto = plan.gpus == GpuChoice::Auto;
+    match life::create(docker, station, auto, &defaulted, note).await? {
+        Created::Started { id, gpus } => Ok((id, gpus)),
+        Created::GpusRefused { gpus, why } => Err(gpus_refused(gpus.as_ref(), &why)),
+        Created::GaveUp => {
+            Err(CliError::failure(format!("the engine refused to start {}", plan.name)).into())
         }
     }
-    Err(CliError::failure(format!("the engine refused to start {}", plan.name)).into())
+}
+
+/// Says what [`life::create`] did on its way.
+fn say_note(plan: &UpPlan, note: Note) {
+    match note {
+        Note::NoGpus => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
+        Note::UlimitsKept { dropped, asked } => printer().warn(format!(
+            "the engine may not raise the ulimit {} (its own limit is lower; asked for {}): the workstation keeps the engine's, so NCCL may pin less host memory; start dockerd with LimitMEMLOCK=infinity to lift it",
+            dropped.join(" "),
+            asked.join(" ")
+        )),
+        Note::PortTaken { port } => printer().info(format!(
+            "port {port} was taken while {} started; it gets a free port (below)",
+            plan.name
+        )),
+    }
 }
 
 /// The error for `--gpus` given by name on an engine that cannot give GPUs.
@@ -339,91 +291,60 @@ fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
     .into()
 }
 
-/// Waits until the container's healthcheck passes; fails (with the last
-/// lines of its log) when it exits, turns unhealthy or takes over `plan.wait`.
-async fn wait_healthy(
-    docker: &bollard::Docker,
-    id: &str,
-    plan: &UpPlan,
-    started: Instant,
-) -> anyhow::Result<()> {
-    loop {
-        let why = match ws::health(docker, id).await? {
-            Health::Healthy => return Ok(()),
-            Health::Starting if started.elapsed() < plan.wait => {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                continue;
-            }
-            Health::Starting => format!("did not answer within {} s", plan.wait.as_secs()),
-            Health::Unhealthy(last) => format!("failed its healthcheck ({last})"),
-            Health::Exited(code) => format!("exited with code {code}"),
-        };
-        let log = ws::log_tail(docker, id, LOG_LINES).await;
-        if !log.trim().is_empty() {
-            printer().stderr_text(format!(
-                "the last lines of {}'s log:\n{}\n",
-                plan.name,
-                log.trim_end()
-                    .lines()
-                    .map(|l| format!("  {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            ));
-        }
-        return Err(
-            CliError::failure(format!("workstation {} {why}; it was removed", plan.name))
-                .with_hint(
-                    "its log is above; `imgctl up --wait SECS` waits longer on a loaded host",
-                )
-                .into(),
-        );
+/// The error of a workstation that did not come up, after the last lines
+/// of its log.
+fn not_up(plan: &UpPlan, why: &NotUp, log: &str) -> anyhow::Error {
+    let why = match why {
+        NotUp::Silent { wait } => format!("did not answer within {} s", wait.as_secs()),
+        NotUp::Unhealthy(last) => format!("failed its healthcheck ({last})"),
+        NotUp::Exited(code) => format!("exited with code {code}"),
+    };
+    if !log.trim().is_empty() {
+        printer().stderr_text(format!(
+            "the last lines of {}'s log:\n{}\n",
+            plan.name,
+            log.trim_end()
+                .lines()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ));
     }
+    CliError::failure(format!("workstation {} {why}; it was removed", plan.name))
+        .with_hint("its log is above; `imgctl up --wait SECS` waits longer on a loaded host")
+        .into()
 }
 
 /// Runs the image's own `imgctl verify --level quick` inside, expecting the
-/// GPUs the container got.
+/// GPUs the container got; its command line is the one `verify --image` and
+/// `build --verify` give the image's imgctl ([`super::verify::container_argv`]).
 async fn quick_verify(
     docker: &bollard::Docker,
     id: &str,
     gpus: Option<&GpuSelection>,
 ) -> anyhow::Result<VerifySummary> {
-    let expect = match gpus {
-        None => "0".to_string(),
-        Some(GpuSelection::All) => "any".to_string(),
-        Some(GpuSelection::Count(n)) => n.to_string(),
-        Some(GpuSelection::Devices(ids)) => ids.len().to_string(),
+    let opts = Options {
+        level: Level::Quick,
+        expect: life::expect_for(gpus),
+        only: Vec::new(),
+        skip: Vec::new(),
+        timeout: Duration::from_secs_f64(crate::verify::DEFAULT_CHECK_TIMEOUT_S),
+        words: super::verify::WORDS,
     };
-    let cmd = [
-        "imgctl",
-        "verify",
-        "--level",
-        "quick",
-        "--json",
-        "--expect-gpus",
-        &expect,
-    ]
-    .map(String::from)
-    .to_vec();
-    let out = ws::exec(docker, id, cmd, vec!["NO_COLOR=1".into()], VERIFY_DEADLINE).await?;
-    let json = out.stdout.find('{').map_or("", |i| &out.stdout[i..]);
-    let report: Report = serde_json::from_str(json).map_err(|e| {
-        CliError::failure(format!(
-            "imgctl verify inside the workstation printed no report (exit {}; {e}): {}",
-            out.exit_code,
-            out.stderr.trim().lines().last().unwrap_or_default()
+    let mut argv = vec!["imgctl".to_string()];
+    argv.extend(super::verify::container_argv(&opts));
+    match life::quick_verify(docker, id, argv, VERIFY_DEADLINE).await? {
+        QuickVerify::Ran(summary) => Ok(summary),
+        QuickVerify::NoReport {
+            exit_code,
+            error,
+            last_line,
+        } => Err(CliError::failure(format!(
+            "imgctl verify inside the workstation printed no report (exit {exit_code}; {error}): {last_line}"
         ))
         .with_hint("run it by hand: `docker exec NAME imgctl verify`")
-    })?;
-    Ok(VerifySummary {
-        passed: report.passed,
-        summary: report.summary.clone(),
-        failed: report
-            .results
-            .iter()
-            .filter(|r| r.status.fails_run())
-            .map(|r| format!("{}: {}", r.id, r.message))
-            .collect(),
-    })
+        .into()),
+    }
 }
 
 /// Warns when the image's user cannot write the mounted folder (a root-owned

@@ -9,6 +9,8 @@
 //! the failure report of a broken step, and the removal of intermediate
 //! containers a cancelled classic build may leave behind. It does not print:
 //! callers receive [`BuildEvent`]s and decide how to show them.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -11,6 +11,8 @@
 //!
 //! This module must not own training concerns (optimizer, data, loss): those
 //! live in the rest of `train/`.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 pub mod blocks;
 pub mod config;
 pub mod embedding;

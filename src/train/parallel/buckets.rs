@@ -11,7 +11,7 @@
 //! optimizer (it averages: the loss is a per-rank mean).
 use tch::Tensor;
 
-use super::collective::{Backend, Collective};
+use crate::world::collective::{Backend, Collective};
 
 /// DDP's default bucket size, 25 MiB (`bucket_cap_mb=25`).
 pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;

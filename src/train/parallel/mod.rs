@@ -1,19 +1,14 @@
-//! Data parallelism: one process per GPU (or CPU rank), gradients averaged
-//! over large flat buckets after backward, parameters broadcast from rank 0.
+//! **Data parallelism** (part of `train/`): one process per GPU (or CPU rank),
+//! gradients averaged over large flat buckets after backward, parameters
+//! broadcast from rank 0.
 //!
-//! - [`launch`]: rank/world size from torchrun, SLURM or Kubernetes variables; `--gpus`.
 //! - [`supervisor`]: `--gpus` starts one worker per GPU from this executable.
-//! - [`rendezvous`]: ranks meet at rank 0's TCP server (NCCL unique id, CPU links).
-//! - [`collective`]: the [`Collective`] trait; backends [`collective::nccl`] (GPUs) and [`collective::cpu`] (TCP).
 //! - [`buckets`]: gradient bucketing and the start-of-run parameter broadcast.
-//!
 //! - [`hooks`] and [`overlap`]: the all-reduce of each bucket starts as soon as
 //!   backward has finished its gradients, while backward goes on (DDP's overlap).
-//! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
-//!   peer) ends the rank after a timeout, instead of hanging it forever.
-//! - [`agent`]: after a lost peer, whether torchrun's rendezvous host went with it.
-//! - [`timeouts`]: how long collectives wait; [`error`]: the typed errors
-//!   (`commands/` gives them their exit status and hints).
+//!
+//! The job's identity, rendezvous, collectives and the watchdog they use are
+//! the world's ([`crate::world`]), shared with `verify --fleet`.
 //!
 //! [`DataParallel`] ties them together for the trainer: built once per
 //! process with [`DataParallel::init`], it is the trainer's [`GradSync`]
@@ -22,6 +17,8 @@
 //! only through that seam, [`crate::train::sync`]: nothing here imports the
 //! trainer or the run. This module must not own the training loop, the data
 //! pipeline or any output file besides the opt-in parameter-hash log.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,25 +29,14 @@ use tch::{Device, Tensor};
 use crate::env_vars as ev;
 use crate::train::sync::{backward_then_sync, GradLayout, GradSync, SyncStats};
 
-pub mod agent;
-pub mod auth;
 pub mod buckets;
-pub mod collective;
-pub mod error;
 pub mod hooks;
-pub mod launch;
 pub mod overlap;
-pub mod rendezvous;
 pub mod supervisor;
-pub mod tcpstore;
-pub mod timeouts;
-pub mod watchdog;
 
+use crate::world::{collective, rendezvous, tcpstore};
+use crate::world::{Backend, Collective, LaunchError, LaunchInfo, RendezvousError, Solo};
 pub use buckets::DEFAULT_BUCKET_BYTES;
-pub use collective::{Backend, Collective, Solo};
-pub use error::{CollectiveError, LaunchError, RendezvousError};
-pub use launch::{LaunchInfo, LaunchSource};
-pub use timeouts::{collective_timeout, default_collective_timeout};
 
 /// The device a worker trains on, from its launch info and the visible GPUs:
 /// none visible → CPU; one visible (a launcher pinned it, e.g. the `--gpus`
@@ -128,7 +114,7 @@ impl DataParallel {
     /// device (also for a world of one), the CPU backend over TCP for CPU
     /// ranks, nothing for a single CPU process. The rendezvous and the
     /// communicator's set-up are bounded by `timeout`, every collective
-    /// after them by `collective` ([`collective_timeout`]).
+    /// after them by `collective` ([`crate::world::collective_timeout`]).
     pub fn init(
         launch: LaunchInfo,
         device: Device,

@@ -22,9 +22,9 @@ use std::time::Instant;
 use tch::{Kind, Tensor};
 
 use super::buckets::param_buckets;
-use super::collective::Collective;
 use super::hooks::{CloseOnDrop, GradHooks, Readiness, Ready};
 use crate::train::flat::FlatEntry;
+use crate::world::collective::Collective;
 
 /// What one overlapped step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -202,8 +202,8 @@ fn is_permutation(order: &[usize], n: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::collective::{check_buffer, Backend};
     use super::*;
+    use crate::world::collective::{check_buffer, Backend};
     use tch::{nn, nn::Module, Device};
 
     /// A world of two whose other rank always holds ones: the sum adds 1.

@@ -376,7 +376,7 @@ fn start_workers(
 pub fn supervise(opts: &SupervisorOptions, events: Events) -> anyhow::Result<SupervisorReport> {
     install_interrupt_handler();
     let n = opts.slots.len();
-    let port = super::rendezvous::free_port()?;
+    let port = crate::world::rendezvous::free_port()?;
     let captured = Arc::new(Mutex::new(String::new()));
     let started = INTERRUPTS.load(Ordering::SeqCst);
     let (mut workers, pumps) = start_workers(opts, port, &captured, events)?;

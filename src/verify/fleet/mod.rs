@@ -2,7 +2,7 @@
 //! the launcher (torchrun `--nnodes N`, `srun` one task per node, a
 //! Kubernetes indexed Job) with the env contract of train-demo. Every node
 //! runs its own checks; rank 0 gathers the reports over the same rendezvous
-//! as training ([`crate::train::parallel::rendezvous`]), times the link to
+//! as training ([`crate::world::rendezvous`]), times the link to
 //! each node with real bytes, and judges the fleet ([`judge`]): nodes that
 //! never joined or died, software that differs between nodes, numbers below
 //! the fleet's median, slow links.
@@ -19,10 +19,10 @@ use serde::{Deserialize, Serialize};
 
 use super::report::Report;
 use crate::sys::net::read_exact_by;
-use crate::train::parallel::auth::{Nonce, Token, MAC_BYTES};
-use crate::train::parallel::error::RendezvousError;
-use crate::train::parallel::launch::LaunchInfo;
-use crate::train::parallel::rendezvous::{self, Links};
+use crate::world::auth::{Nonce, Token, MAC_BYTES};
+use crate::world::error::RendezvousError;
+use crate::world::launch::LaunchInfo;
+use crate::world::rendezvous::{self, Links};
 
 mod judge;
 pub mod render;
@@ -463,9 +463,9 @@ fn all_reduce_root(
     options: FleetOptions,
 ) -> (super::result::CheckResult, Vec<(usize, TcpStream)>) {
     use super::result::CheckResult;
-    use crate::train::parallel::collective::cpu::CpuCollective;
-    use crate::train::parallel::collective::Collective;
-    use crate::train::parallel::rendezvous::Session;
+    use crate::world::collective::cpu::CpuCollective;
+    use crate::world::collective::Collective;
+    use crate::world::rendezvous::Session;
     let ranks: Vec<usize> = streams.iter().map(|(r, _)| *r).collect();
     let mut links = Vec::new();
     for (_, mut s) in streams {
@@ -546,9 +546,9 @@ fn all_reduce_leaf(
     options: FleetOptions,
     address: &str,
 ) -> anyhow::Result<TcpStream> {
-    use crate::train::parallel::collective::cpu::CpuCollective;
-    use crate::train::parallel::collective::Collective;
-    use crate::train::parallel::rendezvous::Session;
+    use crate::world::collective::cpu::CpuCollective;
+    use crate::world::collective::Collective;
+    use crate::world::rendezvous::Session;
     let session = Session {
         rank,
         world_size: world,

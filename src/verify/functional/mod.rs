@@ -13,6 +13,8 @@
 //! judging of a rate live in `thresholds.rs`; the tch bodies live one job per file: `matmul.rs`
 //! (products), `bandwidth.rs` (copies), `nccl.rs` (the all-reduce), with
 //! `device.rs` for what they share. Nothing here renders output.
+//!
+//! Part: the verify wing (`docs/architecture.md`).
 use super::check::{FnCheck, Level, Scope};
 
 mod thresholds;

@@ -6,7 +6,7 @@
 //! with NotSupported (common on VMs, gVisor and consumer GPUs) becomes SKIP
 //! with the reason, never PASS. Every threshold is printed next to the
 //! measured value. This file must not import nvml-wrapper nor render output.
-use super::backend::{throttle_names, GpuProcess, NvmlErr};
+use crate::nvml::backend::{throttle_names, GpuProcess, NvmlErr};
 use crate::verify::check::{CheckResult, FnCheck, Level, Scope};
 use crate::verify::context::{Context, NvmlState};
 

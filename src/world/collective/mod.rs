@@ -5,6 +5,8 @@
 //! Backends: [`nccl::NcclCollective`] on GPUs, [`cpu::CpuCollective`]
 //! over TCP for CPU ranks, and [`Solo`] for a world of one. This module owns the
 //! trait and the buffer checks; it must not open sockets or load libraries.
+//!
+//! Part: the shared floor (`docs/architecture.md`).
 use tch::{Device, Kind, Tensor};
 
 use super::error::CollectiveError;

@@ -12,7 +12,7 @@
 //! a non-blocking stream of its own ([`crate::sys::cudart::CommStream`]), ordered
 //! after the backward kernels that wrote each bucket and before the optimizer
 //! by CUDA events, so backward keeps computing while NCCL reduces. Every
-//! collective queued is followed by a [`crate::train::parallel::watchdog::Watchdog`] (a CUDA event
+//! collective queued is followed by a [`crate::world::watchdog::Watchdog`] (a CUDA event
 //! after it), which ends the rank when one never completes. A failed call leaves the communicator to be aborted,
 //! not destroyed, when the collective is dropped (see
 //! [`crate::sys::nccl::Communicator`]). This module must not decide which backend a
@@ -27,8 +27,8 @@ use super::{check_buffer, Backend, Collective, Elem};
 use crate::sys::cudart::{CommStream, CudaRuntime, Marker};
 use crate::sys::nccl::{Communicator, NcclLibrary, RedOp, AVG_MIN_VERSION, UNIQUE_ID_BYTES};
 use crate::sys::nccl_tensors;
-use crate::train::parallel::error::CollectiveError;
-use crate::train::parallel::watchdog::{self, Watchdog};
+use crate::world::error::CollectiveError;
+use crate::world::watchdog::{self, Watchdog};
 
 /// An NCCL communicator over one GPU per rank.
 pub struct NcclCollective {

@@ -5,9 +5,11 @@
 //! collective's completion (a CUDA event recorded after it) and NCCL's
 //! asynchronous error. When the oldest collective has been pending longer than
 //! the timeout, or NCCL reports an error, it calls the fire action: by default
-//! one `error:` line naming the rank, the collective and how long it waited,
-//! then `_exit(1)`, which frees the GPU and lets the launcher (or imgctl's
-//! supervisor) see the failure and stop the other ranks.
+//! [`WatchdogError::Fired`] (naming the rank, the collective and how long it
+//! waited), rendered by the command layer's tables
+//! ([`crate::output::exit_with`]), then `_exit(1)`, which frees the GPU and
+//! lets the launcher (or imgctl's supervisor) see the failure and stop the
+//! other ranks.
 //!
 //! The queue and its verdicts are plain logic over the [`Completion`] trait,
 //! testable without a GPU; the CUDA side is [`crate::sys::cudart::Marker`]. This
@@ -35,6 +37,27 @@ pub type AsyncErrorProbe = Box<dyn Fn() -> Option<String> + Send>;
 
 /// What the watchdog does when it fires: gets the one-line reason.
 pub type FireAction = Box<dyn Fn(String) + Send>;
+
+/// What the watchdog has to say: `commands/` words it (its advice table).
+#[derive(Debug, thiserror::Error)]
+pub enum WatchdogError {
+    /// Its set-up failed: it watches nothing (a warning; the rank goes on).
+    #[error("the collective watchdog is off: {reason}")]
+    Off {
+        /// Why.
+        reason: String,
+    },
+    /// It fired: a collective never completed, or NCCL reported an error.
+    #[error("rank {rank} of {world_size}: {reason}; stopping this rank")]
+    Fired {
+        /// This rank.
+        rank: usize,
+        /// The world's size.
+        world_size: usize,
+        /// What did not complete and for how long, or NCCL's error.
+        reason: String,
+    },
+}
 
 /// How often the watchdog looks: once a second (torch's watchdog sleeps
 /// 100 ms to 1 s between scans; a second is plenty against a 30-minute timeout).
@@ -139,7 +162,7 @@ impl std::fmt::Debug for Watchdog {
 impl Watchdog {
     /// Starts the thread. `setup` runs first on it (selecting the rank's CUDA
     /// device, so that polling does not create a context on GPU 0); when it
-    /// fails, the watchdog says so on stderr and watches nothing. `probe`
+    /// fails, the watchdog warns ([`WatchdogError::Off`]) and watches nothing. `probe`
     /// polls NCCL's asynchronous error; `fire` acts on a verdict other than
     /// [`Verdict::Healthy`] (once: the thread ends after it).
     pub fn start(
@@ -158,7 +181,7 @@ impl Watchdog {
             .name("imgctl-watchdog".into())
             .spawn(move || {
                 if let Err(e) = setup() {
-                    crate::output::printer().stderr_text(format!("warning: the collective watchdog is off: {e}\n"));
+                    crate::output::warn_error(&WatchdogError::Off { reason: e }.into());
                     return;
                 }
                 loop {
@@ -235,16 +258,21 @@ impl Drop for Watchdog {
     }
 }
 
-/// The default fire action of a training rank: one error line, then
-/// `_exit(1)` (no exit handlers: they could wait on the stuck GPU work).
+/// The default fire action of a training rank: [`WatchdogError::Fired`] as
+/// the command layer renders it, then `_exit` with its status (no exit
+/// handlers: they could wait on the stuck GPU work).
 pub fn exit_rank(rank: usize, world_size: usize) -> FireAction {
     Box::new(move |reason| {
-        // The output layer writes and flushes stderr before the exit.
-        crate::output::printer().stderr_text(format!(
-            "error: rank {rank} of {world_size}: {reason}; stopping this rank\n\nhint: the failing rank's own log names the cause; NCCL_DEBUG=INFO shows NCCL's view\n"
-        ));
-        // Ends the process at once; nothing of ours needs unwinding.
-        crate::sys::process::exit_now(1);
+        // The output layer writes and flushes stderr before the exit; nothing
+        // of ours needs unwinding.
+        crate::output::exit_with(
+            WatchdogError::Fired {
+                rank,
+                world_size,
+                reason,
+            }
+            .into(),
+        )
     })
 }
 

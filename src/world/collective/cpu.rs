@@ -16,9 +16,9 @@ use tch::{Device, Tensor};
 
 use super::{bf16_to_f32, check_buffer, f32_to_bf16, Backend, Collective, Elem};
 use crate::sys::tensor::with_cpu_bytes;
-use crate::train::parallel::error::CollectiveError;
-use crate::train::parallel::rendezvous::{Links, Session};
-use crate::train::parallel::tcpstore::is_timeout;
+use crate::world::error::CollectiveError;
+use crate::world::rendezvous::{Links, Session};
+use crate::world::tcpstore::is_timeout;
 
 const OP_ALL_REDUCE: u8 = 1;
 const OP_BROADCAST: u8 = 2;
@@ -332,8 +332,8 @@ fn peer_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::train::parallel::launch::LaunchInfo;
-    use crate::train::parallel::rendezvous::{free_port, rendezvous};
+    use crate::world::launch::LaunchInfo;
+    use crate::world::rendezvous::{free_port, rendezvous};
     use tch::Kind;
 
     fn group(world: usize) -> Vec<CpuCollective> {

@@ -1,0 +1,277 @@
+//! **The workstation's lifecycle** (the core of `imgctl up`): create it with
+//! its retries ([`create`]), wait until the image's healthcheck passes
+//! ([`wait_healthy`]) and run the image's own quick verify inside
+//! ([`quick_verify`]), each returning a typed result.
+//!
+//! The container's configuration, health, exec and listing are
+//! [`crate::docker::workstation`]'s. This module decides nothing about
+//! flags, defaults or wording, and never prints: what it notices on the way
+//! comes out as a [`Note`], what went wrong as a variant of its results;
+//! `commands/workstation/` gives them their words and exit status.
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::docker::run::GpuRequestRejected;
+use crate::docker::workstation::{self as ws, Health, Workstation, WorkstationError};
+use crate::gpus::GpuSelection;
+use crate::verify::{ExpectGpus, Report};
+
+/// Something [`create`] did on its way that the user should hear of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// The engine cannot give containers GPUs: the workstation starts without.
+    NoGpus,
+    /// The engine may not raise these ulimits (`name=value`): the workstation
+    /// keeps the engine's; `asked` is what the engine refused.
+    UlimitsKept {
+        /// The ulimits left out.
+        dropped: Vec<String>,
+        /// The ulimits the engine refused, as it named them.
+        asked: Vec<String>,
+    },
+    /// A default host port was taken after the plan found it free: the
+    /// engine picks one.
+    PortTaken {
+        /// The port, as the engine named it.
+        port: String,
+    },
+}
+
+/// How [`create`] ended, short of an engine error it does not retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// Created and started: its id and the GPUs it got.
+    Started {
+        /// The container's id.
+        id: String,
+        /// The GPUs it got (None: none).
+        gpus: Option<GpuSelection>,
+    },
+    /// GPUs asked for by name (or none left to drop) that the engine cannot give.
+    GpusRefused {
+        /// The GPUs asked for.
+        gpus: Option<GpuSelection>,
+        /// The engine's reason.
+        why: String,
+    },
+    /// The engine refused every retry.
+    GaveUp,
+}
+
+/// Creates and starts `station`. At most one retry for each thing an engine
+/// may refuse that the workstation can do without: GPUs it was not asked for
+/// by name (`gpus_auto`), ulimits the engine's runtime may not raise (a
+/// dockerd whose own hard memlock limit is low, without CAP_SYS_RESOURCE),
+/// and a default port (`defaulted`) that another container took after the
+/// plan found it free. Each retry is told to `note`.
+pub async fn create(
+    docker: &bollard::Docker,
+    mut station: Workstation,
+    gpus_auto: bool,
+    defaulted: &[u16],
+    note: &(dyn Fn(Note) + Sync),
+) -> anyhow::Result<Created> {
+    for _ in 0..5 {
+        let e = match ws::create_and_start(docker, &station).await {
+            Ok(id) => {
+                return Ok(Created::Started {
+                    id,
+                    gpus: station.gpus,
+                })
+            }
+            Err(e) => e,
+        };
+        if let Some(rejected) = e
+            .chain()
+            .find_map(|c| c.downcast_ref::<GpuRequestRejected>())
+        {
+            if !gpus_auto || station.gpus.is_none() {
+                return Ok(Created::GpusRefused {
+                    gpus: station.gpus,
+                    why: rejected.0.clone(),
+                });
+            }
+            note(Note::NoGpus);
+            station.gpus = None;
+        } else if let Some(WorkstationError::UlimitRefused { ulimits, .. }) =
+            e.downcast_ref::<WorkstationError>()
+        {
+            if station.ulimits.is_empty() {
+                return Err(e);
+            }
+            // memlock is the one a sandboxed engine refuses; then any.
+            let dropped: Vec<String> = if station.ulimits.iter().any(|(n, _)| n == "memlock") {
+                station.ulimits.retain(|(n, _)| n != "memlock");
+                vec!["memlock=-1".into()]
+            } else {
+                std::mem::take(&mut station.ulimits)
+                    .iter()
+                    .map(|(n, v)| format!("{n}={v}"))
+                    .collect()
+            };
+            note(Note::UlimitsKept {
+                dropped,
+                asked: ulimits.clone(),
+            });
+        } else if let Some(WorkstationError::PortTaken { port, .. }) =
+            e.downcast_ref::<WorkstationError>()
+        {
+            let Some(publish) = station.publish.iter_mut().find(|p| {
+                p.host
+                    .is_some_and(|h| h.to_string() == *port && defaulted.contains(&h))
+            }) else {
+                return Err(e);
+            };
+            note(Note::PortTaken { port: port.clone() });
+            publish.host = None;
+        } else {
+            return Err(e);
+        }
+    }
+    Ok(Created::GaveUp)
+}
+
+/// Why a workstation did not come up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotUp {
+    /// Its healthcheck did not pass within the wait.
+    Silent {
+        /// The wait.
+        wait: Duration,
+    },
+    /// Its healthcheck failed; its last output.
+    Unhealthy(String),
+    /// Its main process ended with this code.
+    Exited(i64),
+}
+
+/// How [`wait_healthy`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CameUp {
+    /// The healthcheck passes.
+    Yes,
+    /// It did not come up: why, and the last lines of its log.
+    No {
+        /// Why.
+        why: NotUp,
+        /// The last `log_lines` lines of its log (may be empty).
+        log: String,
+    },
+}
+
+/// Waits until the container's healthcheck passes; ends with the last
+/// `log_lines` lines of its log when it exits, turns unhealthy or takes
+/// over `wait` since `started`.
+pub async fn wait_healthy(
+    docker: &bollard::Docker,
+    id: &str,
+    wait: Duration,
+    started: Instant,
+    log_lines: usize,
+) -> anyhow::Result<CameUp> {
+    loop {
+        let why = match ws::health(docker, id).await? {
+            Health::Healthy => return Ok(CameUp::Yes),
+            Health::Starting if started.elapsed() < wait => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            Health::Starting => NotUp::Silent { wait },
+            Health::Unhealthy(last) => NotUp::Unhealthy(last),
+            Health::Exited(code) => NotUp::Exited(code),
+        };
+        let log = ws::log_tail(docker, id, log_lines).await;
+        return Ok(CameUp::No { why, log });
+    }
+}
+
+/// The quick verify inside, in short.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifySummary {
+    /// Whether it passed.
+    pub passed: bool,
+    /// Its counts.
+    pub summary: crate::verify::Summary,
+    /// The checks that failed or errored: `id: message`.
+    pub failed: Vec<String>,
+}
+
+/// How [`quick_verify`] ended.
+#[derive(Debug, Clone)]
+pub enum QuickVerify {
+    /// The image's verify printed its report.
+    Ran(VerifySummary),
+    /// It printed no report.
+    NoReport {
+        /// Its exit code.
+        exit_code: i64,
+        /// Why its stdout is no report.
+        error: String,
+        /// The last line of its stderr.
+        last_line: String,
+    },
+}
+
+/// The GPU expectation of the quick verify inside a container that got `gpus`.
+pub fn expect_for(gpus: Option<&GpuSelection>) -> ExpectGpus {
+    match gpus {
+        None => ExpectGpus::Exactly(0),
+        Some(GpuSelection::All) => ExpectGpus::Any,
+        Some(GpuSelection::Count(n)) => ExpectGpus::Exactly(*n),
+        Some(GpuSelection::Devices(ids)) => ExpectGpus::Exactly(ids.len() as u32),
+    }
+}
+
+/// Runs `argv` (the image's own `verify` with `--json`, built by the command
+/// layer) inside the container `id`, at most `deadline`, and reads its report.
+pub async fn quick_verify(
+    docker: &bollard::Docker,
+    id: &str,
+    argv: Vec<String>,
+    deadline: Duration,
+) -> anyhow::Result<QuickVerify> {
+    let out = ws::exec(docker, id, argv, vec!["NO_COLOR=1".into()], deadline).await?;
+    let json = out.stdout.find('{').map_or("", |i| &out.stdout[i..]);
+    let report: Report = match serde_json::from_str(json) {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(QuickVerify::NoReport {
+                exit_code: out.exit_code,
+                error: e.to_string(),
+                last_line: out
+                    .stderr
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+        }
+    };
+    Ok(QuickVerify::Ran(VerifySummary {
+        passed: report.passed,
+        summary: report.summary.clone(),
+        failed: report
+            .results
+            .iter()
+            .filter(|r| r.status.fails_run())
+            .map(|r| format!("{}: {}", r.id, r.message))
+            .collect(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quick_verify_expects_the_gpus_the_container_got() {
+        assert_eq!(expect_for(None), ExpectGpus::Exactly(0));
+        assert_eq!(expect_for(Some(&GpuSelection::All)), ExpectGpus::Any);
+        assert_eq!(
+            expect_for(Some(&GpuSelection::Count(2))),
+            ExpectGpus::Exactly(2)
+        );
+    }
+}
