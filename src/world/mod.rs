@@ -21,6 +21,7 @@ pub mod agent;
 pub mod auth;
 pub mod collective;
 pub mod error;
+pub mod hello;
 pub mod launch;
 pub mod rendezvous;
 pub mod tcpstore;

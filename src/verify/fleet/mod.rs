@@ -10,6 +10,8 @@
 //! This file owns the run and the wire format after the rendezvous; judging
 //! lives in `judge.rs`, the table and JUnit in `render.rs`. It prints
 //! nothing: the command layer renders the [`FleetReport`].
+//!
+//! Part: the verify wing (`docs/architecture.md`).
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::TcpStream;
