@@ -144,6 +144,8 @@ pub enum NotUp {
     Unhealthy(String),
     /// Its main process ended with this code.
     Exited(i64),
+    /// It was removed from outside while imgctl waited.
+    Removed,
 }
 
 /// How [`wait_healthy`] ended.
@@ -180,6 +182,12 @@ pub async fn wait_healthy(
             Health::Starting => NotUp::Silent { wait },
             Health::Unhealthy(last) => NotUp::Unhealthy(last),
             Health::Exited(code) => NotUp::Exited(code),
+            Health::Removed => {
+                return Ok(CameUp::No {
+                    why: NotUp::Removed,
+                    log: String::new(),
+                })
+            }
         };
         let log = ws::log_tail(docker, id, log_lines).await;
         return Ok(CameUp::No { why, log });

@@ -206,6 +206,11 @@ pub(crate) async fn remove_container(docker: &bollard::Docker, id: &str) -> anyh
         Err(bollard::errors::Error::DockerResponseServerError {
             status_code: 404, ..
         }) => Ok(()),
+        // Someone else is removing it (`docker rm -f` from outside): as gone.
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            message,
+        }) if message.contains("already in progress") => Ok(()),
         Err(e) => Err(
             DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
                 id: id.to_string(),

@@ -205,6 +205,8 @@ pub enum Health {
     Unhealthy(String),
     /// The main process ended with this code.
     Exited(i64),
+    /// The container is gone: removed from outside (`docker rm -f`).
+    Removed,
 }
 
 /// Creates and starts the workstation; returns its id. A GPU request the
@@ -295,16 +297,29 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
 
 /// The container's state as [`Health`].
 pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health> {
-    let inspect = docker
+    let inspect = match docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
-        .map_err(|e| {
-            DockerError::of_engine(&e, |error| DockerError::InspectContainer {
-                id: id.to_string(),
-                error,
-            })
-        })?;
+    {
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => return Ok(Health::Removed),
+        other => other,
+    };
+    let inspect = inspect.map_err(|e| {
+        DockerError::of_engine(&e, |error| DockerError::InspectContainer {
+            id: id.to_string(),
+            error,
+        })
+    })?;
     let state = inspect.state.unwrap_or_default();
+    // Being removed, or dead after a removal failed half-way: gone.
+    if matches!(
+        state.status,
+        Some(ContainerStateStatusEnum::REMOVING | ContainerStateStatusEnum::DEAD)
+    ) {
+        return Ok(Health::Removed);
+    }
     let running = matches!(
         state.status,
         Some(ContainerStateStatusEnum::RUNNING | ContainerStateStatusEnum::CREATED)

@@ -330,3 +330,73 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     let out = imgctl(&["down", "--time", "1", &names[0], &names[1]]);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
 }
+
+/// A workstation removed from outside while `up` waits for its healthcheck
+/// is said in words (it printed the engine's raw 404), exit 1.
+#[test]
+fn a_workstation_removed_during_the_wait_is_named_not_a_raw_404() {
+    let mut guard = EngineGuard::default();
+    ensure_bases();
+    let tag = test_tag("ws-never-healthy");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!(
+            "FROM {BUSYBOX_BASE}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\n\
+             HEALTHCHECK --interval=1s --retries=100 CMD false\nCMD [\"sleep\", \"600\"]\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new("docker")
+        .args(["build", "-q", "-t", &tag])
+        .arg(dir.path())
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "docker build: {}", texts(&out).1);
+    guard.image(&tag);
+    let name = format!("imgctl-it-ws-gone-{}", std::process::id());
+    guard.container(&name);
+    let empty = tempfile::tempdir().unwrap();
+    let child = Command::new(crate::common::imgctl_bin())
+        .args([
+            "up",
+            "--no-mount",
+            "--no-verify",
+            "--wait",
+            "60",
+            "--name",
+            &name,
+            &tag,
+        ])
+        .env("HOME", empty.path())
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // Running, its healthcheck not passed yet: up is waiting for it.
+    let health = |n: &str| {
+        let out = Command::new("docker")
+            .args(["inspect", "--format", "{{.State.Health.Status}}", n])
+            .output()
+            .unwrap();
+        texts(&out).0.trim().to_string()
+    };
+    while health(&name) != "starting" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "up started no container"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    docker_ok(&["rm", "-f", &name]);
+    let out = child.wait_with_output().unwrap();
+    let (_, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        one_error_line(&err).contains("was removed from outside while imgctl waited"),
+        "{err}"
+    );
+    assert!(!err.contains("404"), "{err}");
+}

@@ -298,6 +298,14 @@ fn not_up(plan: &UpPlan, why: &NotUp, log: &str) -> anyhow::Error {
         NotUp::Silent { wait } => format!("did not answer within {} s", wait.as_secs()),
         NotUp::Unhealthy(last) => format!("failed its healthcheck ({last})"),
         NotUp::Exited(code) => format!("exited with code {code}"),
+        NotUp::Removed => {
+            return CliError::failure(format!(
+                "workstation {} was removed from outside while imgctl waited for it to come up",
+                plan.name
+            ))
+            .with_hint("start it again with `imgctl up`; `docker events` shows who removed it")
+            .into()
+        }
     };
     if !log.trim().is_empty() {
         printer().stderr_text(format!(
