@@ -37,8 +37,7 @@ fn kind(d: &Descriptor) -> (String, String) {
         .annotations
         .get(attest::PREDICATE_ANNOTATION)
         .map(String::as_str);
-    let hex = attest::hex_of(&d.digest);
-    let short = &hex[..hex.len().min(12)];
+    let short = short_hex(&d.digest);
     match (d.artifact_type.as_deref(), predicate) {
         (Some(attest::CYCLONEDX_MEDIA_TYPE), _) => {
             ("SBOM (CycloneDX)".into(), attest::files::SBOM.into())
@@ -56,6 +55,15 @@ fn kind(d: &Descriptor) -> (String, String) {
     }
 }
 
+/// The first 12 hex digits of a digest (checked: `sha256:<hex>`, see
+/// [`crate::oci::manifest::check_descriptor`]), cut on a character boundary
+/// all the same.
+fn short_hex(digest: &str) -> &str {
+    let hex = attest::hex_of(digest);
+    let end = hex.char_indices().nth(12).map_or(hex.len(), |(i, _)| i);
+    &hex[..end]
+}
+
 /// `imgctl inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     crate::image_ref::check(crate::image_ref::Role::Pushed, &args.image)?;
@@ -67,7 +75,11 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     } else {
         printer().spinner(format!("reading the referrers of {}", args.image))
     };
-    let read = runtime.block_on(read(&args.image, args.save.as_deref()));
+    let read = runtime.block_on(async {
+        let credentials = crate::oci::docker_credentials(&args.image)?;
+        let repository = Repository::new(&args.image, credentials)?;
+        read(&repository, &args.image, args.save.as_deref()).await
+    });
     spinner.finish_and_clear();
     let inspected = read.map_err(|e| {
         CliError::failure(format!("inspect {}: {e:#}", args.image)).with_hint(
@@ -78,10 +90,25 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
         printer().json(&inspected)?;
         return Ok(ExitStatus::Success);
     }
+    printer().data(render(&inspected));
+    if let Some(dir) = &args.save {
+        printer().info(format!(
+            "saved {} file(s) in {}",
+            inspected.referrers.len(),
+            dir.display()
+        ));
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// The lines `inspect` prints without `--json`: the reference, how many
+/// artifacts are attached, the subject's digest, and a table of them that
+/// fits the terminal.
+fn render(inspected: &Inspected) -> String {
     let n = inspected.referrers.len();
-    printer().data(format!(
+    let head = format!(
         "{}: {}\n  {}",
-        args.image,
+        inspected.reference,
         match n {
             0 => "nothing attached (`imgctl build --push` attaches the SBOM and the provenance)"
                 .to_string(),
@@ -89,19 +116,18 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
             n => format!("{n} artifacts attached"),
         },
         inspected.subject.digest
-    ));
+    );
     if n == 0 {
-        return Ok(ExitStatus::Success);
+        return head;
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["ATTACHED", "ARTIFACT TYPE", "MANIFEST", "CREATED"]);
     for d in &inspected.referrers {
-        let hex = attest::hex_of(&d.digest);
         table.add_row([
             kind(d).0,
             d.artifact_type.clone().unwrap_or_else(|| "-".into()),
-            format!("sha256:{}", &hex[..hex.len().min(12)]),
+            format!("sha256:{}", short_hex(&d.digest)),
             d.annotations
                 .get("org.opencontainers.image.created")
                 .cloned()
@@ -113,21 +139,16 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
         output::drop_columns(&mut table, width, &[3, 1]);
     }
     output::fit_table(&mut table, fit);
-    printer().data(table.to_string());
-    if let Some(dir) = &args.save {
-        printer().info(format!(
-            "saved {} file(s) in {}",
-            inspected.referrers.len(),
-            dir.display()
-        ));
-    }
-    Ok(ExitStatus::Success)
+    format!("{head}\n{table}")
 }
 
-/// The subject and its referrers; with `save`, each artifact fetched into it.
-async fn read(reference: &str, save: Option<&Path>) -> anyhow::Result<Inspected> {
-    let credentials = crate::oci::docker_credentials(reference)?;
-    let repository = Repository::new(reference, credentials)?;
+/// The subject and its referrers in `repository` (of `reference`); with
+/// `save`, each artifact fetched into it.
+async fn read(
+    repository: &Repository,
+    reference: &str,
+    save: Option<&Path>,
+) -> anyhow::Result<Inspected> {
     let target = repository.tag_or_digest().unwrap_or("latest").to_string();
     let subject = repository.resolve(&target).await?;
     let referrers = repository.referrers(&subject.digest, None).await?;
@@ -148,3 +169,7 @@ async fn read(reference: &str, save: Option<&Path>) -> anyhow::Result<Inspected>
         referrers,
     })
 }
+
+#[cfg(test)]
+#[path = "inspect_tests.rs"]
+mod tests;

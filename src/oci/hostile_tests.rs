@@ -1,0 +1,104 @@
+//! [`super::Repository`] against the fake registry of `fake_tests.rs` in its
+//! hostile modes (issue #40): descriptors whose digest is not `sha256:<hex>`,
+//! a HEAD that names another digest than the one pinned, slow replies
+//! against the command's deadline, and more referrers than imgctl lists.
+use super::fake_tests::{repository, start, subject, Shared, PASSWORD};
+use super::manifest::{self, Descriptor, OCI_INDEX, OCI_MANIFEST};
+
+/// Lists a referrer whose digest is `digest` (from the API, or with
+/// `api: false` from the referrers tag).
+fn list_bad_referrer(state: &Shared, subject: &Descriptor, digest: &str, api: bool) {
+    let bad = Descriptor {
+        digest: digest.to_string(),
+        artifact_type: Some("application/vnd.cyclonedx+json".into()),
+        ..Descriptor::of(OCI_MANIFEST, b"r")
+    };
+    let mut fake = state.lock().unwrap();
+    if api {
+        fake.referrers.insert(subject.digest.clone(), vec![bad]);
+    } else {
+        let mut index = manifest::empty_index();
+        manifest::merge_into_index(&mut index, &bad);
+        let tag = manifest::fallback_tag(&subject.digest).unwrap();
+        let bytes = serde_json::to_vec(&index).unwrap();
+        fake.manifests.insert(tag, (OCI_INDEX.into(), bytes.into()));
+    }
+}
+
+#[tokio::test]
+async fn a_referrer_whose_digest_is_not_sha256_hex_is_refused() {
+    for api in [true, false] {
+        for bad in [
+            "sha256:a€€€€€",
+            "sha256:../../../../tmp/x",
+            &format!("sha256:{}", "AB".repeat(32)),
+            "md5:0123",
+        ] {
+            let state = start(api).await;
+            let subject = subject(&state);
+            let repo = repository(&state, PASSWORD);
+            list_bad_referrer(&state, &subject, bad, api);
+            let port = state.lock().unwrap().port;
+            let e = format!(
+                "{:#}",
+                repo.referrers(&subject.digest, None).await.unwrap_err()
+            );
+            let whose = if api {
+                format!("the referrers list of {} in me/x", subject.digest)
+            } else {
+                format!(
+                    "the referrers tag {} of me/x",
+                    manifest::fallback_tag(&subject.digest).unwrap()
+                )
+            };
+            assert_eq!(
+                e,
+                format!(
+                    "{whose} {}registry 127.0.0.1:{port}: its manifests[0]: the digest '{bad}' is not a sha256:<64 hex digits> digest",
+                    if api { "from " } else { "in " }
+                )
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_artifact_manifest_with_a_bad_descriptor_is_refused() {
+    let state = start(true).await;
+    let subject = subject(&state);
+    let repo = repository(&state, PASSWORD);
+    let good = Descriptor::of("text/plain", b"x");
+    for (field, what) in [
+        ("config", "its config"),
+        ("subject", "its subject"),
+        ("layers", "its layers[0]"),
+    ] {
+        let mut m = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": good,
+            "layers": [good],
+            "subject": subject,
+        });
+        let bad =
+            serde_json::json!({"mediaType": "text/plain", "digest": "sha256:a€€€€€", "size": 1});
+        m[field] = if field == "layers" {
+            serde_json::json!([bad])
+        } else {
+            bad
+        };
+        let bytes = serde_json::to_vec(&m).unwrap();
+        let digest = manifest::sha256_digest(&bytes);
+        state
+            .lock()
+            .unwrap()
+            .manifests
+            .insert(digest.clone(), (OCI_MANIFEST.into(), bytes.into()));
+        let e = format!("{:#}", repo.fetch_artifact(&digest).await.unwrap_err());
+        let port = state.lock().unwrap().port;
+        assert_eq!(
+            e,
+            format!("the artifact manifest {digest} from registry 127.0.0.1:{port}: {what}: the digest 'sha256:a€€€€€' is not a sha256:<64 hex digits> digest")
+        );
+    }
+}
