@@ -44,3 +44,42 @@ async fn a_multibyte_referrer_digest_is_an_error_not_a_panic() {
     assert_eq!(short_hex("sha256:a€€€€€"), "a€€€€€");
     assert_eq!(short_hex(&subject.digest).len(), 12);
 }
+
+/// A client of `reference` on the fake with its credentials.
+fn client(reference: &str) -> Repository {
+    let credentials = bollard::auth::DockerCredentials {
+        username: Some("me".into()),
+        password: Some(PASSWORD.into()),
+        ..Default::default()
+    };
+    Repository::new(reference, Some(credentials)).unwrap()
+}
+
+#[tokio::test]
+async fn inspect_name_at_digest_lists_that_digests_referrers_or_fails() {
+    // The HEAD answered `Docker-Content-Digest: Y` for `me/x@X`, and
+    // inspect listed Y's referrers under X's name.
+    let state = start(true).await;
+    let subject = subject(&state);
+    let other = Descriptor::of(OCI_MANIFEST, b"{\"another\":1}");
+    let theirs = Descriptor {
+        artifact_type: Some(attest::CYCLONEDX_MEDIA_TYPE.into()),
+        ..Descriptor::of(OCI_MANIFEST, b"sbom of another")
+    };
+    {
+        let mut fake = state.lock().unwrap();
+        fake.head_digest = Some(other.digest.clone());
+        fake.referrers.insert(other.digest.clone(), vec![theirs]);
+    }
+    let port = state.lock().unwrap().port;
+    let reference = format!("127.0.0.1:{port}/me/x@{}", subject.digest);
+    let e = match read(&client(&reference), &reference, None).await {
+        Ok(i) => panic!("listed another digest's referrers: {}", render(&i)),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains("a pinned digest is the digest used"), "{e}");
+    state.lock().unwrap().head_digest = None;
+    let inspected = read(&client(&reference), &reference, None).await.unwrap();
+    assert_eq!(inspected.subject, subject);
+    assert!(inspected.referrers.is_empty());
+}

@@ -102,3 +102,37 @@ async fn an_artifact_manifest_with_a_bad_descriptor_is_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_pinned_digest_is_the_digest_used() {
+    // The HEAD answers another manifest's digest: the GET path checked the
+    // hash, the HEAD path took the header's word (and `inspect NAME@X`
+    // listed the referrers of Y).
+    let state = start(true).await;
+    let subject = subject(&state);
+    let other = Descriptor::of(OCI_MANIFEST, b"{\"another\":1}");
+    let port = state.lock().unwrap().port;
+    state.lock().unwrap().head_digest = Some(other.digest.clone());
+    let repo = repository(&state, PASSWORD);
+    let e = format!("{:#}", repo.resolve(&subject.digest).await.unwrap_err());
+    assert_eq!(
+        e,
+        format!(
+            "registry 127.0.0.1:{port} answered for the manifest {} of me/x with another digest, {} (its HEAD's Docker-Content-Digest); refused: a pinned digest is the digest used",
+            subject.digest, other.digest
+        )
+    );
+    // A tag pins nothing: the HEAD's word is taken.
+    assert_eq!(repo.resolve("v1").await.unwrap().digest, other.digest);
+    // Without the lie, the pinned digest resolves (by HEAD alone).
+    state.lock().unwrap().head_digest = None;
+    let before = super::fake_tests::count(&state, "GET /v2/me/x/manifests/");
+    assert_eq!(repo.resolve(&subject.digest).await.unwrap(), subject);
+    assert_eq!(
+        super::fake_tests::count(&state, "GET /v2/me/x/manifests/"),
+        before
+    );
+    // A digest that is not sha256:<hex> is refused before any request.
+    let e = repo.resolve("sha256:a€€").await.unwrap_err().to_string();
+    assert_eq!(e, "'sha256:a€€' is not a sha256:<64 hex digits> digest");
+}

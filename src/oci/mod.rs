@@ -97,14 +97,19 @@ impl Repository {
     /// schema 2 manifest or list, an OCI manifest or index): its media
     /// type, size and digest (`Docker-Content-Digest`, else the sha256 of
     /// the body). A HEAD, or a GET when the HEAD fails or its headers do not
-    /// say it all.
+    /// say it all. A digest is pinned: the registry must name that very
+    /// digest, in a HEAD's header as in a GET's body ([`Self::check_pinned`]).
     pub async fn resolve(&self, tag_or_digest: &str) -> anyhow::Result<Descriptor> {
+        if tag_or_digest.contains(':') {
+            manifest::check_digest(tag_or_digest)?;
+        }
         let url = self.manifest_url(tag_or_digest)?;
         let mut head = Call::get(&url).header("Accept", MANIFEST_ACCEPT);
         head.method = Method::HEAD;
         let reply = self.transport.send(head).await?;
         if reply.status.is_success() {
             if let Some(d) = descriptor_from_headers(&reply) {
+                self.check_pinned(tag_or_digest, &d.digest, "its HEAD's Docker-Content-Digest")?;
                 return Ok(d);
             }
         }
@@ -306,6 +311,21 @@ impl Repository {
         self.transport.send(put).await
     }
 
+    /// An error unless `digest`, what the registry named for `tag_or_digest`
+    /// (`how`), is that digest: a reference pinned to a digest always
+    /// resolves to it, or not at all. A tag pins nothing.
+    fn check_pinned(&self, tag_or_digest: &str, digest: &str, how: &str) -> anyhow::Result<()> {
+        if tag_or_digest.contains(':') && digest != tag_or_digest {
+            bail!(
+                "registry {} answered for the manifest {tag_or_digest} of {} with another digest, {} ({how}); refused: a pinned digest is the digest used",
+                self.registry(),
+                self.name(),
+                crate::error::escape_controls(digest)
+            );
+        }
+        Ok(())
+    }
+
     /// The descriptor of a manifest GET's reply.
     fn manifest_descriptor(
         &self,
@@ -313,13 +333,7 @@ impl Repository {
         reply: &Reply,
     ) -> anyhow::Result<Descriptor> {
         let computed = manifest::sha256_digest(&reply.body);
-        if tag_or_digest.starts_with("sha256:") && computed != tag_or_digest {
-            bail!(
-                "registry {} sent a manifest for {tag_or_digest} of {} that hashes to {computed}",
-                self.registry(),
-                self.name()
-            );
-        }
+        self.check_pinned(tag_or_digest, &computed, "the hash of the manifest it sent")?;
         let media_type = reply
             .header("Content-Type")
             .map(|c| c.split(';').next().unwrap_or(c).trim().to_string())
