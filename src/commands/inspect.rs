@@ -108,7 +108,7 @@ fn render(inspected: &Inspected) -> String {
     let n = inspected.referrers.len();
     let head = format!(
         "{}: {}\n  {}",
-        inspected.reference,
+        output::outside(&inspected.reference),
         match n {
             0 => "nothing attached (`imgctl build --push` attaches the SBOM and the provenance)"
                 .to_string(),
@@ -123,15 +123,18 @@ fn render(inspected: &Inspected) -> String {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["ATTACHED", "ARTIFACT TYPE", "MANIFEST", "CREATED"]);
+    // Every cell but the checked digest is the registry's text.
     for d in &inspected.referrers {
         table.add_row([
-            kind(d).0,
-            d.artifact_type.clone().unwrap_or_else(|| "-".into()),
+            output::outside(&kind(d).0).into_owned(),
+            output::outside(d.artifact_type.as_deref().unwrap_or("-")).into_owned(),
             format!("sha256:{}", short_hex(&d.digest)),
-            d.annotations
-                .get("org.opencontainers.image.created")
-                .cloned()
-                .unwrap_or_else(|| "-".into()),
+            output::outside(
+                d.annotations
+                    .get("org.opencontainers.image.created")
+                    .map_or("-", String::as_str),
+            )
+            .into_owned(),
         ]);
     }
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);

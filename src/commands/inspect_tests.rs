@@ -83,3 +83,48 @@ async fn inspect_name_at_digest_lists_that_digests_referrers_or_fails() {
     assert_eq!(inspected.subject, subject);
     assert!(inspected.referrers.is_empty());
 }
+
+#[tokio::test]
+async fn a_registrys_escapes_are_shown_escaped_in_the_table() {
+    // An OSC title, a screen clear, colours and a `\r\n` that forges a row
+    // reached the terminal raw from the artifact type and annotations.
+    let state = start(true).await;
+    let subject = subject(&state);
+    let evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\r\n│ SBOM (CycloneDX) │ forged │";
+    let mut annotations = std::collections::BTreeMap::new();
+    annotations.insert("org.opencontainers.image.created".to_string(), evil.into());
+    annotations.insert(attest::PREDICATE_ANNOTATION.to_string(), evil.into());
+    let listed = vec![
+        Descriptor {
+            artifact_type: Some(evil.into()),
+            annotations: annotations.clone(),
+            ..Descriptor::of(OCI_MANIFEST, b"one")
+        },
+        Descriptor {
+            artifact_type: Some(attest::IN_TOTO_MEDIA_TYPE.into()),
+            annotations,
+            ..Descriptor::of(OCI_MANIFEST, b"two")
+        },
+    ];
+    state
+        .lock()
+        .unwrap()
+        .referrers
+        .insert(subject.digest.clone(), listed);
+    let reference = reference(&state);
+    let inspected = read(&repository(&state, PASSWORD), &reference, None)
+        .await
+        .unwrap();
+    let shown = render(&inspected);
+    assert!(
+        !shown.chars().any(|c| c.is_control() && c != '\n'),
+        "{shown:?}"
+    );
+    assert!(shown.contains("\\u{1b}]0;pwned\\u{7}"), "{shown}");
+    // The header, two lines, the table's 3 border lines, its header and
+    // two rows: no third row.
+    assert_eq!(shown.lines().count(), 2 + 3 + 1 + 2, "{shown}");
+    // --json keeps the registry's text as it is, JSON-escaped.
+    let json = serde_json::to_string(&inspected).unwrap();
+    assert!(json.contains(r"\u001b]0;pwned\u0007"), "{json}");
+}
