@@ -29,6 +29,9 @@ struct Inspected {
     subject: Descriptor,
     /// The artifacts that refer to it.
     referrers: Vec<Descriptor>,
+    /// With `--save`: the files written, one per distinct artifact.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    saved: Vec<String>,
 }
 
 /// What an attached artifact is, in words, and the file name `--save` gives it.
@@ -64,6 +67,41 @@ fn short_hex(digest: &str) -> &str {
     &hex[..end]
 }
 
+/// The file names `--save` gives `referrers`, one per distinct digest (the
+/// same one listed twice is saved once), in their order: the name
+/// [`kind`] gives (`sbom.cdx.json`), unless two artifacts would share it;
+/// then each of those has its digest's first 12 hex digits before the
+/// extension (`sbom.1a2b3c4d5e6f.cdx.json`), or all 64 when even they are
+/// the same.
+fn save_names(referrers: &[Descriptor]) -> Vec<(&Descriptor, String)> {
+    let mut distinct: Vec<&Descriptor> = Vec::new();
+    for d in referrers {
+        if !distinct.iter().any(|e| e.digest == d.digest) {
+            distinct.push(d);
+        }
+    }
+    let with_hex = |name: &str, hex: &str| match name.split_once('.') {
+        Some((stem, ext)) => format!("{stem}.{hex}.{ext}"),
+        None => format!("{name}.{hex}"),
+    };
+    let bases: Vec<String> = distinct.iter().map(|d| kind(d).1).collect();
+    let shared = |names: &[String], i: usize| names.iter().filter(|n| **n == names[i]).count() > 1;
+    let short: Vec<String> = (0..distinct.len())
+        .map(|i| match shared(&bases, i) {
+            true => with_hex(&bases[i], short_hex(&distinct[i].digest)),
+            false => bases[i].clone(),
+        })
+        .collect();
+    distinct
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match shared(&short, i) {
+            true => (*d, with_hex(&bases[i], attest::hex_of(&d.digest))),
+            false => (*d, short[i].clone()),
+        })
+        .collect()
+}
+
 /// `imgctl inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     crate::image_ref::check(crate::image_ref::Role::Pushed, &args.image)?;
@@ -88,17 +126,23 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     })?;
     if args.json {
         printer().json(&inspected)?;
-        return Ok(ExitStatus::Success);
+    } else {
+        printer().data(render(&inspected));
     }
-    printer().data(render(&inspected));
     if let Some(dir) = &args.save {
-        printer().info(format!(
-            "saved {} file(s) in {}",
-            inspected.referrers.len(),
-            dir.display()
-        ));
+        printer().info(saved_line(&inspected.saved, dir));
     }
     Ok(ExitStatus::Success)
+}
+
+/// `saved 2 files in DIR: a, b`: the files `--save` actually wrote.
+fn saved_line(saved: &[String], dir: &Path) -> String {
+    let dir = output::outside(&dir.display().to_string()).into_owned();
+    match saved.len() {
+        0 => format!("saved no file in {dir}: nothing is attached"),
+        1 => format!("saved 1 file in {dir}: {}", saved[0]),
+        n => format!("saved {n} files in {dir}: {}", saved.join(", ")),
+    }
 }
 
 /// The lines `inspect` prints without `--json`: the reference, how many
@@ -155,14 +199,16 @@ async fn read(
     let target = repository.tag_or_digest().unwrap_or("latest").to_string();
     let subject = repository.resolve(&target).await?;
     let referrers = repository.referrers(&subject.digest, None).await?;
+    let mut saved = Vec::new();
     if let Some(dir) = save {
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
-        for d in &referrers {
+        for (d, name) in save_names(&referrers) {
             let (_, bytes) = repository.fetch_artifact(&d.digest).await?;
-            let path = dir.join(kind(d).1);
+            let path = dir.join(&name);
             crate::sys::fs::write_file_atomic(&path, &bytes)
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            saved.push(name);
         }
     }
     Ok(Inspected {
@@ -170,6 +216,7 @@ async fn read(
         reference: reference.to_string(),
         subject,
         referrers,
+        saved,
     })
 }
 

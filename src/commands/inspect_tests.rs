@@ -128,3 +128,88 @@ async fn a_registrys_escapes_are_shown_escaped_in_the_table() {
     let json = serde_json::to_string(&inspected).unwrap();
     assert!(json.contains(r"\u001b]0;pwned\u0007"), "{json}");
 }
+
+#[tokio::test]
+async fn save_writes_one_file_per_artifact_and_counts_the_files() {
+    // Two SBOMs went to one sbom.cdx.json (the second overwrote the
+    // first), and the message said "saved 2 file(s)".
+    let state = start(true).await;
+    let subject = subject(&state);
+    let repo = repository(&state, PASSWORD);
+    let mut pushed = Vec::new();
+    for (t, bytes, predicate) in [
+        (attest::CYCLONEDX_MEDIA_TYPE, &b"{\"sbom\":1}"[..], None),
+        (attest::CYCLONEDX_MEDIA_TYPE, b"{\"sbom\":2}", None),
+        (
+            attest::IN_TOTO_MEDIA_TYPE,
+            b"{\"provenance\":1}",
+            Some(attest::SLSA_PROVENANCE_V1),
+        ),
+    ] {
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(p) = predicate {
+            annotations.insert(attest::PREDICATE_ANNOTATION.to_string(), p.to_string());
+        }
+        let d = repo
+            .push_artifact(&subject, t, t, bytes, annotations)
+            .await
+            .unwrap();
+        pushed.push((d, bytes.to_vec()));
+    }
+    // A registry that lists the first SBOM twice.
+    state
+        .lock()
+        .unwrap()
+        .referrers
+        .get_mut(&subject.digest)
+        .unwrap()
+        .push(pushed[0].0.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let reference = reference(&state);
+    let inspected = read(&repo, &reference, Some(dir.path())).await.unwrap();
+    assert_eq!(inspected.referrers.len(), 4);
+    let name = |i: usize| format!("sbom.{}.cdx.json", short_hex(&pushed[i].0.digest));
+    assert_eq!(
+        inspected.saved,
+        vec![name(0), name(1), attest::files::PROVENANCE.to_string()]
+    );
+    let mut on_disk: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let mut expected = inspected.saved.clone();
+    expected.sort();
+    assert_eq!(on_disk, expected);
+    for (i, file) in inspected.saved.iter().enumerate() {
+        assert_eq!(std::fs::read(dir.path().join(file)).unwrap(), pushed[i].1);
+    }
+    assert_eq!(
+        saved_line(&inspected.saved, Path::new("out")),
+        format!(
+            "saved 3 files in out: {}, {}, provenance.intoto.json",
+            name(0),
+            name(1)
+        )
+    );
+    // Alone, an SBOM keeps the name `build --attest` gives it.
+    let one = vec![pushed[0].0.clone()];
+    assert_eq!(save_names(&one)[0].1, attest::files::SBOM);
+    // Digests alike in their first 12 hex digits: all 64 tell them apart.
+    let hex = |tail: &str| format!("sha256:{}{tail}", "0".repeat(64 - tail.len()));
+    let alike: Vec<Descriptor> = ["1", "2"]
+        .iter()
+        .map(|t| Descriptor {
+            digest: hex(t),
+            ..pushed[0].0.clone()
+        })
+        .collect();
+    let names: Vec<String> = save_names(&alike).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(
+        names,
+        vec![
+            format!("sbom.{}.cdx.json", attest::hex_of(&hex("1"))),
+            format!("sbom.{}.cdx.json", attest::hex_of(&hex("2")))
+        ]
+    );
+}
