@@ -115,7 +115,10 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     };
     let read = runtime.block_on(async {
         let credentials = crate::oci::docker_credentials(&args.image)?;
-        let repository = Repository::new(&args.image, credentials)?;
+        let repository = Repository::new(&args.image, credentials)?.with_deadline(
+            std::time::Duration::from_secs(args.registry_timeout),
+            Some("--registry-timeout"),
+        );
         read(&repository, &args.image, args.save.as_deref()).await
     });
     spinner.finish_and_clear();

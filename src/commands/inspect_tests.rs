@@ -213,3 +213,32 @@ async fn save_writes_one_file_per_artifact_and_counts_the_files() {
         ]
     );
 }
+
+#[test]
+fn registry_timeout_is_one_to_86400_seconds() {
+    use clap::Parser as _;
+    let parse = |v: &str| {
+        crate::cli::Cli::try_parse_from(["imgctl", "inspect", "r/x:1", "--registry-timeout", v])
+    };
+    for bad in ["0", "86401", "-1", "1.5", "soon"] {
+        let e = parse(bad).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+        assert!(e.to_string().contains("--registry-timeout"), "{e}");
+    }
+    let Ok(crate::cli::Cli {
+        command: crate::cli::Command::Inspect(args),
+        ..
+    }) = parse("7")
+    else {
+        panic!("--registry-timeout 7 was refused");
+    };
+    assert_eq!(args.registry_timeout, 7);
+    let Ok(crate::cli::Cli {
+        command: crate::cli::Command::Inspect(args),
+        ..
+    }) = crate::cli::Cli::try_parse_from(["imgctl", "inspect", "r/x:1"])
+    else {
+        panic!("inspect was refused");
+    };
+    assert_eq!(args.registry_timeout, 300);
+}

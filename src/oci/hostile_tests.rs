@@ -136,3 +136,55 @@ async fn a_pinned_digest_is_the_digest_used() {
     let e = repo.resolve("sha256:a€€").await.unwrap_err().to_string();
     assert_eq!(e, "'sha256:a€€' is not a sha256:<64 hex digits> digest");
 }
+
+#[tokio::test]
+async fn a_slow_registry_meets_one_deadline_for_the_whole_command() {
+    // Each reply in 0.3 s, well within the 120 s a request may take: ten
+    // pages, a token and the retries took as long as the registry liked.
+    use std::time::{Duration, Instant};
+    let state = start(true).await;
+    let subject = subject(&state);
+    let listed: Vec<Descriptor> = (0..10u8)
+        .map(|i| Descriptor::of(OCI_MANIFEST, &[i]))
+        .collect();
+    {
+        let mut fake = state.lock().unwrap();
+        fake.referrers
+            .insert(subject.digest.clone(), listed.clone());
+        fake.delay = Duration::from_millis(300);
+    }
+    let port = state.lock().unwrap().port;
+    let repo = repository(&state, PASSWORD)
+        .with_deadline(Duration::from_millis(1500), Some("--registry-timeout"));
+    let started = Instant::now();
+    let e = format!(
+        "{:#}",
+        repo.referrers(&subject.digest, None).await.unwrap_err()
+    );
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+    assert!(
+        e.starts_with(&format!(
+            "registry 127.0.0.1:{port} did not finish within the command's deadline of 1.5 s (GET http://127.0.0.1:{port}/v2/me/x/referrers/{} was under way); --registry-timeout SECS gives it longer",
+            subject.digest
+        )),
+        "{e}"
+    );
+    // One reply that never comes: the deadline, not the request's 120 s.
+    state.lock().unwrap().delay = Duration::from_secs(30);
+    let repo = repository(&state, PASSWORD).with_deadline(Duration::from_secs(1), None);
+    let started = Instant::now();
+    let e = repo.resolve("v1").await.unwrap_err().to_string();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        e.contains("did not finish within the command's deadline of 1 s (HEAD http://127.0.0.1:"),
+        "{e}"
+    );
+    // Time enough: the same registry lists all ten.
+    state.lock().unwrap().delay = Duration::from_millis(10);
+    let repo = repository(&state, PASSWORD).with_deadline(Duration::from_secs(30), None);
+    assert_eq!(repo.referrers(&subject.digest, None).await.unwrap(), listed);
+}

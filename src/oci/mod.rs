@@ -78,6 +78,15 @@ impl Repository {
         })
     }
 
+    /// Gives all the requests from now on `total` together (every redirect,
+    /// 401 retry, token, page and fetch; [`http::DEFAULT_DEADLINE`]
+    /// otherwise): past it, the request under way fails with an error that
+    /// names the deadline and `flag` (`--registry-timeout`), if given.
+    pub fn with_deadline(mut self, total: std::time::Duration, flag: Option<&'static str>) -> Self {
+        self.transport.set_deadline(total, flag);
+        self
+    }
+
     /// The registry, as docker names it (`docker.io`, `127.0.0.1:5000`).
     pub fn registry(&self) -> &str {
         &self.transport.registry
