@@ -164,6 +164,9 @@ pub struct InspectArgs {
         allow_negative_numbers = true
     )]
     pub registry_timeout: u64,
+    /// List (and with --save fetch) every referrer, not only the first 1000.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `imgctl sbom`.

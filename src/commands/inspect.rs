@@ -27,8 +27,11 @@ struct Inspected {
     reference: String,
     /// The image manifest the referrers refer to.
     subject: Descriptor,
-    /// The artifacts that refer to it.
+    /// The artifacts that refer to it: the first [`crate::oci::MAX_REFERRERS`] unless
+    /// `--all`.
     referrers: Vec<Descriptor>,
+    /// Whether the registry lists more than `referrers` (past the cap).
+    truncated: bool,
     /// With `--save`: the files written, one per distinct artifact.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     saved: Vec<String>,
@@ -115,10 +118,13 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     };
     let read = runtime.block_on(async {
         let credentials = crate::oci::docker_credentials(&args.image)?;
-        let repository = Repository::new(&args.image, credentials)?.with_deadline(
+        let mut repository = Repository::new(&args.image, credentials)?.with_deadline(
             std::time::Duration::from_secs(args.registry_timeout),
             Some("--registry-timeout"),
         );
+        if args.all {
+            repository = repository.with_all_referrers();
+        }
         read(&repository, &args.image, args.save.as_deref()).await
     });
     spinner.finish_and_clear();
@@ -157,6 +163,9 @@ fn render(inspected: &Inspected) -> String {
         "{}: {}\n  {}",
         output::outside(&inspected.reference),
         match n {
+            _ if inspected.truncated => format!(
+                "the first {n} artifacts attached (the registry lists more; --all lists every one)"
+            ),
             0 => "nothing attached (`imgctl build --push` attaches the SBOM and the provenance)"
                 .to_string(),
             1 => "1 artifact attached".to_string(),
@@ -201,7 +210,8 @@ async fn read(
 ) -> anyhow::Result<Inspected> {
     let target = repository.tag_or_digest().unwrap_or("latest").to_string();
     let subject = repository.resolve(&target).await?;
-    let referrers = repository.referrers(&subject.digest, None).await?;
+    let listed = repository.referrers(&subject.digest, None).await?;
+    let referrers = listed.list;
     let mut saved = Vec::new();
     if let Some(dir) = save {
         std::fs::create_dir_all(dir)
@@ -219,6 +229,7 @@ async fn read(
         reference: reference.to_string(),
         subject,
         referrers,
+        truncated: listed.more,
         saved,
     })
 }

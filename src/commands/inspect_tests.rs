@@ -242,3 +242,44 @@ fn registry_timeout_is_one_to_86400_seconds() {
     };
     assert_eq!(args.registry_timeout, 300);
 }
+
+#[tokio::test]
+async fn more_referrers_than_the_cap_are_said_and_all_lifts_it() {
+    let state = start(true).await;
+    let subject = subject(&state);
+    let listed: Vec<Descriptor> = (0..1200)
+        .map(|i: u32| Descriptor::of(OCI_MANIFEST, &i.to_be_bytes()))
+        .collect();
+    {
+        let mut fake = state.lock().unwrap();
+        fake.referrers.insert(subject.digest.clone(), listed);
+        fake.per_page = 500;
+    }
+    let reference = reference(&state);
+    let inspected = read(&repository(&state, PASSWORD), &reference, None)
+        .await
+        .unwrap();
+    assert_eq!(inspected.referrers.len(), 1000);
+    assert!(inspected.truncated);
+    let shown = render(&inspected);
+    assert!(
+        shown.lines().next().unwrap().ends_with(
+            "the first 1000 artifacts attached (the registry lists more; --all lists every one)"
+        ),
+        "{}",
+        shown.lines().next().unwrap()
+    );
+    let json = serde_json::to_value(&inspected).unwrap();
+    assert_eq!(json["truncated"], true);
+    let all = repository(&state, PASSWORD).with_all_referrers();
+    let inspected = read(&all, &reference, None).await.unwrap();
+    assert_eq!(
+        (inspected.referrers.len(), inspected.truncated),
+        (1200, false)
+    );
+    assert!(render(&inspected)
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with(": 1200 artifacts attached"));
+}

@@ -337,14 +337,15 @@ async fn bearer_tokens_and_the_referrers_api() {
         .await
         .unwrap();
     assert_eq!(
-        repo.referrers(&subject.digest, None).await.unwrap(),
+        repo.referrers(&subject.digest, None).await.unwrap().list,
         vec![pushed.clone(), other.clone()]
     );
     assert_eq!(count(&state, "GET /v2/me/x/referrers/"), 2);
     assert_eq!(
         repo.referrers(&subject.digest, Some("other"))
             .await
-            .unwrap(),
+            .unwrap()
+            .list,
         vec![other]
     );
     assert_eq!(count(&state, &format!("GET /v2/me/x/manifests/{tag}")), 0);
@@ -388,11 +389,14 @@ async fn without_the_api_the_fallback_tag_is_kept() {
     let tag = manifest::fallback_tag(&subject.digest).unwrap();
     assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 3);
     assert_eq!(
-        repo.referrers(&subject.digest, None).await.unwrap(),
+        repo.referrers(&subject.digest, None).await.unwrap().list,
         vec![a, b.clone()]
     );
     assert_eq!(
-        repo.referrers(&subject.digest, Some("b")).await.unwrap(),
+        repo.referrers(&subject.digest, Some("b"))
+            .await
+            .unwrap()
+            .list,
         vec![b]
     );
     // Blobs the registry has are not uploaded again.

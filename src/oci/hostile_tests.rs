@@ -186,5 +186,80 @@ async fn a_slow_registry_meets_one_deadline_for_the_whole_command() {
     // Time enough: the same registry lists all ten.
     state.lock().unwrap().delay = Duration::from_millis(10);
     let repo = repository(&state, PASSWORD).with_deadline(Duration::from_secs(30), None);
-    assert_eq!(repo.referrers(&subject.digest, None).await.unwrap(), listed);
+    assert_eq!(
+        repo.referrers(&subject.digest, None).await.unwrap().list,
+        listed
+    );
+}
+
+/// `n` distinct referrer descriptors.
+fn many(n: usize) -> Vec<Descriptor> {
+    (0..n)
+        .map(|i| Descriptor::of(OCI_MANIFEST, i.to_string().as_bytes()))
+        .collect()
+}
+
+#[tokio::test]
+async fn referrers_stop_at_the_cap_and_say_so() {
+    // 2,500 referrers, 400 a page: every page was read (99 pages of 10,000
+    // took 2.7 GB) and every row printed.
+    use super::{fake_tests::count, MAX_REFERRERS};
+    let state = start(true).await;
+    let subject = subject(&state);
+    let listed = many(2500);
+    {
+        let mut fake = state.lock().unwrap();
+        fake.referrers
+            .insert(subject.digest.clone(), listed.clone());
+        fake.per_page = 400;
+    }
+    let pages = |state: &Shared| count(state, "GET /v2/me/x/referrers/");
+    let repo = repository(&state, PASSWORD);
+    let capped = repo.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!(capped.list, listed[..MAX_REFERRERS]);
+    assert!(capped.more);
+    // Three pages (1,200) read, the next one never asked for; one more
+    // request was the 401 before the token.
+    let read = pages(&state);
+    assert!(read <= 4, "{read} requests");
+    // Exactly the cap, a next page linked: more, unread.
+    state.lock().unwrap().per_page = 500;
+    let at_cap = repo.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!((at_cap.list.len(), at_cap.more), (MAX_REFERRERS, true));
+    // All of them with --all.
+    let all = repository(&state, PASSWORD).with_all_referrers();
+    let every = all.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!((every.list, every.more), (listed.clone(), false));
+    // Under the cap nothing is said.
+    state
+        .lock()
+        .unwrap()
+        .referrers
+        .insert(subject.digest.clone(), many(3));
+    let few = repo.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!((few.list.len(), few.more), (3, false));
+}
+
+#[tokio::test]
+async fn the_referrers_tag_is_capped_too() {
+    use super::MAX_REFERRERS;
+    let state = start(false).await;
+    let subject = subject(&state);
+    let mut index = manifest::empty_index();
+    for d in many(MAX_REFERRERS + 1) {
+        manifest::merge_into_index(&mut index, &d);
+    }
+    let tag = manifest::fallback_tag(&subject.digest).unwrap();
+    let bytes = serde_json::to_vec(&index).unwrap();
+    state
+        .lock()
+        .unwrap()
+        .manifests
+        .insert(tag, (OCI_INDEX.into(), bytes.into()));
+    let repo = repository(&state, PASSWORD);
+    let capped = repo.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!((capped.list.len(), capped.more), (MAX_REFERRERS, true));
+    let all = repository(&state, PASSWORD).with_all_referrers();
+    let every = all.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!((every.list.len(), every.more), (MAX_REFERRERS + 1, false));
 }
