@@ -132,7 +132,7 @@ impl Repository {
     /// type, size and digest (`Docker-Content-Digest`, else the sha256 of
     /// the body). A HEAD, or a GET when the HEAD fails or its headers do not
     /// say it all. A digest is pinned: the registry must name that very
-    /// digest, in a HEAD's header as in a GET's body ([`Self::check_pinned`]).
+    /// digest, in a HEAD's header as in a GET's body.
     pub async fn resolve(&self, tag_or_digest: &str) -> anyhow::Result<Descriptor> {
         if tag_or_digest.contains(':') {
             manifest::check_digest(tag_or_digest)?;
