@@ -500,9 +500,12 @@ pub fn status_and_message(reply: &Reply) -> String {
     }
 }
 
-/// `s` on one line (runs of whitespace, newlines included, → one space).
+/// `s` on one line (runs of whitespace, newlines included, → one space),
+/// every other control character escaped (`\u{1b}`): a registry's words
+/// can neither start a line of an error nor drive the terminal.
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::error::escape_controls(&joined).into_owned()
 }
 
 /// An error and its sources, `a: b: c`.
@@ -655,6 +658,18 @@ mod tests {
             "404 Not Found: 404 page not found"
         );
         assert_eq!(status_and_message(&reply(502, "")), "502 Bad Gateway");
+        let evil = reply(
+            500,
+            "{\"errors\":[{\"code\":\"X\",\"message\":\"\\u001b]0;pwned\\u0007\\u001b[2Jgone\\r\\nerror: forged\"}]}",
+        );
+        assert_eq!(
+            status_and_message(&evil),
+            "500 X: \\u{1b}]0;pwned\\u{7}\\u{1b}[2Jgone error: forged"
+        );
+        assert_eq!(
+            status_and_message(&reply(502, "\u{1b}[31mred\u{7}")),
+            "502 Bad Gateway: \\u{1b}[31mred\\u{7}"
+        );
         let long = "x\n".repeat(500);
         let m = status_and_message(&reply(500, &long));
         assert!(!m.contains('\n') && m.len() < 260, "{m}");
