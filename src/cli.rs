@@ -155,6 +155,18 @@ pub struct InspectArgs {
     /// Fetch each attached artifact into this folder (sbom.cdx.json, provenance.intoto.json, verify.intoto.json), its digest checked [default: none fetched].
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
+    /// The most seconds the whole command may spend on the registry (every request, redirect, page and --save fetch together), 1 to 86400.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        allow_negative_numbers = true
+    )]
+    pub registry_timeout: u64,
+    /// List (and with --save fetch) every referrer, not only the first 1000.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// `imgctl sbom`.

@@ -325,3 +325,74 @@ pub fn docker_config_text(text: &str) {
     std::fs::write(&path, text).expect("write config.json");
     let _ = crate::docker::config::load_config(&path);
 }
+
+/// A referrers list or referrers tag as a registry sends it (an OCI image
+/// index) → the descriptors `inspect` lists: refused with an error, or
+/// descriptors whose digest is `sha256:<64 hex>` (inspect slices it, and
+/// puts it in URLs and file names) and whose text shows without a control
+/// character once escaped for a table ([`crate::output::outside`]); the
+/// referrers tag's update (merging one more descriptor in) keeps the index
+/// readable, with that descriptor listed once. Never a panic.
+pub fn oci_index_bytes(bytes: &[u8]) {
+    use crate::oci::manifest;
+    let Ok(index) = manifest::parse_index(bytes) else {
+        return;
+    };
+    let Ok(entries) = manifest::index_entries(&index) else {
+        return;
+    };
+    for d in &entries {
+        let hex = manifest::check_digest(&d.digest).expect("a listed digest is checked");
+        assert!(hex.len() == 64 && hex.is_char_boundary(12), "{d:?}");
+        let texts = d
+            .artifact_type
+            .iter()
+            .chain(d.annotations.keys())
+            .chain(d.annotations.values())
+            .chain([&d.media_type]);
+        for text in texts {
+            let shown = crate::output::outside(text);
+            assert!(!shown.chars().any(char::is_control), "{text:?} → {shown:?}");
+        }
+    }
+    let mut updated = index;
+    let new = manifest::Descriptor::of(manifest::OCI_MANIFEST, bytes);
+    manifest::merge_into_index(&mut updated, &new);
+    let again = serde_json::to_vec(&updated).expect("an index serializes");
+    let listed = manifest::parse_index(&again)
+        .and_then(|i| manifest::index_entries(&i))
+        .expect("an updated index reads back");
+    assert_eq!(listed.iter().filter(|d| **d == new).count(), 1);
+    assert_eq!(listed.len(), entries.len() + 1);
+}
+
+/// An image manifest as a registry sends it (an artifact's, read by
+/// `inspect --save`) → refused with an error, or a manifest whose every
+/// descriptor (config, layers, subject) has a `sha256:<64 hex>` digest; the
+/// artifact manifest imgctl would push for its first layer and its subject
+/// reads back to that layer, subject and annotations. Never a panic.
+pub fn oci_manifest_bytes(bytes: &[u8]) {
+    use crate::oci::manifest;
+    let Ok(m) = manifest::parse_manifest(bytes) else {
+        return;
+    };
+    for d in std::iter::once(&m.config)
+        .chain(&m.layers)
+        .chain(&m.subject)
+    {
+        assert!(manifest::check_digest(&d.digest).is_ok(), "{d:?}");
+    }
+    let (Some(layer), Some(subject)) = (m.layers.first(), &m.subject) else {
+        return;
+    };
+    let artifact_type = m
+        .artifact_type
+        .as_deref()
+        .unwrap_or("application/octet-stream");
+    let pushed = manifest::artifact_manifest(artifact_type, layer, subject, &m.annotations);
+    let back = manifest::parse_manifest(&pushed).expect("imgctl's own manifest reads back");
+    assert_eq!(back.layers, std::slice::from_ref(layer));
+    assert_eq!(back.subject.as_ref(), Some(subject));
+    assert_eq!(back.annotations, m.annotations);
+    assert_eq!(back.artifact_type.as_deref(), Some(artifact_type));
+}

@@ -7,7 +7,9 @@
 //! lines there too, and tables at their natural width.
 //! `NO_COLOR` and `--color never` turn colour off. Tables fit the width of
 //! the terminal they go to (or `COLUMNS`): [`table_fit`] says how, and
-//! [`fit_table`] / [`drop_columns`] / [`shorten_paths`] do it.
+//! [`fit_table`] / [`drop_columns`] / [`shorten_paths`] do it. Text that came
+//! from outside imgctl (a registry, a container, a peer) goes through
+//! [`outside`] before it meets a table or a line of a report.
 // The one place that prints (lib.rs denies printing everywhere else).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 use std::io::{IsTerminal, Write};
@@ -383,6 +385,38 @@ pub fn wrap_text(text: &str, width: Option<u16>) -> String {
     }
 }
 
+/// Whether `c` must not reach a terminal as it is: a control character (C0,
+/// DEL, C1: escape sequences, `\r`, `\n`, the bell) or a bidirectional
+/// override or isolate (text that shows in another order than it reads).
+fn hostile_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text that came from outside imgctl (a registry's descriptors and
+/// annotations, the results read back from a container, a peer's report) as
+/// a table cell or a report line may show it: each control character and
+/// bidirectional override written as its escape (`\u{1b}`, `\r`, `\n`,
+/// `\u{202e}`), everything else as it is. It can then neither set the
+/// terminal's title, clear or colour the screen, nor start a row of its own.
+/// Every table fed such text uses this one function.
+pub fn outside(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(hostile_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else if hostile_char(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Longer than this, a word with a `/` in it is shown as `…/` and its last
 /// component.
 const LONG_PATH: usize = 20;
@@ -461,6 +495,20 @@ mod tests {
             shorten_paths("812.4 TFLOP/s from /usr/lib"),
             "812.4 TFLOP/s from /usr/lib"
         );
+    }
+
+    #[test]
+    fn outside_text_cannot_drive_the_terminal() {
+        assert_eq!(outside("plain € text"), "plain € text");
+        assert!(matches!(outside("ok"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            outside("\x1b]0;pwned\x07\x1b[2J\x1b[31mred\r\n| forged |\u{9b}\u{202e}"),
+            "\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{1b}[31mred\\r\\n| forged |\\u{9b}\\u{202e}"
+        );
+        for c in (0..0x20).chain(0x7f..0xa0).filter_map(char::from_u32) {
+            let shown = outside(&c.to_string()).into_owned();
+            assert!(!shown.chars().any(|c| c.is_control()), "{c:?} → {shown:?}");
+        }
     }
 
     #[test]

@@ -27,8 +27,14 @@ struct Inspected {
     reference: String,
     /// The image manifest the referrers refer to.
     subject: Descriptor,
-    /// The artifacts that refer to it.
+    /// The artifacts that refer to it: the first [`crate::oci::MAX_REFERRERS`] unless
+    /// `--all`.
     referrers: Vec<Descriptor>,
+    /// Whether the registry lists more than `referrers` (past the cap).
+    truncated: bool,
+    /// With `--save`: the files written, one per distinct artifact.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    saved: Vec<String>,
 }
 
 /// What an attached artifact is, in words, and the file name `--save` gives it.
@@ -37,8 +43,7 @@ fn kind(d: &Descriptor) -> (String, String) {
         .annotations
         .get(attest::PREDICATE_ANNOTATION)
         .map(String::as_str);
-    let hex = attest::hex_of(&d.digest);
-    let short = &hex[..hex.len().min(12)];
+    let short = short_hex(&d.digest);
     match (d.artifact_type.as_deref(), predicate) {
         (Some(attest::CYCLONEDX_MEDIA_TYPE), _) => {
             ("SBOM (CycloneDX)".into(), attest::files::SBOM.into())
@@ -56,6 +61,50 @@ fn kind(d: &Descriptor) -> (String, String) {
     }
 }
 
+/// The first 12 hex digits of a digest (checked: `sha256:<hex>`, see
+/// [`crate::oci::manifest::check_descriptor`]), cut on a character boundary
+/// all the same.
+fn short_hex(digest: &str) -> &str {
+    let hex = attest::hex_of(digest);
+    let end = hex.char_indices().nth(12).map_or(hex.len(), |(i, _)| i);
+    &hex[..end]
+}
+
+/// The file names `--save` gives `referrers`, one per distinct digest (the
+/// same one listed twice is saved once), in their order: the name
+/// [`kind`] gives (`sbom.cdx.json`), unless two artifacts would share it;
+/// then each of those has its digest's first 12 hex digits before the
+/// extension (`sbom.1a2b3c4d5e6f.cdx.json`), or all 64 when even they are
+/// the same.
+fn save_names(referrers: &[Descriptor]) -> Vec<(&Descriptor, String)> {
+    let mut distinct: Vec<&Descriptor> = Vec::new();
+    for d in referrers {
+        if !distinct.iter().any(|e| e.digest == d.digest) {
+            distinct.push(d);
+        }
+    }
+    let with_hex = |name: &str, hex: &str| match name.split_once('.') {
+        Some((stem, ext)) => format!("{stem}.{hex}.{ext}"),
+        None => format!("{name}.{hex}"),
+    };
+    let bases: Vec<String> = distinct.iter().map(|d| kind(d).1).collect();
+    let shared = |names: &[String], i: usize| names.iter().filter(|n| **n == names[i]).count() > 1;
+    let short: Vec<String> = (0..distinct.len())
+        .map(|i| match shared(&bases, i) {
+            true => with_hex(&bases[i], short_hex(&distinct[i].digest)),
+            false => bases[i].clone(),
+        })
+        .collect();
+    distinct
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match shared(&short, i) {
+            true => (*d, with_hex(&bases[i], attest::hex_of(&d.digest))),
+            false => (*d, short[i].clone()),
+        })
+        .collect()
+}
+
 /// `imgctl inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     crate::image_ref::check(crate::image_ref::Role::Pushed, &args.image)?;
@@ -67,7 +116,17 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     } else {
         printer().spinner(format!("reading the referrers of {}", args.image))
     };
-    let read = runtime.block_on(read(&args.image, args.save.as_deref()));
+    let read = runtime.block_on(async {
+        let credentials = crate::oci::docker_credentials(&args.image)?;
+        let mut repository = Repository::new(&args.image, credentials)?.with_deadline(
+            std::time::Duration::from_secs(args.registry_timeout),
+            Some("--registry-timeout"),
+        );
+        if args.all {
+            repository = repository.with_all_referrers();
+        }
+        read(&repository, &args.image, args.save.as_deref()).await
+    });
     spinner.finish_and_clear();
     let inspected = read.map_err(|e| {
         CliError::failure(format!("inspect {}: {e:#}", args.image)).with_hint(
@@ -76,36 +135,62 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     })?;
     if args.json {
         printer().json(&inspected)?;
-        return Ok(ExitStatus::Success);
+    } else {
+        printer().data(render(&inspected));
     }
+    if let Some(dir) = &args.save {
+        printer().info(saved_line(&inspected.saved, dir));
+    }
+    Ok(ExitStatus::Success)
+}
+
+/// `saved 2 files in DIR: a, b`: the files `--save` actually wrote.
+fn saved_line(saved: &[String], dir: &Path) -> String {
+    let dir = output::outside(&dir.display().to_string()).into_owned();
+    match saved.len() {
+        0 => format!("saved no file in {dir}: nothing is attached"),
+        1 => format!("saved 1 file in {dir}: {}", saved[0]),
+        n => format!("saved {n} files in {dir}: {}", saved.join(", ")),
+    }
+}
+
+/// The lines `inspect` prints without `--json`: the reference, how many
+/// artifacts are attached, the subject's digest, and a table of them that
+/// fits the terminal.
+fn render(inspected: &Inspected) -> String {
     let n = inspected.referrers.len();
-    printer().data(format!(
+    let head = format!(
         "{}: {}\n  {}",
-        args.image,
+        output::outside(&inspected.reference),
         match n {
+            _ if inspected.truncated => format!(
+                "the first {n} artifacts attached (the registry lists more; --all lists every one)"
+            ),
             0 => "nothing attached (`imgctl build --push` attaches the SBOM and the provenance)"
                 .to_string(),
             1 => "1 artifact attached".to_string(),
             n => format!("{n} artifacts attached"),
         },
         inspected.subject.digest
-    ));
+    );
     if n == 0 {
-        return Ok(ExitStatus::Success);
+        return head;
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header(["ATTACHED", "ARTIFACT TYPE", "MANIFEST", "CREATED"]);
+    // Every cell but the checked digest is the registry's text.
     for d in &inspected.referrers {
-        let hex = attest::hex_of(&d.digest);
         table.add_row([
-            kind(d).0,
-            d.artifact_type.clone().unwrap_or_else(|| "-".into()),
-            format!("sha256:{}", &hex[..hex.len().min(12)]),
-            d.annotations
-                .get("org.opencontainers.image.created")
-                .cloned()
-                .unwrap_or_else(|| "-".into()),
+            output::outside(&kind(d).0).into_owned(),
+            output::outside(d.artifact_type.as_deref().unwrap_or("-")).into_owned(),
+            format!("sha256:{}", short_hex(&d.digest)),
+            output::outside(
+                d.annotations
+                    .get("org.opencontainers.image.created")
+                    .map_or("-", String::as_str),
+            )
+            .into_owned(),
         ]);
     }
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
@@ -113,32 +198,30 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
         output::drop_columns(&mut table, width, &[3, 1]);
     }
     output::fit_table(&mut table, fit);
-    printer().data(table.to_string());
-    if let Some(dir) = &args.save {
-        printer().info(format!(
-            "saved {} file(s) in {}",
-            inspected.referrers.len(),
-            dir.display()
-        ));
-    }
-    Ok(ExitStatus::Success)
+    format!("{head}\n{table}")
 }
 
-/// The subject and its referrers; with `save`, each artifact fetched into it.
-async fn read(reference: &str, save: Option<&Path>) -> anyhow::Result<Inspected> {
-    let credentials = crate::oci::docker_credentials(reference)?;
-    let repository = Repository::new(reference, credentials)?;
+/// The subject and its referrers in `repository` (of `reference`); with
+/// `save`, each artifact fetched into it.
+async fn read(
+    repository: &Repository,
+    reference: &str,
+    save: Option<&Path>,
+) -> anyhow::Result<Inspected> {
     let target = repository.tag_or_digest().unwrap_or("latest").to_string();
     let subject = repository.resolve(&target).await?;
-    let referrers = repository.referrers(&subject.digest, None).await?;
+    let listed = repository.referrers(&subject.digest, None).await?;
+    let referrers = listed.list;
+    let mut saved = Vec::new();
     if let Some(dir) = save {
         std::fs::create_dir_all(dir)
             .map_err(|e| anyhow::anyhow!("cannot make {}: {e}", dir.display()))?;
-        for d in &referrers {
+        for (d, name) in save_names(&referrers) {
             let (_, bytes) = repository.fetch_artifact(&d.digest).await?;
-            let path = dir.join(kind(d).1);
+            let path = dir.join(&name);
             crate::sys::fs::write_file_atomic(&path, &bytes)
                 .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            saved.push(name);
         }
     }
     Ok(Inspected {
@@ -146,5 +229,11 @@ async fn read(reference: &str, save: Option<&Path>) -> anyhow::Result<Inspected>
         reference: reference.to_string(),
         subject,
         referrers,
+        truncated: listed.more,
+        saved,
     })
 }
+
+#[cfg(test)]
+#[path = "inspect_tests.rs"]
+mod tests;

@@ -3,7 +3,9 @@
 //! once, then cached), a registry with the referrers API that answers
 //! `OCI-Subject` (no fallback tag is written, the API's list is used), blob
 //! redirects to another host (followed without the credentials), and a token
-//! service that refuses the password (one line, no secret).
+//! service that refuses the password (one line, no secret). Its hostile
+//! modes (a HEAD that names another digest, slow replies, big pages) serve
+//! `hostile_tests.rs` and `inspect`'s tests too.
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -19,28 +21,35 @@ use super::manifest::{self, Descriptor, OCI_INDEX, OCI_MANIFEST};
 use super::Repository;
 
 const TOKEN: &str = "tok-4f1a";
-const PASSWORD: &str = "fake-s3cret";
+pub(crate) const PASSWORD: &str = "fake-s3cret";
 
 /// The fake's state: what it stores and what it was asked.
 #[derive(Default)]
-struct Fake {
-    port: u16,
-    referrers_api: bool,
+pub(crate) struct Fake {
+    pub(crate) port: u16,
+    pub(crate) referrers_api: bool,
     /// Basic auth (`me:PASSWORD`) instead of Bearer tokens.
     basic: bool,
     /// Another server's `host:port`: the referrers API's next page and the
     /// upload's `Location` name it (a hostile or careless registry).
-    elsewhere: Option<String>,
-    blobs: HashMap<String, Bytes>,
+    pub(crate) elsewhere: Option<String>,
+    pub(crate) blobs: HashMap<String, Bytes>,
     /// reference → (media type, bytes).
-    manifests: HashMap<String, (String, Bytes)>,
+    pub(crate) manifests: HashMap<String, (String, Bytes)>,
     /// subject digest → referrer descriptors (the API's own list).
-    referrers: HashMap<String, Vec<Descriptor>>,
+    pub(crate) referrers: HashMap<String, Vec<Descriptor>>,
+    /// Referrers a page of the API's list (1 when 0).
+    pub(crate) per_page: usize,
+    /// The `Docker-Content-Digest` a manifest HEAD answers, whatever was
+    /// asked (a registry that names another manifest).
+    pub(crate) head_digest: Option<String>,
+    /// How long each reply waits (a slow or hostile registry).
+    pub(crate) delay: std::time::Duration,
     /// `METHOD path auth` of each request (auth: none, basic, bearer).
-    log: Vec<String>,
+    pub(crate) log: Vec<String>,
 }
 
-type Shared = Arc<Mutex<Fake>>;
+pub(crate) type Shared = Arc<Mutex<Fake>>;
 
 fn reply(
     status: StatusCode,
@@ -110,6 +119,8 @@ async fn handle(
         .filter(|k| !k.is_empty())
         .unwrap_or("none");
     let path = parts.uri.path().to_string();
+    let delay = state.lock().unwrap().delay;
+    tokio::time::sleep(delay).await;
     let mut fake = state.lock().unwrap();
     fake.log.push(format!("{} {path} {kind}", parts.method));
     let port = fake.port;
@@ -190,30 +201,37 @@ async fn handle(
             reply(StatusCode::CREATED, &headers, "")
         }
         (Method::GET | Method::HEAD, "manifests") => match fake.manifests.get(arg) {
-            Some((media_type, bytes)) => reply(
-                StatusCode::OK,
-                &[
-                    ("Content-Type", media_type.clone()),
-                    ("Docker-Content-Digest", manifest::sha256_digest(bytes)),
-                ],
-                bytes.clone(),
-            ),
+            Some((media_type, bytes)) => {
+                let digest = match (&parts.method, &fake.head_digest) {
+                    (&Method::HEAD, Some(d)) => d.clone(),
+                    _ => manifest::sha256_digest(bytes),
+                };
+                reply(
+                    StatusCode::OK,
+                    &[
+                        ("Content-Type", media_type.clone()),
+                        ("Content-Length", bytes.len().to_string()),
+                        ("Docker-Content-Digest", digest),
+                    ],
+                    bytes.clone(),
+                )
+            }
             None => unknown(),
         },
         (Method::GET, "referrers") if fake.referrers_api => {
-            // One referrer a page, the next page linked (`?page=N`).
+            // `per_page` referrers a page, the next page linked (`?page=N`).
             let page: usize = parts
                 .uri
                 .query()
                 .and_then(|q| q.strip_prefix("page="))
                 .map_or(0, |n| n.parse().unwrap());
+            let per_page = fake.per_page.max(1);
             let all = fake.referrers.get(arg).cloned().unwrap_or_default();
             let mut index = manifest::empty_index();
             let mut headers = vec![("Content-Type", OCI_INDEX.to_string())];
-            if let Some(d) = all.get(page) {
-                manifest::merge_into_index(&mut index, d);
-            }
-            if page + 1 < all.len() {
+            let listed: Vec<_> = all.iter().skip(page * per_page).take(per_page).collect();
+            index["manifests"] = serde_json::to_value(listed).unwrap();
+            if (page + 1) * per_page < all.len() {
                 let host = fake.elsewhere.as_ref().map(|h| format!("http://{h}"));
                 let next = format!(
                     "<{}/v2/me/x/referrers/{arg}?page={}>; rel=\"next\"",
@@ -233,7 +251,7 @@ async fn handle(
 }
 
 /// Starts a fake on a free port; returns its state.
-async fn start(referrers_api: bool) -> Shared {
+pub(crate) async fn start(referrers_api: bool) -> Shared {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let state = Arc::new(Mutex::new(Fake {
         port: listener.local_addr().unwrap().port(),
@@ -255,7 +273,8 @@ async fn start(referrers_api: bool) -> Shared {
     state
 }
 
-fn repository(state: &Shared, password: &str) -> Repository {
+/// A client of the fake's `me/x:v1` with `me`'s credentials and `password`.
+pub(crate) fn repository(state: &Shared, password: &str) -> Repository {
     let port = state.lock().unwrap().port;
     let credentials = DockerCredentials {
         username: Some("me".into()),
@@ -266,7 +285,7 @@ fn repository(state: &Shared, password: &str) -> Repository {
 }
 
 /// Stores an image manifest under tag `v1`; its descriptor.
-fn subject(state: &Shared) -> Descriptor {
+pub(crate) fn subject(state: &Shared) -> Descriptor {
     let bytes = Bytes::from_static(
         br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}"#,
     );
@@ -279,7 +298,8 @@ fn subject(state: &Shared) -> Descriptor {
     d
 }
 
-fn count(state: &Shared, prefix: &str) -> usize {
+/// How many requests the fake logged that start with `prefix`.
+pub(crate) fn count(state: &Shared, prefix: &str) -> usize {
     state
         .lock()
         .unwrap()
@@ -317,14 +337,15 @@ async fn bearer_tokens_and_the_referrers_api() {
         .await
         .unwrap();
     assert_eq!(
-        repo.referrers(&subject.digest, None).await.unwrap(),
+        repo.referrers(&subject.digest, None).await.unwrap().list,
         vec![pushed.clone(), other.clone()]
     );
     assert_eq!(count(&state, "GET /v2/me/x/referrers/"), 2);
     assert_eq!(
         repo.referrers(&subject.digest, Some("other"))
             .await
-            .unwrap(),
+            .unwrap()
+            .list,
         vec![other]
     );
     assert_eq!(count(&state, &format!("GET /v2/me/x/manifests/{tag}")), 0);
@@ -368,11 +389,14 @@ async fn without_the_api_the_fallback_tag_is_kept() {
     let tag = manifest::fallback_tag(&subject.digest).unwrap();
     assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 3);
     assert_eq!(
-        repo.referrers(&subject.digest, None).await.unwrap(),
+        repo.referrers(&subject.digest, None).await.unwrap().list,
         vec![a, b.clone()]
     );
     assert_eq!(
-        repo.referrers(&subject.digest, Some("b")).await.unwrap(),
+        repo.referrers(&subject.digest, Some("b"))
+            .await
+            .unwrap()
+            .list,
         vec![b]
     );
     // Blobs the registry has are not uploaded again.

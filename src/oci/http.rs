@@ -5,7 +5,8 @@
 //! of GET and HEAD followed (blob stores on other hosts), credentials sent
 //! only to the registry's own scheme, host and port (whatever URL a `Link`,
 //! a `Location` or a redirect names), an HTTPS registry never followed to
-//! plain HTTP, bounded replies and a deadline per request, and the
+//! plain HTTP, bounded replies, a deadline per request and one for the
+//! whole command (every request, redirect, page and token of it), and the
 //! one-line errors that name the registry, the repository, the status and the
 //! registry's own error message, never a credential.
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,11 @@ use super::auth::{self, Challenge};
 
 /// How long one request may take, reply body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long all the requests of one registry command may take together
+/// unless it says otherwise (`inspect --registry-timeout`): 120 s a
+/// request, 5 redirects, a 401 retry and 100 pages would otherwise let a
+/// slow or hostile registry hold a command for hours.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(300);
 /// The most bytes of a reply that is not a blob (manifests, indexes, errors,
 /// tokens): the registries' own manifest limit is 4 MiB.
 pub const MAX_DOCUMENT: usize = 4 << 20;
@@ -98,6 +104,27 @@ pub struct Transport {
     credentials: Option<DockerCredentials>,
     /// The `Authorization` value the last challenge gave.
     auth: Mutex<Option<Arc<str>>>,
+    /// When every request of the command must be done.
+    deadline: Deadline,
+}
+
+/// The one deadline of a registry command: when, how long it was in all,
+/// and the flag that sets it (named in the error), if the command has one.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: tokio::time::Instant,
+    total: Duration,
+    flag: Option<&'static str>,
+}
+
+impl Deadline {
+    fn new(total: Duration, flag: Option<&'static str>) -> Self {
+        Deadline {
+            at: tokio::time::Instant::now() + total,
+            total,
+            flag,
+        }
+    }
 }
 
 impl std::fmt::Debug for Transport {
@@ -148,7 +175,15 @@ impl Transport {
             name: name.to_string(),
             credentials,
             auth: Mutex::new(None),
+            deadline: Deadline::new(DEFAULT_DEADLINE, None),
         })
+    }
+
+    /// Gives every request from now on `total` in all ([`DEFAULT_DEADLINE`]
+    /// otherwise); `flag` (`--registry-timeout`) is named in the error when
+    /// it runs out.
+    pub fn set_deadline(&mut self, total: Duration, flag: Option<&'static str>) {
+        self.deadline = Deadline::new(total, flag);
     }
 
     fn cached_auth(&self) -> Option<Arc<str>> {
@@ -273,16 +308,30 @@ impl Transport {
                 body: body.to_bytes(),
             })
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        // The request's own bound, or what is left of the command's.
+        let left = self
+            .deadline
+            .at
+            .saturating_duration_since(tokio::time::Instant::now());
+        tokio::time::timeout(left.min(REQUEST_TIMEOUT), exchange)
             .await
             .map_err(|_| {
-                anyhow!(
-                    "registry {} did not answer {} {} within {} s",
-                    self.registry,
-                    call.method,
-                    strip_query(&url.to_string()),
-                    REQUEST_TIMEOUT.as_secs()
-                )
+                let what = format!("{} {}", call.method, strip_query(&url.to_string()));
+                if left < REQUEST_TIMEOUT {
+                    let d = &self.deadline;
+                    anyhow!(
+                        "registry {} did not finish within the command's deadline of {} s ({what} was under way){}",
+                        self.registry,
+                        d.total.as_secs_f64(),
+                        d.flag.map(|f| format!("; {f} SECS gives it longer")).unwrap_or_default()
+                    )
+                } else {
+                    anyhow!(
+                        "registry {} did not answer {what} within {} s",
+                        self.registry,
+                        REQUEST_TIMEOUT.as_secs()
+                    )
+                }
             })?
     }
 
@@ -451,9 +500,12 @@ pub fn status_and_message(reply: &Reply) -> String {
     }
 }
 
-/// `s` on one line (runs of whitespace, newlines included, → one space).
+/// `s` on one line (runs of whitespace, newlines included, → one space),
+/// every other control character escaped (`\u{1b}`): a registry's words
+/// can neither start a line of an error nor drive the terminal.
 fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+    let joined = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::error::escape_controls(&joined).into_owned()
 }
 
 /// An error and its sources, `a: b: c`.
@@ -606,6 +658,18 @@ mod tests {
             "404 Not Found: 404 page not found"
         );
         assert_eq!(status_and_message(&reply(502, "")), "502 Bad Gateway");
+        let evil = reply(
+            500,
+            "{\"errors\":[{\"code\":\"X\",\"message\":\"\\u001b]0;pwned\\u0007\\u001b[2Jgone\\r\\nerror: forged\"}]}",
+        );
+        assert_eq!(
+            status_and_message(&evil),
+            "500 X: \\u{1b}]0;pwned\\u{7}\\u{1b}[2Jgone error: forged"
+        );
+        assert_eq!(
+            status_and_message(&reply(502, "\u{1b}[31mred\u{7}")),
+            "502 Bad Gateway: \\u{1b}[31mred\\u{7}"
+        );
         let long = "x\n".repeat(500);
         let m = status_and_message(&reply(500, &long));
         assert!(!m.contains('\n') && m.len() < 260, "{m}");

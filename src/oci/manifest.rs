@@ -169,11 +169,42 @@ pub fn parse_index(bytes: &[u8]) -> anyhow::Result<serde_json::Value> {
     Ok(index)
 }
 
-/// The descriptors of an index's `manifests`.
+/// The descriptors of an index's `manifests`, each checked
+/// ([`check_descriptor`]): a registry's list is outside input, and a digest
+/// that is not `sha256:<hex>` is refused here, before anything uses it.
 pub fn index_entries(index: &serde_json::Value) -> anyhow::Result<Vec<Descriptor>> {
     let manifests = index.get("manifests").cloned().unwrap_or_default();
-    serde_json::from_value(manifests)
-        .map_err(|e| anyhow!("its manifests list is not descriptors: {e}"))
+    let entries: Vec<Descriptor> = serde_json::from_value(manifests)
+        .map_err(|e| anyhow!("its manifests list is not descriptors: {e}"))?;
+    for (i, d) in entries.iter().enumerate() {
+        check_descriptor(d).map_err(|e| anyhow!("its manifests[{i}]: {e}"))?;
+    }
+    Ok(entries)
+}
+
+/// Parses an image manifest as a registry sent it, every descriptor in it
+/// (config, layers, subject) checked ([`check_descriptor`]); `Err` says what
+/// is wrong with it.
+pub fn parse_manifest(bytes: &[u8]) -> anyhow::Result<Manifest> {
+    let m: Manifest =
+        serde_json::from_slice(bytes).map_err(|e| anyhow!("it is not an image manifest: {e}"))?;
+    check_descriptor(&m.config).map_err(|e| anyhow!("its config: {e}"))?;
+    for (i, l) in m.layers.iter().enumerate() {
+        check_descriptor(l).map_err(|e| anyhow!("its layers[{i}]: {e}"))?;
+    }
+    if let Some(s) = &m.subject {
+        check_descriptor(s).map_err(|e| anyhow!("its subject: {e}"))?;
+    }
+    Ok(m)
+}
+
+/// Checks a descriptor from a registry before anything uses it: its digest
+/// is `sha256:<64 lower-case hex>` ([`check_digest`]), so it can be sliced,
+/// put in a URL or a file name, and compared.
+pub fn check_descriptor(d: &Descriptor) -> anyhow::Result<()> {
+    check_digest(&d.digest)
+        .map(|_| ())
+        .map_err(|e| anyhow!("the digest {e}"))
 }
 
 /// Adds `entry` to `index`'s manifests, replacing an entry of the same

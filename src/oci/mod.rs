@@ -17,6 +17,8 @@
 //! [`mod@reference`] reads an image reference by docker's rules, [`auth`] reads
 //! challenges and makes headers, [`http`] speaks to the registry, and
 //! [`manifest`] makes and reads the documents.
+//!
+//! Part: the build wing (`docs/architecture.md`).
 use std::collections::BTreeMap;
 
 use anyhow::{anyhow, bail, Context as _};
@@ -41,6 +43,11 @@ pub const OCI_SUBJECT: &str = "OCI-Subject";
 /// The most pages of a referrers list followed (`Link: <…>; rel="next"`).
 pub const MAX_REFERRER_PAGES: usize = 100;
 
+/// The most referrers of one subject read unless the caller asks for all
+/// ([`Repository::with_all_referrers`]): a registry listed 99 pages of
+/// 10,000 (2.7 GB of memory, 990,000 rows).
+pub const MAX_REFERRERS: usize = 1000;
+
 /// The most bytes of one artifact's content imgctl reads back.
 pub const MAX_ARTIFACT: u64 = 256 << 20;
 
@@ -49,6 +56,18 @@ pub const MAX_ARTIFACT: u64 = 256 << 20;
 pub struct Repository {
     transport: Transport,
     tag_or_digest: Option<String>,
+    /// The most referrers read; `None` for all.
+    max_referrers: Option<usize>,
+}
+
+/// The referrers of a subject as imgctl read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Referrers {
+    /// Their descriptors, each checked, in the registry's order: at most
+    /// [`MAX_REFERRERS`] unless all were asked for.
+    pub list: Vec<Descriptor>,
+    /// Whether the registry lists more than were read (past the cap).
+    pub more: bool,
 }
 
 /// The credentials the docker config gives for `reference`'s registry
@@ -75,7 +94,24 @@ impl Repository {
         Ok(Repository {
             transport: Transport::new(&r.registry, &r.base_url, &r.name, credentials)?,
             tag_or_digest: r.tag_or_digest,
+            max_referrers: Some(MAX_REFERRERS),
         })
+    }
+
+    /// Reads every referrer a registry lists (up to [`MAX_REFERRER_PAGES`]
+    /// pages), not only the first [`MAX_REFERRERS`].
+    pub fn with_all_referrers(mut self) -> Self {
+        self.max_referrers = None;
+        self
+    }
+
+    /// Gives all the requests from now on `total` together (every redirect,
+    /// 401 retry, token, page and fetch; [`http::DEFAULT_DEADLINE`]
+    /// otherwise): past it, the request under way fails with an error that
+    /// names the deadline and `flag` (`--registry-timeout`), if given.
+    pub fn with_deadline(mut self, total: std::time::Duration, flag: Option<&'static str>) -> Self {
+        self.transport.set_deadline(total, flag);
+        self
     }
 
     /// The registry, as docker names it (`docker.io`, `127.0.0.1:5000`).
@@ -97,14 +133,19 @@ impl Repository {
     /// schema 2 manifest or list, an OCI manifest or index): its media
     /// type, size and digest (`Docker-Content-Digest`, else the sha256 of
     /// the body). A HEAD, or a GET when the HEAD fails or its headers do not
-    /// say it all.
+    /// say it all. A digest is pinned: the registry must name that very
+    /// digest, in a HEAD's header as in a GET's body.
     pub async fn resolve(&self, tag_or_digest: &str) -> anyhow::Result<Descriptor> {
+        if tag_or_digest.contains(':') {
+            manifest::check_digest(tag_or_digest)?;
+        }
         let url = self.manifest_url(tag_or_digest)?;
         let mut head = Call::get(&url).header("Accept", MANIFEST_ACCEPT);
         head.method = Method::HEAD;
         let reply = self.transport.send(head).await?;
         if reply.status.is_success() {
             if let Some(d) = descriptor_from_headers(&reply) {
+                self.check_pinned(tag_or_digest, &d.digest, "its HEAD's Docker-Content-Digest")?;
                 return Ok(d);
             }
         }
@@ -168,25 +209,37 @@ impl Repository {
 
     /// The referrers of `subject_digest` (of `artifact_type` only, when
     /// given): from the referrers API, else (a 404) from the referrers tag;
-    /// none when neither has any.
+    /// none when neither has any. At most [`MAX_REFERRERS`] are read
+    /// (unless [`Self::with_all_referrers`]); [`Referrers::more`] says when
+    /// the registry lists more.
     pub async fn referrers(
         &self,
         subject_digest: &str,
         artifact_type: Option<&str>,
-    ) -> anyhow::Result<Vec<Descriptor>> {
+    ) -> anyhow::Result<Referrers> {
         manifest::check_digest(subject_digest)?;
-        let entries = match self.referrers_api(subject_digest, artifact_type).await? {
-            Some(entries) => entries,
+        let mut listed = match self.referrers_api(subject_digest, artifact_type).await? {
+            Some(listed) => listed,
             None => match self.fallback_index(subject_digest).await? {
-                Some(index) => manifest::index_entries(&index)
-                    .map_err(|e| anyhow!("{}: {e}", self.fallback_what(subject_digest)))?,
-                None => Vec::new(),
+                Some(index) => Referrers {
+                    list: manifest::index_entries(&index)
+                        .map_err(|e| anyhow!("{}: {e}", self.fallback_what(subject_digest)))?,
+                    more: false,
+                },
+                None => Referrers {
+                    list: Vec::new(),
+                    more: false,
+                },
             },
         };
-        Ok(entries
-            .into_iter()
-            .filter(|d| artifact_type.is_none() || d.artifact_type.as_deref() == artifact_type)
-            .collect())
+        if let Some(cap) = self.max_referrers.filter(|c| listed.list.len() > *c) {
+            listed.list.truncate(cap);
+            listed.more = true;
+        }
+        listed
+            .list
+            .retain(|d| artifact_type.is_none() || d.artifact_type.as_deref() == artifact_type);
+        Ok(listed)
     }
 
     /// The one layer of the artifact manifest `manifest_digest` and its
@@ -203,12 +256,8 @@ impl Repository {
         }
         manifest::verify_digest(manifest_digest, &reply.body)
             .with_context(|| format!("{what} from registry {}", self.registry()))?;
-        let parsed: manifest::Manifest = serde_json::from_slice(&reply.body).map_err(|e| {
-            anyhow!(
-                "{what} from registry {} is not an image manifest: {e}",
-                self.registry()
-            )
-        })?;
+        let parsed = manifest::parse_manifest(&reply.body)
+            .map_err(|e| anyhow!("{what} from registry {}: {e}", self.registry()))?;
         let [layer] = parsed.layers.as_slice() else {
             bail!(
                 "{what} from registry {} has {} layers, not one",
@@ -223,7 +272,6 @@ impl Repository {
                 layer.size
             );
         }
-        manifest::check_digest(&layer.digest)?;
         let url = format!("/v2/{}/blobs/{}", self.name(), layer.digest);
         let mut call = Call::get(&url);
         call.limit = usize::try_from(layer.size).unwrap_or(usize::MAX).max(1);
@@ -311,6 +359,21 @@ impl Repository {
         self.transport.send(put).await
     }
 
+    /// An error unless `digest`, what the registry named for `tag_or_digest`
+    /// (`how`), is that digest: a reference pinned to a digest always
+    /// resolves to it, or not at all. A tag pins nothing.
+    fn check_pinned(&self, tag_or_digest: &str, digest: &str, how: &str) -> anyhow::Result<()> {
+        if tag_or_digest.contains(':') && digest != tag_or_digest {
+            bail!(
+                "registry {} answered for the manifest {tag_or_digest} of {} with another digest, {} ({how}); refused: a pinned digest is the digest used",
+                self.registry(),
+                self.name(),
+                crate::error::escape_controls(digest)
+            );
+        }
+        Ok(())
+    }
+
     /// The descriptor of a manifest GET's reply.
     fn manifest_descriptor(
         &self,
@@ -318,13 +381,7 @@ impl Repository {
         reply: &Reply,
     ) -> anyhow::Result<Descriptor> {
         let computed = manifest::sha256_digest(&reply.body);
-        if tag_or_digest.starts_with("sha256:") && computed != tag_or_digest {
-            bail!(
-                "registry {} sent a manifest for {tag_or_digest} of {} that hashes to {computed}",
-                self.registry(),
-                self.name()
-            );
-        }
+        self.check_pinned(tag_or_digest, &computed, "the hash of the manifest it sent")?;
         let media_type = reply
             .header("Content-Type")
             .map(|c| c.split(';').next().unwrap_or(c).trim().to_string())
@@ -349,13 +406,13 @@ impl Repository {
         })
     }
 
-    /// `Some(entries)` from the referrers API, `None` when the registry has
-    /// none (a 404).
+    /// `Some(referrers)` from the referrers API, its pages followed until
+    /// the cap, `None` when the registry has none (a 404).
     async fn referrers_api(
         &self,
         subject_digest: &str,
         artifact_type: Option<&str>,
-    ) -> anyhow::Result<Option<Vec<Descriptor>>> {
+    ) -> anyhow::Result<Option<Referrers>> {
         let mut url = format!("/v2/{}/referrers/{subject_digest}", self.name());
         if let Some(t) = artifact_type {
             url.push('?');
@@ -383,9 +440,17 @@ impl Repository {
             };
             let index = manifest::parse_index(&reply.body).map_err(bad)?;
             entries.extend(manifest::index_entries(&index).map_err(bad)?);
-            match reply.header("Link").and_then(next_link) {
-                Some(next) => url = next,
-                None => return Ok(Some(entries)),
+            let next = reply.header("Link").and_then(next_link);
+            // At the cap, a next page means more than imgctl reads.
+            let full = self.max_referrers.is_some_and(|c| entries.len() >= c);
+            match next {
+                Some(next) if !full => url = next,
+                next => {
+                    return Ok(Some(Referrers {
+                        list: entries,
+                        more: next.is_some(),
+                    }))
+                }
             }
         }
         bail!(
@@ -557,4 +622,6 @@ mod tests {
 }
 
 #[cfg(test)]
-mod fake_tests;
+pub(crate) mod fake_tests;
+#[cfg(test)]
+mod hostile_tests;

@@ -227,7 +227,7 @@ impl Sources {
     /// `≈ 682.8 TFLOP/s [1]` for a result with an expected value or a
     /// reason for none; numbers its source on first use.
     fn cell(&mut self, r: &CheckResult) -> Option<String> {
-        let label = r.expected_label()?;
+        let label = output::outside(&r.expected_label()?).into_owned();
         let Some(source) = &r.source else {
             return Some(label);
         };
@@ -246,7 +246,7 @@ impl Sources {
         let mut out = String::new();
         for (i, s) in self.0.iter().enumerate() {
             let s = if full { s.as_str() } else { without_quote(s) };
-            let line = format!("[{}] {s}", i + 1);
+            let line = format!("[{}] {}", i + 1, output::outside(s));
             out.push_str(&output::wrap_text(&line, width));
             out.push('\n');
         }
@@ -270,11 +270,14 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
     let all_node = report.results.iter().all(|r| r.gpu.is_none());
     let fold_subject = width.is_some_and(|w| w < MEDIUM);
     let narrow = width.is_some_and(|w| w < NARROW);
+    // Every text a result holds may come from a container (`--image`):
+    // escaped ([`output::outside`]) before it meets the table or a line.
     let short = |s: &str| {
+        let s = output::outside(s);
         if !full {
-            output::shorten_paths(s)
+            output::shorten_paths(&s)
         } else {
-            s.to_string()
+            s.into_owned()
         }
     };
     let mut t = new_table(color);
@@ -298,9 +301,10 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
                 Status::Skip => Color::DarkGrey,
             });
         }
+        let id = output::outside(&r.id);
         let check = match (fold_subject, r.gpu) {
-            (true, Some(_)) => format!("{} {}", r.id, r.subject()),
-            _ => r.id.clone(),
+            (true, Some(_)) => format!("{id} {}", r.subject()),
+            _ => id.into_owned(),
         };
         t.add_row(vec![
             Cell::new(check),
@@ -369,7 +373,7 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
             .filter_map(|(k, v)| v.map(|v| format!("{k} {v}")))
             .collect::<Vec<_>>()
             .join(", ");
-            let line = format!("{} {}: {both}", r.id, r.subject());
+            let line = format!("{} {}: {both}", output::outside(&r.id), r.subject());
             out.push_str(&output::wrap_text(&line, width));
             out.push('\n');
         }
@@ -382,9 +386,9 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
     {
         let line = format!(
             "hint ({} {}): {}",
-            r.id,
+            output::outside(&r.id),
             r.subject(),
-            r.hint.as_deref().unwrap_or("")
+            output::outside(r.hint.as_deref().unwrap_or(""))
         );
         out.push_str(&output::wrap_text(&line, width));
         out.push('\n');

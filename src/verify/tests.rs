@@ -587,3 +587,46 @@ fn torch_driver_compat_with_the_real_torch_cuda_version() {
     let r = run_fake(old, ExpectGpus::Any, &["torch.driver_compat"]);
     assert_eq!(find(&r, "torch.driver_compat", None).status, Status::Fail);
 }
+
+#[test]
+fn a_containers_results_cannot_drive_the_terminal() {
+    // `verify --image` reads its results back from the container: outside
+    // input, like a registry's. Escapes in any field reached the table raw.
+    let evil = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\r\n| forged | PASS |\u{202e}";
+    let json = serde_json::json!({
+        "id": evil, "gpu": 0, "status": "fail", "message": evil,
+        "measured": evil, "threshold": evil, "expected": 1.0, "unit": evil,
+        "source": evil, "hint": evil,
+    });
+    let result: CheckResult = serde_json::from_value(json).unwrap();
+    let report = Report::new(
+        "container",
+        Some("img:1".into()),
+        Level::Quick,
+        ExpectGpus::Any,
+        vec![result],
+    );
+    for fit in [
+        crate::output::Fit::Natural,
+        crate::output::Fit::Wrap(200),
+        crate::output::Fit::Cut(200),
+        crate::output::Fit::Cut(90),
+    ] {
+        let t = report::table(&report, true, fit, &super::wording::TEST_WORDS);
+        let raw: Vec<char> = t
+            .chars()
+            .filter(|c| c.is_control() && *c != '\n' || *c == '\u{202e}')
+            .collect();
+        // Colour stays imgctl's own (the status cell), never the input's.
+        assert!(
+            raw.iter().all(|c| *c == '\x1b') && !t.contains("\x1b]") && !t.contains("\x1b[2J"),
+            "{fit:?}: {raw:?}\n{t}"
+        );
+        assert!(!t.contains("\x1b[31mred"), "{t}");
+        assert!(t.contains("\\u{1b}]0;pwned"), "{fit:?}\n{t}");
+        assert!(
+            !t.lines().any(|l| l.starts_with("| forged")),
+            "a forged row:\n{t}"
+        );
+    }
+}

@@ -72,6 +72,16 @@ fn docker_configs_are_read_or_refused() {
 }
 
 #[test]
+fn registry_indexes_list_checked_descriptors_or_are_refused() {
+    assert!(replay_bytes("oci_index", &imgctl::invariants::oci_index_bytes) >= 6);
+}
+
+#[test]
+fn registry_manifests_have_checked_descriptors_or_are_refused() {
+    assert!(replay_bytes("oci_manifest", &imgctl::invariants::oci_manifest_bytes) >= 5);
+}
+
+#[test]
 fn docker_contexts_give_a_reachable_endpoint_or_are_refused() {
     assert!(replay("docker_context", imgctl::invariants::docker_context_text) >= 5);
 }

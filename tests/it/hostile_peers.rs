@@ -27,8 +27,14 @@ fn free_port() -> u16 {
 
 /// A real rank 0 of a world of `world`, on 127.0.0.1:`port`, bound `secs`.
 pub fn rank0(port: u16, world: usize, secs: &str) -> Child {
+    rank0_with(port, world, secs, &["--json"])
+}
+
+/// [`rank0`] with `extra` arguments instead of `--json`.
+fn rank0_with(port: u16, world: usize, secs: &str, extra: &[&str]) -> Child {
     Command::new(imgctl_bin())
-        .args(["verify", "--fleet", "--expect-gpus", "0", "--json"])
+        .args(["verify", "--fleet", "--expect-gpus", "0"])
+        .args(extra)
         .args(["--fleet-timeout", secs, "--link-mib", "1"])
         .env("NO_COLOR", "1")
         .env("RANK", "0")
@@ -75,9 +81,14 @@ fn read_reply(s: &mut TcpStream) -> (u8, Vec<u8>) {
 
 /// A framed node report claiming `rank`.
 fn report_frame(rank: usize) -> Vec<u8> {
+    report_frame_from(rank, "forged")
+}
+
+/// A framed node report claiming `rank`, from host `host`.
+fn report_frame_from(rank: usize, host: &str) -> Vec<u8> {
     let report = NodeReport {
         rank,
-        host: "forged".into(),
+        host: host.into(),
         software: BTreeMap::new(),
         report: Report {
             schema_version: 1,
@@ -339,4 +350,22 @@ fn a_fleet_sharing_a_token_passes() {
         "{}",
         String::from_utf8_lossy(&leaf.stderr)
     );
+}
+
+/// A peer's host name is its own words: terminal escapes and a line break
+/// that would forge a row of rank 0's table are shown escaped.
+#[test]
+fn a_peers_escapes_are_shown_escaped_in_the_fleet_table() {
+    let port = free_port();
+    let child = rank0_with(port, 2, "10", &[]);
+    let mut s = connect(port);
+    s.write_all(&hello(1, 2)).unwrap();
+    let (status, _) = read_reply(&mut s);
+    assert_eq!(status, 0);
+    let host = "\x1b]0;pwned\x07evil\x1b[2J\r\n|    9 | forged | ok |";
+    s.write_all(&report_frame_from(1, host)).unwrap();
+    let (_, _, stderr) = finish(child, Duration::from_secs(60));
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+    assert!(!stderr.contains("\n|    9 |"), "a forged row:\n{stderr}");
+    assert!(stderr.contains("evil"), "{stderr}");
 }

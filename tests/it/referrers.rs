@@ -119,6 +119,7 @@ fn referrers_push_list_filter_and_fetch_through_the_fallback_tag() {
             .referrers(&subject.digest, None)
             .await
             .unwrap()
+            .list
             .is_empty());
 
         let mut pushed = Vec::new();
@@ -140,7 +141,7 @@ fn referrers_push_list_filter_and_fetch_through_the_fallback_tag() {
         }
 
         // All three listed, as pushed (artifact type and annotations included).
-        let listed = repo.referrers(&subject.digest, None).await.unwrap();
+        let listed = repo.referrers(&subject.digest, None).await.unwrap().list;
         assert_eq!(listed.len(), 3, "{listed:?}");
         for d in &pushed {
             assert!(listed.contains(d), "{d:?} not in {listed:?}");
@@ -170,17 +171,20 @@ fn referrers_push_list_filter_and_fetch_through_the_fallback_tag() {
         let in_toto = repo
             .referrers(&subject.digest, Some(IN_TOTO))
             .await
-            .unwrap();
+            .unwrap()
+            .list;
         assert_eq!(digests(&in_toto), digests(&pushed[1..]));
         let sboms = repo
             .referrers(&subject.digest, Some(CYCLONEDX))
             .await
-            .unwrap();
+            .unwrap()
+            .list;
         assert_eq!(digests(&sboms), digests(&pushed[..1]));
         assert!(repo
             .referrers(&subject.digest, Some("application/x-none"))
             .await
             .unwrap()
+            .list
             .is_empty());
 
         // Read back byte for byte.
@@ -203,7 +207,7 @@ fn referrers_push_list_filter_and_fetch_through_the_fallback_tag() {
             .await
             .unwrap();
         assert_eq!(again, pushed[1]);
-        let listed = repo.referrers(&subject.digest, None).await.unwrap();
+        let listed = repo.referrers(&subject.digest, None).await.unwrap().list;
         assert_eq!(digests(&listed), digests(&pushed));
         subject
     });

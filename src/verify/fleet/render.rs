@@ -65,15 +65,17 @@ pub fn table(report: &FleetReport, fit: Fit) -> String {
             n.software
                 .get(k)
                 .and_then(|v| v.split_whitespace().next())
-                .unwrap_or("-")
-                .to_string()
+                .map_or("-".into(), |v| output::outside(v).into_owned())
         };
+        // A peer's host name and software are its own words: escaped, so a
+        // forged report cannot drive the terminal or forge a row.
         let host = match (&n.host, &n.address) {
             (Some(h), Some(a)) if a != "self" => format!("{h} {a}"),
             (Some(h), _) => h.clone(),
             (None, Some(a)) => a.clone(),
             (None, None) => "-".to_string(),
         };
+        let host = output::outside(&host).into_owned();
         t.add_row(vec![
             Cell::new(n.rank).set_alignment(CellAlignment::Right),
             Cell::new(host),
@@ -88,11 +90,17 @@ pub fn table(report: &FleetReport, fit: Fit) -> String {
     let mut out = t.to_string();
     out.push('\n');
     for r in &report.fleet {
-        let line = format!("{:<5} {}: {}", r.status.label(), r.id, r.message);
+        let line = format!(
+            "{:<5} {}: {}",
+            r.status.label(),
+            r.id,
+            output::outside(&r.message)
+        );
         out.push_str(&output::wrap_text(&line, width));
         out.push('\n');
         if r.status != Status::Pass && r.status != Status::Skip {
             if let Some(h) = &r.hint {
+                let h = output::outside(h);
                 out.push_str(&output::wrap_text(&format!("      hint: {h}"), width));
                 out.push('\n');
             }
