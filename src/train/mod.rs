@@ -31,6 +31,7 @@ pub mod flat;
 pub mod gpu_watch;
 pub mod images;
 pub mod interrupt;
+pub mod kernels;
 pub mod memory;
 pub mod metrics;
 pub mod model;

@@ -15,6 +15,7 @@ mod fuzz_regressions;
 mod hostile_peers;
 mod image_e2e;
 mod injection;
+mod kernels;
 mod linking;
 mod lock;
 mod multinode;
