@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::choices::{GradReduce, Precision, Preset, Sampler};
+use crate::choices::{GradReduce, GroupNormKernel, Precision, Preset, Sampler};
 use crate::docker::build::BuilderChoice;
 use crate::output::ColorChoice;
 use crate::render::ID_RANGE;
@@ -522,6 +522,9 @@ pub struct TrainArgs {
     /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
     #[arg(long)]
     pub channels_last: bool,
+    /// GroupNorm + SiLU kernels: ATen's, or imgctl's fused NHWC ones (CUDA with --channels-last; compiled by NVRTC and checked against ATen before first use, ATen's after a failed check) [default: aten].
+    #[arg(long, value_enum, ignore_case = true, value_name = "aten|fused")]
+    pub groupnorm: Option<GroupNormKernel>,
     /// Recompute each UNet block's activations in backward instead of keeping them (diffusers' enable_gradient_checkpointing): less memory, more compute, the same results.
     #[arg(long)]
     pub gradient_checkpointing: bool,

@@ -35,6 +35,8 @@ pub mod ops;
 pub mod peak;
 pub mod reference;
 pub mod report;
+pub mod scaling;
+pub use scaling::{scaling_report, scaling_sizes, ScalingReport, ScalingRow};
 
 /// Version of every benchmark JSON document.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -213,6 +215,20 @@ pub struct BenchReport {
     pub buckets_during_backward: f64,
     /// The model ran in channels-last memory layout (`--channels-last`).
     pub channels_last: bool,
+    /// The GroupNorm + SiLU kernels that ran: `aten` or `fused` (`--groupnorm`).
+    #[serde(default)]
+    pub groupnorm: String,
+    /// The fused GroupNorm's self-check, one line per activation dtype
+    /// (empty when not asked for).
+    #[serde(default)]
+    pub groupnorm_self_check: Vec<String>,
+    /// Why the fused GroupNorm was asked for and ATen's ran instead.
+    #[serde(default)]
+    pub groupnorm_fallback: Option<String>,
+    /// The SDPA backend(s) libtorch chose for the attention layers:
+    /// `flash`, `efficient`, `cudnn` or `math` (`+`-joined when several).
+    #[serde(default)]
+    pub attention_backend: Option<String>,
     /// Each UNet block was checkpointed (`--gradient-checkpointing`).
     #[serde(default)]
     pub gradient_checkpointing: bool,
@@ -303,6 +319,7 @@ pub fn run_rank(
     }
     let (session, gpu) = session::start(run, false, None, sync_impl, || Gpu::open(run.device))?;
     let mut trainer = session.trainer;
+    trainer.groupnorm.announce(events);
     let mut loader = session::start_loader(&trainer, Arc::new(session.data));
     let mut step = |trainer: &mut Trainer| bench_step(&mut loader, trainer, events);
 
@@ -680,6 +697,10 @@ fn report(
             .filter(|s| s.buckets > 0 && s.overlapped)
             .map_or(0.0, |s| s.buckets_during_backward as f64 / s.buckets as f64),
         channels_last: tr.channels_last,
+        groupnorm: trainer.groupnorm.active.name().into(),
+        groupnorm_self_check: trainer.groupnorm.self_check.clone(),
+        groupnorm_fallback: trainer.groupnorm.fallback.clone(),
+        attention_backend: crate::train::model::blocks::sdpa_backends(),
         gradient_checkpointing: tr.gradient_checkpointing,
         step_memory: timed.step_memory,
         checkpointing_comparison: comparison,
@@ -723,71 +744,6 @@ pub fn default_steps(device: Device) -> (u64, u64) {
     match device {
         Device::Cuda(_) => (10, 50),
         _ => (2, 10),
-    }
-}
-
-/// One row of a scaling table.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ScalingRow {
-    /// Ranks.
-    pub ranks: usize,
-    /// Images per second, all ranks.
-    pub img_per_s: f64,
-    /// Images per second per rank.
-    pub img_per_s_per_device: f64,
-    /// img/s / (ranks × img/s at 1 rank).
-    pub efficiency: f64,
-    /// Share of the profiled step spent in all-reduce.
-    pub all_reduce_share: f64,
-}
-
-/// `--scaling`: the runs at 1, 2, 4 … N ranks.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ScalingReport {
-    /// [`SCHEMA_VERSION`].
-    pub schema_version: u32,
-    /// `imgctl.train_scaling`.
-    pub kind: String,
-    /// One row per world size.
-    pub rows: Vec<ScalingRow>,
-    /// The full reports.
-    pub runs: Vec<BenchReport>,
-}
-
-/// World sizes for `--scaling` up to `n`: 1, 2, 4, … and n itself.
-pub fn scaling_sizes(n: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut k = 1;
-    while k < n {
-        v.push(k);
-        k *= 2;
-    }
-    v.push(n.max(1));
-    v
-}
-
-/// Builds the scaling table from runs ordered by world size (the first is the baseline).
-pub fn scaling_report(runs: Vec<BenchReport>) -> ScalingReport {
-    let base = runs.first().map_or(0.0, |r| r.img_per_s_per_device);
-    let rows = runs
-        .iter()
-        .map(|r| ScalingRow {
-            ranks: r.world_size,
-            img_per_s: r.img_per_s,
-            img_per_s_per_device: r.img_per_s_per_device,
-            efficiency: if base > 0.0 {
-                r.img_per_s_per_device / base
-            } else {
-                0.0
-            },
-            all_reduce_share: r.all_reduce_share,
-        })
-        .collect();
-    ScalingReport {
-        schema_version: SCHEMA_VERSION,
-        kind: "imgctl.train_scaling".into(),
-        rows,
-        runs,
     }
 }
 

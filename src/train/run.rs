@@ -236,6 +236,9 @@ impl<'a> RunLoop<'a> {
                 dir.display()
             )));
         }
+        if lead {
+            trainer.groupnorm.announce(events);
+        }
         if let Some(fit) = fit {
             trainer.configured_batch_size = fit.configured_batch_size;
             if let (true, Some(note)) = (lead, fit.note) {

@@ -32,10 +32,11 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Reduction, Tensor};
 
 use super::checkpoint::{self, DataSource, State};
-use super::config::{GradReduce, Precision, TrainConfig};
+use super::config::{GradReduce, GroupNormKernel, Precision, TrainConfig};
 use super::data::step_torch_seed;
 use super::ema::Ema;
 use super::flat::FlatLayout;
+use super::kernels::{self, GroupNormStatus};
 use super::model::{weights, UNet2DModel};
 use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
 use super::schedule::{DdpmSchedule, Sampler};
@@ -147,6 +148,8 @@ pub struct Trainer {
     /// checkpoints; differs from `config.training.batch_size` after a resume
     /// on another number of ranks ([`super::elastic`]).
     pub configured_batch_size: usize,
+    /// The GroupNorm kernels in force, their self-check, any fall-back.
+    pub groupnorm: GroupNormStatus,
 }
 
 /// The error for a training step that panicked inside tch: libtorch's own
@@ -198,6 +201,9 @@ impl Trainer {
         let mut master_vs = VarStore::new(Device::Cpu);
         let mut model = UNet2DModel::try_new(&master_vs.root(), &config.model)?;
         model.set_channels_last(config.training.channels_last);
+        let groupnorm = kernels::resolve(config.training.groupnorm, device, precision);
+        let fused_gn = groupnorm.active == GroupNormKernel::Fused;
+        model.set_fused_group_norm(fused_gn);
         model.set_gradient_checkpointing(config.training.gradient_checkpointing);
         if device.is_cuda() {
             // Fixed shapes every step: cuDNN's autotuner pays off after the
@@ -214,6 +220,7 @@ impl Trainer {
             let mut vs = VarStore::new(device);
             let mut m = UNet2DModel::try_new(&vs.root(), &config.model)?;
             m.set_channels_last(config.training.channels_last);
+            m.set_fused_group_norm(fused_gn);
             m.set_gradient_checkpointing(config.training.gradient_checkpointing);
             vs.bfloat16();
             let flat = layout.bind_params(&vs, Kind::BFloat16);
@@ -244,6 +251,7 @@ impl Trainer {
         let configured_batch_size = config.training.batch_size;
         Ok(Self {
             configured_batch_size,
+            groupnorm,
             schedule: DdpmSchedule::new(device),
             config,
             device,

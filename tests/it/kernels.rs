@@ -91,3 +91,73 @@ fn a_broken_kernel_is_an_error_with_nvrtcs_log() {
         .unwrap_err();
     assert!(e.contains("compile with -DIMGCTL_T"), "{e}");
 }
+
+#[test]
+fn groupnorm_fused_on_the_cpu_is_a_usage_error_for_training_and_benchmark() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("run");
+    let out_s = out_dir.to_str().unwrap();
+    for (extra, line, hint) in [
+        (
+            &["--device", "cpu"][..],
+            "error: --groupnorm fused runs CUDA kernels, and this run is on the CPU",
+            "hint: drop --groupnorm fused (or use --groupnorm aten) on the CPU, or train on a GPU",
+        ),
+        (
+            &["--device", "cpu", "--channels-last", "--benchmark"][..],
+            "error: --groupnorm fused runs CUDA kernels, and this run is on the CPU",
+            "hint: drop --groupnorm fused (or use --groupnorm aten) on the CPU, or train on a GPU",
+        ),
+    ] {
+        let mut args = vec![
+            "train-demo",
+            "--preset",
+            "tiny",
+            "--steps",
+            "1",
+            "--out",
+            out_s,
+        ];
+        args.extend(["--groupnorm", "fused"]);
+        args.extend(extra);
+        let out = crate::common::imgctl(&args);
+        let (stdout, stderr) = crate::common::texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.first().copied(), Some(line), "{stderr}");
+        assert_eq!(lines.get(1).copied(), Some(hint), "{stderr}");
+        assert!(
+            !out_dir.exists(),
+            "a refused run wrote {}",
+            out_dir.display()
+        );
+    }
+    let out = crate::common::imgctl(&["train-demo", "--groupnorm", "fast"]);
+    let (_, stderr) = crate::common::texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[possible values: aten, fused]"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_fused_model_on_the_cpu_runs_atens_kernels_unchanged() {
+    use imgctl::train::model::{UNet2DModel, UNetConfig};
+    use tch::{nn::VarStore, Device, Tensor};
+    let cfg = UNetConfig::tiny();
+    tch::manual_seed(0);
+    let vs = VarStore::new(Device::Cpu);
+    let mut m = UNet2DModel::try_new(&vs.root(), &cfg).unwrap();
+    m.set_channels_last(true);
+    let x = Tensor::randn([2, cfg.in_channels, 16, 16], (Kind::Float, Device::Cpu));
+    let t = Tensor::from_slice(&[3i64, 700]);
+    let plain = m.forward(&x, &t);
+    m.set_fused_group_norm(true);
+    let fused = m.forward(&x, &t);
+    assert!(
+        plain.equal(&fused),
+        "the CPU has no fused kernels: ATen's must run"
+    );
+}

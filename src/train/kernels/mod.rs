@@ -9,7 +9,7 @@
 //! FFI (NVRTC, the driver, autograd functions) lives in `crate::sys`.
 use tch::{Device, Kind};
 
-use crate::choices::GroupNormKernel;
+use crate::choices::{GroupNormKernel, Precision};
 
 pub mod group_norm;
 pub mod reference;
@@ -28,6 +28,38 @@ pub struct GroupNormStatus {
     pub fallback: Option<String>,
 }
 
+impl From<Precision> for ActivationKind {
+    fn from(p: Precision) -> Self {
+        Self(match p {
+            Precision::Fp32 => Kind::Float,
+            Precision::Bf16 => Kind::BFloat16,
+            Precision::Fp16 => Kind::Half,
+        })
+    }
+}
+
+/// The dtype of the activations GroupNorm sees in a run (fp16 under autocast:
+/// the convolutions' outputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActivationKind(pub Kind);
+
+impl GroupNormStatus {
+    /// What a run says about its GroupNorm before training: nothing for
+    /// ATen as asked; a note with the self-check for the fused kernels; the
+    /// fall-back line (a warning) after a failed self-check.
+    pub fn announce(&self, events: crate::train::events::Events) {
+        use crate::train::events::RunEvent;
+        if let Some(line) = &self.fallback {
+            events(&RunEvent::Warning(line.clone()));
+        } else if self.active == GroupNormKernel::Fused {
+            events(&RunEvent::Note(format!(
+                "GroupNorm + SiLU: imgctl's fused NHWC kernels (self-check: {})",
+                self.self_check.join("; ")
+            )));
+        }
+    }
+}
+
 /// The activation dtypes a run of `precision_kind` sends through GroupNorm:
 /// fp32 always (the self-check's baseline) and the run's own.
 pub fn kinds_for(precision_kind: Kind) -> Vec<Kind> {
@@ -42,7 +74,12 @@ pub fn kinds_for(precision_kind: Kind) -> Vec<Kind> {
 /// `kind`: `aten` stays `aten`; `fused` on CUDA compiles and self-checks the
 /// kernels, and any failure falls back to `aten` with a reason. The CPU
 /// never gets here with `fused` (the command layer refuses it).
-pub fn resolve(requested: GroupNormKernel, device: Device, kind: Kind) -> GroupNormStatus {
+pub fn resolve(
+    requested: GroupNormKernel,
+    device: Device,
+    kind: impl Into<ActivationKind>,
+) -> GroupNormStatus {
+    let kind = kind.into().0;
     let Device::Cuda(i) = (match requested {
         GroupNormKernel::Fused => device,
         GroupNormKernel::Aten => Device::Cpu,

@@ -169,9 +169,17 @@ fn a_failed_self_check_falls_back_to_aten_with_one_line() {
         )],
     );
     assert_eq!((ok.active, ok.fallback), (GroupNormKernel::Fused, None));
-    let aten = resolve(GroupNormKernel::Aten, Device::Cpu, Kind::Float);
+    let aten = resolve(
+        GroupNormKernel::Aten,
+        Device::Cpu,
+        super::ActivationKind(Kind::Float),
+    );
     assert_eq!((aten.active, aten.fallback), (GroupNormKernel::Aten, None));
-    let cpu = resolve(GroupNormKernel::Fused, Device::Cpu, Kind::Float);
+    let cpu = resolve(
+        GroupNormKernel::Fused,
+        Device::Cpu,
+        crate::choices::Precision::Bf16,
+    );
     assert_eq!(cpu.active, GroupNormKernel::Aten);
     assert!(cpu.fallback.unwrap().contains("CUDA only"));
 }
