@@ -113,11 +113,11 @@ sweep_bench() {
     "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$sweep_batch" \
     "${sweep_steps[@]}" "$@" --json
 }
-sweep_bench sweep_baseline "baseline (NCHW, ATen GroupNorm)"
-sweep_bench sweep_cl "+ channels-last" --channels-last
-sweep_bench sweep_cl_gn "+ fused GroupNorm (NVRTC, self-checked against ATen)" --channels-last --groupnorm fused
+sweep_bench sweep_baseline "baseline (NCHW, ATen GroupNorm, loss read every step)" --read-every 1
+sweep_bench sweep_cl "+ channels-last" --channels-last --read-every 1
+sweep_bench sweep_cl_gn "+ fused GroupNorm (NVRTC, self-checked against ATen)" --channels-last --groupnorm fused --read-every 1
 printf 'sweep_graphs\tskipped\t0\tnot built yet (issue 41 item 2: CUDA-graph capture)\n' >>"$res/summary.tsv"
-sweep_bench sweep_all "all levers built (channels-last, fused GroupNorm)" --channels-last --groupnorm fused
+sweep_bench sweep_all "all levers built (channels-last, fused GroupNorm, loss read every 10 steps)" --channels-last --groupnorm fused --read-every 10
 stage sweep_ref 300 "issue 41 sweep: PyTorch eager with imgctl's recipe, eager with diffusers', torch.compile (each its own process), bf16 batch $sweep_batch" -- \
   env IMGCTL_REFERENCE_TIMEOUT=200 "$bin" train-demo --benchmark "${model[@]}" --precision bf16 \
   --batch-size "$sweep_batch" "${sweep_steps[@]}" --compare --json

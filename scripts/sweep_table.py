@@ -68,8 +68,8 @@ def imgctl_row(name, label, r):
         levers.append("fused GroupNorm FAILED: " + r["groupnorm_fallback"])
     if r.get("attention_backend"):
         levers.append("attention " + r["attention_backend"])
-    if r.get("sync_every"):
-        levers.append("host read every %s steps" % r["sync_every"])
+    if (r.get("read_every") or 1) > 1:
+        levers.append("loss read every %s steps" % r["read_every"])
     return [
         label,
         fmt(r.get("img_per_s"), ".1f"),

@@ -4,7 +4,8 @@
 //! reference script.
 //!
 //! Method: warm-up steps, then timed steps run exactly as in training (the
-//! trainer reads the loss back every step, nothing else synchronises), then a
+//! trainer reads the loss back every `read_every` steps, nothing else
+//! synchronises; each step of a read window counts the window's mean), then a
 //! separate set of profiled steps that synchronise the device between phases
 //! for the breakdown, so the synchronisation never distorts the throughput
 //! figure. Memory on CUDA is `cudaMemGetInfo` (device used = total − free)
@@ -225,6 +226,9 @@ pub struct BenchReport {
     /// Why the fused GroupNorm was asked for and ATen's ran instead.
     #[serde(default)]
     pub groupnorm_fallback: Option<String>,
+    /// Steps per host read-back of the loss (`--read-every`, auto resolved).
+    #[serde(default)]
+    pub read_every: u64,
     /// The SDPA backend(s) libtorch chose for the attention layers:
     /// `flash`, `efficient`, `cudnn` or `math` (`+`-joined when several).
     #[serde(default)]
@@ -295,6 +299,17 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Moves a read-back window's step times (plus `extra` seconds waited
+/// after it) into `walls`, each step at the window's mean.
+fn spread(window: &mut Vec<f64>, walls: &mut Vec<f64>, extra: f64) {
+    if window.is_empty() {
+        return;
+    }
+    let each = (window.iter().sum::<f64>() + extra) / window.len() as f64;
+    walls.extend(std::iter::repeat(each).take(window.len()));
+    window.clear();
+}
+
 /// Waits for the device's queued work (CUDA; nothing on the CPU).
 fn sync(d: Device) {
     if let Device::Cuda(i) = d {
@@ -350,6 +365,9 @@ fn bench_step(
         .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
     let data_s = t.elapsed().as_secs_f64();
     let stats = trainer.train_step(&batch)?;
+    // The earlier steps a read resolved: the benchmark times steps, and the
+    // finite check ran in the read.
+    trainer.take_resolved();
     if stats.fell_back {
         events(&RunEvent::Warning(format!(
             "{} (the figures below are of that update)",
@@ -431,17 +449,29 @@ fn timed_steps(
     let mut walls = Vec::with_capacity(opts.steps as usize);
     let mut peak_used = gpu.baseline.map_or(0, |b| b.0);
     let mut last_loss = f64::NAN;
+    // Steps since the last read-back: the host waits for all of them at the
+    // read (the trainer's `--read-every`), so each gets the window's mean.
+    let mut window: Vec<f64> = Vec::new();
     let t0 = Instant::now();
     for _ in 0..opts.steps {
         let t = Instant::now();
         let (_, s) = step(trainer)?;
-        walls.push(t.elapsed().as_secs_f64());
-        last_loss = s.loss;
+        window.push(t.elapsed().as_secs_f64());
+        if !s.deferred {
+            last_loss = s.loss;
+            spread(&mut window, &mut walls, 0.0);
+        }
         if let Some(rt) = &gpu.rt {
             peak_used = peak_used.max(used_memory(rt)?.0);
         }
     }
+    let t = Instant::now();
     sync(device);
+    trainer.flush_pending()?;
+    spread(&mut window, &mut walls, t.elapsed().as_secs_f64());
+    if let Some(r) = trainer.take_resolved().last() {
+        last_loss = r.loss;
+    }
     let elapsed = t0.elapsed().as_secs_f64();
     let torch_peaks = match device {
         Device::Cuda(i) => crate::sys::torch_ext::cuda_allocator_stats(i, false)
@@ -701,6 +731,7 @@ fn report(
         groupnorm_self_check: trainer.groupnorm.self_check.clone(),
         groupnorm_fallback: trainer.groupnorm.fallback.clone(),
         attention_backend: crate::train::model::blocks::sdpa_backends(),
+        read_every: trainer.read_every(),
         gradient_checkpointing: tr.gradient_checkpointing,
         step_memory: timed.step_memory,
         checkpointing_comparison: comparison,

@@ -54,6 +54,9 @@ pub struct CudaDriver {
     launch: LaunchFn,
     error_string: ErrorStringFn,
     attribute: AttributeFn,
+    /// Each device's primary context (retained once, never released: the
+    /// runtime holds it for the process too), as an address.
+    primary: std::sync::Mutex<std::collections::HashMap<i32, usize>>,
     _lib: libloading::Library,
 }
 
@@ -115,6 +118,7 @@ impl CudaDriver {
             launch: sym!("cuLaunchKernel"),
             error_string: sym!("cuGetErrorString"),
             attribute: sym!("cuDeviceGetAttribute"),
+            primary: Default::default(),
             _lib: lib,
         };
         // SAFETY: cuInit takes flags 0; idempotent.
@@ -137,23 +141,33 @@ impl CudaDriver {
         Err(format!("{call} failed: CUDA driver error {rc} ({text})"))
     }
 
-    /// Makes `device`'s primary context current on this thread (retaining
-    /// it; the runtime holds it too, so it is never released here).
+    /// Makes `device`'s primary context current on this thread (retained
+    /// the first time; the runtime holds it too, so it is never released).
     fn bind(&self, device: i32) -> Result<(), String> {
+        let primary = {
+            let mut map = self.primary.lock().unwrap_or_else(|p| p.into_inner());
+            match map.get(&device) {
+                Some(&p) => p as *mut c_void,
+                None => {
+                    let mut dev: c_int = 0;
+                    // SAFETY: an out-pointer; the driver checks the ordinal.
+                    self.check(
+                        unsafe { (self.device_get)(&mut dev, device) },
+                        "cuDeviceGet",
+                    )?;
+                    let mut p: *mut c_void = std::ptr::null_mut();
+                    // SAFETY: as above; retaining an active primary context
+                    // returns it.
+                    self.check(
+                        unsafe { (self.retain)(&mut p, dev) },
+                        "cuDevicePrimaryCtxRetain",
+                    )?;
+                    map.insert(device, p as usize);
+                    p
+                }
+            }
+        };
         let mut cur: *mut c_void = std::ptr::null_mut();
-        let mut dev: c_int = 0;
-        // SAFETY: out-pointers; a device ordinal checked by the driver.
-        self.check(
-            unsafe { (self.device_get)(&mut dev, device) },
-            "cuDeviceGet",
-        )?;
-        let mut primary: *mut c_void = std::ptr::null_mut();
-        // SAFETY: as above; retaining an already active primary context
-        // returns it.
-        self.check(
-            unsafe { (self.retain)(&mut primary, dev) },
-            "cuDevicePrimaryCtxRetain",
-        )?;
         // SAFETY: one out-pointer.
         self.check(unsafe { (self.ctx_get)(&mut cur) }, "cuCtxGetCurrent")?;
         if cur != primary {

@@ -146,6 +146,11 @@ pub struct TrainingConfig {
     /// failed check).
     #[serde(default)]
     pub groupnorm: GroupNormKernel,
+    /// Read the loss and gradient norm back to the host (the step's one
+    /// synchronisation, and the finite check) every this many steps; 0 is
+    /// auto: every step on the CPU, every 10 on CUDA ([`super::readback`]).
+    #[serde(default)]
+    pub read_every: u64,
     /// Recompute each down, mid and up block's activations in backward
     /// instead of keeping them (diffusers' `enable_gradient_checkpointing()`):
     /// less memory, about a forward's more compute, bit-identical results.
@@ -228,6 +233,7 @@ impl TrainingConfig {
             grad_reduce: GradReduce::Fp32,
             channels_last: false,
             groupnorm: GroupNormKernel::Aten,
+            read_every: 0,
             gradient_checkpointing: false,
             overlap_grad_reduce: default_overlap(),
             bucket_cap_mb: default_bucket_cap_mb(),
@@ -416,6 +422,8 @@ pub struct Overrides {
     pub channels_last: bool,
     /// `--groupnorm`.
     pub groupnorm: Option<GroupNormKernel>,
+    /// `--read-every`.
+    pub read_every: Option<u64>,
     /// `--gradient-checkpointing` (only turns it on).
     pub gradient_checkpointing: bool,
     /// `--overlap-grad-reduce on|off`.
@@ -556,6 +564,9 @@ impl TrainConfig {
         }
         if let Some(g) = o.groupnorm {
             t.groupnorm = g;
+        }
+        if let Some(n) = o.read_every {
+            t.read_every = n;
         }
         if o.gradient_checkpointing {
             t.gradient_checkpointing = true;

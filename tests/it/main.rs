@@ -21,6 +21,7 @@ mod lock;
 mod multinode;
 mod op_profile;
 mod parallel;
+mod readback;
 mod referrers;
 mod render;
 mod slurm;
