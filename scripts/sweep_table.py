@@ -63,7 +63,8 @@ def imgctl_row(name, label, r):
         levers.append("channels-last")
     gn = r.get("groupnorm") or "aten"
     if gn == "fused":
-        levers.append("fused GroupNorm (self-check passed)")
+        fused, aten = r.get("groupnorm_calls") or [0, 0]
+        levers.append("fused GroupNorm (self-check passed; %s calls fused, %s on ATen)" % (fused, aten))
     elif r.get("groupnorm_fallback"):
         levers.append("fused GroupNorm FAILED: " + r["groupnorm_fallback"])
     if r.get("attention_backend"):

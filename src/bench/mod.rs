@@ -223,6 +223,10 @@ pub struct BenchReport {
     /// (empty when not asked for).
     #[serde(default)]
     pub groupnorm_self_check: Vec<String>,
+    /// GroupNorm + SiLU calls in this process on the fused kernels, and on
+    /// ATen's in layers set to fused (inputs the kernels do not take).
+    #[serde(default)]
+    pub groupnorm_calls: (u64, u64),
     /// Why the fused GroupNorm was asked for and ATen's ran instead.
     #[serde(default)]
     pub groupnorm_fallback: Option<String>,
@@ -730,6 +734,7 @@ fn report(
         groupnorm: trainer.groupnorm.active.name().into(),
         groupnorm_self_check: trainer.groupnorm.self_check.clone(),
         groupnorm_fallback: trainer.groupnorm.fallback.clone(),
+        groupnorm_calls: crate::train::model::layers::GroupNorm::fused_calls(),
         attention_backend: crate::train::model::blocks::sdpa_backends(),
         read_every: trainer.read_every(),
         gradient_checkpointing: tr.gradient_checkpointing,

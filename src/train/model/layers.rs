@@ -5,6 +5,8 @@
 //! `reset_parameters` so a fresh imgctl model is distributed like a fresh
 //! diffusers one. Forward passes call libtorch's fused ops directly
 //! (`conv2d`, `linear`, `group_norm`). This module must not know about blocks.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use tch::{nn, Tensor};
 
 use super::config::ActFn;
@@ -109,6 +111,9 @@ impl Linear {
     }
 }
 
+static FUSED_CALLS: AtomicU64 = AtomicU64::new(0);
+static ATEN_CALLS: AtomicU64 = AtomicU64::new(0);
+
 /// An affine GroupNorm (`nn.GroupNorm`, weight 1 and bias 0 at init).
 #[derive(Debug)]
 pub struct GroupNorm {
@@ -153,6 +158,13 @@ impl GroupNorm {
         self.fused = on;
     }
 
+    /// How many GroupNorm + SiLU calls of this process ran the fused kernels,
+    /// and how many of a layer set to fused ran ATen's (the input not
+    /// channels-last, a dtype not self-checked, ...): `(fused, aten)`.
+    pub fn fused_calls() -> (u64, u64) {
+        (FUSED_CALLS.load(Relaxed), ATEN_CALLS.load(Relaxed))
+    }
+
     /// `activation(act, self.forward(x))`, through the fused kernels when
     /// [`GroupNorm::set_fused`] is on, `act` is SiLU and they take `x`.
     pub fn forward_act(&self, x: &Tensor, act: ActFn) -> Tensor {
@@ -162,10 +174,14 @@ impl GroupNorm {
         {
             let op = group_norm::op(self.groups, self.eps, true);
             if op.refuses(x).is_none() {
+                FUSED_CALLS.fetch_add(1, Relaxed);
                 return op.apply(x, &self.weight, &self.bias).unwrap_or_else(|e| {
                     panic!("fused GroupNorm after its self-check passed: {e}")
                 });
             }
+        }
+        if self.fused {
+            ATEN_CALLS.fetch_add(1, Relaxed);
         }
         activation(act, &self.forward(x))
     }
