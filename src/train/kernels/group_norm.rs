@@ -61,7 +61,6 @@ pub fn compile(nvrtc: &Nvrtc, arch: i32, kind: Kind) -> Result<Image, String> {
 struct CudaKernels {
     driver: &'static CudaDriver,
     f: [Kernel; 5],
-    sms: u32,
 }
 
 fn driver() -> Result<&'static CudaDriver, String> {
@@ -91,7 +90,7 @@ fn registry() -> &'static Registry {
 
 fn load_kernels(device: usize, kind: Kind) -> Result<&'static CudaKernels, String> {
     let driver = driver()?;
-    let ((major, minor), sms) = driver.device_info(device as i32)?;
+    let ((major, minor), _sms) = driver.device_info(device as i32)?;
     let nvrtc = nvrtc()?;
     let image = compile(nvrtc, major * 10 + minor, kind)
         .map_err(|e| format!("NVRTC {}: {e}", nvrtc.path().display()))?;
@@ -101,11 +100,7 @@ fn load_kernels(device: usize, kind: Kind) -> Result<&'static CudaKernels, Strin
         f.push(driver.function(&module, name)?);
     }
     let f: [Kernel; 5] = f.try_into().map_err(|_| "kernel count")?;
-    Ok(Box::leak(Box::new(CudaKernels {
-        driver,
-        f,
-        sms: sms.max(1) as u32,
-    })))
+    Ok(Box::leak(Box::new(CudaKernels { driver, f })))
 }
 
 fn kernels(device: usize, kind: Kind) -> Result<&'static CudaKernels, String> {
@@ -175,6 +170,9 @@ impl GnSilu {
             return Some(format!("{c} channels in {} groups", self.groups));
         }
         if x.device().is_cuda() {
+            if size[0] > MAX_BATCH {
+                return Some(format!("a batch of {} (at most {MAX_BATCH})", size[0]));
+            }
             if type_code(x.kind()).is_none() {
                 return Some(format!("{:?} activations", x.kind()));
             }
@@ -269,11 +267,10 @@ impl GnSilu {
                 KernelArg::F32(self.eps as f32),
             ],
         )?;
-        let total = (s.n * s.hw * s.c) as i64;
         k.driver.launch(
             k.f[1],
-            [elementwise_blocks(total, k.sms), 1, 1],
-            [256, 1, 1],
+            elementwise_grid(s),
+            ELEMENTWISE_BLOCK,
             0,
             stream,
             &[
@@ -283,8 +280,7 @@ impl GnSilu {
                 p(ga),
                 p(be),
                 p(&y),
-                KernelArg::I64(total),
-                KernelArg::I64((s.hw * s.c) as i64),
+                i(s.hw),
                 i(s.c),
                 i(cg),
                 i(self.act as usize),
@@ -366,11 +362,10 @@ impl GnSilu {
                 KernelArg::F32(1.0 / (s.hw * cg) as f32),
             ],
         )?;
-        let total = (s.n * s.hw * s.c) as i64;
         k.driver.launch(
             k.f[4],
-            [elementwise_blocks(total, k.sms), 1, 1],
-            [256, 1, 1],
+            elementwise_grid(s),
+            ELEMENTWISE_BLOCK,
             0,
             stream,
             &[
@@ -383,8 +378,7 @@ impl GnSilu {
                 p(&ca),
                 p(&cb),
                 p(&dx),
-                KernelArg::I64(total),
-                KernelArg::I64((s.hw * s.c) as i64),
+                i(s.hw),
                 i(s.c),
                 i(cg),
                 act,
@@ -394,11 +388,20 @@ impl GnSilu {
     }
 }
 
-/// Blocks of 256 threads for a grid-stride loop over `total` elements:
-/// enough to fill the device (32 per SM), no more than the work.
-pub fn elementwise_blocks(total: i64, sms: u32) -> u32 {
-    let need = (total.max(1) as u64).div_ceil(256);
-    need.min(u64::from(sms) * 32).max(1) as u32
+/// The elementwise kernels' block: 32 channels by 8 pixels.
+pub const ELEMENTWISE_BLOCK: [u32; 3] = [32, 8, 1];
+/// Most images a launch takes (the grid's z extent).
+pub const MAX_BATCH: i64 = 65_535;
+
+/// The elementwise kernels' grid: channel blocks, pixel blocks (capped,
+/// the kernels stride over the rest), images.
+pub fn elementwise_grid(s: Shape) -> [u32; 3] {
+    let [bx, by, _] = ELEMENTWISE_BLOCK;
+    [
+        (s.c as u32).div_ceil(bx),
+        (s.hw as u32).div_ceil(by).clamp(1, 65_535),
+        s.n as u32,
+    ]
 }
 
 impl CustomFn for GnSilu {

@@ -122,18 +122,23 @@ extern "C" __global__ void gn_stats(const T *__restrict__ x, float *__restrict__
   }
 }
 
-// y = [silu](xhat * gamma + beta), elementwise over total = N*HW*C.
+// y = [silu](xhat * gamma + beta), elementwise. Grid (ceil(C/32), pixel
+// blocks, N) of (32, 8) threads: a thread owns one channel of one image and
+// strides over the pixels, so no element pays an integer division.
 extern "C" __global__ void gn_fwd(const T *__restrict__ x, const float *__restrict__ mean,
                                   const float *__restrict__ rstd,
                                   const float *__restrict__ gamma,
-                                  const float *__restrict__ beta, T *__restrict__ y,
-                                  long long total, long long hwc, int c, int cg, int silu) {
-  const int groups = c / cg;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    const int ch = (int)(i % c);
-    const int s = (int)(i / hwc) * groups + ch / cg;
-    float z = (ld(x, i) - mean[s]) * rstd[s] * gamma[ch] + beta[ch];
+                                  const float *__restrict__ beta, T *__restrict__ y, int hw,
+                                  int c, int cg, int silu) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const int n = blockIdx.z;
+  const int s = n * (c / cg) + ch / cg;
+  const float m = mean[s], r = rstd[s], ga = gamma[ch], be = beta[ch];
+  const long long base = (long long)n * hw * c + ch;
+  for (int p = blockIdx.y * blockDim.y + threadIdx.y; p < hw; p += gridDim.y * blockDim.y) {
+    const long long i = base + (long long)p * c;
+    float z = (ld(x, i) - m) * r * ga + be;
     st(y, i, silu ? z / (1.f + expf(-z)) : z);
   }
 }
@@ -212,23 +217,26 @@ extern "C" __global__ void gn_bwd_reduce(const float *__restrict__ sum_dz,
   }
 }
 
-// dx = rstd * (dz * gamma - cb - xhat * ca), elementwise.
+// dx = rstd * (dz * gamma - cb - xhat * ca), elementwise; laid out as gn_fwd.
 extern "C" __global__ void gn_bwd_dx(const T *__restrict__ x, const T *__restrict__ dy,
                                      const float *__restrict__ mean,
                                      const float *__restrict__ rstd,
                                      const float *__restrict__ gamma,
                                      const float *__restrict__ beta,
                                      const float *__restrict__ ca,
-                                     const float *__restrict__ cb, T *__restrict__ dx,
-                                     long long total, long long hwc, int c, int cg, int silu) {
-  const int groups = c / cg;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += (long long)gridDim.x * blockDim.x) {
-    const int ch = (int)(i % c);
-    const int s = (int)(i / hwc) * groups + ch / cg;
-    const float r = rstd[s], ga = gamma[ch];
+                                     const float *__restrict__ cb, T *__restrict__ dx, int hw,
+                                     int c, int cg, int silu) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  const int n = blockIdx.z;
+  const int s = n * (c / cg) + ch / cg;
+  const float m = mean[s], r = rstd[s], ga = gamma[ch], be = beta[ch];
+  const float a = ca[s], b = cb[s];
+  const long long base = (long long)n * hw * c + ch;
+  for (int p = blockIdx.y * blockDim.y + threadIdx.y; p < hw; p += gridDim.y * blockDim.y) {
+    const long long i = base + (long long)p * c;
     float xh;
-    float dz = dz_of(ld(x, i), ld(dy, i), mean[s], r, ga, beta[ch], silu, &xh);
-    st(dx, i, r * (dz * ga - cb[s] - xh * ca[s]));
+    float dz = dz_of(ld(x, i), ld(dy, i), m, r, ga, be, silu, &xh);
+    st(dx, i, r * (dz * ga - b - xh * a));
   }
 }

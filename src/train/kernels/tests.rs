@@ -183,3 +183,21 @@ fn a_failed_self_check_falls_back_to_aten_with_one_line() {
     assert_eq!(cpu.active, GroupNormKernel::Aten);
     assert!(cpu.fallback.unwrap().contains("CUDA only"));
 }
+
+#[test]
+fn the_elementwise_grid_covers_every_channel_pixel_and_image() {
+    use super::group_norm::elementwise_grid;
+    let s = |n, hw, c| Shape {
+        n,
+        hw,
+        c,
+        groups: 32,
+    };
+    // The UNet's first level at batch 256 in bf16: 128 channels, 64x64.
+    assert_eq!(elementwise_grid(s(256, 4096, 128)), [4, 512, 256]);
+    // 320 channels (not a multiple of 32 threads' worth), one pixel.
+    assert_eq!(elementwise_grid(s(1, 1, 320)), [10, 1, 1]);
+    assert_eq!(elementwise_grid(s(2, 35, 96)), [3, 5, 2]);
+    // Past the grid's y limit the kernels stride over the rest.
+    assert_eq!(elementwise_grid(s(1, 1 << 20, 64))[1], 65_535);
+}
