@@ -7,7 +7,8 @@
 //!    LD_LIBRARY_PATH, plus `/opt/imgctl/libtorch/lib`, the stable path under
 //!    which images built by imgctl expose their own torch (see images/*.j2).
 //!
-//! 3. `csrc/torch_ext.cpp`, the one piece of C++ of ours: libtorch's
+//! 3. `csrc/torch_ext.cpp` and `csrc/torch_fn.cpp` (autograd functions with
+//!    Rust callbacks, torch's current CUDA stream), the C++ of ours: libtorch's
 //!    post-accumulate-grad hook (the gradient all-reduce needs it to overlap
 //!    backward) and its fused AdamW kernel, which tch does not expose. It is
 //!    compiled against the same libtorch headers as torch-sys's own wrapper.
@@ -90,9 +91,11 @@ fn locate_libtorch() -> Result<Libtorch, String> {
 /// Compiles `csrc/torch_ext.cpp` against libtorch's headers, with its C++ ABI.
 fn compile_torch_ext(torch: &Libtorch) {
     println!("cargo:rerun-if-changed=csrc/torch_ext.cpp");
+    println!("cargo:rerun-if-changed=csrc/torch_fn.cpp");
     cc::Build::new()
         .cpp(true)
         .file("csrc/torch_ext.cpp")
+        .file("csrc/torch_fn.cpp")
         .includes(&torch.include_dirs)
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={}", torch.cxx11_abi))

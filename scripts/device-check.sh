@@ -2,7 +2,8 @@
 # The GPU measurements the verify, train-demo and benchmark issues ask for, in
 # one bounded run on a GPU machine (the device tool: one call, about 10 minutes,
 # at most 8 files back). Each stage has its own deadline, cut to what is left
-# of the whole budget ($DEVICE_CHECK_BUDGET_S, default 520 s); once less than
+# of the whole budget ($DEVICE_CHECK_BUDGET_S, default 500 s, so the whole
+# device call stays under 540 s); once less than
 # 30 s is left, the remaining stages are skipped and say so. Everything lands in
 # $OUT/results.tar.gz, with summary.tsv, the verify table and a sample grid
 # beside it.
@@ -10,7 +11,7 @@
 # Prepare here first (builds imgctl against the device's torch, fetches the
 # diffusers wheels): scripts/prepare-device.sh
 # Then, with the device tool: command "bash scripts/device-check.sh",
-# carry [".devrun"], timeout_s 590. Stages can be named to run a subset:
+# carry [".devrun"], timeout_s 560. Stages can be named to run a subset:
 #   bash scripts/device-check.sh verify_quick train_bf16
 # Rehearse the orchestration on a CPU-only machine (tiny model, few steps):
 #   DEVICE_CHECK_CPU=1 OUT=/tmp/dc bash scripts/device-check.sh
@@ -19,7 +20,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 OUT="${OUT:?set OUT to the folder that comes back}"
-budget="${DEVICE_CHECK_BUDGET_S:-520}"
+budget="${DEVICE_CHECK_BUDGET_S:-500}"
 cpu="${DEVICE_CHECK_CPU:-0}"
 start=$(date +%s)
 res="$(mktemp -d)/results"
@@ -42,7 +43,9 @@ if [ "$cpu" = 1 ]; then
   dp_steps=6
   # The data-parallel path with one rank: CPU ranks here, NCCL on the device.
   dp=(env IMGCTL_CPU_RANKS=1 "$bin" train-demo --config "$work/small.yaml")
-  gpu_only="bench_fp16"
+  # The lever sweep (issue 41): the fused GroupNorm is CUDA code.
+  sweep_batch=2 sweep_steps=(--warmup 1 --steps 2)
+  gpu_only="bench_fp16 sweep_cl_gn sweep_all"
 else
   bin="${IMGCTL_BIN:-$repo/.devrun/imgctl}"
   torch_dir="$(python3 -c 'import os,torch;print(os.path.dirname(torch.__file__))')"
@@ -59,6 +62,8 @@ else
   default_run=()
   dp_steps=50
   dp=("$bin" train-demo --gpus 1)
+  # The lever sweep (issue 41) at the first device run's best bf16 batch.
+  sweep_batch="${SWEEP_BATCH:-256}" sweep_steps=(--warmup 8 --steps 30)
   gpu_only=""
 fi
 [ -x "$bin" ] || { echo "device-check: no imgctl at $bin (run scripts/prepare-device.sh)" >&2; exit 2; }
@@ -97,6 +102,29 @@ stage facts 60 "what the machine's own tools say, to check verify against" -- ba
   python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"cudnn\", torch.backends.cudnn.version(), \"nccl\", torch.cuda.nccl.version() if torch.cuda.is_available() else None, \"arch\", torch.cuda.get_arch_list())" 2>&1
   env | grep -E "^(TORCH_ALLOW|NVIDIA_|CUDA_VISIBLE)" ; '"$bin"' --version
   ldd '"$bin"' | grep -E "not found|torch|cuda|nccl" 2>&1; true'
+# --- The lever sweep (issue 41), first: it decides the defaults. ---
+# One process per variant, bf16 at batch $sweep_batch; each row of
+# sweep.tsv: img/s, step time, MFU, peak memory, the levers that passed
+# their self-check (scripts/sweep_table.py).
+sweep_bench() {
+  local name=$1 note=$2
+  shift 2
+  stage "$name" 75 "issue 41 sweep: $note, bf16 batch $sweep_batch" -- \
+    "$bin" train-demo --benchmark "${model[@]}" --precision bf16 --batch-size "$sweep_batch" \
+    "${sweep_steps[@]}" "$@" --json
+}
+sweep_bench sweep_baseline "baseline (NCHW, ATen GroupNorm, loss read every step)" --read-every 1
+sweep_bench sweep_cl "+ channels-last" --channels-last --read-every 1
+sweep_bench sweep_cl_gn "+ fused GroupNorm (NVRTC, self-checked against ATen)" --channels-last --groupnorm fused --read-every 1
+printf 'sweep_graphs\tskipped\t0\tnot built yet (issue 41 item 2: CUDA-graph capture)\n' >>"$res/summary.tsv"
+sweep_bench sweep_all "all levers built (channels-last, fused GroupNorm, loss read every 10 steps)" --channels-last --groupnorm fused --read-every 10
+stage sweep_ref 300 "issue 41 sweep: PyTorch eager with imgctl's recipe, eager with diffusers', torch.compile (each its own process), bf16 batch $sweep_batch" -- \
+  env IMGCTL_REFERENCE_TIMEOUT=200 "$bin" train-demo --benchmark "${model[@]}" --precision bf16 \
+  --batch-size "$sweep_batch" "${sweep_steps[@]}" --compare --json
+stage sweep_table 20 "issue 41 sweep: the table (sweep.tsv)" -- \
+  python3 scripts/sweep_table.py "$res"
+[ -f "$res/sweep_table.out" ] && cp "$res/sweep_table.out" "$res/sweep.tsv"
+
 stage verify_quick 60 "issue 4: NVML and library facts" -- \
   "$bin" verify "${expect[@]}" --json --junit "$res/verify-quick.xml"
 stage verify_full 170 "issue 4: functional checks (matmul, bandwidths, NCCL)" -- \
@@ -192,9 +220,11 @@ for d in "$work"/train-bf16 "$work"/train-fp32 "$work"/train-fp16 "$work"/train-
 done
 tar -C "$(dirname "$res")" -czf "$OUT/results.tar.gz" results
 cp "$res/summary.tsv" "$OUT/"
+[ -f "$res/sweep.tsv" ] && cp "$res/sweep.tsv" "$OUT/"
 [ -f "$res/verify_full.err" ] && cp "$res/verify_full.err" "$OUT/verify-full-table.txt"
 [ -f "$res/fleet_full.err" ] && cp "$res/fleet_full.err" "$OUT/fleet-full-table.txt"
 g=$(ls "$res"/train-bf16-*.png 2>/dev/null | tail -n 1)
 [ -n "$g" ] && cp "$g" "$OUT/sample-bf16.png"
 cat "$res/summary.tsv"
+[ -f "$res/sweep.tsv" ] && column -t -s $'\t' "$res/sweep.tsv" 2>/dev/null
 echo "device-check: $(($(date +%s) - start)) s; results in $OUT" >&2

@@ -23,4 +23,4 @@ strip .devrun/imgctl
 rm -rf .devrun/wheels && mkdir -p .devrun/wheels
 python3 -m pip download -q --no-deps --only-binary=:all: -d .devrun/wheels "diffusers==0.42.1"
 du -sh .devrun >&2
-echo "device: run command 'bash scripts/device-check.sh', carry ['.devrun'], timeout_s 590" >&2
+echo "device: run command 'bash scripts/device-check.sh', carry ['.devrun'], timeout_s 560" >&2

@@ -64,6 +64,17 @@ if ! "$venv/bin/python" -c "import diffusers, safetensors, tensorboard, PIL" 2>/
   sha256sum <"$req" >"$stamp"
 fi
 
+# NVRTC 13 (what torch 2.11+cu130 ships on the device machine): the CI test
+# tests/it/kernels.rs compiles imgctl's CUDA kernels for sm_80, sm_90 and
+# sm_100, and the torch 2.7 wheel's NVRTC 12.6 stops at sm_90. No GPU needed.
+nvrtc_version="13.0.88"
+nvrtc_dir="$cache/nvrtc-$nvrtc_version"
+if [ ! -f "$nvrtc_dir/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  log "installing nvidia-cuda-nvrtc==$nvrtc_version into $nvrtc_dir"
+  "$venv/bin/pip" install -q --no-deps --target "$nvrtc_dir" "nvidia-cuda-nvrtc==$nvrtc_version"
+fi
+ln -sfn "$nvrtc_dir/nvidia/cu13/lib" "$repo/.nvrtc"
+
 # Stable symlink: .cargo/config.toml sets LIBTORCH=.libtorch (relative = true).
 torch_dir="$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
 ln -sfn "$torch_dir" "$repo/.libtorch"

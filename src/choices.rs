@@ -1,6 +1,6 @@
 //! The closed sets of training values that a flag, a YAML config and a JSON
 //! file (checkpoint state, metrics, reports) spell alike: [`Precision`],
-//! [`GradReduce`], [`Preset`] and [`Sampler`].
+//! [`GradReduce`], [`Preset`], [`Sampler`] and [`GroupNormKernel`].
 //!
 //! One enum per set, for every edge: clap reads it as a flag value
 //! ([`clap::ValueEnum`]: the names and aliases below), serde reads and writes
@@ -195,5 +195,28 @@ mod tests {
         assert_eq!(Sampler::from_str("DDIM", true), Ok(Sampler::Ddim));
         assert!(Precision::from_str("fp8", true).is_err());
         assert!(Preset::from_str("tinyy", false).is_err());
+    }
+}
+
+/// Which GroupNorm (+ SiLU) kernels the UNet runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupNormKernel {
+    /// ATen's `group_norm` then `silu`.
+    #[default]
+    Aten,
+    /// imgctl's fused GroupNorm + SiLU for channels-last CUDA activations
+    /// (compiled at run time with NVRTC, self-checked against ATen before
+    /// first use); ATen's elsewhere.
+    Fused,
+}
+
+impl GroupNormKernel {
+    /// The name on the command line, in config files and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Aten => "aten",
+            Self::Fused => "fused",
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::builder::PossibleValue;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::choices::{GradReduce, Precision, Preset, Sampler};
+use crate::choices::{GradReduce, GroupNormKernel, Precision, Preset, Sampler};
 use crate::docker::build::BuilderChoice;
 use crate::output::ColorChoice;
 use crate::render::ID_RANGE;
@@ -544,6 +544,12 @@ pub struct TrainArgs {
     /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
     #[arg(long)]
     pub channels_last: bool,
+    /// GroupNorm + SiLU kernels: ATen's, or imgctl's fused NHWC ones (CUDA with --channels-last; compiled by NVRTC and checked against ATen before first use, ATen's after a failed check) [default: aten].
+    #[arg(long, value_enum, ignore_case = true, value_name = "aten|fused")]
+    pub groupnorm: Option<GroupNormKernel>,
+    /// Read the loss and gradient norm back (the step's one host sync, and the NaN check) every N steps; fp16 reads every step [default: 0, auto: every step on the CPU, every 10 on CUDA].
+    #[arg(long, value_name = "N")]
+    pub read_every: Option<u64>,
     /// Recompute each UNet block's activations in backward instead of keeping them (diffusers' enable_gradient_checkpointing): less memory, more compute, the same results.
     #[arg(long)]
     pub gradient_checkpointing: bool,

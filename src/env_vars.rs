@@ -114,6 +114,9 @@ pub const IMGCTL_REFERENCE_TIMEOUT: &str = "IMGCTL_REFERENCE_TIMEOUT";
 pub const IMGCTL_PROFILE_TRACE: &str = "IMGCTL_PROFILE_TRACE";
 /// OpenMP threads per process; the `--gpus` supervisor sets it for its workers when unset.
 pub const OMP_NUM_THREADS: &str = "OMP_NUM_THREADS";
+/// A `libnvrtc.so.<major>` (file path) to compile imgctl's CUDA kernels with,
+/// ahead of the one beside the torch imgctl runs on.
+pub const IMGCTL_NVRTC: &str = "IMGCTL_NVRTC";
 /// Set by the `--gpus` supervisor in each worker it starts, so the worker knows
 /// that its output is prefixed and collected.
 pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";

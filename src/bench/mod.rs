@@ -4,7 +4,8 @@
 //! reference script.
 //!
 //! Method: warm-up steps, then timed steps run exactly as in training (the
-//! trainer reads the loss back every step, nothing else synchronises), then a
+//! trainer reads the loss back every `read_every` steps, nothing else
+//! synchronises; each step of a read window counts the window's mean), then a
 //! separate set of profiled steps that synchronise the device between phases
 //! for the breakdown, so the synchronisation never distorts the throughput
 //! figure. Memory on CUDA is `cudaMemGetInfo` (device used = total − free)
@@ -38,7 +39,6 @@ pub mod peak;
 pub mod reference;
 pub mod report;
 pub mod scaling;
-
 pub use scaling::{scaling_report, scaling_sizes, ScalingReport, ScalingRow};
 
 /// Version of every benchmark JSON document.
@@ -218,6 +218,27 @@ pub struct BenchReport {
     pub buckets_during_backward: f64,
     /// The model ran in channels-last memory layout (`--channels-last`).
     pub channels_last: bool,
+    /// The GroupNorm + SiLU kernels that ran: `aten` or `fused` (`--groupnorm`).
+    #[serde(default)]
+    pub groupnorm: String,
+    /// The fused GroupNorm's self-check, one line per activation dtype
+    /// (empty when not asked for).
+    #[serde(default)]
+    pub groupnorm_self_check: Vec<String>,
+    /// GroupNorm + SiLU calls in this process on the fused kernels, and on
+    /// ATen's in layers set to fused (inputs the kernels do not take).
+    #[serde(default)]
+    pub groupnorm_calls: (u64, u64),
+    /// Why the fused GroupNorm was asked for and ATen's ran instead.
+    #[serde(default)]
+    pub groupnorm_fallback: Option<String>,
+    /// Steps per host read-back of the loss (`--read-every`, auto resolved).
+    #[serde(default)]
+    pub read_every: u64,
+    /// The SDPA backend(s) libtorch chose for the attention layers:
+    /// `flash`, `efficient`, `cudnn` or `math` (`+`-joined when several).
+    #[serde(default)]
+    pub attention_backend: Option<String>,
     /// Each UNet block was checkpointed (`--gradient-checkpointing`).
     #[serde(default)]
     pub gradient_checkpointing: bool,
@@ -284,6 +305,17 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Moves a read-back window's step times (plus `extra` seconds waited
+/// after it) into `walls`, each step at the window's mean.
+fn spread(window: &mut Vec<f64>, walls: &mut Vec<f64>, extra: f64) {
+    if window.is_empty() {
+        return;
+    }
+    let each = (window.iter().sum::<f64>() + extra) / window.len() as f64;
+    walls.extend(std::iter::repeat(each).take(window.len()));
+    window.clear();
+}
+
 /// Waits for the device's queued work (CUDA; nothing on the CPU).
 fn sync(d: Device) {
     if let Device::Cuda(i) = d {
@@ -308,6 +340,7 @@ pub fn run_rank(
     }
     let (session, gpu) = session::start(run, false, None, sync_impl, || Gpu::open(run.device))?;
     let mut trainer = session.trainer;
+    trainer.groupnorm.announce(events);
     let mut loader = session::start_loader(&trainer, Arc::new(session.data));
     let mut step = |trainer: &mut Trainer| bench_step(&mut loader, trainer, events);
 
@@ -338,6 +371,9 @@ fn bench_step(
         .ok_or_else(|| anyhow::anyhow!("a data loader thread stopped unexpectedly"))?;
     let data_s = t.elapsed().as_secs_f64();
     let stats = trainer.train_step(&batch)?;
+    // The earlier steps a read resolved: the benchmark times steps, and the
+    // finite check ran in the read.
+    trainer.take_resolved();
     if stats.fell_back {
         events(&RunEvent::Warning(format!(
             "{} (the figures below are of that update)",
@@ -419,17 +455,29 @@ fn timed_steps(
     let mut walls = Vec::with_capacity(opts.steps as usize);
     let mut peak_used = gpu.baseline.map_or(0, |b| b.0);
     let mut last_loss = f64::NAN;
+    // Steps since the last read-back: the host waits for all of them at the
+    // read (the trainer's `--read-every`), so each gets the window's mean.
+    let mut window: Vec<f64> = Vec::new();
     let t0 = Instant::now();
     for _ in 0..opts.steps {
         let t = Instant::now();
         let (_, s) = step(trainer)?;
-        walls.push(t.elapsed().as_secs_f64());
-        last_loss = s.loss;
+        window.push(t.elapsed().as_secs_f64());
+        if !s.deferred {
+            last_loss = s.loss;
+            spread(&mut window, &mut walls, 0.0);
+        }
         if let Some(rt) = &gpu.rt {
             peak_used = peak_used.max(used_memory(rt)?.0);
         }
     }
+    let t = Instant::now();
     sync(device);
+    trainer.flush_pending()?;
+    spread(&mut window, &mut walls, t.elapsed().as_secs_f64());
+    if let Some(r) = trainer.take_resolved().last() {
+        last_loss = r.loss;
+    }
     let elapsed = t0.elapsed().as_secs_f64();
     let torch_peaks = match device {
         Device::Cuda(i) => crate::sys::torch_ext::cuda_allocator_stats(i, false)
@@ -685,6 +733,12 @@ fn report(
             .filter(|s| s.buckets > 0 && s.overlapped)
             .map_or(0.0, |s| s.buckets_during_backward as f64 / s.buckets as f64),
         channels_last: tr.channels_last,
+        groupnorm: trainer.groupnorm.active.name().into(),
+        groupnorm_self_check: trainer.groupnorm.self_check.clone(),
+        groupnorm_fallback: trainer.groupnorm.fallback.clone(),
+        groupnorm_calls: crate::train::model::layers::GroupNorm::fused_calls(),
+        attention_backend: crate::train::model::blocks::sdpa_backends(),
+        read_every: trainer.read_every(),
         gradient_checkpointing: tr.gradient_checkpointing,
         step_memory: timed.step_memory,
         checkpointing_comparison: comparison,

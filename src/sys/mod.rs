@@ -14,12 +14,14 @@
 //!   `nccl_tensors` (the `torch` feature) hands tch tensors to them.
 //! - [`nvml_raw`]: the NVML calls nvml-wrapper lacks.
 //! - [`cudart`]: the CUDA runtime calls tch lacks (device, memory, streams, events).
+//! - [`cuda_driver`], [`nvrtc`]: the CUDA driver (load and launch a module) and NVRTC (compile one), for imgctl's own kernels.
 //! - [`cuda_libs`]: the version and device-count queries of a mapped cudart, cuBLAS or cuDNN.
 //! - [`procmaps`]: the files mapped in this process (`/proc/self/maps`).
-//! - `torch_ext` and `tensor` (the `torch` feature): our C++ shim over libtorch, and a tensor's memory handed to raw code.
+//! - `torch_ext`, `torch_fn` and `tensor` (the `torch` feature): our C++ shim over libtorch (autograd functions in Rust, the current CUDA stream), and a tensor's memory handed to raw code.
 //! - [`process`], [`fs`], [`net`]: the libc calls (signals, `_exit`, access, statvfs, flock, a dual-stack socket).
 //!
 //! Part: the base (`docs/architecture.md`).
+pub mod cuda_driver;
 pub mod cuda_libs;
 pub mod cudart;
 pub mod fs;
@@ -28,9 +30,12 @@ pub mod nccl;
 pub mod nccl_tensors;
 pub mod net;
 pub mod nvml_raw;
+pub mod nvrtc;
 pub mod process;
 pub mod procmaps;
 #[cfg(feature = "torch")]
 pub mod tensor;
 #[cfg(feature = "torch")]
 pub mod torch_ext;
+#[cfg(feature = "torch")]
+pub mod torch_fn;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 // The value sets the flags, the file and the checkpoints share live in a leaf.
-pub use crate::choices::{GradReduce, Precision, Preset};
+pub use crate::choices::{GradReduce, GroupNormKernel, Precision, Preset};
 
 use super::ema::EmaConfig;
 use super::model::config::unknown_preset;
@@ -141,6 +141,16 @@ pub struct TrainingConfig {
     /// convolutions prefer on GPUs; results are the same.
     #[serde(default)]
     pub channels_last: bool,
+    /// The GroupNorm (+ SiLU) kernels: ATen's, or imgctl's fused ones for
+    /// channels-last CUDA activations (self-checked first; ATen's after a
+    /// failed check).
+    #[serde(default)]
+    pub groupnorm: GroupNormKernel,
+    /// Read the loss and gradient norm back to the host (the step's one
+    /// synchronisation, and the finite check) every this many steps; 0 is
+    /// auto: every step on the CPU, every 10 on CUDA ([`super::readback`]).
+    #[serde(default)]
+    pub read_every: u64,
     /// Recompute each down, mid and up block's activations in backward
     /// instead of keeping them (diffusers' `enable_gradient_checkpointing()`):
     /// less memory, about a forward's more compute, bit-identical results.
@@ -222,6 +232,8 @@ impl TrainingConfig {
             precision: None,
             grad_reduce: GradReduce::Fp32,
             channels_last: false,
+            groupnorm: GroupNormKernel::Aten,
+            read_every: 0,
             gradient_checkpointing: false,
             overlap_grad_reduce: default_overlap(),
             bucket_cap_mb: default_bucket_cap_mb(),
@@ -408,6 +420,10 @@ pub struct Overrides {
     pub grad_reduce: Option<GradReduce>,
     /// `--channels-last` (only turns it on).
     pub channels_last: bool,
+    /// `--groupnorm`.
+    pub groupnorm: Option<GroupNormKernel>,
+    /// `--read-every`.
+    pub read_every: Option<u64>,
     /// `--gradient-checkpointing` (only turns it on).
     pub gradient_checkpointing: bool,
     /// `--overlap-grad-reduce on|off`.
@@ -545,6 +561,12 @@ impl TrainConfig {
         }
         if o.channels_last {
             t.channels_last = true;
+        }
+        if let Some(g) = o.groupnorm {
+            t.groupnorm = g;
+        }
+        if let Some(n) = o.read_every {
+            t.read_every = n;
         }
         if o.gradient_checkpointing {
             t.gradient_checkpointing = true;

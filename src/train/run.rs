@@ -28,6 +28,7 @@ use super::gpu_watch::{self, GpuWatch};
 use super::images;
 use super::interrupt::interrupt_flag;
 use super::metrics::{MetricsWriter, StepRecord};
+use super::run_metrics::open_metrics;
 use super::schedule::Sampler;
 use super::session::{self, device_name, DataChoice, RunOptions};
 use super::space;
@@ -173,6 +174,8 @@ struct RunLoop<'a> {
     first_loss: Option<f64>,
     /// The losses of the last (up to) 10 steps.
     recent: VecDeque<f64>,
+    /// Steps whose values a later read resolves: stats, seconds, data wait.
+    deferred: VecDeque<(StepStats, f64, f64)>,
     /// Loss of the last step.
     last_loss: Option<f64>,
     /// Steps skipped for fp16 overflow.
@@ -236,6 +239,9 @@ impl<'a> RunLoop<'a> {
                 dir.display()
             )));
         }
+        if lead {
+            trainer.groupnorm.announce(events);
+        }
         if let Some(fit) = fit {
             trainer.configured_batch_size = fit.configured_batch_size;
             if let (true, Some(note)) = (lead, fit.note) {
@@ -293,6 +299,7 @@ impl<'a> RunLoop<'a> {
             timed_secs: 0.0,
             first_loss: None,
             recent: VecDeque::new(),
+            deferred: VecDeque::new(),
             last_loss: None,
             skipped_steps: 0,
             last_checkpoint: opts.resume.clone(),
@@ -330,6 +337,8 @@ impl<'a> RunLoop<'a> {
         let stats = match self.trainer.train_step(&batch) {
             Ok(s) => s,
             Err(e) => {
+                // The steps the failed read still resolved go to the metrics.
+                let _ = self.flush_resolved();
                 (self.events)(&RunEvent::Stopped);
                 if let Some(m) = self.metrics.as_mut() {
                     let _ = m.flush();
@@ -341,11 +350,11 @@ impl<'a> RunLoop<'a> {
         if stats.fell_back {
             (self.events)(&RunEvent::Warning(self.trainer.fell_back_warning()));
         }
-        self.count(&stats, dt);
         let done = self.trainer.step == tr.steps;
-        // Metrics, progress and the sample grid of this step.
+        // Metrics and progress of the steps this read resolved, then the
+        // sample grid of this step.
         let outputs = self
-            .log(&stats, dt, data_wait)
+            .record(stats, dt, data_wait)
             .and_then(|()| self.sample(done));
         if let Err(err) = outputs {
             (self.events)(&RunEvent::Stopped);
@@ -371,6 +380,9 @@ impl<'a> RunLoop<'a> {
         if !self.trainer.sync_any_rank(stop)? {
             return Ok(());
         }
+        // Every rank reads its pending steps back (a collective) and logs them.
+        self.trainer.flush_pending()?;
+        self.flush_resolved()?;
         (self.events)(&RunEvent::Stopped);
         let mut checkpoint = None;
         if self.lead {
@@ -394,6 +406,37 @@ impl<'a> RunLoop<'a> {
             },
         }
         .into())
+    }
+
+    /// Counts and logs `stats` (queued while deferred) with the earlier
+    /// steps its read resolved, each window's seconds spread evenly over
+    /// its steps (the host waited for them all at the read).
+    fn record(&mut self, stats: StepStats, dt: f64, data_wait: f64) -> anyhow::Result<()> {
+        self.deferred.push_back((stats, dt, data_wait));
+        if stats.deferred {
+            return Ok(());
+        }
+        self.flush_resolved()
+    }
+
+    /// Counts and logs the queued steps the trainer's last read resolved.
+    fn flush_resolved(&mut self) -> anyhow::Result<()> {
+        let resolved = self.trainer.take_resolved();
+        let window: f64 = self.deferred.iter().map(|d| d.1).sum();
+        let each = window / self.deferred.len().max(1) as f64;
+        let mut resolved = resolved.into_iter();
+        while let Some((mut s, _, wait)) = self.deferred.pop_front() {
+            if s.deferred {
+                let Some(r) = resolved.next() else {
+                    self.deferred.push_front((s, each, wait));
+                    break;
+                };
+                (s.loss, s.grad_norm, s.deferred) = (r.loss, r.grad_norm, false);
+            }
+            self.count(&s, each);
+            self.log(&s, each, wait)?;
+        }
+        Ok(())
     }
 
     /// Adds a step that took `dt` seconds to the summary's counters: the
@@ -727,39 +770,4 @@ fn agreed_start(
         .into());
     }
     Ok(start_step)
-}
-
-/// Rank 0's output directory once every rank has its weights: stale
-/// temporaries removed, damaged checkpoints set aside (out of the way of
-/// pruning and later resumes), and the metrics files opened, continued from
-/// `start_step` on a resume (a damaged metrics.jsonl moved aside, warned).
-fn open_metrics(
-    opts: &RunOptions,
-    start_step: u64,
-    events: Events,
-) -> anyhow::Result<MetricsWriter> {
-    checkpoint::remove_stale_temporaries(&opts.out);
-    // Every rank has loaded its checkpoint (the broadcast of
-    // session::start): a damaged one now goes out of the way of pruning and
-    // later resumes.
-    for aside in checkpoint::set_aside_damaged(&opts.out).with_context(|| {
-        format!(
-            "setting aside damaged checkpoints in {}",
-            opts.out.display()
-        )
-    })? {
-        events(&RunEvent::Note(format!(
-            "the damaged checkpoint is kept as {}",
-            aside.display()
-        )));
-    }
-    let writer = MetricsWriter::open(&opts.out, opts.resume.as_ref().map(|_| start_step))
-        .with_context(|| format!("opening metrics files in {}", opts.out.display()))?;
-    if let Some((aside, why)) = &writer.set_aside {
-        events(&RunEvent::Warning(format!(
-            "metrics.jsonl was damaged ({why}): moved to {}; a new one keeps its readable steps up to {start_step}",
-            aside.display()
-        )));
-    }
-    Ok(writer)
 }

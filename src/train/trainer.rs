@@ -32,16 +32,18 @@ use tch::nn::VarStore;
 use tch::{Device, Kind, Reduction, Tensor};
 
 use super::checkpoint::{self, DataSource, State};
-use super::config::{GradReduce, Precision, TrainConfig};
+use super::config::{GradReduce, GroupNormKernel, Precision, TrainConfig};
 use super::data::step_torch_seed;
 use super::ema::Ema;
 use super::flat::FlatLayout;
+use super::kernels::{self, GroupNormStatus};
 use super::model::{weights, UNet2DModel};
 use super::optim::{clip_divisor, lr_at, AdamW, GradScaler};
+use super::readback::{self, Pending, ResolvedStep};
 use super::schedule::{DdpmSchedule, Sampler};
 use super::sync::{GradLayout, GradSync, SyncStats};
 
-pub use super::trainer_error::{StepError, TrainerError};
+pub use super::trainer_error::{step_panic_error, StepError, TrainerError};
 
 /// fp16 steps skipped in a row before the run is declared diverged: at a
 /// back-off of 0.5 per skip, 64 skips take the initial 2^16 scale to 2^-48.
@@ -106,6 +108,9 @@ pub struct StepStats {
     /// elementwise one, which is slower ([`Trainer::unfused_reason`] says
     /// why); later steps stay on the elementwise update.
     pub fell_back: bool,
+    /// Loss and gradient norm are not read yet (NaN here): a later step's
+    /// read resolves them ([`Trainer::take_resolved`], [`super::readback`]).
+    pub deferred: bool,
 }
 
 /// Model, optimizer and EMA state of a run on one device.
@@ -147,32 +152,11 @@ pub struct Trainer {
     /// checkpoints; differs from `config.training.batch_size` after a resume
     /// on another number of ranks ([`super::elastic`]).
     pub configured_batch_size: usize,
-}
-
-/// The error for a training step that panicked inside tch: libtorch's own
-/// message (`CUDA out of memory. Tried to allocate …`) without tch's
-/// `called Result::unwrap() on an Err value: Torch("…")` wrapping.
-pub fn step_panic_error(
-    step: u64,
-    device: Device,
-    panic: &(dyn std::any::Any + Send),
-) -> anyhow::Error {
-    let text = panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into());
-    let inner = text
-        .split_once("Torch(\"")
-        .map(|(_, rest)| rest.trim_end_matches("\")").replace("\\n", "\n"))
-        .unwrap_or(text);
-    let first = inner.lines().next().unwrap_or_default().trim().to_string();
-    TrainerError::Libtorch {
-        step,
-        first,
-        device,
-    }
-    .into()
+    /// The GroupNorm kernels in force, their self-check, any fall-back.
+    pub groupnorm: GroupNormStatus,
+    read_every: u64,
+    pending: Vec<Pending>,
+    resolved: Vec<ResolvedStep>,
 }
 
 /// Waits for every kernel queued on `device` (nothing on the CPU).
@@ -198,6 +182,9 @@ impl Trainer {
         let mut master_vs = VarStore::new(Device::Cpu);
         let mut model = UNet2DModel::try_new(&master_vs.root(), &config.model)?;
         model.set_channels_last(config.training.channels_last);
+        let groupnorm = kernels::resolve(config.training.groupnorm, device, precision);
+        let fused_gn = groupnorm.active == GroupNormKernel::Fused;
+        model.set_fused_group_norm(fused_gn);
         model.set_gradient_checkpointing(config.training.gradient_checkpointing);
         if device.is_cuda() {
             // Fixed shapes every step: cuDNN's autotuner pays off after the
@@ -214,6 +201,7 @@ impl Trainer {
             let mut vs = VarStore::new(device);
             let mut m = UNet2DModel::try_new(&vs.root(), &config.model)?;
             m.set_channels_last(config.training.channels_last);
+            m.set_fused_group_norm(fused_gn);
             m.set_gradient_checkpointing(config.training.gradient_checkpointing);
             vs.bfloat16();
             let flat = layout.bind_params(&vs, Kind::BFloat16);
@@ -244,6 +232,10 @@ impl Trainer {
         let configured_batch_size = config.training.batch_size;
         Ok(Self {
             configured_batch_size,
+            groupnorm,
+            read_every: readback::read_every(config.training.read_every, device),
+            pending: Vec::new(),
+            resolved: Vec::new(),
             schedule: DdpmSchedule::new(device),
             config,
             device,
@@ -446,19 +438,22 @@ impl Trainer {
         };
         // Unscaling (fp16) and clipping happen inside the fused update.
         let (norm, divisor) = clip_divisor(&g, self.config.training.max_grad_norm, scale);
-        // One device-to-host read for both values (a single synchronisation).
-        let pair = Vec::<f64>::try_from(
-            Tensor::stack(&[loss.detach(), norm], 0)
-                .to_kind(Kind::Double)
-                .to_device(Device::Cpu),
-        )?;
-        let mut host = [pair[0], pair[1]];
-        let local_loss_finite = host[0].is_finite();
-        self.sync.mean_scalars(&mut host[..1])?;
-        let [loss_v, norm_v] = host;
+        let step_no = self.step + 1;
+        self.pending.push(Pending {
+            step: step_no,
+            loss: loss.detach(),
+            norm,
+        });
         let tr = &self.config.training;
         let lr = lr_at(tr.lr, self.step, tr.effective_warmup(), tr.steps);
-        let finite = local_loss_finite && loss_v.is_finite() && norm_v.is_finite();
+        let deferred = !self.read_due(step_no);
+        let (loss_v, norm_v, finite) = if deferred {
+            (f64::NAN, f64::NAN, true)
+        } else {
+            self.read_pending()?;
+            let now = self.resolved.pop().expect("the read covers this step");
+            (now.loss, now.grad_norm, now.finite())
+        };
         let mut skipped = false;
         let mut fell_back = false;
         if !finite {
@@ -470,18 +465,8 @@ impl Trainer {
                 self.consecutive_skips += 1;
                 skipped = true;
             } else {
-                return Err(StepError::NonFinite {
-                    step: self.step + 1,
-                    what: if loss_v.is_nan() || norm_v.is_nan() {
-                        "NaN"
-                    } else {
-                        "infinite"
-                    },
-                    loss: loss_v,
-                    grad_norm: norm_v,
-                    precision: self.precision.name(),
-                }
-                .into());
+                let p = self.precision.name();
+                return Err(StepError::non_finite(step_no, loss_v, norm_v, p).into());
             }
         } else {
             if let Some(s) = self.scaler.as_mut() {
@@ -506,7 +491,74 @@ impl Trainer {
             skipped,
             times,
             fell_back,
+            deferred,
         })
+    }
+
+    /// Whether step `step` reads its values back ([`super::readback`]).
+    fn read_due(&self, step: u64) -> bool {
+        let tr = &self.config.training;
+        let every = |n: u64| n > 0 && step % n == 0;
+        self.read_every <= 1
+            || self.profile
+            || self.scaler.is_some()
+            || step >= tr.steps
+            || every(self.read_every)
+            || every(tr.checkpoint_every)
+            || every(tr.sample_every)
+    }
+
+    /// Reads the pending steps back in one transfer, their losses averaged
+    /// over the ranks, into [`Self::take_resolved`]'s list; the first
+    /// non-finite one before the newest is the run's error.
+    fn read_pending(&mut self) -> anyhow::Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let pairs = readback::read(&pending)?;
+        let local: Vec<bool> = pairs.iter().map(|p| p.0.is_finite()).collect();
+        let mut losses: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+        self.sync.mean_scalars(&mut losses)?;
+        for (i, p) in pending.iter().enumerate() {
+            let r = ResolvedStep {
+                step: p.step,
+                loss: losses[i],
+                grad_norm: pairs[i].1,
+                local_loss_finite: local[i],
+            };
+            if i + 1 < pending.len() && !r.finite() {
+                return Err(self.non_finite(&r).into());
+            }
+            self.resolved.push(r);
+        }
+        Ok(())
+    }
+
+    fn non_finite(&self, r: &ResolvedStep) -> StepError {
+        StepError::non_finite(r.step, r.loss, r.grad_norm, self.precision.name())
+    }
+
+    /// Reads back every step not read yet (before a checkpoint that does
+    /// not fall on a read step: an interrupted run's); a non-finite one is
+    /// the run's error.
+    pub fn flush_pending(&mut self) -> anyhow::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.read_pending()?;
+        match self.resolved.last().filter(|r| !r.finite()) {
+            Some(r) => Err(self.non_finite(r).into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Steps per host read-back of the loss ([`super::readback`]).
+    pub fn read_every(&self) -> u64 {
+        self.read_every
+    }
+
+    /// The values of earlier deferred steps that the last read resolved,
+    /// in step order (drained).
+    pub fn take_resolved(&mut self) -> Vec<ResolvedStep> {
+        std::mem::take(&mut self.resolved)
     }
 
     /// Generates `n` images with the EMA weights (or the raw ones) through
@@ -733,41 +785,5 @@ impl Trainer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_libtorch_panic_becomes_a_one_line_error() {
-        // A real libtorch error raised through a panicking tch call.
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let panic =
-            std::panic::catch_unwind(|| Tensor::zeros([2], (Kind::Float, Device::Cpu)).view([3]))
-                .expect_err("a view of the wrong size panics in tch");
-        std::panic::set_hook(hook);
-        let e = step_panic_error(7, Device::Cpu, panic.as_ref());
-        assert!(matches!(
-            e.downcast_ref::<TrainerError>(),
-            Some(TrainerError::Libtorch {
-                step: 7,
-                device: Device::Cpu,
-                ..
-            })
-        ));
-        let msg = e.to_string();
-        assert!(
-            msg.starts_with("training step 7 failed in libtorch: shape '[3]' is invalid"),
-            "{msg}"
-        );
-        assert!(!msg.contains("unwrap") && !msg.contains('\n'), "{msg}");
-        let oom = step_panic_error(
-            1,
-            Device::Cuda(0),
-            &"called `Result::unwrap()` on an `Err` value: Torch(\"CUDA out of memory. Tried to allocate 2.00 GiB\\nException raised from malloc\")".to_string(),
-        );
-        assert_eq!(
-            oom.to_string(),
-            "training step 1 failed in libtorch: CUDA out of memory. Tried to allocate 2.00 GiB"
-        );
-    }
-}
+#[path = "trainer_tests.rs"]
+mod tests;

@@ -83,3 +83,46 @@ pub enum TrainerError {
         expected: String,
     },
 }
+
+impl StepError {
+    /// [`StepError::NonFinite`] for `step`'s read-back values.
+    pub fn non_finite(step: u64, loss: f64, grad_norm: f64, precision: &'static str) -> Self {
+        Self::NonFinite {
+            step,
+            what: if loss.is_nan() || grad_norm.is_nan() {
+                "NaN"
+            } else {
+                "infinite"
+            },
+            loss,
+            grad_norm,
+            precision,
+        }
+    }
+}
+
+/// The error for a training step that panicked inside tch: libtorch's own
+/// message (`CUDA out of memory. Tried to allocate …`) without tch's
+/// `called Result::unwrap() on an Err value: Torch("…")` wrapping.
+pub fn step_panic_error(
+    step: u64,
+    device: Device,
+    panic: &(dyn std::any::Any + Send),
+) -> anyhow::Error {
+    let text = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    let inner = text
+        .split_once("Torch(\"")
+        .map(|(_, rest)| rest.trim_end_matches("\")").replace("\\n", "\n"))
+        .unwrap_or(text);
+    let first = inner.lines().next().unwrap_or_default().trim().to_string();
+    TrainerError::Libtorch {
+        step,
+        first,
+        device,
+    }
+    .into()
+}

@@ -17,7 +17,7 @@ use crate::commands::error::CliError;
 use crate::env_vars;
 use crate::output::printer;
 use crate::train::checkpoint::{self, DataSource};
-use crate::train::config::{Overrides, Preset, TrainConfig};
+use crate::train::config::{GroupNormKernel, Overrides, Preset, TrainConfig};
 use crate::train::session::{self, DataChoice, RunOptions};
 
 /// Default output directory.
@@ -159,6 +159,8 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         precision,
         grad_reduce,
         channels_last,
+        groupnorm,
+        read_every,
         gradient_checkpointing,
         overlap_grad_reduce,
         bucket_cap_mb,
@@ -210,6 +212,8 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         precision: *precision,
         grad_reduce: *grad_reduce,
         channels_last: *channels_last,
+        groupnorm: *groupnorm,
+        read_every: *read_every,
         gradient_checkpointing: *gradient_checkpointing,
         overlap_grad_reduce: overlap_grad_reduce.map(bool::from),
         bucket_cap_mb: *bucket_cap_mb,
@@ -220,6 +224,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
     });
     config.validate()?;
     let device = parse_device(device.as_deref())?;
+    check_groupnorm(&config, device)?;
     crate::train::budget::check_training(&config, device == Device::Cpu)?;
     let (precision, precision_note) = match (config.training.precision, device) {
         (Some(p), _) => (p, None),
@@ -254,6 +259,30 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         precision_note,
         resume_flag: "--resume",
     })
+}
+
+/// `--groupnorm fused` needs what its kernels read: a CUDA device and
+/// channels-last activations. Anything else is a usage error, never a
+/// silent fall-back to ATen.
+fn check_groupnorm(config: &TrainConfig, device: Device) -> anyhow::Result<()> {
+    if config.training.groupnorm != GroupNormKernel::Fused {
+        return Ok(());
+    }
+    if !device.is_cuda() {
+        return Err(CliError::usage(
+            "--groupnorm fused runs CUDA kernels, and this run is on the CPU",
+        )
+        .with_hint("drop --groupnorm fused (or use --groupnorm aten) on the CPU, or train on a GPU")
+        .into());
+    }
+    if !config.training.channels_last {
+        return Err(CliError::usage(
+            "--groupnorm fused reads channels-last (NHWC) activations, and this run is NCHW",
+        )
+        .with_hint("add --channels-last (or channels_last: true under training: in the config)")
+        .into());
+    }
+    Ok(())
 }
 
 /// The checkpoint `--resume` continues from: the newest intact one under
@@ -431,5 +460,26 @@ mod tests {
         // A benchmark writes nothing there, so it may share the folder.
         let bench = train_args(&["--device", "cpu", "--benchmark", "--out", o]);
         assert!(resolve_options(&bench).is_ok());
+    }
+
+    #[test]
+    fn groupnorm_fused_on_cuda_needs_channels_last() {
+        use crate::train::config::{GroupNormKernel, TrainConfig};
+        let mut c = TrainConfig::preset(Preset::Tiny);
+        c.training.groupnorm = GroupNormKernel::Fused;
+        let e = super::check_groupnorm(&c, tch::Device::Cuda(0)).unwrap_err();
+        assert!(e.downcast_ref::<CliError>().is_some());
+        assert_eq!(
+            crate::commands::error::status_of(&e),
+            crate::error::ExitStatus::Usage
+        );
+        assert_eq!(
+            e.to_string(),
+            "--groupnorm fused reads channels-last (NHWC) activations, and this run is NCHW"
+        );
+        c.training.channels_last = true;
+        super::check_groupnorm(&c, tch::Device::Cuda(0)).unwrap();
+        c.training.groupnorm = GroupNormKernel::Aten;
+        super::check_groupnorm(&c, tch::Device::Cpu).unwrap();
     }
 }

@@ -94,6 +94,13 @@ impl ResnetBlock2D {
         }
     }
 
+    /// Runs norm1 and norm2 (with the activation) through the fused
+    /// GroupNorm + SiLU kernels where they apply ([`GroupNorm::set_fused`]).
+    pub fn set_fused_group_norm(&mut self, on: bool) {
+        self.norm1.set_fused(on);
+        self.norm2.set_fused(on);
+    }
+
     /// Checkpoints this block ([`crate::sys::torch_ext::checkpoint`]): in a
     /// forward that records a graph it keeps only its inputs, and backward
     /// recomputes it.
@@ -123,21 +130,23 @@ impl ResnetBlock2D {
     }
 
     fn forward_inner(&self, x: &Tensor, temb_act: &Tensor, train: bool) -> Tensor {
-        let h = activation(self.opts.act, &self.norm1.forward(x));
+        let h = self.norm1.forward_act(x, self.opts.act);
         let h = self.conv1.forward(&h);
         let t = self
             .time_emb_proj
             .forward(temb_act)
             .unsqueeze(-1)
             .unsqueeze(-1);
-        let h = match self.opts.time_scale_shift {
-            TimeScaleShift::Default => self.norm2.forward(&(h + t)),
+        let mut h = match self.opts.time_scale_shift {
+            TimeScaleShift::Default => self.norm2.forward_act(&(h + t), self.opts.act),
             TimeScaleShift::ScaleShift => {
                 let st = t.chunk(2, 1);
-                self.norm2.forward(&h) * (&st[0] + 1.0) + &st[1]
+                activation(
+                    self.opts.act,
+                    &(self.norm2.forward(&h) * (&st[0] + 1.0) + &st[1]),
+                )
             }
         };
-        let mut h = activation(self.opts.act, &h);
         if train && self.opts.dropout > 0.0 {
             h = h.dropout(self.opts.dropout, true);
         }
@@ -152,6 +161,38 @@ impl ResnetBlock2D {
             out / self.opts.output_scale_factor
         }
     }
+}
+
+/// The SDPA backends libtorch chose for this process's attention calls
+/// (`at::_fused_sdp_choice`, the dispatcher's own decision: host-side, no
+/// device sync), as torch names them: `flash`, `efficient`, `cudnn`, `math`.
+static SDPA_BACKENDS: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn note_sdpa_backend(q: &Tensor, k: &Tensor, v: &Tensor) {
+    // torch's sdp::SDPBackend (aten/src/ATen/native/transformers/sdp_utils_cpp.h).
+    let name =
+        match Tensor::f_internal_fused_sdp_choice(q, k, v, None::<Tensor>, 0.0, false, None, false)
+        {
+            Ok(0) => "math",
+            Ok(1) => "flash",
+            Ok(2) => "efficient",
+            Ok(3) => "cudnn",
+            Ok(4) => "overrideable",
+            _ => "unknown",
+        };
+    SDPA_BACKENDS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name);
+}
+
+/// The SDPA backends the attention layers ran on so far in this process
+/// (sorted, joined with `+`: `flash`, or `flash+math` when shapes differ);
+/// `None` before any attention ran.
+pub fn sdpa_backends() -> Option<String> {
+    let seen = SDPA_BACKENDS.lock().unwrap_or_else(|p| p.into_inner());
+    (!seen.is_empty()).then(|| seen.iter().copied().collect::<Vec<_>>().join("+"))
 }
 
 /// Self-attention over the pixels of a feature map with a residual
@@ -226,6 +267,7 @@ impl Attention {
             [q, k, v] => (q.shallow_clone(), k.shallow_clone(), v.shallow_clone()),
             _ => unreachable!("the qkv tensor's first dimension is 3"),
         };
+        note_sdpa_backend(&q, &k, &v);
         let o = Tensor::scaled_dot_product_attention(
             &q,
             &k,
@@ -375,6 +417,13 @@ impl DownBlock {
         self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
     }
 
+    /// [`ResnetBlock2D::set_fused_group_norm`] on every ResNet.
+    pub fn set_fused_group_norm(&mut self, on: bool) {
+        self.resnets
+            .iter_mut()
+            .for_each(|r| r.set_fused_group_norm(on));
+    }
+
     /// Runs the block, pushing every output the up path will consume on `skips`.
     pub fn forward(
         &self,
@@ -434,6 +483,13 @@ impl MidBlock {
     /// Checkpoints each ResNet (diffusers' gradient checkpointing).
     pub fn set_gradient_checkpointing(&mut self, on: bool) {
         self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
+    }
+
+    /// [`ResnetBlock2D::set_fused_group_norm`] on every ResNet.
+    pub fn set_fused_group_norm(&mut self, on: bool) {
+        self.resnets
+            .iter_mut()
+            .for_each(|r| r.set_fused_group_norm(on));
     }
 
     /// Runs the block.
@@ -496,6 +552,13 @@ impl UpBlock {
     /// Checkpoints each ResNet (diffusers' gradient checkpointing).
     pub fn set_gradient_checkpointing(&mut self, on: bool) {
         self.resnets.iter_mut().for_each(|r| r.set_checkpoint(on));
+    }
+
+    /// [`ResnetBlock2D::set_fused_group_norm`] on every ResNet.
+    pub fn set_fused_group_norm(&mut self, on: bool) {
+        self.resnets
+            .iter_mut()
+            .for_each(|r| r.set_fused_group_norm(on));
     }
 
     /// Number of skips this block consumes.

@@ -5,9 +5,12 @@
 //! `reset_parameters` so a fresh imgctl model is distributed like a fresh
 //! diffusers one. Forward passes call libtorch's fused ops directly
 //! (`conv2d`, `linear`, `group_norm`). This module must not know about blocks.
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use tch::{nn, Tensor};
 
 use super::config::ActFn;
+use crate::train::kernels::group_norm;
 
 /// PyTorch's default init for conv and linear layers: `kaiming_uniform_(a=√5)`
 /// on the weight and U(-1/√fan_in, 1/√fan_in) on the bias, which both reduce to
@@ -108,6 +111,9 @@ impl Linear {
     }
 }
 
+static FUSED_CALLS: AtomicU64 = AtomicU64::new(0);
+static ATEN_CALLS: AtomicU64 = AtomicU64::new(0);
+
 /// An affine GroupNorm (`nn.GroupNorm`, weight 1 and bias 0 at init).
 #[derive(Debug)]
 pub struct GroupNorm {
@@ -115,6 +121,7 @@ pub struct GroupNorm {
     bias: Tensor,
     groups: i64,
     eps: f64,
+    fused: bool,
 }
 
 impl GroupNorm {
@@ -125,6 +132,7 @@ impl GroupNorm {
             bias: p.var("bias", &[channels], nn::Init::Const(0.0)),
             groups,
             eps,
+            fused: false,
         }
     }
 
@@ -140,6 +148,42 @@ impl GroupNorm {
     /// Appends the parameters (shared) to `out`.
     pub fn params(&self, out: &mut Vec<Tensor>) {
         out.extend([self.weight.shallow_clone(), self.bias.shallow_clone()]);
+    }
+
+    /// Lets [`GroupNorm::forward_act`] run imgctl's fused GroupNorm + SiLU
+    /// kernels ([`crate::train::kernels::group_norm`]) where they are ready
+    /// (self-checked on the input's device and dtype) and take the input
+    /// (channels-last CUDA); ATen's everywhere else.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on;
+    }
+
+    /// How many GroupNorm + SiLU calls of this process ran the fused kernels,
+    /// and how many of a layer set to fused ran ATen's (the input not
+    /// channels-last, a dtype not self-checked, ...): `(fused, aten)`.
+    pub fn fused_calls() -> (u64, u64) {
+        (FUSED_CALLS.load(Relaxed), ATEN_CALLS.load(Relaxed))
+    }
+
+    /// `activation(act, self.forward(x))`, through the fused kernels when
+    /// [`GroupNorm::set_fused`] is on, `act` is SiLU and they take `x`.
+    pub fn forward_act(&self, x: &Tensor, act: ActFn) -> Tensor {
+        if self.fused
+            && matches!(act, ActFn::Silu | ActFn::Swish)
+            && group_norm::ready(x.device(), x.kind())
+        {
+            let op = group_norm::op(self.groups, self.eps, true);
+            if op.refuses(x).is_none() {
+                FUSED_CALLS.fetch_add(1, Relaxed);
+                return op.apply(x, &self.weight, &self.bias).unwrap_or_else(|e| {
+                    panic!("fused GroupNorm after its self-check passed: {e}")
+                });
+            }
+        }
+        if self.fused {
+            ATEN_CALLS.fetch_add(1, Relaxed);
+        }
+        activation(act, &self.forward(x))
     }
 
     /// Normalises `x` (`[N, C, …]`) with libtorch's fused kernel.

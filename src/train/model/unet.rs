@@ -7,7 +7,7 @@
 use tch::{nn, Tensor};
 
 use super::blocks::{DownBlock, MidBlock, ResnetOpts, UpBlock};
-use super::config::{DownBlockType, UNetConfig, UpBlockType};
+use super::config::{ActFn, DownBlockType, UNetConfig, UpBlockType};
 use super::embedding::{timestep_embedding, TimestepEmbedding};
 use super::layers::{activation, Conv2d, GroupNorm};
 
@@ -160,6 +160,23 @@ impl UNet2DModel {
         }
     }
 
+    /// Runs every GroupNorm followed by SiLU (the ResNets' and the output's)
+    /// through imgctl's fused kernels where they are ready and take the
+    /// input ([`crate::train::kernels`]: channels-last CUDA activations whose
+    /// dtype passed the self-check); ATen's elsewhere.
+    pub fn set_fused_group_norm(&mut self, on: bool) {
+        self.conv_norm_out.set_fused(on);
+        for b in &mut self.down_blocks {
+            b.set_fused_group_norm(on);
+        }
+        if let Some(m) = &mut self.mid_block {
+            m.set_fused_group_norm(on);
+        }
+        for b in &mut self.up_blocks {
+            b.set_fused_group_norm(on);
+        }
+    }
+
     /// Whether blocks are checkpointed ([`Self::set_gradient_checkpointing`]).
     pub fn gradient_checkpointing(&self) -> bool {
         self.gradient_checkpointing
@@ -231,7 +248,7 @@ impl UNet2DModel {
             h = block.forward(&h, &temb_act, &mut skips, train);
         }
         // diffusers: conv_act is nn.SiLU() whatever act_fn says.
-        let h = self.conv_norm_out.forward(&h).silu();
+        let h = self.conv_norm_out.forward_act(&h, ActFn::Silu);
         self.conv_out.forward(&h)
     }
 }
