@@ -7,6 +7,8 @@
 //! [`GroupNormKernel`] and the device into the kernels in force and, after
 //! a failed self-check, the one line that says why ATen runs instead. The
 //! FFI (NVRTC, the driver, autograd functions) lives in `crate::sys`.
+//!
+//! Part: the train wing (`docs/architecture.md`).
 use tch::{Device, Kind};
 
 use crate::choices::{GroupNormKernel, Precision};
