@@ -377,6 +377,15 @@ pub struct BuildArgs {
     /// Push the tags after a successful build (credentials from the docker config).
     #[arg(long)]
     pub push: bool,
+    /// With --push: the most seconds attaching the attestations may spend on the registry (every request together), 1 to 86400.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        allow_negative_numbers = true
+    )]
+    pub registry_timeout: u64,
     /// Print the build report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -24,6 +24,8 @@ pub struct Evidence {
     pub verify: Option<Options>,
     /// `--push`: the attestations are attached to each pushed manifest.
     pub push: bool,
+    /// `--registry-timeout`: the one deadline of attaching them.
+    pub registry_timeout: std::time::Duration,
 }
 
 impl Evidence {
@@ -54,6 +56,7 @@ impl Evidence {
             None
         };
         Ok(Evidence {
+            registry_timeout: std::time::Duration::from_secs(args.registry_timeout),
             dir: args.attest.clone(),
             verify,
             push: args.push,
@@ -365,6 +368,8 @@ pub struct Made<'a> {
     pub pushed: &'a [(String, String)],
     /// `--verify`'s report.
     pub verified: Option<&'a Report>,
+    /// The one deadline of every registry request of the attaching.
+    pub registry_timeout: std::time::Duration,
 }
 
 impl Made<'_> {
@@ -405,7 +410,14 @@ impl Made<'_> {
         };
         let mut all = vec![sbom];
         all.extend(statements(&inputs, &facts, self.verified));
-        attach(self.pushed, self.tags, &mut all, facts.created).await?;
+        attach(
+            self.pushed,
+            self.tags,
+            &mut all,
+            facts.created,
+            self.registry_timeout,
+        )
+        .await?;
         if let Some(dir) = dir {
             write_all(dir, &mut all)?;
         }
@@ -422,12 +434,14 @@ pub async fn attach(
     tags: &[String],
     all: &mut [Attestation],
     created: Option<&str>,
+    deadline: std::time::Duration,
 ) -> anyhow::Result<()> {
     for (repo, digest) in pushed {
         let reference = format!("{repo}@{digest}");
         let spinner = printer().spinner(format!("attaching the attestations to {reference}"));
         let repository =
-            crate::oci::Repository::new(&reference, crate::oci::docker_credentials(&reference)?)?;
+            crate::oci::Repository::new(&reference, crate::oci::docker_credentials(&reference)?)?
+                .with_deadline(deadline, Some("--registry-timeout"));
         let subject = repository.resolve(digest).await?;
         for a in all.iter_mut() {
             let annotations = attest::artifact_annotations(a.predicate_type.as_deref(), created);

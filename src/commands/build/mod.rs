@@ -561,6 +561,7 @@ async fn build(
             created: facts.labels.get("org.opencontainers.image.created"),
             pushed: &pushed_digests,
             verified: verified.as_ref(),
+            registry_timeout: evidence.registry_timeout,
         };
         made.attest(sbom, evidence.dir.as_deref()).await?
     } else {
