@@ -169,7 +169,20 @@ impl ResnetBlock2D {
 static SDPA_BACKENDS: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
+/// The query shapes (with dtype and device) whose choice is known: asked
+/// once each, so that the step issues no extra operator (the op profile
+/// counts `aten::_fused_sdp_choice` as imgctl's own work otherwise).
+static SDPA_ASKED: std::sync::Mutex<Vec<(Vec<i64>, String)>> = std::sync::Mutex::new(Vec::new());
+
 fn note_sdpa_backend(q: &Tensor, k: &Tensor, v: &Tensor) {
+    let key = (q.size(), format!("{:?} {:?}", q.kind(), q.device()));
+    {
+        let mut asked = SDPA_ASKED.lock().unwrap_or_else(|p| p.into_inner());
+        if asked.contains(&key) {
+            return;
+        }
+        asked.push(key);
+    }
     // torch's sdp::SDPBackend (aten/src/ATen/native/transformers/sdp_utils_cpp.h).
     let name =
         match Tensor::f_internal_fused_sdp_choice(q, k, v, None::<Tensor>, 0.0, false, None, false)
