@@ -30,21 +30,28 @@ pub fn rank0(port: u16, world: usize, secs: &str) -> Child {
     rank0_with(port, world, secs, &["--json"])
 }
 
-/// [`rank0`] with `extra` arguments instead of `--json`.
-fn rank0_with(port: u16, world: usize, secs: &str, extra: &[&str]) -> Child {
-    Command::new(imgctl_bin())
-        .args(["verify", "--fleet", "--expect-gpus", "0"])
-        .args(extra)
+/// `imgctl verify --fleet` as rank `rank` of `world` with rank 0 on
+/// 127.0.0.1:`port`, bound `secs`, its output piped.
+fn fleet_command(rank: usize, world: usize, port: u16, secs: &str) -> Command {
+    let mut c = Command::new(imgctl_bin());
+    c.args(["verify", "--fleet", "--expect-gpus", "0"])
         .args(["--fleet-timeout", secs, "--link-mib", "1"])
         .env("NO_COLOR", "1")
-        .env("RANK", "0")
+        .env("RANK", rank.to_string())
         .env("LOCAL_RANK", "0")
         .env("WORLD_SIZE", world.to_string())
         .env("LOCAL_WORLD_SIZE", "1")
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// [`rank0`] with `extra` arguments instead of `--json`.
+fn rank0_with(port: u16, world: usize, secs: &str, extra: &[&str]) -> Child {
+    fleet_command(0, world, port, secs)
+        .args(extra)
         .spawn()
         .unwrap()
 }
@@ -214,27 +221,7 @@ fn drippers_filling_the_hello_slots_do_not_keep_the_real_rank_out() {
     });
     // Rank 0 has accepted them all (a real rank arriving now finds the slots full).
     std::thread::sleep(Duration::from_secs(1));
-    let leaf = Command::new(imgctl_bin())
-        .args([
-            "verify",
-            "--fleet",
-            "--expect-gpus",
-            "0",
-            "--fleet-timeout",
-            "30",
-        ])
-        .args(["--link-mib", "1"])
-        .env("NO_COLOR", "1")
-        .env("RANK", "1")
-        .env("LOCAL_RANK", "0")
-        .env("WORLD_SIZE", "2")
-        .env("LOCAL_WORLD_SIZE", "1")
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let leaf = fleet_command(1, 2, port, "30").spawn().unwrap();
     let (code, json, stderr) = finish(root, Duration::from_secs(120));
     let leaf = leaf.wait_with_output().unwrap();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -253,24 +240,7 @@ const VERDICT: u8 = 2;
 fn fake_rank0_says_passed(token: Option<&str>) -> (Option<i32>, String) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let mut leaf = Command::new(imgctl_bin());
-    leaf.args([
-        "verify",
-        "--fleet",
-        "--expect-gpus",
-        "0",
-        "--fleet-timeout",
-        "20",
-    ])
-    .env("NO_COLOR", "1")
-    .env("RANK", "1")
-    .env("LOCAL_RANK", "0")
-    .env("WORLD_SIZE", "2")
-    .env("LOCAL_WORLD_SIZE", "1")
-    .env("MASTER_ADDR", "127.0.0.1")
-    .env("MASTER_PORT", port.to_string())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut leaf = fleet_command(1, 2, port, "20");
     if let Some(t) = token {
         leaf.env("IMGCTL_RENDEZVOUS_TOKEN", t);
     }
@@ -321,25 +291,15 @@ fn a_fake_rank_0_is_believed_without_a_token_and_refused_with_one() {
 #[test]
 fn a_fleet_sharing_a_token_passes() {
     let port = free_port();
-    let mut root = Command::new(imgctl_bin());
-    let spawn_rank = |rank: &str, c: &mut Command| {
-        c.args(["verify", "--fleet", "--expect-gpus", "0", "--json"])
-            .args(["--fleet-timeout", "30", "--link-mib", "1"])
-            .env("NO_COLOR", "1")
-            .env("RANK", rank)
-            .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", "2")
-            .env("LOCAL_WORLD_SIZE", "1")
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
+    let spawn_rank = |rank: usize| {
+        fleet_command(rank, 2, port, "30")
+            .arg("--json")
             .env("IMGCTL_RENDEZVOUS_TOKEN", "shared")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
-    let root = spawn_rank("0", &mut root);
-    let leaf = spawn_rank("1", &mut Command::new(imgctl_bin()));
+    let root = spawn_rank(0);
+    let leaf = spawn_rank(1);
     let (code, json, stderr) = finish(root, Duration::from_secs(120));
     let leaf = leaf.wait_with_output().unwrap();
     assert_eq!(code, Some(0), "{stderr}");

@@ -14,12 +14,17 @@ use crate::common::{imgctl, one_error_line, texts};
 /// made from the local busybox base: enough to reach the engine's GPU
 /// request, which fails before anything in it runs.
 fn labelled_image(guard: &mut EngineGuard, test: &str) -> String {
+    labelled_image_with(guard, test, "")
+}
+
+/// [`labelled_image`] with `extra` Dockerfile lines (a healthcheck).
+fn labelled_image_with(guard: &mut EngineGuard, test: &str, extra: &str) -> String {
     ensure_bases();
     let tag = test_tag(&format!("ws-{test}"));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("Dockerfile"),
-        format!("FROM {BUSYBOX_BASE}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\nCMD [\"sleep\", \"600\"]\n"),
+        format!("FROM {BUSYBOX_BASE}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\n{extra}CMD [\"sleep\", \"600\"]\n"),
     )
     .unwrap();
     let out = Command::new("docker")
@@ -336,25 +341,11 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
 #[test]
 fn a_workstation_removed_during_the_wait_is_named_not_a_raw_404() {
     let mut guard = EngineGuard::default();
-    ensure_bases();
-    let tag = test_tag("ws-never-healthy");
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("Dockerfile"),
-        format!(
-            "FROM {BUSYBOX_BASE}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\n\
-             HEALTHCHECK --interval=1s --retries=100 CMD false\nCMD [\"sleep\", \"600\"]\n"
-        ),
-    )
-    .unwrap();
-    let out = Command::new("docker")
-        .args(["build", "-q", "-t", &tag])
-        .arg(dir.path())
-        .env("DOCKER_BUILDKIT", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "docker build: {}", texts(&out).1);
-    guard.image(&tag);
+    let tag = labelled_image_with(
+        &mut guard,
+        "never-healthy",
+        "HEALTHCHECK --interval=1s --retries=100 CMD false\n",
+    );
     let name = format!("imgctl-it-ws-gone-{}", std::process::id());
     guard.container(&name);
     let empty = tempfile::tempdir().unwrap();
