@@ -93,4 +93,10 @@ if [ "${IMGCTL_SKIP_DOCKER:-0}" != 1 ] && ! docker_answers; then
   for _ in $(seq 1 60); do docker_answers && break; sleep 1; done
   docker_answers || { log "error: dockerd did not answer within 60 s; see /var/log/imgctl-dockerd.log"; exit 1; }
 fi
+# make test's peak disk (README, "Developing imgctl"): said up front, so that
+# a run that will run out says so before it starts, not 20 minutes in.
+free=$(df -Pk "$repo" | awk 'NR==2 {print int($4/1048576)}')
+if [ "$free" -lt 40 ]; then
+  log "warning: ${free} GB free on this disk; a whole make test takes up to about 40 GB (test images, target/, the Docker 28 engine, the fuzzing; see the README)"
+fi
 log "ready"
