@@ -372,6 +372,23 @@ fn image_contents_and_verify(image: &str) {
         imports.contains("No broken requirements found.") && imports.contains("imports ok"),
         "{imports}"
     );
+    // Each console script the image and imgctl's own output send people to
+    // starts (#45 F3: `tensorboard` failed on `import pkg_resources` while
+    // pip check passed and the import above worked).
+    let scripts = docker_ok(&[
+        "run",
+        "--rm",
+        &image,
+        "sh",
+        "-ec",
+        "tensorboard --version; jupyter lab --version; accelerate --help >/dev/null; \
+         huggingface-cli --help >/dev/null; echo scripts ok",
+    ]);
+    assert!(
+        scripts.contains("2.19.0") && scripts.contains("4.4.1"),
+        "{scripts}"
+    );
+    assert!(scripts.contains("scripts ok"), "{scripts}");
     // imgctl runs inside, on the image's glibc and its own libtorch.
     let imgctl_version = docker_ok(&["run", "--rm", &image, "imgctl", "--version"]);
     assert_eq!(
