@@ -215,6 +215,12 @@ pub struct UpArgs {
     /// SSH's host port [default: 2222, or a free one when 2222 is taken].
     #[arg(long, value_name = "PORT", value_parser = tcp_port, allow_negative_numbers = true)]
     pub ssh_port: Option<u16>,
+    /// Also serve TensorBoard over /workspace (every run's tb/ folder); it has no login, so keep --listen 127.0.0.1.
+    #[arg(long)]
+    pub tensorboard: bool,
+    /// TensorBoard's host port [default: 6006, or a free one when 6006 is taken].
+    #[arg(long, value_name = "PORT", value_parser = tcp_port, allow_negative_numbers = true, requires = "tensorboard")]
+    pub tensorboard_port: Option<u16>,
     /// The host address the ports listen on (0.0.0.0: every interface).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub listen: String,

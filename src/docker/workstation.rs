@@ -41,6 +41,8 @@ pub const LABEL_USER: &str = "io.imgctl.workstation.user";
 pub const JUPYTER_PORT: u16 = 8888;
 /// sshd's port inside the container (the entrypoint's default).
 pub const SSH_PORT: u16 = 22;
+/// TensorBoard's port inside the container (the entrypoint's default).
+pub const TENSORBOARD_PORT: u16 = 6006;
 /// Where the host folder is mounted (the image's WORKDIR).
 pub const WORKSPACE: &str = "/workspace";
 
@@ -456,6 +458,8 @@ pub struct Listed {
     pub jupyter: Option<(String, u16)>,
     /// sshd's host address and port, when published.
     pub ssh: Option<(String, u16)>,
+    /// TensorBoard's host address and port, when published (`up --tensorboard`).
+    pub tensorboard: Option<(String, u16)>,
     /// The image's user (SSH logs in as it).
     pub user: Option<String>,
     /// The JupyterLab token (from the container's environment).
@@ -510,6 +514,7 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             workspace: labels.get(LABEL_WORKSPACE).cloned(),
             jupyter: published.get(&JUPYTER_PORT).cloned(),
             ssh: published.get(&SSH_PORT).cloned(),
+            tensorboard: published.get(&TENSORBOARD_PORT).cloned(),
             user: labels.get(LABEL_USER).cloned(),
             token,
             created: c.created.unwrap_or_default(),

@@ -218,7 +218,12 @@ fn host_port(container: &str, port: &str) -> u16 {
 
 /// A minimal HTTP/1.1 GET; returns the status code.
 fn http_status(port: u16, path: &str, token: Option<&str>) -> u16 {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to JupyterLab");
+    http_get(port, path, token).0
+}
+
+/// `GET path` on 127.0.0.1:port: the status and the body.
+fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the workstation");
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
@@ -231,11 +236,15 @@ fn http_status(port: u16, path: &str, token: Option<&str>) -> u16 {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     let status_line = response.lines().next().unwrap_or_default();
-    status_line
+    let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
 }
 
 fn ssh(key: &Path, port: u16, extra: &[&str], command: &str) -> Output {

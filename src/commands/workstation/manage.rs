@@ -27,7 +27,8 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
             "workstations": listed.iter().zip(rows).map(|(w, r)| serde_json::json!({
                 "name": r.name, "id": r.id, "image": r.image, "state": w.state,
                 "status": w.status, "gpus": r.gpus, "workspace": r.workspace,
-                "jupyter": r.jupyter, "ssh": r.ssh, "created": w.created,
+                "jupyter": r.jupyter, "ssh": r.ssh, "tensorboard": r.tensorboard,
+                "created": w.created,
             })).collect::<Vec<_>>(),
         }))?;
         return Ok(ExitStatus::Success);
@@ -73,38 +74,44 @@ fn short_status(status: &str) -> String {
     s
 }
 
-/// The table of `imgctl ps`, fitted to stdout's width.
+/// The table of `imgctl ps`, fitted to stdout's width; a TENSORBOARD column
+/// only when some workstation serves it.
 fn ps_table(listed: &[Listed]) -> String {
+    let with_tb = listed.iter().any(|w| w.tensorboard.is_some());
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header([
-        "NAME",
-        "STATUS",
-        "JUPYTER",
-        "SSH",
-        "GPUS",
-        "IMAGE",
-        "WORKSPACE",
-    ]);
+    let mut header = vec!["NAME", "STATUS", "JUPYTER", "SSH"];
+    if with_tb {
+        header.push("TENSORBOARD");
+    }
+    header.extend(["GPUS", "IMAGE", "WORKSPACE"]);
+    table.set_header(header);
     let addr = |a: &Option<(String, u16)>| {
         a.as_ref()
             .map_or("-".to_string(), |(h, p)| format!("{h}:{p}"))
     };
     for w in listed {
-        table.add_row([
+        let mut row = vec![
             w.name.clone(),
             short_status(&w.status),
             addr(&w.jupyter),
             addr(&w.ssh),
+        ];
+        if with_tb {
+            row.push(addr(&w.tensorboard));
+        }
+        row.extend([
             w.gpus.clone(),
             w.image.clone(),
             w.workspace.clone().unwrap_or_else(|| "-".into()),
         ]);
+        table.add_row(row);
     }
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
     if let output::Fit::Cut(width) = fit {
         // The least useful first: the folder, the image, the GPUs.
-        output::drop_columns(&mut table, width, &[6, 5, 4]);
+        let shift = usize::from(with_tb);
+        output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
     }
     output::fit_table(&mut table, fit);
     table.to_string()

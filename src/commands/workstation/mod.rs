@@ -23,6 +23,7 @@ use crate::commands::error::CliError;
 use crate::docker::run::ContainerGuard;
 use crate::docker::workstation::{
     self as ws, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
+    TENSORBOARD_PORT,
 };
 use crate::gpus::GpuSelection;
 use crate::output::printer;
@@ -41,6 +42,8 @@ use plan::{plan, token, GpuChoice, UpPlan};
 /// "SSH into a container" guide (22 is the host's sshd).
 const DEFAULT_JUPYTER_PORT: u16 = 8888;
 const DEFAULT_SSH_PORT: u16 = 2222;
+/// TensorBoard's own default.
+const DEFAULT_TENSORBOARD_PORT: u16 = 6006;
 /// `--wait` and `down --time` accept this many seconds.
 const WAIT_RANGE: std::ops::RangeInclusive<i64> = 1..=3600;
 /// How long the quick verify inside may take.
@@ -73,6 +76,8 @@ struct UpReport {
     already_up: bool,
     jupyter: Option<Service>,
     ssh: Option<Service>,
+    /// `up --tensorboard`: TensorBoard's address.
+    tensorboard: Option<Service>,
     verify: Option<VerifySummary>,
 }
 
@@ -121,6 +126,7 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     for note in [
         &plan.jupyter.note,
         &plan.ssh.as_ref().and_then(|s| s.note.clone()),
+        &plan.tensorboard.as_ref().and_then(|s| s.note.clone()),
     ]
     .into_iter()
     .flatten()
@@ -180,6 +186,9 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
                 .with_hint(format!("see why with `imgctl logs {}`", plan.name))
         })?;
     let report = report_of(&listed, false, verify);
+    if let Some(tb) = &report.tensorboard {
+        warn_if_silent(tb).await;
+    }
     print_up(&report, Some(up_in), json)?;
     match &report.verify {
         Some(v) if !v.passed => Err(CliError::failure(format!(
@@ -196,13 +205,64 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     }
 }
 
-/// "JupyterLab and SSH" or "JupyterLab".
+/// "JupyterLab and SSH", "JupyterLab, SSH and TensorBoard", …
 fn services(plan: &UpPlan) -> &'static str {
-    if plan.ssh.is_some() {
-        "JupyterLab and SSH"
-    } else {
-        "JupyterLab"
+    match (plan.ssh.is_some(), plan.tensorboard.is_some()) {
+        (true, false) => "JupyterLab and SSH",
+        (true, true) => "JupyterLab, SSH and TensorBoard",
+        (false, true) => "JupyterLab and TensorBoard",
+        (false, false) => "JupyterLab",
     }
+}
+
+/// An image whose entrypoint predates `IMGCTL_TENSORBOARD` comes up healthy
+/// without it: one GET of the published port, retried for a few seconds,
+/// tells, and a warning says so rather than printing a dead URL silently.
+async fn warn_if_silent(tb: &Service) {
+    let host = match tb.address.as_str() {
+        "" | "0.0.0.0" | "::" => "127.0.0.1".to_string(),
+        a => a.to_string(),
+    };
+    let port = tb.port;
+    let answered = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if http_ok(&host, port, "/data/environment") {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    })
+    .await
+    .unwrap_or(false);
+    if !answered {
+        printer().warn(format!(
+            "TensorBoard does not answer on {}: the image's entrypoint may predate `up --tensorboard`; rebuild the image with this imgctl (`imgctl build`)",
+            tb.open
+        ));
+    }
+}
+
+/// Whether `GET path` on host:port answers 200 within a second or two.
+fn http_ok(host: &str, port: u16, path: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(addr) = format!("{host}:{port}").parse::<std::net::SocketAddr>() else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/") && &head[9..12] == b"200"
 }
 
 /// Creates and starts the container ([`life::create`]); with no `--gpus`,
@@ -232,6 +292,14 @@ async fn create(
         }
         None => env.push("IMGCTL_MODE=jupyter".into()),
     }
+    if let Some(tb) = &plan.tensorboard {
+        env.push("IMGCTL_TENSORBOARD=1".into());
+        publish.push(Publish {
+            container: TENSORBOARD_PORT,
+            address: plan.listen.to_string(),
+            host: tb.host,
+        });
+    }
     let station = Workstation {
         name: plan.name.clone(),
         image: plan.image.clone(),
@@ -252,6 +320,7 @@ async fn create(
     };
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())
+        .chain(plan.tensorboard.as_ref())
         .filter(|p| !p.given)
         .filter_map(|p| p.host)
         .collect();
@@ -391,6 +460,12 @@ fn jupyter_url(address: &str, port: u16, token: Option<&str>) -> String {
     }
 }
 
+/// The TensorBoard URL a browser on this machine opens.
+fn tensorboard_url(address: &str, port: u16) -> String {
+    let lab = jupyter_url(address, port, None);
+    lab.strip_suffix("lab").unwrap_or(&lab).to_string()
+}
+
 /// The `ssh` command line for a published sshd.
 fn ssh_line(address: &str, port: u16, user: &str) -> String {
     let host = match address {
@@ -419,6 +494,11 @@ fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySummary>) -> UpR
             address: a.clone(),
             port: *p,
             open: ssh_line(a, *p, &user),
+        }),
+        tensorboard: w.tensorboard.as_ref().map(|(a, p)| Service {
+            address: a.clone(),
+            port: *p,
+            open: tensorboard_url(a, *p),
         }),
         verify,
     }
@@ -455,6 +535,13 @@ fn print_up(report: &UpReport, up_in: Option<Duration>, json: bool) -> anyhow::R
     match &report.ssh {
         Some(s) => lines.push(format!("  SSH         {}", s.open)),
         None => lines.push("  SSH         off (no public key; pass --ssh-key FILE)".into()),
+    }
+    if let Some(t) = &report.tensorboard {
+        lines.push(format!(
+            "  TensorBoard {} (--logdir {})",
+            t.open,
+            ws::WORKSPACE
+        ));
     }
     if let Some(v) = &report.verify {
         let s = &v.summary;
@@ -494,5 +581,7 @@ mod tests {
             ssh_line("127.0.0.1", 2222, "dev"),
             "ssh -p 2222 dev@127.0.0.1"
         );
+        assert_eq!(tensorboard_url("0.0.0.0", 6006), "http://127.0.0.1:6006/");
+        assert_eq!(tensorboard_url("::1", 6007), "http://[::1]:6007/");
     }
 }

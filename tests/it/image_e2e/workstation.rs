@@ -144,7 +144,7 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
     assert!(chown.success());
     let started = Instant::now();
     let out = Command::new(imgctl_bin())
-        .args(["up", "--name", &name, "--json", "--mount"])
+        .args(["up", "--name", &name, "--json", "--tensorboard", "--mount"])
         .arg(&folder)
         .arg("--ssh-key")
         .arg(key.with_extension("pub"))
@@ -213,6 +213,7 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
         std::fs::read_to_string(folder.join("out.txt")).unwrap(),
         "written\n"
     );
+    tensorboard_shows_a_run(&name, &report);
 
     // Listed, then removed: no container, the folder kept.
     let ps = crate::common::imgctl(&["ps", "--json"]);
@@ -383,5 +384,50 @@ pub(super) fn no_path_to_root_and_clean_stops(
     assert!(
         !docker(&["inspect", &name]).status.success(),
         "container {name} was left"
+    );
+}
+
+/// `up --tensorboard` (#45 item 2): a short training run inside writes its
+/// events under /workspace, and the TensorBoard that `up` published on
+/// 127.0.0.1 lists the run's `train/loss` within its reload interval.
+fn tensorboard_shows_a_run(name: &str, report: &Value) {
+    let port = report["tensorboard"]["port"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no tensorboard in up --json: {report}")) as u16;
+    assert_eq!(
+        report["tensorboard"]["open"],
+        format!("http://127.0.0.1:{port}/"),
+        "{report}"
+    );
+    let train = docker(&[
+        "exec",
+        name,
+        "imgctl",
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "3",
+        "--out",
+        "/workspace/tb-run",
+    ]);
+    assert!(train.status.success(), "{}", texts(&train).1);
+    let started = Instant::now();
+    loop {
+        let (status, body) = super::http_get(port, "/data/plugin/scalars/tags", None);
+        if status == 200 && body.contains("tb-run") && body.contains("train/loss") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "TensorBoard never listed tb-run's train/loss: HTTP {status} {body}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!(
+        "e2e: TensorBoard listed the run {:.1} s after it ended",
+        started.elapsed().as_secs_f64()
     );
 }

@@ -613,7 +613,7 @@ fn entrypoint_serves_tensorboard_when_asked() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let mut child = Command::new("sh")
+    let child = Command::new("sh")
         .arg(entrypoint())
         .env_clear()
         .env("PATH", &path)
