@@ -229,6 +229,11 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         spinner.finish_and_clear();
         return emit(&report?, &args);
     }
+    // A front end without imgctl-torch would report every torch check as
+    // SKIP and pass, having checked nothing of the sort (#45 F8): refuse.
+    if cfg!(not(feature = "torch")) {
+        return Err(super::torch_missing("verify"));
+    }
     // CUDA numbers devices fastest-first unless told otherwise; NVML uses PCI
     // order. Make them agree before anything initialises CUDA.
     if std::env::var_os(crate::env_vars::CUDA_DEVICE_ORDER).is_none() {
