@@ -257,8 +257,8 @@ pub struct PsArgs {
 /// `imgctl down`.
 #[derive(Debug, Args)]
 pub struct DownArgs {
-    /// The workstations to remove (`imgctl ps` lists them).
-    #[arg(value_name = "NAME", required_unless_present = "all")]
+    /// The workstations to remove (`imgctl ps` lists them) [default: the one `imgctl up` starts for the current folder].
+    #[arg(value_name = "NAME")]
     pub names: Vec<String>,
     /// Every workstation, running or stopped.
     #[arg(long, conflicts_with = "names")]
@@ -277,9 +277,9 @@ pub struct DownArgs {
 /// `imgctl logs`.
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// The workstation.
+    /// The workstation [default: the one `imgctl up` starts for the current folder].
     #[arg(value_name = "NAME")]
-    pub name: String,
+    pub name: Option<String>,
     /// Keep printing new lines until Ctrl-C.
     #[arg(short, long)]
     pub follow: bool,

@@ -391,3 +391,51 @@ fn a_workstation_removed_during_the_wait_is_named_not_a_raw_404() {
     );
     assert!(!err.contains("404"), "{err}");
 }
+
+/// `down` and `logs` without a name (#45 F15) take the workstation `up`
+/// starts for the current folder (`imgctl-FOLDER`); in a folder that has
+/// none, one line names the name looked for.
+#[test]
+fn down_and_logs_default_to_this_folders_workstation() {
+    let mut guard = EngineGuard::default();
+    let image = labelled_image(&mut guard, "folder");
+    let root = tempfile::tempdir().unwrap();
+    let folder = root.path().join(format!("f15-{}", std::process::id()));
+    std::fs::create_dir(&folder).unwrap();
+    let name = format!("imgctl-f15-{}", std::process::id());
+    guard.container(&name);
+    let home = tempfile::tempdir().unwrap();
+    let here = |args: &[&str], dir: &std::path::Path| {
+        Command::new(crate::common::imgctl_bin())
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", home.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    // Nothing started for this folder yet: the name up would give is named.
+    for command in ["down", "logs"] {
+        let out = here(&[command], &folder);
+        let (_, err) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        assert!(
+            one_error_line(&err).contains(&format!(
+                "no workstation named {name}, the name `imgctl up` gives this folder"
+            )),
+            "{command}: {err}"
+        );
+    }
+    let out = here(&["up", "--no-verify", "--wait", "20", &image], &folder);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(texts(&out).0.contains(&format!("{name} is up")), "{out:?}");
+    let out = here(&["logs"], &folder);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    let out = here(&["down", "--time", "1"], &folder);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(
+        texts(&out).1.contains(&format!("removed {name}")),
+        "{out:?}"
+    );
+    assert_eq!(containers_named(&name), "");
+}

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
+use super::plan::this_folders_name;
 use super::{report_of, UpReport, SCHEMA_VERSION, WAIT_RANGE};
 use crate::cli::{DownArgs, LogsArgs, PsArgs};
 use crate::commands::error::CliError;
@@ -136,6 +137,8 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
                 .into_iter()
                 .map(|w| w.name)
                 .collect()
+        } else if args.names.is_empty() {
+            vec![folder_workstation(&docker, "down").await?]
         } else {
             args.names.clone()
         };
@@ -173,20 +176,14 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
         .build()?;
     runtime.block_on(async {
         let docker = crate::docker::connect().await?.docker;
-        let id = match ws::find(&docker, &args.name).await? {
+        let name = match &args.name {
+            Some(n) => n.clone(),
+            None => folder_workstation(&docker, "logs").await?,
+        };
+        let id = match ws::find(&docker, &name).await? {
             Some((id, true)) => id,
-            Some((_, false)) => {
-                return Err(WorkstationError::NotAWorkstation {
-                    name: args.name.clone(),
-                }
-                .into())
-            }
-            None => {
-                return Err(WorkstationError::NotFound {
-                    name: args.name.clone(),
-                }
-                .into())
-            }
+            Some((_, false)) => return Err(WorkstationError::NotAWorkstation { name }.into()),
+            None => return Err(WorkstationError::NotFound { name }.into()),
         };
         let mut stream = docker.logs(
             &id,
@@ -208,6 +205,23 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
         }
         Ok(ExitStatus::Success)
     })
+}
+
+/// `down` or `logs` without a name (#45 F15): the workstation `imgctl up`
+/// starts for the current folder, which must exist.
+async fn folder_workstation(docker: &bollard::Docker, command: &str) -> anyhow::Result<String> {
+    let name = this_folders_name()?;
+    match ws::find(docker, &name).await? {
+        Some((_, true)) => Ok(name),
+        Some((_, false)) => Err(WorkstationError::NotAWorkstation { name }.into()),
+        None => Err(CliError::usage(format!(
+            "no workstation named {name}, the name `imgctl up` gives this folder"
+        ))
+        .with_hint(format!(
+            "name the workstation: `imgctl {command} NAME` (`imgctl ps -a` lists them)"
+        ))
+        .into()),
+    }
 }
 
 #[cfg(test)]

@@ -167,6 +167,12 @@ fn checked_name(name: &str) -> anyhow::Result<String> {
     }
 }
 
+/// The name `imgctl up` gives a workstation of the current folder (no
+/// `--name`, no `--mount`): what `down` and `logs` take without a name.
+pub(super) fn this_folders_name() -> anyhow::Result<String> {
+    Ok(default_name(Some(&workspace(None)?)))
+}
+
 /// `imgctl-FOLDER` after the mounted folder (as Compose names a project
 /// after its folder), `imgctl-workstation` without one.
 fn default_name(workspace: Option<&Path>) -> String {
