@@ -195,10 +195,10 @@ pub struct UpArgs {
     #[arg(value_name = "IMAGE", default_value = "imgctl/cu124:latest")]
     pub image: String,
     /// The container's name [default: imgctl-FOLDER, after the mounted folder].
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub name: Option<String>,
     /// GPUs: all, a count, device ids (0,2; one: device=3), or none [default: all when the engine can give GPUs, else none].
-    #[arg(long, value_name = "all|N|IDS|none", allow_hyphen_values = true)]
+    #[arg(long, value_name = "all|N|IDS|none", allow_hyphen_values = true, value_hint = clap::ValueHint::Other)]
     pub gpus: Option<String>,
     /// The host folder mounted read-write at /workspace [default: the current folder].
     #[arg(long, value_name = "DIR", conflicts_with = "no_mount")]
@@ -258,7 +258,7 @@ pub struct PsArgs {
 #[derive(Debug, Args)]
 pub struct DownArgs {
     /// The workstations to remove (`imgctl ps` lists them) [default: the one `imgctl up` starts for the current folder].
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub names: Vec<String>,
     /// Every workstation, running or stopped.
     #[arg(long, conflicts_with = "names")]
@@ -278,7 +278,7 @@ pub struct DownArgs {
 #[derive(Debug, Args)]
 pub struct LogsArgs {
     /// The workstation [default: the one `imgctl up` starts for the current folder].
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub name: Option<String>,
     /// Keep printing new lines until Ctrl-C.
     #[arg(short, long)]
@@ -321,7 +321,7 @@ pub fn cuda_help() -> String {
 #[derive(Debug, Args, Clone)]
 pub struct ImageArgs {
     /// CUDA version of a bundled profile ([`cuda_help`] lists them).
-    #[arg(long, conflicts_with = "spec", help = cuda_help())]
+    #[arg(long, conflicts_with = "spec", help = cuda_help(), value_hint = clap::ValueHint::Other)]
     pub cuda: Option<String>,
     /// A spec file of your own instead of a bundled profile.
     #[arg(long, value_name = "FILE")]
@@ -430,7 +430,7 @@ pub struct RenderArgs {
 #[derive(Debug, Args)]
 pub struct LockArgs {
     /// CUDA version of a bundled profile ([`cuda_help`] lists them).
-    #[arg(long, conflicts_with_all = ["spec", "all"], help = cuda_help())]
+    #[arg(long, conflicts_with_all = ["spec", "all"], help = cuda_help(), value_hint = clap::ValueHint::Other)]
     pub cuda: Option<String>,
     /// A spec file of your own; its lock goes next to it (FILE.lock, or the spec's `lock: PATH`).
     #[arg(long, value_name = "FILE", conflicts_with = "all")]
@@ -471,7 +471,8 @@ pub struct VerifyArgs {
         long,
         default_value = "all",
         value_name = "all|N|IDS",
-        requires = "image"
+        requires = "image",
+        value_hint = clap::ValueHint::Other
     )]
     pub gpus: String,
     /// Which checks run.
@@ -481,10 +482,10 @@ pub struct VerifyArgs {
     #[arg(long, default_value = "any", value_name = "N|any")]
     pub expect_gpus: String,
     /// Run only these checks (ids or id prefixes); repeatable.
-    #[arg(long, value_name = "ID", num_args = 1..)]
+    #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]
     pub only: Vec<String>,
     /// Skip these checks (ids or id prefixes); repeatable.
-    #[arg(long, value_name = "ID", num_args = 1..)]
+    #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]
     pub skip: Vec<String>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
@@ -605,7 +606,7 @@ pub struct TrainArgs {
     /// GPUs to train on: all, a count, or device ids (0,2,5; one: device=3 or 3,); one worker each [default: one process, on --device].
     // allow_hyphen_values: `--gpus -1` reaches imgctl's own GPU-list parser
     // (a clear usage error) instead of clap's "unexpected argument '-1'".
-    #[arg(long, value_name = "all|N|IDS", allow_hyphen_values = true)]
+    #[arg(long, value_name = "all|N|IDS", allow_hyphen_values = true, value_hint = clap::ValueHint::Other)]
     pub gpus: Option<String>,
     /// Measure throughput instead of training for results.
     #[arg(long)]

@@ -538,6 +538,18 @@ async fn container_env(docker: &bollard::Docker, id: &str) -> Vec<String> {
 /// Whether a container named exactly `name` exists (never one whose id
 /// starts with it), and if so whether it is a workstation: None (no such
 /// container), Some(true|false).
+/// The size of a container's /dev/shm in bytes, as the engine was told;
+/// `None` when it cannot say.
+pub async fn shm_bytes(docker: &bollard::Docker, id: &str) -> Option<i64> {
+    docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .ok()?
+        .host_config?
+        .shm_size
+}
+
+/// Finds the container named `name`: its id and whether it is a workstation.
 pub async fn find(docker: &bollard::Docker, name: &str) -> anyhow::Result<Option<(String, bool)>> {
     match docker
         .inspect_container(name, None::<InspectContainerOptions>)

@@ -258,9 +258,12 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
         "--json",
         &image,
     ]);
-    let again: serde_json::Value = serde_json::from_str(&texts(&again).0).unwrap();
+    let (again_out, again_err) = texts(&again);
+    let again: serde_json::Value = serde_json::from_str(&again_out).unwrap();
     assert_eq!(again["already_up"], true);
     assert_eq!(again["jupyter"]["open"], report["jupyter"]["open"]);
+    assert!(!again_err.contains("other settings"), "{again_err}");
+    other_settings_are_named(&name, &image);
 
     // ps lists it (JSON with its URL, and a table), -q its name alone.
     let ps = imgctl(&["ps", "--json"]);
@@ -438,4 +441,30 @@ fn down_and_logs_default_to_this_folders_workstation() {
         "{out:?}"
     );
     assert_eq!(containers_named(&name), "");
+}
+
+/// A second `up` of a running workstation with other settings (#45 F5):
+/// each difference is named, with how to apply it; nothing is changed.
+fn other_settings_are_named(name: &str, image: &str) {
+    let other = imgctl(&[
+        "up",
+        "--name",
+        name,
+        "--no-mount",
+        "--shm-size",
+        "1g",
+        "--no-verify",
+        image,
+    ]);
+    let (_, err) = texts(&other);
+    assert_eq!(other.status.code(), Some(0), "{err}");
+    for words in [
+        "runs with other settings than these, and nothing was changed",
+        "--shm-size: it has 16g, asked 1g",
+        "folder at /workspace: it has ",
+        ", asked none mounted",
+        &format!("`imgctl down {name}` (the folder is kept)"),
+    ] {
+        assert!(err.contains(words), "{words}: {err}");
+    }
 }

@@ -36,7 +36,7 @@ mod manage;
 mod plan;
 
 pub use manage::{down, logs, ps};
-use plan::{plan, token, GpuChoice, UpPlan};
+use plan::{plan, token, GpuChoice, PortPlan, UpPlan};
 
 /// The host ports people expect: JupyterLab's own, and the 2222 of every
 /// "SSH into a container" guide (22 is the host's sshd).
@@ -100,7 +100,18 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
             .find(|w| w.name == plan.name);
         return match running {
             Some(w) if is_ws => {
+                let shm = ws::shm_bytes(&docker, &w.id).await;
+                let differ = differences(&plan, &w, shm);
                 print_up(&report_of(&w, true, None), None, json)?;
+                if !differ.is_empty() {
+                    // Named, one by one, and how to apply them (#45 F5).
+                    printer().warn(format!(
+                        "{} runs with other settings than these, and nothing was changed: {}; to apply them, `imgctl down {}` (the folder is kept) and run this `imgctl up` again",
+                        plan.name,
+                        differ.join("; "),
+                        plan.name
+                    ));
+                }
                 Ok(ExitStatus::Success)
             }
             _ => Err(WorkstationError::NameTaken {
@@ -202,6 +213,64 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
         ))
         .into()),
         _ => Ok(ExitStatus::Success),
+    }
+}
+
+/// What a running workstation `w` (with /dev/shm of `shm` bytes) has other
+/// than `plan` asks: each as `what: it has X, asked Y`. A setting left to
+/// its default (no `--gpus`, a port not given) matches what it has.
+fn differences(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut differ = |what: &str, has: String, asked: String| {
+        if has != asked {
+            out.push(format!("{what}: it has {has}, asked {asked}"));
+        }
+    };
+    differ("image", w.image.clone(), plan.image.clone());
+    let folder = |f: Option<String>| f.unwrap_or_else(|| "none mounted".into());
+    differ(
+        "folder at /workspace",
+        folder(w.workspace.clone()),
+        folder(plan.workspace.as_ref().map(|p| p.display().to_string())),
+    );
+    match &plan.gpus {
+        GpuChoice::Auto => {}
+        GpuChoice::None => differ("--gpus", w.gpus.clone(), "none".into()),
+        GpuChoice::Given(g) => differ("--gpus", w.gpus.clone(), g.to_string()),
+    }
+    if let Some(has) = shm {
+        differ("--shm-size", size_words(has), size_words(plan.shm_bytes));
+    }
+    let port =
+        |p: &Option<(String, u16)>| p.as_ref().map_or("off".to_string(), |(_, p)| p.to_string());
+    if plan.jupyter.given {
+        differ(
+            "--jupyter-port",
+            port(&w.jupyter),
+            plan.jupyter.host.map_or("off".into(), |p| p.to_string()),
+        );
+    }
+    let service =
+        |asked: &Option<PortPlan>, has: &Option<(String, u16)>, what: &str| match (asked, has) {
+            (Some(a), Some((_, p))) if a.given && a.host != Some(*p) => Some(format!(
+                "{what}: it has port {p}, asked {}",
+                a.host.map_or("any".into(), |h| h.to_string())
+            )),
+            (Some(_), None) => Some(format!("{what}: it has none, asked one")),
+            // Not asking (no key, no --tensorboard) is no asking for none.
+            _ => None,
+        };
+    out.extend(service(&plan.ssh, &w.ssh, "SSH"));
+    out.extend(service(&plan.tensorboard, &w.tensorboard, "TensorBoard"));
+    out
+}
+
+/// A size as `--shm-size` takes it: `16g`, `512m`, or bytes.
+fn size_words(bytes: i64) -> String {
+    match bytes {
+        b if b > 0 && b % (1 << 30) == 0 => format!("{}g", b >> 30),
+        b if b > 0 && b % (1 << 20) == 0 => format!("{}m", b >> 20),
+        b => b.to_string(),
     }
 }
 
@@ -428,6 +497,15 @@ async fn quick_verify(
 /// folder, an image built for another uid): saving a notebook would fail.
 fn warn_if_unwritable(dir: &Path, user: &str, uid: Option<&String>) {
     use std::os::unix::fs::MetadataExt;
+    // A folder on a read-only mount (#45 F18): nothing saved in /workspace
+    // would stick, whoever owns it.
+    if crate::sys::fs::read_only_fs(dir) {
+        printer().warn(format!(
+            "{} is on a read-only file system: saving in /workspace will fail; mount a writable folder (--mount DIR), or --no-mount for the container's own /workspace",
+            dir.display()
+        ));
+        return;
+    }
     let (Some(uid), Ok(meta)) = (uid.and_then(|u| u.parse::<u32>().ok()), dir.metadata()) else {
         return;
     };
