@@ -274,6 +274,33 @@ if [ $# -gt 0 ]; then
     as_user "$@"
 fi
 
+# The container's environment for SSH sessions (#45 F2), which sshd starts
+# afresh: the image's pins (so `imgctl verify` over SSH checks what the image
+# promises), the CA bundle a proxy needs (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+# PIP_CERT), the locale, NVIDIA_*/CUDA_*/NCCL_* and the like, as one sshd
+# SetEnv value (only the first SetEnv counts, so PATH and VIRTUAL_ENV from
+# the config file are carried here too). Nothing whose name says token,
+# password, secret or key; no value with a newline (sshd reads one line).
+# Each NAME=VALUE is double-quoted with \ and " escaped, as sshd splits it.
+ssh_environment() {
+    env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u | while read -r name; do
+        case "$name" in
+            *TOKEN* | *PASSWORD* | *SECRET* | *KEY*) continue ;;
+        esac
+        case "$name" in
+            PATH | VIRTUAL_ENV | LANG | LANGUAGE | LC_* | TZ | SSL_CERT_FILE | SSL_CERT_DIR | \
+                REQUESTS_CA_BUNDLE | CURL_CA_BUNDLE | PIP_CERT | NODE_EXTRA_CA_CERTS | \
+                NVIDIA_* | CUDA_* | NCCL_* | OMP_NUM_THREADS | HF_* | TORCH_* | \
+                LD_LIBRARY_PATH | IMGCTL_VERIFY_PINS | IMGCTL_USER | IMGCTL_WORKSPACE) ;;
+            *) continue ;;
+        esac
+        value=$(printenv "$name") || continue
+        case "$value" in *"
+"*) continue ;; esac
+        printf '"%s=%s" ' "$name" "$(printf '%s' "$value" | sed 's/[\\"]/\\&/g')"
+    done
+}
+
 # ------------------------------------------------------------------ services
 started=""
 if [ "$(id -u)" = 0 ]; then
@@ -339,7 +366,7 @@ if [ "$want_ssh" = yes ]; then
     printf '%s' "$keys" >"$RUN_DIR/authorized_keys"
     chmod 0600 "$RUN_DIR/authorized_keys"
     [ "$(id -u)" != 0 ] || chmod 0644 "$RUN_DIR/authorized_keys"
-    set -- "$@" -o "Port=$SSH_PORT" -o "AllowUsers=$ssh_user"
+    set -- "$@" -o "Port=$SSH_PORT" -o "AllowUsers=$ssh_user" -o "SetEnv=$(ssh_environment)"
     /usr/sbin/sshd -t -f "$SSHD_CONFIG" "$@" ||
         die 1 "sshd rejected its configuration $SSHD_CONFIG"
     /usr/sbin/sshd -D -e -f "$SSHD_CONFIG" "$@" &

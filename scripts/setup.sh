@@ -41,7 +41,9 @@ apt_install() {
 # slurmctld slurmd slurm-client munge: tests/it/slurm.rs runs a real SLURM cluster (22.05 in
 #   bookworm) on its network namespaces; it starts the daemons itself, with its own config,
 #   ports and munge socket (the packages' services are never started: no init runs them here).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge
+# chromium chromium-driver: tests/it/image_e2e/browser.rs opens JupyterLab and TensorBoard in a
+#   real headless browser (driven by Selenium, from requirements-test.txt).
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

@@ -263,7 +263,7 @@ pub struct DownArgs {
     /// Every workstation, running or stopped.
     #[arg(long, conflicts_with = "names")]
     pub all: bool,
-    /// Seconds the services get to stop before they are killed.
+    /// Seconds the work inside (a training run, a script) and then the services get to stop after SIGTERM before they are killed.
     #[arg(
         short,
         long,
@@ -272,6 +272,9 @@ pub struct DownArgs {
         allow_negative_numbers = true
     )]
     pub time: i64,
+    /// Do not wait: kill everything inside at once (`docker rm -f`).
+    #[arg(short, long)]
+    pub force: bool,
 }
 
 /// `imgctl logs`.
@@ -478,8 +481,8 @@ pub struct VerifyArgs {
     /// Which checks run.
     #[arg(long, value_enum, default_value_t = Level::Quick)]
     pub level: Level,
-    /// How many GPUs must be present: a number, or any (at least one).
-    #[arg(long, default_value = "any", value_name = "N|any")]
+    /// How many GPUs must be present: a number, or any (at least one) [env: IMGCTL_EXPECT_GPUS, which `imgctl up` sets in a workstation].
+    #[arg(long, default_value = "any", value_name = "N|any", env = crate::env_vars::IMGCTL_EXPECT_GPUS, hide_env = true)]
     pub expect_gpus: String,
     /// Run only these checks (ids or id prefixes); repeatable.
     #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]

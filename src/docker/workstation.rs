@@ -86,6 +86,24 @@ pub struct Workstation {
 }
 
 impl Workstation {
+    /// The environment, with `IMGCTL_EXPECT_GPUS` set to the GPUs asked for
+    /// (#45 F12): a plain `imgctl verify` inside then expects what `up`'s
+    /// quick verify expects (none: `0`, every one: `any`).
+    fn env_with_expected_gpus(&self) -> Vec<String> {
+        let expected = match &self.gpus {
+            None => "0".to_string(),
+            Some(GpuSelection::All) => "any".to_string(),
+            Some(GpuSelection::Count(n)) => n.to_string(),
+            Some(GpuSelection::Devices(ids)) => ids.len().to_string(),
+        };
+        let mut env = self.env.clone();
+        env.push(format!(
+            "{}={expected}",
+            crate::env_vars::IMGCTL_EXPECT_GPUS
+        ));
+        env
+    }
+
     /// The Engine API's create body for this workstation.
     pub fn create_body(&self) -> ContainerCreateBody {
         let mut labels = self.labels.clone();
@@ -143,7 +161,7 @@ impl Workstation {
         };
         ContainerCreateBody {
             image: Some(self.image.clone()),
-            env: Some(self.env.clone()),
+            env: Some(self.env_with_expected_gpus()),
             labels: Some(labels),
             exposed_ports: Some(exposed),
             host_config: Some(host_config),
@@ -419,6 +437,67 @@ pub async fn exec(
     }
 }
 
+/// A process inside a workstation that does work: not tini, the
+/// entrypoint, a service (sshd, JupyterLab, TensorBoard), the healthcheck, an
+/// idle shell, an SSH session's own process or a Jupyter kernel (a kernel's
+/// `!imgctl train-demo` is its child, and is work).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Working {
+    /// Its pid inside the container.
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+}
+
+/// The listing [`working`] runs inside (`sh -c`): `PID<TAB>COMMAND` a line,
+/// from /proc (no procps needed). The marker keeps the listing's own
+/// processes (its subshells share its command line) out.
+const WORK_LIST: &str = r#": imgctl-down-list
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  [ "$pid" = 1 ] && continue
+  args=$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null) || continue
+  case "$args" in
+    '' | *imgctl-down-list* | *imgctl-entrypoint* | *imgctl-healthcheck* | *'python3 -I - '*) continue ;;
+    */sshd\ * | 'sshd:'* | *jupyter-lab* | *'jupyter lab'* | *tensorboard* | *ipykernel_launcher*) continue ;;
+    'sleep 1 ' | 'bash ' | '-bash ' | '/bin/bash ' | '/usr/bin/bash ' | 'bash -l ' | '/bin/bash -l ') continue ;;
+    'sh ' | '-sh ' | '/bin/sh ' | '/bin/sh -l ' | 'zsh ' | '-zsh ' | '/bin/zsh ') continue ;;
+  esac
+  printf '%s\t%s\n' "$pid" "$args"
+done"#;
+
+/// The processes doing work inside the running workstation `id` (see
+/// [`Working`]); none when it is not running.
+pub async fn working(docker: &bollard::Docker, id: &str) -> Vec<Working> {
+    let cmd = vec!["sh".into(), "-c".into(), WORK_LIST.into()];
+    let Ok(out) = exec(docker, id, cmd, Vec::new(), Duration::from_secs(30)).await else {
+        return Vec::new();
+    };
+    parse_working(&out.stdout)
+}
+
+/// [`WORK_LIST`]'s lines.
+fn parse_working(text: &str) -> Vec<Working> {
+    text.lines()
+        .filter_map(|l| {
+            let (pid, command) = l.split_once('\t')?;
+            Some(Working {
+                pid: pid.trim().parse().ok()?,
+                command: command.trim().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Sends SIGTERM to `pids` inside the workstation `id` (as its user, who
+/// owns them); a pid already gone is no error.
+pub async fn terminate(docker: &bollard::Docker, id: &str, pids: &[u32]) -> anyhow::Result<()> {
+    let mut cmd: Vec<String> = vec!["kill".into(), "-TERM".into()];
+    cmd.extend(pids.iter().map(u32::to_string));
+    exec(docker, id, cmd, Vec::new(), Duration::from_secs(30)).await?;
+    Ok(())
+}
+
 /// The last `lines` lines of the container's output (stdout and stderr).
 pub async fn log_tail(docker: &bollard::Docker, id: &str, lines: usize) -> String {
     let mut logs = docker.logs(
@@ -634,6 +713,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_work_listing_reads_pids_and_command_lines() {
+        assert_eq!(
+            parse_working(
+                "123\t/opt/venv/bin/imgctl train-demo --steps 9 \nnoise\n7\tpython train.py\n"
+            ),
+            vec![
+                Working {
+                    pid: 123,
+                    command: "/opt/venv/bin/imgctl train-demo --steps 9".into()
+                },
+                Working {
+                    pid: 7,
+                    command: "python train.py".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn the_create_body_carries_what_a_workstation_needs() {
         let ws = Workstation {
             name: "ws".into(),
@@ -658,6 +756,12 @@ mod tests {
             labels: HashMap::new(),
         };
         let body = ws.create_body();
+        // verify inside expects what up's quick verify expects (#45 F12).
+        assert!(body
+            .env
+            .as_ref()
+            .unwrap()
+            .contains(&"IMGCTL_EXPECT_GPUS=any".to_string()));
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
         let mount = &host.mounts.as_ref().unwrap()[0];

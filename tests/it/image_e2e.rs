@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::build::{docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE};
 use crate::common::{imgctl, imgctl_bin, texts};
 
+mod browser;
 mod supply;
 mod workstation;
 

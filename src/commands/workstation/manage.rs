@@ -156,6 +156,11 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
             printer().info("no workstations to remove");
         }
         for name in &names {
+            let grace = if args.force {
+                Duration::ZERO
+            } else {
+                stop_work(&docker, name, grace).await
+            };
             let spinner = printer().spinner(format!("stopping {name}"));
             let removed = ws::remove(&docker, name, grace).await;
             spinner.finish_and_clear();
@@ -205,6 +210,72 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
         }
         Ok(ExitStatus::Success)
     })
+}
+
+/// Before the services stop (#45 F1): what still works inside (a training
+/// run, a script; not the services, shells or kernels) is named, gets
+/// SIGTERM (train-demo saves a checkpoint on it) and up to `grace` to end.
+/// Returns the grace left for the services.
+async fn stop_work(docker: &bollard::Docker, name: &str, grace: Duration) -> Duration {
+    let Ok(Some((id, true))) = ws::find(docker, name).await else {
+        return grace;
+    };
+    let work = ws::working(docker, &id).await;
+    if work.is_empty() {
+        return grace;
+    }
+    let listed: Vec<String> = work
+        .iter()
+        .map(|w| format!("{} (pid {})", shorten(&w.command, 60), w.pid))
+        .collect();
+    printer().info(format!(
+        "{name}: still running: {}; sending SIGTERM and waiting up to {} s (--force does not wait)",
+        listed.join(", "),
+        grace.as_secs()
+    ));
+    let pids: Vec<u32> = work.iter().map(|w| w.pid).collect();
+    if ws::terminate(docker, &id, &pids).await.is_err() {
+        return grace;
+    }
+    let started = std::time::Instant::now();
+    let spinner = printer().spinner(format!("waiting for the work in {name} to end"));
+    let left = loop {
+        let now = ws::working(docker, &id).await;
+        let left: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| now.iter().any(|w| w.pid == *p))
+            .collect();
+        if left.is_empty() || started.elapsed() >= grace {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    spinner.finish_and_clear();
+    if left.is_empty() {
+        printer().info(format!(
+            "{name}: the work ended in {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    } else {
+        printer().warn(format!(
+            "{name}: pid {} did not end within {} s of SIGTERM and is killed with the workstation (down --time SECS waits longer)",
+            left.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+            grace.as_secs()
+        ));
+    }
+    grace
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1))
+}
+
+/// `text` cut to `n` characters with an ellipsis.
+fn shorten(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(n - 1).collect::<String>())
+    }
 }
 
 /// `down` or `logs` without a name (#45 F15): the workstation `imgctl up`
