@@ -139,7 +139,11 @@ def main():
         # JupyterLab's "official Jupyter news?" toast covers the last lines: No.
         for b in driver.find_elements(By.XPATH, "//button[normalize-space()='No']"):
             b.click()
-        time.sleep(0.5)
+        # A taller window and the notebook from its top: the three cells' output.
+        driver.set_window_size(1280, 1800)
+        driver.execute_script(
+            "for (const e of document.querySelectorAll('.jp-WindowedPanel-outer')) e.scrollTop = 0")
+        time.sleep(1)
         driver.save_screenshot(os.path.join(out, "lab.png"))
 
         # 3. TensorBoard's scalars: the notebook's run among them.
