@@ -474,7 +474,7 @@ pub fn schedule_change(
     let (before, after) = (lr(was), lr(now));
     let what = if was.steps != now.steps {
         format!(
-            "--steps {} (the checkpoint's run had {})",
+            "{} steps in all (the checkpoint's run had {})",
             now.steps, was.steps
         )
     } else {
@@ -583,7 +583,7 @@ mod tests {
         let w = schedule_change(&was, &longer, was.steps / 2).unwrap();
         assert!(
             w.starts_with(&format!(
-                "--steps {} (the checkpoint's run had {}): the cosine learning-rate schedule starts over",
+                "{} steps in all (the checkpoint's run had {}): the cosine learning-rate schedule starts over",
                 was.steps * 2,
                 was.steps
             )),

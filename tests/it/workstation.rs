@@ -434,6 +434,38 @@ fn down_and_logs_default_to_this_folders_workstation() {
     assert!(texts(&out).0.contains(&format!("{name} is up")), "{out:?}");
     let out = here(&["logs"], &folder);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    // Stopped (docker stop, a reboot), it starts again with up (#45 F16):
+    // the same container, its token kept.
+    let token = |n: &str| {
+        docker_ok(&[
+            "inspect",
+            "--format",
+            "{{range .Config.Env}}{{println .}}{{end}}",
+            n,
+        ])
+        .lines()
+        .find(|l| l.starts_with("JUPYTER_TOKEN="))
+        .map(str::to_string)
+    };
+    let (id, before) = (
+        docker_ok(&["inspect", "--format", "{{.Id}}", &name]),
+        token(&name),
+    );
+    docker_ok(&["stop", "-t", "1", &name]);
+    let out = here(&["up", "--no-verify", "--wait", "20", &image], &folder);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("{name} is stopped (")), "{stderr}");
+    assert!(
+        stderr.contains("starting it again with its token, keys and folder"),
+        "{stderr}"
+    );
+    assert!(stdout.contains(&format!("{name} is up in ")), "{stdout}");
+    assert_eq!(
+        docker_ok(&["inspect", "--format", "{{.Id}} {{.State.Running}}", &name]),
+        format!("{id} true")
+    );
+    assert_eq!(token(&name), before);
     let out = here(&["down", "--time", "1"], &folder);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
     assert!(

@@ -54,7 +54,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
 
 /// The engine's status text, shorter for the table: `Up 33 seconds
 /// (healthy)` → `up 33 s, healthy` (`--json` keeps the engine's words).
-fn short_status(status: &str) -> String {
+pub(super) fn short_status(status: &str) -> String {
     let mut s = status.to_string();
     for (long, short) in [
         (" (healthy)", ", healthy"),
@@ -220,7 +220,7 @@ async fn stop_work(docker: &bollard::Docker, name: &str, grace: Duration) -> Dur
     let Ok(Some((id, true))) = ws::find(docker, name).await else {
         return grace;
     };
-    let work = ws::working(docker, &id).await;
+    let work = crate::docker::work::working(docker, &id).await;
     if work.is_empty() {
         return grace;
     }
@@ -234,13 +234,16 @@ async fn stop_work(docker: &bollard::Docker, name: &str, grace: Duration) -> Dur
         grace.as_secs()
     ));
     let pids: Vec<u32> = work.iter().map(|w| w.pid).collect();
-    if ws::terminate(docker, &id, &pids).await.is_err() {
+    if crate::docker::work::terminate(docker, &id, &pids)
+        .await
+        .is_err()
+    {
         return grace;
     }
     let started = std::time::Instant::now();
     let spinner = printer().spinner(format!("waiting for the work in {name} to end"));
     let left = loop {
-        let now = ws::working(docker, &id).await;
+        let now = crate::docker::work::working(docker, &id).await;
         let left: Vec<u32> = pids
             .iter()
             .copied()

@@ -94,11 +94,14 @@ struct Service {
 async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<ExitStatus> {
     let docker = crate::docker::connect().await?.docker;
     if let Some((_, is_ws)) = ws::find(&docker, &plan.name).await? {
-        let running = ws::list(&docker, false)
+        let found = ws::list(&docker, true)
             .await?
             .into_iter()
             .find(|w| w.name == plan.name);
-        return match running {
+        return match found {
+            Some(w) if is_ws && w.state != "running" => {
+                start_again(&docker, &plan, w, json, no_verify).await
+            }
             Some(w) if is_ws => {
                 let shm = ws::shm_bytes(&docker, &w.id).await;
                 let differ = differences(&plan, &w, shm);
@@ -171,7 +174,7 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     spinner.finish_and_clear();
     // Any failure until here removes the container (the guard, on drop).
     if let CameUp::No { why, log } = came_up? {
-        return Err(not_up(&plan, &why, &log));
+        return Err(not_up(&plan, &why, &log, "it was removed"));
     }
     guard.keep();
     interrupt.exit_on_next();
@@ -214,6 +217,82 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
         .into()),
         _ => Ok(ExitStatus::Success),
     }
+}
+
+/// `up` of a stopped workstation (#45 F16: after `docker stop`, a reboot or
+/// an idle stop): started again as it was made, with its token, keys,
+/// folder and home; then the healthcheck and the quick verify as for a new
+/// one. A failure leaves it in place (it holds the user's state).
+async fn start_again(
+    docker: &bollard::Docker,
+    plan: &UpPlan,
+    w: Listed,
+    json: bool,
+    no_verify: bool,
+) -> anyhow::Result<ExitStatus> {
+    let shm = ws::shm_bytes(docker, &w.id).await;
+    let differ = differences(plan, &w, shm);
+    if !differ.is_empty() {
+        printer().warn(format!(
+            "{} was made with other settings than these, and starts with its own: {}; for these, `imgctl down {}` (the folder is kept) and run this `imgctl up` again",
+            plan.name,
+            differ.join("; "),
+            plan.name
+        ));
+    }
+    printer().info(format!(
+        "{} is stopped ({}): starting it again with its token, keys and folder",
+        plan.name,
+        manage::short_status(&w.status)
+    ));
+    let mut interrupt = crate::docker::Termination::install()?;
+    let spinner = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        printer().spinner(format!("starting {} again", plan.name))
+    };
+    let started = Instant::now();
+    ws::start_again(docker, &w.id)
+        .await
+        .inspect_err(|_| spinner.finish_and_clear())?;
+    let came_up = tokio::select! {
+        r = life::wait_healthy(docker, &w.id, plan.wait, started, LOG_LINES) => r,
+        sig = interrupt.recv() => Err(crate::docker::DockerError::Interrupted { signal: sig }.into()),
+    };
+    spinner.finish_and_clear();
+    if let CameUp::No { why, log } = came_up? {
+        return Err(not_up(
+            plan,
+            &why,
+            &log,
+            "it was started again and is kept (`imgctl down` removes it)",
+        ));
+    }
+    interrupt.exit_on_next();
+    let up_in = started.elapsed();
+    let gpus = match w.gpus.as_str() {
+        "" | "none" => None,
+        g => crate::gpus::GpuSelection::parse(g).ok(),
+    };
+    let verify = if no_verify {
+        None
+    } else {
+        Some(quick_verify(docker, &w.id, gpus.as_ref()).await?)
+    };
+    let listed = ws::list(docker, false)
+        .await?
+        .into_iter()
+        .find(|l| l.id == w.id)
+        .ok_or_else(|| {
+            CliError::failure(format!("{} stopped right after it came up", plan.name))
+                .with_hint(format!("see why with `imgctl logs {}`", plan.name))
+        })?;
+    let report = report_of(&listed, false, verify);
+    print_up(&report, Some(up_in), json)?;
+    Ok(match &report.verify {
+        Some(v) if !v.passed => ExitStatus::Failure,
+        _ => ExitStatus::Success,
+    })
 }
 
 /// What a running workstation `w` (with /dev/shm of `shm` bytes) has other
@@ -431,7 +510,7 @@ fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
 
 /// The error of a workstation that did not come up, after the last lines
 /// of its log.
-fn not_up(plan: &UpPlan, why: &NotUp, log: &str) -> anyhow::Error {
+fn not_up(plan: &UpPlan, why: &NotUp, log: &str, fate: &str) -> anyhow::Error {
     let why = match why {
         NotUp::Silent { wait } => format!("did not answer within {} s", wait.as_secs()),
         NotUp::Unhealthy(last) => format!("failed its healthcheck ({last})"),
@@ -456,7 +535,7 @@ fn not_up(plan: &UpPlan, why: &NotUp, log: &str) -> anyhow::Error {
                 .join("\n")
         ));
     }
-    CliError::failure(format!("workstation {} {why}; it was removed", plan.name))
+    CliError::failure(format!("workstation {} {why}; {fate}", plan.name))
         .with_hint("its log is above; `imgctl up --wait SECS` waits longer on a loaded host")
         .into()
 }
