@@ -478,4 +478,39 @@ mod tests {
             );
         }
     }
+
+    /// A knob whose help quotes one value as its default (`[default: 25]`,
+    /// `[default: on]`) quotes the configuration's: that value on the
+    /// command line changes no preset's settings.
+    #[test]
+    fn the_defaults_the_help_quotes_are_the_configurations() {
+        let cmd = train_demo();
+        let mut checked = vec![];
+        for knob in TrainArgs::SETTINGS.iter().filter(|s| s.role == Role::Knob) {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == knob.id).unwrap();
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let Some(quoted) = help.split("[default: ").nth(1) else {
+                continue;
+            };
+            let value = quoted.split([',', ']']).next().unwrap().trim();
+            let line = [format!("--{}", arg.get_long().unwrap()), value.to_string()];
+            // Prose ("the preset's", "bf16 on GPUs with …") is no value.
+            let Ok(args) = parse(&line) else { continue };
+            for preset in [Preset::Default, Preset::Tiny, Preset::Smoke] {
+                let base = TrainConfig::preset(preset);
+                let mut c = base.clone();
+                args.apply_knobs(&mut c.training).unwrap();
+                assert_eq!(
+                    training_keys(&c),
+                    training_keys(&base),
+                    "{line:?} on {preset:?}"
+                );
+            }
+            checked.push(knob.id);
+        }
+        assert!(
+            checked.len() >= 6,
+            "too few quoted defaults checked: {checked:?}"
+        );
+    }
 }
