@@ -83,11 +83,12 @@ pub fn init(verbose: u8, quiet: bool, color: ColorChoice) {
 }
 
 /// The characters a notebook's output area shows on a line before it wraps
-/// the line itself: JupyterLab 4.4 in a 1280-pixel browser window wraps after
-/// 118 (the browser test's screenshot). A table at its natural width (verify's
-/// is over 200) wrapped there lost its borders' alignment; fitted to this
-/// width, each cell wraps inside its own column instead.
-pub const NOTEBOOK_COLUMNS: u16 = 118;
+/// the line itself: JupyterLab 4.4 in a 1280-pixel browser window with its
+/// file browser open wraps after about 108 (the browser test's screenshot).
+/// A table at its natural width (verify's is over 200) wrapped there lost
+/// its borders' alignment; fitted to this width, each cell wraps inside its
+/// own column instead.
+pub const NOTEBOOK_COLUMNS: u16 = 100;
 
 /// Whether imgctl runs under a Jupyter kernel (`JPY_PARENT_PID` set, as
 /// jupyter_client sets it for kernels and their children): a notebook cell's

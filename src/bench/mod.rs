@@ -331,6 +331,22 @@ pub fn run_rank(
     events: Events,
 ) -> anyhow::Result<BenchReport> {
     let run = &opts.run;
+    // Intra-op threads on the CPU chosen as a training run chooses them, and
+    // said (#45 F7: torch's default of every core, on a loaded machine, made
+    // a benchmark 7.3x slower than one thread, and two --compare runs gave
+    // 0.26x and 0.51x).
+    if run.device == Device::Cpu {
+        let (cores, load) = crate::train::threads::host();
+        let omp = std::env::var(crate::env_vars::OMP_NUM_THREADS).ok();
+        let t = crate::train::threads::choose(omp.as_deref(), cores, load);
+        tch::set_num_threads(t.count as i32);
+        events(&RunEvent::Note(format!(
+            "benchmark on cpu with {} thread{}: {}",
+            t.count,
+            if t.count == 1 { "" } else { "s" },
+            t.why
+        )));
+    }
     let backend = sync_backend_label(sync_impl.as_ref(), run.device);
     // The session of a run, without its output directory (a benchmark writes
     // nothing) or a checkpoint; the GPU's memory is read before the model.

@@ -343,6 +343,14 @@ fn run_process(dir: &Path, a: &ReferenceArgs) -> anyhow::Result<ReferenceRun> {
     if a.compile {
         cmd.arg("--compile");
     }
+    // The reference on the CPU gets the threads imgctl's run got (the same
+    // choice, in this process): a ratio of equals.
+    if a.device == "cpu" && std::env::var_os(crate::env_vars::OMP_NUM_THREADS).is_none() {
+        cmd.env(
+            crate::env_vars::OMP_NUM_THREADS,
+            tch::get_num_threads().to_string(),
+        );
+    }
     if a.matched {
         cmd.args(["--recipe", "imgctl"]);
     }

@@ -347,6 +347,27 @@ fn the_start_line_names_the_cpu_threads() {
             || line.contains(" cores free at load "),
         "{line}"
     );
+    // --benchmark chooses and says its threads the same way (#45 F7).
+    let o = run_env(
+        &[
+            "train-demo",
+            "--benchmark",
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--warmup",
+            "1",
+            "--steps",
+            "1",
+        ],
+        &[("OMP_NUM_THREADS", "1")],
+    );
+    let (_, err) = assert_code(&o, 0);
+    assert!(
+        err.contains("benchmark on cpu with 1 thread: OMP_NUM_THREADS=1"),
+        "{err}"
+    );
 }
 
 /// The library trains without printing (#28 item 2): `examples/library_use`
