@@ -114,6 +114,8 @@ fn bundled_profiles_carry_the_pins() {
         "accelerate==1.6.0",
         "datasets==3.5.0",
         "tensorboard==2.19.0",
+        // tensorboard imports pkg_resources, gone from setuptools 82 (#45 F3).
+        "setuptools==81.0.0",
         "jupyterlab==4.4.1",
     ];
     for (cuda, name, base, variant, index) in [
