@@ -69,6 +69,9 @@ pub struct Session {
     /// named (rank 0: one per other rank, index `r - 1`; another rank: its
     /// own), to which later proofs (the fleet's verdict) are bound.
     pub auth: Option<SessionAuth>,
+    /// Rank 0's listener, kept open: the other ranks' heartbeat connections
+    /// arrive on it ([`super::heartbeat`]). `None` on the other ranks.
+    pub listener: Option<TcpListener>,
 }
 
 /// A session's proof material ([`Session::auth`]).
@@ -159,6 +162,7 @@ pub fn rendezvous(
             links: Links::Alone,
             address: host_port(&info.master_addr, info.master_port),
             auth: None,
+            listener: None,
         });
     }
     match (&info.agent_store, info.rank) {
@@ -370,6 +374,7 @@ fn serve_until(
         links: Links::Root(links),
         address,
         auth,
+        listener: Some(listener),
     })
 }
 
@@ -535,6 +540,7 @@ fn join(
         links: Links::Leaf(stream),
         address,
         auth,
+        listener: None,
     })
 }
 

@@ -23,6 +23,7 @@ use crate::common::imgctl_bin;
 use crate::parallel::{assert_close, assert_ranks_agree, final_model, tensors, train};
 
 mod failures;
+mod silent;
 
 /// The prefix of every namespace these tests create (`imgctl-mn-PID-N-a`).
 const NS_PREFIX: &str = "imgctl-mn-";

@@ -486,6 +486,7 @@ fn all_reduce_root(
         links: Links::Root(links),
         address: String::new(),
         auth: None,
+        listener: None,
     };
     let buf = all_reduce_buffer(0, options.link_bytes);
     let outcome = CpuCollective::new(session, options.timeout).and_then(|mut c| {
@@ -558,6 +559,7 @@ fn all_reduce_leaf(
         links: Links::Leaf(stream),
         address: address.to_string(),
         auth: None,
+        listener: None,
     };
     let mut c = CpuCollective::new(session, options.timeout)?;
     c.all_reduce_sum(&all_reduce_buffer(rank, options.link_bytes))?;
