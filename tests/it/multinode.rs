@@ -398,6 +398,14 @@ impl Proc {
         }
     }
 
+    /// SIGSTOP: the process hangs with its sockets open (a silent node).
+    pub(crate) fn stop(&self) {
+        // SAFETY: a signal to the child this test started (imgctl itself).
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGSTOP);
+        }
+    }
+
     /// The stderr lines so far.
     pub(crate) fn text(&self) -> String {
         self.lines.join("\n")

@@ -131,7 +131,7 @@ impl DataParallel {
     ) -> anyhow::Result<Self> {
         let beat = |session: &mut rendezvous::Session| match heartbeat {
             Some((settings, fire)) => {
-                Heartbeat::start(session, settings, heartbeat::progress(), fire)
+                Heartbeat::start(session, settings, heartbeat::progress(), fire, true)
             }
             None => Ok(None),
         };

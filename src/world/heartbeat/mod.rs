@@ -29,7 +29,8 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::rendezvous::{Links, Session};
+use super::auth::Token;
+use super::rendezvous::{Gathered, Links, Session};
 
 mod monitor;
 pub mod wire;
@@ -203,6 +204,10 @@ fn lost_line(
 /// [`HeartbeatError::Lost`] (a training rank ends with it).
 pub type FireAction = Box<dyn FnOnce(anyhow::Error) + Send>;
 
+/// What fleet verify's rank 0 does with each lost peer: gets its rank and
+/// the [`HeartbeatError::Lost`], and the heartbeat watches the others on.
+pub type LostAction = Box<dyn FnMut(usize, anyhow::Error) + Send>;
+
 /// A rank's heartbeat thread. Dropping it says bye to the peers and stops
 /// the thread (a lost notice that arrived meanwhile still fires).
 pub struct Heartbeat {
@@ -220,19 +225,20 @@ impl std::fmt::Debug for Heartbeat {
 impl Heartbeat {
     /// Starts this rank's heartbeat over `session` (rank 0 takes its
     /// listener): `None` for a world of one. `progress` is what the beats
-    /// carry; `fire` runs once, on the thread, when a peer is lost.
+    /// carry; `fire` runs once, on the thread, when a peer is lost: one
+    /// that went silent or, with `strict` (training, where every rank is
+    /// this imgctl), whose heartbeat never came.
     pub fn start(
         session: &mut Session,
         settings: Settings,
         progress: Arc<Progress>,
         fire: FireAction,
+        strict: bool,
     ) -> anyhow::Result<Option<Heartbeat>> {
         let role = match &session.links {
             Links::Alone => return Ok(None),
             Links::Root(streams) => {
-                let listener = session.listener.take().ok_or_else(|| {
-                    anyhow::anyhow!("rank 0's rendezvous listener is gone: no heartbeat")
-                })?;
+                let listener = session.listener.take().ok_or_else(no_listener)?;
                 let mut hosts = vec![None];
                 hosts.extend(
                     streams
@@ -248,6 +254,7 @@ impl Heartbeat {
                     listener,
                     hosts,
                     nonces,
+                    watch: Vec::new(),
                 }
             }
             Links::Leaf(s) => monitor::Role::Leaf {
@@ -260,25 +267,89 @@ impl Heartbeat {
                     .unwrap_or_default(),
             },
         };
+        let token = session.auth.as_ref().map(|a| a.token.clone());
+        let (rank, world) = (session.rank, session.world_size);
+        Self::spawn(
+            (rank, world, token, strict),
+            role,
+            settings,
+            progress,
+            monitor::OnLost::End(fire),
+        )
+        .map(Some)
+    }
+
+    /// Fleet verify's rank 0 over what [`rendezvous_whoever_comes`] gathered
+    /// (its listener taken): watches the ranks that came; `on_lost` gets
+    /// each one that goes silent, and the others are watched on. `None` for
+    /// a world of one.
+    ///
+    /// [`rendezvous_whoever_comes`]: super::rendezvous::rendezvous_whoever_comes
+    pub fn start_fleet_root(
+        gathered: &mut Gathered,
+        token: Option<Token>,
+        settings: Settings,
+        on_lost: LostAction,
+    ) -> anyhow::Result<Option<Heartbeat>> {
+        let world = gathered.peers.len();
+        if world <= 1 {
+            return Ok(None);
+        }
+        let listener = gathered.listener.take().ok_or_else(no_listener)?;
+        let role = monitor::Role::Root {
+            listener,
+            hosts: (gathered.peers.iter())
+                .map(|p| p.as_ref().map(|(_, a)| a.ip().to_string()))
+                .collect(),
+            nonces: (gathered.nonces.iter().skip(1))
+                .map(|n| n.map(|n| n.to_vec()).unwrap_or_default())
+                .collect(),
+            watch: gathered.peers.iter().map(Option::is_some).collect(),
+        };
+        Self::spawn(
+            (0, world, token, false),
+            role,
+            settings,
+            progress(),
+            monitor::OnLost::Each(on_lost),
+        )
+        .map(Some)
+    }
+
+    fn spawn(
+        (rank, world, token, strict): (usize, usize, Option<Token>, bool),
+        role: monitor::Role,
+        settings: Settings,
+        progress: Arc<Progress>,
+        on_lost: monitor::OnLost,
+    ) -> anyhow::Result<Heartbeat> {
         let stop = Arc::new(AtomicBool::new(false));
         let frozen = Arc::new(AtomicBool::new(false));
         let m = monitor::Monitor {
-            rank: session.rank,
-            world: session.world_size,
+            rank,
+            world,
             settings,
-            token: session.auth.as_ref().map(|a| a.token.clone()),
+            token,
             progress,
             stop: stop.clone(),
             frozen: frozen.clone(),
+            strict,
         };
         let thread = std::thread::Builder::new()
-            .name("imgctl-heartbeat".into())
-            .spawn(move || m.run(role, fire))?;
-        Ok(Some(Heartbeat {
+            .name(
+                if rank == 0 {
+                    "imgctl-hb-root"
+                } else {
+                    "imgctl-hb-leaf"
+                }
+                .into(),
+            )
+            .spawn(move || m.run(role, on_lost))?;
+        Ok(Heartbeat {
             stop,
             frozen,
             thread: Some(thread),
-        }))
+        })
     }
 
     /// Stops beating and reading without closing anything, as a stopped
@@ -295,6 +366,10 @@ impl Drop for Heartbeat {
             let _ = t.join();
         }
     }
+}
+
+fn no_listener() -> anyhow::Error {
+    anyhow::anyhow!("rank 0's rendezvous listener is gone: no heartbeat")
 }
 
 /// The default fire action of a rank: the error as the command layer

@@ -30,9 +30,21 @@ pub(super) enum Role {
         listener: TcpListener,
         hosts: Vec<Option<String>>,
         nonces: Vec<Vec<u8>>,
+        /// By rank: whether it is watched (fleet verify's absent are not).
+        watch: Vec<bool>,
     },
     /// Another rank: where rank 0 listens, and its own hello's nonce.
     Leaf { root: SocketAddr, nonce: Vec<u8> },
+}
+
+/// What the thread does with a lost peer.
+pub(super) enum OnLost {
+    /// Rank 0 tells the other ranks, then this runs and the thread ends
+    /// (training: the rank ends).
+    End(FireAction),
+    /// This runs with the peer's rank and the thread watches the others on
+    /// (fleet verify's rank 0 marks the node lost and goes on).
+    Each(super::LostAction),
 }
 
 /// What the thread knows from the start.
@@ -44,6 +56,9 @@ pub(super) struct Monitor {
     pub(super) progress: Arc<Progress>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) frozen: Arc<AtomicBool>,
+    /// Whether a peer whose heartbeat never came is lost too (training);
+    /// fleet verify only watches peers that beat once.
+    pub(super) strict: bool,
 }
 
 /// One heartbeat connection.
@@ -141,6 +156,8 @@ struct Peer {
     heard: Instant,
     last: Option<(u64, Phase)>,
     bye: bool,
+    /// Whether its heartbeat connection ever came.
+    joined: bool,
     /// A lost notice from rank 0, not acted on yet.
     notice: Option<Frame>,
 }
@@ -156,7 +173,7 @@ struct Pending {
 impl Monitor {
     /// The thread's body: beats, reads and judges until stopped or a peer
     /// is lost (then `fire`).
-    pub(super) fn run(self, role: Role, fire: FireAction) {
+    pub(super) fn run(self, role: Role, mut on_lost: OnLost) {
         let start = Instant::now();
         let peer = |host| Peer {
             host,
@@ -164,6 +181,7 @@ impl Monitor {
             heard: start,
             last: None,
             bye: false,
+            joined: false,
             notice: None,
         };
         let mut peers: Vec<Option<Peer>> = (0..self.world).map(|_| None).collect();
@@ -173,9 +191,12 @@ impl Monitor {
                 listener: l,
                 hosts,
                 nonces: n,
+                watch,
             } => {
                 for (r, p) in peers.iter_mut().enumerate().skip(1) {
-                    *p = Some(peer(hosts.get(r).cloned().flatten()));
+                    if watch.get(r).copied().unwrap_or(true) {
+                        *p = Some(peer(hosts.get(r).cloned().flatten()));
+                    }
                 }
                 let _ = l.set_nonblocking(true);
                 (listener, nonces) = (Some(l), n);
@@ -197,12 +218,17 @@ impl Monitor {
             }
             let stopping = self.stop.load(Ordering::SeqCst);
             let conn = match &root {
-                Some((at, nonce)) if !stopping => self.connect(*at, nonce, start),
+                // Within the timeout: past it, rank 0 is lost (training), or
+                // no imgctl of this version (fleet verify, not watched).
+                Some((at, nonce)) if !stopping && start.elapsed() < self.settings.timeout => {
+                    self.connect(*at, nonce, start)
+                }
                 _ => None,
             };
             if let Some(c) = conn {
                 if let Some(p) = peers[0].as_mut() {
                     p.conn = Some(c);
+                    p.joined = true;
                     p.heard = Instant::now();
                 }
                 root = None;
@@ -220,7 +246,10 @@ impl Monitor {
             }
             // A lost notice from rank 0 ends this rank, stopping or not.
             if let Some(err) = self.notice(&mut peers) {
-                return fire(err);
+                match on_lost {
+                    OnLost::End(fire) => return fire(err),
+                    OnLost::Each(ref mut each) => each(0, err),
+                }
             }
             if stopping {
                 return self.say_bye(&mut peers);
@@ -242,8 +271,12 @@ impl Monitor {
                     p.conn = None;
                 }
             }
-            if let Some(err) = self.judge(&mut peers) {
-                return fire(err);
+            let tell = matches!(on_lost, OnLost::End(_));
+            while let Some((peer, err)) = self.judge(&mut peers, tell) {
+                match on_lost {
+                    OnLost::End(fire) => return fire(err),
+                    OnLost::Each(ref mut each) => each(peer, err),
+                }
             }
         }
     }
@@ -388,6 +421,7 @@ impl Monitor {
                                 phase: phase as u8,
                             });
                             peer.conn = Some(c);
+                            peer.joined = true;
                             peer.heard = Instant::now();
                             take_in(peer, rank as usize);
                         }
@@ -427,18 +461,24 @@ impl Monitor {
         )
     }
 
-    /// The first peer silent past the timeout, as the error to end with;
-    /// rank 0 tells every other rank first.
-    fn judge(&self, peers: &mut [Option<Peer>]) -> Option<anyhow::Error> {
+    /// The first peer silent past the timeout (no longer watched), as the
+    /// error to end with; with `tell`, rank 0 tells every other rank first.
+    /// [`Monitor::strict`] (training): a peer whose heartbeat never came is
+    /// silent too; else (fleet verify) only a peer that beat, then fell
+    /// silent, is (one that never beat is no imgctl of this version, or
+    /// none: the wait for its report names it).
+    fn judge(&self, peers: &mut [Option<Peer>], tell: bool) -> Option<(usize, anyhow::Error)> {
         let now = Instant::now();
         let lost = (0..peers.len()).find(|&r| {
             peers[r].as_ref().is_some_and(|p| {
-                !p.bye && now.saturating_duration_since(p.heard) > self.settings.timeout
+                !p.bye
+                    && (self.strict || p.joined)
+                    && now.saturating_duration_since(p.heard) > self.settings.timeout
             })
         })?;
         let p = peers[lost].take().expect("lost peer");
         let silent = now.saturating_duration_since(p.heard);
-        if self.rank == 0 {
+        if self.rank == 0 && tell {
             for c in peers.iter_mut().flatten().filter_map(|p| p.conn.as_mut()) {
                 c.queue(|seq| Frame::Lost {
                     seq,
@@ -450,7 +490,8 @@ impl Monitor {
             }
             flush_all(peers, LAST_WORDS);
         }
-        Some(
+        Some((
+            lost,
             HeartbeatError::Lost {
                 rank: self.rank,
                 peer: lost,
@@ -460,7 +501,7 @@ impl Monitor {
                 seen_by: None,
             }
             .into(),
-        )
+        ))
     }
 
     /// A normal end: a bye to every peer, sent within a moment.

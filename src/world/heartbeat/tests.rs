@@ -23,6 +23,11 @@ struct Rank {
 }
 
 fn world(n: usize, token: Option<&str>) -> Vec<Rank> {
+    world_with(n, token, true, None)
+}
+
+/// A world whose rank `mute` starts no heartbeat at all.
+fn world_with(n: usize, token: Option<&str>, strict: bool, mute: Option<usize>) -> Vec<Rank> {
     let port = free_port().unwrap();
     let token = token.map(Token::new);
     let handles: Vec<_> = (0..n)
@@ -38,7 +43,11 @@ fn world(n: usize, token: Option<&str>) -> Vec<Rank> {
                 let fire: FireAction = Box::new(move |e: anyhow::Error| {
                     let _ = tx.lock().unwrap().send(e.to_string());
                 });
-                let hb = Heartbeat::start(&mut s, FAST, progress.clone(), fire).unwrap();
+                let hb = if mute == Some(rank) {
+                    None
+                } else {
+                    Heartbeat::start(&mut s, FAST, progress.clone(), fire, strict).unwrap()
+                };
                 Rank {
                     hb,
                     progress,
@@ -178,4 +187,18 @@ fn a_stranger_on_rank_0s_port_neither_joins_nor_keeps_a_rank_alive() {
         line.starts_with("rank 0: no heartbeat from rank 1"),
         "{line}"
     );
+}
+
+#[test]
+fn a_rank_whose_heartbeat_never_came_is_lost_in_training_only() {
+    // Training (strict): rank 1 never beat, and is named so.
+    let ranks = world_with(2, None, true, Some(1));
+    let line = ranks[0].fired.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        line.ends_with("it sent no heartbeat since the rendezvous"),
+        "{line}"
+    );
+    // Fleet verify: no imgctl of this version; its report's wait names it.
+    let ranks = world_with(2, None, false, Some(1));
+    quiet(&ranks[0], Duration::from_millis(1500));
 }
