@@ -33,6 +33,8 @@ use super::auth::Token;
 use super::rendezvous::{Gathered, Links, Session};
 
 mod monitor;
+#[cfg(test)]
+mod sim;
 pub mod wire;
 
 /// How often a rank beats by default: 1 s (TorchFT beats every 100 ms; a

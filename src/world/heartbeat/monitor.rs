@@ -21,6 +21,8 @@ const MAX_QUEUED: usize = 64 * 1024;
 const LAST_WORDS: Duration = Duration::from_secs(1);
 /// The most connections rank 0 waits for a hello on at once.
 const MAX_PENDING: usize = 64;
+/// How long a connection may keep its slot without a hello when others wait.
+const HELLO_GRACE: Duration = Duration::from_secs(1);
 
 /// Which end of the star this rank is.
 pub(super) enum Role {
@@ -316,7 +318,9 @@ impl Monitor {
         wait: Duration,
     ) {
         let mut fds: Vec<i32> = Vec::with_capacity(peers.len() + pending.len() + 1);
-        fds.extend(listener.map(|l| l.as_raw_fd()));
+        // A full set of pending hellos leaves newcomers in the backlog.
+        let room = pending.len() < MAX_PENDING;
+        fds.extend(listener.filter(|_| room).map(|l| l.as_raw_fd()));
         fds.extend(pending.iter().map(|p| p.stream.as_raw_fd()));
         let watched: Vec<usize> = (0..peers.len())
             .filter(|&r| peers[r].as_ref().is_some_and(|p| p.conn.is_some()))
@@ -341,17 +345,25 @@ impl Monitor {
         }
     }
 
-    /// Accepts new connections and sends each its challenge.
+    /// Accepts new connections and sends each its challenge. With every
+    /// slot taken, the oldest makes room once it has had [`HELLO_GRACE`]
+    /// (a real rank answers the challenge at once; one that says nothing
+    /// must not keep the real ones out); until then the newcomers wait in
+    /// the kernel's backlog (a thousand ranks connecting at once).
     fn accept(&self, l: &TcpListener, pending: &mut Vec<Pending>) {
-        while let Ok((mut s, _)) = l.accept() {
+        loop {
+            if pending.len() >= MAX_PENDING {
+                if pending[0].since.elapsed() < HELLO_GRACE {
+                    return;
+                }
+                pending.remove(0);
+            }
+            let Ok((mut s, _)) = l.accept() else { return };
             let challenge: [u8; CHALLENGE_BYTES] = rand::random();
             let _ = s.set_nodelay(true);
             if s.set_nonblocking(true).is_err() || s.write(&challenge).ok() != Some(CHALLENGE_BYTES)
             {
                 continue;
-            }
-            if pending.len() >= MAX_PENDING {
-                pending.remove(0);
             }
             pending.push(Pending {
                 stream: s,
