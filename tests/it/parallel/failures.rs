@@ -1,5 +1,6 @@
 //! What goes wrong in a data-parallel run and how it is said: bad GPU selections,
-//! NCCL missing or without a GPU, dying and failing workers, Ctrl-C, bad timeouts.
+//! NCCL missing or without a GPU, dying and failing workers, Ctrl-C, bad timeouts
+//! and heartbeat flags.
 use super::*;
 
 #[test]
@@ -120,6 +121,39 @@ fn a_malformed_collective_timeout_is_a_usage_error_naming_the_variable() {
         err.contains("IMGCTL_COLLECTIVE_TIMEOUT=\"soon\" is not a positive number of seconds"),
         "{err}"
     );
+}
+
+/// `--heartbeat 0`, nonsense or a timeout not past the interval: one line,
+/// exit 2, before anything is started (also without a launcher).
+#[test]
+fn bad_heartbeat_flags_are_one_line_usage_errors() {
+    for (args, needle) in [
+        (
+            &["--heartbeat", "0"][..],
+            "--heartbeat 0 is not a number of seconds between 0 and 3600",
+        ),
+        (
+            &["--heartbeat-timeout", "-3"][..],
+            "--heartbeat-timeout -3 is not a number of seconds",
+        ),
+        (
+            &["--heartbeat", "2", "--heartbeat-timeout", "1"][..],
+            "--heartbeat-timeout 1 is not longer than --heartbeat 2",
+        ),
+        (
+            &["--heartbeat", "soon"][..],
+            "invalid value 'soon' for '--heartbeat <SECS>'",
+        ),
+    ] {
+        let mut all = vec!["train-demo", "--preset", "tiny"];
+        all.extend(args);
+        let o = run(&mut cmd(&all));
+        let (_, err) = texts(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        let errors = err.lines().filter(|l| l.starts_with("error: ")).count();
+        assert_eq!(errors, 1, "{args:?}: {err}");
+    }
 }
 
 /// A worker that fails on bad input: the supervisor's one error line names
