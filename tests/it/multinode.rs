@@ -398,6 +398,11 @@ impl Proc {
         }
     }
 
+    /// Its process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGSTOP: the process hangs with its sockets open (a silent node).
     pub(crate) fn stop(&self) {
         // SAFETY: a signal to the child this test started (imgctl itself).
