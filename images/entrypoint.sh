@@ -20,6 +20,10 @@
 #                         read only when the container starts as root (said once otherwise);
 #                         as root, a name that is no user of the image is refused.
 #   IMGCTL_JUPYTER_PORT   JupyterLab's port (default 8888).
+#   IMGCTL_TENSORBOARD    1: also serve TensorBoard over the workspace (--logdir
+#                         /workspace; default 0). It has no login of its own:
+#                         publish its port on 127.0.0.1 only (imgctl up does).
+#   IMGCTL_TENSORBOARD_PORT  TensorBoard's port (default 6006).
 #   IMGCTL_SSH_PORT       sshd's port (default 22; Docker lets a non-root process
 #                         bind it, Kubernetes may not: use 2222 there).
 #   IMGCTL_HOME_DIR       the user's home (default: from the user database).
@@ -79,6 +83,17 @@ if [ "$(id -u)" = 0 ]; then
     esac || die 2 "IMGCTL_USER='$(printf '%s' "$IMGCTL_USER" | tr -c 'A-Za-z0-9._-' '?')' is not a user of this image, and the workload would run as root; name an existing user, or leave IMGCTL_USER as the image sets it"
 fi
 
+TENSORBOARD_PORT="${IMGCTL_TENSORBOARD_PORT:-6006}"
+case "${IMGCTL_TENSORBOARD:-0}" in
+    0 | 1) ;;
+    *) die 2 "IMGCTL_TENSORBOARD='${IMGCTL_TENSORBOARD}' is not 0 or 1; set 1 to serve TensorBoard, 0 (or unset) not to" ;;
+esac
+case "$TENSORBOARD_PORT" in
+    '' | *[!0-9]*) die 2 "IMGCTL_TENSORBOARD_PORT='$TENSORBOARD_PORT' is not a port number (1-65535)" ;;
+esac
+[ "$TENSORBOARD_PORT" -ge 1 ] && [ "$TENSORBOARD_PORT" -le 65535 ] ||
+    die 2 "IMGCTL_TENSORBOARD_PORT=$TENSORBOARD_PORT is not a port number (1-65535)"
+
 case "$SSH_PORT" in
     '' | *[!0-9]*) die 2 "IMGCTL_SSH_PORT='$SSH_PORT' is not a port number (1-65535)" ;;
 esac
@@ -87,12 +102,18 @@ esac
 
 want_jupyter=no
 want_ssh=no
+want_tensorboard=no
 if [ $# -eq 0 ]; then
     case "$mode" in
         jupyter) want_jupyter=yes ;;
         ssh) want_ssh=yes ;;
         both) want_jupyter=yes want_ssh=yes ;;
     esac
+    [ "${IMGCTL_TENSORBOARD:-0}" = 0 ] || want_tensorboard=yes
+fi
+if [ "$want_tensorboard" = yes ]; then
+    command -v tensorboard >/dev/null 2>&1 ||
+        die 2 "IMGCTL_TENSORBOARD=1 but this image has no tensorboard; install it in the image, or unset IMGCTL_TENSORBOARD"
 fi
 
 user_home() {
@@ -228,7 +249,9 @@ if [ "${IMGCTL_ENTRYPOINT_CHECK_ONLY:-}" = 1 ]; then
     if [ $# -gt 0 ]; then
         log "ok: would run: $*"
     else
-        log "ok: mode=$mode jupyter=$want_jupyter ssh=$want_ssh${ssh_skip_reason:+ (sshd not started: $ssh_skip_reason)}"
+        tb=""
+        [ "$want_tensorboard" = no ] || tb=" tensorboard=yes"
+        log "ok: mode=$mode jupyter=$want_jupyter$tb ssh=$want_ssh${ssh_skip_reason:+ (sshd not started: $ssh_skip_reason)}"
     fi
     exit 0
 fi
@@ -251,6 +274,33 @@ if [ $# -gt 0 ]; then
     as_user "$@"
 fi
 
+# The container's environment for SSH sessions (#45 F2), which sshd starts
+# afresh: the image's pins (so `imgctl verify` over SSH checks what the image
+# promises), the CA bundle a proxy needs (SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+# PIP_CERT), the locale, NVIDIA_*/CUDA_*/NCCL_* and the like, as one sshd
+# SetEnv value (only the first SetEnv counts, so PATH and VIRTUAL_ENV from
+# the config file are carried here too). Nothing whose name says token,
+# password, secret or key; no value with a newline (sshd reads one line).
+# Each NAME=VALUE is double-quoted with \ and " escaped, as sshd splits it.
+ssh_environment() {
+    env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u | while read -r name; do
+        case "$name" in
+            *TOKEN* | *PASSWORD* | *SECRET* | *KEY*) continue ;;
+        esac
+        case "$name" in
+            PATH | VIRTUAL_ENV | LANG | LANGUAGE | LC_* | TZ | SSL_CERT_FILE | SSL_CERT_DIR | \
+                REQUESTS_CA_BUNDLE | CURL_CA_BUNDLE | PIP_CERT | NODE_EXTRA_CA_CERTS | \
+                NVIDIA_* | CUDA_* | NCCL_* | OMP_NUM_THREADS | HF_* | TORCH_* | \
+                LD_LIBRARY_PATH | IMGCTL_VERIFY_PINS | IMGCTL_USER | IMGCTL_WORKSPACE) ;;
+            *) continue ;;
+        esac
+        value=$(printenv "$name") || continue
+        case "$value" in *"
+"*) continue ;; esac
+        printf '"%s=%s" ' "$name" "$(printf '%s' "$value" | sed 's/[\\"]/\\&/g')"
+    done
+}
+
 # ------------------------------------------------------------------ services
 started=""
 if [ "$(id -u)" = 0 ]; then
@@ -264,6 +314,7 @@ fi
 : >"$RUN_DIR/services"
 [ "$want_ssh" = no ] || echo sshd >>"$RUN_DIR/services"
 [ "$want_jupyter" = no ] || echo jupyter >>"$RUN_DIR/services"
+[ "$want_tensorboard" = no ] || echo tensorboard >>"$RUN_DIR/services"
 
 pids=""
 stop_all() { # $1: why
@@ -315,7 +366,7 @@ if [ "$want_ssh" = yes ]; then
     printf '%s' "$keys" >"$RUN_DIR/authorized_keys"
     chmod 0600 "$RUN_DIR/authorized_keys"
     [ "$(id -u)" != 0 ] || chmod 0644 "$RUN_DIR/authorized_keys"
-    set -- "$@" -o "Port=$SSH_PORT" -o "AllowUsers=$ssh_user"
+    set -- "$@" -o "Port=$SSH_PORT" -o "AllowUsers=$ssh_user" -o "SetEnv=$(ssh_environment)"
     /usr/sbin/sshd -t -f "$SSHD_CONFIG" "$@" ||
         die 1 "sshd rejected its configuration $SSHD_CONFIG"
     /usr/sbin/sshd -D -e -f "$SSHD_CONFIG" "$@" &
@@ -354,6 +405,20 @@ if [ "$want_jupyter" = yes ]; then
     else
         log "JupyterLab: port $JUPYTER_PORT, token from JUPYTER_TOKEN"
     fi
+fi
+
+if [ "$want_tensorboard" = yes ]; then
+    # Over the whole workspace: every run's tb/ folder (train-demo writes its
+    # events there) shows up as a run. --bind_all: the container's interfaces,
+    # published by the engine on the host's 127.0.0.1 only.
+    (
+        cd "$WORKSPACE"
+        as_user tensorboard --logdir "$WORKSPACE" --port "$TENSORBOARD_PORT" --bind_all \
+            --reload_interval 5
+    ) &
+    pids="$pids $!"
+    started="$started tensorboard"
+    log "TensorBoard: port $TENSORBOARD_PORT, --logdir $WORKSPACE (no login: keep the port on 127.0.0.1)"
 fi
 
 if [ -z "$started" ]; then

@@ -3,7 +3,8 @@
 #
 # Probes exactly the services the entrypoint started, as listed in
 # /run/imgctl/services (/tmp/imgctl-UID/services in a non-root container): `jupyter` (GET /api on port 8888 must answer 200; the
-# endpoint needs no token) and `sshd` (a socket must LISTEN on port 22, read
+# endpoint needs no token), `tensorboard` (GET /data/environment on port 6006,
+# IMGCTL_TENSORBOARD_PORT) and `sshd` (a socket must LISTEN on port 22, read
 # from /proc/net/tcp{,6}: connecting would make sshd log an aborted handshake
 # every few seconds). No list (a passed-through command) or an empty one
 # (IMGCTL_MODE=none) is healthy. IMGCTL_JUPYTER_PORT and IMGCTL_SSH_PORT
@@ -51,6 +52,11 @@ for service in open(sys.argv[1]).read().split():
         if service == "jupyter":
             port = os.environ.get("IMGCTL_JUPYTER_PORT", "8888")
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=3) as r:
+                if r.status != 200:
+                    raise OSError(f"HTTP {r.status}")
+        elif service == "tensorboard":
+            port = os.environ.get("IMGCTL_TENSORBOARD_PORT", "6006")
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/environment", timeout=3) as r:
                 if r.status != 200:
                     raise OSError(f"HTTP {r.status}")
         elif service == "sshd":

@@ -19,6 +19,34 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+# Disk: the Docker 28 engine's data root takes about 16 GB (its own copy of
+# the end-to-end image and its cache) and the fuzzing's build about 2 GB, on
+# top of what the suite left: the machine engine's test images (about 17 GB)
+# and target/. A CI machine with 53 GB free ran out in the fuzzing's build
+# (2026-12-04). So when less than IMGCTL_CI_NEED_GB (default 32) is free,
+# the suite's own leftovers go first: the machine engine's `imgctl-test/`
+# images and build cache (the next run builds them again) and target/'s
+# incremental state (unused by a clean clone). Each step says what it freed.
+free_gb() { df -Pk "$repo" /var/lib | awk 'NR>1 && (min=="" || $4<min) {min=$4} END {print int(min/1048576)}'; }
+need_gb="${IMGCTL_CI_NEED_GB:-32}"
+log() { printf 'ci-last: %s\n' "$*" >&2; }
+before=$(free_gb)
+log "disk: ${before} GB free (this step needs about ${need_gb} GB)"
+if [ "$before" -lt "$need_gb" ]; then
+  images=$(docker image ls --filter 'reference=imgctl-test/*' --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep -v ':<none>$' || true)
+  if [ -n "$images" ]; then
+    # shellcheck disable=SC2086 # one name a line, no spaces in image names
+    docker image rm -f $images >/dev/null 2>&1 || true
+  fi
+  docker image prune -f >/dev/null 2>&1 || true
+  docker builder prune -af >/dev/null 2>&1 || true
+  rm -rf "$repo/target/debug/incremental"
+  log "disk: removed the suite's images on the machine's engine, its build cache and target/debug/incremental: ${before} -> $(free_gb) GB free"
+  if [ "$(free_gb)" -lt "$need_gb" ]; then
+    log "warning: $(free_gb) GB free, under the ${need_gb} GB this step needs; it may run out of disk"
+  fi
+fi
+
 if [ "${IMGCTL_CI_SERIAL:-0}" = 1 ]; then
   bash "$repo/scripts/fuzz-ci.sh"
   exec bash "$repo/scripts/engine-tests.sh" 28
@@ -47,7 +75,6 @@ bash "$repo/scripts/engine-tests.sh" 28 || rc=$?
 fuzz_rc=0
 wait "$fuzz_pid" || fuzz_rc=$?
 fuzz_pid=""
-printf 'ci-last: engine tests on Docker 28 exit %s, fuzzing exit %s, both in %s s\n' \
-  "$rc" "$fuzz_rc" "$(($(date +%s) - started))" >&2
+log "engine tests on Docker 28 exit $rc, fuzzing exit $fuzz_rc, both in $(($(date +%s) - started)) s; disk: $(free_gb) GB free"
 [ "$rc" -ne 0 ] && exit "$rc"
 exit "$fuzz_rc"

@@ -41,7 +41,9 @@ apt_install() {
 # slurmctld slurmd slurm-client munge: tests/it/slurm.rs runs a real SLURM cluster (22.05 in
 #   bookworm) on its network namespaces; it starts the daemons itself, with its own config,
 #   ports and munge socket (the packages' services are never started: no init runs them here).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge
+# chromium chromium-driver: tests/it/image_e2e/browser.rs opens JupyterLab and TensorBoard in a
+#   real headless browser (driven by Selenium, from requirements-test.txt).
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"
@@ -92,5 +94,11 @@ if [ "${IMGCTL_SKIP_DOCKER:-0}" != 1 ] && ! docker_answers; then
   as_root bash -c 'setsid nohup dockerd >/var/log/imgctl-dockerd.log 2>&1 < /dev/null &'
   for _ in $(seq 1 60); do docker_answers && break; sleep 1; done
   docker_answers || { log "error: dockerd did not answer within 60 s; see /var/log/imgctl-dockerd.log"; exit 1; }
+fi
+# make test's peak disk (README, "Developing imgctl"): said up front, so that
+# a run that will run out says so before it starts, not 20 minutes in.
+free=$(df -Pk "$repo" | awk 'NR==2 {print int($4/1048576)}')
+if [ "$free" -lt 40 ]; then
+  log "warning: ${free} GB free on this disk; a whole make test takes up to about 40 GB (test images, target/, the Docker 28 engine, the fuzzing; see the README)"
 fi
 log "ready"

@@ -1,4 +1,6 @@
-//! Command-line types (clap derive) and nothing else.
+//! Command-line types (clap derive) and nothing else. `train-demo`'s flags
+//! are one table ([`train_demo`]), which also yields each flag's role and
+//! the setting of its knobs on the training configuration.
 //!
 //! Commands turn these into typed options in `commands/`. A flag with a closed
 //! set of values takes the core's own enum, which derives `clap::ValueEnum`
@@ -11,44 +13,16 @@
 //! "unexpected argument '-1'".
 use std::path::PathBuf;
 
-use clap::builder::PossibleValue;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-use crate::choices::{GradReduce, GroupNormKernel, Precision, Preset, Sampler};
+use crate::choices::Sampler;
 use crate::docker::build::BuilderChoice;
 use crate::output::ColorChoice;
 use crate::render::ID_RANGE;
 use crate::verify::Level;
 
-/// An on/off flag value; `true`/`false`, `yes`/`no` and `1`/`0` are read too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Switch {
-    /// On.
-    On,
-    /// Off.
-    Off,
-}
-
-// By hand rather than derived: a derived variant's doc line would be
-// printed as the value's help ("on: On").
-impl ValueEnum for Switch {
-    fn value_variants<'a>() -> &'a [Self] {
-        &[Switch::On, Switch::Off]
-    }
-
-    fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
-            Switch::On => PossibleValue::new("on").aliases(["true", "yes", "1"]),
-            Switch::Off => PossibleValue::new("off").aliases(["false", "no", "0"]),
-        })
-    }
-}
-
-impl From<Switch> for bool {
-    fn from(s: Switch) -> bool {
-        s == Switch::On
-    }
-}
+pub mod train_demo;
+pub use train_demo::{Switch, TrainArgs, TrainRunFlags};
 
 /// `--uid`/`--gid` (`what`: `UID` or `GID`, `id_flag`: `-u` or `-g`): an
 /// integer in [`ID_RANGE`] (login.defs' UID_MIN..UID_MAX).
@@ -195,10 +169,10 @@ pub struct UpArgs {
     #[arg(value_name = "IMAGE", default_value = "imgctl/cu124:latest")]
     pub image: String,
     /// The container's name [default: imgctl-FOLDER, after the mounted folder].
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub name: Option<String>,
     /// GPUs: all, a count, device ids (0,2; one: device=3), or none [default: all when the engine can give GPUs, else none].
-    #[arg(long, value_name = "all|N|IDS|none", allow_hyphen_values = true)]
+    #[arg(long, value_name = "all|N|IDS|none", allow_hyphen_values = true, value_hint = clap::ValueHint::Other)]
     pub gpus: Option<String>,
     /// The host folder mounted read-write at /workspace [default: the current folder].
     #[arg(long, value_name = "DIR", conflicts_with = "no_mount")]
@@ -215,6 +189,12 @@ pub struct UpArgs {
     /// SSH's host port [default: 2222, or a free one when 2222 is taken].
     #[arg(long, value_name = "PORT", value_parser = tcp_port, allow_negative_numbers = true)]
     pub ssh_port: Option<u16>,
+    /// Also serve TensorBoard over /workspace (every run's tb/ folder); it has no login, so keep --listen 127.0.0.1.
+    #[arg(long)]
+    pub tensorboard: bool,
+    /// TensorBoard's host port [default: 6006, or a free one when 6006 is taken].
+    #[arg(long, value_name = "PORT", value_parser = tcp_port, allow_negative_numbers = true, requires = "tensorboard")]
+    pub tensorboard_port: Option<u16>,
     /// The host address the ports listen on (0.0.0.0: every interface).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub listen: String,
@@ -251,13 +231,13 @@ pub struct PsArgs {
 /// `imgctl down`.
 #[derive(Debug, Args)]
 pub struct DownArgs {
-    /// The workstations to remove (`imgctl ps` lists them).
-    #[arg(value_name = "NAME", required_unless_present = "all")]
+    /// The workstations to remove (`imgctl ps` lists them) [default: the one `imgctl up` starts for the current folder].
+    #[arg(value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub names: Vec<String>,
     /// Every workstation, running or stopped.
     #[arg(long, conflicts_with = "names")]
     pub all: bool,
-    /// Seconds the services get to stop before they are killed.
+    /// Seconds the work inside (a training run, a script) and then the services get to stop after SIGTERM before they are killed.
     #[arg(
         short,
         long,
@@ -266,14 +246,17 @@ pub struct DownArgs {
         allow_negative_numbers = true
     )]
     pub time: i64,
+    /// Do not wait: kill everything inside at once (`docker rm -f`).
+    #[arg(short, long)]
+    pub force: bool,
 }
 
 /// `imgctl logs`.
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// The workstation.
-    #[arg(value_name = "NAME")]
-    pub name: String,
+    /// The workstation [default: the one `imgctl up` starts for the current folder].
+    #[arg(value_name = "NAME", value_hint = clap::ValueHint::Other)]
+    pub name: Option<String>,
     /// Keep printing new lines until Ctrl-C.
     #[arg(short, long)]
     pub follow: bool,
@@ -315,7 +298,7 @@ pub fn cuda_help() -> String {
 #[derive(Debug, Args, Clone)]
 pub struct ImageArgs {
     /// CUDA version of a bundled profile ([`cuda_help`] lists them).
-    #[arg(long, conflicts_with = "spec", help = cuda_help())]
+    #[arg(long, conflicts_with = "spec", help = cuda_help(), value_hint = clap::ValueHint::Other)]
     pub cuda: Option<String>,
     /// A spec file of your own instead of a bundled profile.
     #[arg(long, value_name = "FILE")]
@@ -424,7 +407,7 @@ pub struct RenderArgs {
 #[derive(Debug, Args)]
 pub struct LockArgs {
     /// CUDA version of a bundled profile ([`cuda_help`] lists them).
-    #[arg(long, conflicts_with_all = ["spec", "all"], help = cuda_help())]
+    #[arg(long, conflicts_with_all = ["spec", "all"], help = cuda_help(), value_hint = clap::ValueHint::Other)]
     pub cuda: Option<String>,
     /// A spec file of your own; its lock goes next to it (FILE.lock, or the spec's `lock: PATH`).
     #[arg(long, value_name = "FILE", conflicts_with = "all")]
@@ -465,20 +448,21 @@ pub struct VerifyArgs {
         long,
         default_value = "all",
         value_name = "all|N|IDS",
-        requires = "image"
+        requires = "image",
+        value_hint = clap::ValueHint::Other
     )]
     pub gpus: String,
     /// Which checks run.
     #[arg(long, value_enum, default_value_t = Level::Quick)]
     pub level: Level,
-    /// How many GPUs must be present: a number, or any (at least one).
-    #[arg(long, default_value = "any", value_name = "N|any")]
+    /// How many GPUs must be present: a number, or any (at least one) [env: IMGCTL_EXPECT_GPUS, which `imgctl up` sets in a workstation].
+    #[arg(long, default_value = "any", value_name = "N|any", env = crate::env_vars::IMGCTL_EXPECT_GPUS, hide_env = true)]
     pub expect_gpus: String,
     /// Run only these checks (ids or id prefixes); repeatable.
-    #[arg(long, value_name = "ID", num_args = 1..)]
+    #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]
     pub only: Vec<String>,
     /// Skip these checks (ids or id prefixes); repeatable.
-    #[arg(long, value_name = "ID", num_args = 1..)]
+    #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]
     pub skip: Vec<String>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
@@ -515,131 +499,6 @@ pub struct VerifyArgs {
     /// With --fleet: MiB rank 0 sends each node to time its link (1 to 4096).
     #[arg(long, default_value_t = 16, value_name = "MIB", requires = "fleet")]
     pub link_mib: u64,
-}
-
-/// `imgctl train-demo`.
-#[derive(Debug, Args, Clone)]
-pub struct TrainArgs {
-    /// Model preset [default: default, or the config file's / resumed checkpoint's].
-    #[arg(long, value_enum)]
-    pub preset: Option<Preset>,
-    /// YAML file with model and training settings (flags override it).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Number of optimizer steps [default: the preset's: default 1000, tiny 200, smoke 1200; --print-config shows what applies].
-    #[arg(long, allow_negative_numbers = true)]
-    pub steps: Option<u64>,
-    /// Batch size per process [default: the preset's: default 16, tiny 8, smoke 16].
-    #[arg(long, allow_negative_numbers = true)]
-    pub batch_size: Option<i64>,
-    /// Peak learning rate [default: the preset's: default 1e-4, tiny 1e-3, smoke 2e-3].
-    #[arg(long, allow_negative_numbers = true)]
-    pub lr: Option<f64>,
-    /// Random seed [default: 0].
-    #[arg(long, allow_negative_numbers = true)]
-    pub seed: Option<u64>,
-    /// Output directory for checkpoints, samples and metrics [default: imgctl-train].
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// A folder of PNG/JPEG images instead of the synthetic dataset [default: the synthetic dataset].
-    #[arg(long, value_name = "DIR")]
-    pub data: Option<PathBuf>,
-    /// Numeric precision [default: bf16 on GPUs with bf16 tensor cores (compute capability 8.0+), else fp32].
-    #[arg(long, value_enum, ignore_case = true)]
-    pub precision: Option<Precision>,
-    /// Dtype of the gradient all-reduce in bf16 multi-rank runs [default: fp32].
-    #[arg(long, value_enum, ignore_case = true, value_name = "fp32|bf16")]
-    pub grad_reduce: Option<GradReduce>,
-    /// Run the model in channels-last (NHWC) memory layout (tensor-core convolutions prefer it).
-    #[arg(long)]
-    pub channels_last: bool,
-    /// GroupNorm + SiLU kernels: ATen's, or imgctl's fused NHWC ones (CUDA with --channels-last; compiled by NVRTC and checked against ATen before first use, ATen's after a failed check) [default: aten].
-    #[arg(long, value_enum, ignore_case = true, value_name = "aten|fused")]
-    pub groupnorm: Option<GroupNormKernel>,
-    /// Read the loss and gradient norm back (the step's one host sync, and the NaN check) every N steps; fp16 reads every step [default: 0, auto: every step on the CPU, every 10 on CUDA].
-    #[arg(long, value_name = "N")]
-    pub read_every: Option<u64>,
-    /// Recompute each UNet block's activations in backward instead of keeping them (diffusers' enable_gradient_checkpointing): less memory, more compute, the same results.
-    #[arg(long)]
-    pub gradient_checkpointing: bool,
-    /// Average gradient buckets across ranks while backward runs (on, as DDP) or after it (off) [default: on].
-    #[arg(long, value_enum, ignore_case = true, value_name = "on|off")]
-    pub overlap_grad_reduce: Option<Switch>,
-    /// Gradient bucket cap in MiB for the all-reduce (DDP's bucket_cap_mb) [default: 25].
-    #[arg(long, value_name = "MB", allow_negative_numbers = true)]
-    pub bucket_cap_mb: Option<f64>,
-    /// cpu, cuda, or cuda:N [default: cuda when available, else cpu].
-    #[arg(long)]
-    pub device: Option<String>,
-    /// Initialise from a diffusers UNet2DModel safetensors state dict.
-    #[arg(long, value_name = "FILE")]
-    pub init_from: Option<PathBuf>,
-    /// Continue from the latest checkpoint in --out; `--resume auto` starts
-    /// afresh when there is none yet (jobs restarted on failure) [default: a fresh run].
-    #[arg(
-        long,
-        value_name = "auto",
-        num_args = 0..=1,
-        default_missing_value = "latest",
-        value_parser = ["latest", "auto"]
-    )]
-    pub resume: Option<String>,
-    /// Save a checkpoint every N steps [default: the preset's; --print-config shows it].
-    #[arg(long, allow_negative_numbers = true)]
-    pub checkpoint_every: Option<u64>,
-    /// Keep the last K checkpoints [default: the preset's; --print-config shows it].
-    #[arg(long, allow_negative_numbers = true)]
-    pub keep: Option<usize>,
-    /// Write a sample grid every N steps (0: never) [default: the preset's; --print-config shows it].
-    #[arg(long, allow_negative_numbers = true)]
-    pub sample_every: Option<u64>,
-    /// Data loader worker threads [default: the preset's; --print-config shows it].
-    #[arg(long, allow_negative_numbers = true)]
-    pub workers: Option<usize>,
-    /// GPUs to train on: all, a count, or device ids (0,2,5; one: device=3 or 3,); one worker each [default: one process, on --device].
-    // allow_hyphen_values: `--gpus -1` reaches imgctl's own GPU-list parser
-    // (a clear usage error) instead of clap's "unexpected argument '-1'".
-    #[arg(long, value_name = "all|N|IDS", allow_hyphen_values = true)]
-    pub gpus: Option<String>,
-    /// Measure throughput instead of training for results.
-    #[arg(long)]
-    pub benchmark: bool,
-    /// With --benchmark: efficiency at 1, 2, 4 … N GPUs.
-    #[arg(long)]
-    pub scaling: bool,
-    /// With --benchmark: also run the PyTorch reference and print the ratio.
-    #[arg(long)]
-    pub compare: bool,
-    /// With --benchmark: count the operators and bytes allocated of imgctl's step against the PyTorch reference's with imgctl's recipe, both under libtorch's profiler (--steps profiled steps each [default: 3]; with --out, their Chrome traces go there).
-    #[arg(long)]
-    pub op_profile: bool,
-    /// With --scaling or --compare: write the chart (PNG) here [default:
-    /// OUT/scaling.png or OUT/compare.png when --out is given, else none].
-    #[arg(long, value_name = "FILE")]
-    pub plot: Option<PathBuf>,
-    /// Warm-up steps before timing (benchmark) [default: 10 on a GPU, 2 on the CPU].
-    #[arg(long, allow_negative_numbers = true)]
-    pub warmup: Option<u64>,
-    /// Seconds to wait for all ranks at rendezvous [default: 300].
-    #[arg(
-        long,
-        env = "IMGCTL_RENDEZVOUS_TIMEOUT",
-        value_name = "SECS",
-        allow_negative_numbers = true
-    )]
-    pub rendezvous_timeout: Option<f64>,
-    /// Seconds between two heartbeats of a data-parallel rank, sent by a thread of its own beside the training loop [default: 1].
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
-    pub heartbeat: Option<f64>,
-    /// Seconds without a heartbeat after which a data-parallel rank is declared lost and the job stops naming it (above --heartbeat) [default: 5].
-    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
-    pub heartbeat_timeout: Option<f64>,
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Print the resolved configuration (preset, then --config, then flags) as YAML that --config takes back, and exit.
-    #[arg(long, conflicts_with_all = ["benchmark", "resume", "json", "gpus"])]
-    pub print_config: bool,
 }
 
 /// `imgctl sample`.

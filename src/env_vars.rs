@@ -67,6 +67,10 @@ pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 /// Pins (JSON) that `imgctl verify` checks torch and its CUDA libraries
 /// against; `verify --image` sets it inside the container from the image labels.
 pub const IMGCTL_VERIFY_PINS: &str = "IMGCTL_VERIFY_PINS";
+/// `verify --expect-gpus`'s default (`N` or `any`): `imgctl up` sets it to
+/// the GPUs the workstation got, so a plain `imgctl verify` inside agrees
+/// with `up`'s own quick verify (no GPU: `0`, not "no NVIDIA driver").
+pub const IMGCTL_EXPECT_GPUS: &str = "IMGCTL_EXPECT_GPUS";
 /// CUDA device enumeration order; verify sets `PCI_BUS_ID` when unset so CUDA
 /// ordinals follow NVML's (PCI) order.
 pub const CUDA_DEVICE_ORDER: &str = "CUDA_DEVICE_ORDER";

@@ -82,6 +82,13 @@ pub fn init(verbose: u8, quiet: bool, color: ColorChoice) {
     });
 }
 
+/// The characters a notebook's output area shows on a line before it wraps
+/// the line itself: JupyterLab 4.4 in a 1280-pixel browser window wraps after
+/// 118 (the browser test's screenshot). A table at its natural width (verify's
+/// is over 200) wrapped there lost its borders' alignment; fitted to this
+/// width, each cell wraps inside its own column instead.
+pub const NOTEBOOK_COLUMNS: u16 = 118;
+
 /// Whether imgctl runs under a Jupyter kernel (`JPY_PARENT_PID` set, as
 /// jupyter_client sets it for kernels and their children): a notebook cell's
 /// `!imgctl …`.
@@ -309,8 +316,13 @@ pub fn table_width(stream: Stream) -> Option<u16> {
 }
 
 /// How a table for `stream` fits: [`Fit::Natural`] without a known width,
-/// [`Fit::Wrap`] with `full` (the `-v` view), [`Fit::Cut`] otherwise.
+/// [`Fit::Wrap`] with `full` (the `-v` view), [`Fit::Cut`] otherwise; in a
+/// notebook cell (no `COLUMNS`), every cell whole, wrapped inside its column
+/// to [`NOTEBOOK_COLUMNS`].
 pub fn table_fit(stream: Stream, full: bool) -> Fit {
+    if in_notebook() && std::env::var_os(crate::env_vars::COLUMNS).is_none() {
+        return Fit::Wrap(NOTEBOOK_COLUMNS);
+    }
     match table_width(stream) {
         None => Fit::Natural,
         Some(w) if full => Fit::Wrap(w),

@@ -69,9 +69,27 @@ pub(crate) fn say_container_note(phase: &crate::docker::run::ContainerPhase) -> 
 }
 
 /// The error a torch-only command gives in a binary built without the `torch` feature.
-#[cfg(not(feature = "torch"))]
+#[cfg_attr(feature = "torch", allow(dead_code))]
 pub(crate) fn torch_missing(command: &str) -> anyhow::Error {
-    crate::commands::error::CliError::usage(format!("`imgctl {command}` needs libtorch, and this imgctl was built without the `torch` feature"))
+    let looked = std::env::current_exe()
+        .map_err(|_| Vec::new())
+        .and_then(|e| torch_part::find_part(&e).map(|_| Vec::new()))
+        .unwrap_or_else(|folders| folders);
+    let shown: Vec<String> = looked
+        .iter()
+        .take(3)
+        .map(|d| d.display().to_string())
+        .collect();
+    let more = if looked.len() > shown.len() {
+        ", …"
+    } else {
+        ""
+    };
+    crate::commands::error::CliError::usage(format!(
+        "`imgctl {command}` needs libtorch, and this imgctl was built without the `torch` feature; found no {} beside it or on PATH (looked in {}{more})",
+        torch_part::TORCH_PART,
+        shown.join(", "),
+    ))
         .with_hint(format!("install the full imgctl beside this one as {} (`make install` does), use the imgctl inside an image built by `imgctl build`, or build with default features (`cargo build --release`)", torch_part::TORCH_PART))
         .into()
 }

@@ -35,6 +35,48 @@ pub fn part_beside(exe: &Path) -> Option<PathBuf> {
     part.is_file().then_some(part)
 }
 
+/// The folders the full imgctl is looked for in, in order (#45 F8): beside
+/// the front end's real file (`exe`, already resolved), beside the path it
+/// was started by (`argv0`: `/usr/local/bin/imgctl`, a symlink to a build
+/// folder, keeps `imgctl-torch` beside the link), then every folder of
+/// `path` (PATH). Each folder once.
+pub fn part_folders(
+    exe: &Path,
+    argv0: Option<&Path>,
+    path: Option<&std::ffi::OsStr>,
+) -> Vec<PathBuf> {
+    let mut folders: Vec<PathBuf> = Vec::new();
+    let mut add = |dir: Option<&Path>| {
+        if let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            let d = d.to_path_buf();
+            if !folders.contains(&d) {
+                folders.push(d);
+            }
+        }
+    };
+    add(exe.canonicalize().ok().as_deref().and_then(Path::parent));
+    // argv[0] names a file only when it holds a slash (else PATH found it).
+    if let Some(a) = argv0.filter(|a| a.components().count() > 1) {
+        let abs = std::env::current_dir().map(|c| c.join(a)).ok();
+        add(abs.as_deref().and_then(Path::parent));
+    }
+    for dir in path.map(std::env::split_paths).into_iter().flatten() {
+        add(Some(&dir));
+    }
+    folders
+}
+
+/// The first `imgctl-torch` in [`part_folders`], or the folders looked in.
+pub fn find_part(exe: &Path) -> Result<PathBuf, Vec<PathBuf>> {
+    let argv0 = std::env::args_os().next().map(PathBuf::from);
+    let folders = part_folders(exe, argv0.as_deref(), std::env::var_os("PATH").as_deref());
+    folders
+        .iter()
+        .map(|d| d.join(TORCH_PART))
+        .find(|p| p.is_file())
+        .ok_or(folders)
+}
+
 /// In a build without the `torch` feature: execs the full imgctl beside this
 /// one for a command that needs libtorch. Returns only when there is none
 /// (or it is this very front end again): the command then runs here, and
@@ -45,7 +87,10 @@ pub fn hand_over(command: &Command) -> anyhow::Result<()> {
     if !needs_torch(command) || std::env::var_os(HANDED_OVER).is_some() {
         return Ok(());
     }
-    let Some(part) = std::env::current_exe().ok().and_then(|e| part_beside(&e)) else {
+    let Some(part) = std::env::current_exe()
+        .ok()
+        .and_then(|e| find_part(&e).ok())
+    else {
         return Ok(());
     };
     let error = std::process::Command::new(&part)
@@ -123,5 +168,38 @@ mod tests {
             part_beside(&link),
             Some(dir.path().canonicalize().unwrap().join(TORCH_PART))
         );
+    }
+
+    #[test]
+    fn the_part_is_looked_for_beside_the_file_beside_the_link_then_on_path() {
+        let real = tempfile::tempdir().unwrap();
+        let front = real.path().join("imgctl");
+        std::fs::write(&front, "").unwrap();
+        let bin = tempfile::tempdir().unwrap();
+        let link = bin.path().join("imgctl");
+        std::os::unix::fs::symlink(&front, &link).unwrap();
+        let on_path = tempfile::tempdir().unwrap();
+        let path = std::env::join_paths([on_path.path(), real.path()]).unwrap();
+        // exe is what current_exe gives: the real file.
+        let folders = part_folders(&front, Some(&link), Some(&path));
+        assert_eq!(
+            folders,
+            vec![
+                real.path().canonicalize().unwrap(),
+                bin.path().to_path_buf(),
+                on_path.path().to_path_buf(),
+                real.path().to_path_buf(),
+            ]
+            .into_iter()
+            .fold(Vec::new(), |mut v, d| {
+                if !v.contains(&d) {
+                    v.push(d);
+                }
+                v
+            })
+        );
+        // A bare argv[0] (found on PATH) names no folder of its own.
+        let bare = part_folders(&front, Some(Path::new("imgctl")), None);
+        assert_eq!(bare, vec![real.path().canonicalize().unwrap()]);
     }
 }

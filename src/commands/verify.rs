@@ -229,6 +229,11 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
         spinner.finish_and_clear();
         return emit(&report?, &args);
     }
+    // A front end without imgctl-torch would report every torch check as
+    // SKIP and pass, having checked nothing of the sort (#45 F8): refuse.
+    if cfg!(not(feature = "torch")) {
+        return Err(super::torch_missing("verify"));
+    }
     // CUDA numbers devices fastest-first unless told otherwise; NVML uses PCI
     // order. Make them agree before anything initialises CUDA.
     if std::env::var_os(crate::env_vars::CUDA_DEVICE_ORDER).is_none() {
@@ -282,14 +287,24 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         .into());
     }
     let info = crate::world::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
+    let p = printer();
+    if info.source == crate::world::launch::LaunchSource::Single {
+        // A fleet of one "passes" having compared nothing (#45 F19): say so.
+        p.warn("verify --fleet found no launcher (no RANK from torchrun or a PyTorchJob, no SLURM_PROCID from srun): this is a fleet of one node; run it under `torchrun --nnodes N --nproc-per-node 1` or `srun --ntasks-per-node 1`, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+    }
     let options = FleetOptions {
         timeout: Duration::from_secs_f64(args.fleet_timeout),
         link_bytes: args.link_mib << 20,
         heartbeat: crate::world::heartbeat::Settings::default(),
     };
-    let p = printer();
     match fleet::run(&info, options, local)? {
         FleetOutcome::Root(report) => {
+            for (host, ranks) in shared_hosts(&report) {
+                p.warn(format!(
+                    "ranks {} run on the same host {host}: a fleet verify checks each node once, so start one rank a node (--nproc-per-node 1, --ntasks-per-node 1)",
+                    ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+                ));
+            }
             if args.json {
                 p.json(&report)?;
             }
@@ -323,6 +338,45 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
             })
         }
     }
+}
+
+/// The hosts that more than one rank runs on, with those ranks: the same
+/// host name and nothing that tells them apart (the same address rank 0 saw
+/// them connect from; for rank 0 itself, a peer on loopback). Network
+/// namespaces share a host name but not an address.
+#[cfg(feature = "torch")]
+fn shared_hosts(report: &verify::fleet::FleetReport) -> Vec<(String, Vec<usize>)> {
+    let loopback = |a: &str| {
+        a.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+    };
+    let same_place = |a: &verify::fleet::NodeEntry, b: &verify::fleet::NodeEntry| match (
+        a.address.as_deref(),
+        b.address.as_deref(),
+    ) {
+        (Some("self"), Some(x)) | (Some(x), Some("self")) => loopback(x),
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    };
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, a) in report.nodes.iter().enumerate() {
+        let Some(host) = a.host.as_deref() else {
+            continue;
+        };
+        if groups.iter().any(|(_, ranks)| ranks.contains(&a.rank)) {
+            continue;
+        }
+        let mut ranks = vec![a.rank];
+        for b in &report.nodes[i + 1..] {
+            if b.host.as_deref() == Some(host) && same_place(a, b) {
+                ranks.push(b.rank);
+            }
+        }
+        if ranks.len() > 1 {
+            groups.push((host.to_string(), ranks));
+        }
+    }
+    groups
 }
 
 #[cfg(not(feature = "torch"))]

@@ -25,6 +25,7 @@ pub mod image;
 pub mod run;
 pub mod tail;
 pub mod transport;
+pub mod work;
 pub mod workstation;
 
 pub use engine::{connect, Engine, EngineInfo};

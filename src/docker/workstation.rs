@@ -41,6 +41,8 @@ pub const LABEL_USER: &str = "io.imgctl.workstation.user";
 pub const JUPYTER_PORT: u16 = 8888;
 /// sshd's port inside the container (the entrypoint's default).
 pub const SSH_PORT: u16 = 22;
+/// TensorBoard's port inside the container (the entrypoint's default).
+pub const TENSORBOARD_PORT: u16 = 6006;
 /// Where the host folder is mounted (the image's WORKDIR).
 pub const WORKSPACE: &str = "/workspace";
 
@@ -84,6 +86,24 @@ pub struct Workstation {
 }
 
 impl Workstation {
+    /// The environment, with `IMGCTL_EXPECT_GPUS` set to the GPUs asked for
+    /// (#45 F12): a plain `imgctl verify` inside then expects what `up`'s
+    /// quick verify expects (none: `0`, every one: `any`).
+    fn env_with_expected_gpus(&self) -> Vec<String> {
+        let expected = match &self.gpus {
+            None => "0".to_string(),
+            Some(GpuSelection::All) => "any".to_string(),
+            Some(GpuSelection::Count(n)) => n.to_string(),
+            Some(GpuSelection::Devices(ids)) => ids.len().to_string(),
+        };
+        let mut env = self.env.clone();
+        env.push(format!(
+            "{}={expected}",
+            crate::env_vars::IMGCTL_EXPECT_GPUS
+        ));
+        env
+    }
+
     /// The Engine API's create body for this workstation.
     pub fn create_body(&self) -> ContainerCreateBody {
         let mut labels = self.labels.clone();
@@ -141,7 +161,7 @@ impl Workstation {
         };
         ContainerCreateBody {
             image: Some(self.image.clone()),
-            env: Some(self.env.clone()),
+            env: Some(self.env_with_expected_gpus()),
             labels: Some(labels),
             exposed_ports: Some(exposed),
             host_config: Some(host_config),
@@ -231,6 +251,25 @@ pub async fn create_and_start(
         return Err(err);
     }
     Ok(created.id)
+}
+
+/// Starts the stopped workstation `id` again, as it was made: its token,
+/// keys, folder and ports (`docker start`).
+pub async fn start_again(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
+    match docker.start_container(id, None).await {
+        // 304: it runs already.
+        Ok(())
+        | Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 304, ..
+        }) => Ok(()),
+        Err(e) => Err(
+            DockerError::of_engine(&e, |error| DockerError::RemoveContainer {
+                id: id.to_string(),
+                error,
+            })
+            .into(),
+        ),
+    }
 }
 
 /// The error for a failed create (`creating`) or start of `ws`.
@@ -456,6 +495,8 @@ pub struct Listed {
     pub jupyter: Option<(String, u16)>,
     /// sshd's host address and port, when published.
     pub ssh: Option<(String, u16)>,
+    /// TensorBoard's host address and port, when published (`up --tensorboard`).
+    pub tensorboard: Option<(String, u16)>,
     /// The image's user (SSH logs in as it).
     pub user: Option<String>,
     /// The JupyterLab token (from the container's environment).
@@ -510,6 +551,7 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             workspace: labels.get(LABEL_WORKSPACE).cloned(),
             jupyter: published.get(&JUPYTER_PORT).cloned(),
             ssh: published.get(&SSH_PORT).cloned(),
+            tensorboard: published.get(&TENSORBOARD_PORT).cloned(),
             user: labels.get(LABEL_USER).cloned(),
             token,
             created: c.created.unwrap_or_default(),
@@ -533,6 +575,18 @@ async fn container_env(docker: &bollard::Docker, id: &str) -> Vec<String> {
 /// Whether a container named exactly `name` exists (never one whose id
 /// starts with it), and if so whether it is a workstation: None (no such
 /// container), Some(true|false).
+/// The size of a container's /dev/shm in bytes, as the engine was told;
+/// `None` when it cannot say.
+pub async fn shm_bytes(docker: &bollard::Docker, id: &str) -> Option<i64> {
+    docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .ok()?
+        .host_config?
+        .shm_size
+}
+
+/// Finds the container named `name`: its id and whether it is a workstation.
 pub async fn find(docker: &bollard::Docker, name: &str) -> anyhow::Result<Option<(String, bool)>> {
     match docker
         .inspect_container(name, None::<InspectContainerOptions>)
@@ -641,6 +695,12 @@ mod tests {
             labels: HashMap::new(),
         };
         let body = ws.create_body();
+        // verify inside expects what up's quick verify expects (#45 F12).
+        assert!(body
+            .env
+            .as_ref()
+            .unwrap()
+            .contains(&"IMGCTL_EXPECT_GPUS=any".to_string()));
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
         let mount = &host.mounts.as_ref().unwrap()[0];

@@ -31,6 +31,20 @@ pub fn available_bytes(path: &Path) -> Option<u64> {
     Some((s.f_bavail as u64).saturating_mul(s.f_frsize as u64))
 }
 
+/// Whether the file system holding `path` is mounted read-only (statvfs's
+/// `ST_RDONLY`); `false` when the call fails.
+pub fn read_only_fs(path: &Path) -> bool {
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs writes into the zeroed struct we own; `c` is a valid C string.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return false;
+    }
+    s.f_flag & libc::ST_RDONLY != 0
+}
+
 /// Takes `flock(LOCK_EX | LOCK_NB)` on `file`, held until it is closed; the
 /// error is the call's errno (`EWOULDBLOCK`: another open file holds it).
 pub fn try_lock_exclusive(file: &File) -> std::io::Result<()> {

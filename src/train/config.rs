@@ -6,8 +6,11 @@
 //! flags. A config file has three optional top-level keys, `preset`, `model`
 //! (fields of diffusers' `UNet2DModel` config, merged over the preset's) and
 //! `training` (fields of [`TrainingConfig`], merged over the preset's); every
-//! unknown key is an error naming its path. Owns parsing and validation only;
-//! must not touch tensors or files other than the config file.
+//! unknown key is an error naming its path. The command layer sets the
+//! flags last, each on the [`TrainingConfig`] field of its name, so a field
+//! is a setting's one home: its YAML key, default, check and
+//! `--print-config` line. Owns parsing and validation only; must not touch
+//! tensors or files other than the config file.
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -403,43 +406,6 @@ pub struct TrainConfig {
     pub training: TrainingConfig,
 }
 
-/// Values given on the command line (each overrides the file and the preset).
-#[derive(Debug, Clone, Default)]
-pub struct Overrides {
-    /// `--steps`.
-    pub steps: Option<u64>,
-    /// `--batch-size`.
-    pub batch_size: Option<usize>,
-    /// `--lr`.
-    pub lr: Option<f64>,
-    /// `--seed`.
-    pub seed: Option<u64>,
-    /// `--precision`.
-    pub precision: Option<Precision>,
-    /// `--grad-reduce`.
-    pub grad_reduce: Option<GradReduce>,
-    /// `--channels-last` (only turns it on).
-    pub channels_last: bool,
-    /// `--groupnorm`.
-    pub groupnorm: Option<GroupNormKernel>,
-    /// `--read-every`.
-    pub read_every: Option<u64>,
-    /// `--gradient-checkpointing` (only turns it on).
-    pub gradient_checkpointing: bool,
-    /// `--overlap-grad-reduce on|off`.
-    pub overlap_grad_reduce: Option<bool>,
-    /// `--bucket-cap-mb`.
-    pub bucket_cap_mb: Option<f64>,
-    /// `--checkpoint-every`.
-    pub checkpoint_every: Option<u64>,
-    /// `--keep`.
-    pub keep: Option<usize>,
-    /// `--sample-every`.
-    pub sample_every: Option<u64>,
-    /// `--workers`.
-    pub workers: Option<usize>,
-}
-
 /// Recursively merges mapping `over` into `base` (scalars and lists replace).
 fn merge(base: &mut serde_yaml::Value, over: serde_yaml::Value) {
     match (base, over) {
@@ -538,59 +504,6 @@ impl TrainConfig {
         self.apply_yaml(&text, &path.display().to_string(), preset_from_flag)
     }
 
-    /// Applies command-line overrides.
-    pub fn apply(&mut self, o: &Overrides) {
-        let t = &mut self.training;
-        if let Some(v) = o.steps {
-            t.steps = v;
-        }
-        if let Some(v) = o.batch_size {
-            t.batch_size = v;
-        }
-        if let Some(v) = o.lr {
-            t.lr = v;
-        }
-        if let Some(v) = o.seed {
-            t.seed = v;
-        }
-        if let Some(v) = o.precision {
-            t.precision = Some(v);
-        }
-        if let Some(v) = o.grad_reduce {
-            t.grad_reduce = v;
-        }
-        if o.channels_last {
-            t.channels_last = true;
-        }
-        if let Some(g) = o.groupnorm {
-            t.groupnorm = g;
-        }
-        if let Some(n) = o.read_every {
-            t.read_every = n;
-        }
-        if o.gradient_checkpointing {
-            t.gradient_checkpointing = true;
-        }
-        if let Some(v) = o.overlap_grad_reduce {
-            t.overlap_grad_reduce = v;
-        }
-        if let Some(v) = o.bucket_cap_mb {
-            t.bucket_cap_mb = v;
-        }
-        if let Some(v) = o.checkpoint_every {
-            t.checkpoint_every = v;
-        }
-        if let Some(v) = o.keep {
-            t.keep = v;
-        }
-        if let Some(v) = o.sample_every {
-            t.sample_every = v;
-        }
-        if let Some(v) = o.workers {
-            t.workers = v;
-        }
-    }
-
     /// Validates the model and the training settings: everything a run can
     /// check before its first step (exit 2 on a bad value), so that no
     /// setting fails once training has started.
@@ -624,7 +537,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn file_merges_over_the_preset_and_flags_win() {
+    fn file_merges_over_the_preset() {
         let mut c = TrainConfig::preset(Preset::Tiny);
         c.apply_yaml(
             "training:\n  lr: 0.01\n  steps: 7\nmodel:\n  norm_num_groups: 4\n",
@@ -636,11 +549,6 @@ mod tests {
         assert_eq!(c.training.steps, 7);
         assert_eq!(c.training.batch_size, 8);
         assert_eq!(c.model.norm_num_groups, 4);
-        c.apply(&Overrides {
-            steps: Some(3),
-            ..Default::default()
-        });
-        assert_eq!(c.training.steps, 3);
     }
 
     #[test]

@@ -239,6 +239,12 @@ impl<'a> RunLoop<'a> {
                 "resuming from {} (step {step})",
                 dir.display()
             )));
+            if let Ok(state) = checkpoint::read_state(dir) {
+                let now = &opts.config.training;
+                if let Some(w) = session::schedule_change(&state.config.training, now, step) {
+                    events(&RunEvent::Warning(w));
+                }
+            }
         }
         if lead {
             trainer.groupnorm.announce(events);

@@ -453,6 +453,41 @@ pub(crate) fn device_name(d: Device) -> String {
     }
 }
 
+/// The warning for a resume whose run length differs from the checkpoint's
+/// (#45 F10): the cosine schedule is laid over the new length, so the
+/// learning rate jumps at the resumed step (a step in `loss.png`); `None`
+/// when the curve goes on unbroken.
+pub fn schedule_change(
+    was: &crate::train::config::TrainingConfig,
+    now: &crate::train::config::TrainingConfig,
+    at: u64,
+) -> Option<String> {
+    if was.steps == now.steps
+        && was.lr == now.lr
+        && was.effective_warmup() == now.effective_warmup()
+    {
+        return None;
+    }
+    let lr = |t: &crate::train::config::TrainingConfig| {
+        super::optim::lr_at(t.lr, at, t.effective_warmup(), t.steps)
+    };
+    let (before, after) = (lr(was), lr(now));
+    let what = if was.steps != now.steps {
+        format!(
+            "{} steps in all (the checkpoint's run had {})",
+            now.steps, was.steps
+        )
+    } else {
+        format!(
+            "the learning rate {:.2e} (the checkpoint's run had {:.2e})",
+            now.lr, was.lr
+        )
+    };
+    Some(format!(
+        "{what}: the cosine learning-rate schedule starts over for the new run, so at step {at} the rate jumps from {before:.2e} to {after:.2e} (a step in loss.png); resume with the checkpoint's settings to keep its curve"
+    ))
+}
+
 /// Rank 0's lines before training: the unreadable files skipped, then what
 /// trains on what ("training …", which the supervisor and the tests wait for).
 pub(crate) fn announce(
@@ -535,5 +570,33 @@ mod tests {
             // itself fails (no device); with a CPU one nothing is mapped.
             assert_eq!(cuda_compute_capability(0), None);
         }
+    }
+
+    #[test]
+    fn a_resume_that_changes_the_run_length_says_the_rate_jumps() {
+        let was = crate::train::config::TrainConfig::preset(crate::choices::Preset::Smoke).training;
+        assert_eq!(schedule_change(&was, &was, 200), None);
+        let longer = crate::train::config::TrainingConfig {
+            steps: was.steps * 2,
+            ..was.clone()
+        };
+        let w = schedule_change(&was, &longer, was.steps / 2).unwrap();
+        assert!(
+            w.starts_with(&format!(
+                "{} steps in all (the checkpoint's run had {}): the cosine learning-rate schedule starts over",
+                was.steps * 2,
+                was.steps
+            )),
+            "{w}"
+        );
+        // The rate at the resumed step under each length, as lr_at gives them.
+        let at = was.steps / 2;
+        let before = super::super::optim::lr_at(was.lr, at, was.effective_warmup(), was.steps);
+        let after = super::super::optim::lr_at(was.lr, at, longer.effective_warmup(), longer.steps);
+        assert!(after > before, "a longer cosine is higher at the same step");
+        assert!(
+            w.contains(&format!("jumps from {before:.2e} to {after:.2e}")),
+            "{w}"
+        );
     }
 }

@@ -166,10 +166,14 @@ pub fn check_list(words: &Wording) -> Vec<CheckInfo> {
     rows
 }
 
-/// An empty table: box-drawing borders with `color`, ASCII without.
+/// An empty table: box-drawing borders with `color`, ASCII without, and
+/// ASCII in a notebook cell too: a browser draws box-drawing characters from
+/// a fallback font, wider than the monospace ones, and the notebook's output
+/// area then wrapped a row fitted to its width (the browser test's
+/// screenshot).
 fn new_table(color: bool) -> Table {
     let mut t = Table::new();
-    t.load_preset(if color {
+    t.load_preset(if color && !crate::output::in_notebook() {
         presets::UTF8_FULL_CONDENSED
     } else {
         presets::ASCII_FULL_CONDENSED

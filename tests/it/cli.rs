@@ -234,6 +234,22 @@ fn completion_scripts_name_every_subcommand() {
     }
     let out = imgctl(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2));
+    // Values that are no file names do not complete as files (#45 F20).
+    let bash = texts(&imgctl(&["completions", "bash"])).0;
+    let lines: Vec<&str> = bash.lines().collect();
+    for flag in ["--cuda)", "--gpus)", "--only)", "--skip)", "--name)"] {
+        let at: Vec<usize> = (0..lines.len())
+            .filter(|&i| lines[i].trim() == flag)
+            .collect();
+        assert!(!at.is_empty(), "no {flag} in the bash script");
+        for i in at {
+            assert!(
+                !lines[i + 1].contains("compgen -f"),
+                "{flag} completes file names: {}",
+                lines[i + 1]
+            );
+        }
+    }
 }
 
 #[test]

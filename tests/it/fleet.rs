@@ -99,6 +99,8 @@ fn three_nodes_under_torchrun_report_as_one_fleet() {
         "{root}"
     );
     assert!(root.contains("PASS  fleet.software: the same "), "{root}");
+    // The namespaces share a host name, not an address: no "same host" warning.
+    assert!(!root.contains("run on the same host"), "{root}");
     // Every node at once: the CPU collective's all-reduce, its sum checked.
     assert!(
         root.contains("PASS  fleet.allreduce: CPU all-reduce of 16 MiB over 3 nodes in "),
@@ -429,4 +431,39 @@ fn bad_fleet_flags_are_usage_errors() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// `verify --fleet` with no launcher's variables (#45 F19) runs as a fleet
+/// of one, and says so: it compared nothing across nodes.
+#[test]
+fn a_fleet_without_a_launcher_says_it_is_a_fleet_of_one() {
+    use crate::common::texts;
+    let mut c = Command::new(imgctl_bin());
+    c.args([
+        "verify",
+        "--fleet",
+        "--expect-gpus",
+        "0",
+        "--level",
+        "quick",
+    ])
+    .env("NO_COLOR", "1");
+    for var in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+    ] {
+        c.env_remove(var);
+    }
+    let out = c.output().unwrap();
+    let (_, stderr) = texts(&out);
+    assert!(
+        stderr.contains("warning: verify --fleet found no launcher"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("this is a fleet of one node"), "{stderr}");
 }

@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::build::{docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE};
 use crate::common::{imgctl, imgctl_bin, texts};
 
+mod browser;
 mod supply;
 mod workstation;
 
@@ -218,7 +219,12 @@ fn host_port(container: &str, port: &str) -> u16 {
 
 /// A minimal HTTP/1.1 GET; returns the status code.
 fn http_status(port: u16, path: &str, token: Option<&str>) -> u16 {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to JupyterLab");
+    http_get(port, path, token).0
+}
+
+/// `GET path` on 127.0.0.1:port: the status and the body.
+fn http_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the workstation");
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
@@ -231,11 +237,15 @@ fn http_status(port: u16, path: &str, token: Option<&str>) -> u16 {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     let status_line = response.lines().next().unwrap_or_default();
-    status_line
+    let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"))
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
 }
 
 fn ssh(key: &Path, port: u16, extra: &[&str], command: &str) -> Output {
@@ -372,6 +382,23 @@ fn image_contents_and_verify(image: &str) {
         imports.contains("No broken requirements found.") && imports.contains("imports ok"),
         "{imports}"
     );
+    // Each console script the image and imgctl's own output send people to
+    // starts (#45 F3: `tensorboard` failed on `import pkg_resources` while
+    // pip check passed and the import above worked).
+    let scripts = docker_ok(&[
+        "run",
+        "--rm",
+        &image,
+        "sh",
+        "-ec",
+        "tensorboard --version; jupyter lab --version; accelerate --help >/dev/null; \
+         huggingface-cli --help >/dev/null; echo scripts ok",
+    ]);
+    assert!(
+        scripts.contains("2.19.0") && scripts.contains("4.4.1"),
+        "{scripts}"
+    );
+    assert!(scripts.contains("scripts ok"), "{scripts}");
     // imgctl runs inside, on the image's glibc and its own libtorch.
     let imgctl_version = docker_ok(&["run", "--rm", &image, "imgctl", "--version"]);
     assert_eq!(

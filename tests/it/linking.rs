@@ -174,6 +174,44 @@ fn the_front_end_loads_no_libtorch_and_hands_torch_commands_over() {
         err.contains("install the full imgctl beside this one as imgctl-torch"),
         "{err}"
     );
+    // verify of this host alone would SKIP every torch check and pass having
+    // checked nothing of the sort (#45 F8): refused the same way.
+    let alone = run(&["verify", "--expect-gpus", "0"]);
+    let (_, err) = texts(&alone);
+    assert_eq!(alone.status.code(), Some(2), "{err}");
+    assert!(
+        crate::common::one_error_line(&err).contains("`imgctl verify` needs libtorch"),
+        "{err}"
+    );
+    // verify --image and --list-checks need no libtorch here.
+    assert_eq!(run(&["verify", "--list-checks"]).status.code(), Some(0));
+
+    // A front end reached through a symlink in another folder finds the
+    // full imgctl beside the link (how /usr/local/bin/imgctl → a build
+    // folder is installed), and on PATH.
+    let bin = tempfile::tempdir().unwrap();
+    let link = bin.path().join("imgctl");
+    std::os::unix::fs::symlink(&installed, &link).unwrap();
+    std::os::unix::fs::symlink(imgctl_bin(), bin.path().join("imgctl-torch")).unwrap();
+    let through_link = Command::new(&link)
+        .args(["train-demo", "--preset", "smoke", "--print-config"])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        through_link.status.code(),
+        Some(0),
+        "{}",
+        texts(&through_link).1
+    );
+    let on_path = Command::new(&installed)
+        .args(["train-demo", "--preset", "smoke", "--print-config"])
+        .env("NO_COLOR", "1")
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    assert_eq!(on_path.status.code(), Some(0), "{}", texts(&on_path).1);
+    assert_eq!(texts(&through_link).0, texts(&on_path).0);
 
     // With the full imgctl beside it, the same command gives the full one's output.
     std::os::unix::fs::symlink(imgctl_bin(), dir.path().join("imgctl-torch")).unwrap();

@@ -60,7 +60,9 @@ fn a_notebook_cell_gets_plain_lines_full_width_tables_and_how_to_show_the_pictur
         })
         .unwrap_or_else(|| panic!("no IPython.display line:\n{cell}"));
     assert!(show.contains("loss.png"), "{show}");
-    // verify's table at its natural width: wider than the pty's 80 columns.
+    // verify's table wider than the pty's 80 columns, every cell whole,
+    // wrapped inside its column to the notebook's 118 (no line the output
+    // area would wrap again).
     let verify = on_a_pty("verify --level quick --expect-gpus 0", true);
     let widest = verify
         .split(['\r', '\n'])
@@ -73,4 +75,5 @@ fn a_notebook_cell_gets_plain_lines_full_width_tables_and_how_to_show_the_pictur
         "the table was fitted to the pty's 80 columns:\n{verify}"
     );
     assert!(!verify.contains('…'), "a cell was cut:\n{verify}");
+    assert!(widest <= 118, "wider than a notebook's line:\n{verify}");
 }

@@ -258,9 +258,12 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
         "--json",
         &image,
     ]);
-    let again: serde_json::Value = serde_json::from_str(&texts(&again).0).unwrap();
+    let (again_out, again_err) = texts(&again);
+    let again: serde_json::Value = serde_json::from_str(&again_out).unwrap();
     assert_eq!(again["already_up"], true);
     assert_eq!(again["jupyter"]["open"], report["jupyter"]["open"]);
+    assert!(!again_err.contains("other settings"), "{again_err}");
+    other_settings_are_named(&name, &image);
 
     // ps lists it (JSON with its URL, and a table), -q its name alone.
     let ps = imgctl(&["ps", "--json"]);
@@ -390,4 +393,110 @@ fn a_workstation_removed_during_the_wait_is_named_not_a_raw_404() {
         "{err}"
     );
     assert!(!err.contains("404"), "{err}");
+}
+
+/// `down` and `logs` without a name (#45 F15) take the workstation `up`
+/// starts for the current folder (`imgctl-FOLDER`); in a folder that has
+/// none, one line names the name looked for.
+#[test]
+fn down_and_logs_default_to_this_folders_workstation() {
+    let mut guard = EngineGuard::default();
+    let image = labelled_image(&mut guard, "folder");
+    let root = tempfile::tempdir().unwrap();
+    let folder = root.path().join(format!("f15-{}", std::process::id()));
+    std::fs::create_dir(&folder).unwrap();
+    let name = format!("imgctl-f15-{}", std::process::id());
+    guard.container(&name);
+    let home = tempfile::tempdir().unwrap();
+    let here = |args: &[&str], dir: &std::path::Path| {
+        Command::new(crate::common::imgctl_bin())
+            .args(args)
+            .current_dir(dir)
+            .env("HOME", home.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap()
+    };
+    // Nothing started for this folder yet: the name up would give is named.
+    for command in ["down", "logs"] {
+        let out = here(&[command], &folder);
+        let (_, err) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        assert!(
+            one_error_line(&err).contains(&format!(
+                "no workstation named {name}, the name `imgctl up` gives this folder"
+            )),
+            "{command}: {err}"
+        );
+    }
+    let out = here(&["up", "--no-verify", "--wait", "20", &image], &folder);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(texts(&out).0.contains(&format!("{name} is up")), "{out:?}");
+    let out = here(&["logs"], &folder);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    // Stopped (docker stop, a reboot), it starts again with up (#45 F16):
+    // the same container, its token kept.
+    let token = |n: &str| {
+        docker_ok(&[
+            "inspect",
+            "--format",
+            "{{range .Config.Env}}{{println .}}{{end}}",
+            n,
+        ])
+        .lines()
+        .find(|l| l.starts_with("JUPYTER_TOKEN="))
+        .map(str::to_string)
+    };
+    let (id, before) = (
+        docker_ok(&["inspect", "--format", "{{.Id}}", &name]),
+        token(&name),
+    );
+    docker_ok(&["stop", "-t", "1", &name]);
+    let out = here(&["up", "--no-verify", "--wait", "20", &image], &folder);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("{name} is stopped (")), "{stderr}");
+    assert!(
+        stderr.contains("starting it again with its token, keys and folder"),
+        "{stderr}"
+    );
+    assert!(stdout.contains(&format!("{name} is up in ")), "{stdout}");
+    assert_eq!(
+        docker_ok(&["inspect", "--format", "{{.Id}} {{.State.Running}}", &name]),
+        format!("{id} true")
+    );
+    assert_eq!(token(&name), before);
+    let out = here(&["down", "--time", "1"], &folder);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(
+        texts(&out).1.contains(&format!("removed {name}")),
+        "{out:?}"
+    );
+    assert_eq!(containers_named(&name), "");
+}
+
+/// A second `up` of a running workstation with other settings (#45 F5):
+/// each difference is named, with how to apply it; nothing is changed.
+fn other_settings_are_named(name: &str, image: &str) {
+    let other = imgctl(&[
+        "up",
+        "--name",
+        name,
+        "--no-mount",
+        "--shm-size",
+        "1g",
+        "--no-verify",
+        image,
+    ]);
+    let (_, err) = texts(&other);
+    assert_eq!(other.status.code(), Some(0), "{err}");
+    for words in [
+        "runs with other settings than these, and nothing was changed",
+        "--shm-size: it has 16g, asked 1g",
+        "folder at /workspace: it has ",
+        ", asked none mounted",
+        &format!("`imgctl down {name}` (the folder is kept)"),
+    ] {
+        assert!(err.contains(words), "{words}: {err}");
+    }
 }

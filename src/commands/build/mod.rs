@@ -351,7 +351,7 @@ fn imgctl_binary(flag: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
             if cfg!(feature = "torch") {
                 return Ok(exe);
             }
-            Ok(crate::commands::torch_part::part_beside(&exe).unwrap_or(exe))
+            Ok(crate::commands::torch_part::find_part(&exe).unwrap_or(exe))
         }
     }
 }

@@ -134,12 +134,7 @@ pub(super) fn supervised(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Re
                 "scaling: benchmarking {k} rank{}",
                 if k == 1 { "" } else { "s" }
             ));
-            let mut opts = supervisor_options(
-                slots[..k].to_vec(),
-                &["--gpus", "--plot"],
-                &["--scaling", "--json"],
-                true,
-            )?;
+            let mut opts = supervisor_options(slots[..k].to_vec(), true)?;
             // The same threads per rank at every size (those of the
             // largest run), or CPU ranks would scale by thread count.
             if std::env::var_os(ev::OMP_NUM_THREADS).is_none() {
@@ -164,7 +159,7 @@ pub(super) fn supervised(args: &TrainArgs, slots: Vec<WorkerSlot>) -> anyhow::Re
         }
         return Ok(ExitStatus::Success);
     }
-    let opts = supervisor_options(slots, &["--gpus", "--plot"], &["--compare", "--json"], true)?;
+    let opts = supervisor_options(slots, true)?;
     let out = supervisor::supervise(&opts, &super::events::printed())?;
     let r = parse_report(&out.stdout)?;
     finish_report(args, r)

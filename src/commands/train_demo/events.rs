@@ -8,8 +8,11 @@ use indicatif::ProgressBar;
 use crate::output::{printer, Printer};
 use crate::train::events::{GpuLoad, RunEvent, StepProgress};
 
-/// The progress bar's layout.
-const BAR_TEMPLATE: &str = "{bar:30} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]";
+/// The progress bar's layout. The ETA is the run's own (in the message:
+/// the steps left at the rate of the steps run in this process), not
+/// indicatif's, which counted a resumed run's jump to its start step as
+/// steps done now and came out 6-10x too low after `--resume` (#45 F9).
+const BAR_TEMPLATE: &str = "{bar:30} {pos}/{len} {msg} [{elapsed_precise}]";
 
 /// A sink for [`crate::train::run::run`], [`crate::bench::run_rank`] and
 /// the supervisor that prints through the process's printer. It holds the progress bar
@@ -46,7 +49,7 @@ fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
             .gpu
             .map(|g| format!(" {}", gpu_words(&g)))
             .unwrap_or_default();
-        b.set_message(format!("loss {:.4} {:.1} img/s{gpu}", s.loss, s.img_per_s));
+        b.set_message(bar_message(s, &gpu));
         b.set_position(s.step);
     }
     if p.interactive || !s.log_due {
@@ -58,6 +61,17 @@ fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
         "  step {} seconds: data {:.3} forward {:.3} backward {:.3} grad_sync {:.3} optimizer {:.3}",
         s.step, s.data_wait_s, t.forward, t.backward, t.grad_sync, t.optimizer
     ));
+}
+
+/// The bar's message: `loss 0.1234 12.3 img/s ETA 3s` (the GPUs' reading
+/// before the ETA on a watched GPU run).
+fn bar_message(s: &StepProgress, gpu: &str) -> String {
+    format!(
+        "loss {:.4} {:.1} img/s{gpu} ETA {}",
+        s.loss,
+        s.img_per_s,
+        human_duration(s.eta_s)
+    )
 }
 
 /// `step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 3s`,
@@ -129,6 +143,8 @@ mod tests {
             log_line(&s),
             "step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 1h 2m 5s"
         );
+        // The bar's ETA is the run's own, as the plain line's.
+        assert_eq!(bar_message(&s, ""), "loss 0.1234 12.3 img/s ETA 1h 2m 5s");
         let h200 = GpuLoad {
             gpus: 1,
             utilization_pct: Some(97.4),

@@ -247,28 +247,21 @@ pub(super) fn slots(
 /// Supervises one worker per slot, each running this command line without
 /// `--gpus`, and ends with the workers' status.
 pub(super) fn supervise(slots: Vec<WorkerSlot>) -> anyhow::Result<ExitStatus> {
-    let opts = supervisor_options(slots, &["--gpus"], &[], false)?;
+    let opts = supervisor_options(slots, false)?;
     // A clean end of every worker is this command's success; how a failed
     // one maps to an exit code is commands/error's (SupervisorError).
     supervisor::supervise(&opts, &super::events::printed()).map(|_| ExitStatus::Success)
 }
 
-/// This executable with this command line minus `strip` (flags that take
-/// a value) and `strip_bool`, plus `extra`.
+/// This executable with this command line as its workers' ([`worker_args`]);
+/// `bench`: the benchmark's supervisor, whose workers report as JSON on a
+/// captured stdout.
 pub(super) fn supervisor_options(
     slots: Vec<WorkerSlot>,
-    strip: &[&str],
-    strip_bool: &[&str],
-    capture: bool,
+    bench: bool,
 ) -> anyhow::Result<SupervisorOptions> {
-    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    for f in strip {
-        args = supervisor::strip_flag(&args, f, true);
-    }
-    for f in strip_bool {
-        args = supervisor::strip_flag(&args, f, false);
-    }
-    if capture {
+    let mut args = worker_args(std::env::args_os().skip(1).collect(), bench);
+    if bench {
         args.push("--json".into());
     }
     Ok(SupervisorOptions {
@@ -276,9 +269,31 @@ pub(super) fn supervisor_options(
         args,
         slots,
         grace: supervisor::DEFAULT_GRACE,
-        capture_stdout: capture,
+        capture_stdout: bench,
         env: vec![],
     })
+}
+
+/// A supervisor's command line `args` minus the flags it reads itself, as
+/// its workers run it: the table's `launcher` flags (`--gpus`), and for the
+/// benchmark's supervisor (`bench`) its `bench_launcher` ones too (`--scaling`,
+/// `--compare`, `--plot`, `--json`), each with its value when it takes one
+/// ([`TrainArgs::SETTINGS`]).
+pub(super) fn worker_args(mut args: Vec<OsString>, bench: bool) -> Vec<OsString> {
+    let cmd = <TrainArgs as clap::Args>::augment_args(clap::Command::new("train-demo"));
+    for setting in TrainArgs::SETTINGS
+        .iter()
+        .filter(|s| s.role.stripped(bench))
+    {
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_id() == setting.id) else {
+            continue;
+        };
+        if let Some(long) = arg.get_long() {
+            let takes_value = arg.get_action().takes_values();
+            args = supervisor::strip_flag(&args, &format!("--{long}"), takes_value);
+        }
+    }
+    args
 }
 
 #[cfg(test)]
@@ -332,5 +347,68 @@ mod tests {
         // More ranks on the node than GPUs: a clear error, not GPU 0 twice.
         let e = launcher_device(Some("cuda"), &r3, 2).unwrap_err();
         assert!(e.to_string().contains("local rank 3 needs GPU 3"), "{e}");
+    }
+
+    /// A supervisor's workers never see the flags it reads: every
+    /// `launcher` row (and with the benchmark every `bench_launcher` row)
+    /// goes with its value, every other flag stays as written, and a
+    /// worker's command line parses to a rank that does not supervise.
+    #[test]
+    fn workers_get_every_flag_but_their_supervisors() {
+        use clap::Parser;
+
+        use crate::cli::{Cli, Command};
+        let cmd = <TrainArgs as clap::Args>::augment_args(clap::Command::new("train-demo"));
+        let mut line: Vec<OsString> = vec!["train-demo".into()];
+        let mut flags = vec![];
+        for s in TrainArgs::SETTINGS {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == s.id).unwrap();
+            let flag = format!("--{}", arg.get_long().unwrap());
+            line.push(flag.clone().into());
+            if arg.get_action().takes_values() {
+                line.push(format!("value-of-{}", s.id).into());
+            }
+            flags.push((s, flag));
+        }
+        for bench in [false, true] {
+            let worker = worker_args(line.clone(), bench);
+            for (s, flag) in &flags {
+                let kept = worker.iter().any(|a| a == flag.as_str());
+                assert_eq!(
+                    kept,
+                    !s.role.stripped(bench),
+                    "{flag} (bench {bench}): {worker:?}"
+                );
+                let value = format!("value-of-{}", s.id);
+                let value_kept = worker.iter().any(|a| *a == *value);
+                if line.iter().any(|a| *a == *value) {
+                    assert_eq!(value_kept, kept, "{value} (bench {bench}): {worker:?}");
+                }
+            }
+        }
+        // What a supervisor runs: its workers are ranks, not supervisors.
+        let rank = LaunchInfo::loopback(1, 2, 29500);
+        for (line, bench) in [
+            (
+                "train-demo --gpus 2 --steps 3 --channels-last --json",
+                false,
+            ),
+            (
+                "train-demo --benchmark --gpus=2 --scaling --plot p.png --json --steps 3",
+                true,
+            ),
+            ("train-demo --benchmark --gpus 2 --compare --steps 3", true),
+        ] {
+            let args: Vec<OsString> = line.split(' ').map(OsString::from).collect();
+            let mut worker = worker_args(args, bench);
+            worker.insert(0, "imgctl".into());
+            let cli = Cli::try_parse_from(&worker).unwrap_or_else(|e| panic!("{worker:?}: {e}"));
+            let Command::TrainDemo(w) = cli.command else {
+                panic!("{worker:?}")
+            };
+            assert!(slots(&w, &rank).unwrap().is_none(), "{worker:?}");
+            assert_eq!(w.steps, Some(3), "{worker:?}");
+            assert!(!(w.scaling || w.compare) && w.plot.is_none(), "{worker:?}");
+        }
     }
 }

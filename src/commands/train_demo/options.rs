@@ -3,8 +3,9 @@
 //! device ([`parse_device`], also `imgctl sample`'s), the precision, the data
 //! and the output directory.
 //!
-//! [`resolve_options`] destructures [`TrainArgs`] field by field, so a new
-//! flag fails to compile until it is handled here or named as the mode
+//! [`resolve_options`] sets the knobs through `TrainArgs::apply_knobs` and
+//! destructures the other flags ([`TrainRunFlags`]) field by field, so a new
+//! one fails to compile until it is handled here or named as the mode
 //! choice's (`super`, `super::launch`, `super::bench`). This module reads
 //! flags, checkpoints' state and the environment's test knobs; it must not
 //! launch, train or print anything but warnings about the options.
@@ -12,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use tch::Device;
 
-use crate::cli::TrainArgs;
+use crate::cli::{TrainArgs, TrainRunFlags};
 use crate::commands::error::CliError;
 use crate::env_vars;
 use crate::output::printer;
 use crate::train::checkpoint::{self, DataSource};
-use crate::train::config::{GroupNormKernel, Overrides, Preset, TrainConfig};
+use crate::train::config::{GroupNormKernel, Preset, TrainConfig};
 use crate::train::session::{self, DataChoice, RunOptions};
 
 /// Default output directory.
@@ -145,32 +146,17 @@ pub(super) fn out_dir(args: &TrainArgs) -> PathBuf {
 /// Resolves the flags into run options: preset, resumed checkpoint config,
 /// config file and flags (in that order), device, precision, data, output.
 pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
-    // Every flag by name, without `..`: a new one must be handled here or
-    // named below as the mode choice's.
-    let TrainArgs {
+    // Every flag but the knobs by name, without `..`: a new one must be
+    // handled here or named below as the mode choice's. The knobs are
+    // `apply_knobs`'s (the table in cli/train_demo.rs).
+    let TrainRunFlags {
         preset,
         config: config_file,
-        steps,
-        batch_size,
-        lr,
-        seed,
         out: _, // out_dir
         data,
-        precision,
-        grad_reduce,
-        channels_last,
-        groupnorm,
-        read_every,
-        gradient_checkpointing,
-        overlap_grad_reduce,
-        bucket_cap_mb,
         device,
         init_from,
         resume: resume_flag,
-        checkpoint_every,
-        keep,
-        sample_every,
-        workers,
         benchmark,
         // The mode choice's (mod.rs, launch.rs, bench.rs), not the run's.
         gpus: _,
@@ -184,7 +170,7 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         heartbeat_timeout: _,
         json: _,
         print_config,
-    } = args;
+    } = args.run_flags();
     let out = out_dir(args);
     // A benchmark, and --print-config, write nothing under --out.
     if resume_flag.is_none() && !benchmark && !print_config {
@@ -199,31 +185,17 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         let preset_from_flag = preset.is_some() || state.is_some();
         config.apply_file(file, preset_from_flag)?;
     }
-    if let Some(b) = *batch_size {
+    if let Some(b) = args.batch_size {
         if b <= 0 {
             return Err(CliError::usage(format!("--batch-size {b} is not positive"))
                 .with_hint("use --batch-size 1 or more")
                 .into());
         }
     }
-    config.apply(&Overrides {
-        steps: *steps,
-        batch_size: batch_size.map(|b| b as usize),
-        lr: *lr,
-        seed: *seed,
-        precision: *precision,
-        grad_reduce: *grad_reduce,
-        channels_last: *channels_last,
-        groupnorm: *groupnorm,
-        read_every: *read_every,
-        gradient_checkpointing: *gradient_checkpointing,
-        overlap_grad_reduce: overlap_grad_reduce.map(bool::from),
-        bucket_cap_mb: *bucket_cap_mb,
-        checkpoint_every: *checkpoint_every,
-        keep: *keep,
-        sample_every: *sample_every,
-        workers: *workers,
-    });
+    args.apply_knobs(&mut config.training).map_err(|e| {
+        CliError::usage(format!("--{}: {}", e.id.replace('_', "-"), e.why))
+            .with_hint("`imgctl train-demo --help` gives each flag's values")
+    })?;
     config.validate()?;
     let device = parse_device(device.as_deref())?;
     check_groupnorm(&config, device)?;
@@ -435,6 +407,28 @@ mod tests {
         assert_eq!(preset(&["--config", f]), Preset::Tiny);
         assert_eq!(preset(&[]), Preset::Default);
         assert_eq!(preset(&["--preset", "tiny"]), Preset::Tiny);
+    }
+
+    /// The flags win over the config file, which wins over the preset.
+    #[test]
+    fn flags_win_over_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.yaml");
+        std::fs::write(&file, "training:\n  steps: 7\n  lr: 0.01\n").unwrap();
+        let out = dir.path().join("out");
+        let (f, o) = (file.to_str().unwrap(), out.to_str().unwrap());
+        let args = [
+            "--device", "cpu", "--preset", "tiny", "--out", o, "--config", f,
+        ];
+        let t = |extra: &[&str]| {
+            let a: Vec<&str> = args.iter().chain(extra).copied().collect();
+            resolve_options(&train_args(&a)).unwrap().config.training
+        };
+        assert_eq!((t(&[]).steps, t(&[]).lr), (7, 0.01));
+        let flagged = t(&["--steps", "3", "--overlap-grad-reduce", "off"]);
+        assert_eq!((flagged.steps, flagged.lr), (3, 0.01));
+        assert!(!flagged.overlap_grad_reduce);
+        assert_eq!(flagged.batch_size, 8);
     }
 
     /// Without --resume, an --out that holds checkpoints is exit 2 naming it.

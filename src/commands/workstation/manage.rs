@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
+use super::plan::this_folders_name;
 use super::{report_of, UpReport, SCHEMA_VERSION, WAIT_RANGE};
 use crate::cli::{DownArgs, LogsArgs, PsArgs};
 use crate::commands::error::CliError;
@@ -27,7 +28,8 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
             "workstations": listed.iter().zip(rows).map(|(w, r)| serde_json::json!({
                 "name": r.name, "id": r.id, "image": r.image, "state": w.state,
                 "status": w.status, "gpus": r.gpus, "workspace": r.workspace,
-                "jupyter": r.jupyter, "ssh": r.ssh, "created": w.created,
+                "jupyter": r.jupyter, "ssh": r.ssh, "tensorboard": r.tensorboard,
+                "created": w.created,
             })).collect::<Vec<_>>(),
         }))?;
         return Ok(ExitStatus::Success);
@@ -52,7 +54,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
 
 /// The engine's status text, shorter for the table: `Up 33 seconds
 /// (healthy)` → `up 33 s, healthy` (`--json` keeps the engine's words).
-fn short_status(status: &str) -> String {
+pub(super) fn short_status(status: &str) -> String {
     let mut s = status.to_string();
     for (long, short) in [
         (" (healthy)", ", healthy"),
@@ -73,38 +75,44 @@ fn short_status(status: &str) -> String {
     s
 }
 
-/// The table of `imgctl ps`, fitted to stdout's width.
+/// The table of `imgctl ps`, fitted to stdout's width; a TENSORBOARD column
+/// only when some workstation serves it.
 fn ps_table(listed: &[Listed]) -> String {
+    let with_tb = listed.iter().any(|w| w.tensorboard.is_some());
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header([
-        "NAME",
-        "STATUS",
-        "JUPYTER",
-        "SSH",
-        "GPUS",
-        "IMAGE",
-        "WORKSPACE",
-    ]);
+    let mut header = vec!["NAME", "STATUS", "JUPYTER", "SSH"];
+    if with_tb {
+        header.push("TENSORBOARD");
+    }
+    header.extend(["GPUS", "IMAGE", "WORKSPACE"]);
+    table.set_header(header);
     let addr = |a: &Option<(String, u16)>| {
         a.as_ref()
             .map_or("-".to_string(), |(h, p)| format!("{h}:{p}"))
     };
     for w in listed {
-        table.add_row([
+        let mut row = vec![
             w.name.clone(),
             short_status(&w.status),
             addr(&w.jupyter),
             addr(&w.ssh),
+        ];
+        if with_tb {
+            row.push(addr(&w.tensorboard));
+        }
+        row.extend([
             w.gpus.clone(),
             w.image.clone(),
             w.workspace.clone().unwrap_or_else(|| "-".into()),
         ]);
+        table.add_row(row);
     }
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
     if let output::Fit::Cut(width) = fit {
         // The least useful first: the folder, the image, the GPUs.
-        output::drop_columns(&mut table, width, &[6, 5, 4]);
+        let shift = usize::from(with_tb);
+        output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
     }
     output::fit_table(&mut table, fit);
     table.to_string()
@@ -129,6 +137,8 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
                 .into_iter()
                 .map(|w| w.name)
                 .collect()
+        } else if args.names.is_empty() {
+            vec![folder_workstation(&docker, "down").await?]
         } else {
             args.names.clone()
         };
@@ -146,6 +156,11 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
             printer().info("no workstations to remove");
         }
         for name in &names {
+            let grace = if args.force {
+                Duration::ZERO
+            } else {
+                stop_work(&docker, name, grace).await
+            };
             let spinner = printer().spinner(format!("stopping {name}"));
             let removed = ws::remove(&docker, name, grace).await;
             spinner.finish_and_clear();
@@ -166,20 +181,14 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
         .build()?;
     runtime.block_on(async {
         let docker = crate::docker::connect().await?.docker;
-        let id = match ws::find(&docker, &args.name).await? {
+        let name = match &args.name {
+            Some(n) => n.clone(),
+            None => folder_workstation(&docker, "logs").await?,
+        };
+        let id = match ws::find(&docker, &name).await? {
             Some((id, true)) => id,
-            Some((_, false)) => {
-                return Err(WorkstationError::NotAWorkstation {
-                    name: args.name.clone(),
-                }
-                .into())
-            }
-            None => {
-                return Err(WorkstationError::NotFound {
-                    name: args.name.clone(),
-                }
-                .into())
-            }
+            Some((_, false)) => return Err(WorkstationError::NotAWorkstation { name }.into()),
+            None => return Err(WorkstationError::NotFound { name }.into()),
         };
         let mut stream = docker.logs(
             &id,
@@ -201,6 +210,92 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
         }
         Ok(ExitStatus::Success)
     })
+}
+
+/// Before the services stop (#45 F1): what still works inside (a training
+/// run, a script; not the services, shells or kernels) is named, gets
+/// SIGTERM (train-demo saves a checkpoint on it) and up to `grace` to end.
+/// Returns the grace left for the services.
+async fn stop_work(docker: &bollard::Docker, name: &str, grace: Duration) -> Duration {
+    let Ok(Some((id, true))) = ws::find(docker, name).await else {
+        return grace;
+    };
+    let work = crate::docker::work::working(docker, &id).await;
+    if work.is_empty() {
+        return grace;
+    }
+    let listed: Vec<String> = work
+        .iter()
+        .map(|w| format!("{} (pid {})", shorten(&w.command, 60), w.pid))
+        .collect();
+    printer().info(format!(
+        "{name}: still running: {}; sending SIGTERM and waiting up to {} s (--force does not wait)",
+        listed.join(", "),
+        grace.as_secs()
+    ));
+    let pids: Vec<u32> = work.iter().map(|w| w.pid).collect();
+    if crate::docker::work::terminate(docker, &id, &pids)
+        .await
+        .is_err()
+    {
+        return grace;
+    }
+    let started = std::time::Instant::now();
+    let spinner = printer().spinner(format!("waiting for the work in {name} to end"));
+    let left = loop {
+        let now = crate::docker::work::working(docker, &id).await;
+        let left: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| now.iter().any(|w| w.pid == *p))
+            .collect();
+        if left.is_empty() || started.elapsed() >= grace {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    spinner.finish_and_clear();
+    if left.is_empty() {
+        printer().info(format!(
+            "{name}: the work ended in {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    } else {
+        printer().warn(format!(
+            "{name}: pid {} did not end within {} s of SIGTERM and is killed with the workstation (down --time SECS waits longer)",
+            left.iter().map(u32::to_string).collect::<Vec<_>>().join(", "),
+            grace.as_secs()
+        ));
+    }
+    grace
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1))
+}
+
+/// `text` cut to `n` characters with an ellipsis.
+fn shorten(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        text.to_string()
+    } else {
+        format!("{}…", text.chars().take(n - 1).collect::<String>())
+    }
+}
+
+/// `down` or `logs` without a name (#45 F15): the workstation `imgctl up`
+/// starts for the current folder, which must exist.
+async fn folder_workstation(docker: &bollard::Docker, command: &str) -> anyhow::Result<String> {
+    let name = this_folders_name()?;
+    match ws::find(docker, &name).await? {
+        Some((_, true)) => Ok(name),
+        Some((_, false)) => Err(WorkstationError::NotAWorkstation { name }.into()),
+        None => Err(CliError::usage(format!(
+            "no workstation named {name}, the name `imgctl up` gives this folder"
+        ))
+        .with_hint(format!(
+            "name the workstation: `imgctl {command} NAME` (`imgctl ps -a` lists them)"
+        ))
+        .into()),
+    }
 }
 
 #[cfg(test)]

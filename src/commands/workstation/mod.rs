@@ -23,6 +23,7 @@ use crate::commands::error::CliError;
 use crate::docker::run::ContainerGuard;
 use crate::docker::workstation::{
     self as ws, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
+    TENSORBOARD_PORT,
 };
 use crate::gpus::GpuSelection;
 use crate::output::printer;
@@ -35,12 +36,14 @@ mod manage;
 mod plan;
 
 pub use manage::{down, logs, ps};
-use plan::{plan, token, GpuChoice, UpPlan};
+use plan::{plan, token, GpuChoice, PortPlan, UpPlan};
 
 /// The host ports people expect: JupyterLab's own, and the 2222 of every
 /// "SSH into a container" guide (22 is the host's sshd).
 const DEFAULT_JUPYTER_PORT: u16 = 8888;
 const DEFAULT_SSH_PORT: u16 = 2222;
+/// TensorBoard's own default.
+const DEFAULT_TENSORBOARD_PORT: u16 = 6006;
 /// `--wait` and `down --time` accept this many seconds.
 const WAIT_RANGE: std::ops::RangeInclusive<i64> = 1..=3600;
 /// How long the quick verify inside may take.
@@ -73,6 +76,8 @@ struct UpReport {
     already_up: bool,
     jupyter: Option<Service>,
     ssh: Option<Service>,
+    /// `up --tensorboard`: TensorBoard's address.
+    tensorboard: Option<Service>,
     verify: Option<VerifySummary>,
 }
 
@@ -89,13 +94,27 @@ struct Service {
 async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<ExitStatus> {
     let docker = crate::docker::connect().await?.docker;
     if let Some((_, is_ws)) = ws::find(&docker, &plan.name).await? {
-        let running = ws::list(&docker, false)
+        let found = ws::list(&docker, true)
             .await?
             .into_iter()
             .find(|w| w.name == plan.name);
-        return match running {
+        return match found {
+            Some(w) if is_ws && w.state != "running" => {
+                start_again(&docker, &plan, w, json, no_verify).await
+            }
             Some(w) if is_ws => {
+                let shm = ws::shm_bytes(&docker, &w.id).await;
+                let differ = differences(&plan, &w, shm);
                 print_up(&report_of(&w, true, None), None, json)?;
+                if !differ.is_empty() {
+                    // Named, one by one, and how to apply them (#45 F5).
+                    printer().warn(format!(
+                        "{} runs with other settings than these, and nothing was changed: {}; to apply them, `imgctl down {}` (the folder is kept) and run this `imgctl up` again",
+                        plan.name,
+                        differ.join("; "),
+                        plan.name
+                    ));
+                }
                 Ok(ExitStatus::Success)
             }
             _ => Err(WorkstationError::NameTaken {
@@ -121,6 +140,7 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     for note in [
         &plan.jupyter.note,
         &plan.ssh.as_ref().and_then(|s| s.note.clone()),
+        &plan.tensorboard.as_ref().and_then(|s| s.note.clone()),
     ]
     .into_iter()
     .flatten()
@@ -154,7 +174,7 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     spinner.finish_and_clear();
     // Any failure until here removes the container (the guard, on drop).
     if let CameUp::No { why, log } = came_up? {
-        return Err(not_up(&plan, &why, &log));
+        return Err(not_up(&plan, &why, &log, "it was removed"));
     }
     guard.keep();
     interrupt.exit_on_next();
@@ -180,6 +200,9 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
                 .with_hint(format!("see why with `imgctl logs {}`", plan.name))
         })?;
     let report = report_of(&listed, false, verify);
+    if let Some(tb) = &report.tensorboard {
+        warn_if_silent(tb).await;
+    }
     print_up(&report, Some(up_in), json)?;
     match &report.verify {
         Some(v) if !v.passed => Err(CliError::failure(format!(
@@ -196,13 +219,198 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     }
 }
 
-/// "JupyterLab and SSH" or "JupyterLab".
-fn services(plan: &UpPlan) -> &'static str {
-    if plan.ssh.is_some() {
-        "JupyterLab and SSH"
-    } else {
-        "JupyterLab"
+/// `up` of a stopped workstation (#45 F16: after `docker stop`, a reboot or
+/// an idle stop): started again as it was made, with its token, keys,
+/// folder and home; then the healthcheck and the quick verify as for a new
+/// one. A failure leaves it in place (it holds the user's state).
+async fn start_again(
+    docker: &bollard::Docker,
+    plan: &UpPlan,
+    w: Listed,
+    json: bool,
+    no_verify: bool,
+) -> anyhow::Result<ExitStatus> {
+    let shm = ws::shm_bytes(docker, &w.id).await;
+    let differ = differences(plan, &w, shm);
+    if !differ.is_empty() {
+        printer().warn(format!(
+            "{} was made with other settings than these, and starts with its own: {}; for these, `imgctl down {}` (the folder is kept) and run this `imgctl up` again",
+            plan.name,
+            differ.join("; "),
+            plan.name
+        ));
     }
+    printer().info(format!(
+        "{} is stopped ({}): starting it again with its token, keys and folder",
+        plan.name,
+        manage::short_status(&w.status)
+    ));
+    let mut interrupt = crate::docker::Termination::install()?;
+    let spinner = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        printer().spinner(format!("starting {} again", plan.name))
+    };
+    let started = Instant::now();
+    ws::start_again(docker, &w.id)
+        .await
+        .inspect_err(|_| spinner.finish_and_clear())?;
+    let came_up = tokio::select! {
+        r = life::wait_healthy(docker, &w.id, plan.wait, started, LOG_LINES) => r,
+        sig = interrupt.recv() => Err(crate::docker::DockerError::Interrupted { signal: sig }.into()),
+    };
+    spinner.finish_and_clear();
+    if let CameUp::No { why, log } = came_up? {
+        return Err(not_up(
+            plan,
+            &why,
+            &log,
+            "it was started again and is kept (`imgctl down` removes it)",
+        ));
+    }
+    interrupt.exit_on_next();
+    let up_in = started.elapsed();
+    let gpus = match w.gpus.as_str() {
+        "" | "none" => None,
+        g => crate::gpus::GpuSelection::parse(g).ok(),
+    };
+    let verify = if no_verify {
+        None
+    } else {
+        Some(quick_verify(docker, &w.id, gpus.as_ref()).await?)
+    };
+    let listed = ws::list(docker, false)
+        .await?
+        .into_iter()
+        .find(|l| l.id == w.id)
+        .ok_or_else(|| {
+            CliError::failure(format!("{} stopped right after it came up", plan.name))
+                .with_hint(format!("see why with `imgctl logs {}`", plan.name))
+        })?;
+    let report = report_of(&listed, false, verify);
+    print_up(&report, Some(up_in), json)?;
+    Ok(match &report.verify {
+        Some(v) if !v.passed => ExitStatus::Failure,
+        _ => ExitStatus::Success,
+    })
+}
+
+/// What a running workstation `w` (with /dev/shm of `shm` bytes) has other
+/// than `plan` asks: each as `what: it has X, asked Y`. A setting left to
+/// its default (no `--gpus`, a port not given) matches what it has.
+fn differences(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut differ = |what: &str, has: String, asked: String| {
+        if has != asked {
+            out.push(format!("{what}: it has {has}, asked {asked}"));
+        }
+    };
+    differ("image", w.image.clone(), plan.image.clone());
+    let folder = |f: Option<String>| f.unwrap_or_else(|| "none mounted".into());
+    differ(
+        "folder at /workspace",
+        folder(w.workspace.clone()),
+        folder(plan.workspace.as_ref().map(|p| p.display().to_string())),
+    );
+    match &plan.gpus {
+        GpuChoice::Auto => {}
+        GpuChoice::None => differ("--gpus", w.gpus.clone(), "none".into()),
+        GpuChoice::Given(g) => differ("--gpus", w.gpus.clone(), g.to_string()),
+    }
+    if let Some(has) = shm {
+        differ("--shm-size", size_words(has), size_words(plan.shm_bytes));
+    }
+    let port =
+        |p: &Option<(String, u16)>| p.as_ref().map_or("off".to_string(), |(_, p)| p.to_string());
+    if plan.jupyter.given {
+        differ(
+            "--jupyter-port",
+            port(&w.jupyter),
+            plan.jupyter.host.map_or("off".into(), |p| p.to_string()),
+        );
+    }
+    let service =
+        |asked: &Option<PortPlan>, has: &Option<(String, u16)>, what: &str| match (asked, has) {
+            (Some(a), Some((_, p))) if a.given && a.host != Some(*p) => Some(format!(
+                "{what}: it has port {p}, asked {}",
+                a.host.map_or("any".into(), |h| h.to_string())
+            )),
+            (Some(_), None) => Some(format!("{what}: it has none, asked one")),
+            // Not asking (no key, no --tensorboard) is no asking for none.
+            _ => None,
+        };
+    out.extend(service(&plan.ssh, &w.ssh, "SSH"));
+    out.extend(service(&plan.tensorboard, &w.tensorboard, "TensorBoard"));
+    out
+}
+
+/// A size as `--shm-size` takes it: `16g`, `512m`, or bytes.
+fn size_words(bytes: i64) -> String {
+    match bytes {
+        b if b > 0 && b % (1 << 30) == 0 => format!("{}g", b >> 30),
+        b if b > 0 && b % (1 << 20) == 0 => format!("{}m", b >> 20),
+        b => b.to_string(),
+    }
+}
+
+/// "JupyterLab and SSH", "JupyterLab, SSH and TensorBoard", …
+fn services(plan: &UpPlan) -> &'static str {
+    match (plan.ssh.is_some(), plan.tensorboard.is_some()) {
+        (true, false) => "JupyterLab and SSH",
+        (true, true) => "JupyterLab, SSH and TensorBoard",
+        (false, true) => "JupyterLab and TensorBoard",
+        (false, false) => "JupyterLab",
+    }
+}
+
+/// An image whose entrypoint predates `IMGCTL_TENSORBOARD` comes up healthy
+/// without it: one GET of the published port, retried for a few seconds,
+/// tells, and a warning says so rather than printing a dead URL silently.
+async fn warn_if_silent(tb: &Service) {
+    let host = match tb.address.as_str() {
+        "" | "0.0.0.0" | "::" => "127.0.0.1".to_string(),
+        a => a.to_string(),
+    };
+    let port = tb.port;
+    let answered = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if http_ok(&host, port, "/data/environment") {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    })
+    .await
+    .unwrap_or(false);
+    if !answered {
+        printer().warn(format!(
+            "TensorBoard does not answer on {}: the image's entrypoint may predate `up --tensorboard`; rebuild the image with this imgctl (`imgctl build`)",
+            tb.open
+        ));
+    }
+}
+
+/// Whether `GET path` on host:port answers 200 within a second or two.
+fn http_ok(host: &str, port: u16, path: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(addr) = format!("{host}:{port}").parse::<std::net::SocketAddr>() else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/") && &head[9..12] == b"200"
 }
 
 /// Creates and starts the container ([`life::create`]); with no `--gpus`,
@@ -232,6 +440,14 @@ async fn create(
         }
         None => env.push("IMGCTL_MODE=jupyter".into()),
     }
+    if let Some(tb) = &plan.tensorboard {
+        env.push("IMGCTL_TENSORBOARD=1".into());
+        publish.push(Publish {
+            container: TENSORBOARD_PORT,
+            address: plan.listen.to_string(),
+            host: tb.host,
+        });
+    }
     let station = Workstation {
         name: plan.name.clone(),
         image: plan.image.clone(),
@@ -252,6 +468,7 @@ async fn create(
     };
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())
+        .chain(plan.tensorboard.as_ref())
         .filter(|p| !p.given)
         .filter_map(|p| p.host)
         .collect();
@@ -293,7 +510,7 @@ fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
 
 /// The error of a workstation that did not come up, after the last lines
 /// of its log.
-fn not_up(plan: &UpPlan, why: &NotUp, log: &str) -> anyhow::Error {
+fn not_up(plan: &UpPlan, why: &NotUp, log: &str, fate: &str) -> anyhow::Error {
     let why = match why {
         NotUp::Silent { wait } => format!("did not answer within {} s", wait.as_secs()),
         NotUp::Unhealthy(last) => format!("failed its healthcheck ({last})"),
@@ -318,7 +535,7 @@ fn not_up(plan: &UpPlan, why: &NotUp, log: &str) -> anyhow::Error {
                 .join("\n")
         ));
     }
-    CliError::failure(format!("workstation {} {why}; it was removed", plan.name))
+    CliError::failure(format!("workstation {} {why}; {fate}", plan.name))
         .with_hint("its log is above; `imgctl up --wait SECS` waits longer on a loaded host")
         .into()
 }
@@ -359,6 +576,15 @@ async fn quick_verify(
 /// folder, an image built for another uid): saving a notebook would fail.
 fn warn_if_unwritable(dir: &Path, user: &str, uid: Option<&String>) {
     use std::os::unix::fs::MetadataExt;
+    // A folder on a read-only mount (#45 F18): nothing saved in /workspace
+    // would stick, whoever owns it.
+    if crate::sys::fs::read_only_fs(dir) {
+        printer().warn(format!(
+            "{} is on a read-only file system: saving in /workspace will fail; mount a writable folder (--mount DIR), or --no-mount for the container's own /workspace",
+            dir.display()
+        ));
+        return;
+    }
     let (Some(uid), Ok(meta)) = (uid.and_then(|u| u.parse::<u32>().ok()), dir.metadata()) else {
         return;
     };
@@ -391,6 +617,12 @@ fn jupyter_url(address: &str, port: u16, token: Option<&str>) -> String {
     }
 }
 
+/// The TensorBoard URL a browser on this machine opens.
+fn tensorboard_url(address: &str, port: u16) -> String {
+    let lab = jupyter_url(address, port, None);
+    lab.strip_suffix("lab").unwrap_or(&lab).to_string()
+}
+
 /// The `ssh` command line for a published sshd.
 fn ssh_line(address: &str, port: u16, user: &str) -> String {
     let host = match address {
@@ -419,6 +651,11 @@ fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySummary>) -> UpR
             address: a.clone(),
             port: *p,
             open: ssh_line(a, *p, &user),
+        }),
+        tensorboard: w.tensorboard.as_ref().map(|(a, p)| Service {
+            address: a.clone(),
+            port: *p,
+            open: tensorboard_url(a, *p),
         }),
         verify,
     }
@@ -455,6 +692,13 @@ fn print_up(report: &UpReport, up_in: Option<Duration>, json: bool) -> anyhow::R
     match &report.ssh {
         Some(s) => lines.push(format!("  SSH         {}", s.open)),
         None => lines.push("  SSH         off (no public key; pass --ssh-key FILE)".into()),
+    }
+    if let Some(t) = &report.tensorboard {
+        lines.push(format!(
+            "  TensorBoard {} (--logdir {})",
+            t.open,
+            ws::WORKSPACE
+        ));
     }
     if let Some(v) = &report.verify {
         let s = &v.summary;
@@ -494,5 +738,7 @@ mod tests {
             ssh_line("127.0.0.1", 2222, "dev"),
             "ssh -p 2222 dev@127.0.0.1"
         );
+        assert_eq!(tensorboard_url("0.0.0.0", 6006), "http://127.0.0.1:6006/");
+        assert_eq!(tensorboard_url("::1", 6007), "http://[::1]:6007/");
     }
 }

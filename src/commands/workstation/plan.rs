@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{DEFAULT_JUPYTER_PORT, DEFAULT_SSH_PORT, WAIT_RANGE};
+use super::{DEFAULT_JUPYTER_PORT, DEFAULT_SSH_PORT, DEFAULT_TENSORBOARD_PORT, WAIT_RANGE};
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
 use crate::gpus::GpuSelection;
@@ -42,6 +42,8 @@ pub(super) struct UpPlan {
     pub(super) listen: IpAddr,
     pub(super) jupyter: PortPlan,
     pub(super) ssh: Option<PortPlan>,
+    /// `--tensorboard`: TensorBoard's host port.
+    pub(super) tensorboard: Option<PortPlan>,
     pub(super) shm_bytes: i64,
     pub(super) wait: Duration,
 }
@@ -87,6 +89,17 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
             "SSH",
         )?)
     };
+    let tensorboard = if args.tensorboard {
+        Some(port_plan(
+            listen,
+            args.tensorboard_port,
+            DEFAULT_TENSORBOARD_PORT,
+            "--tensorboard-port",
+            "TensorBoard",
+        )?)
+    } else {
+        None
+    };
     Ok(UpPlan {
         name,
         image: args.image.trim().to_string(),
@@ -102,6 +115,7 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
             "JupyterLab",
         )?,
         ssh,
+        tensorboard,
         shm_bytes: shm_size(&args.shm_size)?,
         wait: Duration::from_secs(args.wait.unsigned_abs()),
     })
@@ -151,6 +165,12 @@ fn checked_name(name: &str) -> anyhow::Result<String> {
         .with_hint("a name starts with a letter or digit and holds only letters, digits, _ . and -")
         .into())
     }
+}
+
+/// The name `imgctl up` gives a workstation of the current folder (no
+/// `--name`, no `--mount`): what `down` and `logs` take without a name.
+pub(super) fn this_folders_name() -> anyhow::Result<String> {
+    Ok(default_name(Some(&workspace(None)?)))
 }
 
 /// `imgctl-FOLDER` after the mounted folder (as Compose names a project

@@ -186,7 +186,7 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
         image
     );
 
-    interrupted_verify_leaves_nothing(&binary, image);
+    interrupted_verify_leaves_nothing(&binary);
 
     let dir = work.join("attest");
     let out = Command::new(imgctl_bin())
@@ -268,11 +268,17 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
 /// Ctrl-C while `build --verify` runs the image's verify: the verify
 /// container is removed, nothing is tagged, exit 130 (the build's own
 /// signal handler once ended the process first and could leave it).
-fn interrupted_verify_leaves_nothing(binary: &Path, image: &str) {
+fn interrupted_verify_leaves_nothing(binary: &Path) {
     let tag = "imgctl-test/e2e:interrupted";
-    let ancestor = format!("ancestor={image}");
-    // The workstations of the earlier steps run from this image too.
-    let before = docker_ok(&["ps", "-a", "-q", "--no-trunc", "--filter", &ancestor]);
+    // From a second before the build: `docker events --since` replays what
+    // happened between the spawn and its own start. Polling `docker ps`
+    // missed a verify container that came and went between two polls on a
+    // loaded machine (2026-12-04).
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 1;
     let mut child = Command::new(imgctl_bin())
         .args(e2e_build_args(binary))
         .args(["--tag", tag, "--verify", "--expect-gpus", "0"])
@@ -287,21 +293,40 @@ fn interrupted_verify_leaves_nothing(binary: &Path, image: &str) {
         let _ = std::io::BufReader::new(stderr).read_to_string(&mut s);
         s
     });
+    // The verify container carries the pid of the imgctl that made it.
+    let mut events = Command::new("docker")
+        .args(["events", "--since", &since.to_string()])
+        .args(["--filter", "type=container", "--filter", "event=start"])
+        .args(["--filter", &format!("label=io.imgctl.pid={}", child.id())])
+        .args(["--format", "{{.ID}}"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = events.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
     let started = Instant::now();
     let container = loop {
-        let running = docker_ok(&["ps", "-q", "--no-trunc", "--filter", &ancestor]);
-        if let Some(id) = running
-            .lines()
-            .find(|l| !l.is_empty() && !before.contains(*l))
-        {
-            break id.to_string();
+        if let Ok(id) = rx.recv_timeout(Duration::from_millis(100)) {
+            break id.trim().to_string();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let _ = events.kill();
+            let said = reader.join().unwrap();
+            panic!("build --verify ended ({status}) before a verify container started:\n{said}");
         }
         assert!(
-            started.elapsed() < Duration::from_secs(120) && child.try_wait().unwrap().is_none(),
-            "no verify container appeared"
+            started.elapsed() < Duration::from_secs(120),
+            "no verify container started within 120 s"
         );
-        std::thread::sleep(Duration::from_millis(50));
     };
+    let _ = events.kill();
+    let _ = events.wait();
     // SIGINT, as Ctrl-C in a terminal sends.
     #[allow(unsafe_code)]
     unsafe {

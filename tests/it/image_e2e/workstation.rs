@@ -144,7 +144,7 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
     assert!(chown.success());
     let started = Instant::now();
     let out = Command::new(imgctl_bin())
-        .args(["up", "--name", &name, "--json", "--mount"])
+        .args(["up", "--name", &name, "--json", "--tensorboard", "--mount"])
         .arg(&folder)
         .arg("--ssh-key")
         .arg(key.with_extension("pub"))
@@ -213,12 +213,55 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
         std::fs::read_to_string(folder.join("out.txt")).unwrap(),
         "written\n"
     );
+    ssh_sessions_keep_the_image_environment(&name, key, ssh_port);
+    tensorboard_shows_a_run(&name, &report);
+    super::browser::browser_runs_the_notebook(&report, &token);
 
     // Listed, then removed: no container, the folder kept.
     let ps = crate::common::imgctl(&["ps", "--json"]);
     assert!(texts(&ps).0.contains(&name), "{}", texts(&ps).0);
-    let out = crate::common::imgctl(&["down", &name]);
-    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    // A training run inside when down comes (#45 F1): named, sent SIGTERM,
+    // and it saves its checkpoint before the workstation goes.
+    docker_ok(&[
+        "exec",
+        "-d",
+        &name,
+        "imgctl",
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "100000",
+        "--out",
+        "/workspace/long",
+    ]);
+    let started = Instant::now();
+    // A step recorded: the run is in its loop, where SIGTERM saves a checkpoint.
+    let metrics = folder.join("long/metrics.jsonl");
+    while std::fs::metadata(&metrics).map_or(0, |m| m.len()) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "the run inside never began"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let out = crate::common::imgctl(&["down", "--time", "120", &name]);
+    let (_, said) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("still running: ") && said.contains("train-demo"),
+        "{said}"
+    );
+    assert!(said.contains("the work ended in"), "{said}");
+    let saved = std::fs::read_dir(folder.join("long/checkpoints"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        })
+        .unwrap_or(false);
+    assert!(saved, "no checkpoint after down: {said}");
     let left = docker_ok(&["ps", "-a", "-q", "--filter", &format!("name=^/{name}$")]);
     assert!(left.is_empty(), "down left {left}");
     assert!(folder.join("out.txt").exists());
@@ -383,5 +426,72 @@ pub(super) fn no_path_to_root_and_clean_stops(
     assert!(
         !docker(&["inspect", &name]).status.success(),
         "container {name} was left"
+    );
+}
+
+/// `up --tensorboard` (#45 item 2): a short training run inside writes its
+/// events under /workspace, and the TensorBoard that `up` published on
+/// 127.0.0.1 lists the run's `train/loss` within its reload interval.
+fn tensorboard_shows_a_run(name: &str, report: &Value) {
+    let port = report["tensorboard"]["port"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no tensorboard in up --json: {report}")) as u16;
+    assert_eq!(
+        report["tensorboard"]["open"],
+        format!("http://127.0.0.1:{port}/"),
+        "{report}"
+    );
+    let train = docker(&[
+        "exec",
+        name,
+        "imgctl",
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "3",
+        "--out",
+        "/workspace/tb-run",
+    ]);
+    assert!(train.status.success(), "{}", texts(&train).1);
+    let started = Instant::now();
+    loop {
+        let (status, body) = super::http_get(port, "/data/plugin/scalars/tags", None);
+        if status == 200 && body.contains("tb-run") && body.contains("train/loss") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "TensorBoard never listed tb-run's train/loss: HTTP {status} {body}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!(
+        "e2e: TensorBoard listed the run {:.1} s after it ended",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// An SSH session has the environment `docker exec` has (#45 F2): the
+/// image's pins, the proxy's CA bundle, the locale; never the Jupyter token.
+fn ssh_sessions_keep_the_image_environment(name: &str, key: &Path, port: u16) {
+    let show = "for v in IMGCTL_VERIFY_PINS SSL_CERT_FILE REQUESTS_CA_BUNDLE PIP_CERT LANG VIRTUAL_ENV; do printf '%s=%s\\n' $v \"$(printenv $v)\"; done; printf 'token=%s\\n' \"${JUPYTER_TOKEN:-}\"";
+    let exec = docker_ok(&["exec", name, "sh", "-c", show]);
+    let out = ssh(key, port, &[], show);
+    let (over_ssh, err) = texts(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(exec.contains("IMGCTL_VERIFY_PINS={"), "{exec}");
+    let without_token = |s: &str| {
+        s.lines()
+            .filter(|l| !l.starts_with("token="))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(without_token(over_ssh.trim()), without_token(exec.trim()));
+    assert!(
+        over_ssh.contains("token=\n") || over_ssh.trim_end().ends_with("token="),
+        "{over_ssh}"
     );
 }

@@ -525,3 +525,160 @@ fn entrypoint_names_an_unwritable_home_and_an_ignored_user() {
         assert_eq!(out.status.code(), Some(0), "{stderr}");
     }
 }
+
+/// `IMGCTL_TENSORBOARD=1` (what `imgctl up --tensorboard` sets): TensorBoard
+/// over the workspace as the image's user, listed for the healthcheck, which
+/// probes its `/data/environment`; bad values are refused before anything
+/// starts; an image without tensorboard says so.
+#[test]
+fn entrypoint_serves_tensorboard_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    let run = dir.path().join("run");
+    let ws = dir.path().join("workspace");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    open_to_all(dir.path());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let with_path = |env: &[(&'static str, &'static str)]| -> Vec<(&str, String)> {
+        let mut v: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        v.push(("PATH", path.clone()));
+        v
+    };
+    let check = |env: Vec<(&str, String)>, args: &[&str]| {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        check_entrypoint(&env, args)
+    };
+    // No tensorboard on PATH: one line, exit 2 (checked before the stand-in exists).
+    let bare = format!("{}:/usr/bin:/bin", bin.display());
+    let out = check_entrypoint(&[("IMGCTL_TENSORBOARD", "1"), ("PATH", bare.as_str())], &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("IMGCTL_TENSORBOARD=1 but this image has no tensorboard"),
+        "{stderr}"
+    );
+    let record = dir.path().join("tensorboard.txt");
+    let fake = format!(
+        "#!/bin/sh\ntrap 'exit 0' TERM\nprintf 'args=%s\\npwd=%s\\nuser=%s\\n' \"$*\" \"$(pwd)\" \"$(id -un)\" > {r}.tmp\nmv {r}.tmp {r}\nwhile :; do sleep 0.1; done\n",
+        r = record.display()
+    );
+    std::fs::write(bin.join("tensorboard"), fake).unwrap();
+    Command::new("chmod")
+        .arg("+x")
+        .arg(bin.join("tensorboard"))
+        .status()
+        .unwrap();
+    for (env, message) in [
+        (
+            vec![("IMGCTL_TENSORBOARD", "yes")],
+            "IMGCTL_TENSORBOARD='yes' is not 0 or 1",
+        ),
+        (
+            vec![
+                ("IMGCTL_TENSORBOARD", "1"),
+                ("IMGCTL_TENSORBOARD_PORT", "0"),
+            ],
+            "IMGCTL_TENSORBOARD_PORT=0 is not a port number (1-65535)",
+        ),
+        (
+            vec![("IMGCTL_TENSORBOARD_PORT", "http")],
+            "IMGCTL_TENSORBOARD_PORT='http' is not a port number",
+        ),
+    ] {
+        let out = check(with_path(&env), &[]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{env:?}: {stderr}");
+        assert!(stderr.contains(message), "{env:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{env:?}: {stderr}");
+    }
+    let out = check(
+        with_path(&[("IMGCTL_TENSORBOARD", "1"), ("IMGCTL_MODE", "none")]),
+        &[],
+    );
+    assert!(
+        texts(&out).1.contains("jupyter=no tensorboard=yes ssh=no"),
+        "{out:?}"
+    );
+    // A passed-through command starts no service, TensorBoard included.
+    let out = check(with_path(&[("IMGCTL_TENSORBOARD", "1")]), &["true"]);
+    assert!(texts(&out).1.contains("would run: true"), "{out:?}");
+
+    // Started for real: as the image's user, over the workspace, on the port.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new("sh")
+        .arg(entrypoint())
+        .env_clear()
+        .env("PATH", &path)
+        .env("IMGCTL_MODE", "none")
+        .env("IMGCTL_TENSORBOARD", "1")
+        .env("IMGCTL_TENSORBOARD_PORT", port.to_string())
+        .env("IMGCTL_USER", SERVICE_USER)
+        .env("IMGCTL_RUN_DIR", &run)
+        .env("IMGCTL_WORKSPACE", &ws)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !record.exists() {
+        assert!(Instant::now() < deadline, "the stand-in never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rec = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        rec.contains(&format!(
+            "args=--logdir {} --port {port} --bind_all",
+            ws.display()
+        )),
+        "{rec}"
+    );
+    assert!(rec.contains(&format!("pwd={}", ws.display())), "{rec}");
+    assert_eq!(
+        std::fs::read_to_string(run.join("services")).unwrap(),
+        "tensorboard\n"
+    );
+    let health = || {
+        Command::new("sh")
+            .arg(repo_root().join("images/healthcheck.sh"))
+            .env("IMGCTL_RUN_DIR", &run)
+            .env("IMGCTL_TENSORBOARD_PORT", port.to_string())
+            .output()
+            .unwrap()
+    };
+    assert_eq!(health().status.code(), Some(1), "nothing answers yet");
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let n = std::io::Read::read(&mut s, &mut buf).unwrap();
+        let asked = String::from_utf8_lossy(&buf[..n]).to_string();
+        let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        asked
+    });
+    let out = health();
+    let asked = server.join().unwrap();
+    assert!(asked.starts_with("GET /data/environment "), "{asked}");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().unwrap();
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "TensorBoard: port {port}, --logdir {}",
+            ws.display()
+        )),
+        "{stderr}"
+    );
+}

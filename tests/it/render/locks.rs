@@ -24,7 +24,7 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
     let text = write_lock(&spec_path, &lock_path);
     let (d, stderr) = render_spec(&spec_path);
     assert!(
-        stderr.contains(&format!("pip lock: {} (9 packages)", lock_path.display())),
+        stderr.contains(&format!("pip lock: {} (10 packages)", lock_path.display())),
         "{stderr}"
     );
     let ins = instructions(&d);
@@ -88,19 +88,19 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
         d.contains(&format!("io.imgctl.pip_lock.sha256=\"{sha}\"")),
         "{d}"
     );
-    assert!(d.contains("io.imgctl.pip_lock.packages=\"9\""));
+    assert!(d.contains("io.imgctl.pip_lock.packages=\"10\""));
     assert!(
-        d.contains(&format!("9 packages,\n# sha256 {sha}.\n")),
+        d.contains(&format!("10 packages,\n# sha256 {sha}.\n")),
         "{d}"
     );
     assert!(d.contains("Its torch step (2 packages)"), "{d}");
-    assert!(d.contains("# The lock's pins step (7 packages: "), "{d}");
+    assert!(d.contains("# The lock's pins step (8 packages: "), "{d}");
     assert!(
         d.contains("# Layer 4a: what the pins need (1 package)"),
         "{d}"
     );
     assert!(
-        d.contains("# Layer 4: the pins the spec names (6 packages)"),
+        d.contains("# Layer 4: the pins the spec names (7 packages)"),
         "{d}"
     );
 

@@ -1,0 +1,68 @@
+//! JupyterLab and TensorBoard in a real browser (#45 item 1): headless
+//! Chromium, driven by Selenium through chromium-driver (`tests/browser/lab.py`),
+//! opens the workstation `imgctl up` started, runs a notebook's three cells
+//! as a person does and reads their output back from the page; then
+//! TensorBoard's scalars show the notebook's run. The screenshots land in
+//! `target/e2e-browser/` (the README's picture is one of them). It runs once,
+//! on the machine's engine: `scripts/engine-tests.sh` sets
+//! `IMGCTL_E2E_BROWSER=0` for its second engine.
+use super::*;
+
+/// The notebook flow in the browser, against the workstation `up` reported.
+pub(super) fn browser_runs_the_notebook(report: &Value, token: &str) {
+    if std::env::var("IMGCTL_E2E_BROWSER").as_deref() == Ok("0") {
+        eprintln!(
+            "e2e: browser test skipped (IMGCTL_E2E_BROWSER=0: it runs on the machine's engine)"
+        );
+        return;
+    }
+    let jupyter = report["jupyter"]["port"].as_u64().unwrap();
+    let tensorboard = report["tensorboard"]["port"].as_u64().unwrap();
+    let out_dir = crate::common::repo_root().join("target/e2e-browser");
+    let started = Instant::now();
+    let out = Command::new(crate::common::venv_python())
+        .arg(crate::common::repo_root().join("tests/browser/lab.py"))
+        .arg(format!("http://127.0.0.1:{jupyter}"))
+        .arg(token)
+        .arg(format!("http://127.0.0.1:{tensorboard}"))
+        .arg(&out_dir)
+        // Selenium Manager must not look for drivers online: Debian's are given.
+        .env("SE_OFFLINE", "true")
+        .output()
+        .expect("run tests/browser/lab.py (scripts/setup.sh installs selenium and chromium)");
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "the browser test failed:\n{stderr}");
+    let seen: Value = serde_json::from_str(&stdout).expect("lab.py's JSON");
+    eprintln!(
+        "e2e: browser: {:.1} s in all, {}",
+        started.elapsed().as_secs_f64(),
+        seen["seconds"]
+    );
+    assert_eq!(seen["without_token"], "login page", "{seen}");
+    let errors = seen["console_errors"].as_array().unwrap();
+    assert!(errors.is_empty(), "console errors in the Lab: {errors:?}");
+    let cell = |i: usize| seen["cells"][i].as_str().unwrap_or_default().to_string();
+    assert!(cell(0).contains("2.7.0"), "cell 1: {}", cell(0));
+    // Plain lines in a notebook: no progress bar residue, the table whole.
+    for i in 1..3 {
+        assert!(
+            !cell(i).contains('\u{1b}') && !cell(i).contains('\r'),
+            "cell {}: {:?}",
+            i + 1,
+            cell(i)
+        );
+    }
+    assert!(cell(1).contains("torch.version"), "cell 2: {}", cell(1));
+    assert!(cell(1).contains("verify passed"), "cell 2: {}", cell(1));
+    assert!(cell(2).contains("step 30/30"), "cell 3: {}", cell(2));
+    assert!(
+        cell(2).contains("from IPython.display import Image, display"),
+        "cell 3: {}",
+        cell(2)
+    );
+    assert!(
+        seen["tensorboard"].as_str().unwrap().contains("nb-run"),
+        "{seen}"
+    );
+    assert!(out_dir.join("lab.png").exists() && out_dir.join("tensorboard.png").exists());
+}
