@@ -127,6 +127,11 @@ pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
 /// Debug/test hook: a directory where every rank writes one line per optimizer
 /// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
 pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";
+/// Test hook only (never set it in a real run): seconds every checkpoint
+/// write sleeps inside its temporary folder, before it is complete, so a
+/// test can hold rank 0 in a slow checkpoint write (the heartbeat must not
+/// declare anyone lost meanwhile).
+pub const IMGCTL_TEST_CHECKPOINT_DELAY: &str = "IMGCTL_TEST_CHECKPOINT_DELAY";
 
 /// An environment variable whose value imgctl cannot use.
 #[derive(Debug, thiserror::Error)]

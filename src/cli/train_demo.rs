@@ -337,6 +337,12 @@ pub struct TrainArgs {
         allow_negative_numbers = true
     )]
     run rendezvous_timeout: Option<f64>,
+    /// Seconds between two heartbeats of a data-parallel rank, sent by a thread of its own beside the training loop [default: 1].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    run heartbeat: Option<f64>,
+    /// Seconds without a heartbeat after which a data-parallel rank is declared lost and the job stops naming it (above --heartbeat) [default: 5].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    run heartbeat_timeout: Option<f64>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     bench_launcher json: bool,

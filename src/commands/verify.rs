@@ -295,6 +295,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
     let options = FleetOptions {
         timeout: Duration::from_secs_f64(args.fleet_timeout),
         link_bytes: args.link_mib << 20,
+        heartbeat: crate::world::heartbeat::Settings::default(),
     };
     match fleet::run(&info, options, local)? {
         FleetOutcome::Root(report) => {

@@ -1,8 +1,9 @@
 //! Sockets, through libc: the one listener std cannot make, a dual-stack
 //! `[::]` socket with `IPV6_V6ONLY` off (rendezvous's rank 0 listens on it
 //! when its address is not loopback). Which port, and who connects, belong
-//! to the caller. Also this host's name, as the kernel gives it, and the
-//! read of a whole message against one deadline.
+//! to the caller. Also this host's name, as the kernel gives it, the
+//! read of a whole message against one deadline, and [`poll_readable`]
+//! (one thread watching many sockets: the heartbeat of `world::heartbeat`).
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::Instant;
@@ -46,6 +47,39 @@ pub fn read_exact_by(
         }
     }
     Ok(())
+}
+
+/// Waits up to `timeout` until any of `fds` has something to read (data,
+/// a closed connection, an error, a pending connection on a listener);
+/// returns, per descriptor, whether it has. An interrupted wait returns
+/// all `false` (the caller loops anyway).
+pub fn poll_readable(
+    fds: &[std::os::fd::RawFd],
+    timeout: std::time::Duration,
+) -> std::io::Result<Vec<bool>> {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: `polls` is a live array of `polls.len()` pollfd entries that
+    // the kernel only writes `revents` of; the descriptors are the caller's.
+    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(polls
+        .iter()
+        .map(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+        .collect())
 }
 
 /// This host's name (`/proc/sys/kernel/hostname`), `localhost` when unreadable.

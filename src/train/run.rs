@@ -38,6 +38,7 @@ pub use super::summary::{
 };
 use super::sync::GradSync;
 use super::trainer::{sync_device, StepError, StepStats, Trainer};
+use crate::world::heartbeat::{self, Phase};
 
 /// Ways a run stops before its last step.
 #[derive(Debug, thiserror::Error)]
@@ -333,6 +334,7 @@ impl<'a> RunLoop<'a> {
         let tr = &opts.config.training;
         self.stop_if_interrupted()?;
         super::interrupt::set_step_in_progress(self.trainer.step + 1);
+        heartbeat::note(self.trainer.step + 1, Phase::Training);
         let step_start = Instant::now();
         let Some(batch) = self.loader.next_batch() else {
             (self.events)(&RunEvent::Stopped);
@@ -534,6 +536,7 @@ impl<'a> RunLoop<'a> {
         if !(self.lead && tr.sample_every > 0 && (trainer.step % tr.sample_every == 0 || done)) {
             return Ok(());
         }
+        heartbeat::note(trainer.step, Phase::Samples);
         let imgs = trainer.sample(tr.sample_num, tr.sample_steps, Sampler::Ddim, tr.seed, true)?;
         let dir = opts.out.join("samples");
         std::fs::create_dir_all(&dir)?;
@@ -581,6 +584,7 @@ impl<'a> RunLoop<'a> {
 
     /// Writes the checkpoint of the trainer's step under `out/`.
     fn write_checkpoint(&self) -> anyhow::Result<PathBuf> {
+        heartbeat::note(self.trainer.step, Phase::Checkpoint);
         let epoch = self.trainer.samples_seen / self.epoch_len;
         self.trainer
             .save_checkpoint(&self.opts.out, epoch, self.last_loss)
@@ -620,6 +624,7 @@ impl<'a> RunLoop<'a> {
     fn finish(mut self) -> anyhow::Result<TrainSummary> {
         let opts = self.opts;
         let cfg = &opts.config;
+        heartbeat::note(self.trainer.step, Phase::Finishing);
         (self.events)(&RunEvent::Stopped);
         let elapsed = self.started.elapsed().as_secs_f64();
         // What the watch still had to say (a short run can end before NVML loads).

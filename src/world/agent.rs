@@ -33,10 +33,16 @@ pub const RENDEZVOUS_PROBE: Duration = Duration::from_secs(5);
 pub const RENDEZVOUS_SETTLE: Duration = Duration::from_secs(1);
 
 /// The peer `err` says this rank lost (a broken connection or a timeout of
-/// the CPU backend): `(rank, peer, peer's host)`.
+/// the CPU backend, or a silence its heartbeat saw): `(rank, peer, peer's host)`.
 pub fn lost_peer(err: &anyhow::Error) -> Option<(usize, usize, Option<String>)> {
-    err.chain()
-        .find_map(|e| match e.downcast_ref::<CollectiveError>()? {
+    err.chain().find_map(|e| {
+        if let Some(super::heartbeat::HeartbeatError::Lost {
+            rank, peer, host, ..
+        }) = e.downcast_ref()
+        {
+            return Some((*rank, *peer, host.clone()));
+        }
+        match e.downcast_ref::<CollectiveError>()? {
             CollectiveError::PeerLost {
                 rank, peer, host, ..
             }
@@ -44,7 +50,8 @@ pub fn lost_peer(err: &anyhow::Error) -> Option<(usize, usize, Option<String>)> 
                 rank, peer, host, ..
             } => Some((*rank, *peer, host.clone())),
             _ => None,
-        })
+        }
+    })
 }
 
 /// Whether a TCP connection to `host:port` is accepted within `probe`

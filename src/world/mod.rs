@@ -9,6 +9,8 @@
 //! - [`collective`]: the [`Collective`] trait; backends [`collective::nccl`] (GPUs) and [`collective::cpu`] (TCP).
 //! - [`watchdog`]: a collective queued on a GPU that never completes (a dead
 //!   peer) ends the rank after a timeout, instead of hanging it forever.
+//! - [`heartbeat`]: every rank beats to rank 0 and back on a thread of its
+//!   own; a silent peer is named within seconds, not at the collective timeout.
 //! - [`agent`]: after a lost peer, whether torchrun's rendezvous host went with it.
 //! - [`timeouts`]: how long collectives wait; [`error`]: the typed errors
 //!   (`commands/` gives them their exit status and hints).
@@ -21,6 +23,7 @@ pub mod agent;
 pub mod auth;
 pub mod collective;
 pub mod error;
+pub mod heartbeat;
 pub mod hello;
 pub mod launch;
 pub mod rendezvous;

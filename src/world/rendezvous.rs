@@ -69,6 +69,8 @@ pub struct Session {
     /// named (rank 0: one per other rank, index `r - 1`; another rank: its
     /// own), to which later proofs (the fleet's verdict) are bound.
     pub auth: Option<SessionAuth>,
+    /// Rank 0's listener, kept open for the heartbeat ([`super::heartbeat`]).
+    pub listener: Option<TcpListener>,
 }
 
 /// A session's proof material ([`Session::auth`]).
@@ -82,11 +84,6 @@ pub struct SessionAuth {
 
 fn timed_out(timeout: Duration, what: String) -> anyhow::Error {
     RendezvousError::TimedOut { timeout, what }.into()
-}
-
-fn ranks_list(ranks: &[usize]) -> String {
-    let v: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
-    v.join(", ")
 }
 
 /// Binds rank 0's listener on `port` where the launcher says: MASTER_ADDR
@@ -159,6 +156,7 @@ pub fn rendezvous(
             links: Links::Alone,
             address: host_port(&info.master_addr, info.master_port),
             auth: None,
+            listener: None,
         });
     }
     match (&info.agent_store, info.rank) {
@@ -254,6 +252,8 @@ pub struct Gathered {
     pub refused: Vec<String>,
     /// Per rank, the nonce its hello named, with a rendezvous token.
     pub nonces: Vec<Option<Nonce>>,
+    /// The listener, kept open for the heartbeat (as [`Session::listener`]).
+    pub listener: Option<TcpListener>,
 }
 
 /// Rank 0's side of a rendezvous that does not fail when a rank stays
@@ -272,6 +272,7 @@ pub fn rendezvous_whoever_comes(info: &LaunchInfo, timeout: Duration) -> anyhow:
             address: host_port(&info.master_addr, info.master_port),
             refused: Vec::new(),
             nonces,
+            listener: None,
         });
     }
     let (listener, address) = root_listener(info, timeout, deadline)?;
@@ -291,6 +292,7 @@ pub fn rendezvous_whoever_comes(info: &LaunchInfo, timeout: Duration) -> anyhow:
         address,
         refused,
         nonces,
+        listener: Some(listener),
     })
 }
 
@@ -333,13 +335,14 @@ fn serve_until(
     let mut peers: Vec<Option<(TcpStream, SocketAddr)>> = (0..n).map(|_| None).collect();
     let mut nonces: Vec<Option<Nonce>> = vec![None; n];
     let refused = gather(&listener, info, deadline, &mut peers, &mut nonces)?;
-    let missing: Vec<usize> = (1..n).filter(|&r| peers[r].is_none()).collect();
+    let missing: Vec<String> = (1..n)
+        .filter(|&r| peers[r].is_none())
+        .map(|r| r.to_string())
+        .collect();
     if !missing.is_empty() {
-        let arrived = n - missing.len();
-        let mut what = format!(
-            "{arrived} of {n} ranks arrived at {address} (missing ranks: {})",
-            ranks_list(&missing)
-        );
+        let (arrived, missing) = (n - missing.len(), missing.join(", "));
+        let mut what =
+            format!("{arrived} of {n} ranks arrived at {address} (missing ranks: {missing})");
         if !refused.is_empty() {
             what.push_str(&format!("; refused: {}", refused.join("; ")));
         }
@@ -370,6 +373,7 @@ fn serve_until(
         links: Links::Root(links),
         address,
         auth,
+        listener: Some(listener),
     })
 }
 
@@ -535,6 +539,7 @@ fn join(
         links: Links::Leaf(stream),
         address,
         auth,
+        listener: None,
     })
 }
 

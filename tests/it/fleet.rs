@@ -214,8 +214,48 @@ fn a_node_killed_after_joining_and_one_that_never_came_are_named_within_the_boun
     assert!(took < Duration::from_secs(40), "{took:?}");
 }
 
+/// A node that joined, then went silent (SIGSTOP: its connections stay
+/// open) is named by rank 0's heartbeat within its 5 s, not at the 45 s
+/// fleet timeout of every wait.
+#[test]
+fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
+    let Some(nodes) = star_or_skip(2) else { return };
+    let bin = imgctl_bin();
+    let mut root = fleet_rank(&nodes, &bin, 0, 2, &[]);
+    let one = fleet_rank(&nodes, &bin, 1, 2, &[]);
+    // Its rendezvous and its heartbeat connection: it has joined.
+    wait_for_connections(&nodes, 1, 2);
+    one.stop();
+    let stopped = Instant::now();
+    let status = root
+        .wait_within(Duration::from_secs(40))
+        .unwrap_or_else(|| panic!("rank 0 did not end within 40 s:\n{}", root.text()));
+    let took = stopped.elapsed();
+    let text = root.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "rank 1 ({}) joined, then went silent: no heartbeat from rank 1 on {} for 5.",
+            nodes.addr(1),
+            nodes.addr(1)
+        )),
+        "{text}"
+    );
+    eprintln!(
+        "a silent node named after {:.1} s (fleet timeout 45 s)",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}:\n{text}");
+}
+
 /// Waits until node `i` holds an established connection to rank 0's port.
 fn wait_for_connection(nodes: &Nodes, i: usize) {
+    wait_for_connections(nodes, i, 1)
+}
+
+/// Waits until node `i` holds `n` established connections to rank 0's port.
+fn wait_for_connections(nodes: &Nodes, i: usize, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let o = Command::new("ip")
@@ -231,7 +271,7 @@ fn wait_for_connection(nodes: &Nodes, i: usize) {
             .arg(format!("dst {}:{PORT}", nodes.addr(0)))
             .output()
             .unwrap();
-        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+        if String::from_utf8_lossy(&o.stdout).lines().count() >= n {
             return;
         }
         assert!(

@@ -23,6 +23,7 @@ use crate::common::imgctl_bin;
 use crate::parallel::{assert_close, assert_ranks_agree, final_model, tensors, train};
 
 mod failures;
+mod silent;
 
 /// The prefix of every namespace these tests create (`imgctl-mn-PID-N-a`).
 const NS_PREFIX: &str = "imgctl-mn-";
@@ -394,6 +395,19 @@ impl Proc {
         // execs the program, so this is imgctl itself).
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+    }
+
+    /// Its process id.
+    pub(crate) fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGSTOP: the process hangs with its sockets open (a silent node).
+    pub(crate) fn stop(&self) {
+        // SAFETY: a signal to the child this test started (imgctl itself).
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGSTOP);
         }
     }
 

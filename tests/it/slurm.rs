@@ -670,6 +670,54 @@ fn a_killed_slurmd_stops_the_other_rank_naming_the_lost_rank_and_host() {
     );
 }
 
+/// Rank 1 SIGSTOPped mid-run on node B (its slurmd alive, its sockets
+/// open), with a 30-minute collective timeout: rank 0's heartbeat names it
+/// within 5 s and a step, and srun (`--kill-on-bad-exit`) ends the job.
+#[test]
+fn a_stopped_rank_is_named_by_the_heartbeat_and_srun_ends() {
+    let Some(cluster) = cluster_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = start_long_run(&cluster, dir.path(), "1800");
+    let ns = &cluster.nodes().names[1];
+    let o = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .unwrap();
+    let mut stopped = 0;
+    for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "imgctl" {
+            // SAFETY: SIGSTOP to the imgctl task of the job this test started.
+            unsafe {
+                libc::kill(pid.parse().unwrap(), libc::SIGSTOP);
+            }
+            stopped += 1;
+        }
+    }
+    assert_eq!(stopped, 1, "one imgctl task on node B");
+    let at = Instant::now();
+    p.wait_for_line(|l| l.contains("sn1: task 0: Exited with exit code 1"));
+    let took = at.elapsed();
+    let status = p.wait_within(Duration::from_secs(60));
+    let text = p.text();
+    let errors = task_errors(&text, 0);
+    assert_eq!(errors.len(), 1, "rank 0: one error line:\n{text}");
+    let said = format!(
+        "no heartbeat from rank 1 on {} for ",
+        cluster.nodes().addr(1)
+    );
+    assert!(errors[0].contains(&said), "{}", errors[0]);
+    assert!(took <= Duration::from_secs(12), "{took:?}:\n{text}");
+    let status = status.unwrap_or_else(|| panic!("srun did not end:\n{text}"));
+    assert!(!status.success(), "{text}");
+    eprintln!(
+        "a stopped rank under srun: rank 0 out {took:?} after the stop: {}",
+        errors[0]
+    );
+}
+
 /// Two tasks on each node (`srun -N 2 --ntasks-per-node 2`: SLURM_LOCALID 0
 /// and 1 on each, SLURM_TASKS_PER_NODE `2(x2)`): four ranks whose weights
 /// and hash logs are those of four ranks on one host.

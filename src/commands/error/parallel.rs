@@ -3,8 +3,8 @@
 //! lines (`--gpus`, `--rendezvous-timeout`), and the hints (the launcher's
 //! variables, the GPU selection, NCCL and the CUDA runtime).
 //!
-//! Covers [`LaunchError`], [`RendezvousError`], [`CollectiveError`] and
-//! [`WatchdogError`] of `world`, [`SupervisorError`] of `train::parallel`,
+//! Covers [`LaunchError`], [`RendezvousError`], [`CollectiveError`],
+//! [`HeartbeatError`] and [`WatchdogError`] of `world`, [`SupervisorError`] of `train::parallel`,
 //! and [`NcclError`] and [`CudaError`] of `sys` (those two also without the
 //! `torch` feature).
 
@@ -13,6 +13,8 @@ use crate::sys::cudart::CudaError;
 use crate::sys::nccl::NcclError;
 #[cfg(feature = "torch")]
 use crate::train::parallel::supervisor::{SupervisorError, WorkerEnd};
+#[cfg(feature = "torch")]
+use crate::world::heartbeat::HeartbeatError;
 #[cfg(feature = "torch")]
 use crate::world::watchdog::WatchdogError;
 #[cfg(feature = "torch")]
@@ -57,11 +59,26 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
         if let Some(e) = err.downcast_ref::<SupervisorError>() {
             return Some(supervisor_error(e));
         }
+        if let Some(e) = err.downcast_ref::<HeartbeatError>() {
+            return Some(heartbeat_error(e));
+        }
         if let Some(e) = err.downcast_ref::<WatchdogError>() {
             return Some(watchdog_error(e));
         }
     }
     None
+}
+
+/// A silent peer the heartbeat named (which ends the rank).
+#[cfg(feature = "torch")]
+fn heartbeat_error(e: &HeartbeatError) -> Advice {
+    match e {
+        HeartbeatError::Lost { peer, .. } => Advice::failure(format!(
+            "rank {peer} stopped, hung or lost its network; a launcher that restarts \
+             (torchrun --max-restarts, a requeued SLURM job) goes on with --resume auto; \
+             --heartbeat-timeout sets how long silence may last"
+        )),
+    }
 }
 
 /// The collective watchdog's warning and its firing (which ends the rank).

@@ -24,6 +24,7 @@ use crate::train::session::RunOptions;
 use crate::train::sync::GradSync;
 use crate::world::agent;
 use crate::world::error::LaunchError;
+use crate::world::heartbeat;
 use crate::world::launch::{resolve_gpus, LaunchInfo, LaunchSource};
 use crate::world::{collective_timeout, default_collective_timeout};
 use crate::ExitStatus;
@@ -48,7 +49,12 @@ pub fn worker_sync(args: &TrainArgs, opts: &mut RunOptions) -> anyhow::Result<Bo
     if let Some(d) = launcher_device(args.device.as_deref(), &launch, visible)? {
         opts.device = d;
     }
-    let dp = DataParallel::init(launch, opts.device, timeout, collective)?;
+    let beat = heartbeat_settings(args.heartbeat, args.heartbeat_timeout)?;
+    // A silent peer ends this rank as a lost one does: the torchrun
+    // rendezvous-host probe, then the one line and exit 1.
+    let fire: heartbeat::FireAction =
+        Box::new(|err| crate::output::exit_with(after_lost_peer(err)));
+    let dp = DataParallel::init(launch, opts.device, timeout, collective, Some((beat, fire)))?;
     if dp.is_primary() {
         printer().info(format!(
             "data parallel: {} rank{}, {} backend, rendezvous at {}",
@@ -100,6 +106,40 @@ pub fn after_lost_peer(err: anyhow::Error) -> anyhow::Error {
             lost.into()
         }
     }
+}
+
+/// The heartbeat's settings from `--heartbeat` and `--heartbeat-timeout`
+/// (seconds; [`heartbeat::Settings::default`] for those not given): each a
+/// positive number of seconds up to an hour, the timeout longer than the
+/// interval.
+pub(crate) fn heartbeat_settings(
+    interval: Option<f64>,
+    timeout: Option<f64>,
+) -> anyhow::Result<heartbeat::Settings> {
+    let d = heartbeat::Settings::default();
+    let secs = |flag: &str, v: Option<f64>, default: std::time::Duration| match v {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => {
+            Ok(std::time::Duration::from_secs_f64(s))
+        }
+        Some(s) => Err(usage(
+            format!("{flag} {s} is not a number of seconds between 0 and 3600"),
+            format!("give seconds such as {flag} {}", default.as_secs_f64()),
+        )),
+    };
+    let interval = secs("--heartbeat", interval, d.interval)?;
+    let timeout = secs("--heartbeat-timeout", timeout, d.timeout)?;
+    if timeout <= interval {
+        return Err(usage(
+            format!(
+                "--heartbeat-timeout {} is not longer than --heartbeat {}: every peer would be lost between two beats",
+                timeout.as_secs_f64(),
+                interval.as_secs_f64()
+            ),
+            "give a timeout of several beats, such as --heartbeat 1 --heartbeat-timeout 5",
+        ));
+    }
+    Ok(heartbeat::Settings { interval, timeout })
 }
 
 /// This process's parent when it is torchrun's agent (its command line
@@ -259,6 +299,30 @@ pub(super) fn worker_args(mut args: Vec<OsString>, bench: bool) -> Vec<OsString>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heartbeat_flags_take_seconds_and_a_timeout_past_the_interval() {
+        let ok = heartbeat_settings(None, None).unwrap();
+        assert_eq!(ok, heartbeat::Settings::default());
+        let s = heartbeat_settings(Some(0.5), Some(2.0)).unwrap();
+        assert_eq!(s.interval, std::time::Duration::from_millis(500));
+        for (i, t, says) in [
+            (Some(0.0), None, "--heartbeat 0 is not a number of seconds"),
+            (Some(f64::NAN), None, "--heartbeat NaN is not"),
+            (None, Some(-1.0), "--heartbeat-timeout -1 is not"),
+            (
+                Some(5.0),
+                None,
+                "--heartbeat-timeout 5 is not longer than --heartbeat 5",
+            ),
+        ] {
+            let e = heartbeat_settings(i, t).unwrap_err();
+            let cli = e.downcast_ref::<CliError>().expect("a usage error");
+            assert!(e.to_string().starts_with(says), "{e}");
+            assert!(!e.to_string().contains('\n'), "{e}");
+            let _ = cli;
+        }
+    }
 
     #[test]
     fn a_bare_cuda_follows_the_local_rank() {

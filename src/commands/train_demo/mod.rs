@@ -29,6 +29,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<ExitStatus> {
     use crate::world::launch::LaunchInfo;
 
     bench::check_flags(&args)?;
+    launch::heartbeat_settings(args.heartbeat, args.heartbeat_timeout)?;
     if args.print_config {
         return print_config(&args);
     }

@@ -166,6 +166,8 @@ pub fn resolve_options(args: &TrainArgs) -> anyhow::Result<RunOptions> {
         plot: _,
         warmup: _,
         rendezvous_timeout: _,
+        heartbeat: _,
+        heartbeat_timeout: _,
         json: _,
         print_config,
     } = args.run_flags();

@@ -34,6 +34,7 @@ pub mod hooks;
 pub mod overlap;
 pub mod supervisor;
 
+use crate::world::heartbeat::{self, Heartbeat};
 use crate::world::{collective, rendezvous, tcpstore};
 use crate::world::{Backend, Collective, LaunchError, LaunchInfo, RendezvousError, Solo};
 pub use buckets::DEFAULT_BUCKET_BYTES;
@@ -69,6 +70,8 @@ pub struct DataParallel {
     /// The overlapped all-reduce, when [`GradSync::prepare`] asked for it.
     overlap: Option<overlap::Overlap>,
     stats: SyncStats,
+    /// This rank's heartbeat thread (several ranks; dropped with the run).
+    heartbeat: Option<Heartbeat>,
 }
 
 impl std::fmt::Debug for DataParallel {
@@ -107,6 +110,7 @@ impl DataParallel {
             params: None,
             overlap: None,
             stats: SyncStats::default(),
+            heartbeat: None,
         }
     }
 
@@ -115,20 +119,31 @@ impl DataParallel {
     /// ranks, nothing for a single CPU process. The rendezvous and the
     /// communicator's set-up are bounded by `timeout`, every collective
     /// after them by `collective` ([`crate::world::collective_timeout`]).
+    /// With `heartbeat`, every rank of several beats on a thread of its own
+    /// from the rendezvous on ([`Heartbeat`]), its beats carrying
+    /// [`heartbeat::progress`]; a silent peer is `fire`d within its timeout.
     pub fn init(
         launch: LaunchInfo,
         device: Device,
         timeout: Duration,
         collective: Duration,
+        heartbeat: Option<(heartbeat::Settings, heartbeat::FireAction)>,
     ) -> anyhow::Result<Self> {
+        let beat = |session: &mut rendezvous::Session| match heartbeat {
+            Some((settings, fire)) => {
+                Heartbeat::start(session, settings, heartbeat::progress(), fire, true)
+            }
+            None => Ok(None),
+        };
         match device {
             Device::Cuda(index) => {
                 let rt = crate::sys::cudart::CudaRuntime::locate()?;
                 rt.set_device(index)?;
                 let lib = Arc::new(crate::sys::nccl::NcclLibrary::locate()?);
                 let l = lib.clone();
-                let session =
+                let mut session =
                     rendezvous::rendezvous(&launch, move || Ok(l.unique_id()?.to_vec()), timeout)?;
+                let hb = beat(&mut session)?;
                 let coll = collective::nccl::NcclCollective::init(
                     lib,
                     &session.payload,
@@ -140,17 +155,20 @@ impl DataParallel {
                 )?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = session.address;
+                dp.heartbeat = hb;
                 Ok(dp)
             }
             _ if launch.world_size == 1 => {
                 Ok(Self::with_collective(launch, device, Box::new(Solo)))
             }
             _ => {
-                let session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
+                let mut session = rendezvous::rendezvous(&launch, || Ok(Vec::new()), timeout)?;
+                let hb = beat(&mut session)?;
                 let address = session.address.clone();
                 let coll = collective::cpu::CpuCollective::new(session, collective)?;
                 let mut dp = Self::with_collective(launch, device, Box::new(coll));
                 dp.address = address;
+                dp.heartbeat = hb;
                 Ok(dp)
             }
         }

@@ -446,6 +446,9 @@ pub fn supervise(opts: &SupervisorOptions, events: Events) -> anyhow::Result<Sup
             stop_at = Some(Instant::now());
             for w in workers.iter().filter(|w| w.end.is_none()) {
                 signal(&w.child, libc::SIGTERM);
+                // A stopped worker (the silent rank a heartbeat named)
+                // holds the SIGTERM until it runs again.
+                signal(&w.child, libc::SIGCONT);
             }
         }
         if all_done {

@@ -59,6 +59,14 @@ impl Trainer {
                 dir.join(checkpoint::STATE_FILE),
                 serde_json::to_string_pretty(&state)?,
             )?;
+            // The test hook of a slow write (a large checkpoint on a slow disk).
+            if let Ok(v) = std::env::var(crate::env_vars::IMGCTL_TEST_CHECKPOINT_DELAY) {
+                if let Ok(secs) = v.trim().parse::<f64>() {
+                    if secs.is_finite() && secs > 0.0 {
+                        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
+                    }
+                }
+            }
             Ok(())
         })
         .with_context(|| {

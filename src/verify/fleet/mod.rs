@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,7 @@ use super::report::Report;
 use crate::sys::net::read_exact_by;
 use crate::world::auth::{Nonce, Token, MAC_BYTES};
 use crate::world::error::RendezvousError;
+use crate::world::heartbeat::{self, Heartbeat};
 use crate::world::launch::LaunchInfo;
 use crate::world::rendezvous::{self, Links};
 
@@ -148,6 +150,9 @@ pub struct FleetOptions {
     pub timeout: Duration,
     /// Bytes per link probe.
     pub link_bytes: u64,
+    /// The heartbeat: a node that joined, then went silent, is named within
+    /// its timeout, whatever wait rank 0 was in.
+    pub heartbeat: heartbeat::Settings,
 }
 
 /// What a fleet run ends with on this process.
@@ -238,7 +243,37 @@ pub fn run(
     if info.rank != 0 {
         return run_leaf(info, options, local, identity);
     }
-    let gathered = rendezvous::rendezvous_whoever_comes(info, options.timeout)?;
+    let mut gathered = rendezvous::rendezvous_whoever_comes(info, options.timeout)?;
+    // A node silent for the heartbeat's timeout is lost: its reason kept,
+    // its stream shut, so that whatever wait rank 0 is in ends at once.
+    heartbeat::note(0, heartbeat::Phase::Verifying);
+    let silent: Arc<Mutex<BTreeMap<usize, String>>> = Arc::default();
+    let shut: BTreeMap<usize, TcpStream> = (gathered.peers.iter().enumerate())
+        .filter_map(|(r, p)| Some((r, p.as_ref()?.0.try_clone().ok()?)))
+        .collect();
+    let heard = silent.clone();
+    let _beat = Heartbeat::start_fleet_root(
+        &mut gathered,
+        info.token.clone(),
+        options.heartbeat,
+        Box::new(move |rank, err| {
+            let Some(s) = shut.get(&rank) else { return };
+            // A node whose connection closed died: the wait on it says so
+            // at once. Only a silent one, its connection open, is named so.
+            if closed(s) {
+                return;
+            }
+            let line = err.to_string();
+            let line = line.strip_prefix("rank 0: ").unwrap_or(&line);
+            let mut heard = heard.lock().unwrap_or_else(|e| e.into_inner());
+            heard.insert(rank, format!("joined, then went silent: {line}"));
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }),
+    )?;
+    let silence = |rank: usize, why: String| {
+        let heard = silent.lock().unwrap_or_else(|e| e.into_inner());
+        heard.get(&rank).cloned().unwrap_or(why)
+    };
     // Every node starts its checks when the session reaches it, as this one
     // does now, and takes about as long as this one: their reports are due
     // one bound after this node's own checks end (a full level on many GPUs
@@ -273,7 +308,7 @@ pub fn run(
                 nodes.push(entry(r, address));
                 streams.push((rank, stream));
             }
-            Err(why) => nodes.push(absent(rank, address, NodeState::Lost, why)),
+            Err(why) => nodes.push(absent(rank, address, NodeState::Lost, silence(rank, why))),
         }
     }
     for (rank, stream) in &mut streams {
@@ -284,7 +319,8 @@ pub fn run(
             Ok(mbs) => node.link_mbs = Some(mbs),
             Err(why) => {
                 node.state = NodeState::Lost;
-                node.reason = Some(format!("lost during the link probe: {why}"));
+                let why = format!("lost during the link probe: {why}");
+                node.reason = Some(silence(*rank, why));
             }
         }
     }
@@ -313,6 +349,14 @@ pub fn run(
         let _ = send_verdict(stream, report.passed, proof);
     }
     Ok(FleetOutcome::Root(Box::new(report)))
+}
+
+/// Whether the peer of `s` has closed it (or reset it), without reading
+/// anything the owner of the stream still has to read.
+fn closed(s: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let readable = crate::sys::net::poll_readable(&[s.as_raw_fd()], Duration::ZERO);
+    readable.is_ok_and(|r| r[0]) && !matches!(s.peek(&mut [0u8; 1]), Ok(n) if n > 0)
 }
 
 /// The report in `body` from the node that joined as `rank`: it must parse
@@ -374,7 +418,16 @@ fn run_leaf(
 ) -> anyhow::Result<FleetOutcome> {
     // Rank 0 goes on without the absent once its own wait ends; a node that
     // started before it must outwait that, or it would give up first.
-    let session = rendezvous::rendezvous(info, || Ok(Vec::new()), 2 * options.timeout)?;
+    let mut session = rendezvous::rendezvous(info, || Ok(Vec::new()), 2 * options.timeout)?;
+    // A rank 0 that goes silent ends this node with the line naming it.
+    heartbeat::note(0, heartbeat::Phase::Verifying);
+    let _beat = Heartbeat::start(
+        &mut session,
+        options.heartbeat,
+        heartbeat::progress(),
+        heartbeat::exit_rank(),
+        false,
+    )?;
     let Links::Leaf(mut stream) = session.links else {
         anyhow::bail!("fleet verify: rank {} got no link to rank 0", info.rank);
     };
@@ -486,6 +539,7 @@ fn all_reduce_root(
         links: Links::Root(links),
         address: String::new(),
         auth: None,
+        listener: None,
     };
     let buf = all_reduce_buffer(0, options.link_bytes);
     let outcome = CpuCollective::new(session, options.timeout).and_then(|mut c| {
@@ -558,6 +612,7 @@ fn all_reduce_leaf(
         links: Links::Leaf(stream),
         address: address.to_string(),
         auth: None,
+        listener: None,
     };
     let mut c = CpuCollective::new(session, options.timeout)?;
     c.all_reduce_sum(&all_reduce_buffer(rank, options.link_bytes))?;

@@ -1,5 +1,6 @@
 //! What goes wrong in a data-parallel run and how it is said: bad GPU selections,
-//! NCCL missing or without a GPU, dying and failing workers, Ctrl-C, bad timeouts.
+//! NCCL missing or without a GPU, dying and failing workers, Ctrl-C, bad timeouts
+//! and heartbeat flags.
 use super::*;
 
 #[test]
@@ -119,6 +120,103 @@ fn a_malformed_collective_timeout_is_a_usage_error_naming_the_variable() {
     assert!(
         err.contains("IMGCTL_COLLECTIVE_TIMEOUT=\"soon\" is not a positive number of seconds"),
         "{err}"
+    );
+}
+
+/// `--heartbeat 0`, nonsense or a timeout not past the interval: one line,
+/// exit 2, before anything is started (also without a launcher).
+#[test]
+fn bad_heartbeat_flags_are_one_line_usage_errors() {
+    for (args, needle) in [
+        (
+            &["--heartbeat", "0"][..],
+            "--heartbeat 0 is not a number of seconds between 0 and 3600",
+        ),
+        (
+            &["--heartbeat-timeout", "-3"][..],
+            "--heartbeat-timeout -3 is not a number of seconds",
+        ),
+        (
+            &["--heartbeat", "2", "--heartbeat-timeout", "1"][..],
+            "--heartbeat-timeout 1 is not longer than --heartbeat 2",
+        ),
+        (
+            &["--heartbeat", "soon"][..],
+            "invalid value 'soon' for '--heartbeat <SECS>'",
+        ),
+    ] {
+        let mut all = vec!["train-demo", "--preset", "tiny"];
+        all.extend(args);
+        let o = run(&mut cmd(&all));
+        let (_, err) = texts(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        let errors = err.lines().filter(|l| l.starts_with("error: ")).count();
+        assert_eq!(errors, 1, "{args:?}: {err}");
+    }
+}
+
+/// `--gpus` on one host (CPU ranks here, `IMGCTL_CPU_RANKS=2`): worker 1
+/// SIGSTOPped mid-run is named by rank 0's heartbeat, and the supervisor
+/// stops the job naming rank 0's line (the stopped worker too: SIGCONT
+/// beside its SIGTERM), with the default 30-minute collective timeout.
+#[test]
+fn a_stopped_worker_is_named_by_the_heartbeat_and_the_supervisor_stops_the_job() {
+    use crate::multinode::Proc;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut c = cmd(&[
+        "train-demo",
+        "--preset",
+        "tiny",
+        "--steps",
+        "100000",
+        "--checkpoint-every",
+        "0",
+        "--sample-every",
+        "0",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    c.env("IMGCTL_CPU_RANKS", "2");
+    let mut p = Proc::spawn("the supervisor", c);
+    // Training has begun (progress lines come every 100 steps).
+    p.wait_for_line(|l| l.starts_with("[rank 0] training "));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // Worker 1: the supervisor's child with RANK=1.
+    let children =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", p.id())).unwrap_or_default();
+    let worker = children
+        .split_whitespace()
+        .find(|pid| {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            env.split(|&b| b == 0).any(|kv| kv == b"RANK=1")
+        })
+        .expect("worker 1 among the supervisor's children");
+    // SAFETY: SIGSTOP to a worker of the supervisor this test started.
+    unsafe {
+        libc::kill(worker.parse().unwrap(), libc::SIGSTOP);
+    }
+    let stopped = std::time::Instant::now();
+    let status = p.wait();
+    let took = stopped.elapsed();
+    let err = p.text();
+    assert_eq!(status.code(), Some(1), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(
+        errors[0].starts_with("error: worker rank 0 of 2 failed: it exited with code 1: rank 0: no heartbeat from rank 1 on 127.0.0.1 for "),
+        "{err}"
+    );
+    // The heartbeat's 5 s and a step; the stopped worker, sent SIGCONT
+    // beside its SIGTERM, ends at once (not after the 10 s grace).
+    assert!(
+        took < std::time::Duration::from_secs(12),
+        "{took:?}:\n{err}"
+    );
+    eprintln!(
+        "a stopped worker under --gpus: the job ended {took:?} after: {}",
+        errors[0]
     );
 }
 
