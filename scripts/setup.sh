@@ -43,7 +43,9 @@ apt_install() {
 #   ports and munge socket (the packages' services are never started: no init runs them here).
 # chromium chromium-driver: tests/it/image_e2e/browser.rs opens JupyterLab and TensorBoard in a
 #   real headless browser (driven by Selenium, from requirements-test.txt).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver
+# iptables: tests/it/multinode/silent.rs drops a node's packets where the kernel has no netem
+#   (Debian's docker.io pulls it in too; named so the suite does not lean on that).
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"
