@@ -169,57 +169,31 @@ fn entrypoint_refuses_an_unknown_user_as_root() {
 /// SIGTERM stops everything promptly.
 #[test]
 fn entrypoint_runs_services_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    let run = dir.path().join("run");
-    let ws = dir.path().join("workspace");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&ws).unwrap();
-    open_to_all(dir.path());
-    let record = dir.path().join("jupyter.txt");
+    let scratch = Scratch::new();
+    let (dir, run, ws, path) = (&scratch.dir, &scratch.run, &scratch.ws, &scratch.path);
     // The stand-in records how it was started, then waits to be stopped.
-    let fake = format!(
-        "#!/bin/sh\ntrap 'echo stand-in: TERM >&2; exit 0' TERM\nprintf 'args=%s\\ntoken=%s\\npwd=%s\\n' \"$*\" \"$JUPYTER_TOKEN\" \"$(pwd)\" > {}.tmp\nmv {}.tmp {}\nwhile :; do sleep 0.1; done\n",
-        record.display(), record.display(), record.display()
+    let record = scratch.stand_in(
+        "jupyter",
+        "echo stand-in: TERM >&2; exit 0",
+        "args=%s\\ntoken=%s\\npwd=%s\\n",
+        "\"$*\" \"$JUPYTER_TOKEN\" \"$(pwd)\"",
     );
-    std::fs::write(bin.join("jupyter"), fake).unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(bin.join("jupyter"))
-        .status()
-        .unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let mut child = Command::new("sh")
         .arg(entrypoint())
         .env_clear()
-        .env("PATH", &path)
+        .env("PATH", path)
         .env("IMGCTL_MODE", "jupyter")
         .env("IMGCTL_USER", SERVICE_USER)
-        .env("IMGCTL_RUN_DIR", &run)
-        .env("IMGCTL_WORKSPACE", &ws)
+        .env("IMGCTL_RUN_DIR", run)
+        .env("IMGCTL_WORKSPACE", ws)
         .env("IMGCTL_JUPYTER_PORT", port.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !record.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the stand-in jupyter never started"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let rec = std::fs::read_to_string(&record).unwrap();
+    let rec = started(&record, "jupyter");
     assert!(
         rec.contains(&format!("--ip=0.0.0.0 --port={port} --no-browser")),
         "{rec}"
@@ -252,18 +226,11 @@ fn entrypoint_runs_services_and_stops_on_sigterm() {
             .output()
             .unwrap()
     };
-    let out = health(&run);
+    let out = health(run);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     // Something answering GET /api with 200 on that port makes it healthy.
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let server = std::thread::spawn(move || {
-        if let Ok((mut s, _)) = listener.accept() {
-            let mut buf = [0u8; 1024];
-            let _ = std::io::Read::read(&mut s, &mut buf);
-            let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}");
-        }
-    });
-    let out = health(&run);
+    let server = answer_once(port);
+    let out = health(run);
     server.join().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     // No services file (a passed-through command) is healthy.
@@ -532,18 +499,8 @@ fn entrypoint_names_an_unwritable_home_and_an_ignored_user() {
 /// starts; an image without tensorboard says so.
 #[test]
 fn entrypoint_serves_tensorboard_when_asked() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    let run = dir.path().join("run");
-    let ws = dir.path().join("workspace");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::create_dir_all(&ws).unwrap();
-    open_to_all(dir.path());
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let scratch = Scratch::new();
+    let (bin, run, ws, path) = (&scratch.bin, &scratch.run, &scratch.ws, &scratch.path);
     let with_path = |env: &[(&'static str, &'static str)]| -> Vec<(&str, String)> {
         let mut v: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
         v.push(("PATH", path.clone()));
@@ -562,17 +519,12 @@ fn entrypoint_serves_tensorboard_when_asked() {
         stderr.contains("IMGCTL_TENSORBOARD=1 but this image has no tensorboard"),
         "{stderr}"
     );
-    let record = dir.path().join("tensorboard.txt");
-    let fake = format!(
-        "#!/bin/sh\ntrap 'exit 0' TERM\nprintf 'args=%s\\npwd=%s\\nuser=%s\\n' \"$*\" \"$(pwd)\" \"$(id -un)\" > {r}.tmp\nmv {r}.tmp {r}\nwhile :; do sleep 0.1; done\n",
-        r = record.display()
+    let record = scratch.stand_in(
+        "tensorboard",
+        "exit 0",
+        "args=%s\\npwd=%s\\nuser=%s\\n",
+        "\"$*\" \"$(pwd)\" \"$(id -un)\"",
     );
-    std::fs::write(bin.join("tensorboard"), fake).unwrap();
-    Command::new("chmod")
-        .arg("+x")
-        .arg(bin.join("tensorboard"))
-        .status()
-        .unwrap();
     for (env, message) in [
         (
             vec![("IMGCTL_TENSORBOARD", "yes")],
@@ -609,31 +561,23 @@ fn entrypoint_serves_tensorboard_when_asked() {
     assert!(texts(&out).1.contains("would run: true"), "{out:?}");
 
     // Started for real: as the image's user, over the workspace, on the port.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = free_port();
     let child = Command::new("sh")
         .arg(entrypoint())
         .env_clear()
-        .env("PATH", &path)
+        .env("PATH", path)
         .env("IMGCTL_MODE", "none")
         .env("IMGCTL_TENSORBOARD", "1")
         .env("IMGCTL_TENSORBOARD_PORT", port.to_string())
         .env("IMGCTL_USER", SERVICE_USER)
-        .env("IMGCTL_RUN_DIR", &run)
-        .env("IMGCTL_WORKSPACE", &ws)
+        .env("IMGCTL_RUN_DIR", run)
+        .env("IMGCTL_WORKSPACE", ws)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !record.exists() {
-        assert!(Instant::now() < deadline, "the stand-in never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let rec = std::fs::read_to_string(&record).unwrap();
+    let rec = started(&record, "tensorboard");
     assert!(
         rec.contains(&format!(
             "args=--logdir {} --port {port} --bind_all",
@@ -649,21 +593,13 @@ fn entrypoint_serves_tensorboard_when_asked() {
     let health = || {
         Command::new("sh")
             .arg(repo_root().join("images/healthcheck.sh"))
-            .env("IMGCTL_RUN_DIR", &run)
+            .env("IMGCTL_RUN_DIR", run)
             .env("IMGCTL_TENSORBOARD_PORT", port.to_string())
             .output()
             .unwrap()
     };
     assert_eq!(health().status.code(), Some(1), "nothing answers yet");
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut buf = [0u8; 1024];
-        let n = std::io::Read::read(&mut s, &mut buf).unwrap();
-        let asked = String::from_utf8_lossy(&buf[..n]).to_string();
-        let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}");
-        asked
-    });
+    let server = answer_once(port);
     let out = health();
     let asked = server.join().unwrap();
     assert!(asked.starts_with("GET /data/environment "), "{asked}");
@@ -681,4 +617,98 @@ fn entrypoint_serves_tensorboard_when_asked() {
         )),
         "{stderr}"
     );
+}
+
+/// A scratch machine for the entrypoint's services: `bin/` (stand-ins,
+/// first on `path`), `run/` (its state) and `workspace/`, open to the
+/// image's user.
+struct Scratch {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    run: std::path::PathBuf,
+    ws: std::path::PathBuf,
+    path: String,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (bin, run, ws) = (
+            dir.path().join("bin"),
+            dir.path().join("run"),
+            dir.path().join("workspace"),
+        );
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        open_to_all(dir.path());
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Scratch {
+            dir,
+            bin,
+            run,
+            ws,
+            path,
+        }
+    }
+
+    /// Puts a stand-in `name` in `bin/`: on start it writes `record` (the
+    /// printf of `fields` over `values`, atomically), then waits to be
+    /// stopped, running `on_term` on SIGTERM. Returns the record's path.
+    fn stand_in(
+        &self,
+        name: &str,
+        on_term: &str,
+        fields: &str,
+        values: &str,
+    ) -> std::path::PathBuf {
+        let record = self.dir.path().join(format!("{name}.txt"));
+        let script = format!(
+            "#!/bin/sh\ntrap '{on_term}' TERM\nprintf '{fields}' {values} > {r}.tmp\nmv {r}.tmp {r}\nwhile :; do sleep 0.1; done\n",
+            r = record.display()
+        );
+        std::fs::write(self.bin.join(name), script).unwrap();
+        Command::new("chmod")
+            .arg("+x")
+            .arg(self.bin.join(name))
+            .status()
+            .unwrap();
+        record
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Waits (20 s at most) for a stand-in's record, and reads it.
+fn started(record: &Path, name: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !record.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the stand-in {name} never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::read_to_string(record).unwrap()
+}
+
+/// Answers one request on `port` with `200 {}`; the thread returns the request.
+fn answer_once(port: u16) -> std::thread::JoinHandle<String> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    std::thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else {
+            return String::new();
+        };
+        let mut buf = [0u8; 1024];
+        let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+        let _ = s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        String::from_utf8_lossy(&buf[..n]).to_string()
+    })
 }
