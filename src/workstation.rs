@@ -73,6 +73,17 @@ pub async fn create(
     note: &(dyn Fn(Note) + Sync),
 ) -> anyhow::Result<Created> {
     for _ in 0..5 {
+        // verify inside expects the GPUs of this attempt, as up's own quick
+        // verify does (#45 F12): a GPU-less retry must say 0.
+        let expected = format!(
+            "{}={}",
+            crate::env_vars::IMGCTL_EXPECT_GPUS,
+            expect_for(station.gpus.as_ref()).as_arg()
+        );
+        station
+            .env
+            .retain(|e| !e.starts_with(crate::env_vars::IMGCTL_EXPECT_GPUS));
+        station.env.push(expected);
         let e = match ws::create_and_start(docker, &station).await {
             Ok(id) => {
                 return Ok(Created::Started {

@@ -86,24 +86,6 @@ pub struct Workstation {
 }
 
 impl Workstation {
-    /// The environment, with `IMGCTL_EXPECT_GPUS` set to the GPUs asked for
-    /// (#45 F12): a plain `imgctl verify` inside then expects what `up`'s
-    /// quick verify expects (none: `0`, every one: `any`).
-    fn env_with_expected_gpus(&self) -> Vec<String> {
-        let expected = match &self.gpus {
-            None => "0".to_string(),
-            Some(GpuSelection::All) => "any".to_string(),
-            Some(GpuSelection::Count(n)) => n.to_string(),
-            Some(GpuSelection::Devices(ids)) => ids.len().to_string(),
-        };
-        let mut env = self.env.clone();
-        env.push(format!(
-            "{}={expected}",
-            crate::env_vars::IMGCTL_EXPECT_GPUS
-        ));
-        env
-    }
-
     /// The Engine API's create body for this workstation.
     pub fn create_body(&self) -> ContainerCreateBody {
         let mut labels = self.labels.clone();
@@ -161,7 +143,7 @@ impl Workstation {
         };
         ContainerCreateBody {
             image: Some(self.image.clone()),
-            env: Some(self.env_with_expected_gpus()),
+            env: Some(self.env.clone()),
             labels: Some(labels),
             exposed_ports: Some(exposed),
             host_config: Some(host_config),
@@ -695,12 +677,6 @@ mod tests {
             labels: HashMap::new(),
         };
         let body = ws.create_body();
-        // verify inside expects what up's quick verify expects (#45 F12).
-        assert!(body
-            .env
-            .as_ref()
-            .unwrap()
-            .contains(&"IMGCTL_EXPECT_GPUS=any".to_string()));
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
         let mount = &host.mounts.as_ref().unwrap()[0];

@@ -225,6 +225,7 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
         "{stdout}"
     );
     // What the engine was told: /dev/shm, the ulimits, loopback only, the folder.
+    verify_inside_expects_no_gpu(&name);
     let host = docker_ok(&["inspect", "--format", "{{json .HostConfig}}", &name]);
     let host: serde_json::Value = serde_json::from_str(&host).unwrap();
     assert_eq!(host["ShmSize"], 16_i64 << 30);
@@ -499,4 +500,12 @@ fn other_settings_are_named(name: &str, image: &str) {
     ] {
         assert!(err.contains(words), "{words}: {err}");
     }
+}
+
+/// verify inside expects what up's quick verify expected (#45 F12): this
+/// engine gave no GPU, so the retry without them says 0, once.
+fn verify_inside_expects_no_gpu(name: &str) {
+    let env = docker_ok(&["inspect", "--format", "{{json .Config.Env}}", name]);
+    assert!(env.contains("\"IMGCTL_EXPECT_GPUS=0\""), "{env}");
+    assert_eq!(env.matches("IMGCTL_EXPECT_GPUS=").count(), 1, "{env}");
 }

@@ -60,7 +60,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(start(plan, args.json, args.no_verify))
+    runtime.block_on(start(plan))
 }
 
 /// What `up --json` prints.
@@ -91,7 +91,7 @@ struct Service {
 }
 
 /// Starts the workstation of `plan` and prints how to reach it.
-async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<ExitStatus> {
+async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
     let docker = crate::docker::connect().await?.docker;
     if let Some((_, is_ws)) = ws::find(&docker, &plan.name).await? {
         let found = ws::list(&docker, true)
@@ -99,13 +99,11 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
             .into_iter()
             .find(|w| w.name == plan.name);
         return match found {
-            Some(w) if is_ws && w.state != "running" => {
-                start_again(&docker, &plan, w, json, no_verify).await
-            }
+            Some(w) if is_ws && w.state != "running" => start_again(&docker, &plan, w).await,
             Some(w) if is_ws => {
                 let shm = ws::shm_bytes(&docker, &w.id).await;
                 let differ = differences(&plan, &w, shm);
-                print_up(&report_of(&w, true, None), None, json)?;
+                print_up(&report_of(&w, true, None), None, plan.json)?;
                 if !differ.is_empty() {
                     // Named, one by one, and how to apply them (#45 F5).
                     printer().warn(format!(
@@ -151,8 +149,8 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
         printer().info("no public key in ~/.ssh: SSH is off (pass --ssh-key FILE to turn it on)");
     }
     let token = token()?;
-    let mut interrupt = crate::docker::Termination::install()?;
-    let spinner = if json {
+    let interrupt = crate::docker::Termination::install()?;
+    let spinner = if plan.json {
         indicatif::ProgressBar::hidden()
     } else {
         printer().spinner(format!("starting {}", plan.name))
@@ -166,32 +164,56 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
         "waiting for {} to answer (the image's healthcheck)",
         services(&plan)
     ));
+    come_up(&docker, &plan, &id, gpus, spinner, interrupt, Some(guard)).await
+}
+
+/// From a started container to the printed addresses: waits for the
+/// image's healthcheck (`spinner` says so), runs the image's quick verify
+/// against `gpus`, prints how to reach it. A new container (`guard`) is
+/// removed on any failure or Ctrl-C until it is healthy; one started again
+/// is kept (it holds the user's state).
+async fn come_up(
+    docker: &bollard::Docker,
+    plan: &UpPlan,
+    id: &str,
+    gpus: Option<GpuSelection>,
+    spinner: indicatif::ProgressBar,
+    mut interrupt: crate::docker::Termination,
+    guard: Option<ContainerGuard>,
+) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
     let came_up = tokio::select! {
-        r = life::wait_healthy(&docker, &id, plan.wait, started, LOG_LINES) => r,
+        r = life::wait_healthy(docker, id, plan.wait, started, LOG_LINES) => r,
         sig = interrupt.recv() => Err(crate::docker::DockerError::Interrupted { signal: sig }.into()),
     };
     spinner.finish_and_clear();
-    // Any failure until here removes the container (the guard, on drop).
+    // Any failure until here removes a new container (the guard, on drop).
     if let CameUp::No { why, log } = came_up? {
-        return Err(not_up(&plan, &why, &log, "it was removed"));
+        let fate = if guard.is_some() {
+            "it was removed"
+        } else {
+            "it was started again and is kept (`imgctl down` removes it)"
+        };
+        return Err(not_up(plan, &why, &log, fate));
     }
-    guard.keep();
+    if let Some(g) = guard {
+        g.keep();
+    }
     interrupt.exit_on_next();
     let up_in = started.elapsed();
-    let verify = if no_verify {
+    let verify = if plan.no_verify {
         None
     } else {
-        let spinner = if json {
+        let spinner = if plan.json {
             indicatif::ProgressBar::hidden()
         } else {
             printer().spinner(format!("imgctl verify --level quick inside {}", plan.name))
         };
-        let v = quick_verify(&docker, &id, gpus.as_ref()).await;
+        let v = quick_verify(docker, id, gpus.as_ref()).await;
         spinner.finish_and_clear();
         Some(v?)
     };
-    let listed = ws::list(&docker, false)
+    let listed = ws::list(docker, false)
         .await?
         .into_iter()
         .find(|w| w.id == id)
@@ -203,7 +225,7 @@ async fn start(plan: UpPlan, json: bool, no_verify: bool) -> anyhow::Result<Exit
     if let Some(tb) = &report.tensorboard {
         warn_if_silent(tb).await;
     }
-    print_up(&report, Some(up_in), json)?;
+    print_up(&report, Some(up_in), plan.json)?;
     match &report.verify {
         Some(v) if !v.passed => Err(CliError::failure(format!(
             "imgctl verify --level quick failed inside {}: {}; the workstation runs",
@@ -227,8 +249,6 @@ async fn start_again(
     docker: &bollard::Docker,
     plan: &UpPlan,
     w: Listed,
-    json: bool,
-    no_verify: bool,
 ) -> anyhow::Result<ExitStatus> {
     let shm = ws::shm_bytes(docker, &w.id).await;
     let differ = differences(plan, &w, shm);
@@ -245,54 +265,20 @@ async fn start_again(
         plan.name,
         manage::short_status(&w.status)
     ));
-    let mut interrupt = crate::docker::Termination::install()?;
-    let spinner = if json {
+    let interrupt = crate::docker::Termination::install()?;
+    let spinner = if plan.json {
         indicatif::ProgressBar::hidden()
     } else {
         printer().spinner(format!("starting {} again", plan.name))
     };
-    let started = Instant::now();
     ws::start_again(docker, &w.id)
         .await
         .inspect_err(|_| spinner.finish_and_clear())?;
-    let came_up = tokio::select! {
-        r = life::wait_healthy(docker, &w.id, plan.wait, started, LOG_LINES) => r,
-        sig = interrupt.recv() => Err(crate::docker::DockerError::Interrupted { signal: sig }.into()),
-    };
-    spinner.finish_and_clear();
-    if let CameUp::No { why, log } = came_up? {
-        return Err(not_up(
-            plan,
-            &why,
-            &log,
-            "it was started again and is kept (`imgctl down` removes it)",
-        ));
-    }
-    interrupt.exit_on_next();
-    let up_in = started.elapsed();
     let gpus = match w.gpus.as_str() {
         "" | "none" => None,
         g => crate::gpus::GpuSelection::parse(g).ok(),
     };
-    let verify = if no_verify {
-        None
-    } else {
-        Some(quick_verify(docker, &w.id, gpus.as_ref()).await?)
-    };
-    let listed = ws::list(docker, false)
-        .await?
-        .into_iter()
-        .find(|l| l.id == w.id)
-        .ok_or_else(|| {
-            CliError::failure(format!("{} stopped right after it came up", plan.name))
-                .with_hint(format!("see why with `imgctl logs {}`", plan.name))
-        })?;
-    let report = report_of(&listed, false, verify);
-    print_up(&report, Some(up_in), json)?;
-    Ok(match &report.verify {
-        Some(v) if !v.passed => ExitStatus::Failure,
-        _ => ExitStatus::Success,
-    })
+    come_up(docker, plan, &w.id, gpus, spinner, interrupt, None).await
 }
 
 /// What a running workstation `w` (with /dev/shm of `shm` bytes) has other

@@ -46,6 +46,10 @@ pub(super) struct UpPlan {
     pub(super) tensorboard: Option<PortPlan>,
     pub(super) shm_bytes: i64,
     pub(super) wait: Duration,
+    /// `--json`: the report on stdout, no spinner.
+    pub(super) json: bool,
+    /// `--no-verify`.
+    pub(super) no_verify: bool,
 }
 
 /// Checks every flag of `args` (usage errors, exit 2) and fills in defaults.
@@ -118,6 +122,8 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         tensorboard,
         shm_bytes: shm_size(&args.shm_size)?,
         wait: Duration::from_secs(args.wait.unsigned_abs()),
+        json: args.json,
+        no_verify: args.no_verify,
     })
 }
 
