@@ -347,22 +347,24 @@ fn the_start_line_names_the_cpu_threads() {
             || line.contains(" cores free at load "),
         "{line}"
     );
-    // --benchmark chooses and says its threads the same way (#45 F7).
-    let o = run_env(
-        &[
+    // --benchmark chooses and says its threads the same way (#45 F7); from
+    // a folder of its own, so its default --out takes no lock that another
+    // test's run in the repository's folder holds.
+    let o = Command::new(imgctl_bin())
+        .args([
             "train-demo",
             "--benchmark",
             "--preset",
             "tiny",
             "--device",
             "cpu",
-            "--warmup",
-            "1",
-            "--steps",
-            "1",
-        ],
-        &[("OMP_NUM_THREADS", "1")],
-    );
+        ])
+        .args(["--warmup", "1", "--steps", "1"])
+        .current_dir(dir.path())
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
     let (_, err) = assert_code(&o, 0);
     assert!(
         err.contains("benchmark on cpu with 1 thread: OMP_NUM_THREADS=1"),
