@@ -24,9 +24,17 @@
 #                         /workspace; default 0). It has no login of its own:
 #                         publish its port on 127.0.0.1 only (imgctl up does).
 #   IMGCTL_TENSORBOARD_PORT  TensorBoard's port (default 6006).
+#   IMGCTL_IDLE_STOP      a duration (30m, 1h; at least 5s): stop the container once
+#                         it has been idle that long: no notebook kernel busy and no
+#                         JupyterLab activity, no SSH session, every GPU below 5 %
+#                         (`imgctl idle-watch` looks; imgctl up --idle-stop sets it).
+#                         The container exits 0 and stays, for imgctl up to start again.
 #   IMGCTL_SSH_PORT       sshd's port (default 22; Docker lets a non-root process
 #                         bind it, Kubernetes may not: use 2222 there).
 #   IMGCTL_HOME_DIR       the user's home (default: from the user database).
+#   IMGCTL_SSH_HOST_KEY   sshd's host key (default /etc/imgctl/ssh_host_ed25519_key,
+#                         where imgctl up places the one it keeps per workstation
+#                         name); absent: a new one is made at the container's first start.
 #   IMGCTL_ENTRYPOINT_CHECK_ONLY=1  validate the settings, print the plan, start nothing.
 #
 # Everything is validated before anything starts; bad settings exit 2 with one
@@ -50,6 +58,7 @@ else
     RUN_DIR="${TMPDIR:-/tmp}/imgctl-$(id -u)"
 fi
 SSHD_CONFIG="${IMGCTL_SSHD_CONFIG:-/etc/imgctl/sshd_config}"
+HOST_KEY="${IMGCTL_SSH_HOST_KEY:-/etc/imgctl/ssh_host_ed25519_key}"
 MOUNTED_KEYS="${IMGCTL_AUTHORIZED_KEYS_FILE:-/etc/imgctl/authorized_keys}"
 JUPYTER_PORT="${IMGCTL_JUPYTER_PORT:-8888}"
 SSH_PORT="${IMGCTL_SSH_PORT:-22}"
@@ -110,6 +119,14 @@ if [ $# -eq 0 ]; then
         both) want_jupyter=yes want_ssh=yes ;;
     esac
     [ "${IMGCTL_TENSORBOARD:-0}" = 0 ] || want_tensorboard=yes
+fi
+want_idle=no
+if [ $# -eq 0 ] && [ -n "${IMGCTL_IDLE_STOP:-}" ]; then
+    command -v imgctl >/dev/null 2>&1 ||
+        die 2 "IMGCTL_IDLE_STOP is set but this image has no imgctl to watch for idleness; unset it, or rebuild the image with imgctl build"
+    imgctl idle-watch --after "$IMGCTL_IDLE_STOP" --check >/dev/null 2>&1 ||
+        die 2 "IMGCTL_IDLE_STOP='$(printf '%s' "$IMGCTL_IDLE_STOP" | tr -c 'A-Za-z0-9 ' '?')' is not a duration of at least 5s; use e.g. 90s, 30m or 1h, or unset it"
+    want_idle=yes
 fi
 if [ "$want_tensorboard" = yes ]; then
     command -v tensorboard >/dev/null 2>&1 ||
@@ -251,6 +268,7 @@ if [ "${IMGCTL_ENTRYPOINT_CHECK_ONLY:-}" = 1 ]; then
     else
         tb=""
         [ "$want_tensorboard" = no ] || tb=" tensorboard=yes"
+        [ "$want_idle" = no ] || tb="$tb idle_stop=$IMGCTL_IDLE_STOP"
         log "ok: mode=$mode jupyter=$want_jupyter$tb ssh=$want_ssh${ssh_skip_reason:+ (sshd not started: $ssh_skip_reason)}"
     fi
     exit 0
@@ -343,19 +361,34 @@ if [ "$want_ssh" = yes ]; then
     # folder's parent (/tmp is world-writable); the entrypoint checked the
     # folder itself (owned by this uid, not a symlink), and no other account
     # can write into it.
+    # A host key given from outside (imgctl up keeps one per workstation
+    # name, so a client's known_hosts line holds across containers) is
+    # used as it is (root) or copied into the state folder (this uid's).
     umask 077
+    given_key=no
+    [ -f "$HOST_KEY" ] && [ -r "$HOST_KEY" ] && given_key=yes
     if [ "$(id -u)" = 0 ]; then
-        ssh-keygen -A >/dev/null
         mkdir -p /run/sshd
         chmod 0755 /run/sshd
         ssh_user=$IMGCTL_USER
         set -- -o "PidFile=/run/sshd.pid" -o "AuthorizedKeysFile=$RUN_DIR/authorized_keys"
-        for k in /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ecdsa_key /etc/ssh/ssh_host_rsa_key; do
-            set -- "$@" -h "$k"
-        done
+        if [ "$given_key" = yes ]; then
+            set -- "$@" -h "$HOST_KEY"
+        else
+            ssh-keygen -A >/dev/null
+            for k in /etc/ssh/ssh_host_ed25519_key /etc/ssh/ssh_host_ecdsa_key /etc/ssh/ssh_host_rsa_key; do
+                set -- "$@" -h "$k"
+            done
+        fi
         how="keys only"
     else
         ssh_user=$(id -un)
+        if [ "$given_key" = yes ]; then
+            cp "$HOST_KEY" "$RUN_DIR/ssh_host_ed25519_key.new" &&
+                chmod 0600 "$RUN_DIR/ssh_host_ed25519_key.new" &&
+                mv -f "$RUN_DIR/ssh_host_ed25519_key.new" "$RUN_DIR/ssh_host_ed25519_key" ||
+                die 1 "could not copy the host key $HOST_KEY into $RUN_DIR"
+        fi
         [ -f "$RUN_DIR/ssh_host_ed25519_key" ] ||
             ssh-keygen -q -t ed25519 -N '' -f "$RUN_DIR/ssh_host_ed25519_key" >/dev/null ||
             die 1 "could not make an SSH host key in $RUN_DIR"
@@ -374,6 +407,7 @@ if [ "$want_ssh" = yes ]; then
     started="$started sshd"
     set --
     umask 022
+    [ "$given_key" = no ] || how="$how, host key $HOST_KEY"
     log "sshd: listening on port $SSH_PORT for user $ssh_user ($how) with keys from:$key_sources"
 elif [ "$mode" = both ] || [ "$mode" = ssh ]; then
     log "sshd: not started: $ssh_skip_reason"
@@ -421,6 +455,23 @@ if [ "$want_tensorboard" = yes ]; then
     log "TensorBoard: port $TENSORBOARD_PORT, --logdir $WORKSPACE (no login: keep the port on 127.0.0.1)"
 fi
 
+# The idle watch: it exits 0 once everything has been idle for
+# IMGCTL_IDLE_STOP, and then the services stop and the container with them.
+idle_pid=""
+if [ "$want_idle" = yes ]; then
+    set -- --after "$IMGCTL_IDLE_STOP"
+    [ "$want_jupyter" = no ] || set -- "$@" --jupyter-port "$JUPYTER_PORT"
+    [ "$want_ssh" = no ] || set -- "$@" --ssh-port "$SSH_PORT"
+    (
+        JUPYTER_TOKEN=$token
+        export JUPYTER_TOKEN
+        as_user imgctl idle-watch "$@"
+    ) &
+    idle_pid=$!
+    pids="$pids $idle_pid"
+    set --
+fi
+
 if [ -z "$started" ]; then
     log "no services started (IMGCTL_MODE=$mode); waiting for docker stop. Use docker exec, or pass a command"
 fi
@@ -433,6 +484,10 @@ while :; do
             wait "$p"
             rc=$?
             pids=$(printf '%s\n' $pids | grep -v "^$p\$" | tr '\n' ' ')
+            if [ "$p" = "$idle_pid" ] && [ "$rc" = 0 ]; then
+                stop_all "idle-stop: idle for $IMGCTL_IDLE_STOP"
+                exit 0
+            fi
             stop_all "a service (pid $p) exited with status $rc"
             exit "$rc"
         fi

@@ -111,6 +111,9 @@ pub enum Command {
     Down(DownArgs),
     /// Print a workstation's log (JupyterLab's and sshd's output).
     Logs(LogsArgs),
+    /// Inside a workstation: exit once it has been idle (the entrypoint runs it for `up --idle-stop`).
+    #[command(hide = true)]
+    IdleWatch(IdleWatchArgs),
     /// Print an image's CycloneDX SBOM (its dpkg, Python and CUDA packages).
     Sbom(SbomArgs),
     /// List the SBOM and statements attached to a pushed image in its registry.
@@ -155,6 +158,16 @@ pub struct SbomArgs {
 }
 
 /// A TCP port flag's value: 1 to 65535.
+/// A duration of at least 5 s: `90s`, `30m`, `1h 30m` (humantime's words).
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; expected a duration such as 90s, 30m or 1h"))?;
+    if d < std::time::Duration::from_secs(5) {
+        return Err("expected a duration of at least 5s, such as 90s, 30m or 1h".into());
+    }
+    Ok(d)
+}
+
 fn tcp_port(s: &str) -> Result<u16, String> {
     match s.trim().parse::<u16>() {
         Ok(n) if n > 0 => Ok(n),
@@ -212,9 +225,39 @@ pub struct UpArgs {
         allow_negative_numbers = true
     )]
     pub wait: i64,
+    /// Stop (never remove) the workstation once it has been idle this long: no notebook kernel busy and no JupyterLab activity, no SSH session, every GPU below 5 %; `imgctl up` starts it again (1h suits most days) [default: never].
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub idle_stop: Option<std::time::Duration>,
+    /// The engine's restart policy, as docker run's: unless-stopped brings it back after a reboot or a crash (not with --idle-stop, which it would undo; on-failure goes with it).
+    #[arg(long, value_name = "POLICY", default_value = "no", value_parser = ["no", "on-failure", "unless-stopped", "always"])]
+    pub restart: String,
     /// Print the workstation's addresses as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `imgctl idle-watch` (inside a workstation; the image's entrypoint runs it
+/// for `up --idle-stop`, with JupyterLab's token in JUPYTER_TOKEN).
+#[derive(Debug, Args)]
+pub struct IdleWatchArgs {
+    /// Exit 0 once the workstation has been idle this long.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub after: std::time::Duration,
+    /// How often to look [default: a tenth of --after, 2s to 30s].
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub poll: Option<std::time::Duration>,
+    /// JupyterLab's port on 127.0.0.1 [default: no JupyterLab to watch].
+    #[arg(long, value_name = "PORT", value_parser = tcp_port)]
+    pub jupyter_port: Option<u16>,
+    /// sshd's port [default: no sshd to watch].
+    #[arg(long, value_name = "PORT", value_parser = tcp_port)]
+    pub ssh_port: Option<u16>,
+    /// A GPU at or above this utilisation (percent) counts as in use.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub gpu_below: u32,
+    /// Check the settings and exit.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `imgctl ps` (with the global -q: the names only, one a line, as `docker ps -q`).
@@ -249,6 +292,9 @@ pub struct DownArgs {
     /// Do not wait: kill everything inside at once (`docker rm -f`).
     #[arg(short, long)]
     pub force: bool,
+    /// Remove the home volume too (NAME-home: the user's home, kept by default for the next `up`).
+    #[arg(long)]
+    pub volumes: bool,
 }
 
 /// `imgctl logs`.

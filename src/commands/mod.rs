@@ -45,6 +45,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::Ps(args) => workstation::ps(args),
         Command::Down(args) => workstation::down(args),
         Command::Logs(args) => workstation::logs(args),
+        Command::IdleWatch(args) => workstation::idle_watch(args),
         Command::Sbom(args) => sbom::run(args),
         Command::Inspect(args) => inspect::run(args),
     }

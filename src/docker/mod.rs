@@ -22,6 +22,7 @@ pub mod endpoint;
 pub mod engine;
 mod error;
 pub mod image;
+pub mod listing;
 pub mod run;
 pub mod tail;
 pub mod transport;

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 /// A process inside a workstation that does work: not tini, the
-/// entrypoint, a service (sshd, JupyterLab, TensorBoard), the healthcheck, an
+/// entrypoint, a service (sshd, JupyterLab, TensorBoard, `up --idle-stop`'s
+/// watch), the healthcheck, an
 /// idle shell, an SSH session's own process or a Jupyter kernel (a kernel's
 /// `!imgctl train-demo` is its child, and is work).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,7 @@ for d in /proc/[0-9]*; do
   case "$args" in
     '' | *imgctl-down-list* | *imgctl-entrypoint* | *imgctl-healthcheck* | *'python3 -I - '*) continue ;;
     */sshd\ * | 'sshd:'* | *jupyter-lab* | *'jupyter lab'* | *tensorboard* | *ipykernel_launcher*) continue ;;
+    *'imgctl idle-watch '*) continue ;;
     'sleep 1 ' | 'bash ' | '-bash ' | '/bin/bash ' | '/usr/bin/bash ' | 'bash -l ' | '/bin/bash -l ') continue ;;
     'sh ' | '-sh ' | '/bin/sh ' | '/bin/sh -l ' | 'zsh ' | '-zsh ' | '/bin/zsh ') continue ;;
   esac

@@ -5,7 +5,7 @@
 //! This module owns the container's configuration ([`Workstation`] →
 //! create body), its health as the image's HEALTHCHECK reports it
 //! ([`health`]), running a command inside it ([`exec`]), listing the
-//! workstations of the engine ([`list`]) and stopping one ([`remove`]). It
+//! workstations of the engine ([`list`], from `listing.rs`) and stopping one ([`remove`]). It
 //! decides nothing about flags, defaults or wording: `commands/workstation.rs`
 //! does. A workstation outlives the imgctl that started it, so it never
 //! carries the pid label of [`super::run`]'s short-lived containers (whose
@@ -15,34 +15,50 @@ use std::time::Duration;
 
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, HealthStatusEnum, HostConfig, Mount, MountType,
-    PortBinding, ResourcesUlimits,
+    PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, ListContainersOptions, LogsOptions,
-    StopContainerOptions,
+    CreateContainerOptions, InspectContainerOptions, StopContainerOptions,
 };
 use futures_util::StreamExt;
 
+pub use super::listing::{
+    list, log_tail, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS, LABEL_HOME_VOLUME,
+    LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER, LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT,
+    TENSORBOARD_PORT,
+};
 use super::run::{device_request, GpuRequestRejected};
 use super::tail::Tail;
 use super::DockerError;
 use crate::gpus::GpuSelection;
 
-/// Label every workstation carries (`true`); `imgctl ps` lists by it.
-pub const LABEL_WORKSTATION: &str = "io.imgctl.workstation";
-/// Label: the host folder mounted at /workspace (absent: none).
-pub const LABEL_WORKSPACE: &str = "io.imgctl.workstation.workspace";
-/// Label: the GPUs asked for (`all`, `2`, `0,2`, `none`).
-pub const LABEL_GPUS: &str = "io.imgctl.workstation.gpus";
-/// Label: the user the image's services run as (for the `ssh` line).
-pub const LABEL_USER: &str = "io.imgctl.workstation.user";
+/// A file placed into the container after it is made and before it
+/// starts, owned by the container's user.
+#[derive(Clone)]
+pub struct PlacedFile {
+    /// Its absolute path inside the container (its folder must exist).
+    pub path: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Its mode (`0o600`).
+    pub mode: u32,
+    /// Its owner: uid and gid (the image's user).
+    pub owner: (u64, u64),
+}
 
-/// JupyterLab's port inside the container (the entrypoint's default).
-pub const JUPYTER_PORT: u16 = 8888;
-/// sshd's port inside the container (the entrypoint's default).
-pub const SSH_PORT: u16 = 22;
-/// TensorBoard's port inside the container (the entrypoint's default).
-pub const TENSORBOARD_PORT: u16 = 6006;
+impl std::fmt::Debug for PlacedFile {
+    // Never the bytes: a placed file can be a private key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PlacedFile({}, {} bytes, {:o})",
+            self.path,
+            self.bytes.len(),
+            self.mode
+        )
+    }
+}
+
 /// Where the host folder is mounted (the image's WORKDIR).
 pub const WORKSPACE: &str = "/workspace";
 
@@ -83,6 +99,14 @@ pub struct Workstation {
     pub ulimits: Vec<(String, i64)>,
     /// Labels besides [`LABEL_WORKSTATION`].
     pub labels: HashMap<String, String>,
+    /// Files to place before it starts.
+    pub files: Vec<PlacedFile>,
+    /// A named volume and where it is mounted (the user's home): it
+    /// outlives the container.
+    pub home_volume: Option<(String, String)>,
+    /// The engine's restart policy (`no`, `on-failure`, `unless-stopped`,
+    /// `always`); None: the engine's default (`no`).
+    pub restart: Option<String>,
 }
 
 impl Workstation {
@@ -96,6 +120,9 @@ impl Workstation {
         );
         if let Some(w) = &self.workspace {
             labels.insert(LABEL_WORKSPACE.into(), w.clone());
+        }
+        if let Some((volume, _)) = &self.home_volume {
+            labels.insert(LABEL_HOME_VOLUME.into(), volume.clone());
         }
         let mut ports: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
         let mut exposed: Vec<String> = Vec::new();
@@ -118,14 +145,37 @@ impl Workstation {
             // A bind `Mounts` entry, not a `Binds` string: the folder's path
             // is taken whole (`Binds` splits `SRC:DST:MODE` at every colon,
             // so a folder named `col:on` was refused as mode "/workspace").
-            mounts: self.workspace.as_ref().map(|w| {
-                vec![Mount {
-                    typ: Some(MountType::BIND),
-                    source: Some(w.clone()),
-                    target: Some(WORKSPACE.to_string()),
-                    read_only: Some(false),
-                    ..Default::default()
-                }]
+            mounts: Some(
+                self.workspace
+                    .iter()
+                    .map(|w| Mount {
+                        typ: Some(MountType::BIND),
+                        source: Some(w.clone()),
+                        target: Some(WORKSPACE.to_string()),
+                        read_only: Some(false),
+                        ..Default::default()
+                    })
+                    // A named volume: the engine makes it on first use and
+                    // fills it with the image's home (its dotfiles, owned
+                    // by the user).
+                    .chain(self.home_volume.iter().map(|(volume, at)| Mount {
+                        typ: Some(MountType::VOLUME),
+                        source: Some(volume.clone()),
+                        target: Some(at.clone()),
+                        read_only: Some(false),
+                        ..Default::default()
+                    }))
+                    .collect(),
+            )
+            .filter(|m: &Vec<Mount>| !m.is_empty()),
+            restart_policy: self.restart.as_ref().map(|name| RestartPolicy {
+                name: Some(match name.as_str() {
+                    "always" => RestartPolicyNameEnum::ALWAYS,
+                    "unless-stopped" => RestartPolicyNameEnum::UNLESS_STOPPED,
+                    "on-failure" => RestartPolicyNameEnum::ON_FAILURE,
+                    _ => RestartPolicyNameEnum::NO,
+                }),
+                maximum_retry_count: None,
             }),
             port_bindings: Some(ports),
             shm_size: Some(self.shm_bytes),
@@ -227,12 +277,59 @@ pub async fn create_and_start(
         .create_container(Some(opts), ws.create_body())
         .await
         .map_err(|e| start_error(&e, ws, true))?;
+    for file in &ws.files {
+        if let Err(e) = place(docker, &created.id, file).await {
+            remove_by_id(docker, &created.id).await?;
+            return Err(e);
+        }
+    }
     if let Err(e) = docker.start_container(&created.id, None).await {
         let err = start_error(&e, ws, false);
         remove_by_id(docker, &created.id).await?;
         return Err(err);
     }
     Ok(created.id)
+}
+
+/// Places `file` into the made container `id` (nothing when its folder is
+/// not in the image): a one-file tar through the
+/// archive endpoint, whose header's owner the engine keeps (not
+/// `copyUIDGID`: Docker 20.10 looks a numeric `USER 1000:1000` up as a name).
+async fn place(docker: &bollard::Docker, id: &str, file: &PlacedFile) -> anyhow::Result<()> {
+    let (dir, name) = file.path.rsplit_once('/').unwrap_or(("/", &file.path));
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(file.bytes.len() as u64);
+    header.set_mode(file.mode);
+    header.set_uid(file.owner.0);
+    header.set_gid(file.owner.1);
+    header.set_mtime(0);
+    header.set_cksum();
+    tar.append_data(&mut header, name, file.bytes.as_slice())?;
+    let tar = tar.into_inner()?;
+    let opts = bollard::query_parameters::UploadToContainerOptions {
+        path: if dir.is_empty() {
+            "/".into()
+        } else {
+            dir.into()
+        },
+        ..Default::default()
+    };
+    match docker
+        .upload_to_container(id, Some(opts), bollard::body_full(tar.into()))
+        .await
+    {
+        Ok(()) => Ok(()),
+        // The folder is not in the image (not one of imgctl's): nothing
+        // there would read the file.
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!(
+            "could not place {} into the container: {e}",
+            file.path
+        )),
+    }
 }
 
 /// Starts the stopped workstation `id` again, as it was made: its token,
@@ -438,122 +535,6 @@ pub async fn exec(
     }
 }
 
-/// The last `lines` lines of the container's output (stdout and stderr).
-pub async fn log_tail(docker: &bollard::Docker, id: &str, lines: usize) -> String {
-    let mut logs = docker.logs(
-        id,
-        Some(LogsOptions {
-            stdout: true,
-            stderr: true,
-            tail: lines.to_string(),
-            ..Default::default()
-        }),
-    );
-    let mut text = Tail::new(super::tail::OUTPUT_TAIL);
-    while let Some(Ok(chunk)) = logs.next().await {
-        text.push(&chunk.into_bytes());
-    }
-    text.into_text()
-}
-
-/// One workstation as `imgctl ps` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Listed {
-    /// Container name.
-    pub name: String,
-    /// Container id (full).
-    pub id: String,
-    /// Image reference it was started from.
-    pub image: String,
-    /// `running`, `exited`, …
-    pub state: String,
-    /// The engine's status text (`Up 3 minutes (healthy)`).
-    pub status: String,
-    /// The GPUs asked for.
-    pub gpus: String,
-    /// The host folder at /workspace, if any.
-    pub workspace: Option<String>,
-    /// JupyterLab's host address and port, when published.
-    pub jupyter: Option<(String, u16)>,
-    /// sshd's host address and port, when published.
-    pub ssh: Option<(String, u16)>,
-    /// TensorBoard's host address and port, when published (`up --tensorboard`).
-    pub tensorboard: Option<(String, u16)>,
-    /// The image's user (SSH logs in as it).
-    pub user: Option<String>,
-    /// The JupyterLab token (from the container's environment).
-    pub token: Option<String>,
-    /// Creation time, seconds since the epoch.
-    pub created: i64,
-}
-
-/// Every workstation of the engine (`all`: stopped ones too), oldest first.
-pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Listed>> {
-    let mut filters = HashMap::new();
-    filters.insert(
-        "label".to_string(),
-        vec![format!("{LABEL_WORKSTATION}=true")],
-    );
-    let opts = ListContainersOptions {
-        all,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    let summaries = docker
-        .list_containers(Some(opts))
-        .await
-        .map_err(|e| DockerError::of_engine(&e, |error| DockerError::ListContainers { error }))?;
-    let mut out = Vec::new();
-    for c in summaries {
-        let Some(id) = c.id.clone() else { continue };
-        let labels = c.labels.clone().unwrap_or_default();
-        let mut published: HashMap<u16, (String, u16)> = HashMap::new();
-        for p in c.ports.unwrap_or_default() {
-            if let Some(public) = p.public_port {
-                published
-                    .entry(p.private_port)
-                    .or_insert((p.ip.unwrap_or_default(), public));
-            }
-        }
-        let token = container_env(docker, &id)
-            .await
-            .into_iter()
-            .find_map(|e| e.strip_prefix("JUPYTER_TOKEN=").map(str::to_string));
-        out.push(Listed {
-            name: c
-                .names
-                .unwrap_or_default()
-                .first()
-                .map_or(id.clone(), |n| n.trim_start_matches('/').to_string()),
-            id,
-            image: c.image.unwrap_or_default(),
-            state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-            status: c.status.unwrap_or_default(),
-            gpus: labels.get(LABEL_GPUS).cloned().unwrap_or_default(),
-            workspace: labels.get(LABEL_WORKSPACE).cloned(),
-            jupyter: published.get(&JUPYTER_PORT).cloned(),
-            ssh: published.get(&SSH_PORT).cloned(),
-            tensorboard: published.get(&TENSORBOARD_PORT).cloned(),
-            user: labels.get(LABEL_USER).cloned(),
-            token,
-            created: c.created.unwrap_or_default(),
-        });
-    }
-    out.sort_by_key(|w| w.created);
-    Ok(out)
-}
-
-/// The container's environment (`K=V`), empty when it cannot be read.
-async fn container_env(docker: &bollard::Docker, id: &str) -> Vec<String> {
-    docker
-        .inspect_container(id, None::<InspectContainerOptions>)
-        .await
-        .ok()
-        .and_then(|i| i.config)
-        .and_then(|c| c.env)
-        .unwrap_or_default()
-}
-
 /// Whether a container named exactly `name` exists (never one whose id
 /// starts with it), and if so whether it is a workstation: None (no such
 /// container), Some(true|false).
@@ -643,6 +624,20 @@ pub async fn remove(docker: &bollard::Docker, name: &str, grace: Duration) -> an
     remove_by_id(docker, &id).await
 }
 
+/// Removes the named volume `name`; gone already is fine.
+pub async fn remove_volume(docker: &bollard::Docker, name: &str) -> anyhow::Result<()> {
+    match docker
+        .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(anyhow::anyhow!("could not remove the volume {name}: {e}")),
+    }
+}
+
 /// Force-removes container `id` (and its anonymous volumes); gone already is fine.
 pub async fn remove_by_id(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
     super::run::remove_container(docker, id).await
@@ -675,6 +670,9 @@ mod tests {
             env: vec!["JUPYTER_TOKEN=t".into()],
             ulimits: ULIMITS.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
             labels: HashMap::new(),
+            files: Vec::new(),
+            home_volume: Some(("ws-home".into(), "/home/dev".into())),
+            restart: Some("unless-stopped".into()),
         };
         let body = ws.create_body();
         let host = body.host_config.unwrap();
@@ -683,6 +681,16 @@ mod tests {
         assert_eq!(mount.typ, Some(MountType::BIND));
         assert_eq!(mount.source.as_deref(), Some("/home/me/proj"));
         assert_eq!(mount.target.as_deref(), Some("/workspace"));
+        let home = &host.mounts.as_ref().unwrap()[1];
+        assert_eq!(home.typ, Some(MountType::VOLUME));
+        assert_eq!(
+            (home.source.as_deref(), home.target.as_deref()),
+            (Some("ws-home"), Some("/home/dev"))
+        );
+        assert_eq!(
+            host.restart_policy.as_ref().unwrap().name,
+            Some(RestartPolicyNameEnum::UNLESS_STOPPED)
+        );
         assert_eq!(host.binds, None);
         assert_eq!(host.device_requests.unwrap()[0].count, Some(-1));
         let ports = host.port_bindings.unwrap();

@@ -22,6 +22,7 @@ use crate::build::{docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE};
 use crate::common::{imgctl, imgctl_bin, texts};
 
 mod browser;
+mod idle;
 mod supply;
 mod workstation;
 
@@ -341,6 +342,7 @@ fn real_image_end_to_end() {
     let name = format!("imgctl-e2e-{pid}");
     workstation_services(&mut guard, &image, &name, &key, &public);
     workstation_up(&mut guard, pid, &key, work.path());
+    idle::idle_stop(&mut guard, pid, &key, work.path());
     sbom_lists_what_the_image_holds(work.path());
     verified_and_attested_builds(work.path(), &image);
     hardened_workstation(&mut guard, &image, pid, &key, &public);

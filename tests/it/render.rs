@@ -14,6 +14,7 @@ use imgctl::spec::{self, SpecSource};
 use crate::common::{imgctl, imgctl_bin, repo_root, texts};
 
 mod entrypoint;
+mod entrypoint_idle;
 mod locks;
 mod refused;
 

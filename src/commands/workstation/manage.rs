@@ -5,7 +5,8 @@ use std::time::Duration;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 
 use super::plan::this_folders_name;
-use super::{report_of, UpReport, SCHEMA_VERSION, WAIT_RANGE};
+use super::report::{report_of, UpReport};
+use super::{SCHEMA_VERSION, WAIT_RANGE};
 use crate::cli::{DownArgs, LogsArgs, PsArgs};
 use crate::commands::error::CliError;
 use crate::docker::workstation::{self as ws, Listed, WorkstationError};
@@ -28,8 +29,9 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
             "workstations": listed.iter().zip(rows).map(|(w, r)| serde_json::json!({
                 "name": r.name, "id": r.id, "image": r.image, "state": w.state,
                 "status": w.status, "gpus": r.gpus, "workspace": r.workspace,
+                "home_volume": r.home_volume,
                 "jupyter": r.jupyter, "ssh": r.ssh, "tensorboard": r.tensorboard,
-                "created": w.created,
+                "created": w.created, "stopped_why": w.stopped_why,
             })).collect::<Vec<_>>(),
         }))?;
         return Ok(ExitStatus::Success);
@@ -94,7 +96,15 @@ fn ps_table(listed: &[Listed]) -> String {
     for w in listed {
         let mut row = vec![
             w.name.clone(),
-            short_status(&w.status),
+            match &w.stopped_why {
+                // `up --idle-stop` said why: the reason users look for.
+                Some(why) if why.starts_with("idle-stop: ") => format!(
+                    "{}, {}",
+                    short_status(&w.status),
+                    why.trim_start_matches("idle-stop: ")
+                ),
+                _ => short_status(&w.status),
+            },
             addr(&w.jupyter),
             addr(&w.ssh),
         ];
@@ -155,7 +165,12 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
         if names.is_empty() {
             printer().info("no workstations to remove");
         }
+        let listed = ws::list(&docker, true).await?;
         for name in &names {
+            let home = listed
+                .iter()
+                .find(|w| &w.name == name)
+                .and_then(|w| w.home_volume.clone());
             let grace = if args.force {
                 Duration::ZERO
             } else {
@@ -165,9 +180,20 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
             let removed = ws::remove(&docker, name, grace).await;
             spinner.finish_and_clear();
             removed?;
-            printer().info(format!(
-                "removed {name} (the folder mounted at /workspace is kept)"
-            ));
+            match home {
+                Some(volume) if args.volumes => {
+                    ws::remove_volume(&docker, &volume).await?;
+                    printer().info(format!(
+                        "removed {name} and its home volume {volume} (the folder mounted at /workspace is kept)"
+                    ));
+                }
+                Some(volume) => printer().info(format!(
+                    "removed {name} (the folder mounted at /workspace and the home volume {volume} are kept; `imgctl down --volumes {name}` removes the home too)"
+                )),
+                None => printer().info(format!(
+                    "removed {name} (the folder mounted at /workspace is kept)"
+                )),
+            }
         }
         Ok(ExitStatus::Success)
     })

@@ -16,8 +16,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::ContainerGuard;
@@ -32,11 +30,16 @@ use crate::verify::{Level, Options};
 use crate::workstation::{self as life, CameUp, Created, NotUp, Note, QuickVerify, VerifySummary};
 use crate::ExitStatus;
 
+mod host_key;
+mod idle;
 mod manage;
 mod plan;
+mod report;
 
+pub use idle::idle_watch;
 pub use manage::{down, logs, ps};
 use plan::{plan, token, GpuChoice, PortPlan, UpPlan};
+use report::{print_up, report_of, Service};
 
 /// The host ports people expect: JupyterLab's own, and the 2222 of every
 /// "SSH into a container" guide (22 is the host's sshd).
@@ -61,33 +64,6 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
         .enable_all()
         .build()?;
     runtime.block_on(start(plan))
-}
-
-/// What `up --json` prints.
-#[derive(Debug, Serialize)]
-struct UpReport {
-    schema_version: u32,
-    name: String,
-    id: String,
-    image: String,
-    gpus: String,
-    workspace: Option<String>,
-    /// Whether it was already running (nothing was started).
-    already_up: bool,
-    jupyter: Option<Service>,
-    ssh: Option<Service>,
-    /// `up --tensorboard`: TensorBoard's address.
-    tensorboard: Option<Service>,
-    verify: Option<VerifySummary>,
-}
-
-/// One published service.
-#[derive(Debug, Serialize)]
-struct Service {
-    address: String,
-    port: u16,
-    /// The URL (JupyterLab, with its token) or the command (SSH).
-    open: String,
 }
 
 /// Starts the workstation of `plan` and prints how to reach it.
@@ -156,7 +132,13 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
         printer().spinner(format!("starting {}", plan.name))
     };
     let note = |note: Note| spinner.suspend(|| say_note(&plan, note));
-    let (id, gpus) = create(&docker, &plan, &user, &token, &note)
+    // The image's user owns what `up` places (its host key).
+    let id_label = |k: &str| image_labels.get(k).and_then(|v| v.parse::<u64>().ok());
+    let owner = (
+        id_label(labels::UID).unwrap_or(1000),
+        id_label(labels::GID).unwrap_or(1000),
+    );
+    let (id, gpus) = create(&docker, &plan, (&user, owner), &token, &note)
         .await
         .inspect_err(|_| spinner.finish_and_clear())?;
     let guard = ContainerGuard::new(id.clone());
@@ -224,6 +206,19 @@ async fn come_up(
     let report = report_of(&listed, false, verify);
     if let Some(tb) = &report.tensorboard {
         warn_if_silent(tb).await;
+    }
+    if let (Some(alias), Some(_)) = (&listed.ssh_alias, &listed.ssh) {
+        // The entrypoint says the host key it serves; one that predates
+        // kept host keys serves its own, which the alias would refuse.
+        let log = ws::log_tail(docker, id, 200).await;
+        if let Some(line) = log.lines().find(|l| l.contains("sshd: listening on port")) {
+            if !line.contains("host key /etc/imgctl/") {
+                printer().warn(format!(
+                    "{}'s sshd serves a host key of its own, not the one kept for {alias}: the image's entrypoint predates kept host keys, so `ssh -o HostKeyAlias={alias}` will refuse it; rebuild the image with this imgctl (`imgctl build`)",
+                    plan.name
+                ));
+            }
+        }
     }
     print_up(&report, Some(up_in), plan.json)?;
     match &report.verify {
@@ -405,7 +400,7 @@ fn http_ok(host: &str, port: u16, path: &str) -> bool {
 async fn create(
     docker: &bollard::Docker,
     plan: &UpPlan,
-    user: &str,
+    (user, owner): (&str, (u64, u64)),
     token: &str,
     note: &(dyn Fn(Note) + Sync),
 ) -> anyhow::Result<(String, Option<GpuSelection>)> {
@@ -415,8 +410,36 @@ async fn create(
         address: plan.listen.to_string(),
         host: plan.jupyter.host,
     }];
+    let mut labels = HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]);
+    let mut files = Vec::new();
     match &plan.ssh {
         Some(ssh) => {
+            // One host key per name, kept on this machine (#45 F4).
+            match host_key::prepare(&plan.name) {
+                Ok(key) => {
+                    if key.remembered_now && !plan.json {
+                        printer().info(format!(
+                            "{}'s SSH host key is in {} as {} (kept for every `imgctl up` of this name)",
+                            plan.name,
+                            key.known_hosts.display(),
+                            key.alias
+                        ));
+                    }
+                    labels.insert(ws::LABEL_SSH_ALIAS.into(), key.alias);
+                    files.push(ws::PlacedFile {
+                        path: host_key::IN_CONTAINER.into(),
+                        bytes: key.private,
+                        mode: 0o600,
+                        owner,
+                    });
+                }
+                Err(why) => printer().info(format!(
+                    "SSH: the workstation makes its own host key, new at each `imgctl up` ({why})"
+                )),
+            }
+            if let Some(i) = &plan.identity {
+                labels.insert(ws::LABEL_SSH_IDENTITY.into(), i.display().to_string());
+            }
             env.push(format!("SSH_AUTHORIZED_KEYS={}", plan.keys.join("\n")));
             publish.push(Publish {
                 container: SSH_PORT,
@@ -425,6 +448,9 @@ async fn create(
             });
         }
         None => env.push("IMGCTL_MODE=jupyter".into()),
+    }
+    if let Some(after) = plan.idle_stop {
+        env.push(format!("IMGCTL_IDLE_STOP={}s", after.as_secs()));
     }
     if let Some(tb) = &plan.tensorboard {
         env.push("IMGCTL_TENSORBOARD=1".into());
@@ -450,7 +476,12 @@ async fn create(
             .iter()
             .map(|(n, v)| (n.to_string(), *v))
             .collect(),
-        labels: HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]),
+        labels,
+        files,
+        // The user's home outlives the container (#45 item 4): `down`
+        // keeps it, `down --volumes` removes it.
+        home_volume: Some((format!("{}-home", plan.name), format!("/home/{user}"))),
+        restart: plan.restart.clone(),
     };
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())
@@ -583,148 +614,5 @@ fn warn_if_unwritable(dir: &Path, user: &str, uid: Option<&String>) {
             meta.uid(),
             mode & 0o777
         ));
-    }
-}
-
-/// The JupyterLab URL a browser on this machine opens.
-fn jupyter_url(address: &str, port: u16, token: Option<&str>) -> String {
-    let host = match address {
-        "" | "0.0.0.0" | "::" => "127.0.0.1",
-        a => a,
-    };
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
-    };
-    match token {
-        Some(t) => format!("http://{host}:{port}/lab?token={t}"),
-        None => format!("http://{host}:{port}/lab"),
-    }
-}
-
-/// The TensorBoard URL a browser on this machine opens.
-fn tensorboard_url(address: &str, port: u16) -> String {
-    let lab = jupyter_url(address, port, None);
-    lab.strip_suffix("lab").unwrap_or(&lab).to_string()
-}
-
-/// The `ssh` command line for a published sshd.
-fn ssh_line(address: &str, port: u16, user: &str) -> String {
-    let host = match address {
-        "" | "0.0.0.0" | "::" => "127.0.0.1",
-        a => a,
-    };
-    format!("ssh -p {port} {user}@{host}")
-}
-
-fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySummary>) -> UpReport {
-    let user = w.user.clone().unwrap_or_else(|| "dev".into());
-    UpReport {
-        schema_version: SCHEMA_VERSION,
-        name: w.name.clone(),
-        id: w.id.clone(),
-        image: w.image.clone(),
-        gpus: w.gpus.clone(),
-        workspace: w.workspace.clone(),
-        already_up,
-        jupyter: w.jupyter.as_ref().map(|(a, p)| Service {
-            address: a.clone(),
-            port: *p,
-            open: jupyter_url(a, *p, w.token.as_deref()),
-        }),
-        ssh: w.ssh.as_ref().map(|(a, p)| Service {
-            address: a.clone(),
-            port: *p,
-            open: ssh_line(a, *p, &user),
-        }),
-        tensorboard: w.tensorboard.as_ref().map(|(a, p)| Service {
-            address: a.clone(),
-            port: *p,
-            open: tensorboard_url(a, *p),
-        }),
-        verify,
-    }
-}
-
-/// Prints `report`: JSON on stdout, or the lines a person reads (each
-/// value on its own labelled line, so the URL stays whole for copying).
-fn print_up(report: &UpReport, up_in: Option<Duration>, json: bool) -> anyhow::Result<()> {
-    if json {
-        return printer().json(report);
-    }
-    let state = match up_in {
-        Some(t) => format!("is up in {:.1} s", t.as_secs_f64()),
-        None if report.already_up => "is already up (nothing was changed)".to_string(),
-        None => "is up".to_string(),
-    };
-    let mut lines = vec![
-        format!("{} {state}", report.name),
-        format!("  image       {} (GPUs: {})", report.image, report.gpus),
-        format!(
-            "  workspace   {}",
-            report
-                .workspace
-                .as_ref()
-                .map_or("none mounted".to_string(), |w| format!(
-                    "{w} at {}",
-                    ws::WORKSPACE
-                ))
-        ),
-    ];
-    if let Some(j) = &report.jupyter {
-        lines.push(format!("  JupyterLab  {}", j.open));
-    }
-    match &report.ssh {
-        Some(s) => lines.push(format!("  SSH         {}", s.open)),
-        None => lines.push("  SSH         off (no public key; pass --ssh-key FILE)".into()),
-    }
-    if let Some(t) = &report.tensorboard {
-        lines.push(format!(
-            "  TensorBoard {} (--logdir {})",
-            t.open,
-            ws::WORKSPACE
-        ));
-    }
-    if let Some(v) = &report.verify {
-        let s = &v.summary;
-        let counts: Vec<String> = [
-            (s.pass, "pass"),
-            (s.warn, "warn"),
-            (s.fail + s.error, "fail"),
-            (s.skip, "skip"),
-        ]
-        .iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, what)| format!("{n} {what}"))
-        .collect();
-        lines.push(format!(
-            "  verify      {} (quick: {})",
-            if v.passed { "passed" } else { "FAILED" },
-            counts.join(", ")
-        ));
-    }
-    lines.push(format!("  stop        imgctl down {}", report.name));
-    printer().data(lines.join("\n"));
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_and_ssh_lines_name_an_address_this_machine_reaches() {
-        assert_eq!(
-            jupyter_url("0.0.0.0", 8888, Some("t")),
-            "http://127.0.0.1:8888/lab?token=t"
-        );
-        assert_eq!(jupyter_url("::1", 8888, None), "http://[::1]:8888/lab");
-        assert_eq!(
-            ssh_line("127.0.0.1", 2222, "dev"),
-            "ssh -p 2222 dev@127.0.0.1"
-        );
-        assert_eq!(tensorboard_url("0.0.0.0", 6006), "http://127.0.0.1:6006/");
-        assert_eq!(tensorboard_url("::1", 6007), "http://[::1]:6007/");
     }
 }

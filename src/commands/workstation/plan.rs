@@ -50,6 +50,13 @@ pub(super) struct UpPlan {
     pub(super) json: bool,
     /// `--no-verify`.
     pub(super) no_verify: bool,
+    /// The private key beside the first `--ssh-key FILE.pub` (the `ssh`
+    /// line's `-i`).
+    pub(super) identity: Option<PathBuf>,
+    /// `--idle-stop`: stop after this long idle.
+    pub(super) idle_stop: Option<Duration>,
+    /// `--restart`, unless `no`.
+    pub(super) restart: Option<String>,
 }
 
 /// Checks every flag of `args` (usage errors, exit 2) and fills in defaults.
@@ -124,7 +131,23 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         wait: Duration::from_secs(args.wait.unsigned_abs()),
         json: args.json,
         no_verify: args.no_verify,
+        identity: super::host_key::identity(&args.ssh_key),
+        idle_stop: args.idle_stop,
+        restart: restart(&args.restart, args.idle_stop.is_some())?,
     })
+}
+
+/// `--restart`: None for `no`; `always` and `unless-stopped` refused with
+/// `--idle-stop` (the engine would start it again after each idle stop).
+fn restart(policy: &str, idle_stop: bool) -> anyhow::Result<Option<String>> {
+    if idle_stop && matches!(policy, "always" | "unless-stopped") {
+        return Err(CliError::usage(format!(
+            "--restart {policy} would start the workstation again each time --idle-stop stops it"
+        ))
+        .with_hint("use --restart on-failure with --idle-stop (it restarts after a crash, not after an idle stop), or drop one of them")
+        .into());
+    }
+    Ok((policy != "no").then(|| policy.to_string()))
 }
 
 /// The folder to mount: `--mount DIR` or the current folder, absolute.
@@ -381,6 +404,23 @@ mod tests {
             .note
             .unwrap()
             .contains(&format!("port {port} is taken")));
+    }
+
+    #[test]
+    fn a_restart_policy_that_would_undo_idle_stop_is_refused() {
+        assert_eq!(restart("no", true).unwrap(), None);
+        assert_eq!(restart("always", false).unwrap().as_deref(), Some("always"));
+        assert_eq!(
+            restart("on-failure", true).unwrap().as_deref(),
+            Some("on-failure")
+        );
+        let err = restart("unless-stopped", true).unwrap_err();
+        let err = err.downcast_ref::<CliError>().unwrap();
+        assert_eq!(err.status, crate::ExitStatus::Usage);
+        assert!(
+            err.to_string().contains("each time --idle-stop stops it"),
+            "{err}"
+        );
     }
 
     #[test]

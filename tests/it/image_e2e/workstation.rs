@@ -150,6 +150,9 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
         .arg(key.with_extension("pub"))
         .arg(E2E_TAG)
         .env("NO_COLOR", "1")
+        // The workstation's host key and its known_hosts line (#45 F4) go
+        // to this HOME, not the machine's.
+        .env("HOME", work.join("home"))
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&out);
@@ -186,9 +189,14 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
     let ssh_port = report["ssh"]["port"].as_u64().unwrap() as u16;
     assert_eq!(
         report["ssh"]["open"],
-        format!("ssh -p {ssh_port} dev@127.0.0.1"),
+        format!(
+            "ssh -p {ssh_port} -i {} -o HostKeyAlias={name}.imgctl dev@127.0.0.1",
+            key.display()
+        ),
         "{stdout}"
     );
+    // That line works the first time, with strict host key checking.
+    super::idle::ssh_known(work, &name, ssh_port, key, "true");
     let out = ssh(
         key,
         ssh_port,
@@ -247,7 +255,7 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    let out = crate::common::imgctl(&["down", "--time", "120", &name]);
+    let out = crate::common::imgctl(&["down", "--volumes", "--time", "120", &name]);
     let (_, said) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     assert!(

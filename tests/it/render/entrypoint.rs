@@ -622,16 +622,16 @@ fn entrypoint_serves_tensorboard_when_asked() {
 /// A scratch machine for the entrypoint's services: `bin/` (stand-ins,
 /// first on `path`), `run/` (its state) and `workspace/`, open to the
 /// image's user.
-struct Scratch {
+pub(super) struct Scratch {
     dir: tempfile::TempDir,
-    bin: std::path::PathBuf,
-    run: std::path::PathBuf,
-    ws: std::path::PathBuf,
-    path: String,
+    pub(super) bin: std::path::PathBuf,
+    pub(super) run: std::path::PathBuf,
+    pub(super) ws: std::path::PathBuf,
+    pub(super) path: String,
 }
 
 impl Scratch {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (bin, run, ws) = (
             dir.path().join("bin"),

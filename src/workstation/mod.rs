@@ -8,6 +8,13 @@
 //! flags, defaults or wording, and never prints: what it notices on the way
 //! comes out as a [`Note`], what went wrong as a variant of its results;
 //! `commands/workstation/` gives them their words and exit status.
+//!
+//! `idle.rs` is `up --idle-stop`'s clock and probes, run inside the
+//! workstation by the image's entrypoint.
+//!
+//! Part: the workstation wing (`docs/architecture.md`).
+pub mod idle;
+
 use std::time::{Duration, Instant};
 
 use serde::Serialize;

@@ -1,0 +1,235 @@
+//! What `imgctl up` and `ps --json` report of a workstation: its addresses
+//! ([`UpReport`]: the JupyterLab URL with its token, the `ssh` line with
+//! its `-i` and `HostKeyAlias`, TensorBoard's URL), printed as JSON or as
+//! the labelled lines a person reads ([`print_up`]).
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::SCHEMA_VERSION;
+use crate::docker::workstation::{self as ws, Listed};
+use crate::output::printer;
+use crate::workstation::VerifySummary;
+
+/// What `up --json` prints.
+#[derive(Debug, Serialize)]
+pub(super) struct UpReport {
+    pub(super) schema_version: u32,
+    pub(super) name: String,
+    pub(super) id: String,
+    pub(super) image: String,
+    pub(super) gpus: String,
+    pub(super) workspace: Option<String>,
+    /// The named volume at the user's home (kept by `down`).
+    pub(super) home_volume: Option<String>,
+    /// Whether it was already running (nothing was started).
+    pub(super) already_up: bool,
+    pub(super) jupyter: Option<Service>,
+    pub(super) ssh: Option<Service>,
+    /// `up --tensorboard`: TensorBoard's address.
+    pub(super) tensorboard: Option<Service>,
+    pub(super) verify: Option<VerifySummary>,
+}
+
+/// One published service.
+#[derive(Debug, Serialize)]
+pub(super) struct Service {
+    pub(super) address: String,
+    pub(super) port: u16,
+    /// The URL (JupyterLab, with its token) or the command (SSH).
+    pub(super) open: String,
+}
+
+/// The JupyterLab URL a browser on this machine opens.
+fn jupyter_url(address: &str, port: u16, token: Option<&str>) -> String {
+    let host = match address {
+        "" | "0.0.0.0" | "::" => "127.0.0.1",
+        a => a,
+    };
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    match token {
+        Some(t) => format!("http://{host}:{port}/lab?token={t}"),
+        None => format!("http://{host}:{port}/lab"),
+    }
+}
+
+/// The TensorBoard URL a browser on this machine opens.
+fn tensorboard_url(address: &str, port: u16) -> String {
+    let lab = jupyter_url(address, port, None);
+    lab.strip_suffix("lab").unwrap_or(&lab).to_string()
+}
+
+/// The `ssh` command line for a published sshd: `-i` the key given to
+/// `up`, `HostKeyAlias` the alias its kept host key is known by.
+fn ssh_line(
+    address: &str,
+    port: u16,
+    user: &str,
+    identity: Option<&str>,
+    alias: Option<&str>,
+) -> String {
+    let host = match address {
+        "" | "0.0.0.0" | "::" => "127.0.0.1",
+        a => a,
+    };
+    let mut line = format!("ssh -p {port}");
+    if let Some(i) = identity {
+        line.push_str(&format!(" -i {}", shell_word(i)));
+    }
+    if let Some(alias) = alias {
+        line.push_str(&format!(" -o HostKeyAlias={alias}"));
+    }
+    format!("{line} {user}@{host}")
+}
+
+/// `word` as one shell word: as it is when safe, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+=:@%,".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+pub(super) fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySummary>) -> UpReport {
+    let user = w.user.clone().unwrap_or_else(|| "dev".into());
+    UpReport {
+        schema_version: SCHEMA_VERSION,
+        name: w.name.clone(),
+        id: w.id.clone(),
+        image: w.image.clone(),
+        gpus: w.gpus.clone(),
+        workspace: w.workspace.clone(),
+        home_volume: w.home_volume.clone(),
+        already_up,
+        jupyter: w.jupyter.as_ref().map(|(a, p)| Service {
+            address: a.clone(),
+            port: *p,
+            open: jupyter_url(a, *p, w.token.as_deref()),
+        }),
+        ssh: w.ssh.as_ref().map(|(a, p)| Service {
+            address: a.clone(),
+            port: *p,
+            open: ssh_line(
+                a,
+                *p,
+                &user,
+                w.ssh_identity.as_deref(),
+                w.ssh_alias.as_deref(),
+            ),
+        }),
+        tensorboard: w.tensorboard.as_ref().map(|(a, p)| Service {
+            address: a.clone(),
+            port: *p,
+            open: tensorboard_url(a, *p),
+        }),
+        verify,
+    }
+}
+
+/// Prints `report`: JSON on stdout, or the lines a person reads (each
+/// value on its own labelled line, so the URL stays whole for copying).
+pub(super) fn print_up(
+    report: &UpReport,
+    up_in: Option<Duration>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        return printer().json(report);
+    }
+    let state = match up_in {
+        Some(t) => format!("is up in {:.1} s", t.as_secs_f64()),
+        None if report.already_up => "is already up (nothing was changed)".to_string(),
+        None => "is up".to_string(),
+    };
+    let mut lines = vec![
+        format!("{} {state}", report.name),
+        format!("  image       {} (GPUs: {})", report.image, report.gpus),
+        format!(
+            "  workspace   {}",
+            report
+                .workspace
+                .as_ref()
+                .map_or("none mounted".to_string(), |w| format!(
+                    "{w} at {}",
+                    ws::WORKSPACE
+                ))
+        ),
+    ];
+    if let Some(v) = &report.home_volume {
+        lines.push(format!(
+            "  home        volume {v} (kept by down; down --volumes removes it)"
+        ));
+    }
+    if let Some(j) = &report.jupyter {
+        lines.push(format!("  JupyterLab  {}", j.open));
+    }
+    match &report.ssh {
+        Some(s) => lines.push(format!("  SSH         {}", s.open)),
+        None => lines.push("  SSH         off (no public key; pass --ssh-key FILE)".into()),
+    }
+    if let Some(t) = &report.tensorboard {
+        lines.push(format!(
+            "  TensorBoard {} (--logdir {})",
+            t.open,
+            ws::WORKSPACE
+        ));
+    }
+    if let Some(v) = &report.verify {
+        let s = &v.summary;
+        let counts: Vec<String> = [
+            (s.pass, "pass"),
+            (s.warn, "warn"),
+            (s.fail + s.error, "fail"),
+            (s.skip, "skip"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        lines.push(format!(
+            "  verify      {} (quick: {})",
+            if v.passed { "passed" } else { "FAILED" },
+            counts.join(", ")
+        ));
+    }
+    lines.push(format!("  stop        imgctl down {}", report.name));
+    printer().data(lines.join("\n"));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_ssh_lines_name_an_address_this_machine_reaches() {
+        assert_eq!(
+            jupyter_url("0.0.0.0", 8888, Some("t")),
+            "http://127.0.0.1:8888/lab?token=t"
+        );
+        assert_eq!(jupyter_url("::1", 8888, None), "http://[::1]:8888/lab");
+        assert_eq!(
+            ssh_line("127.0.0.1", 2222, "dev", None, None),
+            "ssh -p 2222 dev@127.0.0.1"
+        );
+        assert_eq!(
+            ssh_line(
+                "0.0.0.0",
+                2222,
+                "dev",
+                Some("/home/me/.ssh/work key"),
+                Some("p.imgctl")
+            ),
+            "ssh -p 2222 -i '/home/me/.ssh/work key' -o HostKeyAlias=p.imgctl dev@127.0.0.1"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(tensorboard_url("0.0.0.0", 6006), "http://127.0.0.1:6006/");
+        assert_eq!(tensorboard_url("::1", 6007), "http://[::1]:6007/");
+    }
+}
