@@ -190,7 +190,6 @@ fn refused_certificates_are_one_line_naming_the_registry_and_the_fix() {
         "{line}"
     );
 
-    let ca = good.ca.to_str().unwrap();
     let expired = TlsRegistry::start_with(Cert::Expired);
     let (code, line) = inspect_error(&expired, &["--registry-ca", expired.ca.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{line}");
@@ -211,7 +210,6 @@ fn refused_certificates_are_one_line_naming_the_registry_and_the_fix() {
         )) && line.contains("reissue it with 127.0.0.1 in its subjectAltName"),
         "{line}"
     );
-    let _ = ca;
 }
 
 #[test]
