@@ -31,7 +31,7 @@ if [ "${IMGCTL_ENGINE_TESTS:-1}" = 0 ]; then
   exit 0
 fi
 # The modules whose tests talk to the engine (tests/it/<module>.rs).
-filters=(attest:: build:: buildkit:: engine:: image_e2e:: verify:: workstation::)
+filters=(attest:: build:: buildkit:: engine:: https:: image_e2e:: verify:: workstation::)
 for a in "$@"; do case "$a" in -*) ;; *) filters=() ;; esac; done
 
 case "$version" in

@@ -32,6 +32,8 @@ apt_install() {
 
 # --- host tools ------------------------------------------------------------
 # docker-registry + apache2-utils (htpasswd): the `--push` test runs a local registry with auth.
+# openssl: tests/it/tls_registry.rs makes the test CA and certificates (ca-certificates pulls it in; named all the same).
+# skopeo: tests/it/https.rs reads an image imgctl pushed over HTTPS with a client nobody here wrote.
 # python3-pip: the host's pip (`imgctl lock` resolves with the venv's uv, from requirements-test.txt).
 # g++: torch-sys's C++ wrapper and our csrc/torch_ext.cpp are compiled at build time.
 # iproute2: tests/it/multinode.rs makes its "nodes" with `ip netns` and veth pairs.
@@ -45,7 +47,7 @@ apt_install() {
 #   real headless browser (driven by Selenium, from requirements-test.txt).
 # iptables: tests/it/multinode/silent.rs drops a node's packets where the kernel has no netem
 #   (Debian's docker.io pulls it in too; named so the suite does not lean on that).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
+apt_install ca-certificates openssl g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils skopeo iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

@@ -144,6 +144,9 @@ pub struct InspectArgs {
     /// List (and with --save fetch) every referrer, not only the first 1000.
     #[arg(long)]
     pub all: bool,
+    /// The registry's CA certificate (PEM), trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs; a loopback registry is then spoken to over HTTPS [default: those only].
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
 }
 
 /// `imgctl sbom`.
@@ -415,6 +418,9 @@ pub struct BuildArgs {
         allow_negative_numbers = true
     )]
     pub registry_timeout: u64,
+    /// With --push: the registry's CA certificate (PEM) for attaching the attestations, trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs (the engine pushes the image itself with its own trust, /etc/docker/certs.d) [default: those only].
+    #[arg(long, value_name = "FILE", requires = "push")]
+    pub registry_ca: Option<PathBuf>,
     /// Print the build report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

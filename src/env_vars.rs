@@ -124,6 +124,10 @@ pub const IMGCTL_NVRTC: &str = "IMGCTL_NVRTC";
 /// Set by the `--gpus` supervisor in each worker it starts, so the worker knows
 /// that its output is prefixed and collected.
 pub const IMGCTL_SUPERVISED: &str = "IMGCTL_SUPERVISED";
+/// The folder of per-registry CA folders (`HOST:PORT/ca.crt`) read instead
+/// of `/etc/docker/certs.d` (the docker CLI's own place), for tests and for
+/// users without write access there.
+pub const IMGCTL_REGISTRY_CERTS_DIR: &str = "IMGCTL_REGISTRY_CERTS_DIR";
 /// Debug/test hook: a directory where every rank writes one line per optimizer
 /// step with a hash of its parameters (`rank-N.txt`), to prove ranks agree bit for bit.
 pub const IMGCTL_PARAM_HASH_DIR: &str = "IMGCTL_PARAM_HASH_DIR";

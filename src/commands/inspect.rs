@@ -16,6 +16,9 @@ use crate::oci::{Descriptor, Repository};
 use crate::output::{self, printer};
 use crate::ExitStatus;
 
+/// The hint of a registry's failure.
+const READS_THE_REGISTRY: &str = "inspect reads the registry: pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials; an HTTPS registry's own CA goes in /etc/docker/certs.d/HOST:PORT/ca.crt or --registry-ca FILE";
+
 /// Version of `inspect --json`.
 const SCHEMA_VERSION: u32 = 1;
 
@@ -116,9 +119,12 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     } else {
         printer().spinner(format!("reading the referrers of {}", args.image))
     };
+    let repository = {
+        let _in_runtime = runtime.enter();
+        repository(&args)
+    }?;
     let read = runtime.block_on(async {
-        let credentials = crate::oci::docker_credentials(&args.image)?;
-        let mut repository = Repository::new(&args.image, credentials)?.with_deadline(
+        let mut repository = repository.with_deadline(
             std::time::Duration::from_secs(args.registry_timeout),
             Some("--registry-timeout"),
         );
@@ -129,9 +135,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     });
     spinner.finish_and_clear();
     let inspected = read.map_err(|e| {
-        CliError::failure(format!("inspect {}: {e:#}", args.image)).with_hint(
-            "inspect reads the registry: pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials",
-        )
+        CliError::failure(format!("inspect {}: {e:#}", args.image)).with_hint(READS_THE_REGISTRY)
     })?;
     if args.json {
         printer().json(&inspected)?;
@@ -142,6 +146,29 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
         printer().info(saved_line(&inspected.saved, dir));
     }
     Ok(ExitStatus::Success)
+}
+
+/// The client of `args.image`'s repository, with the docker config's
+/// credentials and the CAs of the certs.d folder and `--registry-ca`; a
+/// `--registry-ca` that cannot be read or holds no certificate is a usage
+/// error.
+fn repository(args: &InspectArgs) -> anyhow::Result<Repository> {
+    let repository = crate::oci::docker_credentials(&args.image)
+        .and_then(|credentials| Repository::new(&args.image, credentials))
+        .map_err(|e| {
+            CliError::failure(format!("inspect {}: {e:#}", args.image))
+                .with_hint(READS_THE_REGISTRY)
+        })?;
+    match &args.registry_ca {
+        None => Ok(repository),
+        Some(ca) => repository
+            .with_registry_ca(ca, Some("--registry-ca"))
+            .map_err(|e| {
+                CliError::usage(format!("{e:#}"))
+                    .with_hint("--registry-ca takes the PEM file of the CA that issued the registry's certificate (the docker CLI reads it from /etc/docker/certs.d/HOST:PORT/ca.crt)")
+                    .into()
+            }),
+    }
 }
 
 /// `saved 2 files in DIR: a, b`: the files `--save` actually wrote.

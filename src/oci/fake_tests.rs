@@ -2,8 +2,10 @@
 //! integration test's distribution 2.8 cannot show: Bearer tokens (asked for
 //! once, then cached), a registry with the referrers API that answers
 //! `OCI-Subject` (no fallback tag is written, the API's list is used), blob
-//! redirects to another host (followed without the credentials), and a token
-//! service that refuses the password (one line, no secret). Its hostile
+//! redirects to another host (followed without the credentials), a token
+//! service that refuses the password (one line, no secret), and a registry
+//! that honours `If-Match` on the referrers tag (a 412 is read and merged
+//! again). Its hostile
 //! modes (a HEAD that names another digest, slow replies, big pages) serve
 //! `hostile_tests.rs` and `inspect`'s tests too.
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +49,14 @@ pub(crate) struct Fake {
     pub(crate) delay: std::time::Duration,
     /// `METHOD path auth` of each request (auth: none, basic, bearer).
     pub(crate) log: Vec<String>,
+    /// Honours `If-Match` on manifest PUTs (412 unless it is the stored
+    /// manifest's `ETag`), as distribution 2.8 does not.
+    if_match: bool,
+    /// An index another push "writes" to the tag just before the next
+    /// conditional PUT lands (a concurrent push between read and write).
+    sneak_in: Option<Bytes>,
+    /// The status each conditional PUT got.
+    conditional: Vec<u16>,
 }
 
 pub(crate) type Shared = Arc<Mutex<Fake>>;
@@ -175,6 +185,9 @@ async fn handle(
             fake.blobs.insert(digest, body);
             reply(StatusCode::CREATED, &[], "")
         }
+        (Method::PUT, "manifests") if fake.if_match && parts.headers.contains_key("if-match") => {
+            conditional_put(&mut fake, arg, &parts.headers, body)
+        }
         (Method::PUT, "manifests") => {
             let media_type = parts.headers["content-type"].to_str().unwrap().to_string();
             let digest = manifest::sha256_digest(&body);
@@ -211,6 +224,7 @@ async fn handle(
                     &[
                         ("Content-Type", media_type.clone()),
                         ("Content-Length", bytes.len().to_string()),
+                        ("ETag", format!("\"{}\"", manifest::sha256_digest(bytes))),
                         ("Docker-Content-Digest", digest),
                     ],
                     bytes.clone(),
@@ -248,6 +262,33 @@ async fn handle(
         }
         _ => reply(StatusCode::NOT_FOUND, &[], "404 page not found"),
     })
+}
+
+/// A manifest PUT with `If-Match` to a fake that honours it: 412 unless
+/// the header is the stored manifest's `ETag` (after [`Fake::sneak_in`]).
+fn conditional_put(
+    fake: &mut Fake,
+    reference: &str,
+    headers: &hyper::HeaderMap,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
+    if let Some(other) = fake.sneak_in.take() {
+        fake.manifests
+            .insert(reference.to_string(), (OCI_INDEX.into(), other));
+    }
+    let etag = fake
+        .manifests
+        .get(reference)
+        .map(|(_, b)| format!("\"{}\"", manifest::sha256_digest(b)));
+    if etag.as_deref() != headers["if-match"].to_str().ok() {
+        fake.conditional.push(412);
+        return reply(StatusCode::PRECONDITION_FAILED, &[], "");
+    }
+    fake.conditional.push(201);
+    let media_type = headers["content-type"].to_str().unwrap().to_string();
+    fake.manifests
+        .insert(reference.to_string(), (media_type, body));
+    reply(StatusCode::CREATED, &[], "")
 }
 
 /// Starts a fake on a free port; returns its state.
@@ -401,6 +442,36 @@ async fn without_the_api_the_fallback_tag_is_kept() {
     );
     // Blobs the registry has are not uploaded again.
     assert_eq!(count(&state, "POST /v2/me/x/blobs/uploads/"), 3);
+}
+
+#[tokio::test]
+async fn a_registry_that_honours_if_match_makes_a_lost_update_a_retry() {
+    let state = start(false).await;
+    let subject = subject(&state);
+    let repo = repository(&state, PASSWORD);
+    state.lock().unwrap().if_match = true;
+    let a = repo
+        .push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
+        .await
+        .unwrap();
+    // Another push lands between imgctl's read of the tag and its write.
+    let other = Descriptor {
+        artifact_type: Some("other".into()),
+        ..Descriptor::of(OCI_MANIFEST, b"other")
+    };
+    let mut theirs = manifest::empty_index();
+    manifest::merge_into_index(&mut theirs, &a);
+    manifest::merge_into_index(&mut theirs, &other);
+    state.lock().unwrap().sneak_in = Some(serde_json::to_vec(&theirs).unwrap().into());
+    let b = repo
+        .push_artifact(&subject, "b", "text/plain", b"b", BTreeMap::new())
+        .await
+        .unwrap();
+    // a made the tag (nothing to match); b's write was conditional, met
+    // the other push's (412), and was made again over it.
+    assert_eq!(state.lock().unwrap().conditional, vec![412, 201]);
+    let listed = repo.referrers(&subject.digest, None).await.unwrap().list;
+    assert_eq!(listed, vec![a, other, b]);
 }
 
 #[tokio::test]

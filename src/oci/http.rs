@@ -1,6 +1,6 @@
 //! The HTTP side of the registry client: one hyper client (plain HTTP for
-//! loopback registries, HTTPS through rustls with the system's roots and the
-//! ring provider for the rest), the 401 → challenge → retry dance of
+//! loopback registries without a CA of their own, HTTPS through rustls with
+//! the ring provider and the CAs [`super::tls`] finds for the rest), the 401 → challenge → retry dance of
 //! [`super::auth`] with the resulting `Authorization` header cached, redirects
 //! of GET and HEAD followed (blob stores on other hosts), credentials sent
 //! only to the registry's own scheme, host and port (whatever URL a `Link`,
@@ -24,6 +24,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::auth::{self, Challenge};
+use super::tls::Trust;
 
 /// How long one request may take, reply body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -106,6 +107,8 @@ pub struct Transport {
     auth: Mutex<Option<Arc<str>>>,
     /// When every request of the command must be done.
     deadline: Deadline,
+    /// The CAs its certificate is checked against.
+    trust: Trust,
 }
 
 /// The one deadline of a registry command: when, how long it was in all,
@@ -138,35 +141,29 @@ impl std::fmt::Debug for Transport {
     }
 }
 
-/// The rustls client config: the ring provider given explicitly (no
-/// process-wide default needed), the system's roots unless `loopback`
-/// (spoken to over plain HTTP, so no roots are loaded).
-fn connector(loopback: bool) -> std::io::Result<HttpsConnector<HttpConnector>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = if loopback {
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(std::io::Error::other)?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth();
-        builder.with_tls_config(config)
-    } else {
-        builder.with_provider_and_native_roots(provider)?
-    };
-    Ok(builder.https_or_http().enable_http1().build())
-}
-
 impl Transport {
-    /// A client for `name` at `base_url`.
+    /// A client for `name` at `base_url`, HTTPS checked against the
+    /// system's CAs.
     pub fn new(
         registry: &str,
         base_url: &str,
         name: &str,
         credentials: Option<DockerCredentials>,
     ) -> anyhow::Result<Self> {
-        let loopback = base_url.starts_with("http://");
-        let connector = connector(loopback)
+        Self::with_trust(registry, base_url, name, credentials, Trust::default())
+    }
+
+    /// A client for `name` at `base_url`, HTTPS checked against `trust`.
+    pub fn with_trust(
+        registry: &str,
+        base_url: &str,
+        name: &str,
+        credentials: Option<DockerCredentials>,
+        trust: Trust,
+    ) -> anyhow::Result<Self> {
+        let loopback = super::reference::is_loopback(registry);
+        let connector = trust
+            .connector(loopback)
             .with_context(|| format!("cannot set up HTTPS for registry {registry}"))?;
         Ok(Transport {
             client: Client::builder(TokioExecutor::new()).build(connector),
@@ -176,7 +173,22 @@ impl Transport {
             credentials,
             auth: Mutex::new(None),
             deadline: Deadline::new(DEFAULT_DEADLINE, None),
+            trust,
         })
+    }
+
+    /// The same client with `trust` and `base_url` instead (the deadline
+    /// and credentials kept).
+    pub fn retrust(self, base_url: &str, trust: Trust) -> anyhow::Result<Self> {
+        let mut t = Self::with_trust(
+            &self.registry,
+            base_url,
+            &self.name,
+            self.credentials,
+            trust,
+        )?;
+        t.deadline = self.deadline;
+        Ok(t)
     }
 
     /// Gives every request from now on `total` in all ([`DEFAULT_DEADLINE`]
@@ -274,7 +286,11 @@ impl Transport {
         let request = request
             .body(Full::new(call.body.clone()))
             .map_err(|e| anyhow!("cannot make a request to registry {}: {e}", self.registry))?;
-        let unreachable = |e: &dyn std::error::Error| {
+        let unreachable = |e: &(dyn std::error::Error + 'static)| {
+            let loopback = super::reference::is_loopback(&self.registry);
+            if let Some(line) = self.trust.explain(&self.registry, loopback, e) {
+                return anyhow!("{line}");
+            }
             anyhow!(
                 "cannot reach registry {} ({} {}): {}",
                 self.registry,
@@ -430,6 +446,18 @@ impl Transport {
             })
     }
 
+    /// `scheme://host[:port]` of the registry's API.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// `host[:port]` of the registry's API.
+    pub fn host(&self) -> &str {
+        self.base_url
+            .split_once("://")
+            .map_or(&self.base_url, |(_, h)| h)
+    }
+
     /// The registry's base URL.
     fn base(&self) -> Uri {
         self.base_url.parse().expect("a valid base URL")
@@ -456,12 +484,19 @@ impl Transport {
     /// The one-line error for a reply the caller did not expect: `registry R
     /// refused WHAT of NAME: STATUS CODE: message`.
     pub fn refused(&self, what: &str, reply: &Reply) -> anyhow::Error {
+        // Go's TLS server answers plain HTTP so: the registry has TLS, and
+        // imgctl spoke HTTP to it for want of its CA.
+        let tls = reply.status == StatusCode::BAD_REQUEST
+            && String::from_utf8_lossy(&reply.body).contains("HTTP request to an HTTPS server");
         anyhow!(
             "registry {} refused {what} of {}: {}{}",
             self.registry,
             self.name,
             status_and_message(reply),
-            self.credentials_hint(reply.status)
+            match tls {
+                true => format!(" (it speaks HTTPS; {})", self.trust.fix(&self.registry)),
+                false => self.credentials_hint(reply.status).to_string(),
+            }
         )
     }
 
@@ -738,7 +773,7 @@ mod tests {
         // No process-wide provider is installed; both kinds must build. The
         // system roots may be missing in a bare container: that is an error
         // naming the registry, not a panic.
-        assert!(connector(true).is_ok());
+        assert!(Trust::default().connector(true).is_ok());
         let has_roots = std::fs::read_dir("/etc/ssl/certs").is_ok_and(|mut d| d.next().is_some());
         match Transport::new("ghcr.io", "https://ghcr.io", "o/x", None) {
             Ok(_) => {}

@@ -10,9 +10,10 @@
 //! answering the manifest PUT with an `OCI-Subject` header. For one that does
 //! not (a 404 from the API: distribution 2.8, Docker Hub), the referrers tag
 //! schema is kept up to date: the tag `sha256-<hex of the subject digest>`
-//! holds an OCI image index of the referrers' descriptors. Concurrent pushes
-//! of referrers of one subject to such a registry may lose an entry (the
-//! tag's update is read, change, write), as in every client of the schema.
+//! holds an OCI image index of the referrers' descriptors. Its update is read,
+//! change, write: concurrent pushes of referrers of one subject would lose
+//! an entry, so the write carries `If-Match` with the tag's `ETag` and is
+//! read back, and made again when another push undid it.
 //!
 //! [`mod@reference`] reads an image reference by docker's rules, [`auth`] reads
 //! challenges and makes headers, [`http`] speaks to the registry, and
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod http;
 pub mod manifest;
 pub mod reference;
+pub mod tls;
 
 pub use manifest::Descriptor;
 
@@ -47,6 +49,10 @@ pub const MAX_REFERRER_PAGES: usize = 100;
 /// ([`Repository::with_all_referrers`]): a registry listed 99 pages of
 /// 10,000 (2.7 GB of memory, 990,000 rows).
 pub const MAX_REFERRERS: usize = 1000;
+
+/// How many times a referrers tag update is made again when a concurrent
+/// push undid it (each after a read back 50 to 150 ms later).
+pub const FALLBACK_TRIES: usize = 8;
 
 /// The most bytes of one artifact's content imgctl reads back.
 pub const MAX_ARTIFACT: u64 = 256 << 20;
@@ -88,13 +94,39 @@ impl Repository {
     /// A client for the repository of `reference` (`127.0.0.1:5000/me/img:tag`,
     /// `busybox`: docker's rules, see [`mod@reference`]), authenticating with
     /// `credentials` when the registry asks (see [`docker_credentials`]).
-    /// Loopback registries are spoken to over HTTP, others over HTTPS.
+    /// HTTPS is checked against the registry's CAs in the certs.d folder
+    /// ([`tls::Trust`]) and the system's; loopback registries are spoken to
+    /// over HTTPS only when that folder has a CA for them, over HTTP
+    /// otherwise.
     pub fn new(reference: &str, credentials: Option<DockerCredentials>) -> anyhow::Result<Self> {
         let r = reference::parse(reference)?;
+        let trust = tls::Trust::load(&r.registry, None, None)?;
+        let base_url = base_url(&r.base_url, &trust);
         Ok(Repository {
-            transport: Transport::new(&r.registry, &r.base_url, &r.name, credentials)?,
+            transport: Transport::with_trust(&r.registry, &base_url, &r.name, credentials, trust)?,
             tag_or_digest: r.tag_or_digest,
             max_referrers: Some(MAX_REFERRERS),
+        })
+    }
+
+    /// Trusts the CA certificates in the PEM file `ca` too (named by `flag`,
+    /// `--registry-ca`, in errors), beside the certs.d folder's; a
+    /// loopback registry is then spoken to over HTTPS.
+    pub fn with_registry_ca(
+        self,
+        ca: &std::path::Path,
+        flag: Option<&'static str>,
+    ) -> anyhow::Result<Self> {
+        let registry = self.registry().to_string();
+        let trust = tls::Trust::load(&registry, Some(ca), flag)?;
+        let plain = format!("http://{}", self.transport.host());
+        let base_url = match reference::is_loopback(&registry) {
+            true => base_url(&plain, &trust),
+            false => self.transport.base_url().to_string(),
+        };
+        Ok(Repository {
+            transport: self.transport.retrust(&base_url, trust)?,
+            ..self
         })
     }
 
@@ -194,7 +226,7 @@ impl Repository {
             ..Descriptor::of(OCI_MANIFEST, &bytes)
         };
         let reply = self
-            .put_manifest(&descriptor.digest, OCI_MANIFEST, bytes)
+            .put_manifest(&descriptor.digest, OCI_MANIFEST, bytes, None)
             .await?;
         if !reply.status.is_success() {
             return Err(self
@@ -346,14 +378,20 @@ impl Repository {
             .await
     }
 
+    /// PUTs a manifest; `if_match` (an `ETag`) makes the write
+    /// conditional where the registry honours it.
     async fn put_manifest(
         &self,
         tag_or_digest: &str,
         media_type: &str,
         bytes: Vec<u8>,
+        if_match: Option<&str>,
     ) -> anyhow::Result<Reply> {
         let url = self.manifest_url(tag_or_digest)?;
         let mut put = Call::get(&url).header("Content-Type", media_type);
+        if let Some(etag) = if_match {
+            put = put.header("If-Match", etag);
+        }
         put.method = Method::PUT;
         put.body = bytes.into();
         self.transport.send(put).await
@@ -474,41 +512,92 @@ impl Repository {
         &self,
         subject_digest: &str,
     ) -> anyhow::Result<Option<serde_json::Value>> {
+        Ok(self.fallback_read(subject_digest).await?.0)
+    }
+
+    /// The referrers tag's index (`None` when the tag does not exist) and
+    /// its `ETag`, when the registry gave one.
+    async fn fallback_read(
+        &self,
+        subject_digest: &str,
+    ) -> anyhow::Result<(Option<serde_json::Value>, Option<String>)> {
         let tag = manifest::fallback_tag(subject_digest)?;
         let reply = self.get_manifest(&tag, OCI_INDEX).await?;
         if reply.status == StatusCode::NOT_FOUND {
-            return Ok(None);
+            return Ok((None, None));
         }
         if !reply.status.is_success() {
             return Err(self
                 .transport
                 .refused(&format!("the referrers tag {tag}"), &reply));
         }
+        let etag = reply.header("ETag").map(str::to_string);
         manifest::parse_index(&reply.body)
-            .map(Some)
+            .map(|index| (Some(index), etag))
             .map_err(|e| anyhow!("{}: {e}", self.fallback_what(subject_digest)))
     }
 
-    /// Puts `entry` into the referrers tag's index (made when missing).
+    /// Puts `entry` into the referrers tag's index (made when missing):
+    /// read, merge, write (with `If-Match` on the read's `ETag`, so a
+    /// registry that honours it refuses a write over another's with 412),
+    /// then, after a pause of 50 to 150 ms, read back until the entry is
+    /// there (a 5xx on the write is tried again too). A concurrent push of another referrer of the same subject
+    /// that overwrote this one's entry is thus seen and merged again, up
+    /// to [`FALLBACK_TRIES`] times. (Distribution 2.8 gives an `ETag` but
+    /// does not check `If-Match`: the read back is what keeps both
+    /// entries there, as long as the two writes land less than the pause
+    /// apart.)
     async fn add_to_fallback(
         &self,
         subject_digest: &str,
         entry: &Descriptor,
     ) -> anyhow::Result<()> {
-        let mut index = self
-            .fallback_index(subject_digest)
-            .await?
-            .unwrap_or_else(manifest::empty_index);
-        manifest::merge_into_index(&mut index, entry);
+        use rand::Rng as _;
         let tag = manifest::fallback_tag(subject_digest)?;
-        let bytes = serde_json::to_vec(&index).expect("an index serializes");
-        let reply = self.put_manifest(&tag, OCI_INDEX, bytes).await?;
-        if !reply.status.is_success() {
-            return Err(self
-                .transport
-                .refused(&format!("the referrers tag {tag}"), &reply));
+        for attempt in 0..=FALLBACK_TRIES {
+            let (index, etag) = self.fallback_read(subject_digest).await?;
+            let held = index.as_ref().is_some_and(|i| {
+                manifest::index_entries(i).is_ok_and(|l| l.iter().any(|d| d.digest == entry.digest))
+            });
+            if attempt > 0 && held {
+                return Ok(());
+            }
+            if attempt == FALLBACK_TRIES {
+                break;
+            }
+            let mut index = index.unwrap_or_else(manifest::empty_index);
+            manifest::merge_into_index(&mut index, entry);
+            let bytes = serde_json::to_vec(&index).expect("an index serializes");
+            let reply = self
+                .put_manifest(&tag, OCI_INDEX, bytes, etag.as_deref())
+                .await?;
+            // 412: another push's write came first (If-Match); a 5xx on
+            // the last try stands (distribution's filesystem store answers
+            // 500 when two writes of one tag meet).
+            let again = reply.status == StatusCode::PRECONDITION_FAILED
+                || (reply.status.is_server_error() && attempt + 1 < FALLBACK_TRIES);
+            if !reply.status.is_success() && !again {
+                return Err(self
+                    .transport
+                    .refused(&format!("the referrers tag {tag}"), &reply));
+            }
+            let pause = rand::thread_rng().gen_range(50..150);
+            tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
         }
-        Ok(())
+        bail!(
+            "{} lost the entry of {} to concurrent updates {FALLBACK_TRIES} times in a row; push again",
+            self.fallback_what(subject_digest),
+            entry.digest
+        )
+    }
+}
+
+/// `base_url` (`http://` for a loopback registry) made `https://` when
+/// `trust` holds a CA of the registry's own.
+fn base_url(base_url: &str, trust: &tls::Trust) -> String {
+    match base_url.strip_prefix("http://") {
+        Some(host) if trust.has_own() => format!("https://{host}"),
+        _ => base_url.to_string(),
     }
 }
 

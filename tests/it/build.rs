@@ -555,6 +555,12 @@ pub struct LocalRegistry {
 impl LocalRegistry {
     /// Starts one that lets `user` in with `password`.
     pub fn start(user: &str, password: &str) -> Self {
+        Self::start_with(user, password, "")
+    }
+
+    /// Starts one that lets `user` in with `password`, with `http_extra`
+    /// (indented lines of its config's `http:` section, e.g. `tls:`).
+    pub fn start_with(user: &str, password: &str, http_extra: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let which = Command::new("sh")
             .args(["-c", "command -v docker-registry && command -v htpasswd"])
@@ -577,7 +583,7 @@ impl LocalRegistry {
             .unwrap()
             .port();
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}\nhttp:\n  addr: 127.0.0.1:{port}\nauth:\n  htpasswd:\n    realm: imgctl-test\n    path: {root}/htpasswd\n",
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}\nhttp:\n  addr: 127.0.0.1:{port}\n{http_extra}auth:\n  htpasswd:\n    realm: imgctl-test\n    path: {root}/htpasswd\n",
             root = dir.path().display()
         );
         let config_path = dir.path().join("config.yml");

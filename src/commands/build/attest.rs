@@ -26,6 +26,8 @@ pub struct Evidence {
     pub push: bool,
     /// `--registry-timeout`: the one deadline of attaching them.
     pub registry_timeout: std::time::Duration,
+    /// `--registry-ca`: a CA file trusted for attaching them.
+    pub registry_ca: Option<PathBuf>,
 }
 
 impl Evidence {
@@ -42,6 +44,12 @@ impl Evidence {
                 .into());
             }
         }
+        if let Some(ca) = &args.registry_ca {
+            crate::oci::tls::read_ca_file(ca).map_err(|e| {
+                CliError::usage(format!("--registry-ca {}: {e:#}", ca.display()))
+                    .with_hint("--registry-ca takes the PEM file of the CA that issued the registry's certificate (the docker CLI reads it from /etc/docker/certs.d/HOST:PORT/ca.crt)")
+            })?;
+        }
         let verify = if args.verify {
             let expect = ExpectGpus::parse(&args.expect_gpus)?;
             Some(Options {
@@ -57,6 +65,7 @@ impl Evidence {
         };
         Ok(Evidence {
             registry_timeout: std::time::Duration::from_secs(args.registry_timeout),
+            registry_ca: args.registry_ca.clone(),
             dir: args.attest.clone(),
             verify,
             push: args.push,
@@ -370,6 +379,8 @@ pub struct Made<'a> {
     pub verified: Option<&'a Report>,
     /// The one deadline of every registry request of the attaching.
     pub registry_timeout: std::time::Duration,
+    /// `--registry-ca`, if given.
+    pub registry_ca: Option<&'a Path>,
 }
 
 impl Made<'_> {
@@ -416,6 +427,7 @@ impl Made<'_> {
             &mut all,
             facts.created,
             self.registry_timeout,
+            self.registry_ca,
         )
         .await?;
         if let Some(dir) = dir {
@@ -435,13 +447,17 @@ pub async fn attach(
     all: &mut [Attestation],
     created: Option<&str>,
     deadline: std::time::Duration,
+    registry_ca: Option<&Path>,
 ) -> anyhow::Result<()> {
     for (repo, digest) in pushed {
         let reference = format!("{repo}@{digest}");
         let spinner = printer().spinner(format!("attaching the attestations to {reference}"));
-        let repository =
-            crate::oci::Repository::new(&reference, crate::oci::docker_credentials(&reference)?)?
-                .with_deadline(deadline, Some("--registry-timeout"));
+        let mut repository =
+            crate::oci::Repository::new(&reference, crate::oci::docker_credentials(&reference)?)?;
+        if let Some(ca) = registry_ca {
+            repository = repository.with_registry_ca(ca, Some("--registry-ca"))?;
+        }
+        let repository = repository.with_deadline(deadline, Some("--registry-timeout"));
         let subject = repository.resolve(digest).await?;
         for a in all.iter_mut() {
             let annotations = attest::artifact_annotations(a.predicate_type.as_deref(), created);
