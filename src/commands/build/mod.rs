@@ -562,6 +562,7 @@ async fn build(
             pushed: &pushed_digests,
             verified: verified.as_ref(),
             registry_timeout: evidence.registry_timeout,
+            signer: evidence.signer.as_deref(),
         };
         made.attest(sbom, evidence.dir.as_deref()).await?
     } else {
