@@ -229,10 +229,11 @@ pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
     if !evaluation.passed {
         return Err(refused(&args.image, &evaluation));
     }
+    let n = evaluation.rules.len();
     printer().info(format!(
-        "{} may deploy: {} rules hold on statements signed by a trusted key about {}",
+        "{} may deploy: {n} {} on statements signed by a trusted key about {}",
         args.image,
-        evaluation.rules.len(),
+        if n == 1 { "rule holds" } else { "rules hold" },
         &subject[..subject.len().min(19)]
     ));
     Ok(ExitStatus::Success)

@@ -182,6 +182,26 @@ fn verify_image_passes_a_signed_verdict_by_flags_and_policy_file() {
             "{rule}: {stderr}"
         );
     }
+    // --json: the README's schema_version, each rule with the statement it held on.
+    let mut args = vec![
+        "verify-image",
+        &good,
+        "--key",
+        s.public.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend(GATE_FLAGS);
+    let out = imgctl(
+        &args,
+        &[("DOCKER_CONFIG", s.config.path().to_str().unwrap())],
+    );
+    let doc: Value = serde_json::from_str(&texts(&out).0).unwrap();
+    assert_eq!(
+        (doc["schema_version"].as_u64(), doc["passed"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(doc["rules"].as_array().unwrap().len(), 4, "{doc}");
+    assert_eq!(doc["rules"][0]["statement"], doc["accepted"][0]["manifest"]);
     let (code, stderr) = s.gate(&good, &["--min-gpus", "16"]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
