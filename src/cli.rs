@@ -274,6 +274,9 @@ pub struct UpArgs {
     /// The host address the ports listen on (0.0.0.0: every interface).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub listen: String,
+    /// Start the image only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
+    #[arg(long, value_name = "FILE")]
+    pub key: Vec<PathBuf>,
     /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g.
     #[arg(long, value_name = "SIZE", default_value = "16g")]
     pub shm_size: String,
@@ -527,6 +530,9 @@ pub struct VerifyArgs {
     /// Run the checks inside a container of this image instead of here.
     #[arg(long, value_name = "TAG")]
     pub image: Option<String>,
+    /// With --image: run it only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
+    #[arg(long, value_name = "FILE", requires = "image")]
+    pub key: Vec<PathBuf>,
     /// With --image: GPUs for the container: all, a count, device ids (0,2; one: device=3) or GPU-/MIG- UUIDs.
     #[arg(
         long,

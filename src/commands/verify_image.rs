@@ -212,6 +212,59 @@ pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
     .into()
 }
 
+/// `up --key` and `verify --image --key`: before `image` is started, the
+/// manifest it came from in its registry (its repo digest for its own
+/// repository) must carry a verify verdict that passed, signed by one of
+/// `keys`. An image with no such digest (never pushed or pulled from there)
+/// has no verdict that could name it.
+pub fn check_before_start(image: &str, keys: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let public = read_keys(keys)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let facts = runtime.block_on(async {
+        let engine = crate::docker::connect().await?;
+        crate::docker::image::inspect(&engine.docker, image).await
+    })?;
+    let repo = crate::docker::image::split_tag(image).0;
+    let pushed = facts.as_ref().and_then(|f| {
+        f.repo_digests
+            .iter()
+            .find(|d| d.split_once('@').is_some_and(|(r, _)| r == repo))
+    });
+    let Some(reference) = pushed else {
+        return Err(CliError::failure(format!(
+            "--key: {image} has no digest from the registry of {repo}, so no signed verdict can name it"
+        ))
+        .with_hint(format!(
+            "pull it from its registry (`docker pull {image}`) or push it with `imgctl build --push --sign-key`; --key checks the verdict attached there"
+        ))
+        .into());
+    };
+    let policy = Policy {
+        version: 1,
+        require_verify: true,
+        ..Policy::default()
+    };
+    let (_, evaluation) = gate(
+        reference,
+        &public,
+        &policy,
+        crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+    )?;
+    say(&evaluation);
+    if !evaluation.passed {
+        return Err(refused(reference, &evaluation));
+    }
+    printer().info(format!(
+        "--key: the signed verdict of {reference} passed; starting {image}"
+    ));
+    Ok(())
+}
+
 /// Runs `imgctl verify-image`.
 pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
     let keys = read_keys(&args.key)?;

@@ -366,3 +366,50 @@ fn verify_image_refuses_an_older_images_verdict_replayed_onto_a_newer_one() {
         "{stderr}"
     );
 }
+
+#[test]
+fn up_and_verify_image_check_the_signed_verdict_before_starting_anything() {
+    let mut s = Setup::new();
+    let tag = s.image("start");
+    let config = s.config.path().to_str().unwrap().to_string();
+    let public = s.public.to_str().unwrap().to_string();
+    let env = [("DOCKER_CONFIG", config.as_str())];
+    // A forged (unsigned) verdict: neither starts anything.
+    attach(&tag, &verdict(&digest_of(&tag), true, DAY / 24), false);
+    let out = imgctl(&["verify", "--image", &tag, "--key", &public], &env);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("rule verify.passed failed"),
+        "{stderr}"
+    );
+    let name = format!("imgctl-test-gate-up-{}", std::process::id());
+    s.guard.container(&name);
+    let out = imgctl(
+        &["up", &tag, "--key", &public, "--no-mount", "--name", &name],
+        &env,
+    );
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("refused  sha256:"), "{stderr}");
+    let listed = crate::build::docker_ok(&["ps", "-aq", "--filter", &format!("name=^{name}$")]);
+    assert!(listed.trim().is_empty(), "up started {name}: {listed}");
+    // An image never pushed has no digest a verdict could name.
+    let out = imgctl(&["verify", "--image", BUSYBOX_BASE, "--key", &public], &env);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("has no digest from the registry"),
+        "{stderr}"
+    );
+    // Signed and passed: verify --image goes on to run the image.
+    attach(
+        &tag,
+        &signed(&verdict(&digest_of(&tag), true, DAY / 24), &s.key),
+        true,
+    );
+    let out = imgctl(&["verify", "--image", &tag, "--key", &public], &env);
+    let (_, stderr) = texts(&out);
+    assert!(stderr.contains("PASS  verify.passed"), "{stderr}");
+    assert!(stderr.contains("passed; starting"), "{stderr}");
+}
