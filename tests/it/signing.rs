@@ -12,6 +12,9 @@ use imgctl::sign::{PrivateKey, PublicKey, SignError};
 
 use crate::common::{imgctl_bin, one_error_line, repo_root, texts, venv_python};
 
+mod gate;
+mod round_trip;
+
 /// The passphrase of the encrypted keys: it must never be printed.
 const PASSPHRASE: &str = "h0rse-b4ttery-s1gn";
 const IN_TOTO: &str = "application/vnd.in-toto+json";
@@ -238,5 +241,68 @@ pub fn base64_encode(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-mod gate;
-mod round_trip;
+/// `build --sign-key` reads the key before anything is built: a key given
+/// without --attest/--push, a missing file, an encrypted key without or with
+/// a wrong passphrase are usage errors naming the cause, and none prints
+/// the passphrase (`--dry-run` stops before the engine).
+#[test]
+fn build_sign_key_errors_are_usage_errors_before_building() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(key_generate(dir.path(), "ed25519", Some(PASSPHRASE))
+        .status
+        .success());
+    let key = dir.path().join("imgctl.key");
+    let key = key.to_str().unwrap();
+    let build = |args: &[&str], passphrase: Option<&str>| {
+        let mut cmd = Command::new(imgctl_bin());
+        cmd.args(["build", "--cuda", "12.4", "--dry-run"])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .env_remove("IMGCTL_SIGN_KEY")
+            .env_remove("IMGCTL_KEY_PASSPHRASE");
+        if let Some(p) = passphrase {
+            cmd.env("IMGCTL_KEY_PASSPHRASE", p);
+        }
+        let out = cmd.output().unwrap();
+        let (stdout, stderr) = texts(&out);
+        assert!(!stdout.contains(PASSPHRASE) && !stderr.contains(PASSPHRASE));
+        (out.status.code(), one_error_line(&stderr).to_string())
+    };
+    let (code, line) = build(&["--sign-key", key], None);
+    assert_eq!(code, Some(2), "{line}");
+    assert!(
+        line.contains("signs what --attest or --push writes"),
+        "{line}"
+    );
+    let (code, line) = build(&["--push", "--sign-key", "/nonexistent/imgctl.key"], None);
+    assert_eq!(code, Some(2), "{line}");
+    assert!(
+        line.contains("cannot read the key file /nonexistent/imgctl.key"),
+        "{line}"
+    );
+    let (code, line) = build(&["--push", "--sign-key", key], None);
+    assert_eq!(code, Some(2), "{line}");
+    assert!(
+        line.contains("is encrypted and no passphrase was given"),
+        "{line}"
+    );
+    let (code, line) = build(&["--push", "--sign-key", key], Some("wrong-one"));
+    assert_eq!(code, Some(2), "{line}");
+    assert!(line.contains("the passphrase does not decrypt"), "{line}");
+    // The right one reads it; --dry-run then builds nothing.
+    let mut cmd = Command::new(imgctl_bin());
+    let out = cmd
+        .args([
+            "build",
+            "--cuda",
+            "12.4",
+            "--dry-run",
+            "--push",
+            "--sign-key",
+            key,
+        ])
+        .env("IMGCTL_KEY_PASSPHRASE", PASSPHRASE)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+}
