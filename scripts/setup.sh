@@ -45,7 +45,9 @@ apt_install() {
 #   real headless browser (driven by Selenium, from requirements-test.txt).
 # iptables: tests/it/multinode/silent.rs drops a node's packets where the kernel has no netem
 #   (Debian's docker.io pulls it in too; named so the suite does not lean on that).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
+# openssl: tests/it/signing.rs checks imgctl's keys and raw signatures with the openssl CLI
+#   (ca-certificates pulls it in too; named so the suite does not lean on that).
+apt_install ca-certificates openssl g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"
