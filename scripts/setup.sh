@@ -32,7 +32,8 @@ apt_install() {
 
 # --- host tools ------------------------------------------------------------
 # docker-registry + apache2-utils (htpasswd): the `--push` test runs a local registry with auth.
-# openssl: tests/it/tls_registry.rs makes the test CA and certificates (ca-certificates pulls it in; named all the same).
+# openssl: tests/it/tls_registry.rs makes the test CA and certificates, and tests/it/signing.rs checks
+#   imgctl's keys and raw signatures with it (ca-certificates pulls it in; named all the same).
 # skopeo: tests/it/https.rs reads an image imgctl pushed over HTTPS with a client nobody here wrote.
 # python3-pip: the host's pip (`imgctl lock` resolves with the venv's uv, from requirements-test.txt).
 # g++: torch-sys's C++ wrapper and our csrc/torch_ext.cpp are compiled at build time.

@@ -30,6 +30,9 @@ pub const SLSA_PROVENANCE_V1: &str = "https://slsa.dev/provenance/v1";
 pub const BUILD_TYPE: &str = "urn:imgctl:build-type:docker-engine:v1";
 /// The predicate type of `build --verify`'s verdict.
 pub const VERIFY_PREDICATE: &str = "urn:imgctl:predicate:verify:v1";
+/// The predicate type of an SBOM wrapped in an in-toto statement to be
+/// signed (CycloneDX's, as in-toto's attestation predicates list it).
+pub const CYCLONEDX_PREDICATE: &str = "https://cyclonedx.org/bom";
 /// Media type of an in-toto statement (the artifact type of both statements).
 pub const IN_TOTO_MEDIA_TYPE: &str = "application/vnd.in-toto+json";
 /// Media type (and artifact type) of a CycloneDX JSON SBOM.
@@ -108,6 +111,9 @@ pub struct BuildFacts<'a> {
     pub created: Option<&'a str>,
     /// Other files made with the image (the SBOM): name and bytes' sha256.
     pub byproducts: &'a [Material],
+    /// When `--verify`'s verdict was made (RFC 3339, UTC): the verdict's
+    /// `verifiedOn`, the time a deploy gate's maximum age is measured from.
+    pub verified_on: Option<&'a str>,
 }
 
 /// The hex sha256 of `bytes`.
@@ -234,10 +240,23 @@ pub fn verify_statement(facts: &BuildFacts, report: &crate::verify::Report) -> V
             "expectGpus": report.expect_gpus,
             "driver": message_of("nvml.driver").into_iter().next(),
             "gpus": message_of("nvml.identity"),
+            "verifiedOn": facts.verified_on,
             "passed": report.passed,
             "summary": report.summary,
             "results": results,
         },
+    })
+}
+
+/// The SBOM as an in-toto statement about the same subjects (what is
+/// signed: a DSSE envelope carries statements, and the subject binds the
+/// SBOM to the pushed manifest).
+pub fn sbom_statement(facts: &BuildFacts, sbom: &Value) -> Value {
+    json!({
+        "_type": STATEMENT_TYPE,
+        "subject": subjects(facts),
+        "predicateType": CYCLONEDX_PREDICATE,
+        "predicate": sbom,
     })
 }
 
@@ -290,6 +309,7 @@ mod tests {
             }),
             created: Some("2026-12-01T00:00:00Z"),
             byproducts,
+            verified_on: None,
         }
     }
 

@@ -118,6 +118,82 @@ pub enum Command {
     Sbom(SbomArgs),
     /// List the SBOM and statements attached to a pushed image in its registry.
     Inspect(InspectArgs),
+    /// Check the signed statements of a pushed image against a policy (a deploy gate).
+    VerifyImage(VerifyImageArgs),
+    /// Make a key pair for signing attestations (build --sign-key).
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+/// `imgctl verify-image`.
+#[derive(Debug, Args)]
+pub struct VerifyImageArgs {
+    /// The pushed image (REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:…).
+    #[arg(value_name = "REF")]
+    pub image: String,
+    /// A public key whose signatures are trusted (SPKI PEM, the .pub of `imgctl key generate`); repeatable, at least one.
+    #[arg(long, value_name = "FILE", required = true)]
+    pub key: Vec<PathBuf>,
+    /// Require a signed verify verdict that passed.
+    #[arg(long)]
+    pub require_verify: bool,
+    /// Require the signed verdict to have seen at least N GPUs [default: no GPU count asked].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    pub min_gpus: Option<u32>,
+    /// Require every GPU of the signed verdict to be this model (a word of its name: H200) [default: any model].
+    #[arg(long, value_name = "MODEL")]
+    pub gpu_model: Option<String>,
+    /// Require the signed verdict's level [default: any level].
+    #[arg(long, value_enum, value_name = "LEVEL")]
+    pub level: Option<Level>,
+    /// Require the signed provenance's spec input to have this digest (sha256:HEX) [default: any spec].
+    #[arg(long, value_name = "DIGEST")]
+    pub spec_digest: Option<String>,
+    /// Require the signed provenance's builder id (urn:imgctl:builder:imgctl@VERSION) [default: any builder].
+    #[arg(long, value_name = "ID")]
+    pub builder_id: Option<String>,
+    /// Refuse statements older than this (7d, 12h, 30m), measured from their own time [default: no age limit].
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub max_age: Option<std::time::Duration>,
+    /// A YAML policy (version: 1; the flags' rules and checks_passed, require_predicates); the flags add to it [default: the flags' rules only; with none, one signed statement].
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Print the statements, refusals and rules as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The most seconds the whole command may spend on the registry, 1 to 86400.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        allow_negative_numbers = true
+    )]
+    pub registry_timeout: u64,
+}
+
+/// A duration flag's value (`7d`, `12h`, `90s`): humantime's words.
+fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; expected a duration such as 7d, 12h or 30m"))
+}
+
+/// `imgctl key`.
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Make a key pair in DIR: imgctl.key (PKCS#8 PEM, mode 0600; encrypted when IMGCTL_KEY_PASSPHRASE is set) and imgctl.pub (SPKI PEM).
+    Generate(KeyGenerateArgs),
+}
+
+/// `imgctl key generate`.
+#[derive(Debug, Args)]
+pub struct KeyGenerateArgs {
+    /// The folder to write the pair into (made when missing; existing key files are never overwritten).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The key type: ecdsa-p256 (cosign's default) or ed25519.
+    #[arg(long = "type", value_name = "TYPE", default_value = "ecdsa-p256", value_parser = ["ecdsa-p256", "ed25519"])]
+    pub key_type: String,
 }
 
 /// `imgctl inspect`.
@@ -214,6 +290,9 @@ pub struct UpArgs {
     /// The host address the ports listen on (0.0.0.0: every interface).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub listen: String,
+    /// Start the image only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
+    #[arg(long, value_name = "FILE")]
+    pub key: Vec<PathBuf>,
     /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g.
     #[arg(long, value_name = "SIZE", default_value = "16g")]
     pub shm_size: String,
@@ -430,6 +509,14 @@ pub struct BuildArgs {
     /// Write the image's attestations into this folder: the CycloneDX SBOM (sbom.cdx.json), the SLSA provenance (provenance.intoto.json) and, with --verify, the verdict (verify.intoto.json) [default: none written; --push attaches them all the same].
     #[arg(long, value_name = "DIR")]
     pub attest: Option<PathBuf>,
+    /// Sign what --attest and --push write with this private key (PKCS#8 PEM, from `imgctl key generate`; IMGCTL_KEY_PASSPHRASE decrypts an encrypted one): each statement as a DSSE envelope in a Sigstore bundle [default: nothing signed].
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "IMGCTL_SIGN_KEY",
+        hide_env_values = true
+    )]
+    pub sign_key: Option<PathBuf>,
     /// Run `imgctl verify` inside the new image (with the host's GPUs) before tagging and pushing it; a failed verify leaves the image untagged and unpushed, exit 1.
     #[arg(long)]
     pub verify: bool,
@@ -495,6 +582,9 @@ pub struct VerifyArgs {
     /// Run the checks inside a container of this image instead of here.
     #[arg(long, value_name = "TAG")]
     pub image: Option<String>,
+    /// With --image: run it only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
+    #[arg(long, value_name = "FILE", requires = "image")]
+    pub key: Vec<PathBuf>,
     /// With --image: GPUs for the container: all, a count, device ids (0,2; one: device=3) or GPU-/MIG- UUIDs.
     #[arg(
         long,

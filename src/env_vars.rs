@@ -60,6 +60,13 @@ pub const IMGCTL_RENDEZVOUS_TOKEN: &str = "IMGCTL_RENDEZVOUS_TOKEN";
 /// A file whose first line is the rendezvous token (instead of
 /// `IMGCTL_RENDEZVOUS_TOKEN`, which other users may read in `/proc`).
 pub const IMGCTL_RENDEZVOUS_TOKEN_FILE: &str = "IMGCTL_RENDEZVOUS_TOKEN_FILE";
+/// The passphrase of an encrypted signing key: `key generate` encrypts the
+/// new private key with it, signing decrypts with it. Read from the
+/// environment only (a flag's value would show in `ps`), never printed.
+pub const IMGCTL_KEY_PASSPHRASE: &str = "IMGCTL_KEY_PASSPHRASE";
+/// The private key `build` signs its attestations with (instead of
+/// `--sign-key`).
+pub const IMGCTL_SIGN_KEY: &str = "IMGCTL_SIGN_KEY";
 /// Rendezvous timeout in seconds (also `--rendezvous-timeout`).
 pub const IMGCTL_RENDEZVOUS_TIMEOUT: &str = "IMGCTL_RENDEZVOUS_TIMEOUT";
 /// GPU visibility as set by the container runtime or the user.

@@ -41,6 +41,7 @@ pub mod output;
 pub mod plot;
 pub mod render;
 pub mod sbom;
+pub mod sign;
 pub mod spec;
 #[allow(unsafe_code)]
 pub mod sys;

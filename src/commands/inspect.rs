@@ -47,6 +47,19 @@ fn kind(d: &Descriptor) -> (String, String) {
         .get(attest::PREDICATE_ANNOTATION)
         .map(String::as_str);
     let short = short_hex(&d.digest);
+    if d.artifact_type.as_deref() == Some(crate::sign::bundle::BUNDLE_MEDIA_TYPE) {
+        let signed = d
+            .annotations
+            .get(crate::sign::bundle::PREDICATE_TYPE_ANNOTATION)
+            .map(String::as_str);
+        let (what, stem) = match signed {
+            Some(attest::SLSA_PROVENANCE_V1) => ("provenance (SLSA v1)", "provenance"),
+            Some(attest::VERIFY_PREDICATE) => ("imgctl verify verdict", "verify"),
+            Some(attest::CYCLONEDX_PREDICATE) => ("SBOM (CycloneDX)", "sbom"),
+            _ => ("statement", short),
+        };
+        return (format!("signed {what}"), format!("{stem}.sigstore.json"));
+    }
     match (d.artifact_type.as_deref(), predicate) {
         (Some(attest::CYCLONEDX_MEDIA_TYPE), _) => {
             ("SBOM (CycloneDX)".into(), attest::files::SBOM.into())

@@ -11,6 +11,7 @@ pub mod engine_line;
 pub mod error;
 pub mod image_args;
 pub mod inspect;
+pub mod key;
 pub mod lock;
 pub mod output_files;
 pub mod render;
@@ -20,6 +21,7 @@ pub mod specs;
 pub mod torch_part;
 pub mod train_demo;
 pub mod verify;
+pub mod verify_image;
 pub mod workstation;
 
 /// Runs the parsed command.
@@ -48,6 +50,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
         Command::IdleWatch(args) => workstation::idle_watch(args),
         Command::Sbom(args) => sbom::run(args),
         Command::Inspect(args) => inspect::run(args),
+        Command::VerifyImage(args) => verify_image::run(args),
+        Command::Key(crate::cli::KeyCommand::Generate(args)) => key::generate(args),
     }
 }
 

@@ -26,6 +26,7 @@ mod parallel;
 mod readback;
 mod referrers;
 mod render;
+mod signing;
 mod slurm;
 mod smoke;
 mod spec;

@@ -18,8 +18,8 @@ use serde_json::Value;
 use crate::build::{docker_ok, ensure_bases, EngineGuard, LocalRegistry, BUSYBOX_BASE};
 use crate::common::texts;
 
-const USER: &str = "referrer";
-const PASSWORD: &str = "r3f-s3cret-pw";
+pub(crate) const USER: &str = "referrer";
+pub(crate) const PASSWORD: &str = "r3f-s3cret-pw";
 const CYCLONEDX: &str = "application/vnd.cyclonedx+json";
 const IN_TOTO: &str = "application/vnd.in-toto+json";
 const PREDICATE: &str = "dev.imgctl.predicate-type";
@@ -41,7 +41,7 @@ fn credentials(password: &str) -> Option<DockerCredentials> {
 
 /// Tags the busybox base as `tag` and `docker push`es it with the
 /// credentials in a DOCKER_CONFIG of its own.
-fn docker_push(registry: &LocalRegistry, tag: &str) {
+pub(crate) fn docker_push(registry: &LocalRegistry, tag: &str) {
     docker_ok(&["tag", BUSYBOX_BASE, tag]);
     let config = tempfile::tempdir().unwrap();
     registry.write_docker_config(config.path(), USER, PASSWORD);

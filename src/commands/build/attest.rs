@@ -28,6 +28,8 @@ pub struct Evidence {
     pub registry_timeout: std::time::Duration,
     /// `--registry-ca`: a CA file trusted for attaching them.
     pub registry_ca: Option<PathBuf>,
+    /// `--sign-key`: signs every statement (read before anything is built).
+    pub signer: Option<std::sync::Arc<crate::sign::PrivateKey>>,
 }
 
 impl Evidence {
@@ -50,6 +52,23 @@ impl Evidence {
                     .with_hint("--registry-ca takes the PEM file of the CA that issued the registry's certificate (the docker CLI reads it from /etc/docker/certs.d/HOST:PORT/ca.crt)")
             })?;
         }
+        let signer = match &args.sign_key {
+            None => None,
+            Some(_) if args.attest.is_none() && !args.push => {
+                return Err(CliError::usage(
+                    "--sign-key (or IMGCTL_SIGN_KEY) signs what --attest or --push writes, and neither was given",
+                )
+                .with_hint("add --push (signed statements attached to the pushed image) or --attest DIR (signed bundles written there)")
+                .into())
+            }
+            Some(path) => {
+                let pass = crate::commands::key::passphrase()?;
+                Some(std::sync::Arc::new(crate::sign::PrivateKey::read(
+                    path,
+                    pass.as_deref().map(Vec::as_slice),
+                )?))
+            }
+        };
         let verify = if args.verify {
             let expect = ExpectGpus::parse(&args.expect_gpus)?;
             Some(Options {
@@ -69,6 +88,7 @@ impl Evidence {
             dir: args.attest.clone(),
             verify,
             push: args.push,
+            signer,
         })
     }
 
@@ -208,6 +228,7 @@ pub fn keep_failed_verdict(
     engine: &crate::docker::engine::EngineInfo,
     report: &Report,
 ) -> anyhow::Result<()> {
+    let now = now_rfc3339();
     let facts = BuildFacts {
         image_id,
         tags: &[],
@@ -219,8 +240,14 @@ pub fn keep_failed_verdict(
         bases: &[],
         created: None,
         byproducts: &[],
+        verified_on: Some(&now),
     };
     write_all(dir, &mut [verdict(&facts, report)])
+}
+
+/// Now, RFC 3339 in UTC to the second (a verdict's `verifiedOn`).
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// The error of a failed `--verify`: the image stays, untagged and unpushed.
@@ -381,6 +408,8 @@ pub struct Made<'a> {
     pub registry_timeout: std::time::Duration,
     /// `--registry-ca`, if given.
     pub registry_ca: Option<&'a Path>,
+    /// `--sign-key`'s key.
+    pub signer: Option<&'a crate::sign::PrivateKey>,
 }
 
 impl Made<'_> {
@@ -403,6 +432,7 @@ impl Made<'_> {
             .iter()
             .map(|b| (b.reference.clone(), b.digest.clone()))
             .collect();
+        let now = self.verified.is_some().then(now_rfc3339);
         let facts = BuildFacts {
             image_id: self.image_id,
             tags: self.tags,
@@ -418,9 +448,14 @@ impl Made<'_> {
             bases: &bases,
             created: self.created.map(String::as_str),
             byproducts: &byproducts,
+            verified_on: now.as_deref(),
         };
         let mut all = vec![sbom];
         all.extend(statements(&inputs, &facts, self.verified));
+        if let Some(signer) = self.signer {
+            let signed = sign_all(&facts, &all, signer)?;
+            all.extend(signed);
+        }
         attach(
             self.pushed,
             self.tags,
@@ -460,7 +495,12 @@ pub async fn attach(
         let repository = repository.with_deadline(deadline, Some("--registry-timeout"));
         let subject = repository.resolve(digest).await?;
         for a in all.iter_mut() {
-            let annotations = attest::artifact_annotations(a.predicate_type.as_deref(), created);
+            let annotations = match (a.artifact_type.as_str(), &a.predicate_type) {
+                (crate::sign::bundle::BUNDLE_MEDIA_TYPE, Some(p)) => {
+                    crate::sign::bundle::annotations(p, created)
+                }
+                _ => attest::artifact_annotations(a.predicate_type.as_deref(), created),
+            };
             let pushed = repository
                 .push_artifact(
                     &subject,
@@ -484,6 +524,46 @@ pub async fn attach(
         ));
     }
     Ok(())
+}
+
+/// Each statement signed: a DSSE envelope in a Sigstore bundle
+/// (`*.sigstore.json`), the SBOM first wrapped in an in-toto statement
+/// about the same subjects. What is signed is the statement's bytes as
+/// written, so the envelope's payload is the unsigned file's content.
+fn sign_all(
+    facts: &BuildFacts,
+    all: &[Attestation],
+    signer: &crate::sign::PrivateKey,
+) -> anyhow::Result<Vec<Attestation>> {
+    let mut out = Vec::new();
+    for a in all {
+        let (statement, predicate) = match &a.predicate_type {
+            Some(p) => (a.bytes.clone(), p.clone()),
+            None => {
+                let sbom: Value = serde_json::from_slice(&a.bytes)?;
+                (
+                    attest::to_bytes(&attest::sbom_statement(facts, &sbom)),
+                    attest::CYCLONEDX_PREDICATE.to_string(),
+                )
+            }
+        };
+        let envelope =
+            crate::sign::dsse::Envelope::sign(attest::IN_TOTO_MEDIA_TYPE, &statement, signer)?;
+        let stem = a.file.split('.').next().unwrap_or("statement");
+        out.push(Attestation::new(
+            &format!("{stem}.sigstore.json"),
+            crate::sign::bundle::BUNDLE_MEDIA_TYPE,
+            Some(&predicate),
+            crate::sign::bundle::to_bundle(&envelope, signer),
+        ));
+    }
+    printer().info(format!(
+        "signed {} statements with key {} ({})",
+        out.len(),
+        &crate::sign::Signer::key_id(signer)[..16],
+        signer.public().kind().name()
+    ));
+    Ok(out)
 }
 
 /// The verdict in short, for the build report.

@@ -563,6 +563,7 @@ async fn build(
             verified: verified.as_ref(),
             registry_timeout: evidence.registry_timeout,
             registry_ca: evidence.registry_ca.as_deref(),
+            signer: evidence.signer.as_deref(),
         };
         made.attest(sbom, evidence.dir.as_deref()).await?
     } else {

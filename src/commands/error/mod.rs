@@ -19,6 +19,7 @@ mod gpus;
 mod lock;
 mod parallel;
 mod sbom;
+mod sign;
 mod spec;
 mod train;
 mod verify;
@@ -47,6 +48,7 @@ pub fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
         parallel::advise,
         workstation::advise,
         sbom::advise,
+        sign::advise,
     ];
     tables.iter().find_map(|table| table(err))
 }

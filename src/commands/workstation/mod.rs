@@ -59,6 +59,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// `imgctl up`.
 pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
     let plan = plan(&args)?;
+    crate::commands::verify_image::check_before_start(&args.image, &args.key)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,0 +1,293 @@
+//! `imgctl verify-image REF --key FILE`: the deploy gate. Reads the
+//! referrers of a pushed image, trusts only the statements signed by one of
+//! the keys about this very manifest ([`crate::sign::policy`]), judges the
+//! policy (the flags, `--policy FILE`) on them, and says which statement
+//! satisfied which rule. Exit 0 when every rule holds, 1 naming the first
+//! failed rule and its statement, 2 for usage errors.
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::attest::IN_TOTO_MEDIA_TYPE;
+use crate::cli::VerifyImageArgs;
+use crate::commands::error::CliError;
+use crate::oci::Repository;
+use crate::output::printer;
+use crate::sign::bundle::BUNDLE_MEDIA_TYPE;
+use crate::sign::policy::{self, Candidate, Evaluation, Policy};
+use crate::sign::PublicKey;
+use crate::ExitStatus;
+
+/// Version of `verify-image --json`.
+const SCHEMA_VERSION: u32 = 1;
+
+/// `verify-image --json`.
+#[derive(Debug, Serialize)]
+struct Gate<'a> {
+    schema_version: u32,
+    reference: &'a str,
+    /// The manifest digest the statements must name.
+    subject: &'a str,
+    #[serde(flatten)]
+    evaluation: &'a Evaluation,
+}
+
+/// Reads `--policy FILE`: YAML, version 1, no unknown key.
+fn read_policy(path: &Path) -> anyhow::Result<Policy> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CliError::usage(format!("cannot read --policy {}: {e}", path.display()))
+            .with_hint("pass a YAML policy file you can read")
+    })?;
+    let policy: Policy = serde_yaml::from_str(&text).map_err(|e| {
+        CliError::usage(format!("--policy {}: {e}", path.display())).with_hint(
+            "the keys are version, require_verify, min_gpus, gpu_model, level, checks_passed, spec_digest, builder_id, require_predicates, max_age (README, \"Signed images and a deploy gate\")",
+        )
+    })?;
+    if policy.version != 1 {
+        return Err(CliError::usage(format!(
+            "--policy {}: version {} is not one this imgctl reads",
+            path.display(),
+            policy.version
+        ))
+        .with_hint("write `version: 1`")
+        .into());
+    }
+    Ok(policy)
+}
+
+/// The policy: the file's, with the flags' rules added.
+pub fn policy_of(args: &VerifyImageArgs) -> anyhow::Result<Policy> {
+    let mut p = match &args.policy {
+        Some(path) => read_policy(path)?,
+        None => Policy {
+            version: 1,
+            ..Policy::default()
+        },
+    };
+    p.require_verify |= args.require_verify;
+    p.min_gpus = args.min_gpus.or(p.min_gpus);
+    p.gpu_model = args.gpu_model.clone().or(p.gpu_model);
+    p.level = args
+        .level
+        .map(|l| {
+            serde_json::to_value(l)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        })
+        .or(p.level);
+    p.spec_digest = args.spec_digest.clone().or(p.spec_digest);
+    p.builder_id = args.builder_id.clone().or(p.builder_id);
+    p.max_age = args.max_age.or(p.max_age);
+    Ok(p)
+}
+
+/// The trusted keys, each read (a bad file is a usage error naming it).
+pub fn read_keys(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
+    Ok(paths
+        .iter()
+        .map(|p| PublicKey::read(p))
+        .collect::<Result<Vec<_>, _>>()?)
+}
+
+/// The image's manifest digest and its statements (plain in-toto ones and
+/// Sigstore bundles; other artifacts, such as the SBOM, are not statements).
+pub async fn candidates(repository: &Repository) -> anyhow::Result<(String, Vec<Candidate>)> {
+    let reference = repository.tag_or_digest().unwrap_or("latest").to_string();
+    let subject = repository.resolve(&reference).await?;
+    let listed = repository.referrers(&subject.digest, None).await?;
+    let mut out = Vec::new();
+    for d in listed.list {
+        let kind = d.artifact_type.clone().unwrap_or_default();
+        if kind != BUNDLE_MEDIA_TYPE && kind != IN_TOTO_MEDIA_TYPE {
+            continue;
+        }
+        let (_, bytes) = repository.fetch_artifact(&d.digest).await?;
+        out.push(Candidate {
+            manifest: d.digest.clone(),
+            artifact_type: kind,
+            bytes,
+        });
+    }
+    Ok((subject.digest, out))
+}
+
+/// Reads REF's statements and judges `policy` on them with `keys`.
+pub fn gate(
+    image: &str,
+    keys: &[PublicKey],
+    policy: &Policy,
+    registry_timeout: u64,
+) -> anyhow::Result<(String, Evaluation)> {
+    crate::image_ref::check(crate::image_ref::Role::Pushed, image)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let spinner = printer().spinner(format!("reading the signed statements of {image}"));
+    let read = runtime.block_on(async {
+        let credentials = crate::oci::docker_credentials(image)?;
+        let repository = Repository::new(image, credentials)?.with_deadline(
+            std::time::Duration::from_secs(registry_timeout),
+            Some("--registry-timeout"),
+        );
+        candidates(&repository).await
+    });
+    spinner.finish_and_clear();
+    let (subject, found) = read.map_err(|e| {
+        CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(
+            "pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials",
+        )
+    })?;
+    let evaluation = policy::evaluate(&subject, &found, keys, policy, std::time::SystemTime::now());
+    Ok((subject, evaluation))
+}
+
+/// The lines a person reads: each trusted and refused statement, each rule.
+pub fn say(evaluation: &Evaluation) {
+    let p = printer();
+    let short = |d: &str| d[..d.len().min(19)].to_string();
+    for a in &evaluation.accepted {
+        p.info(format!(
+            "trusted  {} {} (signed by key {})",
+            short(&a.manifest),
+            a.predicate_type,
+            &a.key_id[..a.key_id.len().min(16)]
+        ));
+    }
+    for r in &evaluation.refused {
+        p.warn(format!(
+            "refused  {} {}: {}",
+            short(&r.manifest),
+            r.claims,
+            r.refusal
+        ));
+    }
+    for r in &evaluation.rules {
+        let by = r
+            .statement
+            .as_deref()
+            .map(|s| format!(" [{}]", short(s)))
+            .unwrap_or_default();
+        p.info(format!(
+            "{}  {}: {}{by}",
+            if r.held { "PASS" } else { "FAIL" },
+            r.rule,
+            r.detail
+        ));
+    }
+}
+
+/// The error of a gate that did not pass: the first failed rule, its
+/// statement, and the refusals as the hint's reason.
+pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
+    let failed: Vec<_> = evaluation.rules.iter().filter(|r| !r.held).collect();
+    let first = failed[0];
+    let on = match &first.statement {
+        Some(s) => format!(" (statement {s})"),
+        None => String::new(),
+    };
+    let more = match failed.len() {
+        1 => String::new(),
+        n => format!("; {} more rules failed", n - 1),
+    };
+    let hint = if evaluation.refused.is_empty() {
+        "the image's signed statements do not meet the policy: rebuild and verify it, or deploy another".to_string()
+    } else {
+        format!(
+            "{} statements were refused ({}); only statements signed by a --key about this image's manifest count",
+            evaluation.refused.len(),
+            evaluation
+                .refused
+                .iter()
+                .map(|r| r.refusal.to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
+    CliError::failure(format!(
+        "{image} may not deploy: rule {} failed: {}{on}{more}",
+        first.rule, first.detail
+    ))
+    .with_hint(hint)
+    .into()
+}
+
+/// `up --key` and `verify --image --key`: before `image` is started, the
+/// manifest it came from in its registry (its repo digest for its own
+/// repository) must carry a verify verdict that passed, signed by one of
+/// `keys`. An image with no such digest (never pushed or pulled from there)
+/// has no verdict that could name it.
+pub fn check_before_start(image: &str, keys: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let public = read_keys(keys)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let facts = runtime.block_on(async {
+        let engine = crate::docker::connect().await?;
+        crate::docker::image::inspect(&engine.docker, image).await
+    })?;
+    let repo = crate::docker::image::split_tag(image).0;
+    let pushed = facts.as_ref().and_then(|f| {
+        f.repo_digests
+            .iter()
+            .find(|d| d.split_once('@').is_some_and(|(r, _)| r == repo))
+    });
+    let Some(reference) = pushed else {
+        return Err(CliError::failure(format!(
+            "--key: {image} has no digest from the registry of {repo}, so no signed verdict can name it"
+        ))
+        .with_hint(format!(
+            "pull it from its registry (`docker pull {image}`) or push it with `imgctl build --push --sign-key`; --key checks the verdict attached there"
+        ))
+        .into());
+    };
+    let policy = Policy {
+        version: 1,
+        require_verify: true,
+        ..Policy::default()
+    };
+    let (_, evaluation) = gate(
+        reference,
+        &public,
+        &policy,
+        crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+    )?;
+    say(&evaluation);
+    if !evaluation.passed {
+        return Err(refused(reference, &evaluation));
+    }
+    printer().info(format!(
+        "--key: the signed verdict of {reference} passed; starting {image}"
+    ));
+    Ok(())
+}
+
+/// Runs `imgctl verify-image`.
+pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
+    let keys = read_keys(&args.key)?;
+    let policy = policy_of(&args)?;
+    let (subject, evaluation) = gate(&args.image, &keys, &policy, args.registry_timeout)?;
+    if args.json {
+        printer().json(&Gate {
+            schema_version: SCHEMA_VERSION,
+            reference: &args.image,
+            subject: &subject,
+            evaluation: &evaluation,
+        })?;
+    }
+    say(&evaluation);
+    if !evaluation.passed {
+        return Err(refused(&args.image, &evaluation));
+    }
+    let n = evaluation.rules.len();
+    printer().info(format!(
+        "{} may deploy: {n} {} on statements signed by a trusted key about {}",
+        args.image,
+        if n == 1 { "rule holds" } else { "rules hold" },
+        &subject[..subject.len().min(19)]
+    ));
+    Ok(ExitStatus::Success)
+}
