@@ -39,7 +39,7 @@ mod report;
 pub use idle::idle_watch;
 pub use manage::{down, logs, ps};
 use plan::{plan, token, GpuChoice, PortPlan, UpPlan};
-use report::{print_up, report_of, Service};
+use report::{print_up, report_of, Phases, Service};
 
 /// The host ports people expect: JupyterLab's own, and the 2222 of every
 /// "SSH into a container" guide (22 is the host's sshd).
@@ -80,7 +80,7 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
             Some(w) if is_ws => {
                 let shm = ws::shm_bytes(&docker, &w.id).await;
                 let differ = differences(&plan, &w, shm);
-                print_up(&report_of(&w, true, None), None, plan.json)?;
+                print_up(&report_of(&w, true, None), plan.json)?;
                 if !differ.is_empty() {
                     // Named, one by one, and how to apply them (#45 F5).
                     printer().warn(format!(
@@ -139,15 +139,29 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
         id_label(labels::UID).unwrap_or(1000),
         id_label(labels::GID).unwrap_or(1000),
     );
+    let creating = Instant::now();
     let (id, gpus) = create(&docker, &plan, (&user, owner), &token, &note)
         .await
         .inspect_err(|_| spinner.finish_and_clear())?;
+    let created_in = creating.elapsed();
     let guard = ContainerGuard::new(id.clone());
     spinner.set_message(format!(
         "waiting for {} to answer (the image's healthcheck)",
         services(&plan)
     ));
-    come_up(&docker, &plan, &id, gpus, spinner, interrupt, Some(guard)).await
+    let how = Arrival {
+        created_in: Some(created_in),
+        guard: Some(guard),
+    };
+    come_up(&docker, &plan, &id, gpus, spinner, interrupt, how).await
+}
+
+/// How a workstation reached [`come_up`]: made now (how long the engine
+/// took to create and start it, and the guard that removes it on a
+/// failure) or started again (neither).
+struct Arrival {
+    created_in: Option<Duration>,
+    guard: Option<ContainerGuard>,
 }
 
 /// From a started container to the printed addresses: waits for the
@@ -162,7 +176,7 @@ async fn come_up(
     gpus: Option<GpuSelection>,
     spinner: indicatif::ProgressBar,
     mut interrupt: crate::docker::Termination,
-    guard: Option<ContainerGuard>,
+    Arrival { created_in, guard }: Arrival,
 ) -> anyhow::Result<ExitStatus> {
     let started = Instant::now();
     let came_up = tokio::select! {
@@ -183,7 +197,8 @@ async fn come_up(
         g.keep();
     }
     interrupt.exit_on_next();
-    let up_in = started.elapsed();
+    let healthy_in = started.elapsed();
+    let verifying = Instant::now();
     let verify = if plan.no_verify {
         None
     } else {
@@ -204,7 +219,9 @@ async fn come_up(
             CliError::failure(format!("{} stopped right after it came up", plan.name))
                 .with_hint(format!("see why with `imgctl logs {}`", plan.name))
         })?;
-    let report = report_of(&listed, false, verify);
+    let verify_in = verify.as_ref().map(|_| verifying.elapsed());
+    let mut report = report_of(&listed, false, verify);
+    report.seconds = Some(Phases::of(created_in, healthy_in, verify_in));
     if let Some(tb) = &report.tensorboard {
         warn_if_silent(tb).await;
     }
@@ -221,7 +238,7 @@ async fn come_up(
             }
         }
     }
-    print_up(&report, Some(up_in), plan.json)?;
+    print_up(&report, plan.json)?;
     match &report.verify {
         Some(v) if !v.passed => Err(CliError::failure(format!(
             "imgctl verify --level quick failed inside {}: {}; the workstation runs",
@@ -274,7 +291,11 @@ async fn start_again(
         "" | "none" => None,
         g => crate::gpus::GpuSelection::parse(g).ok(),
     };
-    come_up(docker, plan, &w.id, gpus, spinner, interrupt, None).await
+    let how = Arrival {
+        created_in: None,
+        guard: None,
+    };
+    come_up(docker, plan, &w.id, gpus, spinner, interrupt, how).await
 }
 
 /// What a running workstation `w` (with /dev/shm of `shm` bytes) has other

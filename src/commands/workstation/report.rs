@@ -29,6 +29,53 @@ pub(super) struct UpReport {
     /// `up --tensorboard`: TensorBoard's address.
     pub(super) tensorboard: Option<Service>,
     pub(super) verify: Option<VerifySummary>,
+    /// Where the time to come up went (`up` that started it; None in `ps`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) seconds: Option<Phases>,
+}
+
+/// `up`'s time, phase by phase, in seconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(super) struct Phases {
+    /// The engine's create and start (None: started again, not made).
+    pub(super) container: Option<f64>,
+    /// From started to the image's healthcheck passing.
+    pub(super) healthcheck: f64,
+    /// The quick verify inside (None: `--no-verify`).
+    pub(super) verify: Option<f64>,
+    /// All of them.
+    pub(super) total: f64,
+}
+
+impl Phases {
+    /// The phases from their durations.
+    pub(super) fn of(
+        container: Option<Duration>,
+        healthy: Duration,
+        verify: Option<Duration>,
+    ) -> Self {
+        let s = |d: Duration| (d.as_secs_f64() * 10.0).round() / 10.0;
+        let total = container.unwrap_or_default() + healthy + verify.unwrap_or_default();
+        Phases {
+            container: container.map(s),
+            healthcheck: s(healthy),
+            verify: verify.map(s),
+            total: s(total),
+        }
+    }
+
+    /// `11.0 s (container 1.2 s, healthcheck 8.3 s, verify 1.5 s)`.
+    fn words(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(c) = self.container {
+            parts.push(format!("container {c:.1} s"));
+        }
+        parts.push(format!("healthcheck {:.1} s", self.healthcheck));
+        if let Some(v) = self.verify {
+            parts.push(format!("verify {v:.1} s"));
+        }
+        format!("{:.1} s ({})", self.total, parts.join(", "))
+    }
 }
 
 /// One published service.
@@ -129,21 +176,18 @@ pub(super) fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySumma
             open: tensorboard_url(a, *p),
         }),
         verify,
+        seconds: None,
     }
 }
 
 /// Prints `report`: JSON on stdout, or the lines a person reads (each
 /// value on its own labelled line, so the URL stays whole for copying).
-pub(super) fn print_up(
-    report: &UpReport,
-    up_in: Option<Duration>,
-    json: bool,
-) -> anyhow::Result<()> {
+pub(super) fn print_up(report: &UpReport, json: bool) -> anyhow::Result<()> {
     if json {
         return printer().json(report);
     }
-    let state = match up_in {
-        Some(t) => format!("is up in {:.1} s", t.as_secs_f64()),
+    let state = match &report.seconds {
+        Some(t) => format!("is up in {}", t.words()),
         None if report.already_up => "is already up (nothing was changed)".to_string(),
         None => "is up".to_string(),
     };
@@ -228,6 +272,17 @@ mod tests {
             ),
             "ssh -p 2222 -i '/home/me/.ssh/work key' -o HostKeyAlias=p.imgctl dev@127.0.0.1"
         );
+        let p = Phases::of(
+            Some(Duration::from_millis(1_240)),
+            Duration::from_millis(8_260),
+            Some(Duration::from_millis(1_510)),
+        );
+        assert_eq!(
+            p.words(),
+            "11.0 s (container 1.2 s, healthcheck 8.3 s, verify 1.5 s)"
+        );
+        let again = Phases::of(None, Duration::from_millis(3_000), None);
+        assert_eq!(again.words(), "3.0 s (healthcheck 3.0 s)");
         assert_eq!(shell_word("it's"), "'it'\\''s'");
         assert_eq!(tensorboard_url("0.0.0.0", 6006), "http://127.0.0.1:6006/");
         assert_eq!(tensorboard_url("::1", 6007), "http://[::1]:6007/");

@@ -66,3 +66,49 @@ pub(super) fn browser_runs_the_notebook(report: &Value, token: &str) {
     );
     assert!(out_dir.join("lab.png").exists() && out_dir.join("tensorboard.png").exists());
 }
+
+/// The same three cells through the Jupyter kernel protocol (#45 item 1):
+/// `tests/notebook/kernel_cells.py` runs them inside the workstation with
+/// the image's jupyter_client and ipykernel, as a notebook's kernel runs
+/// them (no browser: this runs on every engine the e2e tests run on).
+pub(super) fn kernel_runs_the_cells(name: &str) {
+    let script = crate::common::repo_root().join("tests/notebook/kernel_cells.py");
+    docker_ok(&[
+        "cp",
+        &script.display().to_string(),
+        &format!("{name}:/tmp/kernel_cells.py"),
+    ]);
+    let started = Instant::now();
+    let out = docker(&[
+        "exec",
+        name,
+        "python",
+        "/tmp/kernel_cells.py",
+        "/workspace/kernel-run",
+    ]);
+    let (stdout, stderr) = texts(&out);
+    assert!(out.status.success(), "the kernel cells failed:\n{stderr}");
+    let seen: Value = serde_json::from_str(stdout.trim()).expect("kernel_cells.py's JSON");
+    eprintln!(
+        "e2e: jupyter_client: three cells in {:.1} s (kernel start included)",
+        started.elapsed().as_secs_f64()
+    );
+    let cell = |i: usize| {
+        let c = &seen["cells"][i];
+        assert_eq!(c["status"], "ok", "cell {}: {c}", i + 1);
+        // `!cmd` runs on ipykernel's pseudo-terminal, whose line ends are
+        // \r\n; a \r alone would be a progress bar's redraw.
+        c["text"].as_str().unwrap_or_default().replace("\r\n", "\n")
+    };
+    assert!(cell(0).contains("'2.7.0"), "cell 1: {}", cell(0));
+    for i in 1..3 {
+        assert!(
+            !cell(i).contains('\u{1b}') && !cell(i).contains('\r'),
+            "cell {}: {:?}",
+            i + 1,
+            cell(i)
+        );
+    }
+    assert!(cell(1).contains("verify passed"), "cell 2: {}", cell(1));
+    assert!(cell(2).contains("step 30/30"), "cell 3: {}", cell(2));
+}

@@ -171,6 +171,16 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
         "{stderr}"
     );
     let report: Value = serde_json::from_str(&stdout).expect("up --json");
+    // Where the first minute goes (#45 item 6).
+    eprintln!("e2e: imgctl up phases: {}", report["seconds"]);
+    assert!(
+        report["seconds"]["container"].as_f64().unwrap() > 0.0,
+        "{stdout}"
+    );
+    assert!(
+        report["seconds"]["verify"].as_f64().unwrap() > 0.0,
+        "{stdout}"
+    );
     assert_eq!(report["verify"]["passed"], true, "{stdout}");
     assert!(
         report["verify"]["summary"]["pass"].as_u64().unwrap() > 0,
@@ -224,6 +234,7 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
     ssh_sessions_keep_the_image_environment(&name, key, ssh_port);
     tensorboard_shows_a_run(&name, &report);
     super::browser::browser_runs_the_notebook(&report, &token);
+    super::browser::kernel_runs_the_cells(&name);
 
     // Listed, then removed: no container, the folder kept.
     let ps = crate::common::imgctl(&["ps", "--json"]);
