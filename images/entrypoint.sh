@@ -32,6 +32,8 @@
 #   IMGCTL_SSH_PORT       sshd's port (default 22; Docker lets a non-root process
 #                         bind it, Kubernetes may not: use 2222 there).
 #   IMGCTL_HOME_DIR       the user's home (default: from the user database).
+#   IMGCTL_USER_VENV      the user's venv (default ~/.venv; empty: none), made at start
+#                         over the image's /opt/venv: pip installs there without root.
 #   IMGCTL_SSH_HOST_KEY   sshd's host key (default /etc/imgctl/ssh_host_ed25519_key,
 #                         where imgctl up places the one it keeps per workstation
 #                         name); absent: a new one is made at the container's first start.
@@ -286,6 +288,50 @@ as_user() {
     exec "$@"
 }
 
+# ------------------------------------------------------------- the user's venv
+# ~/.venv over the image's venv (#45 F6): the image's /opt/venv is root's, so
+# the user installs into a venv of their own, first on PATH (the image's ENV).
+# It has no pip of its own: its `pip` runs the image's pip module with this
+# venv's Python, so it installs here; a .pth adds the image's site-packages
+# after its own, so the image's packages are there and the user's come first.
+# Made where missing (a new home, a fresh volume); one that no longer runs
+# (another Python after a rebuild) is moved aside and made anew.
+USER_VENV="${IMGCTL_USER_VENV-$HOME_DIR/.venv}"
+make_user_venv() {
+    [ -n "$USER_VENV" ] || return 0
+    [ -x /opt/venv/bin/python ] || return 0
+    if [ -e "$USER_VENV" ]; then
+        (as_user "$USER_VENV/bin/python" -c '' ) >/dev/null 2>&1 && return 0
+        old="$USER_VENV.old-$(date +%s)"
+        if (as_user mv "$USER_VENV" "$old") 2>/dev/null; then
+            log "$USER_VENV does not run with this image's Python: moved to $old, and made anew"
+        else
+            log "$USER_VENV does not run with this image's Python and cannot be moved; move it away to get a new one"
+            return 0
+        fi
+    fi
+    [ -d "$HOME_DIR" ] && user_can_write "$HOME_DIR" || {
+        log "no user venv: $HOME_DIR is not writable (pip installs need one)"
+        return 0
+    }
+    (as_user /opt/venv/bin/python -I -c '
+import os, sys, sysconfig, venv
+target = sys.argv[1]
+venv.create(target, with_pip=False, symlinks=True)
+image_site = sysconfig.get_paths()["purelib"]
+site = os.path.join(target, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+with open(os.path.join(site, "_imgctl_image_venv.pth"), "w") as f:
+    f.write("import site; site.addsitedir(%r)\n" % image_site)
+for name in ("pip", "pip3"):
+    path = os.path.join(target, "bin", name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n# This venv'"'"'s pip: the image'"'"'s pip module run by this venv'"'"'s Python.\n"
+                "exec \"$(dirname \"$0\")/python\" -m pip \"$@\"\n")
+    os.chmod(path, 0o755)
+' "$USER_VENV") || log "could not make the user venv $USER_VENV"
+}
+make_user_venv
+
 # ------------------------------------------------------------- pass-through
 if [ $# -gt 0 ]; then
     rm -f "$RUN_DIR/services" 2>/dev/null || true
@@ -430,6 +476,9 @@ if [ "$want_jupyter" = yes ]; then
         JUPYTER_TOKEN=$token
         export JUPYTER_TOKEN
         cd "$WORKSPACE"
+        # From the image's venv (its share/ and etc/ hold the Lab's assets and
+        # the server's extensions); the kernels' `python` is the first on
+        # PATH, the user's venv, so a notebook sees what the user installed.
         as_user jupyter lab "$@"
     ) &
     pids="$pids $!"

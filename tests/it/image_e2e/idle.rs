@@ -67,6 +67,42 @@ pub(super) fn ssh_known(work: &Path, name: &str, port: u16, key: &Path, command:
     );
 }
 
+/// A package installed as the user (no root, no index): a one-module
+/// setuptools project built with the image's setuptools; then where it
+/// landed, torch beside it, the interpreter's prefix, and whether the
+/// image's venv stayed as it was.
+const USER_INSTALL: &str = "set -e; mkdir -p /tmp/pkg && cd /tmp/pkg \
+    && printf 'VALUE = 42\\n' > imgctl_user_pkg.py \
+    && printf 'from setuptools import setup\\nsetup(name=\"imgctl-user-pkg\", version=\"0.1\", py_modules=[\"imgctl_user_pkg\"])\\n' > setup.py \
+    && pip install -q --no-index --no-build-isolation . \
+    && cd / && python -c 'import imgctl_user_pkg as p, torch, sys; print(p.VALUE, p.__file__, torch.__version__, sys.prefix)' \
+    && ! ls /opt/venv/lib/python3*/site-packages/imgctl_user_pkg.py 2>/dev/null && echo image-untouched";
+
+/// The user installs a package without root (#45 F6): into ~/.venv, over
+/// the image's packages, the image's venv untouched.
+fn user_installs_a_package(key: &Path, ssh_port: u16) {
+    let out = ssh(key, ssh_port, &[], USER_INSTALL);
+    let (said, err) = texts(&out);
+    assert!(out.status.success(), "pip install as the user: {err}{said}");
+    assert!(
+        said.contains("42 /home/dev/.venv/lib/python3")
+            && said.contains(" 2.7.0")
+            && said.contains(" /home/dev/.venv\n")
+            && said.ends_with("image-untouched\n"),
+        "{said}"
+    );
+}
+
+/// Imports the user's package in a kernel of the image's `python3`
+/// kernelspec, started with jupyter_client as JupyterLab starts one.
+const KERNEL_IMPORT: &str = "python -c \"
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name='python3', startup_timeout=120)
+hook = lambda m: print(m['content']['text'], end='') if m['msg_type'] == 'stream' else None
+kc.execute_interactive('import imgctl_user_pkg as p, sys; print(p.VALUE, sys.prefix)', timeout=120, output_hook=hook)
+kc.stop_channels(); km.shutdown_kernel(now=True)
+\"";
+
 fn running(name: &str) -> bool {
     inspect(name, "{{.State.Running}}") == "true"
 }
@@ -203,6 +239,7 @@ pub(super) fn idle_stop(guard: &mut EngineGuard, pid: u32, key: &Path, work: &Pa
         "cat /workspace/kept.txt; echo mine > ~/home-marker",
     );
     assert_eq!(texts(&out).0, "kept\n", "{}", texts(&out).1);
+    user_installs_a_package(key, ssh_port);
     let out = imgctl(&["down", "--time", "5", &name]);
     let (_, said) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
@@ -220,6 +257,18 @@ pub(super) fn idle_stop(guard: &mut EngineGuard, pid: u32, key: &Path, work: &Pa
     assert_eq!(report["home_volume"], format!("{name}-home"), "{report}");
     let ssh_port = report["ssh"]["port"].as_u64().unwrap() as u16;
     ssh_known(work, &name, ssh_port, key, "cat ~/home-marker");
+    // What the user installed is still there: the venv lives in the home.
+    let out = ssh(
+        key,
+        ssh_port,
+        &[],
+        "python -c 'import imgctl_user_pkg as p; print(p.VALUE)'",
+    );
+    assert_eq!(texts(&out).0, "42\n", "{}", texts(&out).1);
+    // A notebook's kernel (the image's `python3` kernelspec) sees it too.
+    let out = ssh(key, ssh_port, &[], KERNEL_IMPORT);
+    let (said, err) = texts(&out);
+    assert!(said.contains("42 /home/dev/.venv"), "{said}{err}");
     let out = ssh(
         key,
         ssh_port,
