@@ -6,7 +6,7 @@
 # - points the repository's stable `.libtorch` symlink at that torch, so that
 #   plain `cargo build|test|run` find libtorch through `.cargo/config.toml`;
 # - installs and starts a Docker engine when none answers;
-# - installs the host tools the tests use (debootstrap, busybox-static, ssh).
+# - installs the host tools the tests use (debootstrap, busybox-static, ssh, podman).
 #
 # Environment: IMGCTL_CACHE (default ~/.cache/imgctl), IMGCTL_SKIP_DOCKER=1.
 set -euo pipefail
@@ -45,7 +45,12 @@ apt_install() {
 #   real headless browser (driven by Selenium, from requirements-test.txt).
 # iptables: tests/it/multinode/silent.rs drops a node's packets where the kernel has no netem
 #   (Debian's docker.io pulls it in too; named so the suite does not lean on that).
-apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
+# podman crun runc catatonit uidmap slirp4netns fuse-overlayfs: tests/it/podman.rs starts its own
+#   `podman system service` (Debian's Podman 4.3; the packages' podman.socket unit is not used,
+#   no init runs it here); runc because crun refuses hybrid cgroup hierarchies; uidmap,
+#   slirp4netns and fuse-overlayfs are what Podman needs rootless.
+apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables \
+  podman crun runc catatonit uidmap slirp4netns fuse-overlayfs
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

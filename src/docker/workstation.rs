@@ -219,6 +219,7 @@ pub async fn create_and_start(
     docker: &bollard::Docker,
     ws: &Workstation,
 ) -> anyhow::Result<String> {
+    super::run::refuse_gpus_where_dropped(docker, ws.gpus.as_ref()).await?;
     let opts = CreateContainerOptions {
         name: Some(ws.name.clone()),
         ..Default::default()
@@ -267,7 +268,8 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
     {
         return GpuRequestRejected(msg).into();
     }
-    if lower.contains("error setting rlimit") {
+    // runc: "error setting rlimit type 8"; crun (Podman): "setrlimit `RLIMIT_MEMLOCK`".
+    if lower.contains("error setting rlimit") || lower.contains("setrlimit") {
         return WorkstationError::UlimitRefused {
             ulimits: ws.ulimits.iter().map(|(n, v)| format!("{n}={v}")).collect(),
             message: msg,

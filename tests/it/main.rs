@@ -22,6 +22,7 @@ mod multinode;
 mod notebook;
 mod op_profile;
 mod parallel;
+mod podman;
 mod readback;
 mod referrers;
 mod render;
