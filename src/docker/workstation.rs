@@ -353,8 +353,17 @@ pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health
     let Some(h) = state.health else {
         return Ok(Health::Healthy);
     };
+    // Podman 4.3 reports `"Health": {"Status": ""}` for a container without
+    // a healthcheck (Docker leaves Health out).
+    let no_healthcheck = inspect
+        .config
+        .as_ref()
+        .and_then(|c| c.healthcheck.as_ref())
+        .and_then(|h| h.test.as_ref())
+        .map_or(true, |t| t.is_empty() || t[0] == "NONE");
     Ok(match h.status {
         Some(HealthStatusEnum::HEALTHY) | Some(HealthStatusEnum::NONE) | None => Health::Healthy,
+        Some(HealthStatusEnum::EMPTY) if no_healthcheck => Health::Healthy,
         Some(HealthStatusEnum::UNHEALTHY) => Health::Unhealthy(
             h.log
                 .unwrap_or_default()

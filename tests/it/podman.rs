@@ -395,3 +395,114 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
     );
     eprintln!("verify --image on rootful Podman: {verify_s:.1} s");
 }
+
+/// Runs imgctl against `service` (`DOCKER_HOST`), with an empty `HOME`.
+fn imgctl_on(service: &PodmanService, args: &[&str]) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    Command::new(imgctl_bin())
+        .args(args)
+        .env("DOCKER_HOST", service.address())
+        .env("HOME", home.path())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn up_ps_logs_down_on_podman_with_the_busybox_image() {
+    crate::build::ensure_bases();
+    load_into_podman(crate::build::BUSYBOX_BASE);
+    let service = PodmanService::rootful();
+    let mut images = PodmanImages::default();
+    // The labels `up` looks for, as tests/it/workstation.rs's labelled image
+    // (no Jupyter nor SSH in busybox: --no-verify; no healthcheck).
+    let image = tag("ws");
+    images.add(&image);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!(
+            "FROM {}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\nCMD [\"sh\", \"-c\", \"echo h-podman-ws-started; sleep 600\"]\n",
+            crate::build::BUSYBOX_BASE
+        ),
+    )
+    .unwrap();
+    let out = podman(&["build", "-q", "-t", &image, dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "podman build: {}", texts(&out).1);
+    let name = format!("h-podman-it-ws-{}", std::process::id());
+    let workspace = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let up = |extra: &[&str]| {
+        let mut args = vec![
+            "up",
+            "--name",
+            &name,
+            "--mount",
+            workspace.path().to_str().unwrap(),
+            "--no-verify",
+            "--wait",
+            "20",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        args.push(&image);
+        imgctl_on(&service, &args)
+    };
+    // --gpus by name: refused in one line (Podman would drop the request),
+    // and nothing is left.
+    let out = up(&["--gpus", "all"]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("hint: Podman gives GPUs by CDI through its own CLI"),
+        "{stderr}"
+    );
+    assert!(
+        crate::common::one_error_line(&stderr)
+            .contains("Podman's Docker-compatible API drops GPU requests"),
+        "{stderr}"
+    );
+    assert_eq!(
+        podman(&["ps", "-a", "-q", "--filter", &format!("name=^{name}$")]).stdout,
+        b""
+    );
+    // No --gpus: it starts without GPUs, says so, and keeps what the engine allows.
+    let out = up(&[]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let up_s = started.elapsed().as_secs_f64();
+    assert!(stderr.contains("starts without GPUs"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
+    assert_eq!(report["gpus"], "none", "{stdout}");
+    let inspect = podman(&["inspect", "--format", "{{json .HostConfig}}", &name]);
+    let host: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(host["ShmSize"], 16_i64 << 30, "{host}");
+    for (_, bindings) in host["PortBindings"].as_object().unwrap() {
+        assert_eq!(bindings[0]["HostIp"], "127.0.0.1", "{host}");
+    }
+    // ps lists it, logs shows its output, down removes it and keeps the folder.
+    let ps = imgctl_on(&service, &["ps", "--json"]);
+    let ps: serde_json::Value = serde_json::from_str(&texts(&ps).0).unwrap();
+    let row = ps["workstations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} not in ps: {ps}"));
+    assert_eq!(row["state"], "running");
+    let logs = imgctl_on(&service, &["logs", &name]);
+    assert_eq!(logs.status.code(), Some(0), "{}", texts(&logs).1);
+    assert!(texts(&logs).0.contains("h-podman-ws-started"), "{logs:?}");
+    std::fs::write(workspace.path().join("notes.txt"), "kept").unwrap();
+    let out = imgctl_on(&service, &["down", "--time", "1", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(texts(&out).1.contains(&format!("removed {name}")));
+    assert_eq!(
+        podman(&["ps", "-a", "-q", "--filter", &format!("name=^{name}$")]).stdout,
+        b""
+    );
+    assert!(workspace.path().join("notes.txt").exists());
+    eprintln!("up on rootful Podman (busybox, with the refused --gpus try): {up_s:.1} s; stderr of up:\n{stderr}");
+}

@@ -486,11 +486,18 @@ fn say_note(plan: &UpPlan, note: Note) {
 
 /// The error for `--gpus` given by name on an engine that cannot give GPUs.
 fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
+    let podman = why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS;
+    let hint = if podman {
+        "Podman gives GPUs by CDI through its own CLI (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`, then `podman run --device nvidia.com/gpu=all`); for `imgctl up` use a Docker engine with the NVIDIA Container Toolkit, or leave out --gpus to start without GPUs"
+    } else {
+        "install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs"
+    };
     CliError::usage(format!(
-        "--gpus {}: the Docker engine cannot give the container GPUs ({why})",
-        gpus.map_or("none".into(), |g| g.to_string())
+        "--gpus {}: the {} cannot give the container GPUs ({why})",
+        gpus.map_or("none".into(), |g| g.to_string()),
+        if podman { "engine" } else { "Docker engine" }
     ))
-    .with_hint("install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs")
+    .with_hint(hint)
     .into()
 }
 
