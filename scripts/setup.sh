@@ -52,6 +52,22 @@ apt_install() {
 apt_install ca-certificates g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables \
   podman crun runc catatonit uidmap slirp4netns fuse-overlayfs
 
+# --- rootless Podman's test user ------------------------------------------
+# tests/it/podman/rootless.rs runs `podman system service` as this user: it needs subordinate
+# uids and gids (newuidmap/newgidmap from uidmap), and slirp4netns needs /dev/net/tun, which a
+# stock Debian makes 0666 (some VMs make it 0600; rootless networking then fails).
+rootless_user=imgctl-rootless
+if ! id "$rootless_user" >/dev/null 2>&1; then
+  log "adding the user $rootless_user (rootless Podman tests)"
+  as_root useradd --create-home --shell /usr/sbin/nologin "$rootless_user"
+fi
+if ! grep -q "^$rootless_user:" /etc/subuid || ! grep -q "^$rootless_user:" /etc/subgid; then
+  as_root usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$rootless_user"
+fi
+if [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+  as_root chmod 0666 /dev/net/tun
+fi
+
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then

@@ -204,6 +204,10 @@ pub struct UpArgs {
     /// Do not run `imgctl verify --level quick` inside once it is up.
     #[arg(long)]
     pub no_verify: bool,
+    /// The container's user namespace: `keep-id` on rootless Podman maps your
+    /// uid to the image's user, so /workspace's files stay yours.
+    #[arg(long, value_name = "MODE", value_hint = clap::ValueHint::Other)]
+    pub userns: Option<String>,
     /// Seconds to wait for JupyterLab and SSH to answer (the image's healthcheck).
     #[arg(
         long,

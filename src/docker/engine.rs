@@ -48,8 +48,9 @@ pub struct EngineInfo {
     pub origin: Origin,
     /// Which engine answered.
     pub product: Product,
-    /// Whether the engine runs rootless (`/info`'s `name=rootless` security
-    /// option, which Docker and Podman both report).
+    /// Whether the engine runs rootless: Docker's `/info` says
+    /// `name=rootless` among its security options; rootless Podman 4.3 does
+    /// not, and is told by its storage root under `~/.local/share/containers`.
     pub rootless: bool,
 }
 
@@ -160,12 +161,22 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
     } else {
         Product::Docker
     };
-    let rootless = tokio::time::timeout(INFO_TIMEOUT, docker.info())
+    let system = tokio::time::timeout(INFO_TIMEOUT, docker.info())
         .await
         .ok()
-        .and_then(Result::ok)
-        .and_then(|i| i.security_options)
-        .is_some_and(|opts| opts.iter().any(|o| o == "name=rootless"));
+        .and_then(Result::ok);
+    let rootless = system.is_some_and(|i| {
+        let said = i
+            .security_options
+            .is_some_and(|opts| opts.iter().any(|o| o == "name=rootless"));
+        // Podman 4.3's compatible /info leaves that option out (its own
+        // `Rootless` field is not Docker's schema); its storage root tells:
+        // rootless Podman keeps images under ~/.local/share/containers.
+        let podman_home = podman
+            && i.docker_root_dir
+                .is_some_and(|d| d.contains("/.local/share/containers/"));
+        said || podman_home
+    });
     let info = EngineInfo {
         version: facts.version.unwrap_or_else(unknown),
         engine_api: facts.api_version.unwrap_or_else(unknown),

@@ -83,6 +83,9 @@ pub struct Workstation {
     pub ulimits: Vec<(String, i64)>,
     /// Labels besides [`LABEL_WORKSTATION`].
     pub labels: HashMap<String, String>,
+    /// The user namespace mode (`keep-id`: Podman maps the caller's uid to
+    /// the container's user); None: the engine's default.
+    pub userns: Option<String>,
 }
 
 impl Workstation {
@@ -129,6 +132,7 @@ impl Workstation {
             }),
             port_bindings: Some(ports),
             shm_size: Some(self.shm_bytes),
+            userns_mode: self.userns.clone(),
             ulimits: Some(
                 self.ulimits
                     .iter()
@@ -686,10 +690,12 @@ mod tests {
             env: vec!["JUPYTER_TOKEN=t".into()],
             ulimits: ULIMITS.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
             labels: HashMap::new(),
+            userns: Some("keep-id".into()),
         };
         let body = ws.create_body();
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
+        assert_eq!(host.userns_mode.as_deref(), Some("keep-id"));
         let mount = &host.mounts.as_ref().unwrap()[0];
         assert_eq!(mount.typ, Some(MountType::BIND));
         assert_eq!(mount.source.as_deref(), Some("/home/me/proj"));

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{imgctl_bin, texts};
 
+mod rootless;
+
 /// The Podman CLI (the same storage as the rootful service), for set-up and
 /// inspection only; imgctl itself talks to the service.
 pub fn podman(args: &[&str]) -> Output {
@@ -42,31 +44,43 @@ runtime = "runc"
 /// A rootful `podman system service` on its own socket, stopped when dropped.
 pub struct PodmanService {
     child: Child,
-    /// Holds the socket.
+    /// Holds the socket, the service's log and its containers.conf.
     pub dir: tempfile::TempDir,
+    socket: PathBuf,
 }
 
 impl PodmanService {
-    /// Starts the service and waits (up to 30 s) for its socket to answer.
+    /// Starts the rootful service and waits (up to 30 s) for its socket to answer.
     pub fn rootful() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("h-podman-it-")
             .tempdir()
             .unwrap();
-        let socket = dir.path().join("podman.sock");
+        let mut cmd = Command::new("podman");
+        Self::start(dir, "podman.sock", &mut cmd)
+    }
+
+    /// Starts `podman` (in `cmd`) as a service on `dir/socket`, with the
+    /// test machines' containers.conf, and waits for it.
+    fn start(dir: tempfile::TempDir, socket: &str, cmd: &mut Command) -> Self {
+        let socket = dir.path().join(socket);
         let log = std::fs::File::create(dir.path().join("service.log")).unwrap();
         let conf = dir.path().join("containers.conf");
         std::fs::write(&conf, CONTAINERS_CONF).unwrap();
-        let child = Command::new("podman")
+        let child = cmd
             .args(["system", "service", "--time=0"])
-            .env("CONTAINERS_CONF", &conf)
             .arg(format!("unix://{}", socket.display()))
+            .env("CONTAINERS_CONF", &conf)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start podman system service (scripts/setup.sh installs podman)");
-        let service = Self { child, dir };
+        let service = Self {
+            child,
+            dir,
+            socket: socket.clone(),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             assert!(
@@ -82,7 +96,7 @@ impl PodmanService {
 
     /// The socket's path.
     pub fn socket(&self) -> PathBuf {
-        self.dir.path().join("podman.sock")
+        self.socket.clone()
     }
 
     /// The socket as an engine address.

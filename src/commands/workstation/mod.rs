@@ -451,6 +451,7 @@ async fn create(
             .map(|(n, v)| (n.to_string(), *v))
             .collect(),
         labels: HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]),
+        userns: plan.userns.clone(),
     };
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())

@@ -50,6 +50,8 @@ pub(super) struct UpPlan {
     pub(super) json: bool,
     /// `--no-verify`.
     pub(super) no_verify: bool,
+    /// `--userns MODE` (`keep-id` on rootless Podman).
+    pub(super) userns: Option<String>,
 }
 
 /// Checks every flag of `args` (usage errors, exit 2) and fills in defaults.
@@ -124,6 +126,15 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         wait: Duration::from_secs(args.wait.unsigned_abs()),
         json: args.json,
         no_verify: args.no_verify,
+        userns: match args.userns.as_deref().map(str::trim) {
+            None => None,
+            Some("") => {
+                return Err(CliError::usage("--userns is empty")
+                    .with_hint("pass --userns keep-id (rootless Podman: your uid is the image's user), or leave it out")
+                    .into())
+            }
+            Some(mode) => Some(mode.to_string()),
+        },
     })
 }
 
