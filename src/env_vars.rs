@@ -22,6 +22,9 @@ pub const DOCKER_TLS_VERIFY: &str = "DOCKER_TLS_VERIFY";
 /// The user's runtime folder (`/run/user/UID`): rootless Podman's API socket
 /// is `podman/podman.sock` in it.
 pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
+/// The CDI kind GPUs are named by in a CDI device request (default
+/// `nvidia.com/gpu`; another vendor's, or a test's fake one).
+pub const IMGCTL_CDI_KIND: &str = "IMGCTL_CDI_KIND";
 /// Set by Jupyter in a kernel's environment (jupyter_client), so inherited
 /// by `!imgctl …` in a notebook cell: output goes to a notebook, whose
 /// output area understands `\r` but not the terminal's line erase, and is

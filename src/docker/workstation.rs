@@ -23,7 +23,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 
-use super::run::{device_request, GpuRequestRejected};
+use super::run::device_request;
 use super::tail::Tail;
 use super::DockerError;
 use crate::gpus::GpuSelection;
@@ -86,6 +86,9 @@ pub struct Workstation {
     /// The user namespace mode (`keep-id`: Podman maps the caller's uid to
     /// the container's user); None: the engine's default.
     pub userns: Option<String>,
+    /// How the GPUs are asked for ([`super::cdi::gpu_request`] decides at
+    /// create; [`Workstation::create_body`] holds the runtime's request).
+    pub gpu_api: super::cdi::GpuApi,
 }
 
 impl Workstation {
@@ -216,20 +219,24 @@ pub enum Health {
 }
 
 /// Creates and starts the workstation; returns its id. A GPU request the
-/// engine cannot serve fails with [`GpuRequestRejected`] in the chain (the
+/// engine cannot serve fails with [`super::run::GpuRequestRejected`] in the chain (the
 /// half-made container is removed first), a taken port with
 /// [`WorkstationError::PortTaken`].
 pub async fn create_and_start(
     docker: &bollard::Docker,
     ws: &Workstation,
 ) -> anyhow::Result<String> {
-    super::run::refuse_gpus_where_dropped(docker, ws.gpus.as_ref()).await?;
+    let request = super::cdi::gpu_request(docker, ws.gpus.as_ref(), ws.gpu_api).await?;
+    let mut body = ws.create_body();
+    if let Some(host) = body.host_config.as_mut() {
+        host.device_requests = request.map(|(r, _)| vec![r]);
+    }
     let opts = CreateContainerOptions {
         name: Some(ws.name.clone()),
         ..Default::default()
     };
     let created = docker
-        .create_container(Some(opts), ws.create_body())
+        .create_container(Some(opts), body)
         .await
         .map_err(|e| start_error(&e, ws, true))?;
     if let Err(e) = docker.start_container(&created.id, None).await {
@@ -266,11 +273,8 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
     }
     let msg = super::transport::words(e);
     let lower = msg.to_ascii_lowercase();
-    if lower.contains("could not select device driver")
-        || lower.contains("nvidia-container-cli")
-        || lower.contains("unknown runtime")
-    {
-        return GpuRequestRejected(msg).into();
+    if super::run::is_gpu_rejection(&msg) {
+        return super::run::gpu_rejection(msg).into();
     }
     // runc: "error setting rlimit type 8"; crun (Podman): "setrlimit `RLIMIT_MEMLOCK`".
     if lower.contains("error setting rlimit") || lower.contains("setrlimit") {
@@ -691,6 +695,7 @@ mod tests {
             ulimits: ULIMITS.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
             labels: HashMap::new(),
             userns: Some("keep-id".into()),
+            gpu_api: crate::docker::cdi::GpuApi::Auto,
         };
         let body = ws.create_body();
         let host = body.host_config.unwrap();

@@ -270,6 +270,8 @@ pub async fn verify_image_with(
         cmd: run.cmd.clone(),
         env,
         gpus: gpus.clone(),
+        // CDI where the engine lists CDI GPUs, else the NVIDIA runtime.
+        gpu_api: crate::docker::cdi::GpuApi::Auto,
         binds: run.mounts.clone(),
         labels: run.labels.clone(),
         timeout,

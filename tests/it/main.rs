@@ -5,6 +5,7 @@ mod architecture;
 mod attest;
 mod build;
 mod buildkit;
+mod cdi;
 mod checkpointing;
 mod cli;
 mod device_check;

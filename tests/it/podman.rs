@@ -463,8 +463,18 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
         args.push(&image);
         imgctl_on(&service, &args)
     };
-    // --gpus by name: refused in one line (Podman would drop the request),
-    // and nothing is left.
+    // --gpus by name, whichever way it is asked for: refused in one line
+    // (Podman would drop the request), and nothing is left.
+    for api in ["runtime", "cdi"] {
+        let out = up(&["--gpus", "all", "--gpu-api", api]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{api}: {stderr}");
+        assert!(
+            crate::common::one_error_line(&stderr)
+                .contains("Podman's Docker-compatible API drops GPU requests"),
+            "{api}: {stderr}"
+        );
+    }
     let out = up(&["--gpus", "all"]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

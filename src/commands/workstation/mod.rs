@@ -452,6 +452,7 @@ async fn create(
             .collect(),
         labels: HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]),
         userns: plan.userns.clone(),
+        gpu_api: plan.gpu_api,
     };
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())
@@ -490,6 +491,8 @@ fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
     let podman = why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS;
     let hint = if podman {
         "Podman gives GPUs by CDI through its own CLI (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`, then `podman run --device nvidia.com/gpu=all`); for `imgctl up` use a Docker engine with the NVIDIA Container Toolkit, or leave out --gpus to start without GPUs"
+    } else if why.contains("CDI") {
+        "make CDI work as the line says, or pass --gpu-api runtime (the NVIDIA runtime's request), or leave out --gpus to start without GPUs"
     } else {
         "install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs"
     };

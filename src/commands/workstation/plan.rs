@@ -52,6 +52,8 @@ pub(super) struct UpPlan {
     pub(super) no_verify: bool,
     /// `--userns MODE` (`keep-id` on rootless Podman).
     pub(super) userns: Option<String>,
+    /// `--gpu-api`.
+    pub(super) gpu_api: crate::docker::cdi::GpuApi,
 }
 
 /// Checks every flag of `args` (usage errors, exit 2) and fills in defaults.
@@ -126,6 +128,7 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         wait: Duration::from_secs(args.wait.unsigned_abs()),
         json: args.json,
         no_verify: args.no_verify,
+        gpu_api: args.gpu_api,
         userns: match args.userns.as_deref().map(str::trim) {
             None => None,
             Some("") => {
