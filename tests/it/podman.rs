@@ -7,8 +7,9 @@
 //! fresh tmpfs, so `/var/run/docker.sock` is not there) and the `engine:`
 //! line naming it; a build of the busybox test image (not the end-to-end
 //! image: that one is made on the Docker engine by tests/it/image_e2e, and
-//! its `up` cycle on Podman is not covered yet); `verify --image` with the
-//! verify tests' Debian image.
+//! its `up` cycle on Podman is not covered yet); `verify --image` and
+//! `sbom` with the verify tests' Debian image; `up`/`ps`/`logs`/`down` with a
+//! labelled busybox image, and GPU requests refused.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -408,6 +409,28 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
         "a container was left behind"
     );
     eprintln!("verify --image on rootful Podman: {verify_s:.1} s");
+    // sbom reads the same image through a container of it.
+    let out = Command::new(imgctl_bin())
+        .args(["sbom", TEST_IMAGE])
+        .env("DOCKER_HOST", service.address())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let sbom: serde_json::Value = serde_json::from_str(&stdout).expect("the SBOM's JSON");
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert!(
+        sbom["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["purl"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("pkg:deb/debian/apt@"))),
+        "{stdout}"
+    );
 }
 
 /// Runs imgctl against `service` (`DOCKER_HOST`), with an empty `HOME`.
