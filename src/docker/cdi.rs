@@ -174,20 +174,20 @@ pub fn decide(
                     "the engine has CDI off (no CDI spec folders); start dockerd with \"features\": {\"cdi\": true} in daemon.json".to_string(),
                 ));
             }
-            match &facts.devices {
-                Some(devices) if !listed(devices) => Err(no_spec(kind, &names)),
-                _ => Ok((cdi_request(names), GpuApi::Cdi)),
-            }
+            // Sent even where the engine does not list the names: its list
+            // may lag a spec written a moment ago; the engine's own refusal
+            // ("unresolvable CDI devices") gets the words of `no_spec`.
+            Ok((cdi_request(names), GpuApi::Cdi))
         }
     }
 }
 
-/// No CDI spec names `names`: how to make one.
-pub fn no_spec(kind: &str, names: &[String]) -> GpuRequestRejected {
-    GpuRequestRejected(format!(
-        "no CDI spec for {kind} names {}; make one with `nvidia-ctk cdi generate` (into /etc/cdi/nvidia.yaml, on a host with the NVIDIA driver)",
-        names.join(", ")
-    ))
+/// The words for an engine's refusal `message` of CDI names it found no
+/// spec for: how to make one.
+pub fn no_spec(message: &str, kind: &str) -> String {
+    format!(
+        "{message} (no CDI spec for {kind} names them; make one with `nvidia-ctk cdi generate` (into /etc/cdi/nvidia.yaml, on a host with the NVIDIA driver))"
+    )
 }
 
 /// Whether an engine's error says CDI devices were not found
@@ -223,13 +223,10 @@ pub async fn gpu_request(
     if !podman && api != GpuApi::Runtime {
         if let Ok(info) = docker.info().await {
             facts.spec_dirs = info.cdi_spec_dirs.unwrap_or_default();
-            facts.devices = info.discovered_devices.map(|devices| {
-                devices
-                    .into_iter()
-                    .filter(|d| d.source.as_deref() == Some("cdi"))
-                    .filter_map(|d| d.id)
-                    .collect()
-            });
+            // CDI's ids are `vendor/class=name`, whatever driver lists them.
+            facts.devices = info
+                .discovered_devices
+                .map(|devices| devices.into_iter().filter_map(|d| d.id).collect());
         }
     }
     decide(gpus, api, &facts, &cdi_kind()).map(Some)
@@ -295,22 +292,19 @@ mod tests {
             ..docker28(None)
         };
         assert!(why(&off).contains("\"features\": {\"cdi\": true}"));
-        let no_spec = why(&docker28(Some(&[])));
-        assert!(
-            no_spec.contains("no CDI spec for nvidia.com/gpu"),
-            "{no_spec}"
-        );
-        assert!(no_spec.contains("nvidia-ctk cdi generate"), "{no_spec}");
+        let words = no_spec("unresolvable CDI devices nvidia.com/gpu=all", NVIDIA_KIND);
+        assert!(words.contains("no CDI spec for nvidia.com/gpu"), "{words}");
+        assert!(words.contains("nvidia-ctk cdi generate"), "{words}");
         let podman = CdiFacts {
             podman: true,
             ..docker28(None)
         };
         assert_eq!(why(&podman), PODMAN_DROPS_GPU_REQUESTS);
-        // Not listed (an engine before 28.3): sent, and the engine decides.
+        // Listed or not: sent, and the engine decides.
         let (request, way) = decide(
             &GpuSelection::All,
             GpuApi::Cdi,
-            &docker28(None),
+            &docker28(Some(&[])),
             "imgctl.test/gpu",
         )
         .unwrap();

@@ -257,10 +257,7 @@ pub fn is_gpu_rejection(msg: &str) -> bool {
 /// found none for the names asked for.
 pub fn gpu_rejection(msg: String) -> GpuRequestRejected {
     if super::cdi::is_unresolvable(&msg) {
-        let kind = super::cdi::cdi_kind();
-        return GpuRequestRejected(format!(
-            "{msg} (no CDI spec for {kind} names them; make one with `nvidia-ctk cdi generate`, into /etc/cdi/nvidia.yaml)"
-        ));
+        return GpuRequestRejected(super::cdi::no_spec(&msg, &super::cdi::cdi_kind()));
     }
     GpuRequestRejected(msg)
 }
