@@ -108,10 +108,15 @@ fn a_fake_vendors_cdi_device_reaches_the_container_or_cdi_is_refused_in_one_line
         eprintln!("engine API {api} without CDI: refused: {line}");
         return;
     }
-    // CDI on: the fake vendor's edits are in the container.
-    let out = up(&name, &image, Some("imgctl.test/gpu"), &device);
-    let (_, stderr) = texts(&out);
+    // CDI on: the fake vendor's edits are in the container, and the report
+    // says CDI was used.
+    let mut json = device.to_vec();
+    json.push("--json");
+    let out = up(&name, &image, Some("imgctl.test/gpu"), &json);
+    let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
+    assert_eq!(report["gpu_api"], "cdi", "{stdout}");
     let logs = Command::new(imgctl_bin())
         .args(["logs", &name])
         .output()

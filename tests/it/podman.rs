@@ -522,6 +522,7 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
     assert!(stderr.contains("starts without GPUs"), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
     assert_eq!(report["gpus"], "none", "{stdout}");
+    assert_eq!(report["gpu_api"], serde_json::Value::Null, "{stdout}");
     let inspect = podman(&["inspect", "--format", "{{json .HostConfig}}", &name]);
     let host: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert_eq!(host["ShmSize"], 16_i64 << 30, "{host}");

@@ -71,6 +71,8 @@ struct UpReport {
     id: String,
     image: String,
     gpus: String,
+    /// How the GPUs were asked for: `cdi` or `runtime` (null without GPUs).
+    gpu_api: Option<String>,
     workspace: Option<String>,
     /// Whether it was already running (nothing was started).
     already_up: bool,
@@ -637,6 +639,7 @@ fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySummary>) -> UpR
         id: w.id.clone(),
         image: w.image.clone(),
         gpus: w.gpus.clone(),
+        gpu_api: w.gpu_api.clone(),
         workspace: w.workspace.clone(),
         already_up,
         jupyter: w.jupyter.as_ref().map(|(a, p)| Service {
