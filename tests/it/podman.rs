@@ -538,7 +538,10 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let up_s = started.elapsed().as_secs_f64();
-    assert!(stderr.contains("starts without GPUs"), "{stderr}");
+    assert!(
+        stderr.contains("Podman's Docker-compatible API gives containers no GPUs: the workstation starts without GPUs"),
+        "{stderr}"
+    );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
     assert_eq!(report["gpus"], "none", "{stdout}");
     assert_eq!(report["gpu_api"], serde_json::Value::Null, "{stdout}");

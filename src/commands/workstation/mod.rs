@@ -475,7 +475,10 @@ async fn create(
 /// Says what [`life::create`] did on its way.
 fn say_note(plan: &UpPlan, note: Note) {
     match note {
-        Note::NoGpus => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
+        Note::NoGpus { why } if why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS => printer().info(
+            "Podman's Docker-compatible API gives containers no GPUs: the workstation starts without GPUs",
+        ),
+        Note::NoGpus { .. } => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
         Note::UlimitsKept { dropped, asked } => printer().warn(format!(
             "the engine may not raise the ulimit {} (its own limit is lower; asked for {}): the workstation keeps the engine's, so NCCL may pin less host memory; start dockerd with LimitMEMLOCK=infinity to lift it",
             dropped.join(" "),
