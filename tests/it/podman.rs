@@ -127,10 +127,26 @@ impl PodmanService {
 
 impl Drop for PodmanService {
     fn drop(&mut self) {
-        // SIGTERM: the service stops listening and exits.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        // SIGTERM: the service stops listening and exits. Rootless Podman
+        // runs again inside its user namespace as another process, which
+        // the TERM to the first does not reach: every process whose command
+        // line names this service's socket (in its own temporary folder) is
+        // told too.
+        let socket = self.socket.display().to_string();
+        let mut pids = vec![self.child.id().to_string()];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !name.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&socket) && !pids.contains(&name) {
+                pids.push(name);
+            }
+        }
+        for pid in &pids {
+            let _ = Command::new("kill").args(["-TERM", pid]).status();
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
