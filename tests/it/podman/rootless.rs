@@ -195,13 +195,15 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     let out = up(&["--userns", "keep-id"]);
     let up_s = started.elapsed().as_secs_f64();
     let (stdout, stderr) = texts(&out);
-    let down = || imgctl_on(&service, &["down", "--time", "1", &name]);
+    // The workstation and its image go before any assertion can fail.
+    let down = || {
+        imgctl_on(&service, &["down", "--time", "1", &name]);
+        podman_user(&["rmi", "-f", &image]);
+    };
     if out.status.code() != Some(0) {
         down();
         panic!("up --userns keep-id on rootless Podman: {stderr}");
     }
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
-    assert_eq!(report["gpus"], "none", "{stdout}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let made = workspace.path().join("made-inside");
     while !made.exists() && Instant::now() < deadline {
@@ -210,6 +212,8 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     let logs = imgctl_on(&service, &["logs", &name]);
     let owner = std::fs::metadata(&made).map(|m| m.uid());
     down();
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
+    assert_eq!(report["gpus"], "none", "{stdout}");
     assert_eq!(owner.ok(), Some(uid), "logs: {}", texts(&logs).0);
     assert!(
         texts(&logs).0.contains(&format!("uid={uid} ")),
@@ -239,7 +243,6 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
         "memlock: wanted {hard_kib} KiB in {}",
         texts(&logs).0
     );
-    let _ = podman_user(&["rmi", "-f", &image]);
     eprintln!(
         "rootless Podman: busybox build {build_s:.1} s, up --userns keep-id {up_s:.1} s, memlock {hard_kib} KiB; a port below 1024: {error}"
     );
