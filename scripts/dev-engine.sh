@@ -81,6 +81,9 @@ import json, os, sys
 src, dst = sys.argv[1:]
 conf = json.load(open(src)) if os.path.exists(src) else {}
 conf["data-root"] = "/var/lib/docker-28"
+# CDI (tests/it/cdi.rs): before Docker 28.3 only with the `cdi` feature on; its spec
+# folders are /etc/cdi and /var/run/cdi.
+conf.setdefault("features", {})["cdi"] = True
 json.dump(conf, open(dst, "w"))
 PY
     log "starting $("$dir/usr/sbin/dockerd" --version) (log: /var/log/dockerd-28.log)"

@@ -7,7 +7,8 @@
 #      /var/run/docker.sock (its own data root, /var/lib/docker-28);
 #   2. the test bases are loaded there (scripts/test-bases.sh, from the tarballs
 #      it keeps in the cache: no second debootstrap);
-#   3. the tests that talk to the engine run: attest, build, buildkit, engine, image
+#   3. the tests that talk to the engine run: attest, build, buildkit, cdi (a fake
+#      vendor's CDI spec: on 28 the container must see its edits), engine, image
 #      end to end, and verify (its --image tests). On 28, `--builder auto`
 #      picks BuildKit, as it does for most users;
 #   4. the machine's own engine comes back (scripts/dev-engine.sh system), on
@@ -31,7 +32,7 @@ if [ "${IMGCTL_ENGINE_TESTS:-1}" = 0 ]; then
   exit 0
 fi
 # The modules whose tests talk to the engine (tests/it/<module>.rs).
-filters=(attest:: build:: buildkit:: engine:: https:: image_e2e:: verify:: workstation::)
+filters=(attest:: build:: buildkit:: cdi:: engine:: https:: image_e2e:: verify:: workstation::)
 for a in "$@"; do case "$a" in -*) ;; *) filters=() ;; esac; done
 
 case "$version" in

@@ -6,7 +6,7 @@
 # - points the repository's stable `.libtorch` symlink at that torch, so that
 #   plain `cargo build|test|run` find libtorch through `.cargo/config.toml`;
 # - installs and starts a Docker engine when none answers;
-# - installs the host tools the tests use (debootstrap, busybox-static, ssh).
+# - installs the host tools the tests use (debootstrap, busybox-static, ssh, podman).
 #
 # Environment: IMGCTL_CACHE (default ~/.cache/imgctl), IMGCTL_SKIP_DOCKER=1.
 set -euo pipefail
@@ -48,7 +48,28 @@ apt_install() {
 #   real headless browser (driven by Selenium, from requirements-test.txt).
 # iptables: tests/it/multinode/silent.rs drops a node's packets where the kernel has no netem
 #   (Debian's docker.io pulls it in too; named so the suite does not lean on that).
-apt_install ca-certificates openssl g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils skopeo iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables
+# podman crun runc catatonit uidmap slirp4netns fuse-overlayfs: tests/it/podman.rs starts its own
+#   `podman system service` (Debian's Podman 4.3; the packages' podman.socket unit is not used,
+#   no init runs it here); runc because crun refuses hybrid cgroup hierarchies; uidmap,
+#   slirp4netns and fuse-overlayfs are what Podman needs rootless.
+apt_install ca-certificates openssl g++ debootstrap busybox-static openssh-client curl binutils python3-venv python3-pip docker-registry apache2-utils skopeo iproute2 procps bsdutils xz-utils slurmctld slurmd slurm-client munge chromium chromium-driver iptables \
+  podman crun runc catatonit uidmap slirp4netns fuse-overlayfs
+
+# --- rootless Podman's test user ------------------------------------------
+# tests/it/podman/rootless.rs runs `podman system service` as this user: it needs subordinate
+# uids and gids (newuidmap/newgidmap from uidmap), and slirp4netns needs /dev/net/tun, which a
+# stock Debian makes 0666 (some VMs make it 0600; rootless networking then fails).
+rootless_user=imgctl-rootless
+if ! id "$rootless_user" >/dev/null 2>&1; then
+  log "adding the user $rootless_user (rootless Podman tests)"
+  as_root useradd --create-home --shell /usr/sbin/nologin "$rootless_user"
+fi
+if ! grep -q "^$rootless_user:" /etc/subuid || ! grep -q "^$rootless_user:" /etc/subgid; then
+  as_root usermod --add-subuids 200000-265535 --add-subgids 200000-265535 "$rootless_user"
+fi
+if [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+  as_root chmod 0666 /dev/net/tun
+fi
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

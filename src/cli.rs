@@ -299,6 +299,14 @@ pub struct UpArgs {
     /// Do not run `imgctl verify --level quick` inside once it is up.
     #[arg(long)]
     pub no_verify: bool,
+    /// How GPUs are asked for: CDI device names (`nvidia.com/gpu=0`; Docker 25+ with CDI on),
+    /// the NVIDIA runtime's device request, or auto (CDI where the engine lists CDI GPUs).
+    #[arg(long, value_name = "API", value_enum, default_value_t = crate::docker::cdi::GpuApi::Auto)]
+    pub gpu_api: crate::docker::cdi::GpuApi,
+    /// The container's user namespace: `keep-id` on rootless Podman maps your
+    /// uid to the image's user, so /workspace's files stay yours.
+    #[arg(long, value_name = "MODE", value_hint = clap::ValueHint::Other)]
+    pub userns: Option<String>,
     /// Seconds to wait for JupyterLab and SSH to answer (the image's healthcheck).
     #[arg(
         long,

@@ -19,6 +19,12 @@ pub const DOCKER_CONTEXT: &str = "DOCKER_CONTEXT";
 /// Set (non-empty): the docker CLI talks TLS to `DOCKER_HOST`; imgctl refuses
 /// such an address instead of talking plain HTTP to it.
 pub const DOCKER_TLS_VERIFY: &str = "DOCKER_TLS_VERIFY";
+/// The user's runtime folder (`/run/user/UID`): rootless Podman's API socket
+/// is `podman/podman.sock` in it.
+pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
+/// The CDI kind GPUs are named by in a CDI device request (default
+/// `nvidia.com/gpu`; another vendor's, or a test's fake one).
+pub const IMGCTL_CDI_KIND: &str = "IMGCTL_CDI_KIND";
 /// Set by Jupyter in a kernel's environment (jupyter_client), so inherited
 /// by `!imgctl …` in a notebook cell: output goes to a notebook, whose
 /// output area understands `\r` but not the terminal's line erase, and is

@@ -405,6 +405,10 @@ fn write_junit(path: &std::path::Path, xml: &str) -> anyhow::Result<()> {
 pub(crate) fn say_image_note(phase: &ImagePhase) -> bool {
     match phase {
         ImagePhase::Container(c) => super::say_container_note(c),
+        ImagePhase::Engine(info) => {
+            printer().verbose(super::engine_line::engine_line(info, None));
+            true
+        }
         ImagePhase::ContainerStderr { stderr, cut } => {
             let kept = if *cut > 0 {
                 format!(
@@ -448,6 +452,7 @@ fn phase_text(phase: &ImagePhase, image: &str) -> Option<String> {
         ImagePhase::Container(
             ContainerPhase::StaleRemoved(_) | ContainerPhase::StaleUnchecked(_),
         )
+        | ImagePhase::Engine(_)
         | ImagePhase::ContainerStderr { .. } => return None,
     })
 }

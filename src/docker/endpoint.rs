@@ -7,7 +7,11 @@
 //!    scripts written before contexts existed);
 //! 3. `DOCKER_CONTEXT`, a context name;
 //! 4. `currentContext` of config.json (`docker context use`);
-//! 5. the local socket, `unix:///var/run/docker.sock`.
+//! 5. the local socket, `unix:///var/run/docker.sock`; when there is no
+//!    socket there, Podman's: the rootful `/run/podman/podman.sock`, then the
+//!    rootless `$XDG_RUNTIME_DIR/podman/podman.sock` (where `podman system
+//!    service` and the `podman.socket` units listen). None of them: the Docker
+//!    socket, so that the error names the address users know.
 //!
 //! The context `default` is `DOCKER_HOST` else the local socket; any other
 //! name is read from the context store (`contexts/meta/<sha256>/meta.json`,
@@ -19,10 +23,19 @@ use std::path::PathBuf;
 
 use super::config::{self, DockerConfig};
 use super::DockerError;
-use crate::env_vars::{DOCKER_CONTEXT, DOCKER_HOST, DOCKER_TLS_VERIFY};
+use crate::env_vars::{DOCKER_CONTEXT, DOCKER_HOST, DOCKER_TLS_VERIFY, XDG_RUNTIME_DIR};
 
 /// The engine's address when nothing names another.
 pub const DEFAULT_ADDRESS: &str = "unix:///var/run/docker.sock";
+
+/// The Docker engine's socket, probed first when nothing names an engine.
+pub const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+/// Rootful Podman's API socket (`podman system service`, `podman.socket`).
+pub const PODMAN_ROOTFUL_SOCKET: &str = "/run/podman/podman.sock";
+
+/// Rootless Podman's API socket, under `$XDG_RUNTIME_DIR`.
+pub const PODMAN_ROOTLESS_SOCKET: &str = "podman/podman.sock";
 
 /// The context that stands for `DOCKER_HOST` or the local socket.
 pub const DEFAULT_CONTEXT: &str = "default";
@@ -43,6 +56,17 @@ pub enum Origin {
     CurrentContext(String),
     /// Nothing: the local socket.
     Default,
+    /// Nothing, and no Docker socket: a Podman socket found in its place.
+    Podman(PodmanSocket),
+}
+
+/// Which of Podman's sockets was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodmanSocket {
+    /// `/run/podman/podman.sock`.
+    Rootful,
+    /// `$XDG_RUNTIME_DIR/podman/podman.sock`.
+    Rootless,
 }
 
 impl std::fmt::Display for Origin {
@@ -53,6 +77,12 @@ impl std::fmt::Display for Origin {
             Origin::ContextEnv => f.write_str(DOCKER_CONTEXT),
             Origin::CurrentContext(path) => write!(f, "currentContext of {path}"),
             Origin::Default => f.write_str("the default"),
+            Origin::Podman(PodmanSocket::Rootful) => {
+                f.write_str("no Docker socket; Podman's rootful socket")
+            }
+            Origin::Podman(PodmanSocket::Rootless) => {
+                f.write_str("no Docker socket; Podman's rootless socket")
+            }
         }
     }
 }
@@ -80,6 +110,47 @@ pub struct Settings {
     pub tls_verify: bool,
     /// The docker configuration folder ([`config::config_dir`]).
     pub config_dir: Option<PathBuf>,
+    /// The sockets probed, in order, when nothing names an engine.
+    pub local: LocalSockets,
+}
+
+/// The local sockets probed when nothing names an engine, first to last
+/// (none: [`DEFAULT_ADDRESS`] without probing).
+#[derive(Debug, Clone, Default)]
+pub struct LocalSockets {
+    /// The Docker engine's ([`DOCKER_SOCKET`]).
+    pub docker: Option<PathBuf>,
+    /// Rootful Podman's ([`PODMAN_ROOTFUL_SOCKET`]).
+    pub podman_rootful: Option<PathBuf>,
+    /// Rootless Podman's (`$XDG_RUNTIME_DIR/`[`PODMAN_ROOTLESS_SOCKET`]).
+    pub podman_rootless: Option<PathBuf>,
+}
+
+impl LocalSockets {
+    /// The first of the sockets that is a socket: its address and origin.
+    /// None of them: the Docker socket's address.
+    pub fn probe(&self) -> (String, Origin) {
+        use std::os::unix::fs::FileTypeExt;
+        let is_socket = |p: &PathBuf| std::fs::metadata(p).is_ok_and(|m| m.file_type().is_socket());
+        let candidates = [
+            (&self.docker, Origin::Default),
+            (&self.podman_rootful, Origin::Podman(PodmanSocket::Rootful)),
+            (
+                &self.podman_rootless,
+                Origin::Podman(PodmanSocket::Rootless),
+            ),
+        ];
+        for (path, origin) in candidates {
+            if let Some(path) = path.as_ref().filter(|p| is_socket(p)) {
+                let address = match origin {
+                    Origin::Default => DEFAULT_ADDRESS.to_string(),
+                    _ => format!("unix://{}", path.display()),
+                };
+                return (address, origin);
+            }
+        }
+        (DEFAULT_ADDRESS.to_string(), Origin::Default)
+    }
 }
 
 impl Settings {
@@ -91,6 +162,12 @@ impl Settings {
             docker_context: var(DOCKER_CONTEXT),
             tls_verify: var(DOCKER_TLS_VERIFY).is_some(),
             config_dir: config::config_dir(),
+            local: LocalSockets {
+                docker: Some(PathBuf::from(DOCKER_SOCKET)),
+                podman_rootful: Some(PathBuf::from(PODMAN_ROOTFUL_SOCKET)),
+                podman_rootless: var(XDG_RUNTIME_DIR)
+                    .map(|dir| PathBuf::from(dir).join(PODMAN_ROOTLESS_SOCKET)),
+            },
         }
     }
 }
@@ -125,17 +202,20 @@ pub fn resolve(chosen: Option<&str>, settings: &Settings) -> Result<Endpoint, Do
     named_context(settings, name, origin)
 }
 
-/// `DOCKER_HOST`, else the local socket.
+/// `DOCKER_HOST`, else the local socket (found by [`LocalSockets::probe`]
+/// when nothing named an engine; a `default` context named is Docker's).
 fn default_endpoint(
     settings: &Settings,
     context: Option<String>,
     origin: Origin,
 ) -> Result<Endpoint, DockerError> {
+    let (address, origin) = match (&settings.docker_host, origin) {
+        (Some(host), origin) => (host.clone(), origin),
+        (None, Origin::Default) => settings.local.probe(),
+        (None, origin) => (DEFAULT_ADDRESS.to_string(), origin),
+    };
     let endpoint = Endpoint {
-        address: settings
-            .docker_host
-            .clone()
-            .unwrap_or_else(|| DEFAULT_ADDRESS.to_string()),
+        address,
         context,
         origin,
     };
@@ -350,6 +430,7 @@ mod tests {
             docker_context: context.map(str::to_string),
             tls_verify: false,
             config_dir: Some(dir.to_path_buf()),
+            local: LocalSockets::default(),
         }
     }
 
@@ -588,5 +669,56 @@ mod tests {
             )),
             "{err}"
         );
+    }
+
+    #[test]
+    fn with_no_docker_socket_podman_s_rootful_then_rootless_socket_is_found() {
+        use std::os::unix::net::UnixListener;
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| dir.path().join(name);
+        // A socket file is what counts: a plain file where the socket would be is skipped.
+        std::fs::write(at("docker.sock"), "").unwrap();
+        let _rootful = UnixListener::bind(at("rootful.sock")).unwrap();
+        let _rootless = UnixListener::bind(at("rootless.sock")).unwrap();
+        let mut s = Settings {
+            config_dir: Some(dir.path().to_path_buf()),
+            local: LocalSockets {
+                docker: Some(at("docker.sock")),
+                podman_rootful: Some(at("rootful.sock")),
+                podman_rootless: Some(at("rootless.sock")),
+            },
+            ..Settings::default()
+        };
+        let found = |s: &Settings| {
+            let e = resolve(None, s).unwrap();
+            (e.address, e.origin)
+        };
+        let unix = |name: &str| format!("unix://{}", at(name).display());
+        assert_eq!(
+            found(&s),
+            (unix("rootful.sock"), Origin::Podman(PodmanSocket::Rootful))
+        );
+        s.local.podman_rootful = Some(at("missing.sock"));
+        assert_eq!(
+            found(&s),
+            (
+                unix("rootless.sock"),
+                Origin::Podman(PodmanSocket::Rootless)
+            )
+        );
+        // A Docker socket comes first; its address is the usual one.
+        std::fs::remove_file(at("docker.sock")).unwrap();
+        let _docker = UnixListener::bind(at("docker.sock")).unwrap();
+        assert_eq!(found(&s), (DEFAULT_ADDRESS.to_string(), Origin::Default));
+        // DOCKER_HOST and a `default` context named are not probed.
+        s.local.docker = None;
+        s.docker_host = Some("tcp://127.0.0.1:2375".into());
+        assert_eq!(found(&s).0, "tcp://127.0.0.1:2375");
+        s.docker_host = None;
+        let named = resolve(Some(DEFAULT_CONTEXT), &s).unwrap();
+        assert_eq!(named.address, DEFAULT_ADDRESS);
+        // No socket at all: Docker's address, for the error to name.
+        s.local.podman_rootless = None;
+        assert_eq!(found(&s), (DEFAULT_ADDRESS.to_string(), Origin::Default));
     }
 }

@@ -46,7 +46,38 @@ pub struct EngineInfo {
     pub context: Option<String>,
     /// The setting that chose the address.
     pub origin: Origin,
+    /// Which engine answered.
+    pub product: Product,
+    /// Whether the engine runs rootless: Docker's `/info` says
+    /// `name=rootless` among its security options; rootless Podman 4.3 does
+    /// not, and is told by its storage root under `~/.local/share/containers`.
+    pub rootless: bool,
 }
+
+/// Which engine answers the Docker API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Product {
+    /// The Docker engine (moby).
+    #[default]
+    Docker,
+    /// Podman's Docker-compatible service (`podman system service`); its
+    /// `/version` names a `Podman Engine` component.
+    Podman,
+}
+
+impl std::fmt::Display for Product {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Product::Docker => "Docker",
+            Product::Podman => "Podman",
+        })
+    }
+}
+
+/// How long the `/info` question that tells a rootless engine may take: a
+/// missing answer only leaves the engine called rootful.
+const INFO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A connected engine.
 #[derive(Debug, Clone)]
@@ -120,6 +151,32 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         _ => unreachable(&e),
     })?;
     let unknown = || "unknown".to_string();
+    let podman = facts
+        .components
+        .iter()
+        .flatten()
+        .any(|c| c.name.to_ascii_lowercase().contains("podman"));
+    let product = if podman {
+        Product::Podman
+    } else {
+        Product::Docker
+    };
+    let system = tokio::time::timeout(INFO_TIMEOUT, docker.info())
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let rootless = system.is_some_and(|i| {
+        let said = i
+            .security_options
+            .is_some_and(|opts| opts.iter().any(|o| o == "name=rootless"));
+        // Podman 4.3's compatible /info leaves that option out (its own
+        // `Rootless` field is not Docker's schema); its storage root tells:
+        // rootless Podman keeps images under ~/.local/share/containers.
+        let podman_home = podman
+            && i.docker_root_dir
+                .is_some_and(|d| d.contains("/.local/share/containers/"));
+        said || podman_home
+    });
     let info = EngineInfo {
         version: facts.version.unwrap_or_else(unknown),
         engine_api: facts.api_version.unwrap_or_else(unknown),
@@ -128,6 +185,8 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         address,
         context,
         origin,
+        product,
+        rootless,
     };
     Ok(Engine { docker, info })
 }

@@ -17,6 +17,8 @@ pub const LABEL_WORKSTATION: &str = "io.imgctl.workstation";
 pub const LABEL_WORKSPACE: &str = "io.imgctl.workstation.workspace";
 /// Label: the GPUs asked for (`all`, `2`, `0,2`, `none`).
 pub const LABEL_GPUS: &str = "io.imgctl.workstation.gpus";
+/// Label: how its GPUs were asked for (`cdi`, `runtime`); absent without GPUs.
+pub const LABEL_GPU_API: &str = "io.imgctl.workstation.gpu-api";
 /// Label: the user the image's services run as (for the `ssh` line).
 pub const LABEL_USER: &str = "io.imgctl.workstation.user";
 /// Label: the `HostKeyAlias` the host key placed in it is known by.
@@ -66,6 +68,8 @@ pub struct Listed {
     pub status: String,
     /// The GPUs asked for.
     pub gpus: String,
+    /// How they were asked for (`cdi`, `runtime`; None without GPUs).
+    pub gpu_api: Option<String>,
     /// The host folder at /workspace, if any.
     pub workspace: Option<String>,
     /// JupyterLab's host address and port, when published.
@@ -150,6 +154,7 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             state: c.state.map(|s| s.to_string()).unwrap_or_default(),
             status: c.status.unwrap_or_default(),
             gpus: labels.get(LABEL_GPUS).cloned().unwrap_or_default(),
+            gpu_api: labels.get(LABEL_GPU_API).cloned(),
             workspace: labels.get(LABEL_WORKSPACE).cloned(),
             jupyter: published.get(&JUPYTER_PORT).cloned(),
             ssh: published.get(&SSH_PORT).cloned(),

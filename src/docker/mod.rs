@@ -7,7 +7,8 @@
 //! the docker client's config folder ([`config`]), the in-memory build context
 //! ([`context`]), running a build and reading its stream ([`build`]), images
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
-//! and running containers with GPU requests ([`run`]), with guards that
+//! and running containers with GPU requests (by the NVIDIA runtime or CDI:
+//! [`cdi`]; [`run`]), with guards that
 //! remove what it created on every path. What it keeps of a helper's or a
 //! container's output for an error or a report is bounded ([`tail`]). It
 //! knows nothing of specs or checks, and it prints nothing: commands do. Its errors are [`DockerError`] (and
@@ -16,6 +17,7 @@
 //! Part: the shared floor (`docs/architecture.md`).
 pub mod auth;
 pub mod build;
+pub mod cdi;
 pub mod config;
 pub mod context;
 pub mod endpoint;

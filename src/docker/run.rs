@@ -1,7 +1,8 @@
 //! Running a container to completion, with GPU device requests (the Engine API
 //! equivalent of `docker run --gpus`), and removing it on every path.
 //!
-//! It owns the device request for a [`GpuSelection`] ([`device_request`]),
+//! The device request for a [`GpuSelection`] is [`super::cdi`]'s (the
+//! runtime's or CDI's, re-exported here as [`device_request`]); this owns
 //! [`run_to_completion`] (and [`run_to_completion_with`], which tells a
 //! watcher each [`ContainerPhase`]) and the [`ContainerGuard`] that force-removes the
 //! container when dropped (error, panic) or on Ctrl-C. A SIGKILL leaves no
@@ -13,7 +14,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, DeviceRequest, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
     RemoveContainerOptions, WaitContainerOptions,
@@ -22,25 +23,9 @@ use futures_util::StreamExt;
 
 use super::tail::{Tail, OUTPUT_TAIL};
 use super::DockerError;
-use crate::gpus::{GpuId, GpuSelection};
+use crate::gpus::GpuSelection;
 
-/// The Engine API device request for `gpus`: driver `nvidia`, capabilities
-/// `[["gpu"]]`, with count −1 (all), N, or the device ids, indices and UUIDs
-/// alike (as the docker CLI sends for `--gpus`).
-pub fn device_request(gpus: &GpuSelection) -> DeviceRequest {
-    let (count, device_ids) = match gpus {
-        GpuSelection::All => (Some(-1), None),
-        GpuSelection::Count(n) => (Some(i64::from(*n)), None),
-        GpuSelection::Devices(ids) => (None, Some(ids.iter().map(GpuId::to_string).collect())),
-    };
-    DeviceRequest {
-        driver: Some("nvidia".into()),
-        count,
-        device_ids,
-        capabilities: Some(vec![vec!["gpu".into()]]),
-        options: None,
-    }
-}
+pub use super::cdi::{device_request, GpuRequestRejected, PODMAN_DROPS_GPU_REQUESTS};
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +40,8 @@ pub struct RunRequest {
     pub env: Vec<String>,
     /// GPUs to request; None requests none.
     pub gpus: Option<GpuSelection>,
+    /// How the GPUs are asked for.
+    pub gpu_api: super::cdi::GpuApi,
     /// Bind mounts (`/host:/container:ro`).
     pub binds: Vec<String>,
     /// Container labels (tests find leftovers by them).
@@ -83,22 +70,6 @@ pub struct RunOutput {
     /// How many bytes of stderr came before those (0: all of it is there).
     pub stderr_cut: u64,
 }
-
-/// The engine refused the GPU request (no nvidia runtime / container toolkit).
-#[derive(Debug)]
-pub struct GpuRequestRejected(pub String);
-
-impl std::fmt::Display for GpuRequestRejected {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the Docker engine cannot give the container GPUs: {}",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for GpuRequestRejected {}
 
 /// Label every container imgctl starts carries.
 pub const LABEL_MANAGED: &str = "io.imgctl.managed";
@@ -274,11 +245,21 @@ pub async fn image_labels(
 }
 
 /// Whether an engine error is the "no GPU runtime" refusal of a device request.
-fn is_gpu_rejection(msg: &str) -> bool {
+pub fn is_gpu_rejection(msg: &str) -> bool {
     let m = msg.to_ascii_lowercase();
     m.contains("could not select device driver")
         || m.contains("nvidia-container-cli")
         || m.contains("unknown runtime")
+        || super::cdi::is_unresolvable(msg)
+}
+
+/// The engine's GPU refusal `msg`, with how to make a CDI spec when it
+/// found none for the names asked for.
+pub fn gpu_rejection(msg: String) -> GpuRequestRejected {
+    if super::cdi::is_unresolvable(&msg) {
+        return GpuRequestRejected(super::cdi::no_spec(&msg, &super::cdi::cdi_kind()));
+    }
+    GpuRequestRejected(msg)
 }
 
 /// A step of [`run_to_completion_with`], told to its watcher as it starts,
@@ -336,8 +317,9 @@ pub async fn run_to_completion_with(
     if let Some(boot) = boot_id() {
         labels.insert(LABEL_BOOT.into(), boot);
     }
+    let request = super::cdi::gpu_request(docker, req.gpus.as_ref(), req.gpu_api).await?;
     let host_config = HostConfig {
-        device_requests: req.gpus.as_ref().map(|g| vec![device_request(g)]),
+        device_requests: request.map(|(r, _)| vec![r]),
         binds: (!req.binds.is_empty()).then(|| req.binds.clone()),
         ..Default::default()
     };
@@ -365,7 +347,7 @@ pub async fn run_to_completion_with(
             }
             let msg = super::transport::words(&e);
             if is_gpu_rejection(&msg) {
-                anyhow::Error::new(GpuRequestRejected(msg))
+                anyhow::Error::new(gpu_rejection(msg))
             } else if msg.contains("No such image") || msg.contains("404") {
                 DockerError::NoImageForContainer {
                     image: req.image.clone(),
@@ -406,7 +388,7 @@ async fn drive(
         }
         let msg = super::transport::words(&e);
         if is_gpu_rejection(&msg) {
-            return Err(GpuRequestRejected(msg).into());
+            return Err(gpu_rejection(msg).into());
         }
         return Err(DockerError::StartContainer {
             image: req.image.clone(),

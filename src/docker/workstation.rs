@@ -23,11 +23,11 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 pub use super::listing::{
-    list, log_tail, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS, LABEL_HOME_VOLUME,
-    LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER, LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT,
-    TENSORBOARD_PORT,
+    list, log_tail, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS, LABEL_GPU_API,
+    LABEL_HOME_VOLUME, LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER, LABEL_WORKSPACE,
+    LABEL_WORKSTATION, SSH_PORT, TENSORBOARD_PORT,
 };
-use super::run::{device_request, GpuRequestRejected};
+use super::run::device_request;
 use super::tail::Tail;
 use super::DockerError;
 use crate::gpus::GpuSelection;
@@ -107,6 +107,12 @@ pub struct Workstation {
     /// The engine's restart policy (`no`, `on-failure`, `unless-stopped`,
     /// `always`); None: the engine's default (`no`).
     pub restart: Option<String>,
+    /// The user namespace mode (`keep-id`: Podman maps the caller's uid to
+    /// the container's user); None: the engine's default.
+    pub userns: Option<String>,
+    /// How the GPUs are asked for ([`super::cdi::gpu_request`] decides at
+    /// create; [`Workstation::create_body`] holds the runtime's request).
+    pub gpu_api: super::cdi::GpuApi,
 }
 
 impl Workstation {
@@ -179,6 +185,7 @@ impl Workstation {
             }),
             port_bindings: Some(ports),
             shm_size: Some(self.shm_bytes),
+            userns_mode: self.userns.clone(),
             ulimits: Some(
                 self.ulimits
                     .iter()
@@ -262,19 +269,29 @@ pub enum Health {
 }
 
 /// Creates and starts the workstation; returns its id. A GPU request the
-/// engine cannot serve fails with [`GpuRequestRejected`] in the chain (the
+/// engine cannot serve fails with [`super::run::GpuRequestRejected`] in the chain (the
 /// half-made container is removed first), a taken port with
 /// [`WorkstationError::PortTaken`].
 pub async fn create_and_start(
     docker: &bollard::Docker,
     ws: &Workstation,
 ) -> anyhow::Result<String> {
+    let request = super::cdi::gpu_request(docker, ws.gpus.as_ref(), ws.gpu_api).await?;
+    let mut body = ws.create_body();
+    if let Some((_, way)) = &request {
+        body.labels
+            .get_or_insert_with(HashMap::new)
+            .insert(LABEL_GPU_API.into(), way.to_string());
+    }
+    if let Some(host) = body.host_config.as_mut() {
+        host.device_requests = request.map(|(r, _)| vec![r]);
+    }
     let opts = CreateContainerOptions {
         name: Some(ws.name.clone()),
         ..Default::default()
     };
     let created = docker
-        .create_container(Some(opts), ws.create_body())
+        .create_container(Some(opts), body)
         .await
         .map_err(|e| start_error(&e, ws, true))?;
     for file in &ws.files {
@@ -358,13 +375,11 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
     }
     let msg = super::transport::words(e);
     let lower = msg.to_ascii_lowercase();
-    if lower.contains("could not select device driver")
-        || lower.contains("nvidia-container-cli")
-        || lower.contains("unknown runtime")
-    {
-        return GpuRequestRejected(msg).into();
+    if super::run::is_gpu_rejection(&msg) {
+        return super::run::gpu_rejection(msg).into();
     }
-    if lower.contains("error setting rlimit") {
+    // runc: "error setting rlimit type 8"; crun (Podman): "setrlimit `RLIMIT_MEMLOCK`".
+    if lower.contains("error setting rlimit") || lower.contains("setrlimit") {
         return WorkstationError::UlimitRefused {
             ulimits: ws.ulimits.iter().map(|(n, v)| format!("{n}={v}")).collect(),
             message: msg,
@@ -448,8 +463,17 @@ pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health
     let Some(h) = state.health else {
         return Ok(Health::Healthy);
     };
+    // Podman 4.3 reports `"Health": {"Status": ""}` for a container without
+    // a healthcheck (Docker leaves Health out).
+    let no_healthcheck = inspect
+        .config
+        .as_ref()
+        .and_then(|c| c.healthcheck.as_ref())
+        .and_then(|h| h.test.as_ref())
+        .map_or(true, |t| t.is_empty() || t[0] == "NONE");
     Ok(match h.status {
         Some(HealthStatusEnum::HEALTHY) | Some(HealthStatusEnum::NONE) | None => Health::Healthy,
+        Some(HealthStatusEnum::EMPTY) if no_healthcheck => Health::Healthy,
         Some(HealthStatusEnum::UNHEALTHY) => Health::Unhealthy(
             h.log
                 .unwrap_or_default()
@@ -673,10 +697,13 @@ mod tests {
             files: Vec::new(),
             home_volume: Some(("ws-home".into(), "/home/dev".into())),
             restart: Some("unless-stopped".into()),
+            userns: Some("keep-id".into()),
+            gpu_api: crate::docker::cdi::GpuApi::Auto,
         };
         let body = ws.create_body();
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
+        assert_eq!(host.userns_mode.as_deref(), Some("keep-id"));
         let mount = &host.mounts.as_ref().unwrap()[0];
         assert_eq!(mount.typ, Some(MountType::BIND));
         assert_eq!(mount.source.as_deref(), Some("/home/me/proj"));

@@ -195,6 +195,8 @@ pub fn container_checks(opts: &Options) -> ContainerChecks {
 pub enum ImagePhase {
     /// Connecting to the Docker engine.
     Connect,
+    /// Connected: what answered, and how it was reached (a note).
+    Engine(crate::docker::EngineInfo),
     /// Reading the image's labels.
     Labels,
     /// Asking the host's NVML for its GPUs.
@@ -230,7 +232,9 @@ pub async fn verify_image_with(
 ) -> anyhow::Result<Report> {
     let words = run.opts.words;
     phase(ImagePhase::Connect);
-    let docker = crate::docker::connect().await?.docker;
+    let engine = crate::docker::connect().await?;
+    phase(ImagePhase::Engine(engine.info.clone()));
+    let docker = engine.docker;
     phase(ImagePhase::Labels);
     let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
     phase(ImagePhase::HostGpus);
@@ -266,6 +270,8 @@ pub async fn verify_image_with(
         cmd: run.cmd.clone(),
         env,
         gpus: gpus.clone(),
+        // CDI where the engine lists CDI GPUs, else the NVIDIA runtime.
+        gpu_api: crate::docker::cdi::GpuApi::Auto,
         binds: run.mounts.clone(),
         labels: run.labels.clone(),
         timeout,

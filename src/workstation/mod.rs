@@ -27,8 +27,12 @@ use crate::verify::{ExpectGpus, Report};
 /// Something [`create`] did on its way that the user should hear of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
-    /// The engine cannot give containers GPUs: the workstation starts without.
-    NoGpus,
+    /// The engine cannot give containers GPUs: the workstation starts
+    /// without; `why` is the engine's reason (or imgctl's, on Podman).
+    NoGpus {
+        /// Why.
+        why: String,
+    },
     /// The engine may not raise these ulimits (`name=value`): the workstation
     /// keeps the engine's; `asked` is what the engine refused.
     UlimitsKept {
@@ -110,7 +114,9 @@ pub async fn create(
                     why: rejected.0.clone(),
                 });
             }
-            note(Note::NoGpus);
+            note(Note::NoGpus {
+                why: rejected.0.clone(),
+            });
             station.gpus = None;
         } else if let Some(WorkstationError::UlimitRefused { ulimits, .. }) =
             e.downcast_ref::<WorkstationError>()

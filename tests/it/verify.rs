@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{imgctl, imgctl_bin, texts};
 
-mod image;
+pub(crate) mod image;
 
 /// Whether this machine has an NVIDIA driver (then the no-GPU tests do not apply).
 fn has_nvidia_driver() -> bool {

@@ -18,7 +18,7 @@ fn labelled_image(guard: &mut EngineGuard, test: &str) -> String {
 }
 
 /// [`labelled_image`] with `extra` Dockerfile lines (a healthcheck).
-fn labelled_image_with(guard: &mut EngineGuard, test: &str, extra: &str) -> String {
+pub(crate) fn labelled_image_with(guard: &mut EngineGuard, test: &str, extra: &str) -> String {
     ensure_bases();
     let tag = test_tag(&format!("ws-{test}"));
     let dir = tempfile::tempdir().unwrap();

@@ -545,7 +545,8 @@ async fn build(
     // process as usual.
     signals.exit_on_next();
     let (pushed, pushed_digests) = if evidence.push {
-        push::push_tags(docker, &plan.tags, &outcome.image_id).await?
+        let podman = engine.product == crate::docker::engine::Product::Podman;
+        push::push_tags(docker, &plan.tags, &outcome.image_id, podman).await?
     } else {
         Default::default()
     };

@@ -54,6 +54,10 @@ fn build_error(e: &BuildError) -> Advice {
             "build with --builder classic (or auto), and --ca-cert instead of --ca-cert-secret"
                 .to_string(),
         ),
+        BuildError::BuildKitOnPodman => Advice::usage(
+            "build with --builder classic (or auto; unset DOCKER_BUILDKIT), and --ca-cert instead of --ca-cert-secret, or build on a Docker engine"
+                .to_string(),
+        ),
         BuildError::BadDockerBuildkit { .. } => Advice::usage(
             "set DOCKER_BUILDKIT=1 (BuildKit) or 0 (classic), or unset it (the docker CLI refuses other values too)"
                 .to_string(),

@@ -37,7 +37,7 @@ fn docker_error(e: &DockerError) -> Advice {
             "set DOCKER_API_VERSION to an API version the engine speaks (`docker version` shows its range), or unset it to negotiate",
         ),
         DockerError::Connect { context: None, .. } => Advice::failure(
-            "start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or point DOCKER_HOST at a running one".to_string(),
+            "start the engine (`sudo systemctl start docker`, or `scripts/setup.sh`), or Podman's service (`systemctl start podman.socket`, or `systemctl --user start podman.socket` rootless), or point DOCKER_HOST at a running one".to_string(),
         ),
         DockerError::Connect {
             context: Some(context),
@@ -161,7 +161,7 @@ fn unknown_context(name: &str, origin: &Origin, known: &[String]) -> Advice {
         Origin::CurrentContext(_) => Advice::usage(format!(
             "choose one with `docker context use NAME` or --context NAME, {create}"
         )),
-        Origin::HostEnv | Origin::Default => {
+        Origin::HostEnv | Origin::Default | Origin::Podman(_) => {
             Advice::usage(format!("choose one with --context NAME, {create}"))
         }
     }

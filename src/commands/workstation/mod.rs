@@ -504,6 +504,8 @@ async fn create(
         // keeps it, `down --volumes` removes it.
         home_volume: Some((format!("{}-home", plan.name), format!("/home/{user}"))),
         restart: plan.restart.clone(),
+        userns: plan.userns.clone(),
+        gpu_api: plan.gpu_api,
     };
     let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
         .chain(plan.ssh.as_ref())
@@ -524,7 +526,10 @@ async fn create(
 /// Says what [`life::create`] did on its way.
 fn say_note(plan: &UpPlan, note: Note) {
     match note {
-        Note::NoGpus => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
+        Note::NoGpus { why } if why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS => printer().info(
+            "Podman's Docker-compatible API gives containers no GPUs: the workstation starts without GPUs",
+        ),
+        Note::NoGpus { .. } => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
         Note::UlimitsKept { dropped, asked } => printer().warn(format!(
             "the engine may not raise the ulimit {} (its own limit is lower; asked for {}): the workstation keeps the engine's, so NCCL may pin less host memory; start dockerd with LimitMEMLOCK=infinity to lift it",
             dropped.join(" "),
@@ -539,11 +544,20 @@ fn say_note(plan: &UpPlan, note: Note) {
 
 /// The error for `--gpus` given by name on an engine that cannot give GPUs.
 fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
+    let podman = why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS;
+    let hint = if podman {
+        "Podman gives GPUs by CDI through its own CLI (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`, then `podman run --device nvidia.com/gpu=all`); for `imgctl up` use a Docker engine with the NVIDIA Container Toolkit, or leave out --gpus to start without GPUs"
+    } else if why.contains("CDI") {
+        "make CDI work as the line says, or pass --gpu-api runtime (the NVIDIA runtime's request), or leave out --gpus to start without GPUs"
+    } else {
+        "install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs"
+    };
     CliError::usage(format!(
-        "--gpus {}: the Docker engine cannot give the container GPUs ({why})",
-        gpus.map_or("none".into(), |g| g.to_string())
+        "--gpus {}: the {} cannot give the container GPUs ({why})",
+        gpus.map_or("none".into(), |g| g.to_string()),
+        if podman { "engine" } else { "Docker engine" }
     ))
-    .with_hint("install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs")
+    .with_hint(hint)
     .into()
 }
 

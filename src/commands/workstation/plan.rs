@@ -57,6 +57,10 @@ pub(super) struct UpPlan {
     pub(super) idle_stop: Option<Duration>,
     /// `--restart`, unless `no`.
     pub(super) restart: Option<String>,
+    /// `--userns MODE` (`keep-id` on rootless Podman).
+    pub(super) userns: Option<String>,
+    /// `--gpu-api`.
+    pub(super) gpu_api: crate::docker::cdi::GpuApi,
 }
 
 /// Checks every flag of `args` (usage errors, exit 2) and fills in defaults.
@@ -134,6 +138,16 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         identity: super::host_key::identity(&args.ssh_key),
         idle_stop: args.idle_stop,
         restart: restart(&args.restart, args.idle_stop.is_some())?,
+        gpu_api: args.gpu_api,
+        userns: match args.userns.as_deref().map(str::trim) {
+            None => None,
+            Some("") => {
+                return Err(CliError::usage("--userns is empty")
+                    .with_hint("pass --userns keep-id (rootless Podman: your uid is the image's user), or leave it out")
+                    .into())
+            }
+            Some(mode) => Some(mode.to_string()),
+        },
     })
 }
 

@@ -19,6 +19,8 @@ pub(super) struct UpReport {
     pub(super) id: String,
     pub(super) image: String,
     pub(super) gpus: String,
+    /// How the GPUs were asked for: `cdi` or `runtime` (null without GPUs).
+    pub(super) gpu_api: Option<String>,
     pub(super) workspace: Option<String>,
     /// The named volume at the user's home (kept by `down`).
     pub(super) home_volume: Option<String>,
@@ -151,6 +153,7 @@ pub(super) fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySumma
         id: w.id.clone(),
         image: w.image.clone(),
         gpus: w.gpus.clone(),
+        gpu_api: w.gpu_api.clone(),
         workspace: w.workspace.clone(),
         home_volume: w.home_volume.clone(),
         already_up,

@@ -167,6 +167,9 @@ pub enum BuildError {
         /// The engine's OS.
         os: String,
     },
+    /// BuildKit was asked for on Podman, whose compatible build is buildah's.
+    #[error("Podman's Docker-compatible build is buildah's, which has no BuildKit API (no secret or cache mounts)")]
+    BuildKitOnPodman,
     /// `DOCKER_BUILDKIT` holds no boolean (the docker CLI refuses it too).
     #[error("DOCKER_BUILDKIT={value:?} is not a boolean (1, 0, true or false)")]
     BadDockerBuildkit {

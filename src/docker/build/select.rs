@@ -11,6 +11,12 @@
 //!
 //! BuildKit asked for by name needs a Linux engine at API 1.39 or later
 //! (Docker 18.09, where the engine's `/build` learnt `version=2`).
+//!
+//! Podman's Docker-compatible `/build` is buildah's: it reports API 1.41 but
+//! has no BuildKit session API (no secret or cache mounts), so on Podman
+//! `auto` is the classic builder and BuildKit asked for (by name, by
+//! `DOCKER_BUILDKIT=1`, or by a build-only CA) is refused at once, before a
+//! build that would wait for a session nobody opens.
 use serde::{Deserialize, Serialize};
 
 use super::BuildError;
@@ -63,6 +69,8 @@ pub enum BuilderReason {
     EngineApi(String),
     /// The engine is not Linux (auto).
     EngineOs(String),
+    /// The engine is Podman, whose compatible build is buildah's (auto).
+    Podman,
 }
 
 impl std::fmt::Display for BuilderReason {
@@ -72,6 +80,7 @@ impl std::fmt::Display for BuilderReason {
             BuilderReason::Environment(v) => write!(f, "{DOCKER_BUILDKIT}={v}"),
             BuilderReason::EngineApi(v) => write!(f, "auto: engine API {v}"),
             BuilderReason::EngineOs(os) => write!(f, "auto: {os} engine"),
+            BuilderReason::Podman => f.write_str("auto: Podman builds with buildah"),
         }
     }
 }
@@ -83,6 +92,8 @@ pub struct EngineFacts {
     pub api: (u32, u32),
     /// The engine's OS (`linux`, `windows`).
     pub os: String,
+    /// Whether the engine is Podman (its build is buildah's: no BuildKit).
+    pub podman: bool,
 }
 
 /// The first API version whose engines make BuildKit `docker build`'s default.
@@ -100,10 +111,14 @@ pub fn decide(
     let api = format!("{}.{}", facts.api.0, facts.api.1);
     let linux = facts.os.eq_ignore_ascii_case("linux");
     let can_buildkit = linux && facts.api >= BUILDKIT_MIN_API;
-    let unsupported = || BuildError::BuildKitUnsupported {
-        api: api.clone(),
-        os: facts.os.clone(),
+    let unsupported = || match facts.podman {
+        true => BuildError::BuildKitOnPodman,
+        false => BuildError::BuildKitUnsupported {
+            api: api.clone(),
+            os: facts.os.clone(),
+        },
     };
+    let can_buildkit = can_buildkit && !facts.podman;
     // Checked whatever the choice, as the docker CLI checks it for every
     // build: a value that is no boolean is a mistake to name, not to skip.
     let env_on = docker_buildkit
@@ -126,7 +141,9 @@ pub fn decide(
                     false => Ok((Builder::Classic, reason)),
                 };
             }
-            if !linux {
+            if facts.podman {
+                Ok((Builder::Classic, BuilderReason::Podman))
+            } else if !linux {
                 Ok((Builder::Classic, BuilderReason::EngineOs(facts.os.clone())))
             } else if facts.api >= BUILDKIT_DEFAULT_API {
                 Ok((Builder::BuildKit, BuilderReason::EngineApi(api)))
@@ -147,6 +164,7 @@ pub fn choose_builder(
     let facts = EngineFacts {
         api: parse_api(&info.api_version).unwrap_or((1, 0)),
         os: info.os.clone(),
+        podman: info.product == crate::docker::engine::Product::Podman,
     };
     let env = std::env::var(DOCKER_BUILDKIT).ok();
     decide(choice, &facts, env.as_deref())
@@ -178,7 +196,31 @@ mod tests {
         EngineFacts {
             api,
             os: os.to_string(),
+            podman: false,
         }
+    }
+
+    #[test]
+    fn podman_builds_classic_and_refuses_buildkit_at_once() {
+        let podman = EngineFacts {
+            podman: true,
+            ..facts((1, 41), "linux")
+        };
+        assert_eq!(
+            decide(BuilderChoice::Auto, &podman, None).unwrap(),
+            (Builder::Classic, BuilderReason::Podman)
+        );
+        for (choice, env) in [
+            (BuilderChoice::BuildKit, None),
+            (BuilderChoice::Auto, Some("1")),
+        ] {
+            let err = decide(choice, &podman, env).unwrap_err();
+            assert!(matches!(err, BuildError::BuildKitOnPodman), "{err}");
+        }
+        assert_eq!(
+            decide(BuilderChoice::Classic, &podman, Some("1")).unwrap(),
+            (Builder::Classic, BuilderReason::Requested)
+        );
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! cleaned up on every path, its report checked against the host's view.
 use super::*;
 
-const BASE: &str = "imgctl-test/debian:bookworm";
+pub(crate) const BASE: &str = "imgctl-test/debian:bookworm";
 
-const TEST_IMAGE: &str = "imgctl-test/verify:latest";
+pub(crate) const TEST_IMAGE: &str = "imgctl-test/verify:latest";
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -22,7 +22,7 @@ async fn engine() -> Option<bollard::Docker> {
 
 /// Builds FROM the local debian base an image holding this imgctl at
 /// /usr/local/bin/imgctl (classic builder, context tar made in memory).
-async fn build_test_image(docker: &bollard::Docker) -> Result<(), String> {
+pub(crate) async fn build_test_image(docker: &bollard::Docker) -> Result<(), String> {
     use futures_util::StreamExt;
     let bin = std::fs::read(imgctl_bin()).map_err(|e| e.to_string())?;
     let dockerfile =
@@ -120,7 +120,7 @@ fn image_setup() -> Option<(tokio::runtime::Runtime, bollard::Docker)> {
     Some((rt, docker))
 }
 
-fn mount_arg() -> String {
+pub(crate) fn mount_arg() -> String {
     let sp = site_packages();
     format!("{0}:{0}:ro", sp.display())
 }
