@@ -649,6 +649,22 @@ pub struct VerifyArgs {
     /// With --fleet: MiB rank 0 sends each node to time its link (1 to 4096).
     #[arg(long, default_value_t = 16, value_name = "MIB", requires = "fleet")]
     pub link_mib: u64,
+    /// With --fleet: seconds between two heartbeats of a node, sent by a thread of its own beside its checks [default: 1].
+    #[arg(
+        long,
+        value_name = "SECS",
+        requires = "fleet",
+        allow_negative_numbers = true
+    )]
+    pub heartbeat: Option<f64>,
+    /// With --fleet: seconds without a heartbeat after which a node that joined is named silent (above --heartbeat) [default: 5].
+    #[arg(
+        long,
+        value_name = "SECS",
+        requires = "fleet",
+        allow_negative_numbers = true
+    )]
+    pub heartbeat_timeout: Option<f64>,
 }
 
 /// `imgctl sample`.

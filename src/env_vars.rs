@@ -58,6 +58,10 @@ pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
 pub const TORCHELASTIC_USE_AGENT_STORE: &str = "TORCHELASTIC_USE_AGENT_STORE";
 /// torchrun's job id (`--rdzv-id`, a fresh UUID with `--standalone`).
 pub const TORCHELASTIC_RUN_ID: &str = "TORCHELASTIC_RUN_ID";
+/// The named pipe of torchrun's worker watchdog (set by its agent when the
+/// agent runs with `TORCHELASTIC_ENABLE_FILE_TIMER=1`): a worker whose timer
+/// there expires is SIGKILLed, and so is the agent itself.
+pub const TORCHELASTIC_TIMER_FILE: &str = "TORCHELASTIC_TIMER_FILE";
 /// How many times torchrun restarted the workers of this job (0 at first).
 pub const TORCHELASTIC_RESTART_COUNT: &str = "TORCHELASTIC_RESTART_COUNT";
 /// The rendezvous's shared secret: set on every rank, each proves it holds

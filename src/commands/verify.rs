@@ -287,6 +287,8 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         .with_hint("e.g. --link-mib 16 (the default)")
         .into());
     }
+    // `--heartbeat`/`--heartbeat-timeout` as train-demo takes them.
+    let heartbeat = super::train_demo::heartbeat_settings(args.heartbeat, args.heartbeat_timeout)?;
     let info = crate::world::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
     let p = printer();
     if info.source == crate::world::launch::LaunchSource::Single {
@@ -296,7 +298,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
     let options = FleetOptions {
         timeout: Duration::from_secs_f64(args.fleet_timeout),
         link_bytes: args.link_mib << 20,
-        heartbeat: crate::world::heartbeat::Settings::default(),
+        heartbeat,
     };
     match fleet::run(&info, options, local)? {
         FleetOutcome::Root(report) => {

@@ -264,7 +264,9 @@ impl Drop for Watchdog {
 pub fn exit_rank(rank: usize, world_size: usize) -> FireAction {
     Box::new(move |reason| {
         // The output layer writes and flushes stderr before the exit; nothing
-        // of ours needs unwinding.
+        // of ours needs unwinding. torchrun's agent must not take the exit
+        // for a stopped worker (see heartbeat::agent_timer).
+        super::heartbeat::agent_timer::release();
         crate::output::exit_with(
             WatchdogError::Fired {
                 rank,

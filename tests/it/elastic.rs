@@ -345,3 +345,102 @@ fn a_killed_rendezvous_host_ends_the_other_node_with_one_line_naming_it() {
 fn a_silent_rendezvous_host_ends_the_other_node_within_a_minute_with_one_line() {
     lose_the_rendezvous_host(true, Duration::from_secs(60));
 }
+
+/// The imgctl process (a training worker under torchrun or srun) running
+/// on node `ns`.
+pub(crate) fn worker_in(ns: &str) -> Option<i32> {
+    let o = std::process::Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "imgctl")
+        })
+}
+
+/// Node B's worker is SIGSTOPped mid-run (its torchrun agent alive, its
+/// sockets open), both agents with torch's worker watchdog
+/// (`TORCHELASTIC_ENABLE_FILE_TIMER=1`): node B's agent, whose timer the
+/// stopped worker no longer renews (`heartbeat::agent_timer`), kills it and
+/// itself a heartbeat interval short of the heartbeat timeout, and rank 0
+/// names rank 1 and its host (without the watchdog node B's agent would
+/// wait 30 s for the stopped worker to honour SIGTERM, and node A's
+/// rendezvous with it:
+/// 39 s to training again, measured); node A's agent restarts its worker
+/// alone, which resumes the last checkpoint within 30 s of the stop.
+#[test]
+fn a_stopped_worker_is_named_and_the_job_trains_again_within_30_s() {
+    let Some(torchrun) = torchrun_or_skip() else {
+        return;
+    };
+    let Some(nodes) = nodes_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = node_config(dir.path());
+    let out = dir.path().join("elastic");
+    // Far more steps than the test waits for: it ends once training resumed.
+    let job = args(&config, &out, 1_000, 4);
+    let watchdog = &[("TORCHELASTIC_ENABLE_FILE_TIMER", "1")];
+    let mut a = elastic_torchrun(&nodes, 0, &torchrun, &job, watchdog);
+    let mut b = elastic_torchrun(&nodes, 1, &torchrun, &job, watchdog);
+    a.wait_for_line(|l| l.starts_with("data parallel: 2 ranks"));
+    a.wait_for_line(|l| l.starts_with("step 12/"));
+    let worker = worker_in(&nodes.names[1]).expect("node B's worker");
+    // SAFETY: SIGSTOP to the imgctl worker this test's torchrun started.
+    unsafe {
+        libc::kill(worker, libc::SIGSTOP);
+    }
+    let stopped = Instant::now();
+    let lost = a.wait_for_line(|l| l.starts_with("error: "));
+    let named = stopped.elapsed();
+    // Node B's agent kills its worker a heartbeat interval before rank 0's
+    // heartbeat would name it: rank 0 sees the connection break (or, on a
+    // slow agent, the silence).
+    let b1 = nodes.addr(1);
+    assert!(
+        lost.starts_with(&format!(
+            "error: rank 0: the connection to rank 1 on {b1} broke"
+        )) || lost.starts_with(&format!(
+            "error: rank 0: no heartbeat from rank 1 on {b1} for "
+        )),
+        "{lost}\n{}",
+        a.text()
+    );
+    assert!(
+        named >= Duration::from_secs(3) && named <= Duration::from_secs(12),
+        "named after {named:?}: {lost}"
+    );
+    // Node B's agent killed the stopped worker, then itself.
+    let status = b.wait_within(Duration::from_secs(20));
+    let b_gone = stopped.elapsed();
+    let status = status.unwrap_or_else(|| panic!("node B's torchrun still runs:\n{}", b.text()));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{}", b.text());
+    // Gone, or a zombie until its new parent reaps it.
+    let dead = || {
+        std::fs::read_to_string(format!("/proc/{worker}/stat")).map_or(true, |s| {
+            s.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !dead() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(dead(), "node B's stopped worker {worker} is alive");
+    a.wait_for_line(|l| l.starts_with("data parallel: 1 rank,"));
+    let c1 = resumed_step(&a.wait_for_line(|l| l.starts_with("resuming from ")));
+    assert!(c1 >= 10, "resumed from step {c1}");
+    a.wait_for_line(|l| l.starts_with(&format!("step {}/", c1 + 1)));
+    let training = stopped.elapsed();
+    assert!(
+        training <= Duration::from_secs(30),
+        "training again {training:?} after the stop:\n{}",
+        a.text()
+    );
+    eprintln!(
+        "a stopped worker under torchrun: named {named:?} after the stop, node B's agent gone {b_gone:?}, \
+         training again on 1 rank {training:?} (resumed step {c1}): {lost}"
+    );
+}

@@ -234,11 +234,12 @@ fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
     let text = root.text();
     assert_eq!(status.code(), Some(1), "{text}");
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    // `rank 1 (ADDR)`, or `HOST (rank 1, ADDR)` when its report came before
+    // the stop (seen: its checks are quick).
+    let a1 = nodes.addr(1);
     assert!(
         flat.contains(&format!(
-            "rank 1 ({}) joined, then went silent: no heartbeat from rank 1 on {} for 5.",
-            nodes.addr(1),
-            nodes.addr(1)
+            "{a1}) joined, then went silent: no heartbeat from rank 1 on {a1} for 5."
         )),
         "{text}"
     );
@@ -247,6 +248,47 @@ fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
         took.as_secs_f64()
     );
     assert!(took < Duration::from_secs(20), "{took:?}:\n{text}");
+}
+
+/// `--heartbeat 0.5 --heartbeat-timeout 2` on every node: a node that
+/// joined, then went silent is named after 2 s of silence, not 5; the
+/// heartbeat flags need `--fleet`.
+#[test]
+fn verify_fleet_takes_the_heartbeat_flags() {
+    use crate::common::{imgctl, texts};
+    let out = imgctl(&["verify", "--expect-gpus", "0", "--heartbeat", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", texts(&out).1);
+    let Some(nodes) = star_or_skip(2) else { return };
+    let bin = imgctl_bin();
+    let beat = ["--heartbeat", "0.5", "--heartbeat-timeout", "2"];
+    let mut root = fleet_rank(&nodes, &bin, 0, 2, &beat);
+    let one = fleet_rank(&nodes, &bin, 1, 2, &beat);
+    wait_for_connections(&nodes, 1, 2);
+    one.stop();
+    let stopped = Instant::now();
+    let status = root
+        .wait_within(Duration::from_secs(40))
+        .unwrap_or_else(|| panic!("rank 0 did not end within 40 s:\n{}", root.text()));
+    let took = stopped.elapsed();
+    let text = root.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let a1 = nodes.addr(1);
+    // `rank 1 (ADDR)`, or `HOST (rank 1, ADDR)` when its report came first.
+    assert!(
+        flat.contains(&format!(
+            "{a1}) joined, then went silent: no heartbeat from rank 1 on {a1} for 2."
+        )),
+        "{text}"
+    );
+    eprintln!(
+        "--heartbeat 0.5 --heartbeat-timeout 2: a silent node named after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(12),
+        "{took:?}:\n{text}"
+    );
 }
 
 /// Waits until node `i` holds an established connection to rank 0's port.
@@ -420,6 +462,14 @@ fn bad_fleet_flags_are_usage_errors() {
             "--link-mib 0 is not from 1 to 4096",
         ),
         (vec!["--image", "x:1"], "cannot be used with"),
+        (
+            vec!["--heartbeat", "0"],
+            "--heartbeat 0 is not a number of seconds",
+        ),
+        (
+            vec!["--heartbeat", "2", "--heartbeat-timeout", "1"],
+            "--heartbeat-timeout 1 is not longer than --heartbeat 2",
+        ),
     ] {
         let mut full = vec!["verify", "--fleet", "--expect-gpus", "0"];
         full.extend(&args);

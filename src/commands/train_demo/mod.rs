@@ -19,6 +19,8 @@ mod events;
 #[cfg(feature = "torch")]
 mod launch;
 #[cfg(feature = "torch")]
+pub(crate) use launch::heartbeat_settings;
+#[cfg(feature = "torch")]
 mod op_profile;
 #[cfg(feature = "torch")]
 pub mod options;

@@ -32,6 +32,7 @@ use std::time::Duration;
 use super::auth::Token;
 use super::rendezvous::{Gathered, Links, Session};
 
+pub mod agent_timer;
 mod monitor;
 #[cfg(test)]
 mod sim;
@@ -216,6 +217,9 @@ pub struct Heartbeat {
     stop: Arc<AtomicBool>,
     frozen: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// Under torchrun with its worker watchdog: the timer this rank renews
+    /// ([`agent_timer`]); released when the heartbeat drops.
+    _agent: Option<agent_timer::AgentTimer>,
 }
 
 impl std::fmt::Debug for Heartbeat {
@@ -347,10 +351,12 @@ impl Heartbeat {
                 .into(),
             )
             .spawn(move || m.run(role, on_lost))?;
+        let pipe = std::env::var_os(crate::env_vars::TORCHELASTIC_TIMER_FILE).map(Into::into);
         Ok(Heartbeat {
             stop,
             frozen,
             thread: Some(thread),
+            _agent: agent_timer::AgentTimer::start(pipe, settings.interval, settings.timeout),
         })
     }
 
@@ -375,9 +381,13 @@ fn no_listener() -> anyhow::Error {
 }
 
 /// The default fire action of a rank: the error as the command layer
-/// renders it, then `_exit` with its status (as the watchdog's).
+/// renders it, then `_exit` with its status (as the watchdog's), its
+/// torchrun agent's timer released first.
 pub fn exit_rank() -> FireAction {
-    Box::new(|err| crate::output::exit_with(err))
+    Box::new(|err| {
+        agent_timer::release();
+        crate::output::exit_with(err)
+    })
 }
 
 #[cfg(test)]

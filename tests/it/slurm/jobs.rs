@@ -190,3 +190,136 @@ fn a_requeued_example_job_resumes_from_the_last_checkpoint() {
     );
     eprintln!("requeued job {id}, resumed from step {last_step}:\n{log}");
 }
+
+/// Waits until `pred` holds for the example's log (polled); how long after
+/// `since` that was. Fails the test past [`PATIENCE`].
+fn wait_for_log(
+    cluster: &Cluster,
+    dir: &Path,
+    id: &str,
+    since: Instant,
+    pred: impl Fn(&str) -> bool,
+) -> Duration {
+    let start = Instant::now();
+    while !pred(&example_log(dir, id)) {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "not in the log:\n{}\n{}",
+            example_log(dir, id),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    since.elapsed()
+}
+
+/// The example job whose rank 1 is SIGSTOPped on node B once a checkpoint
+/// is written (a hung process, its sockets open; the default 30-minute
+/// collective timeout): rank 0's heartbeat names it, srun
+/// `--kill-on-bad-exit` ends the step (slurmstepd's SIGKILL reaches the
+/// stopped task), and the script's retry runs the next step in the same
+/// allocation, which resumes from the last checkpoint and completes the
+/// job: one allocation, no requeue, COMPLETED with exit 0.
+#[test]
+fn a_stopped_rank_fails_the_step_and_the_next_step_resumes() {
+    let Some(cluster) = cluster_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let steps = 40;
+    let out = dir.path().join("run");
+    let id = submit_example(
+        &cluster,
+        dir.path(),
+        &["--requeue", "--open-mode=append"],
+        &[
+            ("OUT", out.to_str().unwrap()),
+            ("TRAIN_ARGS", &example_train_args(dir.path(), steps, 4)),
+        ],
+    );
+    // Written checkpoints (`step-000004`; not one being written).
+    let saved = || -> Vec<u64> {
+        crate::multinode::checkpoints(&out)
+            .iter()
+            .filter_map(|c| c["step-".len()..].parse().ok())
+            .collect()
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while saved().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint:\n{}\n{}",
+            example_log(dir.path(), &id),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let worker = crate::elastic::worker_in(&cluster.nodes().names[1]).expect("rank 1 on node B");
+    // SAFETY: SIGSTOP to the imgctl task of the job this test submitted.
+    unsafe {
+        libc::kill(worker, libc::SIGSTOP);
+    }
+    let stopped = Instant::now();
+    let first_saved = saved()[0];
+    let b = cluster.nodes().addr(1);
+    let w = |pred: &dyn Fn(&str) -> bool| wait_for_log(&cluster, dir.path(), &id, stopped, pred);
+    let lost = format!("error: rank 0: no heartbeat from rank 1 on {b} for ");
+    let named = w(&|log| log.contains(&lost));
+    let retried = w(&|log| {
+        log.lines().any(|l| {
+            l.starts_with("imgctl DDP: the step failed (exit ")
+                && l.ends_with("; step retry 1 of 2 from the last checkpoint")
+        })
+    });
+    w(&|log| log.contains("\nresuming from "));
+    let log = example_log(dir.path(), &id);
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("resuming from "))
+        .unwrap();
+    let resumed: u64 = line
+        .rsplit("(step ")
+        .next()
+        .unwrap()
+        .trim_end_matches(')')
+        .parse()
+        .unwrap();
+    // The first step after the resume (the first step may have logged it too).
+    let first = format!("step {}/", resumed + 1);
+    let training = w(&|log| {
+        log.split_once("\nresuming from ")
+            .is_some_and(|(_, after)| after.lines().any(|l| l.starts_with(&first)))
+    });
+    let state = cluster.wait_for_job(&id, PATIENCE);
+    let log = example_log(dir.path(), &id);
+    assert_eq!(state, "COMPLETED", "{log}\n{}", cluster.logs());
+    assert_eq!(cluster.job_field(&id, "ExitCode"), "0:0", "{log}");
+    assert_eq!(cluster.job_field(&id, "Restarts"), "0", "{log}");
+    // The step resumed from a checkpoint written before the stop, or one
+    // rank 0 wrote after it.
+    assert!(
+        resumed >= first_saved && resumed < steps,
+        "resumed from step {resumed} (step {first_saved} saved at the stop):\n{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "resuming from {} (step {resumed})",
+            out.join("checkpoints")
+                .join(format!("step-{resumed:06}"))
+                .display()
+        )),
+        "{log}"
+    );
+    assert_eq!(log.matches("step retry ").count(), 1, "{log}");
+    assert_eq!(saved().last(), Some(&steps), "{log}");
+    assert!(
+        named <= Duration::from_secs(12),
+        "named after {named:?}:\n{log}"
+    );
+    eprintln!(
+        "a stopped rank under sbatch: named {named:?} after the stop, the step's retry {:?}, \
+         training again (step {}) {training:?} (resumed step {resumed})",
+        retried,
+        resumed + 1
+    );
+}
