@@ -175,7 +175,8 @@ pub(super) fn check_bundle(dir: &Path, public: &Path, kind: &str) -> String {
     pushed
 }
 
-/// The ORAS Python SDK lists both bundles of `digest` from the registry.
+/// The ORAS Python SDK lists both bundles of `digest` from the registry,
+/// each layer titled `sha256-HEX.sigstore.json`.
 fn check_oras(registry: &LocalRegistry, name: &str, digest: &str, out: &Path) {
     std::fs::create_dir_all(out).unwrap();
     let listed = oras_list(registry, name, digest, out);
@@ -187,6 +188,13 @@ fn check_oras(registry: &LocalRegistry, name: &str, digest: &str, out: &Path) {
             assert_eq!(
                 b["annotations"]["dev.sigstore.bundle.content"],
                 "dsse-envelope"
+            );
+            // The layer's file name, as cosign's BUNDLE_SPEC.md suggests.
+            let layer = b["layer"].as_str().unwrap();
+            assert_eq!(
+                b["title"],
+                format!("{}.sigstore.json", layer.replacen(':', "-", 1)),
+                "{b}"
             );
             b["annotations"]["dev.sigstore.bundle.predicateType"]
                 .as_str()
