@@ -4,7 +4,8 @@
 //! trusts them with the CA from a certs.d folder (the round trip's checks,
 //! the other key refused) and from `--registry-ca`; a wrong CA is refused
 //! naming the registry, a `--registry-ca` that is no certificate is a usage
-//! error.
+//! error. `verify --image --key` reads the verdict over HTTPS with
+//! `--registry-ca` too, and `up` refuses a bad one (or one without `--key`).
 use super::round_trip::{check_bundle, check_gate};
 use super::*;
 use crate::build::{busybox_spec, ensure_bases, EngineGuard};
@@ -135,5 +136,59 @@ fn signed_push_and_verify_image_over_https_with_both_key_types() {
         one_error_line(&stderr).contains("--registry-ca /etc/hostname for registry"),
         "{stderr}"
     );
+    before_start_over_https(tag, public, ca, config_dir, &mut guard);
     drop(guard);
+}
+
+/// verify --image and up --key read the verdict over HTTPS the same way:
+/// with the CA, the signed statements are read and, the busybox build
+/// having no verdict, verify.passed fails; without it, HTTPS is the error;
+/// `up` refuses a `--registry-ca` that is no certificate, and one without
+/// `--key`, starting nothing.
+fn before_start_over_https(
+    tag: &str,
+    public: &Path,
+    ca: &str,
+    config_dir: &str,
+    guard: &mut EngineGuard,
+) {
+    let public = public.to_str().unwrap();
+    let gate_before_start = |extra: &[&str]| {
+        let mut args = vec!["verify", "--image", tag, "--key", public];
+        args.extend(extra);
+        let out = imgctl(&args, &[("DOCKER_CONFIG", config_dir)]);
+        let (_, stderr) = texts(&out);
+        (out.status.code(), stderr)
+    };
+    let (code, stderr) = gate_before_start(&["--registry-ca", ca]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("trusted  sha256:"), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("rule verify.passed failed"),
+        "{stderr}"
+    );
+    let (code, stderr) = gate_before_start(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("it speaks HTTPS; put the registry's CA certificate in"),
+        "{stderr}"
+    );
+    let name = format!("imgctl-test-https-up-{}", std::process::id());
+    guard.container(&name);
+    for (extra, said) in [
+        (
+            vec!["--key", public, "--registry-ca", "/etc/hostname"],
+            "--registry-ca /etc/hostname for registry",
+        ),
+        (vec!["--registry-ca", ca], "--key"),
+    ] {
+        let mut args = vec!["up", tag, "--no-mount", "--name", &name];
+        args.extend(extra);
+        let out = imgctl(&args, &[("DOCKER_CONFIG", config_dir)]);
+        let (_, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+    }
+    let listed = crate::build::docker_ok(&["ps", "-aq", "--filter", &format!("name=^{name}$")]);
+    assert!(listed.trim().is_empty(), "up started {name}: {listed}");
 }
