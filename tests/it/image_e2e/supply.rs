@@ -223,7 +223,10 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
         started.elapsed().as_secs_f64()
     );
     signed_verdict_gates(&signed, &keys.join("imgctl.pub"), &config, &dir);
-    let _ = docker(&["rmi", &signed]);
+    // -f: a plain rmi refuses to untag while this run's stopped containers
+    // use the image and no other tag names it (another e2e run on the same
+    // engine may have moved E2E_TAG meanwhile), and the tag was left behind.
+    let _ = docker(&["rmi", "-f", "--no-prune", &signed]);
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         report["image_id"], image,
