@@ -170,6 +170,9 @@ pub struct VerifyImageArgs {
         allow_negative_numbers = true
     )]
     pub registry_timeout: u64,
+    /// The registry's CA certificate (PEM), trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs; a loopback registry is then spoken to over HTTPS [default: those only].
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
 }
 
 /// A duration flag's value (`7d`, `12h`, `90s`): humantime's words.
@@ -293,6 +296,9 @@ pub struct UpArgs {
     /// Start the image only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
     #[arg(long, value_name = "FILE")]
     pub key: Vec<PathBuf>,
+    /// With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only].
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub registry_ca: Option<PathBuf>,
     /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g.
     #[arg(long, value_name = "SIZE", default_value = "16g")]
     pub shm_size: String,
@@ -593,6 +599,9 @@ pub struct VerifyArgs {
     /// With --image: run it only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
     #[arg(long, value_name = "FILE", requires = "image")]
     pub key: Vec<PathBuf>,
+    /// With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only].
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub registry_ca: Option<PathBuf>,
     /// With --image: GPUs for the container: all, a count, device ids (0,2; one: device=3) or GPU-/MIG- UUIDs.
     #[arg(
         long,

@@ -112,31 +112,59 @@ pub async fn candidates(repository: &Repository) -> anyhow::Result<(String, Vec<
     Ok((subject.digest, out))
 }
 
-/// Reads REF's statements and judges `policy` on them with `keys`.
+/// The hint of `--registry-ca` errors.
+const REGISTRY_CA_HINT: &str = "--registry-ca takes the PEM file of the CA that issued the registry's certificate (the docker CLI reads it from /etc/docker/certs.d/HOST:PORT/ca.crt)";
+
+/// The client of `image`'s repository: the docker config's credentials, the
+/// CAs of the certs.d folder and of `--registry-ca` (`registry_ca`; one
+/// that cannot be read or holds no certificate is a usage error), the
+/// deadline of `--registry-timeout`. Made inside `runtime`.
+fn repository(
+    runtime: &tokio::runtime::Runtime,
+    image: &str,
+    registry_ca: Option<&Path>,
+    registry_timeout: u64,
+) -> anyhow::Result<Repository> {
+    let _in_runtime = runtime.enter();
+    let repository = crate::oci::docker_credentials(image)
+        .and_then(|credentials| Repository::new(image, credentials))
+        .map_err(|e| {
+            CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(READS_THE_REGISTRY)
+        })?;
+    let repository = match registry_ca {
+        None => repository,
+        Some(ca) => repository
+            .with_registry_ca(ca, Some("--registry-ca"))
+            .map_err(|e| CliError::usage(format!("{e:#}")).with_hint(REGISTRY_CA_HINT))?,
+    };
+    Ok(repository.with_deadline(
+        std::time::Duration::from_secs(registry_timeout),
+        Some("--registry-timeout"),
+    ))
+}
+
+/// The hint of errors reading the registry.
+const READS_THE_REGISTRY: &str = "pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials; an HTTPS registry's own CA goes in /etc/docker/certs.d/HOST:PORT/ca.crt or --registry-ca FILE";
+
+/// Reads REF's statements and judges `policy` on them with `keys`, trusting
+/// the registry's certificate by the certs.d folder and `registry_ca`.
 pub fn gate(
     image: &str,
     keys: &[PublicKey],
     policy: &Policy,
     registry_timeout: u64,
+    registry_ca: Option<&Path>,
 ) -> anyhow::Result<(String, Evaluation)> {
     crate::image_ref::check(crate::image_ref::Role::Pushed, image)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let repository = repository(&runtime, image, registry_ca, registry_timeout)?;
     let spinner = printer().spinner(format!("reading the signed statements of {image}"));
-    let read = runtime.block_on(async {
-        let credentials = crate::oci::docker_credentials(image)?;
-        let repository = Repository::new(image, credentials)?.with_deadline(
-            std::time::Duration::from_secs(registry_timeout),
-            Some("--registry-timeout"),
-        );
-        candidates(&repository).await
-    });
+    let read = runtime.block_on(candidates(&repository));
     spinner.finish_and_clear();
     let (subject, found) = read.map_err(|e| {
-        CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(
-            "pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials",
-        )
+        CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(READS_THE_REGISTRY)
     })?;
     let evaluation = policy::evaluate(&subject, &found, keys, policy, std::time::SystemTime::now());
     Ok((subject, evaluation))
@@ -216,8 +244,13 @@ pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
 /// manifest it came from in its registry (its repo digest for its own
 /// repository) must carry a verify verdict that passed, signed by one of
 /// `keys`. An image with no such digest (never pushed or pulled from there)
-/// has no verdict that could name it.
-pub fn check_before_start(image: &str, keys: &[std::path::PathBuf]) -> anyhow::Result<()> {
+/// has no verdict that could name it. `registry_ca` (`--registry-ca`) is
+/// trusted for that registry beside the certs.d folder.
+pub fn check_before_start(
+    image: &str,
+    keys: &[std::path::PathBuf],
+    registry_ca: Option<&Path>,
+) -> anyhow::Result<()> {
     if keys.is_empty() {
         return Ok(());
     }
@@ -254,6 +287,7 @@ pub fn check_before_start(image: &str, keys: &[std::path::PathBuf]) -> anyhow::R
         &public,
         &policy,
         crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        registry_ca,
     )?;
     say(&evaluation);
     if !evaluation.passed {
@@ -269,7 +303,13 @@ pub fn check_before_start(image: &str, keys: &[std::path::PathBuf]) -> anyhow::R
 pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
     let keys = read_keys(&args.key)?;
     let policy = policy_of(&args)?;
-    let (subject, evaluation) = gate(&args.image, &keys, &policy, args.registry_timeout)?;
+    let (subject, evaluation) = gate(
+        &args.image,
+        &keys,
+        &policy,
+        args.registry_timeout,
+        args.registry_ca.as_deref(),
+    )?;
     if args.json {
         printer().json(&Gate {
             schema_version: SCHEMA_VERSION,

@@ -145,6 +145,17 @@ pub fn artifact_manifest(
     serde_json::to_vec(&manifest).expect("a manifest serializes")
 }
 
+/// The start of the Sigstore bundles' media types
+/// (`application/vnd.dev.sigstore.bundle.v0.3+json`): [`Repository::push_artifact`]
+/// gives such a layer a [`TITLE_ANNOTATION`].
+///
+/// [`Repository::push_artifact`]: super::Repository::push_artifact
+pub const SIGSTORE_BUNDLE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
+
+/// The OCI annotation of a layer's suggested file name
+/// (`sha256-HEX.sigstore.json` for a bundle, as cosign's BUNDLE_SPEC.md says).
+pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
+
 /// An empty OCI image index.
 pub fn empty_index() -> serde_json::Value {
     serde_json::json!({

@@ -217,7 +217,15 @@ impl Repository {
             annotations: BTreeMap::new(),
         };
         self.push_blob(EMPTY_BLOB).await?;
-        let layer = Descriptor::of(media_type, content);
+        let mut layer = Descriptor::of(media_type, content);
+        if media_type.starts_with(manifest::SIGSTORE_BUNDLE_PREFIX) {
+            // cosign's BUNDLE_SPEC.md: a file name for `oras pull`, the
+            // layer's digest with a hyphen.
+            let title = format!("{}.sigstore.json", layer.digest.replacen(':', "-", 1));
+            layer
+                .annotations
+                .insert(manifest::TITLE_ANNOTATION.to_string(), title);
+        }
         self.push_blob(content).await?;
         let bytes = manifest::artifact_manifest(artifact_type, &layer, &subject, &annotations);
         let descriptor = Descriptor {

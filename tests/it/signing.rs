@@ -13,6 +13,7 @@ use imgctl::sign::{PrivateKey, PublicKey, SignError};
 use crate::common::{imgctl_bin, one_error_line, repo_root, texts, venv_python};
 
 mod gate;
+mod https;
 mod round_trip;
 
 /// The passphrase of the encrypted keys: it must never be printed.

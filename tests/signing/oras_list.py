@@ -7,7 +7,8 @@ usage: oras_list.py HOST:PORT REPO DIGEST USER PASSWORD OUT_DIR
 Asks the referrers API first and, on its 404 (distribution 2.8 has none),
 reads the referrers tag `sha256-<hex>` (the OCI distribution spec's
 fallback), then fetches every bundle's manifest and layer into OUT_DIR.
-Prints one JSON line: how it listed them and each bundle's annotations.
+Prints one JSON line: how it listed them and each bundle's annotations,
+layer digest and layer title (org.opencontainers.image.title).
 """
 
 import hashlib
@@ -47,7 +48,9 @@ def main() -> int:
         name = entry["digest"].replace(":", "-") + ".sigstore.json"
         with open(os.path.join(out_dir, name), "wb") as f:
             f.write(blob)
-        bundles.append({"file": name, "annotations": manifest.get("annotations", {})})
+        bundles.append({"file": name, "annotations": manifest.get("annotations", {}),
+                        "layer": layer["digest"],
+                        "title": layer.get("annotations", {}).get("org.opencontainers.image.title")})
     print(json.dumps({"how": how, "bundles": bundles}))
     return 0
 

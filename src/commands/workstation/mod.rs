@@ -59,7 +59,11 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// `imgctl up`.
 pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
     let plan = plan(&args)?;
-    crate::commands::verify_image::check_before_start(&args.image, &args.key)?;
+    crate::commands::verify_image::check_before_start(
+        &args.image,
+        &args.key,
+        args.registry_ca.as_deref(),
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -188,24 +188,45 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
 
     interrupted_verify_leaves_nothing(&binary);
 
+    // The passing build signs what it attests with a key `imgctl key
+    // generate` made and pushes (its tag only: E2E_TAG stays local).
+    let keys = work.join("sign-key");
+    let made = crate::common::imgctl(&["key", "generate", keys.to_str().unwrap()]);
+    assert!(made.status.success(), "{:?}", texts(&made));
+    let signed = format!("127.0.0.1:{}/imgctl-test/e2e:signed", registry.port);
     let dir = work.join("attest");
+    let started = Instant::now();
     let out = Command::new(imgctl_bin())
         .args(e2e_build_args(&binary))
         .args([
             "--tag",
-            E2E_TAG,
+            &signed,
             "--verify",
             "--expect-gpus",
             "0",
             "--json",
+            "--push",
+            "--sign-key",
+            keys.join("imgctl.key").to_str().unwrap(),
             "--attest",
         ])
         .arg(&dir)
         .env("NO_COLOR", "1")
+        .env("DOCKER_CONFIG", &config)
         .output()
         .unwrap();
     let (stdout, err) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("signed 3 statements with key"), "{err}");
+    eprintln!(
+        "e2e: build --verify --attest --push --sign-key: {:.0} s (the push of the image included)",
+        started.elapsed().as_secs_f64()
+    );
+    signed_verdict_gates(&signed, &keys.join("imgctl.pub"), &config, &dir);
+    // -f: a plain rmi refuses to untag while this run's stopped containers
+    // use the image and no other tag names it (another e2e run on the same
+    // engine may have moved E2E_TAG meanwhile), and the tag was left behind.
+    let _ = docker(&["rmi", "-f", "--no-prune", &signed]);
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         report["image_id"], image,
@@ -263,6 +284,87 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
         verdict["predicate"]["results"].as_array().unwrap().len(),
         verdict["predicate"]["summary"]
     );
+}
+
+/// `imgctl verify-image --require-verify --level quick` trusts the verdict
+/// the real build signed (the statement it names is that verdict's); a
+/// forged, unsigned verdict pushed beside it (claiming level full) is
+/// refused as unsigned, so `--level full` fails on the signed one.
+fn signed_verdict_gates(signed: &str, public: &Path, config: &Path, dir: &Path) {
+    let gate = |level: &str| {
+        let out = Command::new(imgctl_bin())
+            .args(["verify-image", signed, "--key", public.to_str().unwrap()])
+            .args(["--require-verify", "--level", level, "--json"])
+            .env("NO_COLOR", "1")
+            .env("DOCKER_CONFIG", config)
+            .output()
+            .unwrap();
+        let (stdout, err) = texts(&out);
+        let judged: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+        (out.status.code(), judged, err)
+    };
+    let (code, judged, err) = gate("quick");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("may deploy"), "{err}");
+    let verdict = judged["accepted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["predicate_type"] == "urn:imgctl:predicate:verify:v1")
+        .unwrap_or_else(|| panic!("no trusted verdict: {judged}"));
+    for rule in ["verify.passed", "verify.level"] {
+        let outcome = judged["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rule"] == rule)
+            .unwrap_or_else(|| panic!("no rule {rule}: {judged}"));
+        assert_eq!(outcome["held"], true, "{outcome}");
+        assert_eq!(outcome["statement"], verdict["manifest"], "{judged}");
+    }
+
+    // The same verdict, claiming level full, pushed unsigned beside it.
+    let mut forged: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("verify.intoto.json")).unwrap())
+            .unwrap();
+    forged["predicate"]["level"] = "full".into();
+    let credentials = bollard::auth::DockerCredentials {
+        username: Some("e2e".to_string()),
+        password: Some("e2e-pw".to_string()),
+        ..Default::default()
+    };
+    let repo = imgctl::oci::Repository::new(signed, Some(credentials)).unwrap();
+    let in_toto = "application/vnd.in-toto+json";
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let subject = repo.resolve("signed").await.unwrap();
+            let bytes = serde_json::to_vec_pretty(&forged).unwrap();
+            repo.push_artifact(&subject, in_toto, in_toto, &bytes, Default::default())
+                .await
+                .unwrap();
+        });
+    let (code, judged, err) = gate("quick");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        judged["refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["refusal"]["reason"] == "unsigned"),
+        "{judged}"
+    );
+    let (code, _, err) = gate("full");
+    assert_eq!(code, Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default();
+    assert!(line.contains("rule verify.level failed"), "{err}");
+    assert!(err.contains("unsigned"), "{err}");
+    eprintln!("e2e: verify-image: the signed verdict passes --require-verify --level quick; the forged unsigned one is refused");
 }
 
 /// Ctrl-C while `build --verify` runs the image's verify: the verify

@@ -126,7 +126,8 @@ fn signed_build_push_and_verify_image_round_trip_with_both_key_types() {
             &work.path().join(format!("oras-{kind}")),
         );
         let other = work.path().join(cases[1 - i].0).join("imgctl.pub");
-        check_gate(&dir, &tag, (&public, &private), &other, config.path());
+        let env = [("DOCKER_CONFIG", config.path().to_str().unwrap())];
+        check_gate(&dir, &tag, (&public, &private), &other, &env);
     }
     drop(guard);
 }
@@ -140,7 +141,7 @@ fn provenance(dir: &Path) -> Value {
 /// manifest (its statement's subjects name it), securesystemslib verifies
 /// its envelope and openssl its raw signature over DSSE's PAE. Returns the
 /// pushed digest.
-fn check_bundle(dir: &Path, public: &Path, kind: &str) -> String {
+pub(super) fn check_bundle(dir: &Path, public: &Path, kind: &str) -> String {
     let prov = provenance(dir);
     let pushed = format!(
         "sha256:{}",
@@ -174,7 +175,8 @@ fn check_bundle(dir: &Path, public: &Path, kind: &str) -> String {
     pushed
 }
 
-/// The ORAS Python SDK lists both bundles of `digest` from the registry.
+/// The ORAS Python SDK lists both bundles of `digest` from the registry,
+/// each layer titled `sha256-HEX.sigstore.json`.
 fn check_oras(registry: &LocalRegistry, name: &str, digest: &str, out: &Path) {
     std::fs::create_dir_all(out).unwrap();
     let listed = oras_list(registry, name, digest, out);
@@ -186,6 +188,13 @@ fn check_oras(registry: &LocalRegistry, name: &str, digest: &str, out: &Path) {
             assert_eq!(
                 b["annotations"]["dev.sigstore.bundle.content"],
                 "dsse-envelope"
+            );
+            // The layer's file name, as cosign's BUNDLE_SPEC.md suggests.
+            let layer = b["layer"].as_str().unwrap();
+            assert_eq!(
+                b["title"],
+                format!("{}.sigstore.json", layer.replacen(':', "-", 1)),
+                "{b}"
             );
             b["annotations"]["dev.sigstore.bundle.predicateType"]
                 .as_str()
@@ -206,15 +215,16 @@ fn check_oras(registry: &LocalRegistry, name: &str, digest: &str, out: &Path) {
     );
 }
 
-/// verify-image: the right key and the provenance's facts pass (no key
-/// material in its -v output); a wrong spec digest fails its rule; the
-/// other kind's key is refused as unknown.
-fn check_gate(
+/// verify-image (with `env`: the docker config, and over HTTPS where the
+/// CA is): the right key and the provenance's facts pass (no key material
+/// in its -v output); a wrong spec digest fails its rule; the other kind's
+/// key is refused as unknown.
+pub(super) fn check_gate(
     dir: &Path,
     tag: &str,
     (public, private): (&Path, &Path),
     other: &Path,
-    config: &Path,
+    env: &[(&str, &str)],
 ) {
     let prov = provenance(dir);
     let spec = prov["predicate"]["buildDefinition"]["resolvedDependencies"][0]["digest"]["sha256"]
@@ -225,7 +235,6 @@ fn check_gate(
         .as_str()
         .unwrap();
     let public_arg = public.to_str().unwrap();
-    let env = [("DOCKER_CONFIG", config.to_str().unwrap())];
     let args = [
         "verify-image",
         tag,
@@ -237,7 +246,7 @@ fn check_gate(
         builder_id,
         "-v",
     ];
-    let out = imgctl(&args, &env);
+    let out = imgctl(&args, env);
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("PASS  provenance.spec_digest"), "{stderr}");
@@ -253,7 +262,7 @@ fn check_gate(
             "--spec-digest",
             "sha256:00",
         ],
-        &env,
+        env,
     );
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -263,7 +272,7 @@ fn check_gate(
     );
     let out = imgctl(
         &["verify-image", tag, "--key", other.to_str().unwrap()],
-        &env,
+        env,
     );
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
