@@ -40,6 +40,7 @@ pub fn man(args: ManArgs) -> anyhow::Result<ExitStatus> {
             .ok_or_else(|| {
                 let known: Vec<&str> = root
                     .get_subcommands()
+                    .filter(|c| !c.is_hide_set())
                     .map(|c| c.get_name())
                     .filter(|n| *n != "help")
                     .collect();
@@ -57,7 +58,11 @@ pub fn man(args: ManArgs) -> anyhow::Result<ExitStatus> {
 fn write_pages(root: &clap::Command, dir: &Path) -> anyhow::Result<usize> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut pages = vec![(String::from("imgctl"), root.clone())];
-    for sub in root.get_subcommands().filter(|c| c.get_name() != "help") {
+    // Not the hidden ones (`idle-watch`, run by the image's entrypoint).
+    for sub in root
+        .get_subcommands()
+        .filter(|c| c.get_name() != "help" && !c.is_hide_set())
+    {
         let name = format!("imgctl-{}", sub.get_name());
         pages.push((name.clone(), sub.clone().name(name)));
     }
