@@ -101,6 +101,8 @@ impl Drop for EngineGuard {
     fn drop(&mut self) {
         for c in &self.containers {
             let _ = docker(&["rm", "-f", "-v", c]);
+            // A workstation's home volume (`imgctl up` makes NAME-home).
+            let _ = docker(&["volume", "rm", "-f", &format!("{c}-home")]);
         }
         // --no-prune: an image's untagged parents are the classic builder's
         // cache chain, which builds of other tests running at the same time
