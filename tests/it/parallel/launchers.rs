@@ -316,7 +316,11 @@ fn the_launcher_examples_run_valid_imgctl_commands() {
     let line = line
         .replace("\"${train_args[@]}\"", defaults)
         .replace("\"$out\"", "/out");
-    let words: Vec<&str> = line.split_whitespace().collect();
+    // The command ends at the shell's `|| status=$?` (the step retry).
+    let words: Vec<&str> = line
+        .split_whitespace()
+        .take_while(|w| !matches!(*w, "||" | "&&" | ";" | "|"))
+        .collect();
     let at = words.iter().position(|w| *w == "imgctl").unwrap();
     imgctl::cli::Cli::try_parse_from(&words[at..]).unwrap_or_else(|e| panic!("sbatch: {e}"));
     assert!(script.contains("#SBATCH --nodes=2"));
