@@ -80,6 +80,10 @@ pub struct Listed {
     pub tensorboard: Option<(String, u16)>,
     /// The image's user (SSH logs in as it).
     pub user: Option<String>,
+    /// The ports it was made to publish: container port and host port
+    /// (None: one the engine picks at each start); a stopped container
+    /// publishes none, so [`Listed::jupyter`] and the like are None then.
+    pub bound: Vec<(u16, Option<u16>)>,
     /// The JupyterLab token (from the container's environment).
     pub token: Option<String>,
     /// Creation time, seconds since the epoch.
@@ -133,8 +137,8 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
                     .or_insert((p.ip.unwrap_or_default(), public));
             }
         }
-        let token = container_env(docker, &id)
-            .await
+        let (env, bound) = container_facts(docker, &id).await;
+        let token = env
             .into_iter()
             .find_map(|e| e.strip_prefix("JUPYTER_TOKEN=").map(str::to_string));
         let running = c.state.as_ref().map(|s| s.to_string()).as_deref() == Some("running");
@@ -161,6 +165,7 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             tensorboard: published.get(&TENSORBOARD_PORT).cloned(),
             user: labels.get(LABEL_USER).cloned(),
             token,
+            bound,
             created: c.created.unwrap_or_default(),
             home_volume: labels.get(LABEL_HOME_VOLUME).cloned(),
             ssh_alias: labels.get(LABEL_SSH_ALIAS).cloned(),
@@ -172,15 +177,36 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
     Ok(out)
 }
 
-/// The container's environment (`K=V`), empty when it cannot be read.
-async fn container_env(docker: &bollard::Docker, id: &str) -> Vec<String> {
-    docker
+/// The container's environment (`K=V`) and the ports it was made to
+/// publish (container port, host port; None: one the engine picks), both
+/// empty when it cannot be read.
+async fn container_facts(
+    docker: &bollard::Docker,
+    id: &str,
+) -> (Vec<String>, Vec<(u16, Option<u16>)>) {
+    let Ok(inspected) = docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
-        .ok()
-        .and_then(|i| i.config)
-        .and_then(|c| c.env)
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    let env = inspected.config.and_then(|c| c.env).unwrap_or_default();
+    let mut bound: Vec<(u16, Option<u16>)> = inspected
+        .host_config
+        .and_then(|h| h.port_bindings)
         .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(key, bindings)| {
+            let container = key.split('/').next()?.parse().ok()?;
+            let host = bindings
+                .unwrap_or_default()
+                .first()
+                .and_then(|b| b.host_port.as_deref().and_then(|p| p.parse().ok()));
+            Some((container, host))
+        })
+        .collect();
+    bound.sort_unstable();
+    (env, bound)
 }
 
 #[cfg(test)]

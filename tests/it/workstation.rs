@@ -420,6 +420,15 @@ fn down_and_logs_default_to_this_folders_workstation() {
     let name = format!("imgctl-f15-{}", std::process::id());
     guard.container(&name);
     let home = tempfile::tempdir().unwrap();
+    // A key in ~/.ssh: `up` turns SSH on with it (published port, kept host
+    // key), which a restarted workstation must not count as a difference.
+    std::fs::create_dir(home.path().join(".ssh")).unwrap();
+    let keygen = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(home.path().join(".ssh/id_ed25519"))
+        .status()
+        .unwrap();
+    assert!(keygen.success());
     let here = |args: &[&str], dir: &std::path::Path| {
         Command::new(crate::common::imgctl_bin())
             .args(args)
@@ -472,6 +481,8 @@ fn down_and_logs_default_to_this_folders_workstation() {
         stderr.contains("starting it again with its token, keys and folder"),
         "{stderr}"
     );
+    // Stopped, it publishes no port; what it was made with is no difference.
+    assert!(!stderr.contains("other settings"), "{stderr}");
     assert!(stdout.contains(&format!("{name} is up in ")), "{stdout}");
     assert_eq!(
         docker_ok(&["inspect", "--format", "{{.Id}} {{.State.Running}}", &name]),

@@ -327,27 +327,48 @@ fn differences(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<String> {
     if let Some(has) = shm {
         differ("--shm-size", size_words(has), size_words(plan.shm_bytes));
     }
-    let port =
-        |p: &Option<(String, u16)>| p.as_ref().map_or("off".to_string(), |(_, p)| p.to_string());
+    // The host port of a container port: the one published now, or for a
+    // stopped workstation (which publishes none) the one it was made with
+    // (Some(None): one the engine picks at each start); None: no such port.
+    let has = |live: &Option<(String, u16)>, container: u16| -> Option<Option<u16>> {
+        match live {
+            Some((_, p)) => Some(Some(*p)),
+            None => w
+                .bound
+                .iter()
+                .find(|(c, _)| *c == container)
+                .map(|(_, h)| *h),
+        }
+    };
+    let words = |p: Option<Option<u16>>| match p {
+        None => "off".to_string(),
+        Some(None) => "any".to_string(),
+        Some(Some(p)) => p.to_string(),
+    };
     if plan.jupyter.given {
         differ(
             "--jupyter-port",
-            port(&w.jupyter),
+            words(has(&w.jupyter, ws::JUPYTER_PORT)),
             plan.jupyter.host.map_or("off".into(), |p| p.to_string()),
         );
     }
     let service =
-        |asked: &Option<PortPlan>, has: &Option<(String, u16)>, what: &str| match (asked, has) {
-            (Some(a), Some((_, p))) if a.given && a.host != Some(*p) => Some(format!(
-                "{what}: it has port {p}, asked {}",
+        |asked: &Option<PortPlan>, has: Option<Option<u16>>, what: &str| match (asked, has) {
+            (Some(a), Some(p)) if a.given && a.host != p => Some(format!(
+                "{what}: it has port {}, asked {}",
+                words(Some(p)),
                 a.host.map_or("any".into(), |h| h.to_string())
             )),
             (Some(_), None) => Some(format!("{what}: it has none, asked one")),
             // Not asking (no key, no --tensorboard) is no asking for none.
             _ => None,
         };
-    out.extend(service(&plan.ssh, &w.ssh, "SSH"));
-    out.extend(service(&plan.tensorboard, &w.tensorboard, "TensorBoard"));
+    out.extend(service(&plan.ssh, has(&w.ssh, ws::SSH_PORT), "SSH"));
+    out.extend(service(
+        &plan.tensorboard,
+        has(&w.tensorboard, ws::TENSORBOARD_PORT),
+        "TensorBoard",
+    ));
     out
 }
 
