@@ -48,7 +48,8 @@ pub struct EngineInfo {
     pub origin: Origin,
     /// Which engine answered.
     pub product: Product,
-    /// Whether the engine runs rootless: Docker's `/info` says
+    /// Whether the engine runs rootless (false until [`Engine::ask_rootless`]
+    /// asked): Docker's `/info` says
     /// `name=rootless` among its security options; rootless Podman 4.3 does
     /// not, and is told by its storage root under `~/.local/share/containers`.
     pub rootless: bool,
@@ -161,22 +162,6 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
     } else {
         Product::Docker
     };
-    let system = tokio::time::timeout(INFO_TIMEOUT, docker.info())
-        .await
-        .ok()
-        .and_then(Result::ok);
-    let rootless = system.is_some_and(|i| {
-        let said = i
-            .security_options
-            .is_some_and(|opts| opts.iter().any(|o| o == "name=rootless"));
-        // Podman 4.3's compatible /info leaves that option out (its own
-        // `Rootless` field is not Docker's schema); its storage root tells:
-        // rootless Podman keeps images under ~/.local/share/containers.
-        let podman_home = podman
-            && i.docker_root_dir
-                .is_some_and(|d| d.contains("/.local/share/containers/"));
-        said || podman_home
-    });
     let info = EngineInfo {
         version: facts.version.unwrap_or_else(unknown),
         engine_api: facts.api_version.unwrap_or_else(unknown),
@@ -186,9 +171,37 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         context,
         origin,
         product,
-        rootless,
+        // Asked only where it is said ([`Engine::ask_rootless`]): `/info`
+        // counts the engine's images and containers, which `ps`, `down`
+        // and `logs` have no use for.
+        rootless: false,
     };
     Ok(Engine { docker, info })
+}
+
+impl Engine {
+    /// Asks the engine's `/info` whether it runs rootless (at most
+    /// [`INFO_TIMEOUT`]; no answer leaves it rootful) and records it in
+    /// [`EngineInfo::rootless`], for the engine line.
+    pub async fn ask_rootless(&mut self) {
+        let podman = self.info.product == Product::Podman;
+        let system = tokio::time::timeout(INFO_TIMEOUT, self.docker.info())
+            .await
+            .ok()
+            .and_then(Result::ok);
+        self.info.rootless = system.is_some_and(|i| {
+            let said = i
+                .security_options
+                .is_some_and(|opts| opts.iter().any(|o| o == "name=rootless"));
+            // Podman 4.3's compatible /info leaves that option out (its own
+            // `Rootless` field is not Docker's schema); its storage root tells:
+            // rootless Podman keeps images under ~/.local/share/containers.
+            let podman_home = podman
+                && i.docker_root_dir
+                    .is_some_and(|d| d.contains("/.local/share/containers/"));
+            said || podman_home
+        });
+    }
 }
 
 /// `request` with its path under `/v<api>` (`/images/json` →

@@ -95,8 +95,17 @@ pub struct Listed {
     /// The private key of the `ssh` line's `-i`.
     pub ssh_identity: Option<String>,
     /// Why a stopped workstation stopped, as its entrypoint said last
+    /// (filled by [`read_stop_reasons`])
     /// (`idle-stop: idle for 1h`, `SIGTERM`); None when running or unsaid.
     pub stopped_why: Option<String>,
+}
+
+/// Fills [`Listed::stopped_why`] of the stopped ones among `listed` from
+/// their logs (one request each: `ps` asks, `up` and `down` do not).
+pub async fn read_stop_reasons(docker: &bollard::Docker, listed: &mut [Listed]) {
+    for w in listed.iter_mut().filter(|w| w.state != "running") {
+        w.stopped_why = stop_reason(&log_tail(docker, &w.id, 40).await);
+    }
 }
 
 /// The reason in the entrypoint's last `stopping (WHY)` line of a log.
@@ -141,12 +150,6 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
         let token = env
             .into_iter()
             .find_map(|e| e.strip_prefix("JUPYTER_TOKEN=").map(str::to_string));
-        let running = c.state.as_ref().map(|s| s.to_string()).as_deref() == Some("running");
-        let stopped_why = if running {
-            None
-        } else {
-            stop_reason(&log_tail(docker, &id, 40).await)
-        };
         out.push(Listed {
             name: c
                 .names
@@ -170,7 +173,7 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             home_volume: labels.get(LABEL_HOME_VOLUME).cloned(),
             ssh_alias: labels.get(LABEL_SSH_ALIAS).cloned(),
             ssh_identity: labels.get(LABEL_SSH_IDENTITY).cloned(),
-            stopped_why,
+            stopped_why: None,
         });
     }
     out.sort_by_key(|w| w.created);

@@ -23,9 +23,9 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 
 pub use super::listing::{
-    list, log_tail, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS, LABEL_GPU_API,
-    LABEL_HOME_VOLUME, LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER, LABEL_WORKSPACE,
-    LABEL_WORKSTATION, SSH_PORT, TENSORBOARD_PORT,
+    list, log_tail, read_stop_reasons, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS,
+    LABEL_GPU_API, LABEL_HOME_VOLUME, LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER,
+    LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT, TENSORBOARD_PORT,
 };
 use super::run::device_request;
 use super::tail::Tail;

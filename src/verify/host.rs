@@ -232,7 +232,8 @@ pub async fn verify_image_with(
 ) -> anyhow::Result<Report> {
     let words = run.opts.words;
     phase(ImagePhase::Connect);
-    let engine = crate::docker::connect().await?;
+    let mut engine = crate::docker::connect().await?;
+    engine.ask_rootless().await;
     phase(ImagePhase::Engine(engine.info.clone()));
     let docker = engine.docker;
     phase(ImagePhase::Labels);

@@ -158,7 +158,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
         // A build can stream for an hour without new headers; bollard's default
         // request timeout (120 s) only covers the response headers, but the
         // context upload of a large binary counts too.
-        let engine = crate::docker::connect().await?;
+        let mut engine = crate::docker::connect().await?;
+        engine.ask_rootless().await;
         let docker = engine.docker.with_timeout(Duration::from_secs(3600));
         // A build-only CA needs BuildKit: `auto` then asks for it by name.
         let choice = match args.image.builder {

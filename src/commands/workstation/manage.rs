@@ -20,7 +20,9 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
         .build()?;
     let listed = runtime.block_on(async {
         let docker = crate::docker::connect().await?.docker;
-        ws::list(&docker, args.all).await
+        let mut listed = ws::list(&docker, args.all).await?;
+        ws::read_stop_reasons(&docker, &mut listed).await;
+        anyhow::Ok(listed)
     })?;
     if args.json {
         let rows: Vec<UpReport> = listed.iter().map(|w| report_of(w, false, None)).collect();
