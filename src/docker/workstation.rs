@@ -648,6 +648,11 @@ pub async fn remove(docker: &bollard::Docker, name: &str, grace: Duration) -> an
     remove_by_id(docker, &id).await
 }
 
+/// Whether the named volume `name` exists (an engine that cannot tell: no).
+pub async fn volume_exists(docker: &bollard::Docker, name: &str) -> bool {
+    docker.inspect_volume(name).await.is_ok()
+}
+
 /// Removes the named volume `name`; gone already is fine.
 pub async fn remove_volume(docker: &bollard::Docker, name: &str) -> anyhow::Result<()> {
     match docker

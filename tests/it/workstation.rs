@@ -131,6 +131,13 @@ fn up_refuses_what_a_new_user_trips_on_with_one_line_and_leaves_nothing() {
     assert!(one_error_line(&texts(&out).1).contains("--wait 0 is not a number of seconds"));
 
     // down and logs touch only workstations.
+    // Nor its home volume: the failed ups' containers took theirs along.
+    assert!(
+        !docker(&["volume", "inspect", &format!("{name}-home")])
+            .status
+            .success(),
+        "a failed up left the volume {name}-home"
+    );
     let out = imgctl(&["down", &name]);
     assert_eq!(out.status.code(), Some(2));
     assert!(one_error_line(&texts(&out).1).contains(&format!("no workstation named {name}")));

@@ -143,21 +143,41 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
         id_label(labels::UID).unwrap_or(1000),
         id_label(labels::GID).unwrap_or(1000),
     );
+    // The engine makes the home volume with the container; a new one goes
+    // again when the container does (a taken port, refused GPUs, Ctrl-C
+    // before healthy). One in use by a kept container is not removed.
+    let home = home_volume(&plan.name);
+    let home_is_new = !ws::volume_exists(&docker, &home).await;
     let creating = Instant::now();
-    let (id, gpus) = create(&docker, &plan, (&user, owner), &token, &note)
-        .await
-        .inspect_err(|_| spinner.finish_and_clear())?;
-    let created_in = creating.elapsed();
-    let guard = ContainerGuard::new(id.clone());
-    spinner.set_message(format!(
-        "waiting for {} to answer (the image's healthcheck)",
-        services(&plan)
-    ));
-    let how = Arrival {
-        created_in: Some(created_in),
-        guard: Some(guard),
+    let created = create(&docker, &plan, (&user, owner), &token, &note).await;
+    let made = match created {
+        Err(e) => {
+            spinner.finish_and_clear();
+            Err(e)
+        }
+        Ok((id, gpus)) => {
+            let created_in = creating.elapsed();
+            let guard = ContainerGuard::new(id.clone());
+            spinner.set_message(format!(
+                "waiting for {} to answer (the image's healthcheck)",
+                services(&plan)
+            ));
+            let how = Arrival {
+                created_in: Some(created_in),
+                guard: Some(guard),
+            };
+            come_up(&docker, &plan, &id, gpus, spinner, interrupt, how).await
+        }
     };
-    come_up(&docker, &plan, &id, gpus, spinner, interrupt, how).await
+    if made.is_err() && home_is_new {
+        let _ = ws::remove_volume(&docker, &home).await;
+    }
+    made
+}
+
+/// The named volume at the user's home of workstation `name`.
+fn home_volume(name: &str) -> String {
+    format!("{name}-home")
 }
 
 /// How a workstation reached [`come_up`]: made now (how long the engine
@@ -527,7 +547,7 @@ async fn create(
         files,
         // The user's home outlives the container (#45 item 4): `down`
         // keeps it, `down --volumes` removes it.
-        home_volume: Some((format!("{}-home", plan.name), format!("/home/{user}"))),
+        home_volume: Some((home_volume(&plan.name), format!("/home/{user}"))),
         restart: plan.restart.clone(),
         userns: plan.userns.clone(),
         gpu_api: plan.gpu_api,
