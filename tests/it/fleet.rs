@@ -221,8 +221,12 @@ fn a_node_killed_after_joining_and_one_that_never_came_are_named_within_the_boun
 fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
     let Some(nodes) = star_or_skip(2) else { return };
     let bin = imgctl_bin();
-    let mut root = fleet_rank(&nodes, &bin, 0, 2, &[]);
-    let one = fleet_rank(&nodes, &bin, 1, 2, &[]);
+    // 256 MiB to probe and all-reduce: seconds, so the stop lands before
+    // the verdict even when rank 1's quick checks win the race (CI saw the
+    // stop land in a 16 MiB all-reduce).
+    let slow = ["--link-mib", "256"];
+    let mut root = fleet_rank(&nodes, &bin, 0, 2, &slow);
+    let one = fleet_rank(&nodes, &bin, 1, 2, &slow);
     // Its rendezvous and its heartbeat connection: it has joined.
     wait_for_connections(&nodes, 1, 2);
     one.stop();
@@ -243,6 +247,7 @@ fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
         )),
         "{text}"
     );
+    eprintln!("{text}");
     eprintln!(
         "a silent node named after {:.1} s (fleet timeout 45 s)",
         took.as_secs_f64()
@@ -260,7 +265,14 @@ fn verify_fleet_takes_the_heartbeat_flags() {
     assert_eq!(out.status.code(), Some(2), "{}", texts(&out).1);
     let Some(nodes) = star_or_skip(2) else { return };
     let bin = imgctl_bin();
-    let beat = ["--heartbeat", "0.5", "--heartbeat-timeout", "2"];
+    let beat = [
+        "--heartbeat",
+        "0.5",
+        "--heartbeat-timeout",
+        "2",
+        "--link-mib",
+        "256",
+    ];
     let mut root = fleet_rank(&nodes, &bin, 0, 2, &beat);
     let one = fleet_rank(&nodes, &bin, 1, 2, &beat);
     wait_for_connections(&nodes, 1, 2);

@@ -341,6 +341,28 @@ pub fn run(
             },
         )
     };
+    // A node silent during the all-reduce (or after it): the heartbeat shut
+    // its stream, so the all-reduce saw a broken connection; the heartbeat's
+    // reason is the true one.
+    let mut all_reduce = all_reduce;
+    {
+        let heard = silent.lock().unwrap_or_else(|e| e.into_inner());
+        for node in nodes.iter_mut().filter(|n| n.state == NodeState::Reported) {
+            if let Some(why) = heard.get(&node.rank) {
+                node.state = NodeState::Lost;
+                node.reason = Some(why.clone());
+                if !matches!(
+                    all_reduce.status,
+                    super::result::Status::Pass | super::result::Status::Skip
+                ) {
+                    all_reduce = super::result::CheckResult::error(
+                        ALL_REDUCE_ID,
+                        format!("rank {} went silent during the all-reduce", node.rank),
+                    );
+                }
+            }
+        }
+    }
     let mut report = judge(nodes, info.world_size);
     report.push(all_reduce);
     report.seconds = start.elapsed().as_secs_f64();
