@@ -220,15 +220,48 @@ fn a_node_killed_after_joining_and_one_that_never_came_are_named_within_the_boun
 #[test]
 fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
     let Some(nodes) = star_or_skip(2) else { return };
+    let took = silent_node_is_named(&nodes, &[], "5.");
+    eprintln!(
+        "a silent node named after {:.1} s (fleet timeout 45 s)",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+/// `--heartbeat 0.5 --heartbeat-timeout 2` on every node: a node that
+/// joined, then went silent is named after 2 s of silence, not 5; the
+/// heartbeat flags need `--fleet`.
+#[test]
+fn verify_fleet_takes_the_heartbeat_flags() {
+    use crate::common::{imgctl, texts};
+    let out = imgctl(&["verify", "--expect-gpus", "0", "--heartbeat", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", texts(&out).1);
+    let Some(nodes) = star_or_skip(2) else { return };
+    let beat = ["--heartbeat", "0.5", "--heartbeat-timeout", "2"];
+    let took = silent_node_is_named(&nodes, &beat, "2.");
+    eprintln!(
+        "--heartbeat 0.5 --heartbeat-timeout 2: a silent node named after {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(12),
+        "{took:?}"
+    );
+}
+
+/// Two nodes with `beat` flags; rank 1 is stopped once it has joined (its
+/// rendezvous and heartbeat connections are up). Rank 0 must fail naming it
+/// as silent for `secs` (the start of the figure it prints); returns the
+/// time from the stop to rank 0's end.
+fn silent_node_is_named(nodes: &Nodes, beat: &[&str], secs: &str) -> Duration {
     let bin = imgctl_bin();
     // 256 MiB to probe and all-reduce: seconds, so the stop lands before
     // the verdict even when rank 1's quick checks win the race (CI saw the
     // stop land in a 16 MiB all-reduce).
-    let slow = ["--link-mib", "256"];
-    let mut root = fleet_rank(&nodes, &bin, 0, 2, &slow);
-    let one = fleet_rank(&nodes, &bin, 1, 2, &slow);
-    // Its rendezvous and its heartbeat connection: it has joined.
-    wait_for_connections(&nodes, 1, 2);
+    let args = [beat, &["--link-mib", "256"]].concat();
+    let mut root = fleet_rank(nodes, &bin, 0, 2, &args);
+    let one = fleet_rank(nodes, &bin, 1, 2, &args);
+    wait_for_connections(nodes, 1, 2);
     one.stop();
     let stopped = Instant::now();
     let status = root
@@ -243,64 +276,11 @@ fn a_node_that_joined_then_went_silent_is_named_within_the_heartbeat_timeout() {
     let a1 = nodes.addr(1);
     assert!(
         flat.contains(&format!(
-            "{a1}) joined, then went silent: no heartbeat from rank 1 on {a1} for 5."
+            "{a1}) joined, then went silent: no heartbeat from rank 1 on {a1} for {secs}"
         )),
         "{text}"
     );
-    eprintln!("{text}");
-    eprintln!(
-        "a silent node named after {:.1} s (fleet timeout 45 s)",
-        took.as_secs_f64()
-    );
-    assert!(took < Duration::from_secs(20), "{took:?}:\n{text}");
-}
-
-/// `--heartbeat 0.5 --heartbeat-timeout 2` on every node: a node that
-/// joined, then went silent is named after 2 s of silence, not 5; the
-/// heartbeat flags need `--fleet`.
-#[test]
-fn verify_fleet_takes_the_heartbeat_flags() {
-    use crate::common::{imgctl, texts};
-    let out = imgctl(&["verify", "--expect-gpus", "0", "--heartbeat", "1"]);
-    assert_eq!(out.status.code(), Some(2), "{}", texts(&out).1);
-    let Some(nodes) = star_or_skip(2) else { return };
-    let bin = imgctl_bin();
-    let beat = [
-        "--heartbeat",
-        "0.5",
-        "--heartbeat-timeout",
-        "2",
-        "--link-mib",
-        "256",
-    ];
-    let mut root = fleet_rank(&nodes, &bin, 0, 2, &beat);
-    let one = fleet_rank(&nodes, &bin, 1, 2, &beat);
-    wait_for_connections(&nodes, 1, 2);
-    one.stop();
-    let stopped = Instant::now();
-    let status = root
-        .wait_within(Duration::from_secs(40))
-        .unwrap_or_else(|| panic!("rank 0 did not end within 40 s:\n{}", root.text()));
-    let took = stopped.elapsed();
-    let text = root.text();
-    assert_eq!(status.code(), Some(1), "{text}");
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let a1 = nodes.addr(1);
-    // `rank 1 (ADDR)`, or `HOST (rank 1, ADDR)` when its report came first.
-    assert!(
-        flat.contains(&format!(
-            "{a1}) joined, then went silent: no heartbeat from rank 1 on {a1} for 2."
-        )),
-        "{text}"
-    );
-    eprintln!(
-        "--heartbeat 0.5 --heartbeat-timeout 2: a silent node named after {:.1} s",
-        took.as_secs_f64()
-    );
-    assert!(
-        took >= Duration::from_millis(1500) && took < Duration::from_secs(12),
-        "{took:?}:\n{text}"
-    );
+    took
 }
 
 /// Waits until node `i` holds an established connection to rank 0's port.
