@@ -6,36 +6,46 @@
 //! through scripts/engine-tests.sh 28, where scripts/dev-engine.sh turns the
 //! `cdi` feature on) the container must see both edits, and asking for
 //! `nvidia.com/gpu` (no spec) names `nvidia-ctk cdi generate`; on the
-//! machine's Docker 20.10 (API 1.41) `--gpu-api cdi` is refused in one line;
-//! on Podman 4.3 every GPU request is (its compatible API drops them:
-//! tests/it/podman.rs asks with each `--gpu-api`).
+//! machine's Docker 20.10 (API 1.41) `--gpu-api cdi` is refused in one line.
+//! On Podman 4.3 (whose compatible API drops GPU requests) imgctl makes the
+//! container through libpod's create: [`podman`] runs the same fake vendor
+//! there, rootful and rootless.
 use std::process::{Command, Output};
 
 use crate::build::{docker_ok, EngineGuard};
 use crate::common::{imgctl_bin, one_error_line, texts};
 
-/// A CDI spec of the fake vendor, written to `/var/run/cdi` under a name of
-/// this process, removed when dropped.
-struct FakeVendorSpec(std::path::PathBuf);
+mod podman;
 
-impl FakeVendorSpec {
-    fn write() -> Self {
-        let dir = std::path::Path::new("/var/run/cdi");
-        std::fs::create_dir_all(dir).unwrap();
-        let path = dir.join(format!("imgctl-test-{}.yaml", std::process::id()));
-        std::fs::write(
-            &path,
-            r#"cdiVersion: "0.5.0"
-kind: imgctl.test/gpu
-devices:
-  - name: "0"
+/// The fake vendor's device `0`: an environment variable, and `/dev/null`
+/// as `/dev/imgctl-test-gpu0`.
+const DEVICE_0: &str = r#"  - name: "0"
     containerEdits:
       env:
         - IMGCTL_TEST_CDI_GPU=0
       deviceNodes:
         - path: /dev/imgctl-test-gpu0
           hostPath: /dev/null
-"#,
+"#;
+
+/// A CDI spec of the fake vendor, written to `/var/run/cdi` under a name of
+/// this process and test, removed when dropped.
+struct FakeVendorSpec(std::path::PathBuf);
+
+impl FakeVendorSpec {
+    /// The spec with [`DEVICE_0`].
+    fn write(test: &str) -> Self {
+        Self::with_devices(test, DEVICE_0)
+    }
+
+    /// The spec with `devices` (YAML entries of its `devices` list).
+    fn with_devices(test: &str, devices: &str) -> Self {
+        let dir = std::path::Path::new("/var/run/cdi");
+        std::fs::create_dir_all(dir).unwrap();
+        let path = dir.join(format!("imgctl-test-{}-{test}.yaml", std::process::id()));
+        std::fs::write(
+            &path,
+            format!("cdiVersion: \"0.5.0\"\nkind: imgctl.test/gpu\ndevices:\n{devices}"),
         )
         .unwrap();
         Self(path)
@@ -73,7 +83,7 @@ fn up(name: &str, image: &str, kind: Option<&str>, extra: &[&str]) -> Output {
 
 #[test]
 fn a_fake_vendors_cdi_device_reaches_the_container_or_cdi_is_refused_in_one_line() {
-    let _spec = FakeVendorSpec::write();
+    let _spec = FakeVendorSpec::write("docker");
     let mut guard = EngineGuard::default();
     let image = crate::workstation::labelled_image_with(
         &mut guard,
