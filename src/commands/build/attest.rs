@@ -566,9 +566,10 @@ fn sign_all(
     Ok(out)
 }
 
-/// The verdict in short, for the build report.
+/// The verdict in short, for the build report (with how the container's
+/// GPUs were asked for: `cdi`, `runtime` or `none`).
 pub fn verify_summary(report: &Report) -> Value {
-    json!({"passed": report.passed, "level": report.level, "expect_gpus": report.expect_gpus, "summary": report.summary})
+    json!({"passed": report.passed, "level": report.level, "expect_gpus": report.expect_gpus, "gpu_api": report.gpu_api, "summary": report.summary})
 }
 
 #[cfg(test)]
