@@ -52,11 +52,7 @@ pub struct GpuRequestRejected(pub String);
 
 impl std::fmt::Display for GpuRequestRejected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the Docker engine cannot give the container GPUs: {}",
-            self.0
-        )
+        write!(f, "the engine cannot give the container GPUs: {}", self.0)
     }
 }
 

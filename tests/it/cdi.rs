@@ -17,44 +17,70 @@ use crate::common::{imgctl_bin, one_error_line, texts};
 
 mod podman;
 
-/// The fake vendor's device `0`: an environment variable, and `/dev/null`
-/// as `/dev/imgctl-test-gpu0`.
-const DEVICE_0: &str = r#"  - name: "0"
+/// The fake vendor's CDI spec: device `0` (an environment variable, and
+/// `/dev/null` as `/dev/imgctl-test-gpu0`) and device `1` (a variable, and
+/// the node [`device_1_node`] at the same path on both sides, which only
+/// the rootless Podman test makes).
+fn spec_text() -> String {
+    format!(
+        r#"cdiVersion: "0.5.0"
+kind: imgctl.test/gpu
+devices:
+  - name: "0"
     containerEdits:
       env:
         - IMGCTL_TEST_CDI_GPU=0
       deviceNodes:
         - path: /dev/imgctl-test-gpu0
           hostPath: /dev/null
-"#;
+  - name: "1"
+    containerEdits:
+      env:
+        - IMGCTL_TEST_CDI_GPU=1
+      deviceNodes:
+        - path: {}
+"#,
+        device_1_node().display()
+    )
+}
 
-/// A CDI spec of the fake vendor, written to `/var/run/cdi` under a name of
-/// this process and test, removed when dropped.
-struct FakeVendorSpec(std::path::PathBuf);
+/// Where device `1`'s node is, on the host and in the container.
+fn device_1_node() -> std::path::PathBuf {
+    format!("/dev/imgctl-test-gpu1-{}", std::process::id()).into()
+}
+
+/// How many of this process's tests hold the spec: one file for them all,
+/// since two specs naming the same device (`imgctl.test/gpu=0`) conflict,
+/// and the engine then resolves neither.
+static SPEC_HOLDERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+/// The fake vendor's spec in `/var/run/cdi` under a name of this process,
+/// written by the first test to hold it and removed when the last lets go.
+struct FakeVendorSpec;
 
 impl FakeVendorSpec {
-    /// The spec with [`DEVICE_0`].
-    fn write(test: &str) -> Self {
-        Self::with_devices(test, DEVICE_0)
+    fn path() -> std::path::PathBuf {
+        format!("/var/run/cdi/imgctl-test-{}.yaml", std::process::id()).into()
     }
 
-    /// The spec with `devices` (YAML entries of its `devices` list).
-    fn with_devices(test: &str, devices: &str) -> Self {
-        let dir = std::path::Path::new("/var/run/cdi");
-        std::fs::create_dir_all(dir).unwrap();
-        let path = dir.join(format!("imgctl-test-{}-{test}.yaml", std::process::id()));
-        std::fs::write(
-            &path,
-            format!("cdiVersion: \"0.5.0\"\nkind: imgctl.test/gpu\ndevices:\n{devices}"),
-        )
-        .unwrap();
-        Self(path)
+    fn write() -> Self {
+        let mut holders = SPEC_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        if *holders == 0 {
+            std::fs::create_dir_all("/var/run/cdi").unwrap();
+            std::fs::write(Self::path(), spec_text()).unwrap();
+        }
+        *holders += 1;
+        Self
     }
 }
 
 impl Drop for FakeVendorSpec {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let mut holders = SPEC_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        *holders -= 1;
+        if *holders == 0 {
+            let _ = std::fs::remove_file(Self::path());
+        }
     }
 }
 
@@ -83,7 +109,7 @@ fn up(name: &str, image: &str, kind: Option<&str>, extra: &[&str]) -> Output {
 
 #[test]
 fn a_fake_vendors_cdi_device_reaches_the_container_or_cdi_is_refused_in_one_line() {
-    let _spec = FakeVendorSpec::write("docker");
+    let _spec = FakeVendorSpec::write();
     let mut guard = EngineGuard::default();
     let image = crate::workstation::labelled_image_with(
         &mut guard,

@@ -416,6 +416,8 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
     );
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("verify's JSON");
     assert_eq!(report["context"], "container");
+    // No GPU was asked for (--expect-gpus 0), and the report says so.
+    assert_eq!(report["gpu_api"], "none", "{stdout}");
     let status = |id: &str| {
         report["results"]
             .as_array()

@@ -577,6 +577,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_verify_summary_says_how_the_gpus_were_asked_for() {
+        let mut report = Report::new(
+            "container",
+            Some("img".into()),
+            crate::verify::Level::Quick,
+            ExpectGpus::Any,
+            vec![],
+        );
+        report.gpu_api = Some("cdi".into());
+        assert_eq!(verify_summary(&report)["gpu_api"], "cdi");
+    }
+
+    #[test]
     fn urls_lose_their_user_and_password() {
         assert_eq!(
             without_userinfo("https://me:tok3n@pypi.example/simple"),

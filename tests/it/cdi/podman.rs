@@ -108,7 +108,7 @@ fn left(name: &str) -> String {
 
 #[test]
 fn on_rootful_podman_the_fake_vendors_device_reaches_the_workstation_through_libpod() {
-    let _spec = FakeVendorSpec::write("podman");
+    let _spec = FakeVendorSpec::write();
     busybox_base();
     load_into_podman(crate::build::BUSYBOX_BASE);
     let service = PodmanService::rootful();
@@ -237,14 +237,13 @@ fn on_rootful_podman_the_fake_vendors_device_reaches_the_workstation_through_lib
     );
 }
 
-/// A device node made on the host at `/dev/imgctl-test-gpu1-PID` (the
-/// numbers of `/dev/null`), removed when dropped.
+/// Device `1`'s node ([`super::device_1_node`]), made on the host with the
+/// numbers of `/dev/null`, removed when dropped.
 struct HostNode(std::path::PathBuf);
 
 impl HostNode {
     fn make() -> Self {
-        let path =
-            std::path::PathBuf::from(format!("/dev/imgctl-test-gpu1-{}", std::process::id()));
+        let path = super::device_1_node();
         let out = Command::new("mknod")
             .args(["-m", "666"])
             .arg(&path)
@@ -269,13 +268,8 @@ impl Drop for HostNode {
 
 #[test]
 fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workstation() {
-    let node = HostNode::make();
-    let devices = format!(
-        "{}  - name: \"1\"\n    containerEdits:\n      env:\n        - IMGCTL_TEST_CDI_GPU=1\n      deviceNodes:\n        - path: {}\n",
-        super::DEVICE_0,
-        node.0.display()
-    );
-    let _spec = FakeVendorSpec::with_devices("rootless", &devices);
+    let _node = HostNode::make();
+    let _spec = FakeVendorSpec::write();
     busybox_base();
     let service = PodmanService::rootless();
     let runtime = service.dir.path().to_path_buf();
@@ -332,6 +326,13 @@ fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workst
     assert_eq!(ok.status.code(), Some(0), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
     assert_eq!(report["gpu_api"], "cdi", "{stdout}");
+    // libpod's create carries the ulimits (the compatible one drops them
+    // rootless): the runtime refuses memlock=-1 above the user's hard
+    // limit, and up keeps the engine's and says so.
+    assert!(
+        stderr.contains("may not raise the ulimit memlock=-1"),
+        "{stderr}"
+    );
     let (log, _) = texts(&logs);
     assert!(log.contains("IMGCTL_TEST_CDI_GPU=1"), "{log}");
     assert!(
@@ -343,5 +344,91 @@ fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workst
     let line = one_error_line(&refused).to_string();
     assert!(line.contains("error creating device nodes"), "{refused}");
     assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "");
-    eprintln!("up --gpus device=1 --gpu-api cdi on rootless Podman: {up_s:.1} s; the renamed node: {line}");
+    eprintln!("up --gpus device=1 --gpu-api cdi on rootless Podman: {up_s:.1} s; its stderr:\n{stderr}\nthe renamed node: {line}");
+}
+
+#[test]
+fn on_podman_a_run_with_cdi_names_no_spec_knows_is_refused_and_its_container_removed() {
+    use imgctl::docker::cdi::GpuApi;
+    use imgctl::docker::run::{run_to_completion, GpuRequestRejected, RunRequest};
+    busybox_base();
+    load_into_podman(crate::build::BUSYBOX_BASE);
+    let service = PodmanService::rootful();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let endpoint = imgctl::docker::endpoint::Endpoint {
+        address: service.address(),
+        context: None,
+        origin: imgctl::docker::endpoint::Origin::HostEnv,
+    };
+    let engine = rt
+        .block_on(imgctl::docker::engine::connect_to(endpoint))
+        .expect("connect to the Podman service");
+    let label = (
+        "io.imgctl.test.cdi-run".to_string(),
+        std::process::id().to_string(),
+    );
+    let request = |gpu_api| RunRequest {
+        image: crate::build::BUSYBOX_BASE.to_string(),
+        cmd: vec!["echo".into(), "ran".into()],
+        gpus: Some(imgctl::gpus::GpuSelection::All),
+        gpu_api,
+        labels: [label.clone()].into_iter().collect(),
+        timeout: std::time::Duration::from_secs(60),
+        ..Default::default()
+    };
+    let left = || {
+        let out = podman(&[
+            "ps",
+            "-a",
+            "-q",
+            "--filter",
+            &format!("label={}={}", label.0, label.1),
+        ]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // The container verify --image would run (the same path): made by
+    // libpod's create, refused at start for want of a spec, removed.
+    let started = Instant::now();
+    let err = rt
+        .block_on(run_to_completion(&engine.docker, request(GpuApi::Auto)))
+        .unwrap_err();
+    let refused_s = started.elapsed().as_secs_f64();
+    let rejected = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<GpuRequestRejected>())
+        .unwrap_or_else(|| panic!("not a GPU refusal: {err:#}"));
+    assert!(
+        rejected
+            .0
+            .contains("unresolvable CDI devices nvidia.com/gpu=all"),
+        "{rejected}"
+    );
+    assert!(rejected.0.contains("nvidia-ctk cdi generate"), "{rejected}");
+    assert_eq!(left(), "");
+    // The runtime's request: refused before anything is made.
+    let err = rt
+        .block_on(run_to_completion(&engine.docker, request(GpuApi::Runtime)))
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("Podman has no NVIDIA runtime hook"),
+        "{err:#}"
+    );
+    assert_eq!(left(), "");
+    // Without GPUs: the compatible create, and no GPU API to record.
+    let out = rt
+        .block_on(run_to_completion(
+            &engine.docker,
+            RunRequest {
+                gpus: None,
+                ..request(GpuApi::Auto)
+            },
+        ))
+        .unwrap();
+    assert_eq!((out.exit_code, out.stdout.trim()), (0, "ran"));
+    assert_eq!(out.gpu_api, None);
+    assert_eq!(left(), "");
+    eprintln!("a run with nvidia.com/gpu=all on rootful Podman (no spec): refused in {refused_s:.1} s: {rejected}");
 }
