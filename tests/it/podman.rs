@@ -582,12 +582,20 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
     assert_eq!(logs.status.code(), Some(0), "{}", texts(&logs).1);
     assert!(texts(&logs).0.contains("h-podman-ws-started"), "{logs:?}");
     std::fs::write(workspace.path().join("notes.txt"), "kept").unwrap();
-    let out = imgctl_on(&service, &["down", "--time", "1", &name]);
+    // --volumes: the home volume goes too (a plain down keeps it, and
+    // every run of this test left one in Podman's storage).
+    let out = imgctl_on(&service, &["down", "--volumes", "--time", "1", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
     assert!(texts(&out).1.contains(&format!("removed {name}")));
     assert_eq!(
         podman(&["ps", "-a", "-q", "--filter", &format!("name=^{name}$")]).stdout,
         b""
+    );
+    let home = format!("{name}-home");
+    assert_eq!(
+        podman(&["volume", "ls", "-q", "--filter", &format!("name={home}")]).stdout,
+        b"",
+        "{home} was left"
     );
     assert!(workspace.path().join("notes.txt").exists());
     eprintln!("up on rootful Podman (busybox, with the refused --gpus tries): {up_s:.1} s; stderr of up:\n{stderr}");
