@@ -296,7 +296,7 @@ pub async fn verify_image_with(
                 results.push(
                     CheckResult::fail("host.container", rej.to_string())
                         .threshold(format!("{} {gpus_text}", words.gpus))
-                        .hint(format!("install the NVIDIA Container Toolkit and restart the engine (`{}`), or pass {} 0 to run without GPUs", words.toolkit_configure, words.expect_gpus)),
+                        .hint(gpu_refusal_hint(rej, &words)),
                 );
             } else if e.to_string().contains("executable file not found") {
                 return Err(VerifyError::NoImgctlInImage {
@@ -384,6 +384,19 @@ pub async fn verify_image_with(
     );
     report.gpu_api = Some(gpu_api);
     Ok(report)
+}
+
+/// What to do about the engine's GPU refusal `rej`: make a CDI spec where
+/// none named the GPUs (Podman, or Docker with CDI), else install the
+/// toolkit; or run without GPUs.
+fn gpu_refusal_hint(rej: &GpuRequestRejected, words: &super::wording::Wording) -> String {
+    if rej.0.contains("no CDI spec for") {
+        return format!(
+            "make a CDI spec for the GPUs as the line says, or pass {} 0 to run without GPUs",
+            words.expect_gpus
+        );
+    }
+    format!("install the NVIDIA Container Toolkit and restart the engine (`{}`), or pass {} 0 to run without GPUs", words.toolkit_configure, words.expect_gpus)
 }
 
 /// How long the container may run: every check of every GPU its full
