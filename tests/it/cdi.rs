@@ -19,8 +19,8 @@ mod podman;
 
 /// The fake vendor's CDI spec: device `0` (an environment variable, and
 /// `/dev/null` as `/dev/imgctl-test-gpu0`) and device `1` (a variable, and
-/// the node [`device_1_node`] at the same path on both sides, which only
-/// the rootless Podman test makes).
+/// the node [`device_1_node`] at the same path on both sides, for rootless
+/// Podman: see [`podman`]).
 fn spec_text() -> String {
     format!(
         r#"cdiVersion: "0.5.0"
@@ -55,7 +55,8 @@ fn device_1_node() -> std::path::PathBuf {
 static SPEC_HOLDERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
 
 /// The fake vendor's spec in `/var/run/cdi` under a name of this process,
-/// written by the first test to hold it and removed when the last lets go.
+/// and device `1`'s node (made with the numbers of `/dev/null`), made by
+/// the first test to hold them and removed when the last lets go.
 struct FakeVendorSpec;
 
 impl FakeVendorSpec {
@@ -66,6 +67,20 @@ impl FakeVendorSpec {
     fn write() -> Self {
         let mut holders = SPEC_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
         if *holders == 0 {
+            let node = device_1_node();
+            let _ = std::fs::remove_file(&node);
+            let out = Command::new("mknod")
+                .args(["-m", "666"])
+                .arg(&node)
+                .args(["c", "1", "3"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "mknod {}: {}",
+                node.display(),
+                texts(&out).1
+            );
             std::fs::create_dir_all("/var/run/cdi").unwrap();
             std::fs::write(Self::path(), spec_text()).unwrap();
         }
@@ -80,6 +95,7 @@ impl Drop for FakeVendorSpec {
         *holders -= 1;
         if *holders == 0 {
             let _ = std::fs::remove_file(Self::path());
+            let _ = std::fs::remove_file(device_1_node());
         }
     }
 }

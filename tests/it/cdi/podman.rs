@@ -11,8 +11,8 @@
 //! make a device node, so it bind-mounts the host's file at the container's
 //! path, and the OCI spec's device carries no host path to bind from (runc:
 //! `error creating device nodes: mount /dev/imgctl-test-gpu0:…: no such file
-//! or directory`). The rootless test gives a device node made on the host at
-//! the path the container sees, and checks that refusal of the renamed one.
+//! or directory`). The rootless test gives device `1`, a node made on the
+//! host at the path the container sees, and checks the refusal of device `0`.
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
 
@@ -237,38 +237,8 @@ fn on_rootful_podman_the_fake_vendors_device_reaches_the_workstation_through_lib
     );
 }
 
-/// Device `1`'s node ([`super::device_1_node`]), made on the host with the
-/// numbers of `/dev/null`, removed when dropped.
-struct HostNode(std::path::PathBuf);
-
-impl HostNode {
-    fn make() -> Self {
-        let path = super::device_1_node();
-        let out = Command::new("mknod")
-            .args(["-m", "666"])
-            .arg(&path)
-            .args(["c", "1", "3"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mknod {}: {}",
-            path.display(),
-            texts(&out).1
-        );
-        Self(path)
-    }
-}
-
-impl Drop for HostNode {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[test]
 fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workstation() {
-    let _node = HostNode::make();
     let _spec = FakeVendorSpec::write();
     busybox_base();
     let service = PodmanService::rootless();
