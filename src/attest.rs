@@ -238,6 +238,7 @@ pub fn verify_statement(facts: &BuildFacts, report: &crate::verify::Report) -> V
             "context": report.context,
             "level": report.level,
             "expectGpus": report.expect_gpus,
+            "gpuApi": report.gpu_api,
             "driver": message_of("nvml.driver").into_iter().next(),
             "gpus": message_of("nvml.identity"),
             "verifiedOn": facts.verified_on,
@@ -365,6 +366,7 @@ mod tests {
             image: Some("sha256:aaaa".into()),
             level: Level::Quick,
             expect_gpus: "1".into(),
+            gpu_api: Some("cdi".into()),
             results: vec![
                 CheckResult::new("nvml.driver", Status::Pass, "driver 570.86.15, CUDA 12.8"),
                 CheckResult::new("nvml.device_count", Status::Fail, "0 GPUs, expected 1"),
@@ -383,6 +385,7 @@ mod tests {
         assert_eq!(s["predicate"]["driver"], "driver 570.86.15, CUDA 12.8");
         assert_eq!(s["predicate"]["results"][1]["status"], "fail");
         assert_eq!(s["predicate"]["expectGpus"], "1");
+        assert_eq!(s["predicate"]["gpuApi"], "cdi");
     }
 
     #[test]

@@ -8,9 +8,12 @@
 //! its discovered devices (`/info`'s `DiscoveredDevices`, Docker 28.3 on),
 //! else the runtime: an engine that has CDI on but no spec for the GPUs keeps
 //! working as it did. Podman 4.3's compatible API takes neither (it drops
-//! `DeviceRequests` and reads a `Devices` entry as a host path), so a GPU
-//! request is refused there before it is sent. The kind is `nvidia.com/gpu`
-//! unless `IMGCTL_CDI_KIND` names another (another vendor's, a test's).
+//! `DeviceRequests` and reads a `Devices` entry as a host path), so on Podman
+//! GPUs are CDI names sent through libpod's own create ([`super::libpod`]):
+//! `auto` is CDI there, and the runtime's request is refused before anything
+//! is sent (Podman has no NVIDIA runtime hook behind its API). The kind is
+//! `nvidia.com/gpu` unless `IMGCTL_CDI_KIND` names another (another
+//! vendor's, a test's).
 //!
 //! Part: the shared floor (`docs/architecture.md`).
 use bollard::models::DeviceRequest;
@@ -37,11 +40,11 @@ pub fn device_request(gpus: &GpuSelection) -> DeviceRequest {
     }
 }
 
-/// Why a GPU request goes nowhere on Podman (measured on Podman 4.3.1: its
-/// compatible container create drops `DeviceRequests` without a word, and
-/// takes a `Devices` entry as a host path, so a CDI name fails with `stat
-/// nvidia.com/gpu=0: no such file or directory`).
-pub const PODMAN_DROPS_GPU_REQUESTS: &str = "Podman's Docker-compatible API drops GPU requests (DeviceRequests) and takes no CDI device names: the container would start without GPUs";
+/// Why the NVIDIA runtime's request goes nowhere on Podman (measured on
+/// Podman 4.3.1: its compatible container create drops `DeviceRequests`
+/// without a word, and libpod's create has no device request at all; GPUs
+/// reach its containers as CDI device names only).
+pub const PODMAN_HAS_NO_RUNTIME_HOOK: &str = "Podman has no NVIDIA runtime hook through its API (its compatible create drops the runtime's device request): GPUs reach its containers by CDI device names only";
 
 /// The engine refused the GPU request (no nvidia runtime / container toolkit).
 #[derive(Debug)]
@@ -49,11 +52,7 @@ pub struct GpuRequestRejected(pub String);
 
 impl std::fmt::Display for GpuRequestRejected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the Docker engine cannot give the container GPUs: {}",
-            self.0
-        )
+        write!(f, "the engine cannot give the container GPUs: {}", self.0)
     }
 }
 
@@ -134,6 +133,19 @@ pub struct CdiFacts {
     pub devices: Option<Vec<String>>,
 }
 
+/// How GPUs go to the engine: the request, which way was used, and whether
+/// it goes through libpod's create (Podman) rather than the compatible one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRequest {
+    /// The device request (driver `nvidia` or `cdi`).
+    pub request: DeviceRequest,
+    /// Which way: [`GpuApi::Cdi`] or [`GpuApi::Runtime`].
+    pub api: GpuApi,
+    /// Whether the container must be made by libpod's create
+    /// ([`super::libpod`]): Podman, whose compatible create drops it.
+    pub libpod: bool,
+}
+
 /// Decides how `gpus` are asked for (pure): the request, which way was
 /// used, or why the engine cannot take them.
 pub fn decide(
@@ -141,11 +153,36 @@ pub fn decide(
     api: GpuApi,
     facts: &CdiFacts,
     kind: &str,
-) -> Result<(DeviceRequest, GpuApi), GpuRequestRejected> {
-    if facts.podman {
-        return Err(GpuRequestRejected(PODMAN_DROPS_GPU_REQUESTS.to_string()));
-    }
+) -> Result<GpuRequest, GpuRequestRejected> {
     let names = cdi_names(gpus, kind);
+    let compat = |(request, api): (DeviceRequest, GpuApi)| GpuRequest {
+        request,
+        api,
+        libpod: false,
+    };
+    if facts.podman {
+        // CDI names through libpod's create, whether asked for or `auto`;
+        // a name no spec knows is refused by Podman at start.
+        return match api {
+            GpuApi::Runtime => Err(GpuRequestRejected(PODMAN_HAS_NO_RUNTIME_HOOK.to_string())),
+            GpuApi::Auto | GpuApi::Cdi => Ok(GpuRequest {
+                request: cdi_request(names),
+                api: GpuApi::Cdi,
+                libpod: true,
+            }),
+        };
+    }
+    decide_docker(names, gpus, api, facts, kind).map(compat)
+}
+
+/// [`decide`] for a Docker engine, whose compatible create takes both.
+fn decide_docker(
+    names: Vec<String>,
+    gpus: &GpuSelection,
+    api: GpuApi,
+    facts: &CdiFacts,
+    kind: &str,
+) -> Result<(DeviceRequest, GpuApi), GpuRequestRejected> {
     let listed = |devices: &[String]| {
         names.iter().all(|n| {
             let all = n.ends_with("=all");
@@ -204,7 +241,7 @@ pub async fn gpu_request(
     docker: &bollard::Docker,
     gpus: Option<&GpuSelection>,
     api: GpuApi,
-) -> Result<Option<(DeviceRequest, GpuApi)>, GpuRequestRejected> {
+) -> Result<Option<GpuRequest>, GpuRequestRejected> {
     let Some(gpus) = gpus else {
         return Ok(None);
     };
@@ -264,7 +301,7 @@ mod tests {
     fn auto_takes_cdi_only_where_the_engine_lists_the_devices() {
         let all = GpuSelection::All;
         let kind = NVIDIA_KIND;
-        let way = |facts: &CdiFacts| decide(&all, GpuApi::Auto, facts, kind).unwrap().1;
+        let way = |facts: &CdiFacts| decide(&all, GpuApi::Auto, facts, kind).unwrap().api;
         assert_eq!(way(&docker28(Some(&["nvidia.com/gpu=0"]))), GpuApi::Cdi);
         assert_eq!(way(&docker28(Some(&["other.com/gpu=0"]))), GpuApi::Runtime);
         assert_eq!(way(&docker28(None)), GpuApi::Runtime);
@@ -273,6 +310,29 @@ mod tests {
             ..docker28(Some(&["nvidia.com/gpu=0"]))
         };
         assert_eq!(way(&docker20), GpuApi::Runtime);
+    }
+
+    #[test]
+    fn podman_takes_cdi_names_through_libpod_and_refuses_the_runtime() {
+        // Podman 4.3's compatible API says 1.41 and lists no CDI devices.
+        let podman = CdiFacts {
+            podman: true,
+            api: (1, 41),
+            ..Default::default()
+        };
+        let two = GpuSelection::parse("device=0,1").unwrap();
+        for api in [GpuApi::Auto, GpuApi::Cdi] {
+            let asked = decide(&two, api, &podman, NVIDIA_KIND).unwrap();
+            assert_eq!(asked.api, GpuApi::Cdi, "{api}");
+            assert!(asked.libpod, "{api}");
+            assert_eq!(asked.request.driver.as_deref(), Some("cdi"));
+            assert_eq!(
+                asked.request.device_ids.unwrap(),
+                ["nvidia.com/gpu=0", "nvidia.com/gpu=1"]
+            );
+        }
+        let err = decide(&two, GpuApi::Runtime, &podman, NVIDIA_KIND).unwrap_err();
+        assert_eq!(err.0, PODMAN_HAS_NO_RUNTIME_HOOK);
     }
 
     #[test]
@@ -295,21 +355,17 @@ mod tests {
         let words = no_spec("unresolvable CDI devices nvidia.com/gpu=all", NVIDIA_KIND);
         assert!(words.contains("no CDI spec for nvidia.com/gpu"), "{words}");
         assert!(words.contains("nvidia-ctk cdi generate"), "{words}");
-        let podman = CdiFacts {
-            podman: true,
-            ..docker28(None)
-        };
-        assert_eq!(why(&podman), PODMAN_DROPS_GPU_REQUESTS);
         // Listed or not: sent, and the engine decides.
-        let (request, way) = decide(
+        let asked = decide(
             &GpuSelection::All,
             GpuApi::Cdi,
             &docker28(Some(&[])),
             "imgctl.test/gpu",
         )
         .unwrap();
-        assert_eq!(way, GpuApi::Cdi);
-        assert_eq!(request.device_ids.unwrap(), ["imgctl.test/gpu=all"]);
+        assert_eq!(asked.api, GpuApi::Cdi);
+        assert!(!asked.libpod);
+        assert_eq!(asked.request.device_ids.unwrap(), ["imgctl.test/gpu=all"]);
         assert!(is_unresolvable(
             "failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=all"
         ));

@@ -8,7 +8,7 @@
 //! ([`context`]), running a build and reading its stream ([`build`]), images
 //! (inspect, tag, push, remove: [`image`]), registry credentials ([`auth`]),
 //! and running containers with GPU requests (by the NVIDIA runtime or CDI:
-//! [`cdi`]; [`run`]), with guards that
+//! [`cdi`]; on Podman through libpod's own create: [`libpod`]; [`run`]), with guards that
 //! remove what it created on every path. What it keeps of a helper's or a
 //! container's output for an error or a report is bounded ([`tail`]). It
 //! knows nothing of specs or checks, and it prints nothing: commands do. Its errors are [`DockerError`] (and
@@ -24,6 +24,7 @@ pub mod endpoint;
 pub mod engine;
 mod error;
 pub mod image;
+pub mod libpod;
 pub mod listing;
 pub mod run;
 pub mod tail;

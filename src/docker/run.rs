@@ -25,7 +25,7 @@ use super::tail::{Tail, OUTPUT_TAIL};
 use super::DockerError;
 use crate::gpus::GpuSelection;
 
-pub use super::cdi::{device_request, GpuRequestRejected, PODMAN_DROPS_GPU_REQUESTS};
+pub use super::cdi::{device_request, GpuRequestRejected, PODMAN_HAS_NO_RUNTIME_HOOK};
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -69,6 +69,9 @@ pub struct RunOutput {
     pub stderr: String,
     /// How many bytes of stderr came before those (0: all of it is there).
     pub stderr_cut: u64,
+    /// How its GPUs were asked for ([`super::cdi::GpuApi::Cdi`] or
+    /// [`super::cdi::GpuApi::Runtime`]); None: no GPU was.
+    pub gpu_api: Option<super::cdi::GpuApi>,
 }
 
 /// Label every container imgctl starts carries.
@@ -318,8 +321,10 @@ pub async fn run_to_completion_with(
         labels.insert(LABEL_BOOT.into(), boot);
     }
     let request = super::cdi::gpu_request(docker, req.gpus.as_ref(), req.gpu_api).await?;
+    let gpu_api = request.as_ref().map(|r| r.api);
+    let libpod = request.as_ref().is_some_and(|r| r.libpod);
     let host_config = HostConfig {
-        device_requests: request.map(|(r, _)| vec![r]),
+        device_requests: request.map(|r| vec![r.request]),
         binds: (!req.binds.is_empty()).then(|| req.binds.clone()),
         ..Default::default()
     };
@@ -335,32 +340,44 @@ pub async fn run_to_completion_with(
         host_config: Some(host_config),
         ..Default::default()
     };
+    // On Podman, CDI names go through libpod's create.
+    let spec = libpod
+        .then(|| super::libpod::spec(None, &body))
+        .transpose()?;
     // Listen for Ctrl-C, SIGTERM and SIGHUP from before the container exists,
     // so none slips between its creation and the wait below.
     let mut interrupt = super::Termination::install()?;
-    let created = docker
-        .create_container(Some(CreateContainerOptions::default()), body)
-        .await
-        .map_err(|e| {
-            if let Some(too_much) = super::transport::too_much(&e) {
-                return DockerError::EngineTooMuch(too_much).into();
+    let created = match &spec {
+        Some(spec) => super::libpod::create(docker, spec).await,
+        None => {
+            docker
+                .create_container(Some(CreateContainerOptions::default()), body)
+                .await
+        }
+    };
+    let created = created.map_err(|e| {
+        if let Some(too_much) = super::transport::too_much(&e) {
+            return DockerError::EngineTooMuch(too_much).into();
+        }
+        let msg = super::transport::words(&e);
+        if is_gpu_rejection(&msg) {
+            anyhow::Error::new(gpu_rejection(msg))
+        } else if msg.contains("No such image")
+            || msg.contains("image not known")
+            || msg.contains("404")
+        {
+            DockerError::NoImageForContainer {
+                image: req.image.clone(),
             }
-            let msg = super::transport::words(&e);
-            if is_gpu_rejection(&msg) {
-                anyhow::Error::new(gpu_rejection(msg))
-            } else if msg.contains("No such image") || msg.contains("404") {
-                DockerError::NoImageForContainer {
-                    image: req.image.clone(),
-                }
-                .into()
-            } else {
-                DockerError::CreateContainer {
-                    image: req.image.clone(),
-                    message: msg,
-                }
-                .into()
+            .into()
+        } else {
+            DockerError::CreateContainer {
+                image: req.image.clone(),
+                message: msg,
             }
-        })?;
+            .into()
+        }
+    })?;
     let mut guard = ContainerGuard::new(created.id.clone());
     let outcome = tokio::select! {
         r = drive(docker, &created.id, &req, phase) => r,
@@ -370,8 +387,9 @@ pub async fn run_to_completion_with(
     let removed = guard.remove(docker).await;
     // The container is gone: a later signal may end the process as usual.
     interrupt.exit_on_next();
-    let out = outcome?;
+    let mut out = outcome?;
     removed?;
+    out.gpu_api = gpu_api;
     Ok(out)
 }
 
@@ -451,6 +469,7 @@ async fn drive(
         stdout_cut,
         stderr: stderr.into_text(),
         stderr_cut,
+        gpu_api: None,
     })
 }
 

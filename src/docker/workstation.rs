@@ -278,22 +278,27 @@ pub async fn create_and_start(
 ) -> anyhow::Result<String> {
     let request = super::cdi::gpu_request(docker, ws.gpus.as_ref(), ws.gpu_api).await?;
     let mut body = ws.create_body();
-    if let Some((_, way)) = &request {
+    if let Some(asked) = &request {
         body.labels
             .get_or_insert_with(HashMap::new)
-            .insert(LABEL_GPU_API.into(), way.to_string());
+            .insert(LABEL_GPU_API.into(), asked.api.to_string());
     }
+    let libpod = request.as_ref().is_some_and(|r| r.libpod);
     if let Some(host) = body.host_config.as_mut() {
-        host.device_requests = request.map(|(r, _)| vec![r]);
+        host.device_requests = request.map(|r| vec![r.request]);
     }
-    let opts = CreateContainerOptions {
-        name: Some(ws.name.clone()),
-        ..Default::default()
-    };
-    let created = docker
-        .create_container(Some(opts), body)
-        .await
-        .map_err(|e| start_error(&e, ws, true))?;
+    // On Podman, CDI names go through libpod's create.
+    let created = if libpod {
+        let spec = super::libpod::spec(Some(&ws.name), &body)?;
+        super::libpod::create(docker, &spec).await
+    } else {
+        let opts = CreateContainerOptions {
+            name: Some(ws.name.clone()),
+            ..Default::default()
+        };
+        docker.create_container(Some(opts), body).await
+    }
+    .map_err(|e| start_error(&e, ws, true))?;
     for file in &ws.files {
         if let Err(e) = place(docker, &created.id, file).await {
             remove_by_id(docker, &created.id).await?;
@@ -407,7 +412,10 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
         }
         .into();
     }
-    if creating && (msg.contains("No such image") || msg.contains("404")) {
+    // Libpod's create says `IMAGE: image not known` (a 500).
+    if creating
+        && (msg.contains("No such image") || msg.contains("image not known") || msg.contains("404"))
+    {
         return DockerError::NoImageForContainer {
             image: ws.image.clone(),
         }

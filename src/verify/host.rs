@@ -260,11 +260,7 @@ pub async fn verify_image_with(
     } else {
         (Some(run.gpus.clone()), None)
     };
-    let n_checks = registry().len() as f64;
-    let gpu_factor = host.uuids.len().max(1) as f64;
-    // Every check of every GPU may use its full deadline, plus a minute to start.
-    let timeout =
-        Duration::from_secs_f64(60.0 + run.opts.timeout.as_secs_f64() * n_checks * gpu_factor);
+    let timeout = container_deadline(&run, &host);
     let req = RunRequest {
         image: run.image.clone(),
         entrypoint: Some(vec!["imgctl".into()]),
@@ -290,6 +286,7 @@ pub async fn verify_image_with(
     let mut results = Vec::new();
     let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.to_string());
     let mut container_report: Option<Report> = None;
+    let gpu_api = gpu_api_used(&outcome);
     match outcome {
         Err(e) => {
             if let Some(rej) = e
@@ -299,7 +296,7 @@ pub async fn verify_image_with(
                 results.push(
                     CheckResult::fail("host.container", rej.to_string())
                         .threshold(format!("{} {gpus_text}", words.gpus))
-                        .hint(format!("install the NVIDIA Container Toolkit and restart the engine (`{}`), or pass {} 0 to run without GPUs", words.toolkit_configure, words.expect_gpus)),
+                        .hint(gpu_refusal_hint(rej, &words)),
                 );
             } else if e.to_string().contains("executable file not found") {
                 return Err(VerifyError::NoImgctlInImage {
@@ -376,7 +373,7 @@ pub async fn verify_image_with(
             }
         }
     }
-    Ok(host_verdicts(
+    let mut report = host_verdicts(
         &run,
         &host,
         &labels,
@@ -384,7 +381,40 @@ pub async fn verify_image_with(
         why_none.as_deref(),
         container_report,
         results,
-    ))
+    );
+    report.gpu_api = Some(gpu_api);
+    Ok(report)
+}
+
+/// What to do about the engine's GPU refusal `rej`: make a CDI spec where
+/// none named the GPUs (Podman, or Docker with CDI), else install the
+/// toolkit; or run without GPUs.
+fn gpu_refusal_hint(rej: &GpuRequestRejected, words: &super::wording::Wording) -> String {
+    if rej.0.contains("no CDI spec for") {
+        return format!(
+            "make a CDI spec for the GPUs as the line says, or pass {} 0 to run without GPUs",
+            words.expect_gpus
+        );
+    }
+    format!("install the NVIDIA Container Toolkit and restart the engine (`{}`), or pass {} 0 to run without GPUs", words.toolkit_configure, words.expect_gpus)
+}
+
+/// How long the container may run: every check of every GPU its full
+/// deadline, plus a minute to start.
+fn container_deadline(run: &ImageRun, host: &HostGpus) -> Duration {
+    let n_checks = registry().len() as f64;
+    let gpu_factor = host.uuids.len().max(1) as f64;
+    Duration::from_secs_f64(60.0 + run.opts.timeout.as_secs_f64() * n_checks * gpu_factor)
+}
+
+/// How the GPUs reached the container: `cdi`, `runtime`, or `none` (none
+/// were asked for, or the run failed before they reached it).
+fn gpu_api_used(outcome: &anyhow::Result<crate::docker::run::RunOutput>) -> String {
+    outcome
+        .as_ref()
+        .ok()
+        .and_then(|out| out.gpu_api)
+        .map_or_else(|| "none".to_string(), |api| api.to_string())
 }
 
 /// The report of `verify --image`: the container's results as the host can

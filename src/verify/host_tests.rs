@@ -236,3 +236,17 @@ fn pins_from_image_labels() {
     assert_eq!(p.cudnn.as_deref(), Some("9.5.1.17"));
     assert!(pins_from_labels("img", &HashMap::new()).is_none());
 }
+
+#[test]
+fn a_gpu_refusal_for_want_of_a_cdi_spec_says_to_make_one() {
+    let no_spec = GpuRequestRejected(crate::docker::cdi::no_spec(
+        "setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all",
+        "nvidia.com/gpu",
+    ));
+    let hint = gpu_refusal_hint(&no_spec, &TEST_WORDS);
+    assert!(hint.starts_with("make a CDI spec for the GPUs"), "{hint}");
+    assert!(hint.contains("<expect_gpus> 0"), "{hint}");
+    let no_toolkit = GpuRequestRejected("could not select device driver \"nvidia\"".into());
+    let hint = gpu_refusal_hint(&no_toolkit, &TEST_WORDS);
+    assert!(hint.contains("<toolkit_configure>"), "{hint}");
+}

@@ -33,6 +33,10 @@ pub struct Report {
     pub level: Level,
     /// `any` or a count.
     pub expect_gpus: String,
+    /// For `verify --image`: how the container's GPUs were asked for
+    /// (`cdi`, `runtime`, or `none` when none were).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_api: Option<String>,
     /// Every result, in run order.
     pub results: Vec<CheckResult>,
     /// Counts per status.
@@ -106,6 +110,7 @@ impl Report {
             image,
             level,
             expect_gpus: expect.as_arg(),
+            gpu_api: None,
             results,
             summary: Summary::default(),
             passed: true,

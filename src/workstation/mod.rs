@@ -108,7 +108,10 @@ pub async fn create(
             .chain()
             .find_map(|c| c.downcast_ref::<GpuRequestRejected>())
         {
-            if !gpus_auto || station.gpus.is_none() {
+            // The runtime's request on Podman is the caller's choice to
+            // change, GPUs asked for by name or not.
+            let runtime_on_podman = rejected.0 == crate::docker::run::PODMAN_HAS_NO_RUNTIME_HOOK;
+            if !gpus_auto || station.gpus.is_none() || runtime_on_podman {
                 return Ok(Created::GpusRefused {
                     gpus: station.gpus,
                     why: rejected.0.clone(),

@@ -6,26 +6,24 @@
 //! through scripts/engine-tests.sh 28, where scripts/dev-engine.sh turns the
 //! `cdi` feature on) the container must see both edits, and asking for
 //! `nvidia.com/gpu` (no spec) names `nvidia-ctk cdi generate`; on the
-//! machine's Docker 20.10 (API 1.41) `--gpu-api cdi` is refused in one line;
-//! on Podman 4.3 every GPU request is (its compatible API drops them:
-//! tests/it/podman.rs asks with each `--gpu-api`).
+//! machine's Docker 20.10 (API 1.41) `--gpu-api cdi` is refused in one line.
+//! On Podman 4.3 (whose compatible API drops GPU requests) imgctl makes the
+//! container through libpod's create: [`podman`] runs the same fake vendor
+//! there, rootful and rootless.
 use std::process::{Command, Output};
 
 use crate::build::{docker_ok, EngineGuard};
 use crate::common::{imgctl_bin, one_error_line, texts};
 
-/// A CDI spec of the fake vendor, written to `/var/run/cdi` under a name of
-/// this process, removed when dropped.
-struct FakeVendorSpec(std::path::PathBuf);
+mod podman;
 
-impl FakeVendorSpec {
-    fn write() -> Self {
-        let dir = std::path::Path::new("/var/run/cdi");
-        std::fs::create_dir_all(dir).unwrap();
-        let path = dir.join(format!("imgctl-test-{}.yaml", std::process::id()));
-        std::fs::write(
-            &path,
-            r#"cdiVersion: "0.5.0"
+/// The fake vendor's CDI spec: device `0` (an environment variable, and
+/// `/dev/null` as `/dev/imgctl-test-gpu0`) and device `1` (a variable, and
+/// the node [`device_1_node`] at the same path on both sides, for rootless
+/// Podman: see [`podman`]).
+fn spec_text() -> String {
+    format!(
+        r#"cdiVersion: "0.5.0"
 kind: imgctl.test/gpu
 devices:
   - name: "0"
@@ -35,16 +33,70 @@ devices:
       deviceNodes:
         - path: /dev/imgctl-test-gpu0
           hostPath: /dev/null
+  - name: "1"
+    containerEdits:
+      env:
+        - IMGCTL_TEST_CDI_GPU=1
+      deviceNodes:
+        - path: {}
 "#,
-        )
-        .unwrap();
-        Self(path)
+        device_1_node().display()
+    )
+}
+
+/// Where device `1`'s node is, on the host and in the container.
+fn device_1_node() -> std::path::PathBuf {
+    format!("/dev/imgctl-test-gpu1-{}", std::process::id()).into()
+}
+
+/// How many of this process's tests hold the spec: one file for them all,
+/// since two specs naming the same device (`imgctl.test/gpu=0`) conflict,
+/// and the engine then resolves neither.
+static SPEC_HOLDERS: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+
+/// The fake vendor's spec in `/var/run/cdi` under a name of this process,
+/// and device `1`'s node (made with the numbers of `/dev/null`), made by
+/// the first test to hold them and removed when the last lets go.
+struct FakeVendorSpec;
+
+impl FakeVendorSpec {
+    fn path() -> std::path::PathBuf {
+        format!("/var/run/cdi/imgctl-test-{}.yaml", std::process::id()).into()
+    }
+
+    fn write() -> Self {
+        let mut holders = SPEC_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        if *holders == 0 {
+            let node = device_1_node();
+            let _ = std::fs::remove_file(&node);
+            let out = Command::new("mknod")
+                .args(["-m", "666"])
+                .arg(&node)
+                .args(["c", "1", "3"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "mknod {}: {}",
+                node.display(),
+                texts(&out).1
+            );
+            std::fs::create_dir_all("/var/run/cdi").unwrap();
+            std::fs::write(Self::path(), spec_text()).unwrap();
+        }
+        *holders += 1;
+        Self
     }
 }
 
 impl Drop for FakeVendorSpec {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let mut holders = SPEC_HOLDERS.lock().unwrap_or_else(|e| e.into_inner());
+        *holders -= 1;
+        if *holders == 0 {
+            let _ = std::fs::remove_file(Self::path());
+            let _ = std::fs::remove_file(device_1_node());
+        }
     }
 }
 

@@ -104,6 +104,7 @@ fn report_frame_from(rank: usize, host: &str) -> Vec<u8> {
             image: None,
             level: Level::Quick,
             expect_gpus: "0".into(),
+            gpu_api: None,
             results: Vec::new(),
             summary: Summary::default(),
             passed: true,

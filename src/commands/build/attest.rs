@@ -566,14 +566,28 @@ fn sign_all(
     Ok(out)
 }
 
-/// The verdict in short, for the build report.
+/// The verdict in short, for the build report (with how the container's
+/// GPUs were asked for: `cdi`, `runtime` or `none`).
 pub fn verify_summary(report: &Report) -> Value {
-    json!({"passed": report.passed, "level": report.level, "expect_gpus": report.expect_gpus, "summary": report.summary})
+    json!({"passed": report.passed, "level": report.level, "expect_gpus": report.expect_gpus, "gpu_api": report.gpu_api, "summary": report.summary})
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_verify_summary_says_how_the_gpus_were_asked_for() {
+        let mut report = Report::new(
+            "container",
+            Some("img".into()),
+            crate::verify::Level::Quick,
+            ExpectGpus::Any,
+            vec![],
+        );
+        report.gpu_api = Some("cdi".into());
+        assert_eq!(verify_summary(&report)["gpu_api"], "cdi");
+    }
 
     #[test]
     fn urls_lose_their_user_and_password() {

@@ -39,7 +39,8 @@ pub struct BuildReport {
     pub notes: Vec<String>,
     /// Tags pushed (`--push`).
     pub pushed: Vec<String>,
-    /// `--verify`'s verdict in short (`passed`, `level`, `expect_gpus`, `summary`).
+    /// `--verify`'s verdict in short (`passed`, `level`, `expect_gpus`,
+    /// `gpu_api`, `summary`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verify: Option<serde_json::Value>,
     /// The SBOM and statements made (`--attest`, `--push`): file, path,

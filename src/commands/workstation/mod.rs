@@ -73,7 +73,9 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
 
 /// Starts the workstation of `plan` and prints how to reach it.
 async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
-    let docker = crate::docker::connect().await?.docker;
+    let engine = crate::docker::connect().await?;
+    let podman = engine.info.product == crate::docker::engine::Product::Podman;
+    let docker = engine.docker;
     if let Some((_, is_ws)) = ws::find(&docker, &plan.name).await? {
         let found = ws::list(&docker, true)
             .await?
@@ -149,7 +151,7 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
     let home = home_volume(&plan.name);
     let home_is_new = !ws::volume_exists(&docker, &home).await;
     let creating = Instant::now();
-    let created = create(&docker, &plan, (&user, owner), &token, &note).await;
+    let created = create(&docker, &plan, (&user, owner), &token, (&note, podman)).await;
     let made = match created {
         Err(e) => {
             spinner.finish_and_clear();
@@ -463,13 +465,14 @@ fn http_ok(host: &str, port: u16, path: &str) -> bool {
 
 /// Creates and starts the container ([`life::create`]); with no `--gpus`,
 /// an engine that cannot give GPUs gets a container without them (said
-/// once). Returns its id and the GPUs it got.
+/// once). Returns its id and the GPUs it got. `podman`: the engine is
+/// Podman (the words of a GPU refusal differ).
 async fn create(
     docker: &bollard::Docker,
     plan: &UpPlan,
     (user, owner): (&str, (u64, u64)),
     token: &str,
-    note: &(dyn Fn(Note) + Sync),
+    (note, podman): (&(dyn Fn(Note) + Sync), bool),
 ) -> anyhow::Result<(String, Option<GpuSelection>)> {
     let mut env = vec![format!("JUPYTER_TOKEN={token}")];
     let mut publish = vec![Publish {
@@ -561,7 +564,7 @@ async fn create(
     let auto = plan.gpus == GpuChoice::Auto;
     match life::create(docker, station, auto, &defaulted, note).await? {
         Created::Started { id, gpus } => Ok((id, gpus)),
-        Created::GpusRefused { gpus, why } => Err(gpus_refused(gpus.as_ref(), &why)),
+        Created::GpusRefused { gpus, why } => Err(gpus_refused(gpus.as_ref(), &why, podman)),
         Created::GaveUp => {
             Err(CliError::failure(format!("the engine refused to start {}", plan.name)).into())
         }
@@ -571,9 +574,10 @@ async fn create(
 /// Says what [`life::create`] did on its way.
 fn say_note(plan: &UpPlan, note: Note) {
     match note {
-        Note::NoGpus { why } if why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS => printer().info(
-            "Podman's Docker-compatible API gives containers no GPUs: the workstation starts without GPUs",
-        ),
+        Note::NoGpus { why } if why.contains("no CDI spec for") => printer().info(format!(
+            "the engine has no CDI spec for GPUs ({}; `nvidia-ctk cdi generate` makes one): the workstation starts without GPUs",
+            crate::docker::cdi::cdi_kind()
+        )),
         Note::NoGpus { .. } => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
         Note::UlimitsKept { dropped, asked } => printer().warn(format!(
             "the engine may not raise the ulimit {} (its own limit is lower; asked for {}): the workstation keeps the engine's, so NCCL may pin less host memory; start dockerd with LimitMEMLOCK=infinity to lift it",
@@ -587,11 +591,13 @@ fn say_note(plan: &UpPlan, note: Note) {
     }
 }
 
-/// The error for `--gpus` given by name on an engine that cannot give GPUs.
-fn gpus_refused(gpus: Option<&GpuSelection>, why: &str) -> anyhow::Error {
-    let podman = why == crate::docker::run::PODMAN_DROPS_GPU_REQUESTS;
-    let hint = if podman {
-        "Podman gives GPUs by CDI through its own CLI (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`, then `podman run --device nvidia.com/gpu=all`); for `imgctl up` use a Docker engine with the NVIDIA Container Toolkit, or leave out --gpus to start without GPUs"
+/// The error for `--gpus` given by name (or `--gpu-api runtime` on Podman)
+/// on an engine that cannot give GPUs; `podman`: the engine is Podman.
+fn gpus_refused(gpus: Option<&GpuSelection>, why: &str, podman: bool) -> anyhow::Error {
+    let hint = if why == crate::docker::run::PODMAN_HAS_NO_RUNTIME_HOOK {
+        "pass --gpu-api cdi (or leave --gpu-api out: auto is CDI on Podman), with a CDI spec for the GPUs (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)"
+    } else if podman {
+        "make a CDI spec as the line says (Podman reads /etc/cdi and /var/run/cdi), or leave out --gpus to start without GPUs"
     } else if why.contains("CDI") {
         "make CDI work as the line says, or pass --gpu-api runtime (the NVIDIA runtime's request), or leave out --gpus to start without GPUs"
     } else {

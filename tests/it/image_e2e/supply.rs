@@ -113,6 +113,16 @@ pub(super) fn sbom_lists_what_the_image_holds(work: &Path) {
     );
 }
 
+/// Whether the build report and the verify attestation record the same
+/// way the container's GPUs were asked for (`cdi`, `runtime` or `none`).
+fn gpu_api_recorded(report: &Value, verdict: &Value) -> bool {
+    let (said, attested) = (
+        &report["verify"]["gpu_api"],
+        &verdict["predicate"]["gpuApi"],
+    );
+    said == attested && ["cdi", "runtime", "none"].iter().any(|w| said == *w)
+}
+
 /// Validates a CycloneDX 1.5 JSON file with an independent validator
 /// (cyclonedx-python-lib's strict schema validation).
 fn assert_valid_cyclonedx(path: &Path) {
@@ -248,6 +258,7 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
         serde_json::from_str(&std::fs::read_to_string(dir.join("verify.intoto.json")).unwrap())
             .unwrap();
     assert_eq!(verdict["predicateType"], "urn:imgctl:predicate:verify:v1");
+    assert!(gpu_api_recorded(&report, &verdict), "{stdout}\n{verdict}");
     assert_eq!(
         verdict["subject"][0]["digest"]["sha256"],
         image.trim_start_matches("sha256:")

@@ -13,10 +13,10 @@ use std::os::unix::fs::MetadataExt;
 use super::*;
 
 /// The user scripts/setup.sh makes for these tests.
-const USER: &str = "imgctl-rootless";
+pub(crate) const USER: &str = "imgctl-rootless";
 
 /// The test user's uid, gid and home; panics naming setup.sh when missing.
-fn user() -> (u32, u32, PathBuf) {
+pub(crate) fn user() -> (u32, u32, PathBuf) {
     let out = Command::new("getent")
         .args(["passwd", USER])
         .output()
@@ -35,7 +35,7 @@ fn user() -> (u32, u32, PathBuf) {
 }
 
 /// A command run as the test user, with its runtime folder `runtime`.
-fn as_user(program: &str, runtime: &Path) -> Command {
+pub(crate) fn as_user(program: &str, runtime: &Path) -> Command {
     let (uid, gid, home) = user();
     let mut cmd = Command::new("setpriv");
     cmd.args([
@@ -56,7 +56,7 @@ fn as_user(program: &str, runtime: &Path) -> Command {
 impl PodmanService {
     /// Starts the service as the test user, on
     /// `$XDG_RUNTIME_DIR/podman/podman.sock` of a fresh runtime folder.
-    fn rootless() -> Self {
+    pub(crate) fn rootless() -> Self {
         let (uid, gid, _) = user();
         let dir = tempfile::Builder::new()
             .prefix("h-podman-it-rootless-")
@@ -72,7 +72,7 @@ impl PodmanService {
 }
 
 /// Copies a Docker engine image into the test user's storage once.
-fn load_rootless(image: &str, runtime: &Path) {
+pub(crate) fn load_rootless(image: &str, runtime: &Path) {
     let exists = as_user("podman", runtime)
         .args(["image", "exists", image])
         .status()
@@ -197,7 +197,7 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     let (stdout, stderr) = texts(&out);
     // The workstation and its image go before any assertion can fail.
     let down = || {
-        imgctl_on(&service, &["down", "--time", "1", &name]);
+        imgctl_on(&service, &["down", "--volumes", "--time", "1", &name]);
         podman_user(&["rmi", "-f", &image]);
     };
     if out.status.code() != Some(0) {
