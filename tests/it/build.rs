@@ -552,6 +552,9 @@ pub struct LocalRegistry {
     /// The port it listens on (127.0.0.1).
     pub port: u16,
     _dir: tempfile::TempDir,
+    /// A kept storage's lock ([`LocalRegistry::start_kept`]), held while it
+    /// serves.
+    _lock: Option<std::fs::File>,
 }
 
 impl LocalRegistry {
@@ -563,6 +566,49 @@ impl LocalRegistry {
     /// Starts one that lets `user` in with `password`, with `http_extra`
     /// (indented lines of its config's `http:` section, e.g. `tls:`).
     pub fn start_with(user: &str, password: &str, http_extra: &str) -> Self {
+        Self::start_on(user, password, http_extra, None)
+    }
+
+    /// Starts one whose storage outlives the test: `$IMGCTL_CACHE/NAME`
+    /// (default `~/.cache/imgctl/NAME`), on `port`. Its blobs are kept, its
+    /// manifests, tags (so referrers) and unfinished uploads cleared at start:
+    /// an engine that pushed an image there before finds its layers and
+    /// sends only what changed, as on a registry in daily use, instead of
+    /// compressing and sending gigabytes again. Where another run holds the
+    /// storage or the port is taken, one as [`LocalRegistry::start`] makes
+    /// (a cold push). The storage is emptied past 16 GB.
+    pub fn start_kept(user: &str, password: &str, name: &str, port: u16) -> Self {
+        let cache = std::env::var_os("IMGCTL_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|x| PathBuf::from(x).join("imgctl")))
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/imgctl")
+            });
+        let root = cache.join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        let lock = std::fs::File::create(root.join(".lock")).unwrap();
+        let free = std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if imgctl::sys::fs::try_lock_exclusive(&lock).is_err() || !free {
+            eprintln!(
+                "registry: {} is in use or port {port} is taken: a fresh one",
+                root.display()
+            );
+            return Self::start(user, password);
+        }
+        let store = root.join("docker/registry/v2");
+        if dir_size(&store) > 16 << 30 {
+            let _ = std::fs::remove_dir_all(&store);
+        }
+        clear_manifests(&store.join("repositories"));
+        Self::start_on(user, password, "", Some((root, port, lock)))
+    }
+
+    fn start_on(
+        user: &str,
+        password: &str,
+        http_extra: &str,
+        kept: Option<(PathBuf, u16, std::fs::File)>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let which = Command::new("sh")
             .args(["-c", "command -v docker-registry && command -v htpasswd"])
@@ -579,13 +625,20 @@ impl LocalRegistry {
             .unwrap();
         assert!(htpasswd.status.success());
         std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (storage, port, lock) = match kept {
+            Some((root, port, lock)) => (root, port, Some(lock)),
+            None => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port();
+                (dir.path().to_path_buf(), port, None)
+            }
+        };
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}\nhttp:\n  addr: 127.0.0.1:{port}\n{http_extra}auth:\n  htpasswd:\n    realm: imgctl-test\n    path: {root}/htpasswd\n",
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {storage}\nhttp:\n  addr: 127.0.0.1:{port}\n{http_extra}auth:\n  htpasswd:\n    realm: imgctl-test\n    path: {root}/htpasswd\n",
+            storage = storage.display(),
             root = dir.path().display()
         );
         let config_path = dir.path().join("config.yml");
@@ -601,6 +654,7 @@ impl LocalRegistry {
             child,
             port,
             _dir: dir,
+            _lock: lock,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -669,6 +723,40 @@ impl Drop for LocalRegistry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Removes every `_manifests` and `_uploads` folder under a registry's
+/// `repositories` (its manifests, tags and unfinished uploads; the links to
+/// its layers stay).
+fn clear_manifests(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        match entry.file_name().to_str() {
+            Some("_manifests" | "_uploads") => std::fs::remove_dir_all(&path).unwrap(),
+            Some("_layers") => {}
+            _ => clear_manifests(&path),
+        }
+    }
+}
+
+/// The bytes of the files under `dir` (0 when it is absent).
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
 }
 
 /// No registry (this machine has none) and a base the engine lacks: both

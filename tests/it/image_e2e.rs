@@ -34,6 +34,16 @@ use workstation::{
 /// The end-to-end image: one stable tag, the warm layer cache of the next run.
 const E2E_REPO: &str = "imgctl-test/e2e";
 const E2E_TAG: &str = "imgctl-test/e2e:cu124";
+/// The port of the e2e test's kept registry (below Linux's ephemeral range,
+/// so no test's port 0 takes it): a fixed address is what lets the engine
+/// know the layers it pushed there on an earlier run.
+const E2E_REGISTRY_PORT: u16 = 29170;
+/// The e2e test's registry (user `e2e`, password `e2e-pw`), its storage kept
+/// between runs: the engine finds the image's layers there and pushes only
+/// what changed (the imgctl binary's), not 6.6 GB again.
+fn e2e_registry() -> crate::build::LocalRegistry {
+    crate::build::LocalRegistry::start_kept("e2e", "e2e-pw", "e2e-registry", E2E_REGISTRY_PORT)
+}
 /// The host's CA bundle: a TLS-intercepting proxy sits between us and PyPI.
 const HOST_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// A cold build installs about 2.5 GB of wheels; warm builds take seconds.

@@ -144,8 +144,8 @@ fn assert_valid_cyclonedx(path: &Path) {
 /// verdict, bound to the image id. Both rebuild from the warm cache.
 pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
     let binary = work.join("imgctl");
-    // A registry it would push to, had the image passed.
-    let registry = crate::build::LocalRegistry::start("e2e", "e2e-pw");
+    // A registry it would push to, had the image passed; kept between runs.
+    let registry = e2e_registry();
     let refused = format!("127.0.0.1:{}/imgctl-test/e2e:must-fail", registry.port);
     let config = work.join("docker-config");
     std::fs::create_dir_all(&config).unwrap();
