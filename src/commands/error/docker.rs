@@ -23,6 +23,18 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
     if let Some(too_much) = refused {
         return Some(engine_too_much(too_much));
     }
+    // bollard says `Docker responded with status code 500: …`, also for
+    // Podman's answers: the line names the engine instead.
+    if let Some(bollard::errors::Error::DockerResponseServerError {
+        status_code,
+        message,
+    }) = err.downcast_ref::<bollard::errors::Error>()
+    {
+        return Some(
+            Advice::failure(None)
+                .with_message(format!("the engine answered {status_code}: {message}")),
+        );
+    }
     err.downcast_ref::<GpuRequestRejected>()
         .map(|_| Advice::failure(None))
 }
@@ -185,5 +197,26 @@ fn push_hint(push: &PushFailure) -> String {
         (false, None) => format!(
             "no credentials for {registry} in {config}; log in with `docker login {registry}` or add an `auths` entry"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_engines_error_answer_names_the_engine_not_docker() {
+        let err = anyhow::Error::new(bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: "unresolvable CDI devices nvidia.com/gpu=all".into(),
+        })
+        .context("starting the container");
+        let text = super::super::render_error(&err);
+        assert_eq!(
+            text,
+            "error: starting the container\n  caused by: the engine answered 500: unresolvable CDI devices nvidia.com/gpu=all\n"
+        );
+        assert_eq!(
+            super::super::status_of(&err),
+            crate::error::ExitStatus::Failure
+        );
     }
 }
