@@ -270,6 +270,18 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
         "engine: Podman {version} (API compat 1.41), rootful at unix:///run/podman/podman.sock (no Docker socket; Podman's rootful socket), builder classic"
     );
     assert!(stderr.contains(&line), "wanted {line:?} in:\n{stderr}");
+    // `--version -v` says the same engine line (on stdout, after the version).
+    let out = imgctl_without_docker_socket(Some(&service.socket()), None, &["--version", "-v"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "imgctl {}\n{}\n",
+            env!("CARGO_PKG_VERSION"),
+            line.trim_end_matches(", builder classic")
+        )
+    );
     // The image is in Podman's storage, with the spec's labels.
     let title = podman(&[
         "image",
@@ -358,6 +370,18 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
         "{stderr}"
     );
     assert!(stderr.contains("podman.socket"), "{stderr}");
+    // --version -v there: the version, and that no engine was found (exit 0).
+    let out = imgctl_without_docker_socket(None, None, &["--version", "-v"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[1].starts_with(
+            "engine: none found (cannot connect to the Docker engine at unix:///var/run/docker.sock: "
+        ),
+        "{stdout}"
+    );
 }
 
 #[test]
