@@ -656,15 +656,24 @@ fn build_push_through_podman_attaches_the_sbom_to_the_pushed_manifest() {
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("build --json");
-    // The digest the registry serves for the tag.
+    assert_attached_to_pushed(
+        registry.port,
+        "imgctl-test/pushed",
+        &std::process::id().to_string(),
+        &report,
+    );
+    eprintln!("build --push of the busybox image on rootful Podman: {push_s:.1} s");
+}
+
+/// Checks that each attestation of `report` (`build --push --json`'s) is a
+/// referrer of the manifest the registry at `port` serves for `repo:tag`
+/// (user `pusher`): the referrers tag (`sha256-HEX`, this registry has no
+/// referrers API) indexes them.
+pub fn assert_attached_to_pushed(port: u16, repo: &str, tag: &str, report: &serde_json::Value) {
     let manifest = Command::new("curl")
         .args(["-sfI", "-u", "pusher:s3cret-pw", "-H"])
         .arg("Accept: application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
-        .arg(format!(
-            "http://127.0.0.1:{}/v2/imgctl-test/pushed/manifests/{}",
-            registry.port,
-            std::process::id()
-        ))
+        .arg(format!("http://127.0.0.1:{port}/v2/{repo}/manifests/{tag}"))
         .output()
         .unwrap();
     let headers = String::from_utf8_lossy(&manifest.stdout).to_ascii_lowercase();
@@ -672,27 +681,25 @@ fn build_push_through_podman_attaches_the_sbom_to_the_pushed_manifest() {
         .lines()
         .find_map(|l| l.strip_prefix("docker-content-digest: "))
         .map(|d| d.trim().to_string())
-        .unwrap_or_else(|| panic!("the registry has no {tag}: {headers}"));
-    // The SBOM and provenance refer to that very manifest: the referrers
-    // tag (`sha256-HEX`, this registry has no referrers API) indexes both.
+        .unwrap_or_else(|| panic!("the registry has no {repo}:{tag}: {headers}"));
     let referrers = Command::new("curl")
         .args(["-sf", "-u", "pusher:s3cret-pw", "-H"])
         .arg("Accept: application/vnd.oci.image.index.v1+json")
         .arg(format!(
-            "http://127.0.0.1:{}/v2/imgctl-test/pushed/manifests/{}",
-            registry.port,
+            "http://127.0.0.1:{port}/v2/{repo}/manifests/{}",
             served.replace(':', "-")
         ))
         .output()
         .unwrap();
     let index = String::from_utf8_lossy(&referrers.stdout);
-    for attached in report["attestations"].as_array().unwrap() {
-        let at = attached["attached"][0].as_str().unwrap();
+    let attached = report["attestations"].as_array().unwrap();
+    assert!(!attached.is_empty(), "nothing attached: {report}");
+    for attestation in attached {
+        let at = attestation["attached"][0].as_str().unwrap();
         let digest = at.rsplit('@').next().unwrap();
         assert!(
             index.contains(digest),
             "{digest} not in the referrers of {served}: {index}"
         );
     }
-    eprintln!("build --push of the busybox image on rootful Podman: {push_s:.1} s");
 }
