@@ -6,8 +6,9 @@
 //! is no Docker socket (imgctl runs in a mount namespace whose `/run` is a
 //! fresh tmpfs, so `/var/run/docker.sock` is not there) and the `engine:`
 //! line naming it; a build of the busybox test image (not the end-to-end
-//! image: that one is made on the Docker engine by tests/it/image_e2e, and
-//! its `up` cycle on Podman is not covered yet); `verify --image` and
+//! image: that one is made on the Docker engine by tests/it/image_e2e, whose
+//! Podman step copies it here for `up`, Jupyter, SSH and `build --attest`);
+//! `--version -v`; `verify --image` and
 //! `sbom` with the verify tests' Debian image; `up`/`ps`/`logs`/`down` with a
 //! labelled busybox image, and GPU requests refused.
 use std::path::{Path, PathBuf};
