@@ -179,6 +179,17 @@ impl Drop for PodmanImages {
     }
 }
 
+/// Removes a workstation (and its home volume) from Podman's storage when
+/// dropped, through the Podman CLI (the service may be gone by then).
+pub struct PodmanWorkstation(pub String);
+
+impl Drop for PodmanWorkstation {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "-f", "-t", "1", &self.0]);
+        let _ = podman(&["volume", "rm", "-f", &format!("{}-home", self.0)]);
+    }
+}
+
 /// Copies a Docker engine image into Podman's storage once (kept there,
 /// like the Docker engine keeps its test bases).
 pub fn load_into_podman(image: &str) {
@@ -528,6 +539,7 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
     let out = podman(&["build", "-q", "-t", &image, dir.path().to_str().unwrap()]);
     assert!(out.status.success(), "podman build: {}", texts(&out).1);
     let name = format!("h-podman-it-ws-{}", std::process::id());
+    let _workstation = PodmanWorkstation(name.clone());
     let workspace = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let up = |extra: &[&str]| {
@@ -607,13 +619,16 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
     assert_eq!(logs.status.code(), Some(0), "{}", texts(&logs).1);
     assert!(texts(&logs).0.contains("h-podman-ws-started"), "{logs:?}");
     std::fs::write(workspace.path().join("notes.txt"), "kept").unwrap();
-    let out = imgctl_on(&service, &["down", "--time", "1", &name]);
+    let out = imgctl_on(&service, &["down", "--volumes", "--time", "1", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
     assert!(texts(&out).1.contains(&format!("removed {name}")));
     assert_eq!(
         podman(&["ps", "-a", "-q", "--filter", &format!("name=^{name}$")]).stdout,
         b""
     );
+    assert!(!podman(&["volume", "exists", &format!("{name}-home")])
+        .status
+        .success());
     assert!(workspace.path().join("notes.txt").exists());
     eprintln!("up on rootful Podman (busybox, with the refused --gpus try): {up_s:.1} s; stderr of up:\n{stderr}");
 }

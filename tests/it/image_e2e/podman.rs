@@ -8,18 +8,7 @@
 //! the verify inside needs the image's torch).
 //! The copy, the containers and the volume go on every path, by guards.
 use super::*;
-use crate::podman::{podman, PodmanImages, PodmanService};
-
-/// Removes a workstation (and its home volume) from Podman's storage when
-/// dropped, through the Podman CLI (the service may be gone by then).
-struct PodmanWorkstation(String);
-
-impl Drop for PodmanWorkstation {
-    fn drop(&mut self) {
-        let _ = podman(&["rm", "-f", "-t", "1", &self.0]);
-        let _ = podman(&["volume", "rm", "-f", &format!("{}-home", self.0)]);
-    }
-}
+use crate::podman::{podman, PodmanImages, PodmanService, PodmanWorkstation};
 
 /// Removes, when dropped, the untagged images a build on top of the copy
 /// left in Podman's storage (buildah keeps each step's image as its cache;

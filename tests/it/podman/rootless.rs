@@ -214,7 +214,7 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     let (stdout, stderr) = texts(&out);
     // The workstation and its image go before any assertion can fail.
     let down = || {
-        imgctl_on(&service, &["down", "--time", "1", &name]);
+        imgctl_on(&service, &["down", "--volumes", "--time", "1", &name]);
         podman_user(&["rmi", "-f", &image]);
     };
     if out.status.code() != Some(0) {
