@@ -16,6 +16,18 @@ use super::*;
 /// The user scripts/setup.sh makes for these tests.
 const USER: &str = "imgctl-rootless";
 
+/// Held by each test here for its whole run: two rootless services of the
+/// same user, each with its own runtime folder, share one storage, and a
+/// service started beside another takes the machine for rebooted and
+/// resets the other's containers (measured: the other's build failed with
+/// `identifier is not a container`).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for [`ONE_AT_A_TIME`] (a test that panicked holding it leaves it usable).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The test user's uid, gid and home; panics naming setup.sh when missing.
 fn user() -> (u32, u32, PathBuf) {
     let out = Command::new("getent")
@@ -121,6 +133,7 @@ fn load_rootless(image: &str, runtime: &Path) {
 
 #[test]
 fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
+    let _one = one_at_a_time();
     crate::build::ensure_bases();
     let service = PodmanService::rootless();
     let runtime = service.dir.path().to_path_buf();
@@ -309,6 +322,7 @@ fn user_folder(owned: bool) -> tempfile::TempDir {
 /// looks (root's own folder is not the user's to mount).
 #[test]
 fn rootless_push_and_verify_image_run_as_the_user() {
+    let _one = one_at_a_time();
     use crate::verify::image::{build_test_image, site_packages, BASE, TEST_IMAGE};
     crate::build::ensure_bases();
     let registry = crate::build::LocalRegistry::start("pusher", "s3cret-pw");
