@@ -17,10 +17,10 @@ use super::*;
 const USER: &str = "imgctl-rootless";
 
 /// Held by each test here for its whole run: two rootless services of the
-/// same user, each with its own runtime folder, share one storage, and a
-/// service started beside another takes the machine for rebooted and
-/// resets the other's containers (measured: the other's build failed with
-/// `identifier is not a container`).
+/// same user, each with its own runtime folder, share one storage: with
+/// both running, one's build failed with `identifier is not a container`
+/// (measured; likely libpod's reboot check, which reads the runtime folder,
+/// resetting the other's state).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Waits for [`ONE_AT_A_TIME`] (a test that panicked holding it leaves it usable).
