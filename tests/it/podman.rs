@@ -5,12 +5,12 @@
 //! as no registry is reachable. Covered: finding Podman's socket where there
 //! is no Docker socket (imgctl runs in a mount namespace whose `/run` is a
 //! fresh tmpfs, so `/var/run/docker.sock` is not there) and the `engine:`
-//! line naming it; a build of the busybox test image (not the end-to-end
-//! image: that one is made on the Docker engine by tests/it/image_e2e, whose
-//! Podman step copies it here for `up`, Jupyter, SSH and `build --attest`);
-//! `--version -v`; `verify --image` and
-//! `sbom` with the verify tests' Debian image; `up`/`ps`/`logs`/`down` with a
-//! labelled busybox image, and GPU requests refused.
+//! line naming it, also for `--version -v`; a build of the busybox test
+//! image and a failing step of it (not the end-to-end image: that one is
+//! made on the Docker engine by tests/it/image_e2e, whose Podman step copies
+//! it here for `up`, Jupyter, SSH and `build --attest`); `verify --image`
+//! and `sbom` with the verify tests' Debian image; `up`/`ps`/`logs`/`down`
+//! with a labelled busybox image, and GPU requests refused.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -341,6 +341,30 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
             started.elapsed()
         );
     }
+
+    // A failing step (buildah's `STEP 3/9:` lines and `exit status 3`): the
+    // step, its exit code and its output's tail, as on Docker.
+    let out = Command::new(imgctl_bin())
+        .args(["build", "--spec", spec.to_str().unwrap(), "--tag", &built])
+        .args(["--build-arg", "IMGCTL_TEST_FAIL=1"])
+        .env("DOCKER_HOST", service.address())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let error = crate::common::one_error_line(&stderr);
+    assert!(
+        error.starts_with("error: build failed at step 3/")
+            && error.contains(" with exit code 3: RUN "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("  | test output line 30\n"), "{stderr}");
+    assert!(
+        stderr.contains("hint: the step's last output lines are above"),
+        "{stderr}"
+    );
 
     // No rootful socket: the rootless one, under XDG_RUNTIME_DIR.
     let runtime = tempfile::tempdir().unwrap();
