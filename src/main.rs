@@ -4,7 +4,11 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = imgctl::cli::Cli::parse();
+    let cli = match imgctl::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => return version(&e),
+        Err(e) => e.exit(),
+    };
     imgctl::output::init(cli.global.verbose, cli.global.quiet, cli.global.color);
     // The words of the paths that cannot return an error (a signal, the
     // collective watchdog) come from the command layer's tables.
@@ -20,4 +24,17 @@ fn main() -> std::process::ExitCode {
         imgctl::sys::process::exit_now(status);
     }
     std::process::ExitCode::from(status.code())
+}
+
+/// `--version`: clap's line; with `-v` beside it, the engine's line too
+/// (never an error: exit 0 whether an engine answers or not).
+fn version(shown: &clap::Error) -> std::process::ExitCode {
+    let _ = shown.print();
+    if let Some(globals) = imgctl::commands::version::globals_beside_version(std::env::args_os()) {
+        if globals.verbose > 0 {
+            imgctl::output::init(globals.verbose, globals.quiet, globals.color);
+            imgctl::commands::version::say_engine(globals.context.as_deref());
+        }
+    }
+    std::process::ExitCode::SUCCESS
 }

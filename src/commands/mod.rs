@@ -22,6 +22,7 @@ pub mod torch_part;
 pub mod train_demo;
 pub mod verify;
 pub mod verify_image;
+pub mod version;
 pub mod workstation;
 
 /// Runs the parsed command.

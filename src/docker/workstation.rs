@@ -186,6 +186,12 @@ impl Workstation {
             port_bindings: Some(ports),
             shm_size: Some(self.shm_bytes),
             userns_mode: self.userns.clone(),
+            // Docker's default from 20.10 on, not Podman's (4.3): the
+            // image's sshd runs as its user and listens on port 22.
+            sysctls: Some(HashMap::from([(
+                "net.ipv4.ip_unprivileged_port_start".to_string(),
+                "0".to_string(),
+            )])),
             ulimits: Some(
                 self.ulimits
                     .iter()
@@ -258,6 +264,15 @@ pub enum WorkstationError {
 pub enum Health {
     /// Running; the healthcheck has not passed yet.
     Starting,
+    /// Running, and the engine has not run the healthcheck `test` (its
+    /// Docker form) once yet; it runs every `interval`. Podman runs them by
+    /// systemd timers, so without systemd never.
+    Unchecked {
+        /// The check (`["CMD", …]` or `["CMD-SHELL", "…"]`).
+        test: Vec<String>,
+        /// How often the engine would run it.
+        interval: Duration,
+    },
     /// Running and the healthcheck passes (or the image has none).
     Healthy,
     /// The healthcheck failed its retries; its last output.
@@ -438,14 +453,23 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
 
 /// The container's state as [`Health`].
 pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health> {
-    let inspect = match docker
-        .inspect_container(id, None::<InspectContainerOptions>)
-        .await
-    {
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => return Ok(Health::Removed),
-        other => other,
+    let mut tries = 0;
+    let inspect = loop {
+        match docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(Health::Removed),
+            // Podman says `stopped` (not Docker's schema) between the
+            // process's end and its clean-up, which then says `exited`.
+            Err(e) if tries < 20 && e.to_string().contains("unknown variant `stopped`") => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            other => break other,
+        }
     };
     let inspect = inspect.map_err(|e| {
         DockerError::of_engine(&e, |error| DockerError::InspectContainer {
@@ -473,15 +497,20 @@ pub async fn health(docker: &bollard::Docker, id: &str) -> anyhow::Result<Health
     };
     // Podman 4.3 reports `"Health": {"Status": ""}` for a container without
     // a healthcheck (Docker leaves Health out).
-    let no_healthcheck = inspect
-        .config
-        .as_ref()
-        .and_then(|c| c.healthcheck.as_ref())
-        .and_then(|h| h.test.as_ref())
-        .map_or(true, |t| t.is_empty() || t[0] == "NONE");
+    let check = inspect.config.as_ref().and_then(|c| c.healthcheck.as_ref());
+    let test = check.and_then(|h| h.test.clone()).unwrap_or_default();
+    let no_healthcheck = test.is_empty() || test[0] == "NONE";
     Ok(match h.status {
         Some(HealthStatusEnum::HEALTHY) | Some(HealthStatusEnum::NONE) | None => Health::Healthy,
         Some(HealthStatusEnum::EMPTY) if no_healthcheck => Health::Healthy,
+        Some(HealthStatusEnum::STARTING) if h.log.as_ref().map_or(true, Vec::is_empty) => {
+            // The engine's default interval is 30 s.
+            let ns = check.and_then(|h| h.interval).filter(|n| *n > 0);
+            Health::Unchecked {
+                test,
+                interval: Duration::from_nanos(ns.map_or(30_000_000_000, |n| n as u64)),
+            }
+        }
         Some(HealthStatusEnum::UNHEALTHY) => Health::Unhealthy(
             h.log
                 .unwrap_or_default()

@@ -206,7 +206,17 @@ pub async fn wait_healthy(
                 tokio::time::sleep(Duration::from_millis(250)).await;
                 continue;
             }
-            Health::Starting => NotUp::Silent { wait },
+            Health::Unchecked { test, interval } if started.elapsed() < wait => {
+                // Past its interval and never run: the engine runs no
+                // healthchecks (Podman without systemd). Run it as it would.
+                if started.elapsed() > interval + UNRUN_MARGIN && run_check(docker, id, &test).await
+                {
+                    return Ok(CameUp::Yes);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+            Health::Starting | Health::Unchecked { .. } => NotUp::Silent { wait },
             Health::Unhealthy(last) => NotUp::Unhealthy(last),
             Health::Exited(code) => NotUp::Exited(code),
             Health::Removed => {
@@ -219,6 +229,32 @@ pub async fn wait_healthy(
         let log = ws::log_tail(docker, id, log_lines).await;
         return Ok(CameUp::No { why, log });
     }
+}
+
+/// How long past its interval a healthcheck the engine never ran is
+/// taken as one it does not run.
+const UNRUN_MARGIN: Duration = Duration::from_secs(2);
+
+/// At most this long for one run of the image's healthcheck (the
+/// template's own `--timeout`).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs the healthcheck `test` (Docker's form: `["CMD", …]` or
+/// `["CMD-SHELL", "…"]`) inside `id` as the engine would; whether it passed.
+async fn run_check(docker: &bollard::Docker, id: &str, test: &[String]) -> bool {
+    let cmd: Vec<String> = match test.split_first() {
+        Some((kind, rest)) if kind == "CMD" => rest.to_vec(),
+        Some((kind, rest)) if kind == "CMD-SHELL" => {
+            vec!["/bin/sh".into(), "-c".into(), rest.join(" ")]
+        }
+        _ => return false,
+    };
+    if cmd.is_empty() {
+        return false;
+    }
+    ws::exec(docker, id, cmd, Vec::new(), CHECK_TIMEOUT)
+        .await
+        .is_ok_and(|out| out.exit_code == 0)
 }
 
 /// The quick verify inside, in short.

@@ -283,6 +283,81 @@ fn a_malformed_docker_host_is_a_usage_error_naming_it() {
     }
 }
 
+/// `--version -v`: the version, then the engine line `build` says (here by
+/// a context, and with `--context` given before the subcommand's place),
+/// or one line saying none answered; exit 0 either way. Plain `--version`
+/// connects to nothing: a socket that never answers is not even dialled.
+#[test]
+fn version_with_v_names_the_engine_or_says_none_was_found() {
+    let store = Store::new("imgctl-it-live");
+    let version = format!("imgctl {}", env!("CARGO_PKG_VERSION"));
+    let server = crate::build::docker_ok(&["version", "--format", "{{.Server.Version}}"]);
+    let wanted = format!("engine: Docker {} (API 1.", server.trim());
+    for args in [&["--version", "-v"][..], &["-v", "--version"], &["-vV"]] {
+        let out = imgctl_in(&store, args, &[]);
+        let (stdout, stderr) = texts(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{args:?}: {stdout}");
+        assert_eq!(lines[0], version);
+        assert!(
+            lines[1].starts_with(&wanted)
+                && lines[1].ends_with(&format!(
+                    " at {} (context imgctl-it-live)",
+                    store.live_address
+                )),
+            "{args:?}: {stdout}"
+        );
+    }
+    // --context, and DOCKER_HOST: as for build.
+    let out = imgctl_in(
+        &store,
+        &["--context", "imgctl-it-dead", "--version", "-v"],
+        &[],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.lines().nth(1).is_some_and(|l| l.starts_with(&format!(
+            "engine: none found (cannot connect to the Docker engine at {DEAD_SOCKET} (context imgctl-it-dead): "
+        ))),
+        "{stdout}"
+    );
+    let out = imgctl_in(
+        &store,
+        &["--version", "-v"],
+        &[("DOCKER_HOST", DEAD_SOCKET)],
+    );
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout.lines().next(), Some(version.as_str()), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with(&format!(
+                "engine: none found (cannot connect to the Docker engine at {DEAD_SOCKET}: "
+            ))),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert_eq!(stderr, "", "the version is not an error");
+    // Plain --version: no connection at all (the socket's backlog stays empty).
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("never-answers.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let host = format!("unix://{}", socket.display());
+    let out = imgctl_in(&store, &["--version"], &[("DOCKER_HOST", &host)]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(texts(&out).0.trim(), version);
+    assert_eq!(
+        listener.accept().map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "plain --version connected to the engine"
+    );
+}
+
 /// Installs an executable `docker-credential-<name>` in `dir` (through
 /// install(1), so that no forked test thread holds it open for writing when
 /// it runs: ETXTBSY).

@@ -3,7 +3,9 @@
 //! bookworm minbase made locally, and the host's CA bundle for the proxy),
 //! with torch 2.7.0 really installed from PyPI; then JupyterLab and SSH in a
 //! container, the healthcheck, `imgctl --version` inside, a clean stop, and
-//! the bad inputs that must stop a container at once.
+//! the bad inputs that must stop a container at once; and the same image on
+//! rootful Podman (`podman.rs`: copied into its storage, `up`, Jupyter, SSH,
+//! `train-demo` inside, `build --verify --attest`).
 //!
 //! The image's tag ([`E2E_TAG`]) is kept between runs on purpose: with the
 //! classic builder the layer cache *is* the chain of parent images, so it is
@@ -23,6 +25,7 @@ use crate::common::{imgctl, imgctl_bin, texts};
 
 mod browser;
 mod idle;
+mod podman;
 mod supply;
 mod workstation;
 
@@ -349,6 +352,7 @@ fn real_image_end_to_end() {
     let pid = std::process::id();
     image_contents_and_verify(&image);
     let (key, public) = keypair(work.path());
+    podman::workstation_on_podman(pid, &key, work.path());
     let name = format!("imgctl-e2e-{pid}");
     workstation_services(&mut guard, &image, &name, &key, &public);
     workstation_up(&mut guard, pid, &key, work.path());

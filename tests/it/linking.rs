@@ -85,7 +85,7 @@ fn runs_without_ld_library_path() {
 /// feature. `make test` leaves it at `target/imgctl-front`; when that is
 /// missing or older than the sources, it is built here, into its own target
 /// folder (`target/front`), so the full binary under test is never replaced.
-fn front_binary() -> std::path::PathBuf {
+pub(crate) fn front_binary() -> std::path::PathBuf {
     let root = crate::common::repo_root();
     let copied = root.join("target/imgctl-front");
     let newest_source = walk_newest(&root.join("src"));

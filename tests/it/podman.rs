@@ -5,12 +5,14 @@
 //! as no registry is reachable. Covered: finding Podman's socket where there
 //! is no Docker socket (imgctl runs in a mount namespace whose `/run` is a
 //! fresh tmpfs, so `/var/run/docker.sock` is not there) and the `engine:`
-//! line naming it; a build of the busybox test image (not the end-to-end
-//! image: that one is made on the Docker engine by tests/it/image_e2e, and
-//! its `up` cycle on Podman is not covered yet); `verify --image` and
-//! `sbom` with the verify tests' Debian image; `up`/`ps`/`logs`/`down` with a
-//! labelled busybox image, and GPU requests refused where no CDI spec names
-//! them (tests/it/cdi/podman.rs gives GPUs by CDI through libpod's create).
+//! line naming it, also for `--version -v`; a build of the busybox test
+//! image and a failing step of it (not the end-to-end image: that one is
+//! made on the Docker engine by tests/it/image_e2e, whose Podman step copies
+//! it here for `up`, Jupyter, SSH and `build --attest`); `verify --image`
+//! and `sbom` with the verify tests' Debian image; `up`/`ps`/`logs`/`down`
+//! with a labelled busybox image, and GPU requests refused where no CDI spec
+//! names them (tests/it/cdi/podman.rs gives GPUs by CDI through libpod's
+//! create).
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -179,6 +181,17 @@ impl Drop for PodmanImages {
     }
 }
 
+/// Removes a workstation (and its home volume) from Podman's storage when
+/// dropped, through the Podman CLI (the service may be gone by then).
+pub struct PodmanWorkstation(pub String);
+
+impl Drop for PodmanWorkstation {
+    fn drop(&mut self) {
+        let _ = podman(&["rm", "-f", "-t", "1", &self.0]);
+        let _ = podman(&["volume", "rm", "-f", &format!("{}-home", self.0)]);
+    }
+}
+
 /// Copies a Docker engine image into Podman's storage once (kept there,
 /// like the Docker engine keeps its test bases).
 pub fn load_into_podman(image: &str) {
@@ -271,6 +284,18 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
         "engine: Podman {version} (API compat 1.41), rootful at unix:///run/podman/podman.sock (no Docker socket; Podman's rootful socket), builder classic"
     );
     assert!(stderr.contains(&line), "wanted {line:?} in:\n{stderr}");
+    // `--version -v` says the same engine line (on stdout, after the version).
+    let out = imgctl_without_docker_socket(Some(&service.socket()), None, &["--version", "-v"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "imgctl {}\n{}\n",
+            env!("CARGO_PKG_VERSION"),
+            line.trim_end_matches(", builder classic")
+        )
+    );
     // The image is in Podman's storage, with the spec's labels.
     let title = podman(&[
         "image",
@@ -319,6 +344,30 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
         );
     }
 
+    // A failing step (buildah's `STEP 3/9:` lines and `exit status 3`): the
+    // step, its exit code and its output's tail, as on Docker.
+    let out = Command::new(imgctl_bin())
+        .args(["build", "--spec", spec.to_str().unwrap(), "--tag", &built])
+        .args(["--build-arg", "IMGCTL_TEST_FAIL=1"])
+        .env("DOCKER_HOST", service.address())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let error = crate::common::one_error_line(&stderr);
+    assert!(
+        error.starts_with("error: build failed at step 3/")
+            && error.contains(" with exit code 3: RUN "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("  | test output line 30\n"), "{stderr}");
+    assert!(
+        stderr.contains("hint: the step's last output lines are above"),
+        "{stderr}"
+    );
+
     // No rootful socket: the rootless one, under XDG_RUNTIME_DIR.
     let runtime = tempfile::tempdir().unwrap();
     std::fs::create_dir(runtime.path().join("podman")).unwrap();
@@ -359,6 +408,18 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
         "{stderr}"
     );
     assert!(stderr.contains("podman.socket"), "{stderr}");
+    // --version -v there: the version, and that no engine was found (exit 0).
+    let out = imgctl_without_docker_socket(None, None, &["--version", "-v"]);
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[1].starts_with(
+            "engine: none found (cannot connect to the Docker engine at unix:///var/run/docker.sock: "
+        ),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -507,6 +568,7 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
     let out = podman(&["build", "-q", "-t", &image, dir.path().to_str().unwrap()]);
     assert!(out.status.success(), "podman build: {}", texts(&out).1);
     let name = format!("h-podman-it-ws-{}", std::process::id());
+    let _workstation = PodmanWorkstation(name.clone());
     let workspace = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let up = |extra: &[&str]| {
@@ -640,15 +702,24 @@ fn build_push_through_podman_attaches_the_sbom_to_the_pushed_manifest() {
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("build --json");
-    // The digest the registry serves for the tag.
+    assert_attached_to_pushed(
+        registry.port,
+        "imgctl-test/pushed",
+        &std::process::id().to_string(),
+        &report,
+    );
+    eprintln!("build --push of the busybox image on rootful Podman: {push_s:.1} s");
+}
+
+/// Checks that each attestation of `report` (`build --push --json`'s) is a
+/// referrer of the manifest the registry at `port` serves for `repo:tag`
+/// (user `pusher`): the referrers tag (`sha256-HEX`, this registry has no
+/// referrers API) indexes them.
+pub fn assert_attached_to_pushed(port: u16, repo: &str, tag: &str, report: &serde_json::Value) {
     let manifest = Command::new("curl")
         .args(["-sfI", "-u", "pusher:s3cret-pw", "-H"])
         .arg("Accept: application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
-        .arg(format!(
-            "http://127.0.0.1:{}/v2/imgctl-test/pushed/manifests/{}",
-            registry.port,
-            std::process::id()
-        ))
+        .arg(format!("http://127.0.0.1:{port}/v2/{repo}/manifests/{tag}"))
         .output()
         .unwrap();
     let headers = String::from_utf8_lossy(&manifest.stdout).to_ascii_lowercase();
@@ -656,27 +727,25 @@ fn build_push_through_podman_attaches_the_sbom_to_the_pushed_manifest() {
         .lines()
         .find_map(|l| l.strip_prefix("docker-content-digest: "))
         .map(|d| d.trim().to_string())
-        .unwrap_or_else(|| panic!("the registry has no {tag}: {headers}"));
-    // The SBOM and provenance refer to that very manifest: the referrers
-    // tag (`sha256-HEX`, this registry has no referrers API) indexes both.
+        .unwrap_or_else(|| panic!("the registry has no {repo}:{tag}: {headers}"));
     let referrers = Command::new("curl")
         .args(["-sf", "-u", "pusher:s3cret-pw", "-H"])
         .arg("Accept: application/vnd.oci.image.index.v1+json")
         .arg(format!(
-            "http://127.0.0.1:{}/v2/imgctl-test/pushed/manifests/{}",
-            registry.port,
+            "http://127.0.0.1:{port}/v2/{repo}/manifests/{}",
             served.replace(':', "-")
         ))
         .output()
         .unwrap();
     let index = String::from_utf8_lossy(&referrers.stdout);
-    for attached in report["attestations"].as_array().unwrap() {
-        let at = attached["attached"][0].as_str().unwrap();
+    let attached = report["attestations"].as_array().unwrap();
+    assert!(!attached.is_empty(), "nothing attached: {report}");
+    for attestation in attached {
+        let at = attestation["attached"][0].as_str().unwrap();
         let digest = at.rsplit('@').next().unwrap();
         assert!(
             index.contains(digest),
             "{digest} not in the referrers of {served}: {index}"
         );
     }
-    eprintln!("build --push of the busybox image on rootful Podman: {push_s:.1} s");
 }

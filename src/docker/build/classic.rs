@@ -74,23 +74,27 @@ fn parse_line(line: &str) -> Option<BuildEvent> {
     if let Some(id) = line.strip_prefix("Removing intermediate container ") {
         return Some(BuildEvent::Removed(id.trim().to_string()));
     }
-    if let Some(rest) = line.strip_prefix("Step ") {
-        // "Step 3/14 : RUN apt-get update"
-        if let Some((counts, instruction)) = rest.split_once(" : ") {
-            if let Some((n, total)) = counts.split_once('/') {
-                if let (Ok(n), Ok(total)) = (n.trim().parse(), total.trim().parse()) {
-                    return Some(BuildEvent::Step {
-                        n,
-                        total,
-                        instruction: instruction.trim().to_string(),
-                    });
-                }
+    // "Step 3/14 : RUN apt-get update"; buildah's (Podman) "STEP 3/14: RUN …".
+    let step = (line.strip_prefix("Step ").and_then(|r| r.split_once(" : ")))
+        .or_else(|| line.strip_prefix("STEP ").and_then(|r| r.split_once(": ")));
+    if let Some((counts, instruction)) = step {
+        if let Some((n, total)) = counts.split_once('/') {
+            if let (Ok(n), Ok(total)) = (n.trim().parse(), total.trim().parse()) {
+                return Some(BuildEvent::Step {
+                    n,
+                    total,
+                    instruction: instruction.trim().to_string(),
+                });
             }
         }
     }
-    if let Some(rest) = line.strip_prefix(" ---> ") {
+    // buildah's: "--> Using cache ID", "--> ID".
+    if let Some(rest) = line
+        .strip_prefix(" ---> ")
+        .or_else(|| line.strip_prefix("--> "))
+    {
         let rest = rest.trim();
-        if rest == "Using cache" {
+        if rest == "Using cache" || rest.starts_with("Using cache ") {
             return Some(BuildEvent::Cached);
         }
         if let Some(id) = rest.strip_prefix("Running in ") {
@@ -315,6 +319,10 @@ mod tests {
     fn reads_the_exit_code_of_a_failed_run() {
         assert_eq!(
             exit_code_of("The command '/bin/sh -c exit 3' returned a non-zero code: 3"),
+            Some(3)
+        );
+        assert_eq!(
+            exit_code_of("building at STEP \"RUN exit 3\": while running runtime: exit status 3"),
             Some(3)
         );
         assert_eq!(exit_code_of("no such image"), None);

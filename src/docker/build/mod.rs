@@ -304,11 +304,13 @@ pub fn missing_secret(message: &str) -> Option<&str> {
 /// The exit code in the classic builder's "The command '…' returned a
 /// non-zero code: 2", and in BuildKit's "… did not complete successfully:
 /// exit code: 2" (Docker 23+) or "executor failed running […]: exit code: 2"
-/// (Docker 20.10).
+/// (Docker 20.10), and buildah's "… while running runtime: exit status 2"
+/// (Podman).
 fn exit_code_of(message: &str) -> Option<i64> {
     let (_, code) = message
         .rsplit_once("returned a non-zero code:")
-        .or_else(|| message.rsplit_once("exit code:"))?;
+        .or_else(|| message.rsplit_once("exit code:"))
+        .or_else(|| message.rsplit_once("exit status"))?;
     code.trim().parse().ok()
 }
 

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use super::FakeVendorSpec;
 use crate::common::{imgctl_bin, one_error_line, texts};
-use crate::podman::rootless::{as_user, load_rootless, user};
+use crate::podman::rootless::{as_user, load_rootless, one_at_a_time, user};
 use crate::podman::{load_into_podman, podman, tag, PodmanImages, PodmanService};
 
 /// The busybox test base on the Docker engine (not the Debian one: these
@@ -239,6 +239,8 @@ fn on_rootful_podman_the_fake_vendors_device_reaches_the_workstation_through_lib
 
 #[test]
 fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workstation() {
+    // The user's rootless services one at a time (podman::rootless says why).
+    let _one = one_at_a_time();
     let _spec = FakeVendorSpec::write();
     busybox_base();
     let service = PodmanService::rootless();

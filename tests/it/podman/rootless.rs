@@ -1,19 +1,32 @@
 //! imgctl on rootless Podman: a `podman system service` run as the test
 //! user `imgctl-rootless` (scripts/setup.sh makes it, with subordinate uids
 //! and gids), its socket at `$XDG_RUNTIME_DIR/podman/podman.sock` in a
-//! folder of its own. imgctl itself runs as root here (it links libtorch
-//! from root's cache), which changes nothing of what the engine does.
-//! Covered: the rootless socket found where there is no Docker socket and
+//! folder of its own. The first test runs the full imgctl as root (it links
+//! libtorch from root's cache), which changes nothing of what the engine
+//! does: the rootless socket found where there is no Docker socket and
 //! named `rootless`; a busybox build; `up --userns keep-id` with the
 //! workspace's files the user's own; a port below 1024 refused in one line;
 //! the memlock ulimit, which rootless Podman lowers to the user's hard limit
-//! without a word.
+//! without a word. The second runs the front end as the user: `build
+//! --push` to the local registry and `verify --image`.
 use std::os::unix::fs::MetadataExt;
 
 use super::*;
 
 /// The user scripts/setup.sh makes for these tests.
 pub(crate) const USER: &str = "imgctl-rootless";
+
+/// Held by each test here for its whole run: two rootless services of the
+/// same user, each with its own runtime folder, share one storage: with
+/// both running, one's build failed with `identifier is not a container`
+/// (measured; likely libpod's reboot check, which reads the runtime folder,
+/// resetting the other's state).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Waits for [`ONE_AT_A_TIME`] (a test that panicked holding it leaves it usable).
+pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The test user's uid, gid and home; panics naming setup.sh when missing.
 pub(crate) fn user() -> (u32, u32, PathBuf) {
@@ -57,6 +70,13 @@ impl PodmanService {
     /// Starts the service as the test user, on
     /// `$XDG_RUNTIME_DIR/podman/podman.sock` of a fresh runtime folder.
     pub(crate) fn rootless() -> Self {
+        Self::rootless_trusting(None)
+    }
+
+    /// [`PodmanService::rootless`] that pushes to the plain-HTTP registry
+    /// at `registry` (`127.0.0.1:PORT`) when given, as
+    /// [`PodmanService::rootful_trusting`].
+    fn rootless_trusting(registry: Option<&str>) -> Self {
         let (uid, gid, _) = user();
         let dir = tempfile::Builder::new()
             .prefix("h-podman-it-rootless-")
@@ -67,6 +87,15 @@ impl PodmanService {
             std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
         }
         let mut cmd = as_user("podman", dir.path());
+        if let Some(registry) = registry {
+            let conf = dir.path().join("registries.conf");
+            std::fs::write(
+                &conf,
+                format!("[[registry]]\nlocation = \"{registry}\"\ninsecure = true\n"),
+            )
+            .unwrap();
+            cmd.env("CONTAINERS_REGISTRIES_CONF", &conf);
+        }
         Self::start(dir, "podman/podman.sock", &mut cmd)
     }
 }
@@ -104,6 +133,7 @@ pub(crate) fn load_rootless(image: &str, runtime: &Path) {
 
 #[test]
 fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
+    let _one = one_at_a_time();
     crate::build::ensure_bases();
     let service = PodmanService::rootless();
     let runtime = service.dir.path().to_path_buf();
@@ -245,5 +275,195 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     );
     eprintln!(
         "rootless Podman: busybox build {build_s:.1} s, up --userns keep-id {up_s:.1} s, memlock {hard_kib} KiB; a port below 1024: {error}"
+    );
+}
+
+/// Removes images from the test user's storage when dropped.
+struct UserImages<'a> {
+    runtime: &'a Path,
+    images: Vec<String>,
+}
+
+impl Drop for UserImages<'_> {
+    fn drop(&mut self) {
+        for image in &self.images {
+            let _ = as_user("podman", self.runtime)
+                .args(["rmi", "-f", image])
+                .output();
+        }
+    }
+}
+
+/// A temporary folder the test user can read (and, with `owned`, write).
+fn user_folder(owned: bool) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("h-podman-it-user-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    if owned {
+        let (uid, gid, _) = user();
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    }
+    dir
+}
+
+/// `build --push` and `verify --image` with imgctl run as the test user, as
+/// a rootless user runs it: the front end (no libtorch, which neither needs
+/// on the host), copied where the user can read it, reaching the user's
+/// service by `DOCKER_HOST`. The pushed manifest carries its SBOM and
+/// provenance; verify's container (the verify tests' Debian image with the
+/// full imgctl) gets libtorch from a hard-linked copy of root's
+/// site-packages the user can read, mounted where the binary's RUNPATH
+/// looks (root's own folder is not the user's to mount).
+#[test]
+fn rootless_push_and_verify_image_run_as_the_user() {
+    let _one = one_at_a_time();
+    use crate::verify::image::{build_test_image, site_packages, BASE, TEST_IMAGE};
+    crate::build::ensure_bases();
+    let registry = crate::build::LocalRegistry::start("pusher", "s3cret-pw");
+    let service = PodmanService::rootless_trusting(Some(&format!("127.0.0.1:{}", registry.port)));
+    let runtime = service.dir.path().to_path_buf();
+    load_rootless(crate::build::BUSYBOX_BASE, &runtime);
+    load_rootless(BASE, &runtime);
+    let mut images = UserImages {
+        runtime: &runtime,
+        images: vec![TEST_IMAGE.to_string()],
+    };
+    let (uid, gid, _) = user();
+    // The front end, the spec and the registry login, readable by the user.
+    let files = user_folder(false);
+    let imgctl = files.path().join("imgctl");
+    std::fs::copy(crate::linking::front_binary(), &imgctl).unwrap();
+    let specs = crate::common::repo_root().join("tests/fixtures/specs");
+    for file in ["busybox.yaml", "busybox.Dockerfile.j2"] {
+        std::fs::copy(specs.join(file), files.path().join(file)).unwrap();
+    }
+    let config = user_folder(true);
+    registry.write_docker_config(config.path(), "pusher", "s3cret-pw");
+    for entry in std::fs::read_dir(config.path()).unwrap().flatten() {
+        std::os::unix::fs::chown(entry.path(), Some(uid), Some(gid)).unwrap();
+    }
+    let as_the_user = |args: &[&str]| {
+        as_user(imgctl.to_str().unwrap(), &runtime)
+            .args(args)
+            .env("DOCKER_HOST", service.address())
+            .env("DOCKER_CONFIG", config.path())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+
+    // build --push: the SBOM and provenance attached to the pushed manifest.
+    let tag = std::process::id().to_string();
+    let pushed = format!("127.0.0.1:{}/imgctl-test/rootless:{tag}", registry.port);
+    images.images.push(pushed.clone());
+    let spec = files.path().join("busybox.yaml");
+    let started = Instant::now();
+    let out = as_the_user(&[
+        "build",
+        "--spec",
+        spec.to_str().unwrap(),
+        "--tag",
+        &pushed,
+        "--push",
+        "--json",
+    ]);
+    let push_s = started.elapsed().as_secs_f64();
+    let (stdout, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("rootless at {} (DOCKER_HOST)", service.address())),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("build --json");
+    super::assert_attached_to_pushed(registry.port, "imgctl-test/rootless", &tag, &report);
+
+    // verify --image: the container's results come back, nothing is left.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let endpoint = imgctl::docker::endpoint::Endpoint {
+        address: service.address(),
+        context: None,
+        origin: imgctl::docker::endpoint::Origin::HostEnv,
+    };
+    let engine = rt
+        .block_on(imgctl::docker::engine::connect_to(endpoint))
+        .expect("connect to the rootless Podman service");
+    rt.block_on(build_test_image(&engine.docker))
+        .expect("build the verify test image on rootless Podman");
+    let libs = user_folder(false);
+    let linked = libs.path().join("site-packages");
+    let started = Instant::now();
+    let copy = Command::new("cp")
+        .arg("-al")
+        .arg(site_packages())
+        .arg(&linked)
+        .output()
+        .unwrap();
+    assert!(copy.status.success(), "cp -al: {}", texts(&copy).1);
+    let link_s = started.elapsed().as_secs_f64();
+    let mount = format!("{}:{}:ro", linked.display(), site_packages().display());
+    let started = Instant::now();
+    let out = as_the_user(&[
+        "-v",
+        "verify",
+        "--image",
+        TEST_IMAGE,
+        "--expect-gpus",
+        "0",
+        "--json",
+        "--mount",
+        &mount,
+    ]);
+    let verify_s = started.elapsed().as_secs_f64();
+    let (stdout, stderr) = texts(&out);
+    let left = as_user("podman", &runtime)
+        .args([
+            "ps",
+            "-a",
+            "-q",
+            "--filter",
+            &format!("ancestor={TEST_IMAGE}"),
+        ])
+        .output()
+        .unwrap();
+    drop(images);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("rootless at {} (DOCKER_HOST)", service.address())),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("verify's JSON");
+    assert_eq!(report["context"], "container");
+    let status = |id: &str| {
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .map(|r| r["status"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        status("host.container").as_deref(),
+        Some("pass"),
+        "{stdout}"
+    );
+    // The container's own results came back: no NVML in there.
+    assert_eq!(status("nvml.driver").as_deref(), Some("skip"), "{stdout}");
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "",
+        "a container was left"
+    );
+    eprintln!(
+        "rootless Podman, imgctl as the user: build --push {push_s:.1} s, site-packages hard-linked in {link_s:.1} s, verify --image {verify_s:.1} s"
     );
 }

@@ -87,7 +87,7 @@ fn probe_arg(dir: &Path) -> String {
 
 /// The folder holding torch and the nvidia wheels this imgctl links against,
 /// mounted at the same path so the binary's RUNPATH resolves in the container.
-fn site_packages() -> PathBuf {
+pub(crate) fn site_packages() -> PathBuf {
     let libtorch = std::env::var("LIBTORCH")
         .unwrap_or_else(|_| format!("{}/.libtorch", env!("CARGO_MANIFEST_DIR")));
     let root = crate::common::repo_root();
