@@ -352,7 +352,13 @@ fn real_image_end_to_end() {
     let pid = std::process::id();
     image_contents_and_verify(&image);
     let (key, public) = keypair(work.path());
-    podman::workstation_on_podman(pid, &key, work.path());
+    // Once, on the machine's engine: the Docker 28 run of the engine tests
+    // leaves it out (IMGCTL_E2E_PODMAN=0), as it leaves out the browser.
+    if std::env::var("IMGCTL_E2E_PODMAN").map_or(true, |v| v != "0") {
+        podman::workstation_on_podman(pid, &key, work.path());
+    } else {
+        eprintln!("e2e: the Podman step skipped (IMGCTL_E2E_PODMAN=0)");
+    }
     let name = format!("imgctl-e2e-{pid}");
     workstation_services(&mut guard, &image, &name, &key, &public);
     workstation_up(&mut guard, pid, &key, work.path());
