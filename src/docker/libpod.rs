@@ -10,7 +10,7 @@
 //! any field it has no form for rather than drop it: image, entrypoint,
 //! command, environment, labels, user, working folder, healthcheck, exposed
 //! and published ports, bind mounts (`Mounts` and `Binds`), named volumes,
-//! /dev/shm's size, ulimits, user namespace, restart policy, and CDI device
+//! /dev/shm's size, sysctls, ulimits, user namespace, restart policy, and CDI device
 //! requests (driver `cdi`). [`create`] sends it through the engine's bollard
 //! client (its transport and its bounds), so the answer and its errors read
 //! as a compatible create's; the container it makes is an ordinary one to the
@@ -269,6 +269,10 @@ fn host_config(mut host: HostConfig, out: &mut Map<String, Value>) -> Result<(),
     if let Some(shm) = host.shm_size.take() {
         put("shm_size", json!(shm));
     }
+    if let Some(sysctls) = host.sysctls.take().filter(|s| !s.is_empty()) {
+        let sysctls: BTreeMap<String, String> = sysctls.into_iter().collect();
+        put("sysctl", json!(sysctls));
+    }
     if let Some(mode) = host.userns_mode.take().filter(|m| !m.is_empty()) {
         let (nsmode, value) = mode.split_once(':').unwrap_or((mode.as_str(), ""));
         put("userns", json!({"nsmode": nsmode, "value": value}));
@@ -379,6 +383,10 @@ mod tests {
                     }]),
                 )])),
                 shm_size: Some(16 << 30),
+                sysctls: Some(HashMap::from([(
+                    "net.ipv4.ip_unprivileged_port_start".into(),
+                    "0".into(),
+                )])),
                 userns_mode: Some("keep-id".into()),
                 ulimits: Some(vec![ResourcesUlimits {
                     name: Some("memlock".into()),
@@ -404,6 +412,7 @@ mod tests {
                 "restart_policy": "unless-stopped",
                 "portmappings": [{"host_ip": "127.0.0.1", "container_port": 8888, "host_port": 0, "protocol": "tcp"}],
                 "shm_size": 16_i64 << 30,
+                "sysctl": {"net.ipv4.ip_unprivileged_port_start": "0"},
                 "userns": {"nsmode": "keep-id", "value": ""},
                 "r_limits": [{"type": "memlock", "soft": u64::MAX, "hard": u64::MAX}],
             })
