@@ -23,18 +23,6 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
     if let Some(too_much) = refused {
         return Some(engine_too_much(too_much));
     }
-    // bollard says `Docker responded with status code 500: …`, also for
-    // Podman's answers: the line names the engine instead.
-    if let Some(bollard::errors::Error::DockerResponseServerError {
-        status_code,
-        message,
-    }) = err.downcast_ref::<bollard::errors::Error>()
-    {
-        return Some(
-            Advice::failure(None)
-                .with_message(format!("the engine answered {status_code}: {message}")),
-        );
-    }
     err.downcast_ref::<GpuRequestRejected>()
         .map(|_| Advice::failure(None))
 }
@@ -217,6 +205,16 @@ mod tests {
         assert_eq!(
             super::super::status_of(&err),
             crate::error::ExitStatus::Failure
+        );
+        // A line that quotes the engine's answer in its own words.
+        let quoted = bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: "rootlessport cannot expose privileged port 80".into(),
+        };
+        let err = anyhow::anyhow!("starting the container of img: {quoted}");
+        assert_eq!(
+            super::super::render_error(&err),
+            "error: starting the container of img: the engine answered 500: rootlessport cannot expose privileged port 80\n"
         );
     }
 }

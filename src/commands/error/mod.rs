@@ -71,9 +71,12 @@ pub fn render_fatal(err: &anyhow::Error) -> (String, ExitStatus) {
 /// Renders an error for a terminal: `error:`, `caused by:` lines and a `hint:`
 /// (the hint of the first error in the chain that [`advise`] knows).
 pub fn render_error(err: &anyhow::Error) -> String {
-    let line = |e: &(dyn std::error::Error + 'static)| match advise(e).and_then(|a| a.message) {
-        Some(message) => message,
-        None => e.to_string(),
+    let line = |e: &(dyn std::error::Error + 'static)| {
+        let text = match advise(e).and_then(|a| a.message) {
+            Some(message) => message,
+            None => e.to_string(),
+        };
+        engine_neutral(&text)
     };
     let mut chain = err.chain();
     let mut out = match chain.next() {
@@ -87,6 +90,14 @@ pub fn render_error(err: &anyhow::Error) -> String {
         out.push_str(&format!("\nhint: {hint}\n"));
     }
     out
+}
+
+/// `text` with bollard's words for an engine's error answer (`Docker
+/// responded with status code 500: …`, also for Podman's answers, and also
+/// where a line quotes such an error) made the engine's: `the engine
+/// answered 500: …`.
+fn engine_neutral(text: &str) -> String {
+    text.replace("Docker responded with status code ", "the engine answered ")
 }
 
 /// The labels of a rendered error coloured as cargo colours them: `error`
