@@ -359,7 +359,9 @@ fn rootless_push_and_verify_image_run_as_the_user() {
             .unwrap()
     };
 
-    // build --push: the SBOM and provenance attached to the pushed manifest.
+    // build --push --attest: the SBOM and provenance written where the user
+    // said, and attached to the pushed manifest.
+    let attest = user_folder(true);
     let tag = std::process::id().to_string();
     let pushed = format!("127.0.0.1:{}/imgctl-test/rootless:{tag}", registry.port);
     images.images.push(pushed.clone());
@@ -372,11 +374,23 @@ fn rootless_push_and_verify_image_run_as_the_user() {
         "--tag",
         &pushed,
         "--push",
+        "--attest",
+        attest.path().to_str().unwrap(),
         "--json",
     ]);
     let push_s = started.elapsed().as_secs_f64();
     let (stdout, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for file in ["sbom.cdx.json", "provenance.intoto.json"] {
+        let path = attest.path().join(file);
+        let meta = std::fs::metadata(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(meta.uid(), uid, "{file} is not the user's");
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(json.is_object(), "{file}: {json}");
+    }
+    // No --verify: no verdict (it needs torch inside the image).
+    assert!(!attest.path().join("verify.intoto.json").exists());
     assert!(
         stderr.contains(&format!("rootless at {} (DOCKER_HOST)", service.address())),
         "{stderr}"
