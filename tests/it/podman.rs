@@ -422,14 +422,33 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
     );
 }
 
-#[test]
-fn verify_image_runs_on_podman_and_removes_its_container() {
-    use crate::verify::image::{build_test_image, mount_arg, BASE, TEST_IMAGE};
-    crate::build::ensure_bases();
-    load_into_podman(BASE);
-    let service = PodmanService::rootful();
-    let mut images = PodmanImages::default();
-    images.add(TEST_IMAGE);
+/// `verify --image --json`'s report in `stdout`, checked: the checks ran in
+/// the container (`host.container` passed) and its own results came back
+/// (no NVML in there: `nvml.driver` skipped).
+pub(crate) fn container_results(stdout: &str) -> serde_json::Value {
+    let report: serde_json::Value = serde_json::from_str(stdout).expect("verify's JSON");
+    assert_eq!(report["context"], "container", "{stdout}");
+    let status = |id: &str| {
+        report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .map(|r| r["status"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        status("host.container").as_deref(),
+        Some("pass"),
+        "{stdout}"
+    );
+    assert_eq!(status("nvml.driver").as_deref(), Some("skip"), "{stdout}");
+    report
+}
+
+/// A runtime and imgctl's connection to `service` (as `DOCKER_HOST` names it).
+pub(crate) fn connect(
+    service: &PodmanService,
+) -> (tokio::runtime::Runtime, imgctl::docker::engine::Engine) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -442,6 +461,18 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
     let engine = rt
         .block_on(imgctl::docker::engine::connect_to(endpoint))
         .expect("connect to the Podman service");
+    (rt, engine)
+}
+
+#[test]
+fn verify_image_runs_on_podman_and_removes_its_container() {
+    use crate::verify::image::{build_test_image, mount_arg, BASE, TEST_IMAGE};
+    crate::build::ensure_bases();
+    load_into_podman(BASE);
+    let service = PodmanService::rootful();
+    let mut images = PodmanImages::default();
+    images.add(TEST_IMAGE);
+    let (rt, engine) = connect(&service);
     assert_eq!(engine.info.product, imgctl::docker::engine::Product::Podman);
     assert!(!engine.info.rootless);
     rt.block_on(build_test_image(&engine.docker))
@@ -475,25 +506,9 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
         )),
         "{stderr}"
     );
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("verify's JSON");
-    assert_eq!(report["context"], "container");
+    let report = container_results(&stdout);
     // No GPU was asked for (--expect-gpus 0), and the report says so.
     assert_eq!(report["gpu_api"], "none", "{stdout}");
-    let status = |id: &str| {
-        report["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .map(|r| r["status"].as_str().unwrap().to_string())
-    };
-    assert_eq!(
-        status("host.container").as_deref(),
-        Some("pass"),
-        "{stdout}"
-    );
-    // The container's own results came back: no NVML in there.
-    assert_eq!(status("nvml.driver").as_deref(), Some("skip"), "{stdout}");
     // No container of the image is left.
     let left = podman(&[
         "ps",

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use super::FakeVendorSpec;
 use crate::common::{imgctl_bin, one_error_line, texts};
-use crate::podman::rootless::{as_user, load_rootless, one_at_a_time, user};
+use crate::podman::rootless::{as_user, build_as_user, load_rootless, one_at_a_time, user};
 use crate::podman::{load_into_podman, podman, tag, PodmanImages, PodmanService};
 
 /// The busybox test base on the Docker engine (not the Debian one: these
@@ -248,25 +248,7 @@ fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workst
     load_rootless(crate::build::BUSYBOX_BASE, &runtime);
     let podman_user = |args: &[&str]| as_user("podman", &runtime).args(args).output().unwrap();
     let image = tag("cdi-rootless");
-    let context = tempfile::tempdir().unwrap();
-    std::fs::write(context.path().join("Dockerfile"), dockerfile()).unwrap();
-    std::fs::set_permissions(
-        context.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let out = podman_user(&[
-        "build",
-        "-q",
-        "-t",
-        &image,
-        context.path().to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "podman build (rootless): {}",
-        texts(&out).1
-    );
+    build_as_user(&runtime, &image, &dockerfile());
     let (uid, gid, _) = user();
     let workspace = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(workspace.path(), Some(uid), Some(gid)).unwrap();
@@ -326,18 +308,7 @@ fn on_podman_a_run_with_cdi_names_no_spec_knows_is_refused_and_its_container_rem
     busybox_base();
     load_into_podman(crate::build::BUSYBOX_BASE);
     let service = PodmanService::rootful();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let endpoint = imgctl::docker::endpoint::Endpoint {
-        address: service.address(),
-        context: None,
-        origin: imgctl::docker::endpoint::Origin::HostEnv,
-    };
-    let engine = rt
-        .block_on(imgctl::docker::engine::connect_to(endpoint))
-        .expect("connect to the Podman service");
+    let (rt, engine) = crate::podman::connect(&service);
     let label = (
         "io.imgctl.test.cdi-run".to_string(),
         std::process::id().to_string(),

@@ -28,6 +28,27 @@ pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Builds `dockerfile` as the test user into `image` in the storage of the
+/// user's service at `runtime` (`podman build`, the user's own CLI).
+pub(crate) fn build_as_user(runtime: &Path, image: &str, dockerfile: &str) {
+    let context = tempfile::tempdir().unwrap();
+    std::fs::write(context.path().join("Dockerfile"), dockerfile).unwrap();
+    std::fs::set_permissions(
+        context.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = as_user("podman", runtime)
+        .args(["build", "-q", "-t", image, context.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podman build (rootless): {}",
+        texts(&out).1
+    );
+}
+
 /// The test user's uid, gid and home; panics naming setup.sh when missing.
 pub(crate) fn user() -> (u32, u32, PathBuf) {
     let out = Command::new("getent")
@@ -165,31 +186,13 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     // writes in /workspace is the user's own on the host.
     let (uid, gid, _) = user();
     let image = tag("ws-rootless");
-    let context = tempfile::tempdir().unwrap();
-    std::fs::write(
-        context.path().join("Dockerfile"),
-        format!(
+    build_as_user(
+        &runtime,
+        &image,
+        &format!(
             "FROM {}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\nCMD [\"sh\", \"-c\", \"echo shm=$(df -k /dev/shm | awk 'END {{print $2}}'); echo uid=$(id -u) memlock=$(ulimit -l); touch /workspace/made-inside; sleep 600\"]\n",
             crate::build::DEBIAN_BASE
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        context.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let out = podman_user(&[
-        "build",
-        "-q",
-        "-t",
-        &image,
-        context.path().to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "podman build (rootless): {}",
-        texts(&out).1
     );
     let workspace = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(workspace.path(), Some(uid), Some(gid)).unwrap();
@@ -399,18 +402,7 @@ fn rootless_push_and_verify_image_run_as_the_user() {
     super::assert_attached_to_pushed(registry.port, "imgctl-test/rootless", &tag, &report);
 
     // verify --image: the container's results come back, nothing is left.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let endpoint = imgctl::docker::endpoint::Endpoint {
-        address: service.address(),
-        context: None,
-        origin: imgctl::docker::endpoint::Origin::HostEnv,
-    };
-    let engine = rt
-        .block_on(imgctl::docker::engine::connect_to(endpoint))
-        .expect("connect to the rootless Podman service");
+    let (rt, engine) = super::connect(&service);
     rt.block_on(build_test_image(&engine.docker))
         .expect("build the verify test image on rootless Podman");
     let libs = user_folder(false);
@@ -455,23 +447,7 @@ fn rootless_push_and_verify_image_run_as_the_user() {
         stderr.contains(&format!("rootless at {} (DOCKER_HOST)", service.address())),
         "{stderr}"
     );
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("verify's JSON");
-    assert_eq!(report["context"], "container");
-    let status = |id: &str| {
-        report["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .map(|r| r["status"].as_str().unwrap().to_string())
-    };
-    assert_eq!(
-        status("host.container").as_deref(),
-        Some("pass"),
-        "{stdout}"
-    );
-    // The container's own results came back: no NVML in there.
-    assert_eq!(status("nvml.driver").as_deref(), Some("skip"), "{stdout}");
+    super::container_results(&stdout);
     assert_eq!(
         String::from_utf8_lossy(&left.stdout).trim(),
         "",
