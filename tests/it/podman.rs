@@ -319,13 +319,7 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
         let mut args = vec!["build", "--spec", spec.to_str().unwrap(), "--tag", &built];
         args.extend_from_slice(extra);
         let started = Instant::now();
-        let out = Command::new(imgctl_bin())
-            .args(&args)
-            .env("DOCKER_HOST", service.address())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+        let out = on_service(&service).args(&args).output().unwrap();
         let (_, stderr) = texts(&out);
         assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
         assert_eq!(
@@ -346,12 +340,9 @@ fn podman_is_found_without_a_docker_socket_named_and_builds_busybox() {
 
     // A failing step (buildah's `STEP 3/9:` lines and `exit status 3`): the
     // step, its exit code and its output's tail, as on Docker.
-    let out = Command::new(imgctl_bin())
+    let out = on_service(&service)
         .args(["build", "--spec", spec.to_str().unwrap(), "--tag", &built])
         .args(["--build-arg", "IMGCTL_TEST_FAIL=1"])
-        .env("DOCKER_HOST", service.address())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     let (_, stderr) = texts(&out);
@@ -479,7 +470,7 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
         .expect("build the verify test image on Podman");
     let mount = mount_arg();
     let started = Instant::now();
-    let out = Command::new(imgctl_bin())
+    let out = on_service(&service)
         .args([
             "-v",
             "verify",
@@ -490,9 +481,6 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
             "--json",
         ])
         .args(["--mount", &mount])
-        .env("DOCKER_HOST", service.address())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     let verify_s = started.elapsed().as_secs_f64();
@@ -524,11 +512,8 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
     );
     eprintln!("verify --image on rootful Podman: {verify_s:.1} s");
     // sbom reads the same image through a container of it.
-    let out = Command::new(imgctl_bin())
+    let out = on_service(&service)
         .args(["sbom", TEST_IMAGE])
-        .env("DOCKER_HOST", service.address())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     let (stdout, stderr) = texts(&out);
@@ -550,15 +535,22 @@ fn verify_image_runs_on_podman_and_removes_its_container() {
 /// Runs imgctl against `service` (`DOCKER_HOST`), with an empty `HOME`.
 pub(crate) fn imgctl_on(service: &PodmanService, args: &[&str]) -> Output {
     let home = tempfile::tempdir().unwrap();
-    Command::new(imgctl_bin())
+    on_service(service)
         .args(args)
-        .env("DOCKER_HOST", service.address())
         .env("HOME", home.path())
-        .env("NO_COLOR", "1")
         .env_remove("IMGCTL_CDI_KIND")
-        .stdin(Stdio::null())
         .output()
         .unwrap()
+}
+
+/// This run's imgctl pointed at `service` (`DOCKER_HOST`), plain output, no
+/// standard input: a command to add arguments to.
+pub(crate) fn on_service(service: &PodmanService) -> Command {
+    let mut c = Command::new(imgctl_bin());
+    c.env("DOCKER_HOST", service.address())
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    c
 }
 
 #[test]
@@ -697,7 +689,7 @@ fn build_push_through_podman_attaches_the_sbom_to_the_pushed_manifest() {
     registry.write_docker_config(config.path(), "pusher", "s3cret-pw");
     let spec = crate::build::busybox_spec();
     let started = Instant::now();
-    let out = Command::new(imgctl_bin())
+    let out = on_service(&service)
         .args([
             "build",
             "--spec",
@@ -707,10 +699,7 @@ fn build_push_through_podman_attaches_the_sbom_to_the_pushed_manifest() {
             "--push",
             "--json",
         ])
-        .env("DOCKER_HOST", service.address())
         .env("DOCKER_CONFIG", config.path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     let push_s = started.elapsed().as_secs_f64();

@@ -13,11 +13,11 @@
 //! `error creating device nodes: mount /dev/imgctl-test-gpu0:…: no such file
 //! or directory`). The rootless test gives device `1`, a node made on the
 //! host at the path the container sees, and checks the refusal of device `0`.
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Instant;
 
 use super::FakeVendorSpec;
-use crate::common::{imgctl_bin, one_error_line, texts};
+use crate::common::{one_error_line, texts};
 use crate::podman::rootless::{as_user, build_as_user, load_rootless, one_at_a_time, user};
 use crate::podman::{load_into_podman, podman, tag, PodmanImages, PodmanService};
 
@@ -56,16 +56,13 @@ fn up(
     extra: &[&str],
 ) -> Output {
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(imgctl_bin());
+    let mut cmd = crate::podman::on_service(service);
     cmd.args(["up", "--name", name, "--mount"])
         .arg(workspace)
         .args(["--no-verify", "--wait", "30", "--json"])
         .args(extra)
         .arg(image)
-        .env("DOCKER_HOST", service.address())
-        .env("HOME", home.path())
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
+        .env("HOME", home.path());
     match kind {
         Some(k) => cmd.env("IMGCTL_CDI_KIND", k),
         None => cmd.env_remove("IMGCTL_CDI_KIND"),

@@ -34,12 +34,9 @@ impl Drop for BuildCache {
 
 /// Runs imgctl against `service` with `HOME` at `home`.
 fn imgctl_on(service: &PodmanService, home: &Path, args: &[&str]) -> Output {
-    Command::new(imgctl_bin())
+    crate::podman::on_service(service)
         .args(args)
-        .env("DOCKER_HOST", service.address())
         .env("HOME", home)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
         .output()
         .unwrap()
 }
