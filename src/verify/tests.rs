@@ -335,13 +335,16 @@ fn no_driver_fails_with_one_clear_line_unless_none_expected() {
 
 #[test]
 fn hot_gpu_power_cap_processes_mig_nvlink_topology() {
+    // Another process than this test's own: the check leaves out its
+    // caller's pid, and in a fresh container this test ran as pid 4242.
+    let other = 4242 + u32::from(std::process::id() == 4242);
     let mut f = FakeNvml::healthy(2);
     f.gpus[0].temperature = 90; // ≥ slowdown 87
     f.gpus[1].temperature = 80; // within 10 °C
     f.gpus[0].power_mw = 700_000; // at the limit
     f.gpus[1].power_limit_mw = 500_000; // lowered below default
     f.gpus[0].processes = vec![nvml::GpuProcess {
-        pid: 4242,
+        pid: other,
         used_bytes: Some(1 << 30),
     }];
     f.gpus[1].mig = Ok((true, true));
@@ -354,7 +357,7 @@ fn hot_gpu_power_cap_processes_mig_nvlink_topology() {
     assert_eq!(find(&r, "nvml.power", Some(1)).status, Status::Warn);
     let p = find(&r, "nvml.processes", Some(0));
     assert_eq!(p.status, Status::Warn);
-    assert!(p.message.contains("pid 4242"));
+    assert!(p.message.contains(&format!("pid {other}")), "{}", p.message);
     assert_eq!(find(&r, "nvml.modes", Some(1)).status, Status::Warn);
     let l = find(&r, "nvml.nvlink", Some(1));
     assert_eq!(l.status, Status::Warn);
