@@ -70,6 +70,42 @@ fi
 if [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
   as_root chmod 0666 /dev/net/tun
 fi
+# The user's storage is overlay, not vfs: vfs stores every layer whole, so the end-to-end image
+# (6.6 GB; tests/it/image_e2e/podman.rs loads it rootless) would cost many times that. Linux
+# 5.13+ mounts overlay inside a user namespace itself; an older kernel needs fuse-overlayfs, and
+# so /dev/fuse open to the user (some machines make it 0600). A storage first made with vfs
+# keeps it (libpod's database pins the driver), so it is started over.
+rootless_home=$(getent passwd "$rootless_user" | cut -d: -f6)
+rootless_conf="$rootless_home/.config/containers/storage.conf"
+kernel=$(uname -r | cut -d- -f1)
+if [ "$(printf '%s\n5.13\n' "$kernel" | sort -V | head -1)" = 5.13 ]; then
+  storage='[storage]\ndriver = "overlay"\n'
+else
+  storage='[storage]\ndriver = "overlay"\n[storage.options.overlay]\nmount_program = "/usr/bin/fuse-overlayfs"\n'
+  if [ -c /dev/fuse ] && [ "$(stat -c %a /dev/fuse)" != 666 ]; then as_root chmod 0666 /dev/fuse; fi
+fi
+if [ "$(cat "$rootless_conf" 2>/dev/null)" != "$(printf "$storage")" ]; then
+  log "rootless Podman's storage: overlay ($rootless_conf)"
+  as_root mkdir -p "$(dirname "$rootless_conf")"
+  printf "$storage" | as_root tee "$rootless_conf" >/dev/null
+  as_root chown -R "$rootless_user:" "$rootless_home/.config"
+fi
+rootless_run=$(mktemp -d)
+as_root chown "$rootless_user:" "$rootless_run"
+rootless_driver() {
+  as_root setpriv --reuid="$rootless_user" --regid="$(id -g "$rootless_user")" --init-groups \
+    env HOME="$rootless_home" XDG_RUNTIME_DIR="$rootless_run" \
+    podman info --format '{{.Store.GraphDriverName}}' 2>"$rootless_run.err" || true
+}
+if [ "$(rootless_driver)" != overlay ]; then
+  log "rootless Podman's storage was not overlay: starting it over"
+  as_root rm -rf "$rootless_home/.local/share/containers"
+  if [ "$(rootless_driver)" != overlay ]; then
+    echo "setup: rootless Podman cannot use overlay storage: $(tail -1 "$rootless_run.err")" >&2
+    exit 1
+  fi
+fi
+as_root rm -rf "$rootless_run" "$rootless_run.err"
 
 # --- Python environment with torch 2.7.0 -----------------------------------
 py="${PYTHON:-python3}"

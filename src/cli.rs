@@ -310,7 +310,8 @@ pub struct UpArgs {
     #[arg(long, value_name = "API", value_enum, default_value_t = crate::docker::cdi::GpuApi::Auto)]
     pub gpu_api: crate::docker::cdi::GpuApi,
     /// The container's user namespace: `keep-id` on rootless Podman maps your
-    /// uid to the image's user, so /workspace's files stay yours [default: the engine's].
+    /// uid to the image's user, so /workspace's files stay yours; `host` for the
+    /// engine's own [default: keep-id on rootless Podman 4.3+, else the engine's].
     #[arg(long, value_name = "MODE", value_hint = clap::ValueHint::Other)]
     pub userns: Option<String>,
     /// Seconds to wait for JupyterLab and SSH to answer (the image's healthcheck).

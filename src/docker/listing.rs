@@ -19,6 +19,9 @@ pub const LABEL_WORKSPACE: &str = "io.imgctl.workstation.workspace";
 pub const LABEL_GPUS: &str = "io.imgctl.workstation.gpus";
 /// Label: how its GPUs were asked for (`cdi`, `runtime`); absent without GPUs.
 pub const LABEL_GPU_API: &str = "io.imgctl.workstation.gpu-api";
+/// Label: the user namespace it was made with (`keep-id:uid=1000,gid=1000`);
+/// absent: the engine's default.
+pub const LABEL_USERNS: &str = "io.imgctl.workstation.userns";
 /// Label: the user the image's services run as (for the `ssh` line).
 pub const LABEL_USER: &str = "io.imgctl.workstation.user";
 /// Label: the `HostKeyAlias` the host key placed in it is known by.
@@ -72,6 +75,8 @@ pub struct Listed {
     pub gpu_api: Option<String>,
     /// The host folder at /workspace, if any.
     pub workspace: Option<String>,
+    /// The user namespace it was made with (None: the engine's default).
+    pub userns: Option<String>,
     /// JupyterLab's host address and port, when published.
     pub jupyter: Option<(String, u16)>,
     /// sshd's host address and port, when published.
@@ -163,6 +168,7 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             gpus: labels.get(LABEL_GPUS).cloned().unwrap_or_default(),
             gpu_api: labels.get(LABEL_GPU_API).cloned(),
             workspace: labels.get(LABEL_WORKSPACE).cloned(),
+            userns: labels.get(LABEL_USERNS).cloned(),
             jupyter: published.get(&JUPYTER_PORT).cloned(),
             ssh: published.get(&SSH_PORT).cloned(),
             tensorboard: published.get(&TENSORBOARD_PORT).cloned(),

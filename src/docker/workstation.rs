@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 pub use super::listing::{
     list, log_tail, read_stop_reasons, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS,
     LABEL_GPU_API, LABEL_HOME_VOLUME, LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER,
-    LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT, TENSORBOARD_PORT,
+    LABEL_USERNS, LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT, TENSORBOARD_PORT,
 };
 use super::run::device_request;
 use super::tail::Tail;
@@ -129,6 +129,9 @@ impl Workstation {
         }
         if let Some((volume, _)) = &self.home_volume {
             labels.insert(LABEL_HOME_VOLUME.into(), volume.clone());
+        }
+        if let Some(mode) = &self.userns {
+            labels.insert(LABEL_USERNS.into(), mode.clone());
         }
         let mut ports: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
         let mut exposed: Vec<String> = Vec::new();
@@ -746,6 +749,7 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.shm_size, Some(16 << 30));
         assert_eq!(host.userns_mode.as_deref(), Some("keep-id"));
+        assert_eq!(body.labels.as_ref().unwrap()[LABEL_USERNS], "keep-id");
         let mount = &host.mounts.as_ref().unwrap()[0];
         assert_eq!(mount.typ, Some(MountType::BIND));
         assert_eq!(mount.source.as_deref(), Some("/home/me/proj"));

@@ -4,8 +4,8 @@
 //! with torch 2.7.0 really installed from PyPI; then JupyterLab and SSH in a
 //! container, the healthcheck, `imgctl --version` inside, a clean stop, and
 //! the bad inputs that must stop a container at once; and the same image on
-//! rootful Podman (`podman.rs`: copied into its storage, `up`, Jupyter, SSH,
-//! `train-demo` inside, `build --verify --attest`).
+//! Podman, rootful and rootless (`podman.rs`: copied into its storage, `up`,
+//! Jupyter, SSH, `train-demo` inside, `build --verify --attest`).
 //!
 //! The image's tag ([`E2E_TAG`]) is kept between runs on purpose: with the
 //! classic builder the layer cache *is* the chain of parent images, so it is
@@ -356,6 +356,7 @@ fn real_image_end_to_end() {
     // leaves it out (IMGCTL_E2E_PODMAN=0), as it leaves out the browser.
     if std::env::var("IMGCTL_E2E_PODMAN").map_or(true, |v| v != "0") {
         podman::workstation_on_podman(pid, &key, work.path());
+        podman::workstation_on_rootless_podman(pid, &key, work.path());
     } else {
         eprintln!("e2e: the Podman step skipped (IMGCTL_E2E_PODMAN=0)");
     }

@@ -72,9 +72,12 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
 }
 
 /// Starts the workstation of `plan` and prints how to reach it.
-async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
-    let engine = crate::docker::connect().await?;
+async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
+    let mut engine = crate::docker::connect().await?;
     let podman = engine.info.product == crate::docker::engine::Product::Podman;
+    if podman {
+        engine.ask_rootless().await;
+    }
     let docker = engine.docker;
     if let Some((_, is_ws)) = ws::find(&docker, &plan.name).await? {
         let found = ws::list(&docker, true)
@@ -115,7 +118,20 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
         .with_hint("build one with `imgctl build` (its default tag is imgctl/cu124:latest), or start this image with `docker run`")
         .into());
     };
-    if let Some(dir) = &plan.workspace {
+    let id_label = |k: &str| image_labels.get(k).and_then(|v| v.parse::<u64>().ok());
+    let image_ids = id_label(labels::UID).zip(id_label(labels::GID));
+    let rootless_podman = (podman && engine.info.rootless).then_some(engine.info.version.as_str());
+    let userns = user_namespace(plan.userns.as_deref(), rootless_podman, image_ids);
+    if plan.userns.is_none() {
+        if let (Some(mode), Some((uid, _))) = (&userns, image_ids) {
+            printer().info(format!(
+                "rootless Podman: you are the image's user {user} (uid {uid}) inside, so what it writes in /workspace is yours (--userns {mode}; --userns host for the engine's default)"
+            ));
+        }
+    }
+    let keeps_you = userns.as_deref().is_some_and(|m| m.starts_with("keep-id"));
+    plan.userns = userns;
+    if let Some(dir) = plan.workspace.as_ref().filter(|_| !keeps_you) {
         warn_if_unwritable(dir, &user, image_labels.get(labels::UID));
     }
     for note in [
@@ -140,7 +156,6 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
     };
     let note = |note: Note| spinner.suspend(|| say_note(&plan, note));
     // The image's user owns what `up` places (its host key).
-    let id_label = |k: &str| image_labels.get(k).and_then(|v| v.parse::<u64>().ok());
     let owner = (
         id_label(labels::UID).unwrap_or(1000),
         id_label(labels::GID).unwrap_or(1000),
@@ -175,6 +190,39 @@ async fn start(plan: UpPlan) -> anyhow::Result<ExitStatus> {
         let _ = ws::remove_volume(&docker, &home).await;
     }
     made
+}
+
+/// The user namespace `up` asks for. `given`: `--userns`;
+/// `rootless_podman`: the version of the rootless Podman that answered
+/// (None: another engine); `image_ids`: the image's user's uid and gid
+/// (its labels). On rootless Podman 4.3 and later, `keep-id` (given, or
+/// by default there) becomes `keep-id:uid=U,gid=G`: your uid is the image's
+/// user's, so what it writes in /workspace is yours and the image's files
+/// under its home stay its own. Plain `keep-id` would run the container as
+/// your own uid, which the image's home and services do not know; without
+/// keep-id the image's user is one of your subordinate uids, and cannot
+/// write your folder. Anything else is the engine's to read, as given.
+fn user_namespace(
+    given: Option<&str>,
+    rootless_podman: Option<&str>,
+    image_ids: Option<(u64, u64)>,
+) -> Option<String> {
+    let options = rootless_podman.is_some_and(|v| {
+        let mut parts = v.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        (major, minor) >= (4, 3)
+    });
+    let keep_id = match image_ids {
+        Some((uid, gid)) if options => format!("keep-id:uid={uid},gid={gid}"),
+        _ => "keep-id".to_string(),
+    };
+    match given {
+        Some("keep-id") => Some(keep_id),
+        Some(mode) => Some(mode.to_string()),
+        None if options && image_ids.is_some() => Some(keep_id),
+        None => None,
+    }
 }
 
 /// The named volume at the user's home of workstation `name`.
@@ -701,5 +749,45 @@ fn warn_if_unwritable(dir: &Path, user: &str, uid: Option<&String>) {
             meta.uid(),
             mode & 0o777
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::user_namespace;
+
+    #[test]
+    fn rootless_podman_makes_you_the_images_user() {
+        let ids = Some((1000, 1000));
+        let mapped = Some("keep-id:uid=1000,gid=1000".to_string());
+        // By default, and for a plain keep-id, on rootless Podman 4.3+.
+        assert_eq!(user_namespace(None, Some("4.3.1"), ids), mapped);
+        assert_eq!(
+            user_namespace(Some("keep-id"), Some("5.2.0-dev"), ids),
+            mapped
+        );
+        // Podman before 4.3 has no keep-id options: as given, no default.
+        assert_eq!(
+            user_namespace(Some("keep-id"), Some("4.2.0"), ids).as_deref(),
+            Some("keep-id")
+        );
+        assert_eq!(user_namespace(None, Some("4.2.0"), ids), None);
+        // Another engine, or an image without its user's ids: as given.
+        assert_eq!(user_namespace(None, None, ids), None);
+        assert_eq!(
+            user_namespace(Some("keep-id"), None, ids).as_deref(),
+            Some("keep-id")
+        );
+        assert_eq!(
+            user_namespace(Some("keep-id"), Some("4.3.1"), None).as_deref(),
+            Some("keep-id")
+        );
+        // Any other mode passes through, options included.
+        for mode in ["host", "keep-id:uid=7", "auto"] {
+            assert_eq!(
+                user_namespace(Some(mode), Some("4.3.1"), ids).as_deref(),
+                Some(mode)
+            );
+        }
     }
 }

@@ -22,6 +22,9 @@ pub(super) struct UpReport {
     /// How the GPUs were asked for: `cdi` or `runtime` (null without GPUs).
     pub(super) gpu_api: Option<String>,
     pub(super) workspace: Option<String>,
+    /// The user namespace it runs in (`keep-id:uid=1000,gid=1000` on
+    /// rootless Podman: you are the image's user); null: the engine's default.
+    pub(super) userns: Option<String>,
     /// The named volume at the user's home (kept by `down`).
     pub(super) home_volume: Option<String>,
     /// Whether it was already running (nothing was started).
@@ -155,6 +158,7 @@ pub(super) fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySumma
         gpus: w.gpus.clone(),
         gpu_api: w.gpu_api.clone(),
         workspace: w.workspace.clone(),
+        userns: w.userns.clone(),
         home_volume: w.home_volume.clone(),
         already_up,
         jupyter: w.jupyter.as_ref().map(|(a, p)| Service {

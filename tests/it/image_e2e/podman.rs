@@ -1,51 +1,158 @@
-//! The end-to-end image on rootful Podman (#43), a step of
+//! The end-to-end image on Podman (#43), rootful and rootless, a step of
 //! `real_image_end_to_end`: the image the Docker engine built, copied into
-//! Podman's storage (`skopeo copy`: 118 s here against 124 s for `docker
-//! save | podman load`, both measured), then `imgctl up` with JupyterLab
-//! reached with its token and SSH logged in, a short `train-demo` run
-//! inside over SSH, `ps`, `down`; and `build --verify --attest` of a spec
-//! that adds files and labels on top of it (tests/fixtures/specs/on-top.yaml:
-//! the verify inside needs the image's torch).
+//! Podman's storage, then `imgctl up` with JupyterLab reached with its
+//! token and SSH logged in, a short `train-demo` run inside over SSH, `ps`,
+//! `down`; and `build --verify --attest` of a spec that adds files and
+//! labels on top of it (tests/fixtures/specs/on-top.yaml: the verify inside
+//! needs the image's torch).
+//!
+//! Rootful: the copy into root's storage by `skopeo copy` (118 s here
+//! against 124 s for `docker save | podman load`, both measured). Rootless:
+//! a service run as the test user (`podman::rootless`), the copy by `docker
+//! save | podman load` as the user into the user's overlay storage
+//! (scripts/setup.sh makes it overlay: vfs would store every layer whole),
+//! and `up` by default in `keep-id:uid=1000,gid=1000`: the user is the
+//! image's `dev` inside, so what `train-demo` writes in /workspace is the
+//! user's own on the host.
 //! The copy, the containers and the volume go on every path, by guards.
+use serde_json::json;
+
 use super::*;
-use crate::podman::{podman, PodmanImages, PodmanService, PodmanWorkstation};
+use crate::podman::rootless::{as_user, load_rootless, one_at_a_time, user};
+use crate::podman::{podman, PodmanService};
 
-/// Removes, when dropped, the untagged images a build on top of the copy
-/// left in Podman's storage (buildah keeps each step's image as its cache;
-/// they carry the end-to-end image's labels): they would keep the copy's
-/// 6.6 GB of layers after the copy is removed.
-struct BuildCache;
+/// The Podman a step runs on: root's, or the test user's (rootless).
+struct Side {
+    service: PodmanService,
+    rootless: bool,
+}
 
-impl Drop for BuildCache {
-    fn drop(&mut self) {
-        let left = podman(&[
-            "images",
-            "-q",
-            "--filter",
-            "dangling=true",
-            "--filter",
-            "label=org.opencontainers.image.title=imgctl-cu124",
-        ]);
-        for id in texts(&left).0.split_whitespace() {
-            let _ = podman(&["rmi", "-f", id]);
+impl Side {
+    /// The Podman CLI on this side's storage (as the test user when rootless,
+    /// with the service's containers.conf).
+    fn cli(&self, args: &[&str]) -> Output {
+        if !self.rootless {
+            return podman(args);
+        }
+        as_user("podman", self.service.dir.path())
+            .env(
+                "CONTAINERS_CONF",
+                self.service.dir.path().join("containers.conf"),
+            )
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `rootful` or `rootless`, for messages.
+    fn word(&self) -> &'static str {
+        if self.rootless {
+            "rootless"
+        } else {
+            "rootful"
+        }
+    }
+
+    /// Runs imgctl (as root) against this side's service with `HOME` at `home`.
+    fn imgctl(&self, home: &Path, args: &[&str]) -> Output {
+        crate::podman::on_service(&self.service)
+            .args(args)
+            .env("HOME", home)
+            .output()
+            .unwrap()
+    }
+}
+
+/// Removes, when dropped, the images, workstations (with their home
+/// volumes) and build cache it was told about from a [`Side`]'s storage,
+/// through its CLI (the service may be gone by then).
+struct Leftovers<'a> {
+    side: &'a Side,
+    images: Vec<String>,
+    workstations: Vec<String>,
+    /// Remove the untagged images a build on top of the copy left (buildah
+    /// keeps each step's image as its cache; they carry the end-to-end
+    /// image's labels): they would keep the copy's 6.6 GB of layers.
+    build_cache: bool,
+}
+
+impl<'a> Leftovers<'a> {
+    fn new(side: &'a Side) -> Self {
+        Self {
+            side,
+            images: Vec::new(),
+            workstations: Vec::new(),
+            build_cache: false,
         }
     }
 }
 
-/// Runs imgctl against `service` with `HOME` at `home`.
-fn imgctl_on(service: &PodmanService, home: &Path, args: &[&str]) -> Output {
-    crate::podman::on_service(service)
-        .args(args)
-        .env("HOME", home)
-        .output()
-        .unwrap()
+impl Drop for Leftovers<'_> {
+    fn drop(&mut self) {
+        for name in &self.workstations {
+            let _ = self.side.cli(&["rm", "-f", "-t", "1", name]);
+            let _ = self
+                .side
+                .cli(&["volume", "rm", "-f", &format!("{name}-home")]);
+        }
+        if self.build_cache {
+            let left = self.side.cli(&[
+                "images",
+                "-q",
+                "--filter",
+                "dangling=true",
+                "--filter",
+                "label=org.opencontainers.image.title=imgctl-cu124",
+            ]);
+            for id in texts(&left).0.split_whitespace() {
+                let _ = self.side.cli(&["rmi", "-f", id]);
+            }
+        }
+        for image in &self.images {
+            let _ = self.side.cli(&["rmi", "-f", image]);
+        }
+    }
 }
 
+/// What a step measured, in seconds.
+struct Times {
+    copy: f64,
+    up: f64,
+    jupyter: f64,
+    ssh: f64,
+    train: f64,
+    down: f64,
+    attest: f64,
+    phases: Value,
+}
+
+impl Times {
+    fn say(&self, side: &Side, copied_by: &str) {
+        eprintln!(
+            "e2e on {} Podman: {copied_by} {:.1} s, up to healthy and verified {:.1} s (phases {}), Jupyter {:.1} s, SSH {:.1} s, train-demo (20 steps, CPU) {:.1} s, down {:.1} s, build --verify --attest {:.1} s",
+            side.word(),
+            self.copy,
+            self.up,
+            self.phases,
+            self.jupyter,
+            self.ssh,
+            self.train,
+            self.down,
+            self.attest
+        );
+    }
+}
+
+/// The end-to-end image on rootful Podman, copied by `skopeo copy`.
 pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
-    let service = PodmanService::rootful();
-    let mut images = PodmanImages::default();
+    let side = Side {
+        service: PodmanService::rootful(),
+        rootless: false,
+    };
+    let mut left = Leftovers::new(&side);
     let copy = format!("localhost/imgctl-test/e2e-podman:{pid}");
-    images.add(&copy);
+    left.images.push(copy.clone());
     let started = Instant::now();
     let out = Command::new("skopeo")
         .args(["copy", "-q", &format!("docker-daemon:{E2E_TAG}")])
@@ -55,21 +162,78 @@ pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
         .expect("run skopeo (scripts/setup.sh installs it)");
     assert!(out.status.success(), "skopeo copy: {}", texts(&out).1);
     let copy_s = started.elapsed().as_secs_f64();
-
-    let name = format!("imgctl-e2e-podman-{pid}");
-    let _workstation = PodmanWorkstation(name.clone());
+    // The image's user (uid 1000) writes the project folder.
     let folder = work.join("podman-project");
     std::fs::create_dir_all(&folder).unwrap();
-    let chown = Command::new("chown")
-        .args(["1000:1000"])
-        .arg(&folder)
-        .status()
-        .unwrap();
-    assert!(chown.success());
-    let home = work.join("podman-home");
+    std::os::unix::fs::chown(&folder, Some(1000), Some(1000)).unwrap();
+    let times = use_it(&side, &mut left, &copy, pid, key, &folder, work, copy_s);
+    times.say(&side, "skopeo copy");
+}
+
+/// The end-to-end image on rootless Podman: a service of the test user,
+/// the copy loaded into the user's storage, `up` with its default user
+/// namespace (the user is the image's `dev` inside).
+pub(super) fn workstation_on_rootless_podman(pid: u32, key: &Path, work: &Path) {
+    let _one = one_at_a_time();
+    let side = Side {
+        service: PodmanService::rootless(),
+        rootless: true,
+    };
+    let mut left = Leftovers::new(&side);
+    let copy = format!("localhost/{E2E_TAG}");
+    left.images.push(copy.clone());
+    // A copy left by a run that was killed holds an older imgctl.
+    let _ = side.cli(&["rmi", "-f", &copy]);
     let started = Instant::now();
-    let out = imgctl_on(
-        &service,
+    load_rootless(E2E_TAG, side.service.dir.path());
+    let copy_s = started.elapsed().as_secs_f64();
+    // The service (the user) must reach the folder; the user owns it, and
+    // is the image's uid 1000 inside.
+    let (uid, gid, _) = user();
+    let open = tempfile::Builder::new()
+        .prefix("h-e2e-rootless-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(
+        open.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let folder = open.path().join("project");
+    std::fs::create_dir(&folder).unwrap();
+    std::os::unix::fs::chown(&folder, Some(uid), Some(gid)).unwrap();
+    let times = use_it(&side, &mut left, &copy, pid, key, &folder, work, copy_s);
+    // train-demo ran as dev (uid 1000 inside): its files are the user's.
+    use std::os::unix::fs::MetadataExt;
+    let metrics = std::fs::metadata(folder.join("run/metrics.jsonl")).unwrap();
+    assert_eq!(
+        (metrics.uid(), metrics.gid()),
+        (uid, gid),
+        "train-demo's metrics are not the user's"
+    );
+    times.say(&side, "docker save | podman load as the user");
+}
+
+/// `up` of `image` on `side` with `folder` at /workspace, JupyterLab and
+/// SSH reached, `train-demo` inside over SSH, `ps`, `down`; then `build
+/// --verify --attest` on top of it. `copy_s`: the copy's time, passed on.
+#[allow(clippy::too_many_arguments)]
+fn use_it(
+    side: &Side,
+    left: &mut Leftovers,
+    image: &str,
+    pid: u32,
+    key: &Path,
+    folder: &Path,
+    work: &Path,
+    copy_s: f64,
+) -> Times {
+    let word = side.word();
+    let name = format!("imgctl-e2e-podman-{word}-{pid}");
+    left.workstations.push(name.clone());
+    let home = work.join(format!("podman-home-{word}"));
+    let started = Instant::now();
+    let out = side.imgctl(
         &home,
         &[
             "up",
@@ -80,15 +244,27 @@ pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
             folder.to_str().unwrap(),
             "--ssh-key",
             key.with_extension("pub").to_str().unwrap(),
-            &copy,
+            image,
         ],
     );
     let up_s = started.elapsed().as_secs_f64();
     let (stdout, stderr) = texts(&out);
-    assert_eq!(out.status.code(), Some(0), "imgctl up on Podman:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "imgctl up on {word} Podman:\n{stderr}"
+    );
     let report: Value = serde_json::from_str(&stdout).expect("up --json");
     assert_eq!(report["verify"]["passed"], true, "{stdout}");
     assert_eq!(report["gpus"], "none", "{stdout}");
+    // Rootless: by default the user is the image's user inside; rootful:
+    // the engine's own namespace.
+    let userns = if side.rootless {
+        json!("keep-id:uid=1000,gid=1000")
+    } else {
+        Value::Null
+    };
+    assert_eq!(report["userns"], userns, "{stdout}");
 
     // JupyterLab: refused without the token, answers with it.
     let started = Instant::now();
@@ -106,14 +282,14 @@ pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
         key,
         ssh_port,
         &[],
-        "id -un; python -c 'import torch; print(torch.__version__)'",
+        "id -un; id -u; python -c 'import torch; print(torch.__version__)'",
     );
     let (said, err) = texts(&out);
     assert!(
         out.status.success(),
-        "ssh into the Podman workstation: {err}"
+        "ssh into the {word} Podman workstation: {err}"
     );
-    assert_eq!(said.lines().next(), Some("dev"), "{said}");
+    assert_eq!(said.lines().take(2).collect::<Vec<_>>(), ["dev", "1000"]);
     assert!(said.contains("2.7.0"), "{said}");
     let ssh_s = started.elapsed().as_secs_f64();
 
@@ -132,7 +308,7 @@ pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
     let train_s = started.elapsed().as_secs_f64();
 
     // ps lists it running; down removes it and its volume, keeps the folder.
-    let ps = imgctl_on(&service, &home, &["ps", "--json"]);
+    let ps = side.imgctl(&home, &["ps", "--json"]);
     let ps: Value = serde_json::from_str(&texts(&ps).0).expect("ps --json");
     let row = ps["workstations"]
         .as_array()
@@ -143,41 +319,43 @@ pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
         .unwrap_or_else(|| panic!("{name} not in ps: {ps}"));
     assert_eq!(row["state"], "running", "{row}");
     let started = Instant::now();
-    let out = imgctl_on(
-        &service,
-        &home,
-        &["down", "--volumes", "--time", "10", &name],
-    );
+    let out = side.imgctl(&home, &["down", "--volumes", "--time", "10", &name]);
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
     let down_s = started.elapsed().as_secs_f64();
-    let left = podman(&["ps", "-a", "-q", "--filter", &format!("name=^{name}$")]);
-    assert_eq!(texts(&left).0.trim(), "", "down left the container");
-    assert!(!podman(&["volume", "exists", &format!("{name}-home")])
+    let gone = side.cli(&["ps", "-a", "-q", "--filter", &format!("name=^{name}$")]);
+    assert_eq!(texts(&gone).0.trim(), "", "down left the container");
+    assert!(!side
+        .cli(&["volume", "exists", &format!("{name}-home")])
         .status
         .success());
     assert!(folder.join("run/metrics.jsonl").exists());
 
-    let attest_s = attested_build_on_podman(&service, &copy, pid, work);
-    eprintln!(
-        "e2e on Podman: skopeo copy {copy_s:.1} s, up to healthy and verified {up_s:.1} s (phases {}), Jupyter {jupyter_s:.1} s, SSH {ssh_s:.1} s, train-demo (20 steps, CPU) {train_s:.1} s, down {down_s:.1} s, build --verify --attest {attest_s:.1} s",
-        report["seconds"]
-    );
+    let attest = attested_build(side, left, image, pid, work);
+    Times {
+        copy: copy_s,
+        up: up_s,
+        jupyter: jupyter_s,
+        ssh: ssh_s,
+        train: train_s,
+        down: down_s,
+        attest,
+        phases: report["seconds"].clone(),
+    }
 }
 
-/// `build --verify --attest DIR` on Podman, of the on-top spec over the
+/// `build --verify --attest DIR` on `side`, of the on-top spec over the
 /// copied image: the verdict (passed), the SBOM (the image's torch) and
 /// the provenance are written, and the image is tagged once verified.
 /// Returns its wall time.
-fn attested_build_on_podman(service: &PodmanService, base: &str, pid: u32, work: &Path) -> f64 {
-    let _cache = BuildCache;
-    let mut images = PodmanImages::default();
-    let tag = format!("localhost/imgctl-test/e2e-podman-attest:{pid}");
-    images.add(&tag);
-    let dir = work.join("podman-attest");
+fn attested_build(side: &Side, left: &mut Leftovers, base: &str, pid: u32, work: &Path) -> f64 {
+    left.build_cache = true;
+    let word = side.word();
+    let tag = format!("localhost/imgctl-test/e2e-podman-attest-{word}:{pid}");
+    left.images.push(tag.clone());
+    let dir = work.join(format!("podman-attest-{word}"));
     let spec = crate::common::repo_root().join("tests/fixtures/specs/on-top.yaml");
     let started = Instant::now();
-    let out = imgctl_on(
-        service,
+    let out = side.imgctl(
         work,
         &[
             "build",
@@ -201,7 +379,7 @@ fn attested_build_on_podman(service: &PodmanService, base: &str, pid: u32, work:
     assert_eq!(
         out.status.code(),
         Some(0),
-        "build --attest on Podman:\n{stderr}"
+        "build --attest on {word} Podman:\n{stderr}"
     );
     let read = |file: &str| -> Value {
         serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap_or_default())
@@ -220,6 +398,6 @@ fn attested_build_on_podman(service: &PodmanService, base: &str, pid: u32, work:
             .is_some_and(|s| !s.is_empty()),
         "{provenance}"
     );
-    assert!(podman(&["image", "exists", &tag]).status.success());
+    assert!(side.cli(&["image", "exists", &tag]).status.success());
     attest_s
 }

@@ -4,8 +4,9 @@
 //! folder of its own. The first test runs the full imgctl as root (it links
 //! libtorch from root's cache), which changes nothing of what the engine
 //! does: the rootless socket found where there is no Docker socket and
-//! named `rootless`; a busybox build; `up --userns keep-id` with the
-//! workspace's files the user's own; a port below 1024 refused in one line;
+//! named `rootless`; a busybox build; `up` in its default user namespace
+//! there (`keep-id:uid=1000,gid=1000`: the user is the image's user) with
+//! the workspace's files the user's own; a port below 1024 refused in one line;
 //! the memlock ulimit, which rootless Podman lowers to the user's hard limit
 //! without a word. The second runs the front end as the user: `build
 //! --push` to the local registry and `verify --image`.
@@ -182,15 +183,16 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     assert!(stderr.contains("engine: Podman 4."), "{stderr}");
     assert!(stderr.contains(&line), "wanted {line:?} in:\n{stderr}");
 
-    // up --userns keep-id: the image's user is the caller's uid, so what it
-    // writes in /workspace is the user's own on the host.
+    // up on rootless Podman: by default `--userns keep-id:uid=1000,gid=1000`,
+    // the caller is the image's user (uid 1000) inside, so what it writes
+    // in /workspace is the user's own on the host.
     let (uid, gid, _) = user();
     let image = tag("ws-rootless");
     build_as_user(
         &runtime,
         &image,
         &format!(
-            "FROM {}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000\nCMD [\"sh\", \"-c\", \"echo shm=$(df -k /dev/shm | awk 'END {{print $2}}'); echo uid=$(id -u) memlock=$(ulimit -l); touch /workspace/made-inside; sleep 600\"]\n",
+            "FROM {}\nLABEL io.imgctl.user=dev io.imgctl.uid=1000 io.imgctl.gid=1000\nCMD [\"sh\", \"-c\", \"echo shm=$(df -k /dev/shm | awk 'END {{print $2}}'); echo uid=$(id -u) memlock=$(ulimit -l); touch /workspace/made-inside; sleep 600\"]\n",
             crate::build::DEBIAN_BASE
         ),
     );
@@ -225,7 +227,7 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     );
 
     let started = Instant::now();
-    let out = up(&["--userns", "keep-id"]);
+    let out = up(&[]);
     let up_s = started.elapsed().as_secs_f64();
     let (stdout, stderr) = texts(&out);
     // The workstation and its image go before any assertion can fail.
@@ -235,7 +237,7 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     };
     if out.status.code() != Some(0) {
         down();
-        panic!("up --userns keep-id on rootless Podman: {stderr}");
+        panic!("up on rootless Podman: {stderr}");
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let made = workspace.path().join("made-inside");
@@ -247,12 +249,13 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
     down();
     let report: serde_json::Value = serde_json::from_str(&stdout).expect("up --json");
     assert_eq!(report["gpus"], "none", "{stdout}");
-    assert_eq!(owner.ok(), Some(uid), "logs: {}", texts(&logs).0);
+    assert_eq!(report["userns"], "keep-id:uid=1000,gid=1000", "{stdout}");
     assert!(
-        texts(&logs).0.contains(&format!("uid={uid} ")),
-        "{}",
-        texts(&logs).0
+        stderr.contains("you are the image's user dev (uid 1000) inside"),
+        "{stderr}"
     );
+    assert_eq!(owner.ok(), Some(uid), "logs: {}", texts(&logs).0);
+    assert!(texts(&logs).0.contains("uid=1000 "), "{}", texts(&logs).0);
     // /dev/shm is a tmpfs of the size asked for (16 GiB): no cgroup needed.
     assert!(
         texts(&logs).0.contains(&format!("shm={}\n", 16 << 20)),
@@ -277,7 +280,7 @@ fn rootless_podman_is_found_named_builds_and_keeps_the_workspace_the_users() {
         texts(&logs).0
     );
     eprintln!(
-        "rootless Podman: busybox build {build_s:.1} s, up --userns keep-id {up_s:.1} s, memlock {hard_kib} KiB; a port below 1024: {error}"
+        "rootless Podman: busybox build {build_s:.1} s, up (keep-id:uid=1000) {up_s:.1} s, memlock {hard_kib} KiB; a port below 1024: {error}"
     );
 }
 
