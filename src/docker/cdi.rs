@@ -46,13 +46,45 @@ pub fn device_request(gpus: &GpuSelection) -> DeviceRequest {
 /// reach its containers as CDI device names only).
 pub const PODMAN_HAS_NO_RUNTIME_HOOK: &str = "Podman has no NVIDIA runtime hook through its API (its compatible create drops the runtime's device request): GPUs reach its containers by CDI device names only";
 
-/// The engine refused the GPU request (no nvidia runtime / container toolkit).
-#[derive(Debug)]
-pub struct GpuRequestRejected(pub String);
+/// The engine refused the GPU request, or imgctl knew it would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRequestRejected {
+    /// Which refusal it is: what the user can do differs.
+    pub refusal: Refusal,
+    /// Its words: the engine's, or imgctl's where nothing was sent.
+    pub why: String,
+}
+
+/// Why GPUs could not be given, by what the user can do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The engine cannot serve the NVIDIA runtime's request (no NVIDIA
+    /// Container Toolkit, or its runtime is not configured).
+    NoRuntime,
+    /// CDI names that no spec on the engine's host knows
+    /// (`nvidia-ctk cdi generate` makes one).
+    NoCdiSpec,
+    /// CDI asked of an engine that cannot take it (its API is older than
+    /// 1.44, or CDI is off).
+    NoCdi,
+    /// The runtime's request asked of Podman, which has no runtime hook
+    /// behind its API ([`PODMAN_HAS_NO_RUNTIME_HOOK`]).
+    RuntimeOnPodman,
+}
+
+impl GpuRequestRejected {
+    /// A refusal of kind `refusal` in the words `why`.
+    pub fn new(refusal: Refusal, why: impl Into<String>) -> Self {
+        Self {
+            refusal,
+            why: why.into(),
+        }
+    }
+}
 
 impl std::fmt::Display for GpuRequestRejected {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the engine cannot give the container GPUs: {}", self.0)
+        write!(f, "the engine cannot give the container GPUs: {}", self.why)
     }
 }
 
@@ -164,7 +196,10 @@ pub fn decide(
         // CDI names through libpod's create, whether asked for or `auto`;
         // a name no spec knows is refused by Podman at start.
         return match api {
-            GpuApi::Runtime => Err(GpuRequestRejected(PODMAN_HAS_NO_RUNTIME_HOOK.to_string())),
+            GpuApi::Runtime => Err(GpuRequestRejected::new(
+                Refusal::RuntimeOnPodman,
+                PODMAN_HAS_NO_RUNTIME_HOOK,
+            )),
             GpuApi::Auto | GpuApi::Cdi => Ok(GpuRequest {
                 request: cdi_request(names),
                 api: GpuApi::Cdi,
@@ -202,12 +237,13 @@ fn decide_docker(
         GpuApi::Cdi => {
             let (major, minor) = facts.api;
             if facts.api < CDI_MIN_API {
-                return Err(GpuRequestRejected(format!(
+                return Err(GpuRequestRejected::new(Refusal::NoCdi, format!(
                     "this engine speaks API {major}.{minor}, and CDI device requests need 1.44 (Docker 25) or later"
                 )));
             }
             if facts.spec_dirs.is_empty() {
-                return Err(GpuRequestRejected(
+                return Err(GpuRequestRejected::new(
+                    Refusal::NoCdi,
                     "the engine has CDI off (no CDI spec folders); start dockerd with \"features\": {\"cdi\": true} in daemon.json".to_string(),
                 ));
             }
@@ -332,15 +368,18 @@ mod tests {
             );
         }
         let err = decide(&two, GpuApi::Runtime, &podman, NVIDIA_KIND).unwrap_err();
-        assert_eq!(err.0, PODMAN_HAS_NO_RUNTIME_HOOK);
+        assert_eq!(
+            err,
+            GpuRequestRejected::new(Refusal::RuntimeOnPodman, PODMAN_HAS_NO_RUNTIME_HOOK)
+        );
     }
 
     #[test]
     fn cdi_asked_for_says_why_it_cannot_be() {
         let why = |facts: &CdiFacts| {
-            decide(&GpuSelection::All, GpuApi::Cdi, facts, NVIDIA_KIND)
-                .unwrap_err()
-                .0
+            let err = decide(&GpuSelection::All, GpuApi::Cdi, facts, NVIDIA_KIND).unwrap_err();
+            assert_eq!(err.refusal, Refusal::NoCdi);
+            err.why
         };
         let old = CdiFacts {
             api: (1, 41),

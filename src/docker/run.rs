@@ -25,7 +25,7 @@ use super::tail::{Tail, OUTPUT_TAIL};
 use super::DockerError;
 use crate::gpus::GpuSelection;
 
-pub use super::cdi::{device_request, GpuRequestRejected, PODMAN_HAS_NO_RUNTIME_HOOK};
+pub use super::cdi::{device_request, GpuRequestRejected, Refusal, PODMAN_HAS_NO_RUNTIME_HOOK};
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -260,9 +260,12 @@ pub fn is_gpu_rejection(msg: &str) -> bool {
 /// found none for the names asked for.
 pub fn gpu_rejection(msg: String) -> GpuRequestRejected {
     if super::cdi::is_unresolvable(&msg) {
-        return GpuRequestRejected(super::cdi::no_spec(&msg, &super::cdi::cdi_kind()));
+        return GpuRequestRejected::new(
+            Refusal::NoCdiSpec,
+            super::cdi::no_spec(&msg, &super::cdi::cdi_kind()),
+        );
     }
-    GpuRequestRejected(msg)
+    GpuRequestRejected::new(Refusal::NoRuntime, msg)
 }
 
 /// A step of [`run_to_completion_with`], told to its watcher as it starts,

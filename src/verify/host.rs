@@ -15,7 +15,7 @@ use super::registry::registry;
 pub use super::registry::{HOST_DESCRIPTIONS as DESCRIPTIONS, HOST_IDS as IDS};
 use super::report::Report;
 use super::result::{CheckResult, Level, Status};
-use crate::docker::run::{ContainerPhase, GpuRequestRejected, RunRequest};
+use crate::docker::run::{ContainerPhase, GpuRequestRejected, Refusal, RunRequest};
 use crate::gpus::GpuSelection;
 
 mod verdicts;
@@ -390,7 +390,7 @@ pub async fn verify_image_with(
 /// none named the GPUs (Podman, or Docker with CDI), else install the
 /// toolkit; or run without GPUs.
 fn gpu_refusal_hint(rej: &GpuRequestRejected, words: &super::wording::Wording) -> String {
-    if rej.0.contains("no CDI spec for") {
+    if rej.refusal == Refusal::NoCdiSpec {
         return format!(
             "make a CDI spec for the GPUs as the line says, or pass {} 0 to run without GPUs",
             words.expect_gpus

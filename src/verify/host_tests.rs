@@ -239,14 +239,14 @@ fn pins_from_image_labels() {
 
 #[test]
 fn a_gpu_refusal_for_want_of_a_cdi_spec_says_to_make_one() {
-    let no_spec = GpuRequestRejected(crate::docker::cdi::no_spec(
-        "setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all",
-        "nvidia.com/gpu",
-    ));
+    let no_spec = crate::docker::run::gpu_rejection(
+        "setting up CDI devices: unresolvable CDI devices nvidia.com/gpu=all".into(),
+    );
     let hint = gpu_refusal_hint(&no_spec, &TEST_WORDS);
     assert!(hint.starts_with("make a CDI spec for the GPUs"), "{hint}");
     assert!(hint.contains("<expect_gpus> 0"), "{hint}");
-    let no_toolkit = GpuRequestRejected("could not select device driver \"nvidia\"".into());
+    let no_toolkit =
+        crate::docker::run::gpu_rejection("could not select device driver \"nvidia\"".into());
     let hint = gpu_refusal_hint(&no_toolkit, &TEST_WORDS);
     assert!(hint.contains("<toolkit_configure>"), "{hint}");
 }

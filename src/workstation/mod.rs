@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::docker::run::GpuRequestRejected;
+use crate::docker::run::{GpuRequestRejected, Refusal};
 use crate::docker::workstation::{self as ws, Health, Workstation, WorkstationError};
 use crate::gpus::GpuSelection;
 use crate::verify::{ExpectGpus, Report};
@@ -30,7 +30,9 @@ pub enum Note {
     /// The engine cannot give containers GPUs: the workstation starts
     /// without; `why` is the engine's reason (or imgctl's, on Podman).
     NoGpus {
-        /// Why.
+        /// Which refusal it was.
+        refusal: Refusal,
+        /// Why, in the engine's words.
         why: String,
     },
     /// The engine may not raise these ulimits (`name=value`): the workstation
@@ -63,6 +65,8 @@ pub enum Created {
     GpusRefused {
         /// The GPUs asked for.
         gpus: Option<GpuSelection>,
+        /// Which refusal it was.
+        refusal: Refusal,
         /// The engine's reason.
         why: String,
     },
@@ -110,15 +114,17 @@ pub async fn create(
         {
             // The runtime's request on Podman is the caller's choice to
             // change, GPUs asked for by name or not.
-            let runtime_on_podman = rejected.0 == crate::docker::run::PODMAN_HAS_NO_RUNTIME_HOOK;
+            let runtime_on_podman = rejected.refusal == Refusal::RuntimeOnPodman;
             if !gpus_auto || station.gpus.is_none() || runtime_on_podman {
                 return Ok(Created::GpusRefused {
                     gpus: station.gpus,
-                    why: rejected.0.clone(),
+                    refusal: rejected.refusal,
+                    why: rejected.why.clone(),
                 });
             }
             note(Note::NoGpus {
-                why: rejected.0.clone(),
+                refusal: rejected.refusal,
+                why: rejected.why.clone(),
             });
             station.gpus = None;
         } else if let Some(WorkstationError::UlimitRefused { ulimits, .. }) =

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
-use crate::docker::run::ContainerGuard;
+use crate::docker::run::{ContainerGuard, Refusal};
 use crate::docker::workstation::{
     self as ws, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
     TENSORBOARD_PORT,
@@ -612,7 +612,9 @@ async fn create(
     let auto = plan.gpus == GpuChoice::Auto;
     match life::create(docker, station, auto, &defaulted, note).await? {
         Created::Started { id, gpus } => Ok((id, gpus)),
-        Created::GpusRefused { gpus, why } => Err(gpus_refused(gpus.as_ref(), &why, podman)),
+        Created::GpusRefused { gpus, refusal, why } => {
+            Err(gpus_refused(gpus.as_ref(), refusal, &why, podman))
+        }
         Created::GaveUp => {
             Err(CliError::failure(format!("the engine refused to start {}", plan.name)).into())
         }
@@ -622,7 +624,10 @@ async fn create(
 /// Says what [`life::create`] did on its way.
 fn say_note(plan: &UpPlan, note: Note) {
     match note {
-        Note::NoGpus { why } if why.contains("no CDI spec for") => printer().info(format!(
+        Note::NoGpus {
+            refusal: Refusal::NoCdiSpec,
+            ..
+        } => printer().info(format!(
             "the engine has no CDI spec for GPUs ({}; `nvidia-ctk cdi generate` makes one): the workstation starts without GPUs",
             crate::docker::cdi::cdi_kind()
         )),
@@ -641,15 +646,17 @@ fn say_note(plan: &UpPlan, note: Note) {
 
 /// The error for `--gpus` given by name (or `--gpu-api runtime` on Podman)
 /// on an engine that cannot give GPUs; `podman`: the engine is Podman.
-fn gpus_refused(gpus: Option<&GpuSelection>, why: &str, podman: bool) -> anyhow::Error {
-    let hint = if why == crate::docker::run::PODMAN_HAS_NO_RUNTIME_HOOK {
-        "pass --gpu-api cdi (or leave --gpu-api out: auto is CDI on Podman), with a CDI spec for the GPUs (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)"
-    } else if podman {
-        "make a CDI spec as the line says (Podman reads /etc/cdi and /var/run/cdi), or leave out --gpus to start without GPUs"
-    } else if why.contains("CDI") {
-        "make CDI work as the line says, or pass --gpu-api runtime (the NVIDIA runtime's request), or leave out --gpus to start without GPUs"
-    } else {
-        "install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs"
+fn gpus_refused(
+    gpus: Option<&GpuSelection>,
+    refusal: Refusal,
+    why: &str,
+    podman: bool,
+) -> anyhow::Error {
+    let hint = match refusal {
+        Refusal::RuntimeOnPodman => "pass --gpu-api cdi (or leave --gpu-api out: auto is CDI on Podman), with a CDI spec for the GPUs (`nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml`)",
+        _ if podman => "make a CDI spec as the line says (Podman reads /etc/cdi and /var/run/cdi), or leave out --gpus to start without GPUs",
+        Refusal::NoCdiSpec | Refusal::NoCdi => "make CDI work as the line says, or pass --gpu-api runtime (the NVIDIA runtime's request), or leave out --gpus to start without GPUs",
+        Refusal::NoRuntime => "install the NVIDIA Container Toolkit and restart the engine (`nvidia-ctk runtime configure --runtime=docker`), or leave out --gpus to start without GPUs",
     };
     CliError::usage(format!(
         "--gpus {}: the {} cannot give the container GPUs ({why})",

@@ -340,13 +340,17 @@ fn on_podman_a_run_with_cdi_names_no_spec_knows_is_refused_and_its_container_rem
         .chain()
         .find_map(|c| c.downcast_ref::<GpuRequestRejected>())
         .unwrap_or_else(|| panic!("not a GPU refusal: {err:#}"));
+    assert_eq!(rejected.refusal, imgctl::docker::run::Refusal::NoCdiSpec);
     assert!(
         rejected
-            .0
+            .why
             .contains("unresolvable CDI devices nvidia.com/gpu=all"),
         "{rejected}"
     );
-    assert!(rejected.0.contains("nvidia-ctk cdi generate"), "{rejected}");
+    assert!(
+        rejected.why.contains("nvidia-ctk cdi generate"),
+        "{rejected}"
+    );
     assert_eq!(left(), "");
     // The runtime's request: refused before anything is made.
     let err = rt
