@@ -57,6 +57,9 @@ pub(crate) struct Fake {
     sneak_in: Option<Bytes>,
     /// The status each conditional PUT got.
     conditional: Vec<u16>,
+    /// How many GETs of a tag (not a digest) answer `500 UNKNOWN` first, as
+    /// distribution's filesystem store does while another push writes it.
+    busy_reads: usize,
 }
 
 pub(crate) type Shared = Arc<Mutex<Fake>>;
@@ -79,6 +82,38 @@ fn unknown() -> Response<Full<Bytes>> {
         &[("Content-Type", "application/json".into())],
         r#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}"#,
     )
+}
+
+/// What distribution's filesystem store answers a read of a tag that
+/// another push is writing.
+fn busy() -> Response<Full<Bytes>> {
+    reply(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &[("Content-Type", "application/json".into())],
+        r#"{"errors":[{"code":"UNKNOWN","message":"unknown error"}]}"#,
+    )
+}
+
+/// The token service's answer to a request with `auth`: a token for the
+/// fake's password (basic auth), else 401.
+fn token(auth: &str) -> Response<Full<Bytes>> {
+    let good = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("me:{PASSWORD}"))
+    );
+    if auth == good {
+        reply(
+            StatusCode::OK,
+            &[],
+            format!(r#"{{"access_token":"{TOKEN}"}}"#),
+        )
+    } else {
+        reply(
+            StatusCode::UNAUTHORIZED,
+            &[],
+            r#"{"errors":[{"code":"UNAUTHORIZED","message":"bad password"}]}"#,
+        )
+    }
 }
 
 /// The 401 a request without the fake's credentials gets, if it lacks them.
@@ -140,23 +175,7 @@ async fn handle(
         return Ok(reply(StatusCode::OK, &[], blob));
     }
     if path == "/token" {
-        let good = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("me:{PASSWORD}"))
-        );
-        return Ok(if auth == good {
-            reply(
-                StatusCode::OK,
-                &[],
-                format!(r#"{{"access_token":"{TOKEN}"}}"#),
-            )
-        } else {
-            reply(
-                StatusCode::UNAUTHORIZED,
-                &[],
-                r#"{"errors":[{"code":"UNAUTHORIZED","message":"bad password"}]}"#,
-            )
-        });
+        return Ok(token(auth));
     }
     if let Some(challenge) = unauthorized(&fake, auth) {
         return Ok(challenge);
@@ -212,6 +231,10 @@ async fn handle(
                 .insert(digest.clone(), (media_type.clone(), body.clone()));
             fake.manifests.insert(arg.to_string(), (media_type, body));
             reply(StatusCode::CREATED, &headers, "")
+        }
+        (Method::GET, "manifests") if fake.busy_reads > 0 && !arg.starts_with("sha256:") => {
+            fake.busy_reads -= 1;
+            busy()
         }
         (Method::GET | Method::HEAD, "manifests") => match fake.manifests.get(arg) {
             Some((media_type, bytes)) => {
@@ -428,7 +451,8 @@ async fn without_the_api_the_fallback_tag_is_kept() {
         .await
         .unwrap();
     let tag = manifest::fallback_tag(&subject.digest).unwrap();
-    assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 3);
+    // a's second push finds its entry listed, and writes nothing.
+    assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 2);
     assert_eq!(
         repo.referrers(&subject.digest, None).await.unwrap().list,
         vec![a, b.clone()]
@@ -442,6 +466,33 @@ async fn without_the_api_the_fallback_tag_is_kept() {
     );
     // Blobs the registry has are not uploaded again.
     assert_eq!(count(&state, "POST /v2/me/x/blobs/uploads/"), 3);
+}
+
+#[tokio::test]
+async fn a_500_to_a_read_of_the_referrers_tag_is_asked_again() {
+    let state = start(false).await;
+    let subject = subject(&state);
+    let repo = repository(&state, PASSWORD);
+    let a = repo
+        .push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
+        .await
+        .unwrap();
+    // Another push is writing the tag: its reads answer 500 a few times.
+    state.lock().unwrap().busy_reads = 3;
+    let b = repo
+        .push_artifact(&subject, "b", "text/plain", b"b", BTreeMap::new())
+        .await
+        .unwrap();
+    assert_eq!(state.lock().unwrap().busy_reads, 0);
+    let listed = repo.referrers(&subject.digest, None).await.unwrap().list;
+    assert_eq!(listed, vec![a, b]);
+    // One that stays busy is named, after FALLBACK_TRIES reads.
+    state.lock().unwrap().busy_reads = usize::MAX;
+    let e = repo
+        .push_artifact(&subject, "c", "text/plain", b"c", BTreeMap::new())
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("500 UNKNOWN"), "{e:#}");
 }
 
 #[tokio::test]

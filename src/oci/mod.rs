@@ -54,6 +54,18 @@ pub const MAX_REFERRERS: usize = 1000;
 /// push undid it (each after a read back 50 to 150 ms later).
 pub const FALLBACK_TRIES: usize = 8;
 
+/// How long an entry written to a referrers tag must be read back still
+/// there before it counts as kept: a concurrent push that read the tag
+/// before this write and writes after it undoes it, and its read-merge-write
+/// takes about as long as this one's (`span`), so the entry is watched for
+/// three such spans, at least 300 ms and at most 10 s.
+fn fallback_settle(span: std::time::Duration) -> std::time::Duration {
+    (span * 3).clamp(
+        std::time::Duration::from_millis(300),
+        std::time::Duration::from_secs(10),
+    )
+}
+
 /// The most bytes of one artifact's content imgctl reads back.
 pub const MAX_ARTIFACT: u64 = 256 << 20;
 
@@ -524,13 +536,25 @@ impl Repository {
     }
 
     /// The referrers tag's index (`None` when the tag does not exist) and
-    /// its `ETag`, when the registry gave one.
+    /// its `ETag`, when the registry gave one. A 5xx is asked again, up to
+    /// [`FALLBACK_TRIES`] times 50 to 150 ms apart: distribution's
+    /// filesystem store answers `500 UNKNOWN` to a read of a tag that
+    /// another push is writing (seen in CI: two concurrent referrer pushes).
     async fn fallback_read(
         &self,
         subject_digest: &str,
     ) -> anyhow::Result<(Option<serde_json::Value>, Option<String>)> {
+        use rand::Rng as _;
         let tag = manifest::fallback_tag(subject_digest)?;
-        let reply = self.get_manifest(&tag, OCI_INDEX).await?;
+        let mut reply = self.get_manifest(&tag, OCI_INDEX).await?;
+        for _ in 1..FALLBACK_TRIES {
+            if !reply.status.is_server_error() {
+                break;
+            }
+            let pause = rand::thread_rng().gen_range(50..150);
+            tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+            reply = self.get_manifest(&tag, OCI_INDEX).await?;
+        }
         if reply.status == StatusCode::NOT_FOUND {
             return Ok((None, None));
         }
@@ -547,14 +571,16 @@ impl Repository {
 
     /// Puts `entry` into the referrers tag's index (made when missing):
     /// read, merge, write (with `If-Match` on the read's `ETag`, so a
-    /// registry that honours it refuses a write over another's with 412),
-    /// then, after a pause of 50 to 150 ms, read back until the entry is
-    /// there (a 5xx on the write is tried again too). A concurrent push of another referrer of the same subject
-    /// that overwrote this one's entry is thus seen and merged again, up
-    /// to [`FALLBACK_TRIES`] times. (Distribution 2.8 gives an `ETag` but
-    /// does not check `If-Match`: the read back is what keeps both
-    /// entries there, as long as the two writes land less than the pause
-    /// apart.)
+    /// registry that honours it refuses a write over another's with 412; a
+    /// 5xx on the write is tried again too), then read it back every 50 to
+    /// 150 ms until the entry has stayed there for [`fallback_settle`] of
+    /// the read-merge-write's time. A concurrent push of another referrer
+    /// of the same subject that read the tag before this write and
+    /// overwrote it after is thus seen, and the entry merged again, up to
+    /// [`FALLBACK_TRIES`] times. (Distribution 2.8 gives an `ETag` but does
+    /// not check `If-Match`: the read back is what keeps both entries.
+    /// Reading back once, 50 to 150 ms after the write, lost an entry under
+    /// load: the other push's read-merge-write took longer than the pause.)
     async fn add_to_fallback(
         &self,
         subject_digest: &str,
@@ -562,32 +588,42 @@ impl Repository {
     ) -> anyhow::Result<()> {
         use rand::Rng as _;
         let tag = manifest::fallback_tag(subject_digest)?;
-        for attempt in 0..=FALLBACK_TRIES {
+        let mut writes = 0;
+        // When this push's last write landed, and how long its
+        // read-merge-write took.
+        let mut written: Option<(std::time::Instant, std::time::Duration)> = None;
+        loop {
+            let read_at = std::time::Instant::now();
             let (index, etag) = self.fallback_read(subject_digest).await?;
             let held = index.as_ref().is_some_and(|i| {
                 manifest::index_entries(i).is_ok_and(|l| l.iter().any(|d| d.digest == entry.digest))
             });
-            if attempt > 0 && held {
-                return Ok(());
-            }
-            if attempt == FALLBACK_TRIES {
-                break;
-            }
-            let mut index = index.unwrap_or_else(manifest::empty_index);
-            manifest::merge_into_index(&mut index, entry);
-            let bytes = serde_json::to_vec(&index).expect("an index serializes");
-            let reply = self
-                .put_manifest(&tag, OCI_INDEX, bytes, etag.as_deref())
-                .await?;
-            // 412: another push's write came first (If-Match); a 5xx on
-            // the last try stands (distribution's filesystem store answers
-            // 500 when two writes of one tag meet).
-            let again = reply.status == StatusCode::PRECONDITION_FAILED
-                || (reply.status.is_server_error() && attempt + 1 < FALLBACK_TRIES);
-            if !reply.status.is_success() && !again {
-                return Err(self
-                    .transport
-                    .refused(&format!("the referrers tag {tag}"), &reply));
+            match written {
+                // Listed before this push wrote anything: pushed before.
+                None if held => return Ok(()),
+                Some((at, span)) if held && at.elapsed() >= fallback_settle(span) => return Ok(()),
+                Some(_) if held => {}
+                _ if writes == FALLBACK_TRIES => break,
+                _ => {
+                    let mut index = index.unwrap_or_else(manifest::empty_index);
+                    manifest::merge_into_index(&mut index, entry);
+                    let bytes = serde_json::to_vec(&index).expect("an index serializes");
+                    let reply = self
+                        .put_manifest(&tag, OCI_INDEX, bytes, etag.as_deref())
+                        .await?;
+                    writes += 1;
+                    // 412: another push's write came first (If-Match); a
+                    // 5xx on the last try stands (distribution's filesystem
+                    // store answers 500 when two writes of one tag meet).
+                    let again = reply.status == StatusCode::PRECONDITION_FAILED
+                        || (reply.status.is_server_error() && writes < FALLBACK_TRIES);
+                    if !reply.status.is_success() && !again {
+                        return Err(self
+                            .transport
+                            .refused(&format!("the referrers tag {tag}"), &reply));
+                    }
+                    written = Some((std::time::Instant::now(), read_at.elapsed()));
+                }
             }
             let pause = rand::thread_rng().gen_range(50..150);
             tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
