@@ -396,10 +396,7 @@ async fn bearer_tokens_and_the_referrers_api() {
     assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 0);
     assert_eq!(count(&state, &format!("GET /v2/me/x/manifests/{tag}")), 0);
     // The list is the API's, two pages of it.
-    let other = repo
-        .push_artifact(&subject, "other", "text/plain", b"other", BTreeMap::new())
-        .await
-        .unwrap();
+    let other = push(&repo, &subject, "other").await;
     assert_eq!(
         repo.referrers(&subject.digest, None).await.unwrap().list,
         vec![pushed.clone(), other.clone()]
@@ -434,22 +431,28 @@ async fn bearer_tokens_and_the_referrers_api() {
     );
 }
 
+/// Pushes a text artifact `what` (its content the same word) referring to
+/// `subject`.
+async fn push(repo: &Repository, subject: &Descriptor, what: &str) -> Descriptor {
+    repo.push_artifact(
+        subject,
+        what,
+        "text/plain",
+        what.as_bytes(),
+        BTreeMap::new(),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn without_the_api_the_fallback_tag_is_kept() {
     let state = start(false).await;
     let subject = subject(&state);
     let repo = repository(&state, PASSWORD);
-    let a = repo
-        .push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
-        .await
-        .unwrap();
-    let b = repo
-        .push_artifact(&subject, "b", "text/plain", b"b", BTreeMap::new())
-        .await
-        .unwrap();
-    repo.push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
-        .await
-        .unwrap();
+    let a = push(&repo, &subject, "a").await;
+    let b = push(&repo, &subject, "b").await;
+    push(&repo, &subject, "a").await;
     let tag = manifest::fallback_tag(&subject.digest).unwrap();
     // a's second push finds its entry listed, and writes nothing.
     assert_eq!(count(&state, &format!("PUT /v2/me/x/manifests/{tag}")), 2);
@@ -473,16 +476,10 @@ async fn a_500_to_a_read_of_the_referrers_tag_is_asked_again() {
     let state = start(false).await;
     let subject = subject(&state);
     let repo = repository(&state, PASSWORD);
-    let a = repo
-        .push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
-        .await
-        .unwrap();
+    let a = push(&repo, &subject, "a").await;
     // Another push is writing the tag: its reads answer 500 a few times.
     state.lock().unwrap().busy_reads = 3;
-    let b = repo
-        .push_artifact(&subject, "b", "text/plain", b"b", BTreeMap::new())
-        .await
-        .unwrap();
+    let b = push(&repo, &subject, "b").await;
     assert_eq!(state.lock().unwrap().busy_reads, 0);
     let listed = repo.referrers(&subject.digest, None).await.unwrap().list;
     assert_eq!(listed, vec![a, b]);
@@ -501,10 +498,7 @@ async fn a_registry_that_honours_if_match_makes_a_lost_update_a_retry() {
     let subject = subject(&state);
     let repo = repository(&state, PASSWORD);
     state.lock().unwrap().if_match = true;
-    let a = repo
-        .push_artifact(&subject, "a", "text/plain", b"a", BTreeMap::new())
-        .await
-        .unwrap();
+    let a = push(&repo, &subject, "a").await;
     // Another push lands between imgctl's read of the tag and its write.
     let other = Descriptor {
         artifact_type: Some("other".into()),
@@ -514,10 +508,7 @@ async fn a_registry_that_honours_if_match_makes_a_lost_update_a_retry() {
     manifest::merge_into_index(&mut theirs, &a);
     manifest::merge_into_index(&mut theirs, &other);
     state.lock().unwrap().sneak_in = Some(serde_json::to_vec(&theirs).unwrap().into());
-    let b = repo
-        .push_artifact(&subject, "b", "text/plain", b"b", BTreeMap::new())
-        .await
-        .unwrap();
+    let b = push(&repo, &subject, "b").await;
     // a made the tag (nothing to match); b's write was conditional, met
     // the other push's (412), and was made again over it.
     assert_eq!(state.lock().unwrap().conditional, vec![412, 201]);
