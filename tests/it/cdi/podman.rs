@@ -13,29 +13,13 @@
 //! `error creating device nodes: mount /dev/imgctl-test-gpu0:…: no such file
 //! or directory`). The rootless test gives device `1`, a node made on the
 //! host at the path the container sees, and checks the refusal of device `0`.
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Instant;
 
 use super::FakeVendorSpec;
 use crate::common::{one_error_line, texts};
 use crate::podman::rootless::{as_user, build_as_user, load_rootless, one_at_a_time, user};
 use crate::podman::{load_into_podman, podman, tag, PodmanImages, PodmanService};
-
-/// The busybox test base on the Docker engine (not the Debian one: these
-/// tests need no more), for `docker save | podman load`.
-fn busybox_base() {
-    let script = crate::common::repo_root().join("scripts/test-bases.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg("busybox")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "test-bases.sh busybox: {}",
-        texts(&out).1
-    );
-}
 
 /// A Dockerfile whose entrypoint shows what the fake vendor's CDI edits did
 /// (its variable, the device nodes) and the workspace, then runs the
@@ -106,7 +90,7 @@ fn left(name: &str) -> String {
 #[test]
 fn on_rootful_podman_the_fake_vendors_device_reaches_the_workstation_through_libpod() {
     let _spec = FakeVendorSpec::write();
-    busybox_base();
+    crate::build::ensure_bases();
     load_into_podman(crate::build::BUSYBOX_BASE);
     let service = PodmanService::rootful();
     let mut images = PodmanImages::default();
@@ -239,7 +223,7 @@ fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workst
     // The user's rootless services one at a time (podman::rootless says why).
     let _one = one_at_a_time();
     let _spec = FakeVendorSpec::write();
-    busybox_base();
+    crate::build::ensure_bases();
     let service = PodmanService::rootless();
     let runtime = service.dir.path().to_path_buf();
     load_rootless(crate::build::BUSYBOX_BASE, &runtime);
@@ -302,7 +286,7 @@ fn on_rootless_podman_a_cdi_device_node_of_the_hosts_own_path_reaches_the_workst
 fn on_podman_a_run_with_cdi_names_no_spec_knows_is_refused_and_its_container_removed() {
     use imgctl::docker::cdi::GpuApi;
     use imgctl::docker::run::{run_to_completion, GpuRequestRejected, RunRequest};
-    busybox_base();
+    crate::build::ensure_bases();
     load_into_podman(crate::build::BUSYBOX_BASE);
     let service = PodmanService::rootful();
     let (rt, engine) = crate::podman::connect(&service);

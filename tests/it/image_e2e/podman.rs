@@ -18,7 +18,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::podman::rootless::{as_user, load_rootless, one_at_a_time, user};
+use crate::podman::rootless::{as_user, load_rootless, one_at_a_time, user, user_folder};
 use crate::podman::{podman, PodmanService};
 
 /// The Podman a step runs on: root's, or the test user's (rootless).
@@ -190,18 +190,8 @@ pub(super) fn workstation_on_rootless_podman(pid: u32, key: &Path, work: &Path) 
     // The service (the user) must reach the folder; the user owns it, and
     // is the image's uid 1000 inside.
     let (uid, gid, _) = user();
-    let open = tempfile::Builder::new()
-        .prefix("h-e2e-rootless-")
-        .tempdir()
-        .unwrap();
-    std::fs::set_permissions(
-        open.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let folder = open.path().join("project");
-    std::fs::create_dir(&folder).unwrap();
-    std::os::unix::fs::chown(&folder, Some(uid), Some(gid)).unwrap();
+    let project = user_folder(true);
+    let folder = project.path().to_path_buf();
     let times = use_it(&side, &mut left, &copy, pid, key, &folder, work, copy_s);
     // train-demo ran as dev (uid 1000 inside): its files are the user's.
     use std::os::unix::fs::MetadataExt;

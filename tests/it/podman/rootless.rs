@@ -301,7 +301,7 @@ impl Drop for UserImages<'_> {
 }
 
 /// A temporary folder the test user can read (and, with `owned`, write).
-fn user_folder(owned: bool) -> tempfile::TempDir {
+pub(crate) fn user_folder(owned: bool) -> tempfile::TempDir {
     let dir = tempfile::Builder::new()
         .prefix("h-podman-it-user-")
         .tempdir()
