@@ -309,6 +309,34 @@ fn mount_parts(mut mount: Mount) -> Result<(MountType, String, String, bool), Un
 /// Creates the container of `spec` (from [`spec`]) through libpod's create,
 /// over `docker`'s own connection: the answer (`{"Id", "Warnings"}`) and
 /// an error (status and message) read as the compatible create's.
+/// Creates the container of `body` (named `name`, or by the engine) with
+/// the GPUs of `request` in it: through libpod's own create where the
+/// request needs it (CDI names on Podman, [`super::cdi::GpuRequest::libpod`]),
+/// else through the compatible create. The outer error is a field libpod's
+/// create cannot carry (nothing was sent); the inner one the engine's answer.
+pub async fn create_with_gpus(
+    docker: &bollard::Docker,
+    name: Option<&str>,
+    mut body: ContainerCreateBody,
+    request: Option<super::cdi::GpuRequest>,
+) -> Result<Result<ContainerCreateResponse, bollard::errors::Error>, Untranslatable> {
+    let libpod = request.as_ref().is_some_and(|r| r.libpod);
+    body.host_config
+        .get_or_insert_with(HostConfig::default)
+        .device_requests = request.map(|r| vec![r.request]);
+    if libpod {
+        let spec = spec(name, &body)?;
+        return Ok(create(docker, &spec).await);
+    }
+    let opts = CreateContainerOptions {
+        name: name.map(str::to_string),
+        ..Default::default()
+    };
+    Ok(docker.create_container(Some(opts), body).await)
+}
+
+/// Sends libpod's create of `spec` (from [`spec`]) through the engine's
+/// bollard client.
 pub async fn create(
     docker: &bollard::Docker,
     spec: &Value,

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{
-    CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
-    RemoveContainerOptions, WaitContainerOptions,
+    KillContainerOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+    WaitContainerOptions,
 };
 use futures_util::StreamExt;
 
@@ -325,9 +325,7 @@ pub async fn run_to_completion_with(
     }
     let request = super::cdi::gpu_request(docker, req.gpus.as_ref(), req.gpu_api).await?;
     let gpu_api = request.as_ref().map(|r| r.api);
-    let libpod = request.as_ref().is_some_and(|r| r.libpod);
     let host_config = HostConfig {
-        device_requests: request.map(|r| vec![r.request]),
         binds: (!req.binds.is_empty()).then(|| req.binds.clone()),
         ..Default::default()
     };
@@ -343,21 +341,10 @@ pub async fn run_to_completion_with(
         host_config: Some(host_config),
         ..Default::default()
     };
-    // On Podman, CDI names go through libpod's create.
-    let spec = libpod
-        .then(|| super::libpod::spec(None, &body))
-        .transpose()?;
     // Listen for Ctrl-C, SIGTERM and SIGHUP from before the container exists,
     // so none slips between its creation and the wait below.
     let mut interrupt = super::Termination::install()?;
-    let created = match &spec {
-        Some(spec) => super::libpod::create(docker, spec).await,
-        None => {
-            docker
-                .create_container(Some(CreateContainerOptions::default()), body)
-                .await
-        }
-    };
+    let created = super::libpod::create_with_gpus(docker, None, body, request).await?;
     let created = created.map_err(|e| {
         if let Some(too_much) = super::transport::too_much(&e) {
             return DockerError::EngineTooMuch(too_much).into();

@@ -17,9 +17,7 @@ use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, HealthStatusEnum, HostConfig, Mount, MountType,
     PortBinding, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
 };
-use bollard::query_parameters::{
-    CreateContainerOptions, InspectContainerOptions, StopContainerOptions,
-};
+use bollard::query_parameters::{InspectContainerOptions, StopContainerOptions};
 use futures_util::StreamExt;
 
 pub use super::listing::{
@@ -301,22 +299,9 @@ pub async fn create_and_start(
             .get_or_insert_with(HashMap::new)
             .insert(LABEL_GPU_API.into(), asked.api.to_string());
     }
-    let libpod = request.as_ref().is_some_and(|r| r.libpod);
-    if let Some(host) = body.host_config.as_mut() {
-        host.device_requests = request.map(|r| vec![r.request]);
-    }
-    // On Podman, CDI names go through libpod's create.
-    let created = if libpod {
-        let spec = super::libpod::spec(Some(&ws.name), &body)?;
-        super::libpod::create(docker, &spec).await
-    } else {
-        let opts = CreateContainerOptions {
-            name: Some(ws.name.clone()),
-            ..Default::default()
-        };
-        docker.create_container(Some(opts), body).await
-    }
-    .map_err(|e| start_error(&e, ws, true))?;
+    let created = super::libpod::create_with_gpus(docker, Some(&ws.name), body, request)
+        .await?
+        .map_err(|e| start_error(&e, ws, true))?;
     for file in &ws.files {
         if let Err(e) = place(docker, &created.id, file).await {
             remove_by_id(docker, &created.id).await?;
