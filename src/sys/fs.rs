@@ -141,6 +141,100 @@ pub fn open_regular(path: &Path) -> std::io::Result<File> {
     }
 }
 
+/// Reads `path` whole if it is a private file of this user's, as ssh asks
+/// of a private key: opened without following a symbolic link at its last
+/// component (`O_NOFOLLOW`) and without blocking (`O_NONBLOCK`), a regular
+/// file, owned by the effective user, readable and writable by nobody else
+/// (mode 0600 or stricter), and at most `max` bytes. The error's text says
+/// which rule the path breaks ("is a symbolic link", "is owned by uid 0,
+/// not by you (uid 1000)", "is mode 0644; a private file is 0600").
+pub fn read_private(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Error::new(ErrorKind::PermissionDenied, "is a symbolic link")
+            } else {
+                e
+            }
+        })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "is not a regular file"));
+    }
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!("is owned by uid {}, not by you (uid {me})", meta.uid()),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(Error::new(
+            ErrorKind::PermissionDenied,
+            format!(
+                "is mode {:04o}; a private file is 0600",
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    if meta.len() > max {
+        return Err(Error::other(TooLarge { max }));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(Error::other(TooLarge { max }));
+    }
+    Ok(bytes)
+}
+
+/// Checks that `dir` is a folder of this user's that nobody else can
+/// change, as ssh's StrictModes asks of `~/.ssh`: with `follow` false, not
+/// a symbolic link itself; a folder; owned by the effective user; and not
+/// writable by its group or others. Err: which rule it breaks, as a phrase
+/// ("is a symbolic link", "is writable by others (mode 0777)").
+pub fn check_private_dir(dir: &Path, follow: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = if follow {
+        std::fs::metadata(dir)
+    } else {
+        std::fs::symlink_metadata(dir)
+    }
+    .map_err(|e| e.to_string())?;
+    if meta.file_type().is_symlink() {
+        return Err("is a symbolic link".into());
+    }
+    if !meta.is_dir() {
+        return Err("is not a folder".into());
+    }
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "is writable by {} (mode {:04o})",
+            if meta.mode() & 0o002 != 0 {
+                "others"
+            } else {
+                "its group"
+            },
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 /// [`read_regular`] as UTF-8 text (invalid UTF-8: an `InvalidData` error).
 pub fn read_regular_text(path: &Path, max: u64) -> std::io::Result<String> {
     String::from_utf8(read_regular(path, max)?).map_err(|e| {

@@ -55,7 +55,21 @@ pub(super) fn prepare(name: &str) -> Result<HostKey, String> {
     prepare_in(&home, &state, name)
 }
 
+/// The most bytes a host key file may have (an ed25519 key is about 400).
+const KEY_MAX: u64 = 64 * 1024;
+
 /// [`prepare`] with HOME and the state folder given.
+///
+/// The key is copied into a container that the workstation's user owns, so
+/// nothing on the path may be anyone else's (#50 H1, M6): the folders
+/// `imgctl/`, `workstations/` and `NAME/` under the state folder are real
+/// folders (no symbolic links), the caller's, and writable by nobody else;
+/// the key is a regular file of the caller's, mode 0600, opened without
+/// following a link; and the `.pub` beside it must be the key's own public
+/// half, which is what `known_hosts` pins. A `sudo imgctl up` with a user's
+/// HOME therefore never reads root's files through a link the user
+/// planted: the folders are the user's, not root's, and the workstation
+/// makes its own host key.
 fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> {
     let dir = state.join("imgctl/workstations").join(name);
     std::fs::DirBuilder::new()
@@ -63,26 +77,144 @@ fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> 
         .mode(0o700)
         .create(&dir)
         .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    crate::sys::fs::check_private_dir(state, true).map_err(|why| {
+        format!(
+            "the state folder {} {why}; imgctl keeps host keys only in a folder of yours",
+            state.display()
+        )
+    })?;
+    for folder in [
+        state.join("imgctl"),
+        state.join("imgctl/workstations"),
+        dir.clone(),
+    ] {
+        crate::sys::fs::check_private_dir(&folder, false).map_err(|why| {
+            format!(
+                "{} {why}; imgctl keeps host keys only in a folder of yours that nobody else can write (fix it, or remove it)",
+                folder.display()
+            )
+        })?;
+    }
     let key = dir.join("ssh_host_ed25519_key");
-    if !key.exists() {
+    let public_file = key.with_extension("pub");
+    if std::fs::symlink_metadata(&key).is_err() && std::fs::symlink_metadata(&public_file).is_err()
+    {
         make_key(&dir, &key, &alias(name))?;
     }
-    let private = std::fs::read(&key).map_err(|e| format!("{}: {e}", key.display()))?;
-    let public_file = key.with_extension("pub");
-    let public = std::fs::read_to_string(&public_file)
-        .map_err(|e| format!("{}: {e}", public_file.display()))?;
+    let refuse = |path: &Path, why: &dyn std::fmt::Display| {
+        format!(
+            "{} {why}; remove {} and its .pub, and `imgctl up` makes a new pair",
+            path.display(),
+            key.display()
+        )
+    };
+    let private = crate::sys::fs::read_private(&key, KEY_MAX).map_err(|e| refuse(&key, &e))?;
+    let derived = openssh_public(&private).map_err(|why| refuse(&key, &why))?;
+    if std::fs::symlink_metadata(&public_file).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(refuse(&public_file, &"is a symbolic link"));
+    }
+    let public = crate::sys::fs::read_regular_text(&public_file, KEY_MAX)
+        .map_err(|e| refuse(&public_file, &e))?;
     let public: Vec<&str> = public.split_whitespace().take(2).collect();
-    if public.len() != 2 {
-        return Err(format!("{} holds no public key", public_file.display()));
+    if public.join(" ") != derived {
+        return Err(refuse(
+            &public_file,
+            &"is not the public half of the key beside it",
+        ));
     }
     let known_hosts = home.join(".ssh/known_hosts");
-    let remembered_now = remember(&known_hosts, &alias(name), &public.join(" "))?;
+    let remembered_now = remember(&known_hosts, &alias(name), &derived)?;
     Ok(HostKey {
         private,
         alias: alias(name),
         remembered_now,
         known_hosts,
     })
+}
+
+/// The public line (`ssh-ed25519 BASE64`) of an unencrypted OpenSSH ed25519
+/// private key, as `ssh-keygen -y` prints it, derived from the key's seed
+/// and checked against the two copies of the public key the file carries
+/// (PROTOCOL.key in OpenSSH's sources gives the layout). Err: why the bytes
+/// are not such a key.
+pub(super) fn openssh_public(private: &[u8]) -> Result<String, String> {
+    use base64::Engine as _;
+    const BEGIN: &str = "-----BEGIN OPENSSH PRIVATE KEY-----";
+    const END: &str = "-----END OPENSSH PRIVATE KEY-----";
+    let bad = |what: &str| format!("is not an unencrypted OpenSSH ed25519 key ({what})");
+    let text = std::str::from_utf8(private).map_err(|_| bad("not text"))?;
+    let body = text
+        .split_once(BEGIN)
+        .and_then(|(_, rest)| rest.split_once(END))
+        .map(|(body, _)| body)
+        .ok_or_else(|| bad("no OPENSSH PRIVATE KEY block"))?;
+    let body: String = body.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map_err(|_| bad("bad base64"))?;
+    let mut r = Wire(&raw);
+    if r.take(15) != Some(b"openssh-key-v1\0".as_slice()) {
+        return Err(bad("no openssh-key-v1 header"));
+    }
+    if r.string() != Some(b"none".as_slice()) {
+        return Err(bad("encrypted"));
+    }
+    let (_kdf, _options) = (r.string(), r.string());
+    if r.u32() != Some(1) {
+        return Err(bad("not exactly one key"));
+    }
+    let blob = r.string().ok_or_else(|| bad("truncated"))?.to_vec();
+    let mut p = Wire(r.string().ok_or_else(|| bad("truncated"))?);
+    let (check1, check2) = (p.u32(), p.u32());
+    if check1.is_none() || check1 != check2 {
+        return Err(bad("its check words differ"));
+    }
+    if p.string() != Some(b"ssh-ed25519".as_slice()) {
+        return Err(bad("not ed25519"));
+    }
+    let public = p.string().ok_or_else(|| bad("truncated"))?;
+    let secret = p.string().ok_or_else(|| bad("truncated"))?;
+    let (Ok(public), Some(seed)) = (
+        <[u8; 32]>::try_from(public),
+        secret.get(..32).and_then(|s| <[u8; 32]>::try_from(s).ok()),
+    ) else {
+        return Err(bad("wrong key sizes"));
+    };
+    let derived = ed25519_dalek::SigningKey::from_bytes(&seed)
+        .verifying_key()
+        .to_bytes();
+    let mut expected = Vec::new();
+    for field in [b"ssh-ed25519".as_slice(), derived.as_slice()] {
+        expected.extend_from_slice(&(field.len() as u32).to_be_bytes());
+        expected.extend_from_slice(field);
+    }
+    if derived != public || secret.get(32..) != Some(derived.as_slice()) || blob != expected {
+        return Err(bad("its public key is not its private key's"));
+    }
+    Ok(format!(
+        "ssh-ed25519 {}",
+        base64::engine::general_purpose::STANDARD.encode(&blob)
+    ))
+}
+
+/// A reader of SSH's wire encoding (RFC 4251 §5): big-endian `uint32`s and
+/// length-prefixed strings; each read is None past the end.
+struct Wire<'a>(&'a [u8]);
+
+impl<'a> Wire<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
 }
 
 /// `ssh-keygen` into a temporary name in `dir`, then renamed into place
@@ -220,5 +352,94 @@ mod tests {
         std::fs::write(dir.path().join("me"), "private").unwrap();
         assert_eq!(identity(std::slice::from_ref(&lone)), None);
         assert_eq!(identity(&[lone, pair]), Some(dir.path().join("me")));
+    }
+    /// A made workstation key folder in a fresh HOME: (home, state, dir).
+    fn made(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let home = tempfile::tempdir().unwrap();
+        let state = home.path().join(".local/state");
+        prepare_in(home.path(), &state, name).unwrap();
+        let dir = state.join("imgctl/workstations").join(name);
+        (home, state, dir)
+    }
+
+    #[test]
+    fn a_host_key_linked_to_another_file_is_never_read() {
+        // #50 H1: a link to a root-only file (here: a 0600 file holding a
+        // secret) planted as the key is refused, and its bytes go nowhere.
+        let (home, state, dir) = made("h1");
+        let secret = home.path().join("secret");
+        std::fs::write(&secret, "root's secret").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let key = dir.join("ssh_host_ed25519_key");
+        std::fs::remove_file(&key).unwrap();
+        std::os::unix::fs::symlink(&secret, &key).unwrap();
+        let e = prepare_in(home.path(), &state, "h1").unwrap_err();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert!(e.contains("remove"), "{e}");
+        assert!(!e.contains("root's secret"), "{e}");
+    }
+
+    #[test]
+    fn a_key_others_can_read_a_foreign_public_half_or_garbage_is_refused() {
+        let (home, state, dir) = made("m");
+        let key = dir.join("ssh_host_ed25519_key");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = prepare_in(home.path(), &state, "m").unwrap_err();
+        assert!(e.contains("is mode 0644; a private file is 0600"), "{e}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // Another pair's public half beside this key: known_hosts would pin
+        // a key the workstation does not serve.
+        let (_other_home, _, other) = made("other");
+        std::fs::copy(
+            other.join("ssh_host_ed25519_key.pub"),
+            dir.join("ssh_host_ed25519_key.pub"),
+        )
+        .unwrap();
+        let e = prepare_in(home.path(), &state, "m").unwrap_err();
+        assert!(e.contains("is not the public half"), "{e}");
+        // A file that is no OpenSSH key at all.
+        std::fs::write(&key, "not a key").unwrap();
+        let e = prepare_in(home.path(), &state, "m").unwrap_err();
+        assert!(
+            e.contains("is not an unencrypted OpenSSH ed25519 key"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_key_folder_that_is_a_link_or_writable_by_others_is_refused() {
+        // #50 M6: the folder, or one above it, is a link, or others can write it.
+        let (home, state, dir) = made("f");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = prepare_in(home.path(), &state, "f").unwrap_err();
+        assert!(e.contains("is writable by others (mode 0777)"), "{e}");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let elsewhere = home.path().join("elsewhere");
+        std::fs::rename(state.join("imgctl/workstations"), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, state.join("imgctl/workstations")).unwrap();
+        let e = prepare_in(home.path(), &state, "f").unwrap_err();
+        assert!(e.contains("workstations is a symbolic link"), "{e}");
+    }
+
+    #[test]
+    fn a_key_of_another_user_is_refused() {
+        // As root (CI), hand the key to nobody (65534); as another user,
+        // chown is refused and there is nothing to try.
+        let (home, state, dir) = made("o");
+        let key = dir.join("ssh_host_ed25519_key");
+        if std::os::unix::fs::chown(&key, Some(65534), None).is_err() {
+            return;
+        }
+        let e = prepare_in(home.path(), &state, "o").unwrap_err();
+        assert!(e.contains("is owned by uid 65534, not by you"), "{e}");
+    }
+
+    #[test]
+    fn the_public_line_derived_from_a_key_is_ssh_keygen_s() {
+        let (_home, _, dir) = made("d");
+        let private = std::fs::read(dir.join("ssh_host_ed25519_key")).unwrap();
+        let written = std::fs::read_to_string(dir.join("ssh_host_ed25519_key.pub")).unwrap();
+        let written: Vec<&str> = written.split_whitespace().take(2).collect();
+        assert_eq!(openssh_public(&private).unwrap(), written.join(" "));
     }
 }
