@@ -363,6 +363,9 @@ pub struct PsArgs {
     /// Stopped workstations too.
     #[arg(short, long)]
     pub all: bool,
+    /// Other users' workstations on this engine too (their tokens are not shown).
+    #[arg(long)]
+    pub all_users: bool,
     /// Print as JSON (with each JupyterLab URL and its token).
     #[arg(long)]
     pub json: bool,
@@ -374,9 +377,12 @@ pub struct DownArgs {
     /// The workstations to remove (`imgctl ps` lists them) [default: the one `imgctl up` starts for the current folder].
     #[arg(value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub names: Vec<String>,
-    /// Every workstation, running or stopped.
+    /// Every workstation of yours, running or stopped.
     #[arg(long, conflicts_with = "names")]
     pub all: bool,
+    /// Act on other users' workstations too (with --all: everyone's); asks first on a terminal, else needs --force.
+    #[arg(long)]
+    pub all_users: bool,
     /// Seconds the work inside (a training run, a script) and then the services get to stop after SIGTERM before they are killed.
     #[arg(
         short,
@@ -386,7 +392,7 @@ pub struct DownArgs {
         allow_negative_numbers = true
     )]
     pub time: i64,
-    /// Do not wait: kill everything inside at once (`docker rm -f`).
+    /// Do not wait: kill everything inside at once (`docker rm -f`), and do not ask before removing other users' workstations.
     #[arg(short, long)]
     pub force: bool,
     /// Remove the home volume too (NAME-home: the user's home, kept by default for the next `up`).
@@ -406,6 +412,9 @@ pub struct LogsArgs {
     /// Only the last N lines [default: all].
     #[arg(long, value_name = "N")]
     pub tail: Option<u32>,
+    /// Read another user's workstation (its logs hold its JupyterLab token).
+    #[arg(long)]
+    pub all_users: bool,
 }
 
 /// `imgctl completions SHELL`.

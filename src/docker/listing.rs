@@ -30,6 +30,11 @@ pub const LABEL_SSH_ALIAS: &str = "io.imgctl.workstation.ssh-alias";
 pub const LABEL_HOME_VOLUME: &str = "io.imgctl.workstation.home-volume";
 /// Label: the private key file of the `ssh` line's `-i`.
 pub const LABEL_SSH_IDENTITY: &str = "io.imgctl.workstation.ssh-identity";
+/// Label: the uid of the user who started it (`crate::workstation::owner`);
+/// absent on workstations of an imgctl before #50.
+pub const LABEL_OWNER_UID: &str = "io.imgctl.workstation.owner-uid";
+/// Label: the login name of the user who started it.
+pub const LABEL_OWNER: &str = "io.imgctl.workstation.owner";
 
 /// JupyterLab's port inside the container (the entrypoint's default).
 pub const JUPYTER_PORT: u16 = 8888;
@@ -99,6 +104,11 @@ pub struct Listed {
     pub ssh_alias: Option<String>,
     /// The private key of the `ssh` line's `-i`.
     pub ssh_identity: Option<String>,
+    /// The uid of the user who started it (None: an older workstation,
+    /// or a label that is not a number).
+    pub owner_uid: Option<u32>,
+    /// That user's login name, as it was when it started.
+    pub owner: Option<String>,
     /// Why a stopped workstation stopped, as its entrypoint said last
     /// (filled by [`read_stop_reasons`])
     /// (`idle-stop: idle for 1h`, `SIGTERM`); None when running or unsaid.
@@ -179,6 +189,8 @@ pub async fn list(docker: &bollard::Docker, all: bool) -> anyhow::Result<Vec<Lis
             home_volume: labels.get(LABEL_HOME_VOLUME).cloned(),
             ssh_alias: labels.get(LABEL_SSH_ALIAS).cloned(),
             ssh_identity: labels.get(LABEL_SSH_IDENTITY).cloned(),
+            owner_uid: labels.get(LABEL_OWNER_UID).and_then(|u| u.parse().ok()),
+            owner: labels.get(LABEL_OWNER).cloned(),
             stopped_why: None,
         });
     }

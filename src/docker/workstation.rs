@@ -22,8 +22,9 @@ use futures_util::StreamExt;
 
 pub use super::listing::{
     list, log_tail, read_stop_reasons, stop_reason, Listed, JUPYTER_PORT, LABEL_GPUS,
-    LABEL_GPU_API, LABEL_HOME_VOLUME, LABEL_SSH_ALIAS, LABEL_SSH_IDENTITY, LABEL_USER,
-    LABEL_USERNS, LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT, TENSORBOARD_PORT,
+    LABEL_GPU_API, LABEL_HOME_VOLUME, LABEL_OWNER, LABEL_OWNER_UID, LABEL_SSH_ALIAS,
+    LABEL_SSH_IDENTITY, LABEL_USER, LABEL_USERNS, LABEL_WORKSPACE, LABEL_WORKSTATION, SSH_PORT,
+    TENSORBOARD_PORT,
 };
 use super::run::device_request;
 use super::tail::Tail;
@@ -233,6 +234,15 @@ pub enum WorkstationError {
     NotFound {
         /// The name as given.
         name: String,
+    },
+    /// Another user's workstation (#50 H2): imgctl acts on it only when
+    /// told to (`--all-users`).
+    #[error("{name} is {owner}'s workstation, not yours")]
+    NotYours {
+        /// The name.
+        name: String,
+        /// Its owner, as `alice (uid 1001)`.
+        owner: String,
     },
     /// A container of that name that imgctl did not start as a workstation.
     #[error("{name} is a container, but not an imgctl workstation")]

@@ -81,6 +81,30 @@ pub fn trim_heap() {
     }
 }
 
+/// This process's real user id (getuid(2)).
+pub fn real_uid() -> u32 {
+    // SAFETY: getuid has no failure mode and touches no memory.
+    unsafe { libc::getuid() }
+}
+
+/// The login name of `uid` from the user database (getpwuid_r(3)); None
+/// when it has none.
+pub fn login_name(uid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: a zeroed passwd is a valid value for getpwuid_r to fill.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to memory we own that outlives the call, and
+    // buf's length is passed with it.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || pwd.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points at a NUL-terminated string in buf.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned()).filter(|n| !n.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

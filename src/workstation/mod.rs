@@ -9,11 +9,13 @@
 //! comes out as a [`Note`], what went wrong as a variant of its results;
 //! `commands/workstation/` gives them their words and exit status.
 //!
-//! `idle.rs` is `up --idle-stop`'s clock and probes, run inside the
+//! `owner.rs` says whose a workstation is (`ps`, `down` and `logs` act on
+//! the caller's own). `idle.rs` is `up --idle-stop`'s clock and probes, run inside the
 //! workstation by the image's entrypoint.
 //!
 //! Part: the workstation wing (`docs/architecture.md`).
 pub mod idle;
+pub mod owner;
 
 use std::time::{Duration, Instant};
 

@@ -538,3 +538,154 @@ fn verify_inside_expects_no_gpu(name: &str) {
     assert!(env.contains("\"IMGCTL_EXPECT_GPUS=0\""), "{env}");
     assert_eq!(env.matches("IMGCTL_EXPECT_GPUS=").count(), 1, "{env}");
 }
+
+/// #50 H2: on a shared engine, `ps`, `down` and `logs` act on the caller's
+/// own workstations. Another user's (labelled by hand here, as that user's
+/// imgctl labels it) is hidden, refused by name, and removed only with
+/// `--all-users` and `--force` (no terminal to ask on); one of unknown
+/// owner (an older imgctl's) is listed and never swept by `down --all`.
+/// The test is its own user through `SUDO_UID` (honoured for root only), so
+/// that its `down --all` cannot touch the suite's other workstations.
+#[test]
+fn down_all_removes_only_the_caller_s_workstations() {
+    let mut guard = EngineGuard::default();
+    let image = labelled_image(&mut guard, "owners");
+    let pid = std::process::id();
+    let me = (60_000 + pid % 5_000).to_string();
+    let (mine, alice, old) = (
+        format!("imgctl-own-me-{pid}"),
+        format!("imgctl-own-alice-{pid}"),
+        format!("imgctl-own-old-{pid}"),
+    );
+    for n in [&mine, &alice, &old] {
+        guard.container(n);
+    }
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(crate::common::imgctl_bin())
+            .args(args)
+            .env("HOME", home.path())
+            .env("SUDO_UID", &me)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let (o, e) = texts(&out);
+        (out.status.code(), o, e)
+    };
+    let (code, _, err) = run(&[
+        "up",
+        "--no-mount",
+        "--no-verify",
+        "--wait",
+        "20",
+        "--name",
+        &mine,
+        &image,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let labels = docker_ok(&["inspect", "--format", "{{json .Config.Labels}}", &mine]);
+    assert!(
+        labels.contains(&format!("\"io.imgctl.workstation.owner-uid\":\"{me}\"")),
+        "{labels}"
+    );
+    docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &alice,
+        "-e",
+        "JUPYTER_TOKEN=alices-secret",
+        "--label",
+        "io.imgctl.workstation=true",
+        "--label",
+        "io.imgctl.workstation.owner-uid=4242",
+        "--label",
+        "io.imgctl.workstation.owner=alice",
+        &image,
+    ]);
+    docker_ok(&[
+        "run",
+        "-d",
+        "--name",
+        &old,
+        "--label",
+        "io.imgctl.workstation=true",
+        &image,
+    ]);
+    // ps: mine and the unknown owner's, not alice's (and it says so).
+    let (code, out, err) = run(&["ps", "-a"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&mine) && out.contains(&old), "{out}");
+    assert!(!out.contains(&alice), "{out}");
+    assert!(
+        out.contains("owner unknown") && out.contains("OWNER"),
+        "{out}"
+    );
+    assert!(
+        err.contains("of other users on this engine are not shown"),
+        "{err}"
+    );
+    // --all-users shows hers, without her token.
+    let (code, out, err) = run(&["ps", "-a", "--all-users", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let hers = v["workstations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == alice.as_str())
+        .unwrap_or_else(|| panic!("{out}"))
+        .clone();
+    assert_eq!(hers["owner"]["name"], "alice");
+    assert_eq!(hers["yours"], false);
+    assert!(!out.contains("alices-secret"), "{out}");
+    // By name, hers is refused by down, logs and up alike.
+    for args in [
+        vec!["down", alice.as_str()],
+        vec!["logs", alice.as_str()],
+        vec![
+            "up",
+            "--no-mount",
+            "--no-verify",
+            "--name",
+            alice.as_str(),
+            image.as_str(),
+        ],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            one_error_line(&err).contains(&format!(
+                "{alice} is alice (uid 4242)'s workstation, not yours"
+            )),
+            "{args:?}: {err}"
+        );
+    }
+    // down --all: mine only.
+    let (code, _, err) = run(&["down", "--all", "--time", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains(&format!("removed {mine}")), "{err}");
+    assert!(
+        err.contains("leaves 1 workstation(s) of unknown owner"),
+        "{err}"
+    );
+    assert_eq!(containers_named(&mine), "");
+    assert_ne!(containers_named(&alice), "");
+    assert_ne!(containers_named(&old), "");
+    // --all-users with no terminal to ask on: refused, unless --force.
+    let (code, _, err) = run(&["down", "--all-users", &alice]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        one_error_line(&err).contains("no terminal to ask on; nothing was removed"),
+        "{err}"
+    );
+    assert_ne!(containers_named(&alice), "");
+    let (code, _, err) = run(&["down", "--all-users", "--force", &alice]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(containers_named(&alice), "");
+    // The unknown owner's goes when named.
+    let (code, _, err) = run(&["down", "--force", &old]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(containers_named(&old), "");
+}

@@ -27,6 +27,9 @@ fn workstation(e: &WorkstationError) -> Advice {
         WorkstationError::NotAWorkstation { name } => Advice::usage(format!(
             "imgctl removes only the workstations it started (`imgctl ps`); remove others with `docker rm -f {name}`"
         )),
+        WorkstationError::NotYours { .. } => Advice::usage(
+            "`--all-users` lets `down` and `logs` act on another user's workstation (`imgctl ps --all-users` lists them); `imgctl up --name NEW` starts one of your own".to_string(),
+        ),
         WorkstationError::UlimitRefused { .. } => Advice::failure(
             "let the engine raise the limit (dockerd started with `LimitMEMLOCK=infinity` in its systemd unit)".to_string(),
         ),
@@ -55,6 +58,10 @@ mod tests {
             },
             WorkstationError::NotFound { name: "ws".into() },
             WorkstationError::NotAWorkstation { name: "ws".into() },
+            WorkstationError::NotYours {
+                name: "ws".into(),
+                owner: "alice (uid 1001)".into(),
+            },
             WorkstationError::UlimitRefused {
                 ulimits: vec!["memlock=-1".into()],
                 message: "operation not permitted".into(),

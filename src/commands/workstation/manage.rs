@@ -11,6 +11,7 @@ use crate::cli::{DownArgs, LogsArgs, PsArgs};
 use crate::commands::error::CliError;
 use crate::docker::workstation::{self as ws, Listed, WorkstationError};
 use crate::output::{self, printer};
+use crate::workstation::owner::{listed_in, swept_by_all, Owner, Scope, Whose};
 use crate::ExitStatus;
 
 /// `imgctl ps`.
@@ -24,25 +25,51 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
         ws::read_stop_reasons(&docker, &mut listed).await;
         anyhow::Ok(listed)
     })?;
+    let (me, scope) = (Owner::me(), scope(args.all_users));
+    let hidden = listed
+        .iter()
+        .filter(|w| !listed_in(&Whose::of(w, &me), scope))
+        .count();
+    let listed: Vec<(Listed, Whose)> = listed
+        .into_iter()
+        .map(|mut w| {
+            let whose = Whose::of(&w, &me);
+            if matches!(whose, Whose::Other(_)) {
+                // Another user's JupyterLab token is theirs (#50 H2).
+                w.token = None;
+            }
+            (w, whose)
+        })
+        .filter(|(_, whose)| listed_in(whose, scope))
+        .collect();
     if args.json {
-        let rows: Vec<UpReport> = listed.iter().map(|w| report_of(w, false, None)).collect();
         printer().json(&serde_json::json!({
             "schema_version": SCHEMA_VERSION,
-            "workstations": listed.iter().zip(rows).map(|(w, r)| serde_json::json!({
-                "name": r.name, "id": r.id, "image": r.image, "state": w.state,
-                "status": w.status, "gpus": r.gpus, "workspace": r.workspace,
-                "home_volume": r.home_volume,
-                "jupyter": r.jupyter, "ssh": r.ssh, "tensorboard": r.tensorboard,
-                "created": w.created, "stopped_why": w.stopped_why,
-            })).collect::<Vec<_>>(),
+            "workstations": listed.iter().map(|(w, whose)| {
+                let r: UpReport = report_of(w, false, None);
+                serde_json::json!({
+                    "name": r.name, "id": r.id, "image": r.image, "state": w.state,
+                    "status": w.status, "gpus": r.gpus, "workspace": r.workspace,
+                    "home_volume": r.home_volume,
+                    "jupyter": r.jupyter, "ssh": r.ssh, "tensorboard": r.tensorboard,
+                    "created": w.created, "stopped_why": w.stopped_why,
+                    "owner": w.owner_uid.map(|uid| serde_json::json!({"uid": uid, "name": w.owner})),
+                    "yours": *whose == Whose::Mine,
+                })
+            }).collect::<Vec<_>>(),
         }))?;
         return Ok(ExitStatus::Success);
     }
     if printer().quiet {
-        for w in &listed {
+        for (w, _) in &listed {
             printer().data(&w.name);
         }
         return Ok(ExitStatus::Success);
+    }
+    if hidden > 0 && !printer().quiet {
+        printer().info(format!(
+            "{hidden} workstation(s) of other users on this engine are not shown (`imgctl ps --all-users`)"
+        ));
     }
     if listed.is_empty() {
         printer().info(if args.all {
@@ -79,13 +106,28 @@ pub(super) fn short_status(status: &str) -> String {
     s
 }
 
+/// `--all-users` as a [`Scope`].
+fn scope(all_users: bool) -> Scope {
+    if all_users {
+        Scope::AllUsers
+    } else {
+        Scope::Mine
+    }
+}
+
 /// The table of `imgctl ps`, fitted to stdout's width; a TENSORBOARD column
-/// only when some workstation serves it.
-fn ps_table(listed: &[Listed]) -> String {
-    let with_tb = listed.iter().any(|w| w.tensorboard.is_some());
+/// only when some workstation serves it, an OWNER column only when some
+/// workstation is not the caller's.
+fn ps_table(listed: &[(Listed, Whose)]) -> String {
+    let with_tb = listed.iter().any(|(w, _)| w.tensorboard.is_some());
+    let with_owner = listed.iter().any(|(_, whose)| *whose != Whose::Mine);
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    let mut header = vec!["NAME", "STATUS", "JUPYTER", "SSH"];
+    let mut header = vec!["NAME"];
+    if with_owner {
+        header.push("OWNER");
+    }
+    header.extend(["STATUS", "JUPYTER", "SSH"]);
     if with_tb {
         header.push("TENSORBOARD");
     }
@@ -95,9 +137,12 @@ fn ps_table(listed: &[Listed]) -> String {
         a.as_ref()
             .map_or("-".to_string(), |(h, p)| format!("{h}:{p}"))
     };
-    for w in listed {
-        let mut row = vec![
-            w.name.clone(),
+    for (w, whose) in listed {
+        let mut row = vec![w.name.clone()];
+        if with_owner {
+            row.push(whose.cell());
+        }
+        row.extend([
             match &w.stopped_why {
                 // `up --idle-stop` said why: the reason users look for.
                 Some(why) if why.starts_with("idle-stop: ") => format!(
@@ -109,7 +154,7 @@ fn ps_table(listed: &[Listed]) -> String {
             },
             addr(&w.jupyter),
             addr(&w.ssh),
-        ];
+        ]);
         if with_tb {
             row.push(addr(&w.tensorboard));
         }
@@ -123,7 +168,7 @@ fn ps_table(listed: &[Listed]) -> String {
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
     if let output::Fit::Cut(width) = fit {
         // The least useful first: the folder, the image, the GPUs.
-        let shift = usize::from(with_tb);
+        let shift = usize::from(with_tb) + usize::from(with_owner);
         output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
     }
     output::fit_table(&mut table, fit);
@@ -143,12 +188,31 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
         .build()?;
     runtime.block_on(async {
         let docker = crate::docker::connect().await?.docker;
+        let (me, scope) = (Owner::me(), scope(args.all_users));
+        let listed = ws::list(&docker, true).await?;
+        let whose = |name: &str| {
+            listed
+                .iter()
+                .find(|w| w.name == name)
+                .map_or(Whose::Unknown, |w| Whose::of(w, &me))
+        };
         let names: Vec<String> = if args.all {
-            ws::list(&docker, true)
-                .await?
-                .into_iter()
-                .map(|w| w.name)
-                .collect()
+            let (swept, left): (Vec<&Listed>, Vec<&Listed>) = listed
+                .iter()
+                .partition(|w| swept_by_all(&Whose::of(w, &me), scope));
+            let unknown = left.iter().filter(|w| w.owner_uid.is_none()).count();
+            if unknown > 0 {
+                printer().info(format!(
+                    "--all leaves {unknown} workstation(s) of unknown owner (started by an older imgctl; `imgctl ps` lists them): remove one by naming it, `imgctl down NAME`"
+                ));
+            }
+            if left.len() > unknown {
+                printer().info(format!(
+                    "--all leaves {} workstation(s) of other users (`imgctl ps --all-users` lists them)",
+                    left.len() - unknown
+                ));
+            }
+            swept.into_iter().map(|w| w.name.clone()).collect()
         } else if args.names.is_empty() {
             vec![folder_workstation(&docker, "down").await?]
         } else {
@@ -164,10 +228,26 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
                 None => return Err(WorkstationError::NotFound { name: name.clone() }.into()),
             }
         }
+        let others: Vec<(String, Owner)> = names
+            .iter()
+            .filter_map(|n| match whose(n) {
+                Whose::Other(o) => Some((n.clone(), o)),
+                _ => None,
+            })
+            .collect();
+        if let Some((name, owner)) = others.first().filter(|_| !args.all_users) {
+            return Err(WorkstationError::NotYours {
+                name: name.clone(),
+                owner: owner.describe(),
+            }
+            .into());
+        }
+        if !others.is_empty() && !args.force {
+            confirm_others(&others, args.volumes)?;
+        }
         if names.is_empty() {
             printer().info("no workstations to remove");
         }
-        let listed = ws::list(&docker, true).await?;
         for name in &names {
             let home = listed
                 .iter()
@@ -218,6 +298,21 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitStatus> {
             Some((_, false)) => return Err(WorkstationError::NotAWorkstation { name }.into()),
             None => return Err(WorkstationError::NotFound { name }.into()),
         };
+        if !args.all_users {
+            let me = Owner::me();
+            let listed = ws::list(&docker, true).await?;
+            if let Some(Whose::Other(owner)) = listed
+                .iter()
+                .find(|w| w.id == id)
+                .map(|w| Whose::of(w, &me))
+            {
+                return Err(WorkstationError::NotYours {
+                    name,
+                    owner: owner.describe(),
+                }
+                .into());
+            }
+        }
         let mut stream = docker.logs(
             &id,
             Some(bollard::query_parameters::LogsOptions {
@@ -298,6 +393,45 @@ async fn stop_work(docker: &bollard::Docker, name: &str, grace: Duration) -> Dur
     grace
         .saturating_sub(started.elapsed())
         .max(Duration::from_secs(1))
+}
+
+/// Asks on the terminal before `down` removes other users' workstations
+/// (#50 H2); without a terminal to ask on, refuses: `--force` is the
+/// answer then. Err: the refusal, nothing removed.
+fn confirm_others(others: &[(String, Owner)], volumes: bool) -> anyhow::Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let list = others
+        .iter()
+        .map(|(n, o)| format!("{n} ({})", o.describe()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let what = format!(
+        "{} workstation(s) of other users{}: {list}",
+        others.len(),
+        if volumes {
+            " and their home volumes"
+        } else {
+            ""
+        }
+    );
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(CliError::usage(format!(
+            "imgctl does not remove {what} without asking, and there is no terminal to ask on; nothing was removed"
+        ))
+        .with_hint("add --force to remove them without asking")
+        .into());
+    }
+    printer().stderr_text(format!("imgctl down: remove {what}? [y/N] "));
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
+        Ok(())
+    } else {
+        Err(CliError::failure("nothing was removed (not confirmed)")
+            .with_hint("answer y to remove them, or leave out the other users' names")
+            .into())
+    }
 }
 
 /// `text` cut to `n` characters with an ellipsis.

@@ -27,6 +27,7 @@ use crate::gpus::GpuSelection;
 use crate::output::printer;
 use crate::render::labels;
 use crate::verify::{Level, Options};
+use crate::workstation::owner::{Owner, Whose};
 use crate::workstation::{self as life, CameUp, Created, NotUp, Note, QuickVerify, VerifySummary};
 use crate::ExitStatus;
 
@@ -84,6 +85,13 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
             .await?
             .into_iter()
             .find(|w| w.name == plan.name);
+        if let Some(Whose::Other(owner)) = found.as_ref().map(|w| Whose::of(w, &Owner::me())) {
+            return Err(WorkstationError::NotYours {
+                name: plan.name.clone(),
+                owner: owner.describe(),
+            }
+            .into());
+        }
         return match found {
             Some(w) if is_ws && w.state != "running" => start_again(&docker, &plan, w).await,
             Some(w) if is_ws => {
@@ -528,7 +536,12 @@ async fn create(
         address: plan.listen.to_string(),
         host: plan.jupyter.host,
     }];
-    let mut labels = HashMap::from([(ws::LABEL_USER.to_string(), user.to_string())]);
+    let me = Owner::me();
+    let mut labels = HashMap::from([
+        (ws::LABEL_USER.to_string(), user.to_string()),
+        (ws::LABEL_OWNER_UID.to_string(), me.uid.to_string()),
+        (ws::LABEL_OWNER.to_string(), me.name),
+    ]);
     let mut files = Vec::new();
     match &plan.ssh {
         Some(ssh) => {
