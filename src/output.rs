@@ -430,6 +430,18 @@ pub fn outside(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// The start of `text`, at most `max` bytes long and cut at a character's
+/// boundary: a short form of an id or digest that came from outside (a
+/// referrer's `keyid`, a registry's digest), which may hold multi-byte
+/// characters where a byte slice `&text[..max]` would panic (#50 M1).
+pub fn head(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Longer than this, a word with a `/` in it is shown as `…/` and its last
 /// component.
 const LONG_PATH: usize = 20;
@@ -463,6 +475,17 @@ pub fn shorten_paths(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn head_cuts_at_a_character_never_inside_one() {
+        // #50 M1: a referrer's multi-byte keyid panicked `&id[..16]`.
+        let id = "ééééééééééééééééé"; // 2 bytes each
+        assert_eq!(head(id, 16), "éééééééé");
+        assert_eq!(head(id, 15), "ééééééé");
+        assert_eq!(head("abc", 16), "abc");
+        assert_eq!(head("", 3), "");
+        assert_eq!(head("a€", 2), "a");
+    }
+
     use super::*;
 
     #[test]

@@ -67,7 +67,7 @@ pub(crate) fn document(
     });
     let summary = format!(
         "sbom of {reference} ({}): {} dpkg packages, {} Python packages ({hashed} with the hashes of the image's pip lock), {} CUDA libraries",
-        &id[..id.len().min(19)],
+        crate::output::head(id, 19),
         inventory.debs.len(),
         inventory.python.len(),
         sbom::CUDA_WHEELS

@@ -173,13 +173,13 @@ pub fn gate(
 /// The lines a person reads: each trusted and refused statement, each rule.
 pub fn say(evaluation: &Evaluation) {
     let p = printer();
-    let short = |d: &str| d[..d.len().min(19)].to_string();
+    let short = |d: &str| crate::output::head(d, 19).to_string();
     for a in &evaluation.accepted {
         p.info(format!(
             "trusted  {} {} (signed by key {})",
             short(&a.manifest),
             a.predicate_type,
-            &a.key_id[..a.key_id.len().min(16)]
+            crate::output::head(&a.key_id, 16)
         ));
     }
     for r in &evaluation.refused {
@@ -327,7 +327,7 @@ pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
         "{} may deploy: {n} {} on statements signed by a trusted key about {}",
         args.image,
         if n == 1 { "rule holds" } else { "rules hold" },
-        &subject[..subject.len().min(19)]
+        crate::output::head(&subject, 19)
     ));
     Ok(ExitStatus::Success)
 }

@@ -100,7 +100,7 @@ impl std::fmt::Display for Refusal {
 }
 
 fn short(id: &str) -> &str {
-    &id[..id.len().min(16)]
+    crate::output::head(id, 16)
 }
 
 fn short_ids(ids: &[String]) -> String {
@@ -265,4 +265,25 @@ fn time_of(statement: &Value) -> Option<String> {
         _ => &p["metadata"]["timestamp"],
     };
     t.as_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn a_multi_byte_keyid_is_shortened_not_a_panic() {
+        // #50 M1: anyone who can push a referrer chose its keyid.
+        let id = "ключ-ключ-ключ-ключ".to_string();
+        let unknown = Refusal::UnknownKey {
+            key_ids: vec![id.clone()],
+        }
+        .to_string();
+        assert_eq!(unknown, "signed by an unknown key (ключ-клю)");
+        let changed = Refusal::Changed { key_id: id }.to_string();
+        assert!(
+            changed.contains("after key ключ-клю signed it"),
+            "{changed}"
+        );
+    }
 }

@@ -141,7 +141,11 @@ pub fn judge(accepted: &[Accepted], policy: &Policy) -> Vec<RuleOutcome> {
             held: first.is_some(),
             statement: first.map(|a| a.manifest.clone()),
             detail: match first {
-                Some(a) => format!("{} signed by key {}", a.predicate_type, &a.key_id[..16]),
+                Some(a) => format!(
+                    "{} signed by key {}",
+                    a.predicate_type,
+                    crate::output::head(&a.key_id, 16)
+                ),
                 None => "no signed statement of this image".to_string(),
             },
         });

@@ -263,7 +263,7 @@ pub fn verify_failed(image_id: &str, report: &Report) -> anyhow::Error {
         })
         .map(|r| format!("{}: {}", r.id, r.message))
         .collect();
-    let short = &image_id[..image_id.len().min(19)];
+    let short = crate::output::head(image_id, 19);
     CliError::failure(format!(
         "verify failed inside the new image {short}, so it was not tagged or pushed: {}",
         failed.join("; ")
@@ -520,7 +520,7 @@ pub async fn attach(
         printer().info(format!(
             "attached {} to {repo}@{}; `imgctl inspect {tag}` lists them",
             names(all),
-            &digest[..digest.len().min(19)]
+            crate::output::head(digest, 19)
         ));
     }
     Ok(())

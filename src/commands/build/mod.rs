@@ -668,7 +668,7 @@ fn build_failure(err: BuildError) -> anyhow::Error {
 
 fn short_id(id: &str) -> &str {
     let hex = id.strip_prefix("sha256:").unwrap_or(id);
-    &hex[..hex.len().min(12)]
+    crate::output::head(hex, 12)
 }
 
 /// Bytes in decimal units (the engine's `docker images` uses 1000-based units).
