@@ -40,7 +40,7 @@ fn read_policy(path: &Path) -> anyhow::Result<Policy> {
     })?;
     let policy: Policy = serde_yaml::from_str(&text).map_err(|e| {
         CliError::usage(format!("--policy {}: {e}", path.display())).with_hint(
-            "the keys are version, require_verify, min_gpus, gpu_model, level, checks_passed, spec_digest, builder_id, require_predicates, max_age (README, \"Signed images and a deploy gate\")",
+            "the keys are version, require_verify, min_gpus, gpu_model, level, checks_passed, spec_digest, builder_id, require_predicates, max_age (docs/supply-chain.md, \"Sign statements and gate deploys\")",
         )
     })?;
     if policy.version != 1 {

@@ -125,7 +125,7 @@ fn attested_build_records_every_input_no_secret_and_pushes_its_referrers() {
     let inspected: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         inspected["schema_version"], 1,
-        "the README's JSON table says 1"
+        "docs/reference/json.md says 1"
     );
     assert_eq!(inspected["subject"]["digest"], format!("sha256:{pushed}"));
     let types: Vec<&str> = inspected["referrers"]

@@ -196,7 +196,7 @@ fn fresh_builds_give_the_same_image_where_the_engine_allows() {
         } else {
             assert_ne!(
                 first, second,
-                "{builder} on Docker {major} is reproducible now: update the README's table"
+                "{builder} on Docker {major} is reproducible now: update the table in docs/build.md"
             );
         }
         let _ = docker_ok(&["image", "inspect", "--format", "{{.Id}}", &tag]);

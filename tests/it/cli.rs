@@ -529,15 +529,16 @@ fn error_labels_are_coloured_like_cargos_only_when_colour_is_on() {
     );
 }
 
-/// The README's table of JSON outputs states each document's
-/// `schema_version`: the cheap commands are run, the rest read from the
-/// constants their documents are built from.
+/// The table of JSON outputs (docs/reference/json.md) states each
+/// document's `schema_version`: the cheap commands are run, the rest read
+/// from the constants their documents are built from.
 #[cfg(feature = "torch")]
 #[test]
 fn every_json_output_carries_the_schema_version_the_readme_states() {
-    let readme = std::fs::read_to_string(crate::common::repo_root().join("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(crate::common::repo_root().join("docs/reference/json.md")).unwrap();
     let table: Vec<&str> = readme
-        .split("## JSON outputs")
+        .split("# JSON outputs")
         .nth(1)
         .expect("a JSON outputs section")
         .lines()
@@ -548,7 +549,7 @@ fn every_json_output_carries_the_schema_version_the_readme_states() {
         let row = table
             .iter()
             .find(|l| l.starts_with(&format!("| `{command}")))
-            .unwrap_or_else(|| panic!("no README row for {command}"));
+            .unwrap_or_else(|| panic!("no row in docs/reference/json.md for {command}"));
         row.split('|').nth(3).unwrap().trim().parse().unwrap()
     };
     let root = crate::common::repo_root();
