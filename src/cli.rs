@@ -537,7 +537,7 @@ pub struct BuildArgs {
     #[arg(
         long,
         value_name = "FILE",
-        env = "IMGCTL_SIGN_KEY",
+        env = crate::env_vars::IMGCTL_SIGN_KEY,
         hide_env_values = true
     )]
     pub sign_key: Option<PathBuf>,

@@ -192,3 +192,16 @@ pub const COLUMNS: &str = "COLUMNS";
 
 /// The user's home folder (`imgctl up` reads the SSH public keys in `~/.ssh`).
 pub const HOME: &str = "HOME";
+
+/// The base of the user's state files (XDG Base Directory): `imgctl up`
+/// keeps each workstation's SSH host key under
+/// `$XDG_STATE_HOME/imgctl/workstations/NAME/` (default `~/.local/state`).
+pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+
+/// Set by `sudo` to the uid of the user who ran it: under sudo, imgctl acts
+/// on that user's workstations (`ps`, `down`, `logs`), not root's.
+pub const SUDO_UID: &str = "SUDO_UID";
+
+/// The JupyterLab token the image's entrypoint starts JupyterLab with
+/// (`imgctl up` sets it in the workstation; `imgctl idle-watch` reads it).
+pub const JUPYTER_TOKEN: &str = "JUPYTER_TOKEN";

@@ -51,10 +51,3 @@ pub mod verify;
 pub mod workstation;
 #[cfg(feature = "torch")]
 pub mod world;
-
-pub use error::ExitStatus;
-
-/// Runs one parsed command line and returns its status.
-pub fn run(cli: cli::Cli) -> anyhow::Result<ExitStatus> {
-    commands::dispatch(cli)
-}

@@ -13,7 +13,7 @@ fn main() -> std::process::ExitCode {
     // The words of the paths that cannot return an error (a signal, the
     // collective watchdog) come from the command layer's tables.
     imgctl::output::set_error_renderer(imgctl::commands::error::render_fatal);
-    let status = imgctl::commands::error::finish(imgctl::run(cli));
+    let status = imgctl::commands::error::finish(imgctl::commands::dispatch(cli));
     if imgctl::verify::check::abandoned_threads() > 0 {
         // A check is still stuck inside a driver call: the libraries' exit
         // handlers could wait on it forever. Flush, then leave without them.

@@ -99,7 +99,7 @@ pub fn in_notebook() -> bool {
 
 /// How the command layer reads an error: its lines (`error: …`, `hint: …`)
 /// and its exit status, from its advice tables.
-pub type ErrorRenderer = fn(&anyhow::Error) -> (String, crate::ExitStatus);
+pub type ErrorRenderer = fn(&anyhow::Error) -> (String, crate::error::ExitStatus);
 
 static ERROR_RENDERER: OnceLock<ErrorRenderer> = OnceLock::new();
 
@@ -117,7 +117,10 @@ pub fn set_error_renderer(render: ErrorRenderer) {
 pub fn exit_with(err: anyhow::Error) -> ! {
     let (text, status) = match ERROR_RENDERER.get() {
         Some(render) => render(&err),
-        None => (format!("error: {err:#}\n"), crate::ExitStatus::Failure),
+        None => (
+            format!("error: {err:#}\n"),
+            crate::error::ExitStatus::Failure,
+        ),
     };
     // Written and flushed before the exit.
     printer().stderr_text(text);

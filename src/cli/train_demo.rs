@@ -332,7 +332,7 @@ pub struct TrainArgs {
     /// Seconds to wait for all ranks at rendezvous [default: 300].
     #[arg(
         long,
-        env = "IMGCTL_RENDEZVOUS_TIMEOUT",
+        env = crate::env_vars::IMGCTL_RENDEZVOUS_TIMEOUT,
         value_name = "SECS",
         allow_negative_numbers = true
     )]

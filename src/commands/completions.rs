@@ -8,7 +8,7 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, CompletionsArgs, ManArgs};
 use crate::commands::error::CliError;
-use crate::ExitStatus;
+use crate::error::ExitStatus;
 
 /// Prints the completion script for one shell on stdout.
 pub fn completions(args: CompletionsArgs) -> anyhow::Result<ExitStatus> {

@@ -12,9 +12,9 @@ use serde::Serialize;
 use crate::attest;
 use crate::cli::InspectArgs;
 use crate::commands::error::CliError;
+use crate::error::ExitStatus;
 use crate::oci::{Descriptor, Repository};
 use crate::output::{self, printer};
-use crate::ExitStatus;
 
 /// The hint of a registry's failure.
 const READS_THE_REGISTRY: &str = "inspect reads the registry: pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials; an HTTPS registry's own CA goes in /etc/docker/certs.d/HOST:PORT/ca.crt or --registry-ca FILE";

@@ -15,12 +15,12 @@ use serde::Serialize;
 
 use crate::cli::LockArgs;
 use crate::commands::error::CliError;
+use crate::error::ExitStatus;
 use crate::lock::{
     self, resolve, uv, LockFile, LockFileError, LockInputs, LockLocation, LockState,
 };
 use crate::output::printer;
 use crate::spec::{self, LoadedSpec, SpecSource};
-use crate::ExitStatus;
 
 /// Version of the `--json` output.
 pub const JSON_SCHEMA_VERSION: u32 = 1;

@@ -3,7 +3,7 @@
 //!
 //! Part: the command layer (`docs/architecture.md`).
 use crate::cli::{Cli, Command};
-use crate::ExitStatus;
+use crate::error::ExitStatus;
 
 pub mod build;
 pub mod completions;

@@ -4,10 +4,10 @@
 //! writes the Dockerfile to stdout or `-o FILE`; notes go to stderr.
 use crate::cli::RenderArgs;
 use crate::commands::error::CliError;
+use crate::error::ExitStatus;
 use crate::output::printer;
 use crate::render::{self, RenderOptions};
 use crate::spec;
-use crate::ExitStatus;
 
 /// Runs `imgctl render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {

@@ -1,7 +1,7 @@
 //! `imgctl sample`: loads a train-demo checkpoint (EMA weights by default)
 //! and writes a PNG grid of generated images.
 use crate::cli::SampleArgs;
-use crate::ExitStatus;
+use crate::error::ExitStatus;
 
 /// Runs `imgctl sample`.
 #[cfg(feature = "torch")]

@@ -9,9 +9,9 @@ use std::time::Duration;
 use crate::cli::SbomArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::{run_to_completion_with, RunRequest};
+use crate::error::ExitStatus;
 use crate::output::printer;
 use crate::sbom::{self, ImageFacts};
-use crate::ExitStatus;
 
 /// How long listing an image's packages may take (dpkg and Python start
 /// in seconds; a loaded host or a cold disk, in a minute).

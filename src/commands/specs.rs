@@ -8,9 +8,9 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, ContentArrangement, Table};
 use serde::Serialize;
 
 use crate::cli::SpecsArgs;
+use crate::error::ExitStatus;
 use crate::output::{self, printer};
 use crate::spec::{self, compat, SpecSource};
-use crate::ExitStatus;
 
 /// One bundled profile with its pins.
 #[derive(Debug, Serialize)]

@@ -6,10 +6,10 @@ use std::time::Duration;
 use crate::cli::VerifyArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::ContainerPhase;
+use crate::error::ExitStatus;
 use crate::output::{self, printer};
 use crate::verify::host::ImagePhase;
 use crate::verify::{self, ExpectGpus, Level, Options, Report, Wording};
-use crate::ExitStatus;
 
 /// Accepted `--check-timeout` seconds: long enough for any check to start
 /// (1e-300 made every check time out), at most an hour.

@@ -11,12 +11,12 @@ use serde::Serialize;
 use crate::attest::IN_TOTO_MEDIA_TYPE;
 use crate::cli::VerifyImageArgs;
 use crate::commands::error::CliError;
+use crate::error::ExitStatus;
 use crate::oci::Repository;
 use crate::output::printer;
 use crate::sign::bundle::BUNDLE_MEDIA_TYPE;
 use crate::sign::policy::{self, Candidate, Evaluation, Policy};
 use crate::sign::PublicKey;
-use crate::ExitStatus;
 
 /// Version of `verify-image --json`.
 const SCHEMA_VERSION: u32 = 1;

@@ -51,7 +51,7 @@ pub fn config_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os(DOCKER_CONFIG).filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir));
     }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker"))
+    std::env::var_os(crate::env_vars::HOME).map(|h| PathBuf::from(h).join(".docker"))
 }
 
 /// The config file path: `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`.

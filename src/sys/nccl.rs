@@ -575,7 +575,7 @@ mod tests {
     /// wheel), found as tests/it/parallel.rs finds it: `$IMGCTL_VENV`, else
     /// the repository's `.venv`. `None` only when neither is set up.
     fn wheel_nccl() -> Option<PathBuf> {
-        let (venv, required) = match std::env::var_os("IMGCTL_VENV") {
+        let (venv, required) = match std::env::var_os(crate::env_vars::IMGCTL_VENV) {
             Some(v) => (PathBuf::from(v), true),
             None => (Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv"), false),
         };

@@ -37,7 +37,7 @@ pub fn kill_process_group(leader: u32) -> std::io::Result<()> {
 /// Ends this process at once with `status`'s code (`_exit(2)`): no exit
 /// handlers, no destructors, no flush of Rust's buffered output (flush
 /// before calling).
-pub fn exit_now(status: crate::ExitStatus) -> ! {
+pub fn exit_now(status: crate::error::ExitStatus) -> ! {
     let code = i32::from(status.code());
     // SAFETY: _exit ends the process at once; the caller flushed its output.
     unsafe { libc::_exit(code) }

@@ -75,7 +75,7 @@ pub fn interrupt_flag() -> Arc<AtomicBool> {
                     return; // the first Ctrl-C, delivered twice
                 }
                 printer().stderr_text("second interrupt: exiting without a checkpoint\n");
-                crate::sys::process::exit_now(crate::ExitStatus::Interrupted);
+                crate::sys::process::exit_now(crate::error::ExitStatus::Interrupted);
             }
             let _ = first_at.set(Instant::now());
             if announce {

@@ -24,7 +24,10 @@ impl Owner {
     /// --all` removes that user's workstations, not everyone's.
     pub fn me() -> Owner {
         let real = crate::sys::process::real_uid();
-        let uid = match std::env::var("SUDO_UID").ok().and_then(|u| u.parse().ok()) {
+        let uid = match std::env::var(crate::env_vars::SUDO_UID)
+            .ok()
+            .and_then(|u| u.parse().ok())
+        {
             Some(u) if real == 0 => u,
             _ => real,
         };

@@ -6,9 +6,9 @@
 use std::path::Path;
 
 use imgctl::commands::error::status_of;
+use imgctl::error::ExitStatus;
 use imgctl::render::{self, RenderOptions};
 use imgctl::spec::{self, SpecSource};
-use imgctl::ExitStatus;
 use proptest::prelude::*;
 
 use crate::common::{imgctl, texts};

@@ -26,9 +26,9 @@ use crate::docker::build::{
 use crate::docker::context::{BuildContext, ContextListing};
 use crate::docker::image;
 use crate::env_vars::SOURCE_DATE_EPOCH;
+use crate::error::ExitStatus;
 use crate::output::printer;
 use crate::render::docker_quote;
-use crate::ExitStatus;
 
 pub mod attest;
 mod created;

@@ -16,9 +16,9 @@ use crate::bench::{self, charts, reference, report, BenchOptions, BenchReport};
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::env_vars as ev;
+use crate::error::ExitStatus;
 use crate::output::printer;
 use crate::train::parallel::supervisor::{self, WorkerSlot};
-use crate::ExitStatus;
 
 /// Refuses benchmark flags without `--benchmark`, and training-only flags
 /// with it (exit 2), before any work.

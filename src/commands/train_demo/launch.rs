@@ -15,6 +15,7 @@ use crate::choices::Preset;
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::env_vars as ev;
+use crate::error::ExitStatus;
 use crate::gpus::GpuSelection;
 use crate::output::printer;
 use crate::train::parallel::supervisor::{self, SupervisorOptions, WorkerSlot};
@@ -27,7 +28,6 @@ use crate::world::error::LaunchError;
 use crate::world::heartbeat;
 use crate::world::launch::{resolve_gpus, LaunchInfo, LaunchSource};
 use crate::world::{collective_timeout, default_collective_timeout};
-use crate::ExitStatus;
 
 /// The gradient sync of this process: a world of one when no launcher set
 /// rank variables, else this rank of the job (NCCL on a GPU, TCP on the

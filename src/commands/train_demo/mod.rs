@@ -10,7 +10,7 @@
 //!
 //! Part: the command layer (`docs/architecture.md`).
 use crate::cli::TrainArgs;
-use crate::ExitStatus;
+use crate::error::ExitStatus;
 
 #[cfg(feature = "torch")]
 mod bench;
@@ -80,6 +80,7 @@ mod single_run {
     use super::launch::worker_sync;
     use super::options::{out_dir, resolve_options};
     use crate::cli::TrainArgs;
+    use crate::error::ExitStatus;
     use crate::nvml::throttle_names;
     use crate::output::printer;
     use crate::train::checkpoint;
@@ -90,7 +91,6 @@ mod single_run {
     use crate::train::summary::GpuUsage;
     use crate::verify::nvml::BENIGN_THROTTLE;
     use crate::world::launch::LaunchInfo;
-    use crate::ExitStatus;
 
     /// Trains in this process (a world of one, or this rank of a launched
     /// job), writes summary.json and prints the summary.

@@ -17,8 +17,8 @@ use crate::bench::report::{num, right, table};
 use crate::bench::{self, reference, BenchOptions};
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
+use crate::error::ExitStatus;
 use crate::output::printer;
-use crate::ExitStatus;
 
 /// Profiled steps on each side unless `--steps` says otherwise (every step
 /// issues the same operators; a few show that they do).

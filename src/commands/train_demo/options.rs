@@ -444,7 +444,7 @@ mod tests {
         let o = out.to_str().unwrap();
         let e = resolve_options(&train_args(&["--device", "cpu", "--out", o])).unwrap_err();
         let cli = e.downcast_ref::<CliError>().expect("a CliError");
-        assert_eq!(cli.status, crate::ExitStatus::Usage, "{e}");
+        assert_eq!(cli.status, crate::error::ExitStatus::Usage, "{e}");
         assert_eq!(
             e.to_string(),
             format!("--out {o} already holds the checkpoints of a run (up to step 3)")

@@ -38,7 +38,7 @@ pub(super) fn alias(name: &str) -> String {
 }
 
 fn home() -> Result<PathBuf, String> {
-    std::env::var_os("HOME")
+    std::env::var_os(crate::env_vars::HOME)
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
         .ok_or_else(|| "HOME is not set".to_string())
@@ -48,7 +48,7 @@ fn home() -> Result<PathBuf, String> {
 /// public half remembered in `~/.ssh/known_hosts`. Err: why not (a note).
 pub(super) fn prepare(name: &str) -> Result<HostKey, String> {
     let home = home()?;
-    let state = match std::env::var_os("XDG_STATE_HOME").map(PathBuf::from) {
+    let state = match std::env::var_os(crate::env_vars::XDG_STATE_HOME).map(PathBuf::from) {
         Some(b) if b.is_absolute() => b,
         _ => home.join(".local/state"),
     };

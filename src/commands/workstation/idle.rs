@@ -7,10 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::cli::IdleWatchArgs;
 use crate::commands::error::CliError;
+use crate::error::ExitStatus;
 use crate::nvml::{NvmlBackend, RealNvml};
 use crate::output::printer;
 use crate::workstation::idle::{look, IdleClock, Look, Probes};
-use crate::ExitStatus;
 
 /// How often to look when `--poll` is not given: a tenth of the limit,
 /// between 2 s and 30 s (so a stop comes within the limit plus one poll).
@@ -34,7 +34,10 @@ pub fn idle_watch(args: IdleWatchArgs) -> anyhow::Result<ExitStatus> {
     if args.check {
         return Ok(ExitStatus::Success);
     }
-    let jupyter = match (args.jupyter_port, std::env::var("JUPYTER_TOKEN")) {
+    let jupyter = match (
+        args.jupyter_port,
+        std::env::var(crate::env_vars::JUPYTER_TOKEN),
+    ) {
         (Some(port), Ok(token)) if !token.is_empty() => Some((port, token)),
         (Some(_), _) => return Err(CliError::usage(
             "--jupyter-port is given but JUPYTER_TOKEN is not set, so JupyterLab cannot be asked",

@@ -10,9 +10,9 @@ use super::{SCHEMA_VERSION, WAIT_RANGE};
 use crate::cli::{DownArgs, LogsArgs, PsArgs};
 use crate::commands::error::CliError;
 use crate::docker::workstation::{self as ws, Listed, WorkstationError};
+use crate::error::ExitStatus;
 use crate::output::{self, printer};
 use crate::workstation::owner::{listed_in, swept_by_all, Owner, Scope, Whose};
-use crate::ExitStatus;
 
 /// `imgctl ps`.
 pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {

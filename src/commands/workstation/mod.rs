@@ -23,13 +23,13 @@ use crate::docker::workstation::{
     self as ws, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
     TENSORBOARD_PORT,
 };
+use crate::error::ExitStatus;
 use crate::gpus::GpuSelection;
 use crate::output::printer;
 use crate::render::labels;
 use crate::verify::{Level, Options};
 use crate::workstation::owner::{Owner, Whose};
 use crate::workstation::{self as life, CameUp, Created, NotUp, Note, QuickVerify, VerifySummary};
-use crate::ExitStatus;
 
 mod host_key;
 mod idle;

@@ -430,7 +430,7 @@ mod tests {
         );
         let err = restart("unless-stopped", true).unwrap_err();
         let err = err.downcast_ref::<CliError>().unwrap();
-        assert_eq!(err.status, crate::ExitStatus::Usage);
+        assert_eq!(err.status, crate::error::ExitStatus::Usage);
         assert!(
             err.to_string().contains("each time --idle-stop stops it"),
             "{err}"

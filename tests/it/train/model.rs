@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use imgctl::commands::error::status_of;
+use imgctl::error::ExitStatus;
 use imgctl::train::config::{Preset, TrainConfig};
 use imgctl::train::images::write_grid_png;
 use imgctl::train::model::config::{ActFn, DownBlockType, SampleSize, TimeScaleShift, UpBlockType};
@@ -14,7 +15,6 @@ use imgctl::train::model::weights::{
 };
 use imgctl::train::model::{UNet2DModel, UNetConfig};
 use imgctl::train::schedule::{DdpmSchedule, Sampler};
-use imgctl::ExitStatus;
 use tch::{nn::VarStore, Device, Kind, Tensor};
 
 use crate::common::repo_root;
