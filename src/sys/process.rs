@@ -63,17 +63,23 @@ pub fn kill_child_with_parent(cmd: &mut Command) {
 }
 
 /// Fixes glibc's `M_MMAP_THRESHOLD` at `bytes`: every allocation that large
-/// is mapped on its own and unmapped on free (mallopt(3)).
+/// is mapped on its own and unmapped on free (mallopt(3)). musl's
+/// allocator has no such setting (the static front end): nothing to do.
 pub fn set_mmap_threshold(bytes: i32) {
+    #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes allocator parameters; any value is valid.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
     }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = bytes;
 }
 
 /// Gives the heap's free pages back to the kernel (malloc_trim(3)), so the
-/// resident set holds live allocations only.
+/// resident set holds live allocations only (glibc; musl returns freed
+/// memory itself, and has no malloc_trim).
 pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases memory glibc holds free; it takes no
     // pointers and is safe to call at any time.
     unsafe {

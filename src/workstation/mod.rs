@@ -14,8 +14,15 @@
 //! workstation by the image's entrypoint.
 //!
 //! Part: the workstation wing (`docs/architecture.md`).
+pub mod contract;
+pub mod differences;
+pub mod host_key;
 pub mod idle;
 pub mod owner;
+pub mod plan;
+pub mod probe;
+pub mod spec;
+pub mod userns;
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +32,56 @@ use crate::docker::run::{GpuRequestRejected, Refusal};
 use crate::docker::workstation::{self as ws, Health, Workstation, WorkstationError};
 use crate::gpus::GpuSelection;
 use crate::verify::{ExpectGpus, Report};
+
+/// The named volume at the user's home of workstation `name`: it outlives
+/// the container (`down` keeps it, `down --volumes` removes it).
+pub fn home_volume(name: &str) -> String {
+    format!("{name}-home")
+}
+
+/// What holds a name already, seen by a new `up` of it.
+#[derive(Debug)]
+pub enum Existing {
+    /// Nothing: the name is free.
+    Free,
+    /// The caller's workstation (or one of unknown owner), stopped: `up`
+    /// starts it again as it was made.
+    Stopped(Box<crate::docker::workstation::Listed>),
+    /// The caller's workstation (or one of unknown owner), running: `up`
+    /// prints its addresses again.
+    Running(Box<crate::docker::workstation::Listed>),
+    /// Another user's workstation (#50 H2): never touched.
+    NotYours(owner::Owner),
+    /// A container that is no workstation (or one gone between two
+    /// looks): the name is taken.
+    Taken {
+        /// Whether it is one of imgctl's workstations.
+        workstation: bool,
+    },
+}
+
+/// Which of [`Existing`] holds `name` on the engine, seen from `me`.
+pub async fn existing(
+    docker: &bollard::Docker,
+    name: &str,
+    me: &owner::Owner,
+) -> anyhow::Result<Existing> {
+    let Some((_, is_ws)) = ws::find(docker, name).await? else {
+        return Ok(Existing::Free);
+    };
+    let found = ws::list(docker, true)
+        .await?
+        .into_iter()
+        .find(|w| w.name == name);
+    Ok(match found {
+        Some(w) if is_ws => match owner::Whose::of(&w, me) {
+            owner::Whose::Other(o) => Existing::NotYours(o),
+            _ if w.state != "running" => Existing::Stopped(Box::new(w)),
+            _ => Existing::Running(Box::new(w)),
+        },
+        _ => Existing::Taken { workstation: is_ws },
+    })
+}
 
 /// Something [`create`] did on its way that the user should hear of.
 #[derive(Debug, Clone, PartialEq, Eq)]

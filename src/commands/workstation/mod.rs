@@ -12,26 +12,23 @@
 //! workstation is up, every failure and Ctrl-C removes it.
 //!
 //! Part: the command layer (`docs/architecture.md`).
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::{ContainerGuard, Refusal};
-use crate::docker::workstation::{
-    self as ws, Listed, Publish, Workstation, WorkstationError, JUPYTER_PORT, SSH_PORT,
-    TENSORBOARD_PORT,
-};
+use crate::docker::workstation::{self as ws, Listed, WorkstationError};
 use crate::error::ExitStatus;
 use crate::gpus::GpuSelection;
 use crate::output::printer;
 use crate::render::labels;
 use crate::verify::{Level, Options};
-use crate::workstation::owner::{Owner, Whose};
-use crate::workstation::{self as life, CameUp, Created, NotUp, Note, QuickVerify, VerifySummary};
+use crate::workstation::owner::Owner;
+use crate::workstation::{
+    self as life, CameUp, Created, Existing, NotUp, Note, QuickVerify, VerifySummary,
+};
 
-mod host_key;
 mod idle;
 mod manage;
 mod plan;
@@ -39,7 +36,7 @@ mod report;
 
 pub use idle::idle_watch;
 pub use manage::{down, logs, ps};
-use plan::{plan, token, GpuChoice, PortPlan, UpPlan};
+use plan::{plan, token, GpuChoice, UpPlan};
 use report::{print_up, report_of, Phases, Service};
 
 /// The host ports people expect: JupyterLab's own, and the 2222 of every
@@ -80,41 +77,38 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
         engine.ask_rootless().await;
     }
     let docker = engine.docker;
-    if let Some((_, is_ws)) = ws::find(&docker, &plan.name).await? {
-        let found = ws::list(&docker, true)
-            .await?
-            .into_iter()
-            .find(|w| w.name == plan.name);
-        if let Some(Whose::Other(owner)) = found.as_ref().map(|w| Whose::of(w, &Owner::me())) {
+    match life::existing(&docker, &plan.name, &Owner::me()).await? {
+        Existing::Free => {}
+        Existing::NotYours(owner) => {
             return Err(WorkstationError::NotYours {
                 name: plan.name.clone(),
                 owner: owner.describe(),
             }
-            .into());
+            .into())
         }
-        return match found {
-            Some(w) if is_ws && w.state != "running" => start_again(&docker, &plan, w).await,
-            Some(w) if is_ws => {
-                let shm = ws::shm_bytes(&docker, &w.id).await;
-                let differ = differences(&plan, &w, shm);
-                print_up(&report_of(&w, true, None), plan.json)?;
-                if !differ.is_empty() {
-                    // Named, one by one, and how to apply them (#45 F5).
-                    printer().warn(format!(
-                        "{} runs with other settings than these, and nothing was changed: {}; to apply them, `imgctl down {}` (the folder is kept) and run this `imgctl up` again",
-                        plan.name,
-                        differ.join("; "),
-                        plan.name
-                    ));
-                }
-                Ok(ExitStatus::Success)
+        Existing::Stopped(w) => return start_again(&docker, &plan, *w).await,
+        Existing::Running(w) => {
+            let shm = ws::shm_bytes(&docker, &w.id).await;
+            let differ = differences(&plan, &w, shm);
+            print_up(&report_of(&w, true, None), plan.json)?;
+            if !differ.is_empty() {
+                // Named, one by one, and how to apply them (#45 F5).
+                printer().warn(format!(
+                    "{} runs with other settings than these, and nothing was changed: {}; to apply them, `imgctl down {}` (the folder is kept) and run this `imgctl up` again",
+                    plan.name,
+                    differ.join("; "),
+                    plan.name
+                ));
             }
-            _ => Err(WorkstationError::NameTaken {
+            return Ok(ExitStatus::Success);
+        }
+        Existing::Taken { workstation } => {
+            return Err(WorkstationError::NameTaken {
                 name: plan.name.clone(),
-                workstation: is_ws,
+                workstation,
             }
-            .into()),
-        };
+            .into())
+        }
     }
     let image_labels = crate::docker::run::image_labels(&docker, &plan.image).await?;
     let Some(user) = image_labels.get(labels::USER).cloned() else {
@@ -129,7 +123,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
     let id_label = |k: &str| image_labels.get(k).and_then(|v| v.parse::<u64>().ok());
     let image_ids = id_label(labels::UID).zip(id_label(labels::GID));
     let rootless_podman = (podman && engine.info.rootless).then_some(engine.info.version.as_str());
-    let userns = user_namespace(plan.userns.as_deref(), rootless_podman, image_ids);
+    let userns = life::userns::user_namespace(plan.userns.as_deref(), rootless_podman, image_ids);
     if plan.userns.is_none() {
         if let (Some(mode), Some((uid, _))) = (&userns, image_ids) {
             printer().info(format!(
@@ -171,7 +165,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
     // The engine makes the home volume with the container; a new one goes
     // again when the container does (a taken port, refused GPUs, Ctrl-C
     // before healthy). One in use by a kept container is not removed.
-    let home = home_volume(&plan.name);
+    let home = life::home_volume(&plan.name);
     let home_is_new = !ws::volume_exists(&docker, &home).await;
     let creating = Instant::now();
     let created = create(&docker, &plan, (&user, owner), &token, (&note, podman)).await;
@@ -198,44 +192,6 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
         let _ = ws::remove_volume(&docker, &home).await;
     }
     made
-}
-
-/// The user namespace `up` asks for. `given`: `--userns`;
-/// `rootless_podman`: the version of the rootless Podman that answered
-/// (None: another engine); `image_ids`: the image's user's uid and gid
-/// (its labels). On rootless Podman 4.3 and later, `keep-id` (given, or
-/// by default there) becomes `keep-id:uid=U,gid=G`: your uid is the image's
-/// user's, so what it writes in /workspace is yours and the image's files
-/// under its home stay its own. Plain `keep-id` would run the container as
-/// your own uid, which the image's home and services do not know; without
-/// keep-id the image's user is one of your subordinate uids, and cannot
-/// write your folder. Anything else is the engine's to read, as given.
-fn user_namespace(
-    given: Option<&str>,
-    rootless_podman: Option<&str>,
-    image_ids: Option<(u64, u64)>,
-) -> Option<String> {
-    let options = rootless_podman.is_some_and(|v| {
-        let mut parts = v.split(|c: char| !c.is_ascii_digit());
-        let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        (major, minor) >= (4, 3)
-    });
-    let keep_id = match image_ids {
-        Some((uid, gid)) if options => format!("keep-id:uid={uid},gid={gid}"),
-        _ => "keep-id".to_string(),
-    };
-    match given {
-        Some("keep-id") => Some(keep_id),
-        Some(mode) => Some(mode.to_string()),
-        None if options && image_ids.is_some() => Some(keep_id),
-        None => None,
-    }
-}
-
-/// The named volume at the user's home of workstation `name`.
-fn home_volume(name: &str) -> String {
-    format!("{name}-home")
 }
 
 /// How a workstation reached [`come_up`]: made now (how long the engine
@@ -380,83 +336,33 @@ async fn start_again(
     come_up(docker, plan, &w.id, gpus, spinner, interrupt, how).await
 }
 
-/// What a running workstation `w` (with /dev/shm of `shm` bytes) has other
-/// than `plan` asks: each as `what: it has X, asked Y`. A setting left to
-/// its default (no `--gpus`, a port not given) matches what it has.
+/// Each difference of a running or stopped workstation from `plan`, in
+/// words (`--gpus: it has all, asked 0`).
 fn differences(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut differ = |what: &str, has: String, asked: String| {
-        if has != asked {
-            out.push(format!("{what}: it has {has}, asked {asked}"));
-        }
-    };
-    differ("image", w.image.clone(), plan.image.clone());
-    let folder = |f: Option<String>| f.unwrap_or_else(|| "none mounted".into());
-    differ(
-        "folder at /workspace",
-        folder(w.workspace.clone()),
-        folder(plan.workspace.as_ref().map(|p| p.display().to_string())),
-    );
-    match &plan.gpus {
-        GpuChoice::Auto => {}
-        GpuChoice::None => differ("--gpus", w.gpus.clone(), "none".into()),
-        GpuChoice::Given(g) => differ("--gpus", w.gpus.clone(), g.to_string()),
-    }
-    if let Some(has) = shm {
-        differ("--shm-size", size_words(has), size_words(plan.shm_bytes));
-    }
-    // The host port of a container port: the one published now, or for a
-    // stopped workstation (which publishes none) the one it was made with
-    // (Some(None): one the engine picks at each start); None: no such port.
-    let has = |live: &Option<(String, u16)>, container: u16| -> Option<Option<u16>> {
-        match live {
-            Some((_, p)) => Some(Some(*p)),
-            None => w
-                .bound
-                .iter()
-                .find(|(c, _)| *c == container)
-                .map(|(_, h)| *h),
-        }
-    };
-    let words = |p: Option<Option<u16>>| match p {
-        None => "off".to_string(),
-        Some(None) => "any".to_string(),
-        Some(Some(p)) => p.to_string(),
-    };
-    if plan.jupyter.given {
-        differ(
-            "--jupyter-port",
-            words(has(&w.jupyter, ws::JUPYTER_PORT)),
-            plan.jupyter.host.map_or("off".into(), |p| p.to_string()),
-        );
-    }
-    let service =
-        |asked: &Option<PortPlan>, has: Option<Option<u16>>, what: &str| match (asked, has) {
-            (Some(a), Some(p)) if a.given && a.host != p => Some(format!(
-                "{what}: it has port {}, asked {}",
-                words(Some(p)),
-                a.host.map_or("any".into(), |h| h.to_string())
-            )),
-            (Some(_), None) => Some(format!("{what}: it has none, asked one")),
-            // Not asking (no key, no --tensorboard) is no asking for none.
-            _ => None,
-        };
-    out.extend(service(&plan.ssh, has(&w.ssh, ws::SSH_PORT), "SSH"));
-    out.extend(service(
-        &plan.tensorboard,
-        has(&w.tensorboard, ws::TENSORBOARD_PORT),
-        "TensorBoard",
-    ));
-    out
-}
-
-/// A size as `--shm-size` takes it: `16g`, `512m`, or bytes.
-fn size_words(bytes: i64) -> String {
-    match bytes {
-        b if b > 0 && b % (1 << 30) == 0 => format!("{}g", b >> 30),
-        b if b > 0 && b % (1 << 20) == 0 => format!("{}m", b >> 20),
-        b => b.to_string(),
-    }
+    use life::differences::Setting;
+    life::differences::of(plan, w, shm)
+        .into_iter()
+        .map(|d| {
+            let what = match d.setting {
+                Setting::Image => "image",
+                Setting::Folder => "folder at /workspace",
+                Setting::Gpus => "--gpus",
+                Setting::ShmSize => "--shm-size",
+                Setting::JupyterPort => "--jupyter-port",
+                Setting::Ssh => "SSH",
+                Setting::TensorBoard => "TensorBoard",
+            };
+            match (d.setting.is_service(), d.has) {
+                (true, Some(has)) => format!("{what}: it has port {has}, asked {}", d.asked),
+                (true, None) => format!("{what}: it has none, asked one"),
+                (false, has) => format!(
+                    "{what}: it has {}, asked {}",
+                    has.unwrap_or_default(),
+                    d.asked
+                ),
+            }
+        })
+        .collect()
 }
 
 /// "JupyterLab and SSH", "JupyterLab, SSH and TensorBoard", …
@@ -473,50 +379,19 @@ fn services(plan: &UpPlan) -> &'static str {
 /// without it: one GET of the published port, retried for a few seconds,
 /// tells, and a warning says so rather than printing a dead URL silently.
 async fn warn_if_silent(tb: &Service) {
-    let host = match tb.address.as_str() {
-        "" | "0.0.0.0" | "::" => "127.0.0.1".to_string(),
-        a => a.to_string(),
-    };
-    let port = tb.port;
-    let answered = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if http_ok(&host, port, "/data/environment") {
-                return true;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    })
+    if !life::probe::answers_within(
+        &tb.address,
+        tb.port,
+        "/data/environment",
+        Duration::from_secs(10),
+    )
     .await
-    .unwrap_or(false);
-    if !answered {
+    {
         printer().warn(format!(
             "TensorBoard does not answer on {}: the image's entrypoint may predate `up --tensorboard`; rebuild the image with this imgctl (`imgctl build`)",
             tb.open
         ));
     }
-}
-
-/// Whether `GET path` on host:port answers 200 within a second or two.
-fn http_ok(host: &str, port: u16, path: &str) -> bool {
-    use std::io::{Read, Write};
-    let Ok(addr) = format!("{host}:{port}").parse::<std::net::SocketAddr>() else {
-        return false;
-    };
-    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .is_err()
-    {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/") && &head[9..12] == b"200"
 }
 
 /// Creates and starts the container ([`life::create`]); with no `--gpus`,
@@ -530,98 +405,33 @@ async fn create(
     token: &str,
     (note, podman): (&(dyn Fn(Note) + Sync), bool),
 ) -> anyhow::Result<(String, Option<GpuSelection>)> {
-    let mut env = vec![format!("JUPYTER_TOKEN={token}")];
-    let mut publish = vec![Publish {
-        container: JUPYTER_PORT,
-        address: plan.listen.to_string(),
-        host: plan.jupyter.host,
-    }];
-    let me = Owner::me();
-    let mut labels = HashMap::from([
-        (ws::LABEL_USER.to_string(), user.to_string()),
-        (ws::LABEL_OWNER_UID.to_string(), me.uid.to_string()),
-        (ws::LABEL_OWNER.to_string(), me.name),
-    ]);
-    let mut files = Vec::new();
-    match &plan.ssh {
-        Some(ssh) => {
-            // One host key per name, kept on this machine (#45 F4).
-            match host_key::prepare(&plan.name) {
-                Ok(key) => {
-                    if key.remembered_now && !plan.json {
-                        printer().info(format!(
-                            "{}'s SSH host key is in {} as {} (kept for every `imgctl up` of this name)",
-                            plan.name,
-                            key.known_hosts.display(),
-                            key.alias
-                        ));
-                    }
-                    labels.insert(ws::LABEL_SSH_ALIAS.into(), key.alias);
-                    files.push(ws::PlacedFile {
-                        path: host_key::IN_CONTAINER.into(),
-                        bytes: key.private,
-                        mode: 0o600,
-                        owner,
-                    });
-                }
-                Err(why) => printer().info(format!(
-                    "SSH: the workstation makes its own host key, new at each `imgctl up` ({why})"
-                )),
+    // One host key per name, kept on this machine (#45 F4).
+    let key = match plan
+        .ssh
+        .as_ref()
+        .map(|_| life::host_key::prepare(&plan.name))
+    {
+        Some(Ok(key)) => {
+            if key.remembered_now && !plan.json {
+                printer().info(format!(
+                    "{}'s SSH host key is in {} as {} (kept for every `imgctl up` of this name)",
+                    plan.name,
+                    key.known_hosts.display(),
+                    key.alias
+                ));
             }
-            if let Some(i) = &plan.identity {
-                labels.insert(ws::LABEL_SSH_IDENTITY.into(), i.display().to_string());
-            }
-            env.push(format!("SSH_AUTHORIZED_KEYS={}", plan.keys.join("\n")));
-            publish.push(Publish {
-                container: SSH_PORT,
-                address: plan.listen.to_string(),
-                host: ssh.host,
-            });
+            Some(key)
         }
-        None => env.push("IMGCTL_MODE=jupyter".into()),
-    }
-    if let Some(after) = plan.idle_stop {
-        env.push(format!("IMGCTL_IDLE_STOP={}s", after.as_secs()));
-    }
-    if let Some(tb) = &plan.tensorboard {
-        env.push("IMGCTL_TENSORBOARD=1".into());
-        publish.push(Publish {
-            container: TENSORBOARD_PORT,
-            address: plan.listen.to_string(),
-            host: tb.host,
-        });
-    }
-    let station = Workstation {
-        name: plan.name.clone(),
-        image: plan.image.clone(),
-        gpus: match &plan.gpus {
-            GpuChoice::Auto => Some(GpuSelection::All),
-            GpuChoice::None => None,
-            GpuChoice::Given(g) => Some(g.clone()),
-        },
-        workspace: plan.workspace.as_ref().map(|w| w.display().to_string()),
-        publish,
-        shm_bytes: plan.shm_bytes,
-        env,
-        ulimits: ws::ULIMITS
-            .iter()
-            .map(|(n, v)| (n.to_string(), *v))
-            .collect(),
-        labels,
-        files,
-        // The user's home outlives the container (#45 item 4): `down`
-        // keeps it, `down --volumes` removes it.
-        home_volume: Some((home_volume(&plan.name), format!("/home/{user}"))),
-        restart: plan.restart.clone(),
-        userns: plan.userns.clone(),
-        gpu_api: plan.gpu_api,
+        Some(Err(why)) => {
+            printer().info(format!(
+                "SSH: the workstation makes its own host key, new at each `imgctl up` ({why})"
+            ));
+            None
+        }
+        None => None,
     };
-    let defaulted: Vec<u16> = std::iter::once(&plan.jupyter)
-        .chain(plan.ssh.as_ref())
-        .chain(plan.tensorboard.as_ref())
-        .filter(|p| !p.given)
-        .filter_map(|p| p.host)
-        .collect();
+    let station = life::spec::workstation(plan, (user, owner), token, key, &Owner::me());
+    let defaulted = life::spec::defaulted_ports(plan);
     let auto = plan.gpus == GpuChoice::Auto;
     match life::create(docker, station, auto, &defaulted, note).await? {
         Created::Started { id, gpus } => Ok((id, gpus)),
@@ -769,45 +579,5 @@ fn warn_if_unwritable(dir: &Path, user: &str, uid: Option<&String>) {
             meta.uid(),
             mode & 0o777
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::user_namespace;
-
-    #[test]
-    fn rootless_podman_makes_you_the_images_user() {
-        let ids = Some((1000, 1000));
-        let mapped = Some("keep-id:uid=1000,gid=1000".to_string());
-        // By default, and for a plain keep-id, on rootless Podman 4.3+.
-        assert_eq!(user_namespace(None, Some("4.3.1"), ids), mapped);
-        assert_eq!(
-            user_namespace(Some("keep-id"), Some("5.2.0-dev"), ids),
-            mapped
-        );
-        // Podman before 4.3 has no keep-id options: as given, no default.
-        assert_eq!(
-            user_namespace(Some("keep-id"), Some("4.2.0"), ids).as_deref(),
-            Some("keep-id")
-        );
-        assert_eq!(user_namespace(None, Some("4.2.0"), ids), None);
-        // Another engine, or an image without its user's ids: as given.
-        assert_eq!(user_namespace(None, None, ids), None);
-        assert_eq!(
-            user_namespace(Some("keep-id"), None, ids).as_deref(),
-            Some("keep-id")
-        );
-        assert_eq!(
-            user_namespace(Some("keep-id"), Some("4.3.1"), None).as_deref(),
-            Some("keep-id")
-        );
-        // Any other mode passes through, options included.
-        for mode in ["host", "keep-id:uid=7", "auto"] {
-            assert_eq!(
-                user_namespace(Some(mode), Some("4.3.1"), ids).as_deref(),
-                Some(mode)
-            );
-        }
     }
 }

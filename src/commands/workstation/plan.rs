@@ -9,59 +9,7 @@ use super::{DEFAULT_JUPYTER_PORT, DEFAULT_SSH_PORT, DEFAULT_TENSORBOARD_PORT, WA
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
 use crate::gpus::GpuSelection;
-
-/// The GPUs `up` asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum GpuChoice {
-    /// No `--gpus`: all when the engine can give GPUs, else none.
-    Auto,
-    /// `--gpus none`.
-    None,
-    /// An explicit selection: the engine must serve it.
-    Given(GpuSelection),
-}
-
-/// A host port: the one asked for, or the default when free, else one the
-/// engine picks (said in a note).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct PortPlan {
-    pub(super) host: Option<u16>,
-    /// Whether the port was given by flag (then it is never changed).
-    pub(super) given: bool,
-    pub(super) note: Option<String>,
-}
-
-/// Everything `up` needs, checked before the engine is touched.
-#[derive(Debug)]
-pub(super) struct UpPlan {
-    pub(super) name: String,
-    pub(super) image: String,
-    pub(super) gpus: GpuChoice,
-    pub(super) workspace: Option<PathBuf>,
-    pub(super) keys: Vec<String>,
-    pub(super) listen: IpAddr,
-    pub(super) jupyter: PortPlan,
-    pub(super) ssh: Option<PortPlan>,
-    /// `--tensorboard`: TensorBoard's host port.
-    pub(super) tensorboard: Option<PortPlan>,
-    pub(super) shm_bytes: i64,
-    pub(super) wait: Duration,
-    /// `--json`: the report on stdout, no spinner.
-    pub(super) json: bool,
-    /// `--no-verify`.
-    pub(super) no_verify: bool,
-    /// The private key beside the first `--ssh-key FILE.pub` (the `ssh`
-    /// line's `-i`).
-    pub(super) identity: Option<PathBuf>,
-    /// `--idle-stop`: stop after this long idle.
-    pub(super) idle_stop: Option<Duration>,
-    /// `--restart`, unless `no`.
-    pub(super) restart: Option<String>,
-    /// `--userns MODE` (`keep-id` on rootless Podman).
-    pub(super) userns: Option<String>,
-    /// `--gpu-api`.
-    pub(super) gpu_api: crate::docker::cdi::GpuApi,
-}
+pub(super) use crate::workstation::plan::{GpuChoice, PortPlan, UpPlan};
 
 /// Checks every flag of `args` (usage errors, exit 2) and fills in defaults.
 pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
@@ -135,7 +83,7 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         wait: Duration::from_secs(args.wait.unsigned_abs()),
         json: args.json,
         no_verify: args.no_verify,
-        identity: super::host_key::identity(&args.ssh_key),
+        identity: crate::workstation::host_key::identity(&args.ssh_key),
         idle_stop: args.idle_stop,
         restart: restart(&args.restart, args.idle_stop.is_some())?,
         gpu_api: args.gpu_api,

@@ -9,31 +9,31 @@
 //! nor warns that the host identification has changed.
 //!
 //! Anything that fails here (no `ssh-keygen`, no HOME, a read-only
-//! `~/.ssh`) is one note, and the workstation makes its own host key as
-//! before.
+//! `~/.ssh`) comes back as why, which the command layer says in one note;
+//! the workstation then makes its own host key as before.
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The file the host key goes to inside the container (the entrypoint
 /// reads it; `IMGCTL_SSH_HOST_KEY` there names another).
-pub(super) const IN_CONTAINER: &str = "/etc/imgctl/ssh_host_ed25519_key";
+pub const IN_CONTAINER: &str = "/etc/imgctl/ssh_host_ed25519_key";
 
 /// A workstation's host key, ready to place and remembered.
 #[derive(Debug)]
-pub(super) struct HostKey {
+pub struct HostKey {
     /// The private key (OpenSSH PEM).
-    pub(super) private: Vec<u8>,
+    pub private: Vec<u8>,
     /// The alias the known_hosts line and the `ssh` line name.
-    pub(super) alias: String,
+    pub alias: String,
     /// Whether `~/.ssh/known_hosts` was changed now (a new line).
-    pub(super) remembered_now: bool,
+    pub remembered_now: bool,
     /// The known_hosts file.
-    pub(super) known_hosts: PathBuf,
+    pub known_hosts: PathBuf,
 }
 
 /// The `HostKeyAlias` of workstation `name`: a name no real host has.
-pub(super) fn alias(name: &str) -> String {
+pub fn alias(name: &str) -> String {
     format!("{name}.imgctl")
 }
 
@@ -46,7 +46,7 @@ fn home() -> Result<PathBuf, String> {
 
 /// Workstation `name`'s host key: made on first use, then the same; its
 /// public half remembered in `~/.ssh/known_hosts`. Err: why not (a note).
-pub(super) fn prepare(name: &str) -> Result<HostKey, String> {
+pub fn prepare(name: &str) -> Result<HostKey, String> {
     let home = home()?;
     let state = match std::env::var_os(crate::env_vars::XDG_STATE_HOME).map(PathBuf::from) {
         Some(b) if b.is_absolute() => b,
@@ -66,8 +66,8 @@ const KEY_MAX: u64 = 64 * 1024;
 /// folders (no symbolic links), the caller's, and writable by nobody else;
 /// the key is a regular file of the caller's, mode 0600, opened without
 /// following a link; and the `.pub` beside it must be the key's own public
-/// half, which is what `known_hosts` pins. A `sudo imgctl up` with a user's
-/// HOME therefore never reads root's files through a link the user
+/// half, which is what `known_hosts` pins. A run as root with a user's
+/// HOME (sudo) therefore never reads root's files through a link the user
 /// planted: the folders are the user's, not root's, and the workstation
 /// makes its own host key.
 fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> {
@@ -103,7 +103,7 @@ fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> 
     }
     let refuse = |path: &Path, why: &dyn std::fmt::Display| {
         format!(
-            "{} {why}; remove {} and its .pub, and `imgctl up` makes a new pair",
+            "{} {why}; remove {} and its .pub, and the next start makes a new pair",
             path.display(),
             key.display()
         )
@@ -137,7 +137,7 @@ fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> 
 /// and checked against the two copies of the public key the file carries
 /// (PROTOCOL.key in OpenSSH's sources gives the layout). Err: why the bytes
 /// are not such a key.
-pub(super) fn openssh_public(private: &[u8]) -> Result<String, String> {
+pub fn openssh_public(private: &[u8]) -> Result<String, String> {
     use base64::Engine as _;
     const BEGIN: &str = "-----BEGIN OPENSSH PRIVATE KEY-----";
     const END: &str = "-----END OPENSSH PRIVATE KEY-----";
@@ -242,7 +242,7 @@ fn make_key(dir: &Path, key: &Path, comment: &str) -> Result<(), String> {
 /// `known_hosts` text with `alias`'s line set to `public`: None when it
 /// already is; else the text without any other line for `alias` (a key
 /// of an earlier imgctl), plus the line.
-pub(super) fn known_hosts_with(text: &str, alias: &str, public: &str) -> Option<String> {
+pub fn known_hosts_with(text: &str, alias: &str, public: &str) -> Option<String> {
     let line = format!("{alias} {public}");
     let names_alias = |l: &str| {
         l.split_whitespace()
@@ -294,7 +294,7 @@ fn remember(path: &Path, alias: &str, public: &str) -> Result<bool, String> {
 
 /// The private key beside the first `--ssh-key FILE.pub` that has one: the
 /// `-i` of the printed `ssh` line (ssh finds only its default names itself).
-pub(super) fn identity(given: &[PathBuf]) -> Option<PathBuf> {
+pub fn identity(given: &[PathBuf]) -> Option<PathBuf> {
     given.iter().find_map(|public| {
         let private = public.with_extension("");
         (public.extension().is_some_and(|e| e == "pub") && private.is_file())
