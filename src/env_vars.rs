@@ -205,3 +205,18 @@ pub const SUDO_UID: &str = "SUDO_UID";
 /// The JupyterLab token the image's entrypoint starts JupyterLab with
 /// (`imgctl up` sets it in the workstation; `imgctl idle-watch` reads it).
 pub const JUPYTER_TOKEN: &str = "JUPYTER_TOKEN";
+
+/// imgctl's cache folder (default `$XDG_CACHE_HOME/imgctl`, else
+/// `~/.cache/imgctl`): the set-up's torch venv, NVRTC, the release tools.
+pub const IMGCTL_CACHE: &str = "IMGCTL_CACHE";
+
+/// The base of the user's cache files (XDG Base Directory).
+pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
+
+/// The active Python virtual environment: the front end looks there for
+/// torch 2.7.0 before it hands a torch command to `imgctl-torch`.
+pub const VIRTUAL_ENV: &str = "VIRTUAL_ENV";
+
+/// The image the front end runs torch commands in when no `imgctl-torch`
+/// here can load torch 2.7.0 (default `imgctl/cu124:latest`, build's tag).
+pub const IMGCTL_IMAGE: &str = "IMGCTL_IMAGE";

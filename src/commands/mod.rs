@@ -12,12 +12,14 @@ pub mod error;
 pub mod image_args;
 pub mod inspect;
 pub mod key;
+pub mod libtorch_here;
 pub mod lock;
 pub mod output_files;
 pub mod render;
 pub mod sample;
 pub mod sbom;
 pub mod specs;
+pub mod through_image;
 pub mod torch_part;
 pub mod train_demo;
 pub mod verify;
@@ -27,8 +29,12 @@ pub mod workstation;
 
 /// Runs the parsed command.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitStatus> {
-    // A front end without libtorch hands torch commands to the full imgctl.
-    torch_part::hand_over(&cli.command)?;
+    // A front end without libtorch hands torch commands to the full imgctl,
+    // or runs them inside the image.
+    let cli = match torch_part::hand_over(cli)? {
+        torch_part::Handed::Here(cli) => *cli,
+        torch_part::Handed::Done(status) => return Ok(status),
+    };
     if let Some(name) = &cli.global.context {
         // Global, as `docker --context`: every engine connection of the
         // process (the build, verify --image, their clean-up guards) uses it.

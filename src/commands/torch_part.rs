@@ -77,42 +77,84 @@ pub fn find_part(exe: &Path) -> Result<PathBuf, Vec<PathBuf>> {
         .ok_or(folders)
 }
 
-/// In a build without the `torch` feature: execs the full imgctl beside this
-/// one for a command that needs libtorch. Returns only when there is none
-/// (or it is this very front end again): the command then runs here, and
-/// says what it cannot do. A failed exec is an error naming the file.
+/// What the front end does with a command.
+#[derive(Debug)]
+pub enum Handed {
+    /// Runs it here (it needs no libtorch, or this is a full imgctl).
+    Here(Box<crate::cli::Cli>),
+    /// Ran it elsewhere (inside the image) and ended with this status.
+    Done(crate::error::ExitStatus),
+}
+
+/// In a build without the `torch` feature, a command that needs libtorch
+/// goes to the full imgctl beside this one by exec, when that one can load
+/// torch 2.7.0 here ([`crate::commands::libtorch_here`]; a venv's is put on
+/// `LD_LIBRARY_PATH`); else inside the image: `verify` as `verify --image`
+/// (the host's GPUs passed through), `train-demo` and `sample` in the
+/// foreground ([`crate::commands::through_image`]). A failed exec is an
+/// error naming the file. `-v` says which binary does the work.
 #[cfg(not(feature = "torch"))]
-pub fn hand_over(command: &Command) -> anyhow::Result<()> {
+pub fn hand_over(mut cli: crate::cli::Cli) -> anyhow::Result<Handed> {
+    use crate::commands::libtorch_here::{self, Libtorch};
     use std::os::unix::process::CommandExt;
-    if !needs_torch(command) || std::env::var_os(HANDED_OVER).is_some() {
-        return Ok(());
+    if !needs_torch(&cli.command) || std::env::var_os(HANDED_OVER).is_some() {
+        return Ok(Handed::Here(Box::new(cli)));
     }
-    let Some(part) = std::env::current_exe()
+    let part = std::env::current_exe()
         .ok()
-        .and_then(|e| find_part(&e).ok())
-    else {
-        return Ok(());
+        .and_then(|e| find_part(&e).ok());
+    let why = match part.as_deref().map(|p| (p, libtorch_here::find(p))) {
+        Some((part, Ok(found))) => {
+            let mut exec = std::process::Command::new(part);
+            exec.args(std::env::args_os().skip(1)).env(HANDED_OVER, "1");
+            let from = match &found {
+                Libtorch::Runpath(dir) => dir.clone(),
+                Libtorch::Venv { lib, .. } => {
+                    let mut path = std::ffi::OsString::from(lib);
+                    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                        path.push(":");
+                        path.push(old);
+                    }
+                    exec.env("LD_LIBRARY_PATH", path);
+                    lib.clone()
+                }
+            };
+            crate::output::printer().verbose(format!(
+                "{} runs it (the full imgctl), with libtorch from {}",
+                part.display(),
+                from.display()
+            ));
+            let error = exec.exec();
+            return Err(crate::commands::error::CliError::failure(format!(
+                "cannot start {}: {error}",
+                part.display()
+            ))
+            .with_hint(format!(
+                "reinstall imgctl (`make install-full`), or run {} directly",
+                part.display()
+            ))
+            .into());
+        }
+        Some((part, Err(why))) => format!("{} is here, but {why}", part.display()),
+        None => format!("no {TORCH_PART} beside this imgctl or on PATH"),
     };
-    let error = std::process::Command::new(&part)
-        .args(std::env::args_os().skip(1))
-        .env(HANDED_OVER, "1")
-        .exec();
-    Err(crate::commands::error::CliError::failure(format!(
-        "cannot start {}: {error}",
-        part.display()
-    ))
-    .with_hint(format!(
-        "reinstall imgctl (`make install`), or run {} directly",
-        part.display()
-    ))
-    .into())
+    if let Command::Verify(args) = &mut cli.command {
+        let image = crate::commands::through_image::image();
+        crate::output::printer().info(format!(
+            "imgctl verify runs inside {image} with this host's GPUs passed through ({why}); `--image REF` names another"
+        ));
+        args.image = Some(image);
+        return Ok(Handed::Here(Box::new(cli)));
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    crate::commands::through_image::run(&args, &why).map(Handed::Done)
 }
 
 /// A full imgctl needs no hand-over.
 #[cfg(feature = "torch")]
-pub fn hand_over(_command: &Command) -> anyhow::Result<()> {
+pub fn hand_over(cli: crate::cli::Cli) -> anyhow::Result<Handed> {
     let _ = HANDED_OVER;
-    Ok(())
+    Ok(Handed::Here(Box::new(cli)))
 }
 
 #[cfg(test)]

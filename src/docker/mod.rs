@@ -15,6 +15,7 @@
 //! [`build::BuildError`], [`run::GpuRequestRejected`]); they name no flag.
 //!
 //! Part: the shared floor (`docs/architecture.md`).
+pub mod attached;
 pub mod auth;
 pub mod build;
 pub mod cdi;

@@ -317,12 +317,7 @@ pub async fn run_to_completion_with(
         Ok(n) => phase(ContainerPhase::StaleRemoved(n)),
         Err(e) => phase(ContainerPhase::StaleUnchecked(format!("{e:#}"))),
     }
-    let mut labels = req.labels.clone();
-    labels.insert(LABEL_MANAGED.into(), "true".into());
-    labels.insert(LABEL_PID.into(), std::process::id().to_string());
-    if let Some(boot) = boot_id() {
-        labels.insert(LABEL_BOOT.into(), boot);
-    }
+    let labels = managed_labels(&req.labels);
     let request = super::cdi::gpu_request(docker, req.gpus.as_ref(), req.gpu_api).await?;
     let gpu_api = request.as_ref().map(|r| r.api);
     let host_config = HostConfig {
@@ -345,29 +340,7 @@ pub async fn run_to_completion_with(
     // so none slips between its creation and the wait below.
     let mut interrupt = super::Termination::install()?;
     let created = super::libpod::create_with_gpus(docker, None, body, request).await?;
-    let created = created.map_err(|e| {
-        if let Some(too_much) = super::transport::too_much(&e) {
-            return DockerError::EngineTooMuch(too_much).into();
-        }
-        let msg = super::transport::words(&e);
-        if is_gpu_rejection(&msg) {
-            anyhow::Error::new(gpu_rejection(msg))
-        } else if msg.contains("No such image")
-            || msg.contains("image not known")
-            || msg.contains("404")
-        {
-            DockerError::NoImageForContainer {
-                image: req.image.clone(),
-            }
-            .into()
-        } else {
-            DockerError::CreateContainer {
-                image: req.image.clone(),
-                message: msg,
-            }
-            .into()
-        }
-    })?;
+    let created = created.map_err(|e| create_error(&e, &req.image))?;
     let mut guard = ContainerGuard::new(created.id.clone());
     let outcome = tokio::select! {
         r = drive(docker, &created.id, &req, phase) => r,
@@ -381,6 +354,45 @@ pub async fn run_to_completion_with(
     removed?;
     out.gpu_api = gpu_api;
     Ok(out)
+}
+
+/// `labels` with the ones every container imgctl runs carries: managed,
+/// this process's pid and this host's boot id (so a later run can remove
+/// what a killed one left, [`remove_stale`]).
+pub(super) fn managed_labels(labels: &HashMap<String, String>) -> HashMap<String, String> {
+    let mut labels = labels.clone();
+    labels.insert(LABEL_MANAGED.into(), "true".into());
+    labels.insert(LABEL_PID.into(), std::process::id().to_string());
+    if let Some(boot) = boot_id() {
+        labels.insert(LABEL_BOOT.into(), boot);
+    }
+    labels
+}
+
+/// The error of a create the engine refused: too large an answer, GPUs it
+/// cannot give ([`GpuRequestRejected`]), no such image, or its words.
+pub(super) fn create_error(e: &bollard::errors::Error, image: &str) -> anyhow::Error {
+    if let Some(too_much) = super::transport::too_much(e) {
+        return DockerError::EngineTooMuch(too_much).into();
+    }
+    let msg = super::transport::words(e);
+    if is_gpu_rejection(&msg) {
+        anyhow::Error::new(gpu_rejection(msg))
+    } else if msg.contains("No such image")
+        || msg.contains("image not known")
+        || msg.contains("404")
+    {
+        DockerError::NoImageForContainer {
+            image: image.to_string(),
+        }
+        .into()
+    } else {
+        DockerError::CreateContainer {
+            image: image.to_string(),
+            message: msg,
+        }
+        .into()
+    }
 }
 
 async fn drive(

@@ -93,6 +93,12 @@ pub fn real_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
+/// This process's real group id (getgid(2)).
+pub fn real_gid() -> u32 {
+    // SAFETY: getgid has no failure mode and touches no memory.
+    unsafe { libc::getgid() }
+}
+
 /// The login name of `uid` from the user database (getpwuid_r(3)); None
 /// when it has none.
 pub fn login_name(uid: u32) -> Option<String> {

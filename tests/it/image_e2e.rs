@@ -26,6 +26,7 @@ use crate::common::{imgctl, imgctl_bin, texts};
 mod browser;
 mod idle;
 mod podman;
+pub(crate) mod stranger;
 mod supply;
 mod workstation;
 
@@ -357,8 +358,11 @@ fn real_image_end_to_end() {
     if std::env::var("IMGCTL_E2E_PODMAN").map_or(true, |v| v != "0") {
         podman::workstation_on_podman(pid, &key, work.path());
         podman::workstation_on_rootless_podman(pid, &key, work.path());
+        // The stranger with the release tarball, once too (on the machine's
+        // engine, whose socket is /var/run/docker.sock).
+        stranger::from_the_tarball(&image, pid);
     } else {
-        eprintln!("e2e: the Podman step skipped (IMGCTL_E2E_PODMAN=0)");
+        eprintln!("e2e: the Podman and stranger steps skipped (IMGCTL_E2E_PODMAN=0)");
     }
     let name = format!("imgctl-e2e-{pid}");
     workstation_services(&mut guard, &image, &name, &key, &public);

@@ -88,7 +88,7 @@ fn runs_without_ld_library_path() {
 pub(crate) fn front_binary() -> std::path::PathBuf {
     let root = crate::common::repo_root();
     let copied = root.join("target/imgctl-front");
-    let newest_source = walk_newest(&root.join("src"));
+    let newest_source = newest_source();
     let fresh = |p: &std::path::Path| {
         std::fs::metadata(p)
             .and_then(|m| m.modified())
@@ -112,6 +112,11 @@ pub(crate) fn front_binary() -> std::path::PathBuf {
     root.join("target/front/debug/imgctl")
 }
 
+/// The newest modification time of the sources (`src/`).
+pub(crate) fn newest_source() -> Option<std::time::SystemTime> {
+    walk_newest(&crate::common::repo_root().join("src"))
+}
+
 /// The newest modification time of the files under `dir`.
 fn walk_newest(dir: &std::path::Path) -> Option<std::time::SystemTime> {
     let mut newest = None;
@@ -130,8 +135,8 @@ fn walk_newest(dir: &std::path::Path) -> Option<std::time::SystemTime> {
 /// The front end loads no libtorch (so `--version`, `specs`, `build` … start
 /// in milliseconds: 5 ms against 657 ms, README), runs the commands that need
 /// none itself, hands those that need libtorch to `imgctl-torch` beside it
-/// (the same output as the full binary), and without one says what to
-/// install, in one line.
+/// (the same output as the full binary), and without one runs them inside
+/// the image (here: one that is missing, named in one line).
 #[test]
 fn the_front_end_loads_no_libtorch_and_hands_torch_commands_over() {
     let front = front_binary();
@@ -162,25 +167,44 @@ fn the_front_end_loads_no_libtorch_and_hands_torch_commands_over() {
         texts(&version).0.trim(),
         format!("imgctl {}", env!("CARGO_PKG_VERSION"))
     );
-    // Alone, a torch command says what to install beside it.
-    let alone = run(&["train-demo", "--print-config"]);
+    // Alone, a torch command runs inside the image (#51 part 3); with no
+    // such image, one line names it and the command that makes it.
+    let alone = Command::new(&installed)
+        .args(["train-demo", "--print-config"])
+        .env("NO_COLOR", "1")
+        .env("IMGCTL_IMAGE", "imgctl-test/no-such-image:0")
+        .output()
+        .unwrap();
     let (_, err) = texts(&alone);
     assert_eq!(alone.status.code(), Some(2), "{err}");
     assert!(
-        crate::common::one_error_line(&err).contains("needs libtorch"),
+        err.contains("imgctl train-demo runs inside imgctl-test/no-such-image:0"),
         "{err}"
     );
     assert!(
-        err.contains("install the full imgctl beside this one as imgctl-torch"),
+        crate::common::one_error_line(&err).contains("the engine has no such image"),
         "{err}"
     );
-    // verify of this host alone would SKIP every torch check and pass having
-    // checked nothing of the sort (#45 F8): refused the same way.
-    let alone = run(&["verify", "--expect-gpus", "0"]);
+    assert!(
+        err.contains("imgctl build --cuda 12.4 --tag imgctl-test/no-such-image:0"),
+        "{err}"
+    );
+    // verify of this host alone runs as `verify --image` of that image
+    // (never a pass that checked nothing of the sort, #45 F8).
+    let alone = Command::new(&installed)
+        .args(["verify", "--expect-gpus", "0"])
+        .env("NO_COLOR", "1")
+        .env("IMGCTL_IMAGE", "imgctl-test/no-such-image:0")
+        .output()
+        .unwrap();
     let (_, err) = texts(&alone);
     assert_eq!(alone.status.code(), Some(2), "{err}");
     assert!(
-        crate::common::one_error_line(&err).contains("`imgctl verify` needs libtorch"),
+        err.contains("imgctl verify runs inside imgctl-test/no-such-image:0"),
+        "{err}"
+    );
+    assert!(
+        crate::common::one_error_line(&err).contains("not found in the engine"),
         "{err}"
     );
     // verify --image and --list-checks need no libtorch here.
