@@ -137,8 +137,8 @@ pub struct VerifyImageArgs {
     /// Require a signed verify verdict that passed.
     #[arg(long)]
     pub require_verify: bool,
-    /// Require the signed verdict to have seen at least N GPUs [default: no GPU count asked].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), allow_negative_numbers = true)]
+    /// Require the signed verdict to have seen at least N GPUs; 0 accepts a verdict of a host without GPUs, which --require-verify refuses otherwise [default: no GPU count asked].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32), allow_negative_numbers = true)]
     pub min_gpus: Option<u32>,
     /// Require every GPU of the signed verdict to be this model (a word of its name: H200) [default: any model].
     #[arg(long, value_name = "MODEL")]

@@ -202,10 +202,6 @@ pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
 /// on that user's workstations (`ps`, `down`, `logs`), not root's.
 pub const SUDO_UID: &str = "SUDO_UID";
 
-/// The JupyterLab token the image's entrypoint starts JupyterLab with
-/// (`imgctl up` sets it in the workstation; `imgctl idle-watch` reads it).
-pub const JUPYTER_TOKEN: &str = "JUPYTER_TOKEN";
-
 /// imgctl's cache folder (default `$XDG_CACHE_HOME/imgctl`, else
 /// `~/.cache/imgctl`): the set-up's torch venv, NVRTC, the release tools.
 pub const IMGCTL_CACHE: &str = "IMGCTL_CACHE";

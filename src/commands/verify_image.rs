@@ -32,13 +32,42 @@ struct Gate<'a> {
     evaluation: &'a Evaluation,
 }
 
-/// Reads `--policy FILE`: YAML, version 1, no unknown key.
+/// The most bytes a policy file may have (#50 M8).
+const POLICY_MAX: u64 = 1024 * 1024;
+
+/// Reads `--policy FILE`: a regular file of at most 1 MiB, YAML without
+/// anchors or aliases (a 1 MB alias bomb grew past 7 GB, #50 M4), a
+/// `version` that is 1 (#50 M5), no unknown key.
 fn read_policy(path: &Path) -> anyhow::Result<Policy> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = crate::sys::fs::read_regular_text(path, POLICY_MAX).map_err(|e| {
         CliError::usage(format!("cannot read --policy {}: {e}", path.display()))
-            .with_hint("pass a YAML policy file you can read")
+            .with_hint("pass a YAML policy file you can read (at most 1 MiB)")
     })?;
-    let policy: Policy = serde_yaml::from_str(&text).map_err(|e| {
+    static ALIAS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let alias = ALIAS.get_or_init(|| {
+        regex::Regex::new(r"(?m)(^|:\s|-\s|[\[{,])\s*[&*][A-Za-z0-9_.-]+").expect("a valid regex")
+    });
+    if alias.is_match(&text) {
+        return Err(CliError::usage(format!(
+            "--policy {}: YAML anchors and aliases (&name, *name) are not read in a policy",
+            path.display()
+        ))
+        .with_hint("write each rule out in full")
+        .into());
+    }
+    let keys: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| {
+        CliError::usage(format!("--policy {}: {e}", path.display()))
+            .with_hint("write the policy as YAML: `version: 1` and its rules")
+    })?;
+    if keys.get("version").is_none() {
+        return Err(CliError::usage(format!(
+            "--policy {}: the policy has no `version`",
+            path.display()
+        ))
+        .with_hint("begin it with `version: 1`")
+        .into());
+    }
+    let policy: Policy = serde_yaml::from_value(keys).map_err(|e| {
         CliError::usage(format!("--policy {}: {e}", path.display())).with_hint(
             "the keys are version, require_verify, min_gpus, gpu_model, level, checks_passed, spec_digest, builder_id, require_predicates, max_age (docs/supply-chain.md, \"Sign statements and gate deploys\")",
         )
@@ -51,6 +80,17 @@ fn read_policy(path: &Path) -> anyhow::Result<Policy> {
         ))
         .with_hint("write `version: 1`")
         .into());
+    }
+    if policy
+        .gpu_model
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty())
+    {
+        return Err(
+            CliError::usage(format!("--policy {}: gpu_model is empty", path.display()))
+                .with_hint("name a word of the GPU's name (`H200`), or leave gpu_model out")
+                .into(),
+        );
     }
     Ok(policy)
 }
@@ -166,8 +206,20 @@ pub fn gate(
     let (subject, found) = read.map_err(|e| {
         CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(READS_THE_REGISTRY)
     })?;
+    if !policy.has_rules() {
+        printer().info(
+            "the policy has no rule: the gate checks only that a statement of this image is signed by a --key (add --require-verify, or rules in --policy)",
+        );
+    }
     let evaluation = policy::evaluate(&subject, &found, keys, policy, std::time::SystemTime::now());
     Ok((subject, evaluation))
+}
+
+/// Text that came from a registry or a statement, with every control
+/// character escaped (#50 M3): a referrer cannot set the terminal's title,
+/// clear it, or print a forged `PASS` line of its own.
+fn outside(text: &str) -> String {
+    crate::output::outside(text).into_owned()
 }
 
 /// The lines a person reads: each trusted and refused statement, each rule.
@@ -175,20 +227,20 @@ pub fn say(evaluation: &Evaluation) {
     let p = printer();
     let short = |d: &str| crate::output::head(d, 19).to_string();
     for a in &evaluation.accepted {
-        p.info(format!(
+        p.info(outside(&format!(
             "trusted  {} {} (signed by key {})",
             short(&a.manifest),
             a.predicate_type,
             crate::output::head(&a.key_id, 16)
-        ));
+        )));
     }
     for r in &evaluation.refused {
-        p.warn(format!(
+        p.warn(outside(&format!(
             "refused  {} {}: {}",
             short(&r.manifest),
             r.claims,
             r.refusal
-        ));
+        )));
     }
     for r in &evaluation.rules {
         let by = r
@@ -196,12 +248,12 @@ pub fn say(evaluation: &Evaluation) {
             .as_deref()
             .map(|s| format!(" [{}]", short(s)))
             .unwrap_or_default();
-        p.info(format!(
+        p.info(outside(&format!(
             "{}  {}: {}{by}",
             if r.held { "PASS" } else { "FAIL" },
             r.rule,
             r.detail
-        ));
+        )));
     }
 }
 
@@ -232,11 +284,11 @@ pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
                 .join("; ")
         )
     };
-    CliError::failure(format!(
+    CliError::failure(outside(&format!(
         "{image} may not deploy: rule {} failed: {}{on}{more}",
         first.rule, first.detail
-    ))
-    .with_hint(hint)
+    )))
+    .with_hint(outside(&hint))
     .into()
 }
 
@@ -277,9 +329,13 @@ pub fn check_before_start(
         ))
         .into());
     };
+    // The image starts on this host, whatever it has: a verdict made on a
+    // host without GPUs counts here (a deploy gate for GPU nodes is
+    // `verify-image --require-verify`, which refuses one).
     let policy = Policy {
         version: 1,
         require_verify: true,
+        min_gpus: Some(0),
         ..Policy::default()
     };
     let (_, evaluation) = gate(

@@ -189,7 +189,10 @@ impl Trust {
 /// The certificates of the PEM file `path`; an error (worded to follow
 /// the file's name) when it cannot be read, is not PEM or holds none.
 pub fn read_ca_file(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let pem = std::fs::read(path).map_err(|e| anyhow!("cannot be read: {e}"))?;
+    // A regular file of at most 1 MiB (a CA bundle is a few hundred KiB):
+    // `--registry-ca /dev/zero` or a certs.d link to it grew to 21 GB (#50 M8).
+    let pem = crate::sys::fs::read_regular(path, 1024 * 1024)
+        .map_err(|e| anyhow!("cannot be read: {e}"))?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("is not PEM: {e}"))?;
@@ -228,6 +231,14 @@ fn certificate_error(error: &(dyn std::error::Error + 'static)) -> Option<Certif
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_ca_file_that_is_a_device_is_refused_not_read_without_end() {
+        // #50 M8: `--registry-ca /dev/zero` grew to 21.6 GB.
+        let e = read_ca_file(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
     use super::*;
 
     #[test]

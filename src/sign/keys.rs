@@ -17,6 +17,10 @@ use zeroize::Zeroizing;
 
 use super::SignError;
 
+/// The most bytes a key file may have (a PEM key is under 1 KiB): a FIFO,
+/// a device or /dev/zero given as a key is refused at once (#50 M8).
+const KEY_FILE_MAX: u64 = 1024 * 1024;
+
 /// PBKDF2-HMAC-SHA256 iterations of an encrypted private key: OWASP's
 /// Password Storage Cheat Sheet (2023) asks for 600,000. PBKDF2 rather than
 /// `pkcs8`'s default scrypt (log N 17, 128 MiB), which OpenSSL 3 refuses to
@@ -202,13 +206,14 @@ impl PrivateKey {
     /// Reads a PKCS#8 PEM private key of either kind; an encrypted one needs
     /// `passphrase`.
     pub fn read(path: &Path, passphrase: Option<&[u8]>) -> Result<Self, SignError> {
-        let text =
-            Zeroizing::new(
-                std::fs::read_to_string(path).map_err(|source| SignError::Read {
+        let text = Zeroizing::new(
+            crate::sys::fs::read_regular_text(path, KEY_FILE_MAX).map_err(|source| {
+                SignError::Read {
                     path: path.to_path_buf(),
                     source,
-                })?,
-            );
+                }
+            })?,
+        );
         let not_a_key = || SignError::NotAPrivateKey {
             path: path.to_path_buf(),
         };
@@ -275,9 +280,11 @@ impl PublicKey {
 
     /// Reads an SPKI PEM public key (`BEGIN PUBLIC KEY`) of either kind.
     pub fn read(path: &Path) -> Result<Self, SignError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SignError::Read {
-            path: path.to_path_buf(),
-            source,
+        let text = crate::sys::fs::read_regular_text(path, KEY_FILE_MAX).map_err(|source| {
+            SignError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
         })?;
         Self::from_pem(&text).ok_or_else(|| SignError::NotAPublicKey {
             path: path.to_path_buf(),
@@ -332,4 +339,28 @@ impl PublicKey {
 /// Lower-case hex.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_or_a_fifo_given_as_a_key_is_refused_at_once() {
+        // #50 M8: /dev/zero grew without bound, a FIFO blocked forever.
+        let e = PublicKey::read(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            e.to_string().contains("not a regular file")
+                || format!("{e:?}").contains("not a regular file"),
+            "{e:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("key.pem");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let started = std::time::Instant::now();
+            assert!(PrivateKey::read(&fifo, None).is_err());
+            assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        }
+    }
 }

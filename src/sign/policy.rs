@@ -62,6 +62,12 @@ pub enum Refusal {
         /// Its age in seconds.
         age_s: u64,
     },
+    /// Made later than now, past a small clock skew ([`CLOCK_SKEW`]): a
+    /// wrong clock or a forged time, never "young enough" (#50 M2).
+    Future {
+        /// Its time (RFC 3339).
+        time: String,
+    },
     /// No time to check `max_age` against.
     NoTime,
     /// Not a statement imgctl can read.
@@ -92,6 +98,10 @@ impl std::fmt::Display for Refusal {
                 f,
                 "expired: made {time}, {} ago",
                 humantime::format_duration(Duration::from_secs(*age_s))
+            ),
+            Refusal::Future { time } => write!(
+                f,
+                "made in the future ({time}): its signer's clock is wrong, or the time is forged"
             ),
             Refusal::NoTime => f.write_str("it carries no time to check the maximum age against"),
             Refusal::Malformed { why } => write!(f, "malformed: {why}"),
@@ -227,7 +237,7 @@ fn accept(
         let Some(t) = &time else {
             return Err((claims, Refusal::NoTime));
         };
-        let at = humantime::parse_rfc3339_weak(t).map_err(|e| {
+        let at = parse_time(t).map_err(|e| {
             (
                 claims.clone(),
                 Refusal::Malformed {
@@ -235,6 +245,9 @@ fn accept(
                 },
             )
         })?;
+        if at > now + CLOCK_SKEW {
+            return Err((claims, Refusal::Future { time: t.clone() }));
+        }
         let age = now.duration_since(at).unwrap_or_default();
         if age > max {
             return Err((
@@ -255,6 +268,45 @@ fn accept(
     })
 }
 
+/// How far ahead of this host's clock a statement's time may be (two
+/// hosts' clocks differ a little): further is [`Refusal::Future`].
+pub const CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
+
+/// An RFC 3339 time, with `Z` or a numeric offset (`+01:00`, #50 low):
+/// humantime reads only `Z`, so an offset is taken off by hand.
+pub fn parse_time(t: &str) -> Result<std::time::SystemTime, String> {
+    let t = t.trim();
+    let bytes = t.as_bytes();
+    let offset = (bytes.len() > 6).then(|| &t[t.len() - 6..]).filter(|o| {
+        let o = o.as_bytes();
+        matches!(o[0], b'+' | b'-')
+            && o[1..3].iter().all(u8::is_ascii_digit)
+            && o[3] == b':'
+            && o[4..6].iter().all(u8::is_ascii_digit)
+    });
+    let Some(offset) = offset else {
+        return humantime::parse_rfc3339_weak(t).map_err(|e| e.to_string());
+    };
+    let hours: u64 = offset[1..3]
+        .parse()
+        .map_err(|_| "a bad offset".to_string())?;
+    let minutes: u64 = offset[4..6]
+        .parse()
+        .map_err(|_| "a bad offset".to_string())?;
+    if hours > 23 || minutes > 59 {
+        return Err(format!("the offset {offset} is out of range"));
+    }
+    let local = humantime::parse_rfc3339_weak(&format!("{}Z", &t[..t.len() - 6]))
+        .map_err(|e| e.to_string())?;
+    let shift = Duration::from_secs(hours * 3600 + minutes * 60);
+    // 10:00+01:00 is 09:00Z: a positive offset is taken off.
+    Ok(if offset.starts_with('+') {
+        local - shift
+    } else {
+        local + shift
+    })
+}
+
 /// A statement's own time: the verdict's `verifiedOn`, the provenance's
 /// `finishedOn`, the SBOM's `metadata.timestamp`.
 fn time_of(statement: &Value) -> Option<String> {
@@ -270,6 +322,22 @@ fn time_of(statement: &Value) -> Option<String> {
 #[cfg(test)]
 mod refusal_tests {
     use super::*;
+
+    #[test]
+    fn times_with_an_offset_are_read_and_the_future_is_named() {
+        let z = parse_time("2026-12-07T09:00:00Z").unwrap();
+        assert_eq!(parse_time("2026-12-07T10:00:00+01:00").unwrap(), z);
+        assert_eq!(parse_time("2026-12-07T04:30:00-04:30").unwrap(), z);
+        assert!(parse_time("2026-12-07T10:00:00+25:00").is_err());
+        let future = Refusal::Future {
+            time: "2100-01-01T00:00:00Z".into(),
+        }
+        .to_string();
+        assert!(
+            future.starts_with("made in the future (2100-01-01T00:00:00Z)"),
+            "{future}"
+        );
+    }
 
     #[test]
     fn a_multi_byte_keyid_is_shortened_not_a_panic() {

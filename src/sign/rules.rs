@@ -102,6 +102,21 @@ pub struct RuleOutcome {
     pub detail: String,
 }
 
+impl Policy {
+    /// Whether it has a rule beyond "a signed statement of the image".
+    pub fn has_rules(&self) -> bool {
+        self.require_verify
+            || self.min_gpus.is_some()
+            || self.gpu_model.is_some()
+            || self.level.is_some()
+            || !self.checks_passed.is_empty()
+            || self.spec_digest.is_some()
+            || self.builder_id.is_some()
+            || !self.require_predicates.is_empty()
+            || self.max_age.is_some()
+    }
+}
+
 /// One rule: its id and its test on a statement (`Ok(found)` or `Err(why)`).
 type Rule<'a> = (String, Box<dyn Fn(&Value) -> Result<String, String> + 'a>);
 
@@ -190,11 +205,21 @@ fn group(accepted: &[Accepted], predicate: &str, what: &str, rules: &[Rule]) -> 
 fn verify_rules(policy: &Policy) -> Vec<Rule<'_>> {
     let mut rules: Vec<Rule> = Vec::new();
     if policy.require_verify {
+        // A verdict of a host with no GPU proves nothing of a GPU node: it
+        // passes only where the policy asks for no GPU (min_gpus 0, #50).
+        let zero_ok = policy.min_gpus == Some(0);
         rules.push((
             "verify.passed".into(),
-            Box::new(|s| match s["predicate"]["passed"].as_bool() {
-                Some(true) => Ok(format!("passed ({})", summary(s))),
-                _ => Err(format!("did not pass ({})", summary(s))),
+            Box::new(move |s| {
+                let seen = gpus(s).len();
+                match s["predicate"]["passed"].as_bool() {
+                    Some(true) if seen == 0 && !zero_ok => Err(format!(
+                        "passed on 0 GPUs ({}): a verdict of a host without GPUs, which min_gpus 0 accepts",
+                        summary(s)
+                    )),
+                    Some(true) => Ok(format!("passed on {seen} GPUs ({})", summary(s))),
+                    _ => Err(format!("did not pass on {seen} GPUs ({})", summary(s))),
+                }
             }),
         ));
     }

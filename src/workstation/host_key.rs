@@ -240,25 +240,39 @@ fn make_key(dir: &Path, key: &Path, comment: &str) -> Result<(), String> {
 }
 
 /// `known_hosts` text with `alias`'s line set to `public`: None when it
-/// already is; else the text without any other line for `alias` (a key
-/// of an earlier imgctl), plus the line.
+/// already is; else the text without any other key for `alias` (a key of
+/// an earlier imgctl), plus the line. A line that names `alias` beside
+/// other hosts keeps them and their key, without `alias` (#50 low).
 pub fn known_hosts_with(text: &str, alias: &str, public: &str) -> Option<String> {
     let line = format!("{alias} {public}");
-    let names_alias = |l: &str| {
+    let hosts_of = |l: &str| -> Vec<String> {
         l.split_whitespace()
             .next()
-            .is_some_and(|hosts| hosts.split(',').any(|h| h == alias))
+            .map(|h| h.split(',').map(str::to_string).collect())
+            .unwrap_or_default()
     };
+    let names_alias = |l: &str| hosts_of(l).iter().any(|h| h == alias);
     if text.lines().any(|l| l.trim() == line)
         && text.lines().filter(|l| names_alias(l)).count() == 1
     {
         return None;
     }
-    let mut out: String = text
-        .lines()
-        .filter(|l| !names_alias(l))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let mut out = String::new();
+    for l in text.lines() {
+        if !names_alias(l) {
+            out.push_str(l);
+            out.push('\n');
+            continue;
+        }
+        let others: Vec<String> = hosts_of(l).into_iter().filter(|h| h != alias).collect();
+        if !others.is_empty() {
+            let rest = l
+                .trim_start()
+                .split_once(char::is_whitespace)
+                .map_or("", |(_, r)| r);
+            out.push_str(&format!("{} {}\n", others.join(","), rest.trim_start()));
+        }
+    }
     out.push_str(&line);
     out.push('\n');
     Some(out)
@@ -284,6 +298,15 @@ fn remember(path: &Path, alias: &str, public: &str) -> Result<bool, String> {
     let Some(new) = known_hosts_with(&text, alias, public) else {
         return Ok(false);
     };
+    // A known_hosts that is a link (to a dotfiles folder) stays one: the
+    // file it points at is written (#50 low).
+    let target = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+        _ => path.to_path_buf(),
+    };
+    let path = target.as_path();
     crate::sys::fs::write_atomic(path, |tmp| {
         std::fs::write(tmp, &new)?;
         std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode))
@@ -322,6 +345,17 @@ mod tests {
         let two =
             known_hosts_with("p.imgctl2 ssh-ed25519 AAAA2", "p.imgctl", "ssh-ed25519 B").unwrap();
         assert_eq!(two, "p.imgctl2 ssh-ed25519 AAAA2\np.imgctl ssh-ed25519 B\n");
+        // A line naming the alias beside other hosts keeps them and their key.
+        let shared = known_hosts_with(
+            "gpu1,p.imgctl,10.0.0.5 ssh-ed25519 AAAAgpu\n",
+            "p.imgctl",
+            "ssh-ed25519 B",
+        )
+        .unwrap();
+        assert_eq!(
+            shared,
+            "gpu1,10.0.0.5 ssh-ed25519 AAAAgpu\np.imgctl ssh-ed25519 B\n"
+        );
     }
 
     #[test]

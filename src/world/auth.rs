@@ -57,6 +57,12 @@ impl Token {
                 ev::IMGCTL_RENDEZVOUS_TOKEN,
                 ev::IMGCTL_RENDEZVOUS_TOKEN_FILE
             ))),
+            // Set but blank (`export IMGCTL_RENDEZVOUS_TOKEN=$RDZV` with RDZV
+            // unset): refused, never taken as "no token" (#50 M7).
+            (Some(value), None) if value.trim().is_empty() => Err(bad(format!(
+                "{} is set but empty, which would turn the rendezvous's authentication off",
+                ev::IMGCTL_RENDEZVOUS_TOKEN
+            ))),
             (Some(value), None) => Ok(Some(Token(value.into_bytes()))),
             (None, Some(path)) => {
                 let text =
@@ -122,6 +128,18 @@ mod tests {
         assert!(!t.verify(b"hello", &[b"ab", b"c"], &tag[..31]));
         assert_eq!(format!("{t:?}"), "Token(<redacted>)");
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn a_blank_token_is_refused_not_taken_as_none() {
+        let env = |pairs: Vec<(&'static str, String)>| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+        };
+        for blank in ["", "  ", "\t\n"] {
+            let e = Token::from_env(&env(vec![(ev::IMGCTL_RENDEZVOUS_TOKEN, blank.into())]))
+                .unwrap_err();
+            assert!(e.to_string().contains("is set but empty"), "{e}");
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub fn idle_watch(args: IdleWatchArgs) -> anyhow::Result<ExitStatus> {
     }
     let jupyter = match (
         args.jupyter_port,
-        std::env::var(crate::env_vars::JUPYTER_TOKEN),
+        std::env::var(crate::workstation::contract::JUPYTER_TOKEN),
     ) {
         (Some(port), Ok(token)) if !token.is_empty() => Some((port, token)),
         (Some(_), _) => return Err(CliError::usage(

@@ -94,9 +94,28 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
                     .with_hint("pass --userns keep-id (rootless Podman: your uid is the image's user), or leave it out")
                     .into())
             }
-            Some(mode) => Some(mode.to_string()),
+            Some(mode) => Some(userns_mode(mode)?),
         },
     })
+}
+
+/// A `--userns` mode as the engines spell them (`host`, `keep-id`,
+/// `keep-id:uid=1000,gid=1000`, `auto`, `nomap`, `ns:/proc/1/ns/user`): a
+/// word of letters, digits and `:=,./_-`; anything else (`garbage;x`) is
+/// refused here rather than sent to the engine (#50 low).
+fn userns_mode(mode: &str) -> anyhow::Result<String> {
+    let ok = mode
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || ":=,./_-".contains(c));
+    if ok {
+        return Ok(mode.to_string());
+    }
+    Err(CliError::usage(format!(
+        "--userns {} is not a user-namespace mode",
+        crate::error::printable(mode)
+    ))
+    .with_hint("pass host, keep-id or keep-id:uid=U,gid=G (rootless Podman), or leave it out for the engine's default")
+    .into())
 }
 
 /// `--restart`: None for `no`; `always` and `unless-stopped` refused with
@@ -317,6 +336,26 @@ pub(super) fn token() -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_namespace_mode_is_a_word_of_the_engines() {
+        for good in [
+            "host",
+            "keep-id",
+            "keep-id:uid=1000,gid=1000",
+            "ns:/proc/1/ns/user",
+            "auto",
+        ] {
+            assert_eq!(userns_mode(good).unwrap(), good);
+        }
+        for bad in ["garbage;x", "keep id", "$(id)", "a\nb"] {
+            let e = userns_mode(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("is not a user-namespace mode"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn default_names_follow_the_folder_and_stay_valid_container_names() {

@@ -312,10 +312,32 @@ pub(super) fn verified_and_attested_builds(work: &Path, image: &str) {
 /// forged, unsigned verdict pushed beside it (claiming level full) is
 /// refused as unsigned, so `--level full` fails on the signed one.
 fn signed_verdict_gates(signed: &str, public: &Path, config: &Path, dir: &Path) {
+    // This machine has no GPU: the verdict saw 0, which --require-verify
+    // refuses unless --min-gpus 0 says that is enough (#50).
+    let out = Command::new(imgctl_bin())
+        .args(["verify-image", signed, "--key", public.to_str().unwrap()])
+        .args(["--require-verify"])
+        .env("NO_COLOR", "1")
+        .env("DOCKER_CONFIG", config)
+        .output()
+        .unwrap();
+    let err = texts(&out).1;
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("FAIL  verify.passed: passed on 0 GPUs"),
+        "{err}"
+    );
     let gate = |level: &str| {
         let out = Command::new(imgctl_bin())
             .args(["verify-image", signed, "--key", public.to_str().unwrap()])
-            .args(["--require-verify", "--level", level, "--json"])
+            .args([
+                "--require-verify",
+                "--min-gpus",
+                "0",
+                "--level",
+                level,
+                "--json",
+            ])
             .env("NO_COLOR", "1")
             .env("DOCKER_CONFIG", config)
             .output()

@@ -258,7 +258,13 @@ fn verify_image_refuses_each_untrusted_statement() {
     let (key, their_key) = (&s.key, &s.their_key);
     let zeros = format!("sha256:{}", "0".repeat(64));
     // (case, how the statement is made, the words of its refusal, extra flags).
-    let refusals: [(&str, Make, &str, &[&str]); 5] = [
+    // A verdict dated 2100 (#50 M2): never young enough for --max-age.
+    let future = |d: &str| {
+        let mut v: Value = serde_json::from_slice(&verdict(d, true, DAY / 24)).unwrap();
+        v["predicate"]["verifiedOn"] = json!("2100-01-01T00:00:00Z");
+        (signed(&serde_json::to_vec(&v).unwrap(), key), true)
+    };
+    let refusals: [(&str, Make, &str, &[&str]); 6] = [
         (
             "unsigned",
             &|d| (verdict(d, true, DAY / 24), false),
@@ -287,6 +293,12 @@ fn verify_image_refuses_each_untrusted_statement() {
             "expired",
             &|d| (signed(&verdict(d, true, DAY * 10), key), true),
             "expired: made",
+            &["--max-age", "7d"],
+        ),
+        (
+            "future",
+            &future,
+            "made in the future (2100-01-01T00:00:00Z)",
             &["--max-age", "7d"],
         ),
     ];
