@@ -17,7 +17,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${FUZZ_SECONDS:-12}"
-read -r -a targets <<<"${FUZZ_TARGETS:-spec_render lock_parse docker_config docker_context oci_index oci_manifest train_config state_json weights_file wire_messages}"
+read -r -a targets <<<"${FUZZ_TARGETS:-spec_render lock_parse docker_config docker_context oci_index oci_manifest train_config state_json weights_file wire_messages policy_yaml referrer_bundle}"
 log() { printf 'fuzz: %s\n' "$*" >&2; }
 
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"

@@ -396,3 +396,65 @@ pub fn oci_manifest_bytes(bytes: &[u8]) {
     assert_eq!(back.annotations, m.annotations);
     assert_eq!(back.artifact_type.as_deref(), Some(artifact_type));
 }
+
+/// A deploy gate's policy file as its text (#50): read as YAML into the
+/// policy and judged against no statement, or refused; never a panic. Text
+/// with YAML anchors or aliases is not read (the gate refuses it before
+/// parsing, so an alias bomb never expands), nor text over 1 MiB.
+pub fn policy_text(text: &str) {
+    use crate::sign::rules::{judge, Policy};
+    if text.len() > 1 << 20 || text.contains('&') || text.contains('*') {
+        return;
+    }
+    let Ok(policy) = serde_yaml::from_str::<Policy>(text) else {
+        return;
+    };
+    let outcomes = judge(&[], &policy);
+    // With nothing accepted, no rule holds.
+    assert!(outcomes.iter().all(|r| !r.held), "{outcomes:?}");
+    let _ = policy.has_rules();
+}
+
+/// A referrer's bytes as the gate reads them (#50): as a Sigstore bundle
+/// and as a plain in-toto statement, its DSSE envelope decoded, its
+/// signature checked against no key, its statement judged; every one is
+/// refused (there is no key to trust it) with a reason that is one line of
+/// text. Never a panic.
+pub fn referrer_bytes(bytes: &[u8]) {
+    use crate::sign::policy::{evaluate, Candidate};
+    use crate::sign::rules::Policy;
+    let policy = Policy {
+        version: 1,
+        require_verify: true,
+        max_age: Some(std::time::Duration::from_secs(86_400)),
+        ..Policy::default()
+    };
+    let candidates: Vec<Candidate> = [
+        crate::sign::bundle::BUNDLE_MEDIA_TYPE,
+        crate::attest::IN_TOTO_MEDIA_TYPE,
+    ]
+    .iter()
+    .map(|t| Candidate {
+        manifest: format!("sha256:{}", "1".repeat(64)),
+        artifact_type: t.to_string(),
+        bytes: bytes.to_vec(),
+    })
+    .collect();
+    let subject = format!("sha256:{}", "2".repeat(64));
+    let e = evaluate(
+        &subject,
+        &candidates,
+        &[],
+        &policy,
+        std::time::SystemTime::now(),
+    );
+    assert!(e.accepted.is_empty() && !e.passed, "trusted with no key");
+    assert_eq!(e.refused.len(), 2);
+    for r in &e.refused {
+        let line = crate::output::outside(&r.refusal.to_string()).into_owned();
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
+    }
+    if let Ok(envelope) = crate::sign::bundle::envelope_of(bytes) {
+        let _ = envelope.payload_bytes();
+    }
+}

@@ -109,3 +109,15 @@ fn wire_messages_are_decoded_within_bounds_or_refused() {
     let head = imgctl::world::rendezvous::parse_hello(&hello[1..]).unwrap();
     assert_eq!((head.rank, head.world, head.proves_token), (1, 2, false));
 }
+
+#[test]
+fn policies_are_read_or_refused() {
+    assert!(replay("policy_yaml", imgctl::invariants::policy_text) >= 3);
+}
+
+#[test]
+fn referrers_are_refused_without_a_key_in_one_clean_line() {
+    // The seeds: a multi-byte keyid (#50 M1) and a predicate type with a
+    // CR LF and a forged PASS line (#50 M3).
+    assert!(replay_bytes("referrer_bundle", &imgctl::invariants::referrer_bytes) >= 2);
+}

@@ -20,12 +20,7 @@ fn unpacked(tarball: &Path) -> (tempfile::TempDir, std::path::PathBuf) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", texts(&out).1);
-    let name = tarball
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .trim_end_matches(".tar.gz")
-        .to_string();
+    let name = crate::image_e2e::stranger::folder_name(tarball);
     let folder = dir.path().join(name);
     (dir, folder)
 }

@@ -44,6 +44,12 @@ pub(crate) fn tarball(arch: &str) -> PathBuf {
     path
 }
 
+/// The folder a tarball unpacks into (its name without `.tar.gz`).
+pub(crate) fn folder_name(tarball: &Path) -> String {
+    let name = tarball.file_name().unwrap_or_default().to_string_lossy();
+    name.trim_end_matches(".tar.gz").to_string()
+}
+
 /// The steps, timed; `image` is the end-to-end image's tag.
 pub(super) fn from_the_tarball(image: &str, pid: u32) {
     let started = Instant::now();
@@ -123,12 +129,7 @@ pub(super) fn from_the_tarball(image: &str, pid: u32) {
         "command -v cargo || command -v python3 || command -v imgctl",
     );
     assert_ne!(code, Some(0), "the base is not bare");
-    let name = tarball
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .trim_end_matches(".tar.gz")
-        .to_string();
+    let name = folder_name(&tarball);
     let (code, _, err) = step(
         "install.sh",
         &format!("tar xzf {name}.tar.gz && cd {name} && ./install.sh"),
