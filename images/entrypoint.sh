@@ -348,19 +348,26 @@ fi
 # Each NAME=VALUE is double-quoted with \ and " escaped, as sshd splits it.
 ssh_environment() {
     env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u | while read -r name; do
-        case "$name" in
-            *TOKEN* | *PASSWORD* | *SECRET* | *KEY*) continue ;;
+        # Secrets never reach sshd's argv, which every local user can read:
+        # any name that looks like one, in any case (HF_Token, NCCL_AUTH).
+        case "$(printf '%s' "$name" | tr '[:lower:]' '[:upper:]')" in
+            *TOKEN* | *PASS* | *SECRET* | *KEY* | *AUTH* | *CRED* | *PWD*) continue ;;
         esac
+        # The variables SSH sessions get, as the notebook does. The IMGCTL_
+        # ones `imgctl up` sets are src/workstation/contract.rs's SSH list.
         case "$name" in
             PATH | VIRTUAL_ENV | LANG | LANGUAGE | LC_* | TZ | SSL_CERT_FILE | SSL_CERT_DIR | \
                 REQUESTS_CA_BUNDLE | CURL_CA_BUNDLE | PIP_CERT | NODE_EXTRA_CA_CERTS | \
                 NVIDIA_* | CUDA_* | NCCL_* | OMP_NUM_THREADS | HF_* | TORCH_* | \
-                LD_LIBRARY_PATH | IMGCTL_VERIFY_PINS | IMGCTL_USER | IMGCTL_WORKSPACE) ;;
+                LD_LIBRARY_PATH | IMGCTL_VERIFY_PINS | IMGCTL_USER | IMGCTL_WORKSPACE | \
+                IMGCTL_EXPECT_GPUS) ;;
             *) continue ;;
         esac
         value=$(printenv "$name") || continue
         case "$value" in *"
 "*) continue ;; esac
+        # Nor a URL with credentials in it (https://user:pass@host).
+        case "$value" in *://*:*@*) continue ;; esac
         printf '"%s=%s" ' "$name" "$(printf '%s' "$value" | sed 's/[\\"]/\\&/g')"
     done
 }

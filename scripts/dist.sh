@@ -64,7 +64,7 @@ EOS
   log "building the static front end for $triple ($profile)"
   env "CARGO_TARGET_${upper}_LINKER=$tools/zig-cc" "CC_${lower}=$tools/zig-cc" "AR_${lower}=$tools/zig-ar" \
     RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
-    RUSTFLAGS="-C link-self-contained=no" CARGO_INCREMENTAL=0 \
+    RUSTFLAGS="-C link-self-contained=no" CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=false \
     /usr/bin/cargo build --quiet --profile "$profile" --no-default-features \
     -Zbuild-std=std,panic_abort --target "$triple" --target-dir target/dist
 }
