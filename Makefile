@@ -47,7 +47,7 @@ test: setup
 	cargo clippy --all-targets -- -D warnings
 	cargo build --no-default-features
 	cp target/debug/imgctl target/imgctl-front
-	cargo build
+	cargo test --no-run
 	bash scripts/dist.sh --profile dev --arch "x86_64 aarch64" --out target/dist-test
 	cargo test
 	bash scripts/ci-last.sh

@@ -75,7 +75,10 @@ full() {
     log "building the full imgctl (release)"
     cargo build --quiet --release
   else
-    cargo build --quiet
+    # As `cargo test` builds it (dev-dependencies' features unified): a plain
+    # `cargo build` would relink target/debug/imgctl differently, under a
+    # test run that put that binary into an image.
+    cargo test --quiet --no-run
   fi
 }
 
