@@ -77,6 +77,17 @@ pub fn find_part(exe: &Path) -> Result<PathBuf, Vec<PathBuf>> {
         .ok_or(folders)
 }
 
+/// Which binary did the work, for `--json` reports (#51 part 3): its path,
+/// whether it is the full build (libtorch) or the front end, and whether a
+/// front end handed the command over to it.
+pub fn ran_by() -> serde_json::Value {
+    serde_json::json!({
+        "binary": std::env::current_exe().ok().map(|p| p.display().to_string()),
+        "build": if cfg!(feature = "torch") { "full" } else { "front end" },
+        "handed_over": std::env::var_os(HANDED_OVER).is_some(),
+    })
+}
+
 /// What the front end does with a command.
 #[derive(Debug)]
 pub enum Handed {

@@ -477,7 +477,9 @@ fn progress_bar(args: &VerifyArgs) -> indicatif::ProgressBar {
 pub fn emit(report: &Report, args: &VerifyArgs) -> anyhow::Result<ExitStatus> {
     let p = printer();
     if args.json {
-        p.json(report)?;
+        let mut doc = serde_json::to_value(report)?;
+        doc["ran_by"] = crate::commands::torch_part::ran_by();
+        p.json(&doc)?;
     }
     if let Some(path) = &args.junit {
         write_junit(path, &verify::report::junit(report))?;

@@ -132,24 +132,30 @@ pub fn read_keys(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<PublicKey>>
 
 /// The image's manifest digest and its statements (plain in-toto ones and
 /// Sigstore bundles; other artifacts, such as the SBOM, are not statements).
-pub async fn candidates(repository: &Repository) -> anyhow::Result<(String, Vec<Candidate>)> {
+pub async fn candidates(repository: &Repository) -> anyhow::Result<(String, Vec<Candidate>, bool)> {
     let reference = repository.tag_or_digest().unwrap_or("latest").to_string();
     let subject = repository.resolve(&reference).await?;
-    let listed = repository.referrers(&subject.digest, None).await?;
-    let mut out = Vec::new();
-    for d in listed.list {
-        let kind = d.artifact_type.clone().unwrap_or_default();
-        if kind != BUNDLE_MEDIA_TYPE && kind != IN_TOTO_MEDIA_TYPE {
-            continue;
+    // Each kind of statement asked for by itself (#50 M9): SBOMs and other
+    // artifacts never crowd a verdict out of the client's cap. A registry
+    // that does not filter lists everything twice; each digest is read once.
+    let mut out: Vec<Candidate> = Vec::new();
+    let mut cut = false;
+    for kind in [BUNDLE_MEDIA_TYPE, IN_TOTO_MEDIA_TYPE] {
+        let listed = repository.referrers(&subject.digest, Some(kind)).await?;
+        cut |= listed.more;
+        for d in listed.list {
+            if out.iter().any(|c| c.manifest == d.digest) {
+                continue;
+            }
+            let (_, bytes) = repository.fetch_artifact(&d.digest).await?;
+            out.push(Candidate {
+                manifest: d.digest.clone(),
+                artifact_type: kind.to_string(),
+                bytes,
+            });
         }
-        let (_, bytes) = repository.fetch_artifact(&d.digest).await?;
-        out.push(Candidate {
-            manifest: d.digest.clone(),
-            artifact_type: kind,
-            bytes,
-        });
     }
-    Ok((subject.digest, out))
+    Ok((subject.digest, out, cut))
 }
 
 /// The hint of `--registry-ca` errors.
@@ -203,9 +209,16 @@ pub fn gate(
     let spinner = printer().spinner(format!("reading the signed statements of {image}"));
     let read = runtime.block_on(candidates(&repository));
     spinner.finish_and_clear();
-    let (subject, found) = read.map_err(|e| {
+    let (subject, found, cut) = read.map_err(|e| {
         CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(READS_THE_REGISTRY)
     })?;
+    if cut {
+        printer().warn(format!(
+            "the registry lists more than {} statements of one kind for {image}; imgctl read the first {} of each, so a statement behind them was not seen",
+            crate::oci::MAX_REFERRERS,
+            crate::oci::MAX_REFERRERS
+        ));
+    }
     if !policy.has_rules() {
         printer().info(
             "the policy has no rule: the gate checks only that a statement of this image is signed by a --key (add --require-verify, or rules in --policy)",

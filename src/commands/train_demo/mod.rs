@@ -142,7 +142,9 @@ mod single_run {
             p.info(line);
         }
         if args.json {
-            p.json(&summary)?;
+            let mut doc = serde_json::to_value(&summary)?;
+            doc["ran_by"] = crate::commands::torch_part::ran_by();
+            p.json(&doc)?;
         }
         Ok(ExitStatus::Success)
     }

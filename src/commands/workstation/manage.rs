@@ -68,7 +68,9 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
     }
     if hidden > 0 && !printer().quiet {
         printer().info(format!(
-            "{hidden} workstation(s) of other users on this engine are not shown (`imgctl ps --all-users`)"
+            "{} of other users on this engine {} not shown (`imgctl ps --all-users`)",
+            plural(hidden, "workstation"),
+            if hidden == 1 { "is" } else { "are" }
         ));
     }
     if listed.is_empty() {
@@ -88,6 +90,8 @@ pub fn ps(args: PsArgs) -> anyhow::Result<ExitStatus> {
 pub(super) fn short_status(status: &str) -> String {
     let mut s = status.to_string();
     for (long, short) in [
+        // Before " second": "Less than a second" is a phrase of its own.
+        ("Less than a second", "0 s"),
         (" (healthy)", ", healthy"),
         (" (health: starting)", ", starting"),
         (" (unhealthy)", ", UNHEALTHY"),
@@ -99,7 +103,6 @@ pub(super) fn short_status(status: &str) -> String {
         (" hours", " h"),
         ("About a minute", "1 min"),
         ("About an hour", "1 h"),
-        ("Less than a second", "0 s"),
     ] {
         s = s.replace(long, short);
     }
@@ -203,13 +206,14 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
             let unknown = left.iter().filter(|w| w.owner_uid.is_none()).count();
             if unknown > 0 {
                 printer().info(format!(
-                    "--all leaves {unknown} workstation(s) of unknown owner (started by an older imgctl; `imgctl ps` lists them): remove one by naming it, `imgctl down NAME`"
+                    "--all leaves {} of unknown owner (started by an older imgctl; `imgctl ps` lists them): remove one by naming it, `imgctl down NAME`",
+                    plural(unknown, "workstation")
                 ));
             }
             if left.len() > unknown {
                 printer().info(format!(
-                    "--all leaves {} workstation(s) of other users (`imgctl ps --all-users` lists them)",
-                    left.len() - unknown
+                    "--all leaves {} of other users (`imgctl ps --all-users` lists them)",
+                    plural(left.len() - unknown, "workstation")
                 ));
             }
             swept.into_iter().map(|w| w.name.clone()).collect()
@@ -406,8 +410,8 @@ fn confirm_others(others: &[(String, Owner)], volumes: bool) -> anyhow::Result<(
         .collect::<Vec<_>>()
         .join(", ");
     let what = format!(
-        "{} workstation(s) of other users{}: {list}",
-        others.len(),
+        "{} of other users{}: {list}",
+        plural(others.len(), "workstation"),
         if volumes {
             " and their home volumes"
         } else {
@@ -432,6 +436,11 @@ fn confirm_others(others: &[(String, Owner)], volumes: bool) -> anyhow::Result<(
             .with_hint("answer y to remove them, or leave out the other users' names")
             .into())
     }
+}
+
+/// `1 workstation`, `2 workstations`.
+fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// `text` cut to `n` characters with an ellipsis.
@@ -468,6 +477,7 @@ mod tests {
     fn the_status_column_says_the_engine_s_words_shorter() {
         assert_eq!(short_status("Up 33 seconds (healthy)"), "up 33 s, healthy");
         assert_eq!(short_status("Up 1 second"), "up 1 s");
+        assert_eq!(short_status("Up Less than a second"), "up 0 s");
         assert_eq!(
             short_status("Up About a minute (health: starting)"),
             "up 1 min, starting"
