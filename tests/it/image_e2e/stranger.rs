@@ -211,6 +211,29 @@ fn through_the_image(step: Step, dir: &Path, image: &str) {
     let metrics = std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap_or_default();
     assert!(metrics.lines().count() > 0, "no metrics: {err}");
     owned_by_caller(&run_dir.join("metrics.jsonl"));
+    // Ctrl-C passes through: the run inside stops as it would here (exit
+    // 130), and its container is gone.
+    let (code, _, err) = step(
+        "imgctl train-demo, Ctrl-C once it trains (through the image)",
+        "imgctl train-demo --preset tiny --device cpu --steps 100000 --out run-int & pid=$!; \
+         i=0; until [ -s run-int/metrics.jsonl ] || [ $i -ge 180 ]; do sleep 1; i=$((i+1)); done; \
+         kill -INT $pid; wait $pid",
+    );
+    assert_eq!(code, Some(130), "{err}");
+    assert!(
+        err.contains("SIGINT: passed on to imgctl train-demo"),
+        "{err}"
+    );
+    let left = crate::build::docker_ok(&[
+        "ps",
+        "-a",
+        "-q",
+        "--filter",
+        &format!("ancestor={image}"),
+        "--filter",
+        "label=io.imgctl.managed=true",
+    ]);
+    assert_eq!(left, "", "the interrupted run's container is left");
 }
 
 /// What the command wrote is the caller's (the stranger is root: uid 0).
