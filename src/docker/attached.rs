@@ -140,8 +140,12 @@ pub async fn run_foreground(
     }
     .await;
     let removed = guard.remove(docker).await;
-    interrupt.exit_on_next();
+    // Armed only when the run ended: a GPU request refused at start is
+    // retried without GPUs by the caller, and an armed handler left from
+    // this try would end the process at the retry's first Ctrl-C, before
+    // that container is removed.
     let code = outcome?;
     removed?;
+    interrupt.exit_on_next();
     Ok(code)
 }
