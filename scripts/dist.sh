@@ -95,8 +95,14 @@ for arch in $arches; do
   cargo metadata --quiet --format-version 1 --no-default-features --filter-platform "$triple" >"$stage/.meta.json"
   python3 scripts/crates_sbom.py "$stage/.meta.json" imgctl "$version" >"$stage/imgctl.cdx.json"
   if [ "$arch" = x86_64 ]; then
-    full
-    cp "target/$profile_dir/imgctl" "$stage/imgctl-torch"
+    # IMGCTL_DIST_TORCH: a full imgctl already built (a test's own binary), so
+    # that no build runs under a test that uses target/debug/imgctl.
+    if [ -n "${IMGCTL_DIST_TORCH:-}" ]; then
+      cp "$IMGCTL_DIST_TORCH" "$stage/imgctl-torch"
+    else
+      full
+      cp "target/$profile_dir/imgctl" "$stage/imgctl-torch"
+    fi
     cargo metadata --quiet --format-version 1 --filter-platform x86_64-unknown-linux-gnu >"$stage/.meta.json"
     python3 scripts/crates_sbom.py "$stage/.meta.json" imgctl-torch "$version" >"$stage/imgctl-torch.cdx.json"
   fi

@@ -36,6 +36,8 @@ pub(crate) fn tarball(arch: &str) -> PathBuf {
             .arg(root.join("scripts/dist.sh"))
             .args(["--profile", "dev", "--arch", arch, "--out"])
             .arg(&out)
+            // This test run's own full imgctl: no cargo build under the test.
+            .env("IMGCTL_DIST_TORCH", crate::common::imgctl_bin())
             .current_dir(&root)
             .output()
             .expect("run scripts/dist.sh");
