@@ -66,14 +66,20 @@ pub fn try_lock_exclusive(file: &File) -> std::io::Result<()> {
 /// while being read) is an error [`is_too_large`] recognises. The errors'
 /// texts say what the path is ("is a FIFO, not a regular file").
 pub fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
     let file = open_regular(path)?;
-    let meta = file.metadata()?;
+    read_whole(file, max)
+}
+
+/// The whole of an open regular `file`, at most `max` bytes (also when it
+/// grows while being read): [`read_regular`]'s and [`read_private`]'s read.
+fn read_whole(file: File, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
     let too_large = || std::io::Error::other(TooLarge { max });
-    if meta.len() > max {
+    let len = file.metadata()?.len();
+    if len > max {
         return Err(too_large());
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    let mut bytes = Vec::with_capacity(len as usize);
     file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(too_large());
@@ -149,7 +155,7 @@ pub fn open_regular(path: &Path) -> std::io::Result<File> {
 /// which rule the path breaks ("is a symbolic link", "is owned by uid 0,
 /// not by you (uid 1000)", "is mode 0644; a private file is 0600").
 pub fn read_private(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::{Error, ErrorKind, Read};
+    use std::io::{Error, ErrorKind};
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -183,15 +189,7 @@ pub fn read_private(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
             ),
         ));
     }
-    if meta.len() > max {
-        return Err(Error::other(TooLarge { max }));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(Error::other(TooLarge { max }));
-    }
-    Ok(bytes)
+    read_whole(file, max)
 }
 
 /// Checks that `dir` is a folder of this user's that nobody else can
