@@ -89,9 +89,33 @@ pub enum GpuSelectionError {
     },
 }
 
-/// Whether `p` is a UUID as NVIDIA spells them (`GPU-…`, `MIG-…`).
+/// The longest UUID taken: `MIG-GPU-<36>/<gi>/<ci>`, with room to spare.
+const UUID_MAX: usize = 64;
+
+/// Whether `p` is a UUID as NVIDIA spells them: `GPU-` or `MIG-` and hex
+/// digits and dashes (a whole UUID, or a prefix of one as CUDA takes in
+/// `CUDA_VISIBLE_DEVICES`), or the older `MIG-GPU-<uuid>/<gi>/<ci>`. Only
+/// these characters: the text goes on to the engine and to the ranks'
+/// environment (#50 low: `GPU-x;rm` passed the prefix check).
 fn is_uuid(p: &str) -> bool {
-    (p.starts_with("GPU-") || p.starts_with("MIG-")) && p.len() > 4
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+    if p.len() > UUID_MAX {
+        return false;
+    }
+    if let Some(rest) = p.strip_prefix("MIG-GPU-") {
+        let mut parts = rest.split('/');
+        let (Some(uuid), Some(gi), Some(ci), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        return hex(uuid) && digits(gi) && digits(ci);
+    }
+    match p.strip_prefix("GPU-").or_else(|| p.strip_prefix("MIG-")) {
+        Some(rest) => hex(rest) && rest.bytes().any(|b| b.is_ascii_hexdigit()),
+        None => false,
+    }
 }
 
 /// A device index: ASCII digits only (no sign), within `u32`.
@@ -205,6 +229,36 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    #[test]
+    fn a_uuid_is_hex_digits_and_dashes_after_its_prefix() {
+        for good in [
+            "GPU-6e6a7a7d-1c2b-4f3e-9a8b-0c1d2e3f4a5b",
+            "GPU-6e6a7a7d",
+            "MIG-0c1d2e3f-4a5b-5c6d-8e7f-112233445566",
+            "MIG-GPU-6e6a7a7d-1c2b-4f3e-9a8b-0c1d2e3f4a5b/1/0",
+        ] {
+            assert!(is_uuid(good), "{good}");
+            assert_eq!(
+                GpuSelection::parse(good).unwrap(),
+                GpuSelection::Devices(vec![GpuId::Uuid(good.into())])
+            );
+        }
+        for bad in [
+            "GPU-x;rm -rf ~",
+            "GPU-6e6a 7a7d",
+            "GPU--",
+            "GPU-g000",
+            "MIG-GPU-6e6a7a7d/1",
+            "MIG-GPU-6e6a7a7d/1/x",
+            "GPU-6e6a\n7a7d",
+            &format!("GPU-{}", "a".repeat(70)),
+        ] {
+            assert!(!is_uuid(bad), "{bad:?}");
+            assert!(GpuSelection::parse(bad).is_err(), "{bad:?}");
+            assert!(GpuSelection::parse(&format!("0,{bad}")).is_err(), "{bad:?}");
+        }
     }
 
     /// What the launcher's and docker's parsers each took, read alike.

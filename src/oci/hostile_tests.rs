@@ -263,3 +263,58 @@ async fn the_referrers_tag_is_capped_too() {
     let every = all.referrers(&subject.digest, None).await.unwrap();
     assert_eq!((every.list.len(), every.more), (MAX_REFERRERS + 1, false));
 }
+
+#[tokio::test]
+async fn a_verdict_behind_a_thousand_other_artifacts_is_read() {
+    // #50 M9: the gate read the first 1,000 referrers of every kind and then
+    // called a valid verdict behind them missing. Asked for one kind, only
+    // that kind counts toward the cap: on the API of a registry that ignores
+    // the filter (this fake), and on the referrers tag, which lists all.
+    const SBOM: &str = "application/vnd.cyclonedx+json";
+    const VERDICT: &str = "application/vnd.in-toto+json";
+    let typed = |i: usize, t: &str| Descriptor {
+        artifact_type: Some(t.to_string()),
+        ..Descriptor::of(OCI_MANIFEST, format!("{t} {i}").as_bytes())
+    };
+    let mut listed: Vec<Descriptor> = (0..1200).map(|i| typed(i, SBOM)).collect();
+    let verdict = typed(0, VERDICT);
+    listed.push(verdict.clone());
+
+    let api = start(true).await;
+    let subject = subject(&api);
+    {
+        let mut fake = api.lock().unwrap();
+        fake.referrers
+            .insert(subject.digest.clone(), listed.clone());
+        fake.per_page = 400;
+    }
+    let read = repository(&api, PASSWORD)
+        .referrers(&subject.digest, Some(VERDICT))
+        .await
+        .unwrap();
+    assert_eq!((read.list, read.more), (vec![verdict.clone()], false));
+
+    let tagged = start(false).await;
+    let subject = super::fake_tests::subject(&tagged);
+    let mut index = manifest::empty_index();
+    for d in &listed {
+        manifest::merge_into_index(&mut index, d);
+    }
+    let tag = manifest::fallback_tag(&subject.digest).unwrap();
+    tagged.lock().unwrap().manifests.insert(
+        tag,
+        (OCI_INDEX.into(), serde_json::to_vec(&index).unwrap().into()),
+    );
+    let repo = repository(&tagged, PASSWORD);
+    let read = repo
+        .referrers(&subject.digest, Some(VERDICT))
+        .await
+        .unwrap();
+    assert_eq!((read.list, read.more), (vec![verdict], false));
+    // Unfiltered, the same list is cut at the cap, and says so.
+    let all_kinds = repo.referrers(&subject.digest, None).await.unwrap();
+    assert_eq!(
+        (all_kinds.list.len(), all_kinds.more),
+        (super::MAX_REFERRERS, true)
+    );
+}

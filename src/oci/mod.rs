@@ -284,13 +284,15 @@ impl Repository {
                 },
             },
         };
+        // Filtered before the cap (#50 M9): the fallback tag lists every
+        // kind, and a verdict behind a thousand SBOMs is still read.
+        listed
+            .list
+            .retain(|d| artifact_type.is_none() || d.artifact_type.as_deref() == artifact_type);
         if let Some(cap) = self.max_referrers.filter(|c| listed.list.len() > *c) {
             listed.list.truncate(cap);
             listed.more = true;
         }
-        listed
-            .list
-            .retain(|d| artifact_type.is_none() || d.artifact_type.as_deref() == artifact_type);
         Ok(listed)
     }
 
@@ -497,7 +499,16 @@ impl Repository {
                 )
             };
             let index = manifest::parse_index(&reply.body).map_err(bad)?;
-            entries.extend(manifest::index_entries(&index).map_err(bad)?);
+            // Only the kind asked for counts toward the cap: a registry that
+            // ignores the filter must not let other artifacts crowd it out.
+            entries.extend(
+                manifest::index_entries(&index)
+                    .map_err(bad)?
+                    .into_iter()
+                    .filter(|d| {
+                        artifact_type.is_none() || d.artifact_type.as_deref() == artifact_type
+                    }),
+            );
             let next = reply.header("Link").and_then(next_link);
             // At the cap, a next page means more than imgctl reads.
             let full = self.max_referrers.is_some_and(|c| entries.len() >= c);

@@ -159,4 +159,30 @@ mod tests {
         );
         assert_eq!(pae("", b""), b"DSSEv1 0  0 ".to_vec());
     }
+
+    #[test]
+    fn another_key_under_our_key_id_is_not_called_only_a_changed_payload() {
+        // #50 low: such a signature read "the payload was changed".
+        let dir = tempfile::tempdir().unwrap();
+        let made = |name: &str| {
+            let d = dir.path().join(name);
+            let g = crate::sign::keys::generate(&d, crate::sign::KeyKind::Ed25519, None).unwrap();
+            crate::sign::PrivateKey::read(&g.private, None).unwrap()
+        };
+        let (ours, theirs) = (made("ours"), made("theirs"));
+        let mut envelope = Envelope::sign("text/plain", b"verdict", &theirs).unwrap();
+        envelope.signatures[0].keyid = ours.public().key_id().to_string();
+        let e = envelope
+            .verify(std::slice::from_ref(ours.public()))
+            .unwrap_err();
+        assert!(matches!(e, SignError::BadSignature { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("the payload was changed after signing, or another key signed it"),
+            "{text}"
+        );
+        // Its own id, its own key: it holds.
+        let signed = Envelope::sign("text/plain", b"verdict", &ours).unwrap();
+        assert!(signed.verify(std::slice::from_ref(ours.public())).is_ok());
+    }
 }

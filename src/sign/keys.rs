@@ -112,8 +112,10 @@ pub fn generate(
 ) -> Result<Generated, SignError> {
     let private = dir.join(PRIVATE_FILE);
     let public = dir.join(PUBLIC_FILE);
+    // `symlink_metadata`: a link under either name, dangling or not, is
+    // taken (#50: a planted `imgctl.pub` link left half a pair).
     for p in [&private, &public] {
-        if p.exists() {
+        if std::fs::symlink_metadata(p).is_ok() {
             return Err(SignError::Exists { path: p.clone() });
         }
     }
@@ -163,9 +165,14 @@ pub fn generate(
                 .map_err(|_| SignError::Encode)?
         }
     };
-    write_new(&private, pem.as_bytes(), 0o600)?;
     let public_pem = key.public.to_pem()?;
-    write_new(&public, public_pem.as_bytes(), 0o644)?;
+    write_new(&private, pem.as_bytes(), 0o600)?;
+    // Both halves or neither: a public half that cannot be written (a name
+    // taken since the check above) takes the new private half with it.
+    if let Err(e) = write_new(&public, public_pem.as_bytes(), 0o644) {
+        let _ = std::fs::remove_file(&private);
+        return Err(e);
+    }
     Ok(Generated {
         private,
         public,
@@ -190,8 +197,22 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), SignError> {
         .mode(mode)
         .open(path)
         .map_err(wrap)?;
-    file.write_all(bytes).map_err(wrap)?;
-    file.sync_all().map_err(wrap)
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        // No half-written key is left under the name.
+        let _ = std::fs::remove_file(path);
+        return Err(wrap(e));
+    }
+    Ok(())
+}
+
+/// The mode of the private key file `path` when its group or others may
+/// read or write it (ssh refuses such a key as "UNPROTECTED"; imgctl says
+/// so and goes on), else `None`.
+pub fn readable_by_others(path: &Path) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then_some(mode)
 }
 
 impl PrivateKey {
@@ -362,5 +383,43 @@ mod tests {
             assert!(PrivateKey::read(&fifo, None).is_err());
             assert!(started.elapsed() < std::time::Duration::from_secs(2));
         }
+    }
+
+    #[test]
+    fn a_planted_link_under_either_name_leaves_no_half_pair() {
+        // #50 low: a dangling `imgctl.pub` link passed `exists()`, the
+        // private half was written, and the public half then failed.
+        for planted in [PUBLIC_FILE, PRIVATE_FILE] {
+            let dir = tempfile::tempdir().unwrap();
+            let target = dir.path().join("elsewhere");
+            std::os::unix::fs::symlink(&target, dir.path().join(planted)).unwrap();
+            let e = generate(dir.path(), KeyKind::Ed25519, None).unwrap_err();
+            assert!(
+                matches!(&e, SignError::Exists { path } if path.ends_with(planted)),
+                "{planted}: {e:?}"
+            );
+            let other = if planted == PUBLIC_FILE {
+                PRIVATE_FILE
+            } else {
+                PUBLIC_FILE
+            };
+            assert!(
+                std::fs::symlink_metadata(dir.path().join(other)).is_err(),
+                "{planted}: the other half was written"
+            );
+            assert!(!target.exists(), "{planted}: written through the link");
+        }
+    }
+
+    #[test]
+    fn a_private_key_others_can_read_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = generate(dir.path(), KeyKind::Ed25519, None).unwrap();
+        assert_eq!(readable_by_others(&made.private), None);
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&made.private, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(readable_by_others(&made.private), Some(0o644));
+        std::fs::set_permissions(&made.private, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert_eq!(readable_by_others(&made.private), Some(0o640));
     }
 }

@@ -123,8 +123,10 @@ pub enum SignError {
         /// The key ids the signatures name.
         key_ids: Vec<String>,
     },
-    /// A given key's signature that does not match the envelope as it is.
-    #[error("the signature of key {key_id} does not match: the payload was changed after signing")]
+    /// A wrong signature under a known key id is one of two things, which
+    /// no check can tell apart: the payload (or its type) was changed after
+    /// signing, or another key signed and wrote this key's id (#50 low).
+    #[error("the signature under key id {key_id} does not verify with that key: the payload was changed after signing, or another key signed it")]
     BadSignature {
         /// The key.
         key_id: String,

@@ -44,7 +44,8 @@ pub enum Refusal {
         /// The key ids it names.
         key_ids: Vec<String>,
     },
-    /// A key's signature that does not match: changed after signing.
+    /// A signature under a key's id that does not verify with it: changed
+    /// after signing, or made by another key.
     Changed {
         /// The key.
         key_id: String,
@@ -86,7 +87,7 @@ impl std::fmt::Display for Refusal {
             }
             Refusal::Changed { key_id } => write!(
                 f,
-                "the payload was changed after key {} signed it",
+                "its signature does not verify with key {}: the payload was changed after signing, or another key signed it",
                 short(key_id)
             ),
             Refusal::OtherSubject { digests } => write!(
@@ -350,7 +351,7 @@ mod refusal_tests {
         assert_eq!(unknown, "signed by an unknown key (ключ-клю)");
         let changed = Refusal::Changed { key_id: id }.to_string();
         assert!(
-            changed.contains("after key ключ-клю signed it"),
+            changed.contains("does not verify with key ключ-клю:"),
             "{changed}"
         );
     }

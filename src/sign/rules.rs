@@ -171,15 +171,36 @@ pub fn judge(accepted: &[Accepted], policy: &Policy) -> Vec<RuleOutcome> {
 /// The rules of one predicate: the first statement of it on which all hold
 /// satisfies each; without one, each is judged on the newest (the last
 /// listed) statement of it, or fails for want of one.
+///
+/// A failed verify verdict revokes every verdict not newer than it (#50's
+/// doubt, settled in docs/deploy.md): a later re-verify that fails blocks
+/// the image, one that passes again lets it through, and a later pass on
+/// other hosts (0 GPUs, say) takes nothing from an earlier one. A failure
+/// without a readable time revokes every pass, since none can be shown to
+/// be newer.
 fn group(accepted: &[Accepted], predicate: &str, what: &str, rules: &[Rule]) -> Vec<RuleOutcome> {
     let of: Vec<&Accepted> = accepted
         .iter()
         .filter(|a| a.predicate_type == predicate)
         .collect();
+    let revoked_by = if predicate == VERIFY_PREDICATE {
+        newest_failure(&of)
+    } else {
+        None
+    };
+    let standing = |a: &&&Accepted| match &revoked_by {
+        None => true,
+        Some((_, None)) => false,
+        Some((_, Some(failed_at))) => time(a).is_some_and(|t| t > *failed_at),
+    };
     let holds_all = of
         .iter()
+        .filter(standing)
         .find(|a| rules.iter().all(|(_, test)| test(&a.statement).is_ok()));
-    let judged = holds_all.or(of.last());
+    let judged: Option<&Accepted> = holds_all
+        .copied()
+        .or(revoked_by.map(|(a, _)| a))
+        .or(of.last().copied());
     rules
         .iter()
         .map(|(id, test)| match judged {
@@ -200,6 +221,35 @@ fn group(accepted: &[Accepted], predicate: &str, what: &str, rules: &[Rule]) -> 
             },
         })
         .collect()
+}
+
+/// A statement's time, read (`None`: none, or unreadable).
+fn time(a: &Accepted) -> Option<std::time::SystemTime> {
+    a.time
+        .as_deref()
+        .and_then(|t| crate::sign::policy::parse_time(t).ok())
+}
+
+/// The newest failed verdict among `of`, with its time (`None` inside when
+/// a failure has no readable time: it then counts as the newest).
+fn newest_failure<'a>(
+    of: &[&'a Accepted],
+) -> Option<(&'a Accepted, Option<std::time::SystemTime>)> {
+    let failed = of
+        .iter()
+        .filter(|a| a.statement["predicate"]["passed"].as_bool() != Some(true));
+    let mut newest: Option<(&Accepted, Option<std::time::SystemTime>)> = None;
+    for a in failed {
+        let t = time(a);
+        newest = match newest {
+            None => Some((a, t)),
+            Some((_, None)) => newest,
+            Some((_, Some(_))) if t.is_none() => Some((a, None)),
+            Some((_, Some(n))) if t > Some(n) => Some((a, t)),
+            keep => keep,
+        };
+    }
+    newest
 }
 
 fn verify_rules(policy: &Policy) -> Vec<Rule<'_>> {
@@ -393,6 +443,38 @@ mod tests {
                 .all(|r| r.held && r.statement.as_deref() == Some("c")),
             "{out:?}"
         );
+        // A failed verdict revokes the passes not newer than it; a newer
+        // pass stands; a later pass of 0 GPUs takes nothing from one of 8.
+        let at = |a: Accepted, t: &str| Accepted {
+            time: Some(t.into()),
+            ..a
+        };
+        let earlier_pass = at(verdict("p1", true, 8), "2026-12-01T00:00:00Z");
+        let failed = at(verdict("f", false, 8), "2026-12-02T00:00:00Z");
+        let out = judge(&[earlier_pass.clone(), failed.clone()], &policy);
+        assert!(
+            out.iter()
+                .any(|r| !r.held && r.statement.as_deref() == Some("f")),
+            "{out:?}"
+        );
+        let again = at(verdict("p2", true, 8), "2026-12-03T00:00:00Z");
+        let out = judge(&[earlier_pass.clone(), failed.clone(), again], &policy);
+        assert!(
+            out.iter()
+                .all(|r| r.held && r.statement.as_deref() == Some("p2")),
+            "{out:?}"
+        );
+        let cpu = at(verdict("cpu", true, 0), "2026-12-04T00:00:00Z");
+        let out = judge(&[earlier_pass.clone(), cpu], &policy);
+        assert!(
+            out.iter()
+                .all(|r| r.held && r.statement.as_deref() == Some("p1")),
+            "{out:?}"
+        );
+        // A failure with no time revokes every pass.
+        let untimed = verdict("u", false, 8);
+        let out = judge(&[earlier_pass, untimed], &policy);
+        assert!(out.iter().any(|r| !r.held), "{out:?}");
         // No rule: one signed statement is asked for.
         let none = judge(&[], &Policy::default());
         assert_eq!((none[0].rule.as_str(), none[0].held), ("signed", false));

@@ -303,7 +303,27 @@ fn build_sign_key_errors_are_usage_errors_before_building() {
             key,
         ])
         .env("IMGCTL_KEY_PASSPHRASE", PASSPHRASE)
+        .env("NO_COLOR", "1")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(
+        !texts(&out).1.contains("can be read by others"),
+        "{}",
+        texts(&out).1
+    );
+    // #50 low: a private key others can read is named, with the fix.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    let stderr = texts(&out).1;
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("warning: the signing key ")
+                && l.contains("can be read by others (mode 0644)")
+                && l.contains(&format!("`chmod 600 {key}`"))),
+        "{stderr}"
+    );
 }

@@ -62,6 +62,13 @@ impl Evidence {
                 .into())
             }
             Some(path) => {
+                if let Some(mode) = crate::sign::keys::readable_by_others(path) {
+                    printer().warn(format!(
+                        "the signing key {} can be read by others (mode {mode:04o}): anyone who can read it can sign as you; `chmod 600 {}`, or make a new pair with `imgctl key generate`",
+                        path.display(),
+                        path.display()
+                    ));
+                }
                 let pass = crate::commands::key::passphrase()?;
                 Some(std::sync::Arc::new(crate::sign::PrivateKey::read(
                     path,
