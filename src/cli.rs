@@ -260,9 +260,9 @@ fn tcp_port(s: &str) -> Result<u16, String> {
 /// `imgctl up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// The image (built by `imgctl build`).
-    #[arg(value_name = "IMAGE", default_value = "imgctl/cu124:latest")]
-    pub image: String,
+    /// The image (built by `imgctl build`) [default: imgctl/cu124:latest; for a workstation that exists, the image it was made with].
+    #[arg(value_name = "IMAGE")]
+    pub image: Option<String>,
     /// The container's name [default: imgctl-FOLDER, after the mounted folder].
     #[arg(long, value_name = "NAME", value_hint = clap::ValueHint::Other)]
     pub name: Option<String>,
@@ -299,9 +299,9 @@ pub struct UpArgs {
     /// With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only].
     #[arg(long, value_name = "FILE", requires = "key")]
     pub registry_ca: Option<PathBuf>,
-    /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g.
-    #[arg(long, value_name = "SIZE", default_value = "16g")]
-    pub shm_size: String,
+    /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g [default: 16g].
+    #[arg(long, value_name = "SIZE")]
+    pub shm_size: Option<String>,
     /// Do not run `imgctl verify --level quick` inside once it is up.
     #[arg(long)]
     pub no_verify: bool,

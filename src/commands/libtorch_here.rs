@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 /// The torch release `imgctl-torch` is built against (tch 0.20.0).
-pub const TORCH_VERSION: &str = "2.7.0";
+pub const TORCH_VERSION: &str = crate::sys::venv::TORCH_VERSION;
 
 /// Where the part finds libtorch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,28 +53,9 @@ pub fn find(part: &Path) -> Result<Libtorch, String> {
     ))
 }
 
-/// The venvs looked in, in order: `IMGCTL_VENV`, `VIRTUAL_ENV`, and the
-/// set-up's `IMGCTL_CACHE/venv-torch-2.7.0` (default `~/.cache/imgctl/…`).
+/// The venvs looked in ([`crate::sys::venv::candidates`]).
 fn candidate_venvs() -> Vec<PathBuf> {
-    use crate::env_vars::{HOME, IMGCTL_CACHE, IMGCTL_VENV, VIRTUAL_ENV, XDG_CACHE_HOME};
-    let mut out: Vec<PathBuf> = [IMGCTL_VENV, VIRTUAL_ENV]
-        .iter()
-        .filter_map(std::env::var_os)
-        .map(PathBuf::from)
-        .collect();
-    let cache = std::env::var_os(IMGCTL_CACHE)
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os(XDG_CACHE_HOME)
-                .map(PathBuf::from)
-                .map(|c| c.join("imgctl"))
-        })
-        .or_else(|| std::env::var_os(HOME).map(|h| PathBuf::from(h).join(".cache/imgctl")));
-    if let Some(c) = cache {
-        out.push(c.join(format!("venv-torch-{TORCH_VERSION}")));
-    }
-    out.dedup();
-    out
+    crate::sys::venv::candidates()
 }
 
 /// `venv`'s `…/site-packages/torch/lib` when its torch is 2.7.0.

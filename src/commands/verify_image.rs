@@ -15,7 +15,7 @@ use crate::error::ExitStatus;
 use crate::oci::Repository;
 use crate::output::printer;
 use crate::sign::bundle::BUNDLE_MEDIA_TYPE;
-use crate::sign::policy::{self, Candidate, Evaluation, Policy};
+use crate::sign::policy::{self, Candidate, Evaluation, Policy, Refusal};
 use crate::sign::PublicKey;
 
 /// Version of `verify-image --json`.
@@ -219,6 +219,20 @@ pub fn gate(
             crate::oci::MAX_REFERRERS
         ));
     }
+    // The keys by id, beside the refusals' ids (#53 F12: a wrong --key
+    // read only "no signed statement").
+    printer().info(format!(
+        "{} of {image}, checked against {} {}",
+        match found.len() {
+            1 => "1 statement".to_string(),
+            n => format!("{n} statements"),
+        },
+        if keys.len() == 1 { "key" } else { "keys" },
+        keys.iter()
+            .map(|k| crate::output::head(k.key_id(), 16).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     if !policy.has_rules() {
         printer().info(
             "the policy has no rule: the gate checks only that a statement of this image is signed by a --key (add --require-verify, or rules in --policy)",
@@ -248,6 +262,17 @@ pub fn say(evaluation: &Evaluation) {
         )));
     }
     for r in &evaluation.refused {
+        // An unsigned statement (imgctl pushes plain copies beside the
+        // signed bundles, for tools that read in-toto alone) is not an
+        // attack: said, not warned of (#53 F12).
+        if r.refusal == Refusal::Unsigned {
+            p.info(outside(&format!(
+                "unsigned {} {}: not used (only signed statements count)",
+                short(&r.manifest),
+                r.claims
+            )));
+            continue;
+        }
         p.warn(outside(&format!(
             "refused  {} {}: {}",
             short(&r.manifest),
@@ -283,12 +308,13 @@ pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
         1 => String::new(),
         n => format!("; {} more rules failed", n - 1),
     };
-    let hint = if evaluation.refused.is_empty() {
+    let n = evaluation.refused.len();
+    let mut hint = if n == 0 {
         "the image's signed statements do not meet the policy: rebuild and verify it, or deploy another".to_string()
     } else {
         format!(
-            "{} statements were refused ({}); only statements signed by a --key about this image's manifest count",
-            evaluation.refused.len(),
+            "{n} {} refused ({}); only statements signed by a --key about this image's manifest count",
+            if n == 1 { "statement was" } else { "statements were" },
             evaluation
                 .refused
                 .iter()
@@ -297,6 +323,14 @@ pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
                 .join("; ")
         )
     };
+    // No signed verdict at all: say how one is made (#53 F12).
+    let no_verdict = evaluation
+        .rules
+        .iter()
+        .any(|r| !r.held && r.rule.starts_with("verify.") && r.statement.is_none());
+    if no_verdict {
+        hint.push_str("; a signed verdict is made by `imgctl build --verify --sign-key KEY --push` on a host with the GPUs to vouch for");
+    }
     CliError::failure(outside(&format!(
         "{image} may not deploy: rule {} failed: {}{on}{more}",
         first.rule, first.detail

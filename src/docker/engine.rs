@@ -176,7 +176,27 @@ pub async fn connect_to(endpoint: Endpoint) -> Result<Engine, DockerError> {
         // and `logs` have no use for.
         rootless: false,
     };
+    let _ = CONNECTED.set(product);
     Ok(Engine { docker, info })
+}
+
+/// The engine this run connected to first (an error's hint names its CLI:
+/// `podman images`, not `docker images`, #53 F21).
+static CONNECTED: OnceLock<Product> = OnceLock::new();
+
+/// What answered this run's first connection, if one was made.
+pub fn connected_product() -> Option<Product> {
+    CONNECTED.get().copied()
+}
+
+impl Product {
+    /// Its command-line tool: `docker` or `podman`.
+    pub fn cli(self) -> &'static str {
+        match self {
+            Product::Docker => "docker",
+            Product::Podman => "podman",
+        }
+    }
 }
 
 impl Engine {

@@ -683,25 +683,6 @@ pub async fn remove(docker: &bollard::Docker, name: &str, grace: Duration) -> an
     remove_by_id(docker, &id).await
 }
 
-/// Whether the named volume `name` exists (an engine that cannot tell: no).
-pub async fn volume_exists(docker: &bollard::Docker, name: &str) -> bool {
-    docker.inspect_volume(name).await.is_ok()
-}
-
-/// Removes the named volume `name`; gone already is fine.
-pub async fn remove_volume(docker: &bollard::Docker, name: &str) -> anyhow::Result<()> {
-    match docker
-        .remove_volume(name, None::<bollard::query_parameters::RemoveVolumeOptions>)
-        .await
-    {
-        Ok(()) => Ok(()),
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => Ok(()),
-        Err(e) => Err(anyhow::anyhow!("could not remove the volume {name}: {e}")),
-    }
-}
-
 /// Force-removes container `id` (and its anonymous volumes); gone already is fine.
 pub async fn remove_by_id(docker: &bollard::Docker, id: &str) -> anyhow::Result<()> {
     super::run::remove_container(docker, id).await

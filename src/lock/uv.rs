@@ -50,17 +50,18 @@ pub struct Uv {
     pub version: String,
 }
 
-/// Finds uv: `$IMGCTL_VENV/bin/uv` (the venv scripts/setup.sh made), else
+/// Finds uv: `bin/uv` of the venvs [`crate::sys::venv::candidates`] names
+/// (`IMGCTL_VENV`, `VIRTUAL_ENV`, the venv scripts/setup.sh made), else
 /// `uv` on PATH; checks that it runs and is new enough.
 pub fn find_uv() -> Result<Uv, LockError> {
     let mut tried = Vec::new();
-    let venv = std::env::var_os(crate::env_vars::IMGCTL_VENV).filter(|v| !v.is_empty());
     let mut found = None;
-    if let Some(venv) = venv {
-        let p = Path::new(&venv).join("bin").join("uv");
+    for venv in crate::sys::venv::candidates() {
+        let p = venv.join("bin").join("uv");
         tried.push(p.display().to_string());
         if is_executable(&p) {
             found = Some(p);
+            break;
         }
     }
     if found.is_none() {

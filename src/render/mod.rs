@@ -71,6 +71,10 @@ pub const HEALTHCHECK_SH: &str = include_str!("../../images/healthcheck.sh");
 pub const SSHD_CONFIG: &str = include_str!("../../images/sshd_config");
 /// The image's login-shell profile (PATH for ssh sessions).
 pub const PROFILE_SH: &str = include_str!("../../images/profile.sh");
+/// JupyterLab's page configuration, read from `/etc/jupyter/labconfig/`
+/// whichever venv runs it: the "get notified about Jupyter news?" pop-up
+/// over the first notebook is off (#53 F24).
+pub const JUPYTER_PAGE_CONFIG: &str = include_str!("../../images/jupyter_page_config.json");
 /// The hash-pinned uv that the BuildKit variant's locked pip steps install
 /// into /tmp for the step (`images/uv-requirements.txt`).
 pub const UV_REQUIREMENTS: &str = include_str!("../../images/uv-requirements.txt");
@@ -92,6 +96,7 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
         ("images/healthcheck.sh", HEALTHCHECK_SH),
         ("images/sshd_config", SSHD_CONFIG),
         ("images/profile.sh", PROFILE_SH),
+        ("images/jupyter_page_config.json", JUPYTER_PAGE_CONFIG),
         ("images/uv-requirements.txt", UV_REQUIREMENTS),
     ];
     for (name, yaml) in crate::spec::bundled() {
@@ -477,6 +482,11 @@ fn context_files(
             path: format!("{ROOTFS_DIR}etc/profile.d/imgctl.sh"),
             mode: 0o644,
             contents: PROFILE_SH.as_bytes().to_vec(),
+        },
+        ContextFile {
+            path: format!("{ROOTFS_DIR}etc/jupyter/labconfig/page_config.json"),
+            mode: 0o644,
+            contents: JUPYTER_PAGE_CONFIG.as_bytes().to_vec(),
         },
     ];
     if let Some(ca) = &opts.ca_cert {

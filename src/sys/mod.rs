@@ -19,6 +19,7 @@
 //! - [`procmaps`]: the files mapped in this process (`/proc/self/maps`).
 //! - `torch_ext`, `torch_fn` and `tensor` (the `torch` feature): our C++ shim over libtorch (autograd functions in Rust, the current CUDA stream), and a tensor's memory handed to raw code.
 //! - [`process`], [`fs`], [`net`]: the libc calls (signals, `_exit`, access, statvfs, flock, a dual-stack socket).
+//! - [`venv`]: the Python venvs looked in for libtorch and uv.
 //!
 //! Part: the base (`docs/architecture.md`).
 pub mod cuda_driver;
@@ -39,3 +40,4 @@ pub mod tensor;
 pub mod torch_ext;
 #[cfg(feature = "torch")]
 pub mod torch_fn;
+pub mod venv;

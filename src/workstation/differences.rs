@@ -56,7 +56,11 @@ pub fn of(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<Difference> {
             });
         }
     };
-    differ(Setting::Image, w.image.clone(), plan.image.clone());
+    // Only what was asked for (#53 F9): a plain `up` after an idle stop
+    // names no image and no /dev/shm size, so neither differs.
+    if plan.image_given {
+        differ(Setting::Image, w.image.clone(), plan.image.clone());
+    }
     let folder = |f: Option<String>| f.unwrap_or_else(|| "none mounted".into());
     differ(
         Setting::Folder,
@@ -68,7 +72,7 @@ pub fn of(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<Difference> {
         GpuChoice::None => differ(Setting::Gpus, w.gpus.clone(), "none".into()),
         GpuChoice::Given(g) => differ(Setting::Gpus, w.gpus.clone(), g.to_string()),
     }
-    if let Some(has) = shm {
+    if let Some(has) = shm.filter(|_| plan.shm_given) {
         differ(
             Setting::ShmSize,
             size_words(has),

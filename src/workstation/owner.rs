@@ -7,6 +7,7 @@
 //!
 //! The labels are a courtesy between the users of one engine, not a
 //! boundary: anyone who may use the socket may also run `docker rm`.
+use crate::docker::listing::{LABEL_OWNER, LABEL_OWNER_UID};
 use crate::docker::workstation::Listed;
 
 /// A user: uid and login name.
@@ -41,6 +42,14 @@ impl Owner {
     pub fn describe(&self) -> String {
         format!("{} (uid {})", self.name, self.uid)
     }
+}
+
+/// The labels that name `owner` on a workstation and its home volume.
+pub fn labels(owner: &Owner) -> std::collections::HashMap<String, String> {
+    std::collections::HashMap::from([
+        (LABEL_OWNER_UID.to_string(), owner.uid.to_string()),
+        (LABEL_OWNER.to_string(), owner.name.clone()),
+    ])
 }
 
 /// Whose a listed workstation is, seen from `me`.

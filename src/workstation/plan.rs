@@ -38,6 +38,9 @@ pub struct UpPlan {
     pub name: String,
     /// The image it starts from.
     pub image: String,
+    /// Whether the image was named (an omitted one is no different setting
+    /// from a workstation's own, #53 F9).
+    pub image_given: bool,
     /// The GPUs asked for.
     pub gpus: GpuChoice,
     /// The host folder mounted at /workspace (None: `--no-mount`).
@@ -54,6 +57,8 @@ pub struct UpPlan {
     pub tensorboard: Option<PortPlan>,
     /// The size of /dev/shm in bytes.
     pub shm_bytes: i64,
+    /// Whether `--shm-size` was given.
+    pub shm_given: bool,
     /// How long to wait for the healthcheck.
     pub wait: Duration,
     /// `--json`: the report on stdout, no spinner.

@@ -2,8 +2,6 @@
 //! environment (the entrypoint's contract, [`super::contract`]), its labels
 //! (the image's user, the owner, the SSH alias), the host key placed in it,
 //! its home volume and limits. Nothing here touches the engine.
-use std::collections::HashMap;
-
 use super::contract;
 use super::host_key::{self, HostKey};
 use super::owner::Owner;
@@ -49,11 +47,8 @@ pub fn workstation(
         address: plan.listen.to_string(),
         host: plan.jupyter.host,
     }];
-    let mut labels = HashMap::from([
-        (ws::LABEL_USER.to_string(), user.to_string()),
-        (ws::LABEL_OWNER_UID.to_string(), me.uid.to_string()),
-        (ws::LABEL_OWNER.to_string(), me.name.clone()),
-    ]);
+    let mut labels = super::owner::labels(me);
+    labels.insert(ws::LABEL_USER.to_string(), user.to_string());
     let mut files = Vec::new();
     match &plan.ssh {
         Some(ssh) => {

@@ -65,7 +65,12 @@ fn body(text: &str) -> Vec<&str> {
 
 /// The environment of a run without uv anywhere: no set-up venv, a PATH without it.
 fn without_uv() -> Vec<(&'static str, &'static str)> {
-    vec![("IMGCTL_VENV", "/nonexistent"), ("PATH", "/usr/bin:/bin")]
+    vec![
+        ("IMGCTL_VENV", "/nonexistent"),
+        ("VIRTUAL_ENV", ""),
+        ("IMGCTL_CACHE", "/nonexistent-cache"),
+        ("PATH", "/usr/bin:/bin"),
+    ]
 }
 
 #[test]
@@ -477,7 +482,14 @@ fn errors_are_one_line_with_a_hint() {
     check(
         &out,
         3,
-        "error: uv was not found (/nonexistent/bin/uv, uv on PATH); imgctl lock resolves with uv\n",
+        "error: uv was not found (/nonexistent/bin/uv, /nonexistent-cache/venv-torch-2.7.0/bin/uv, uv on PATH); imgctl lock resolves with uv\n",
+    );
+    assert!(
+        texts(&out).1.contains(
+            "run scripts/setup.sh full, which installs it into /nonexistent-cache/venv-torch-2.7.0"
+        ),
+        "{}",
+        texts(&out).1
     );
     assert!(
         texts(&out).1.contains(&format!(
@@ -628,6 +640,30 @@ fn setup_installs_the_uv_imgctl_expects() {
     assert!(build.matches("--hash=sha256:").count() >= 2, "{build}");
     // scripts/setup.sh put it into the venv that IMGCTL_VENV names.
     let uv = crate::common::venv().join("bin").join("uv");
+    // #53 F14: with no IMGCTL_VENV and no uv on PATH, lock finds the one
+    // of the set-up's venv in the cache (the venv the full imgctl uses).
+    let real = std::fs::canonicalize(crate::common::venv()).unwrap();
+    assert!(
+        real.file_name().is_some_and(|n| n == "venv-torch-2.7.0"),
+        "the set-up's venv is CACHE/venv-torch-2.7.0: {}",
+        real.display()
+    );
+    {
+        let cache = real.parent().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let spec = fixture_spec(dir.path(), "found", &["six==1.16.0"]);
+        let out = imgctl_in(
+            dir.path(),
+            &["lock", "--spec", spec.to_str().unwrap(), "-v"],
+            &[
+                ("IMGCTL_VENV", ""),
+                ("VIRTUAL_ENV", ""),
+                ("IMGCTL_CACHE", cache.to_str().unwrap()),
+                ("PATH", "/usr/bin:/bin"),
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    }
     let out = Command::new(&uv)
         .arg("--version")
         .output()

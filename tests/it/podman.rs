@@ -618,6 +618,26 @@ fn up_ps_logs_down_on_podman_with_the_busybox_image() {
             b""
         );
     }
+    // An image Podman does not hold: the hint names Podman and its CLI
+    // (#53 F21: it said `docker images`).
+    let missing = imgctl_on(
+        &service,
+        &[
+            "up",
+            "--name",
+            &name,
+            "--no-verify",
+            "imgctl-test/no-such-image:0",
+        ],
+    );
+    let (_, stderr) = texts(&missing);
+    assert_eq!(missing.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("this Podman engine has no image of that name")
+            && stderr.contains("`podman images`")
+            && !stderr.contains("docker images"),
+        "{stderr}"
+    );
     // No --gpus: it starts without GPUs, says so, and keeps what the engine allows.
     let out = up(&[]);
     let (stdout, stderr) = texts(&out);

@@ -271,7 +271,7 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     assert_eq!(again["already_up"], true);
     assert_eq!(again["jupyter"]["open"], report["jupyter"]["open"]);
     assert!(!again_err.contains("other settings"), "{again_err}");
-    other_settings_are_named(&name, &image);
+    other_settings_are_named(&name, &image, &mounted);
 
     // ps lists it (JSON with its URL, and a table), -q its name alone.
     let ps = imgctl(&["ps", "--json"]);
@@ -355,7 +355,60 @@ fn home_volume_was_kept(name: &str, said: &str) {
         said.contains(&format!("the home volume {name}-home are kept")),
         "{said}"
     );
-    docker_ok(&["volume", "rm", &format!("{name}-home")]);
+    // #53 F8: the printed `down --volumes NAME` works with the container
+    // gone; the volume `up` made says whose home it is.
+    let home = format!("{name}-home");
+    let labels = docker_ok(&["volume", "inspect", "--format", "{{json .Labels}}", &home]);
+    assert!(
+        labels.contains(&format!("\"io.imgctl.workstation.home-of\":\"{name}\""))
+            && labels.contains("io.imgctl.workstation.owner-uid"),
+        "{labels}"
+    );
+    let out = imgctl(&["down", "--volumes", name]);
+    let (_, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!(
+            "removed the home volume {home} of {name} (its container was already gone)"
+        )),
+        "{err}"
+    );
+    assert!(!docker(&["volume", "inspect", &home]).status.success());
+    // With nothing left, it is no workstation (a usage error, as before).
+    let out = imgctl(&["down", "--volumes", name]);
+    assert_eq!(out.status.code(), Some(2), "{}", texts(&out).1);
+    assert!(texts(&out)
+        .1
+        .contains(&format!("no workstation named {name}")));
+    // A volume of that name that `up` did not label, or another user's.
+    docker_ok(&["volume", "create", &home]);
+    let out = imgctl(&["down", "--volumes", name]);
+    let (_, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("has no label saying it is") && err.contains("--volumes --force"),
+        "{err}"
+    );
+    docker_ok(&["volume", "rm", &home]);
+    docker_ok(&[
+        "volume",
+        "create",
+        "--label",
+        &format!("io.imgctl.workstation.home-of={name}"),
+        "--label",
+        "io.imgctl.workstation.owner-uid=4242",
+        "--label",
+        "io.imgctl.workstation.owner=alice",
+        &home,
+    ]);
+    let out = imgctl(&["down", "--volumes", name]);
+    let (_, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("alice (uid 4242)"), "{err}");
+    assert!(docker(&["volume", "inspect", &home]).status.success());
+    let out = imgctl(&["down", "--volumes", "--all-users", "--force", name]);
+    assert_eq!(out.status.code(), Some(0), "{}", texts(&out).1);
+    assert!(!docker(&["volume", "inspect", &home]).status.success());
 }
 
 /// A workstation removed from outside while `up` waits for its healthcheck
@@ -507,7 +560,16 @@ fn down_and_logs_default_to_this_folders_workstation() {
 
 /// A second `up` of a running workstation with other settings (#45 F5):
 /// each difference is named, with how to apply it; nothing is changed.
-fn other_settings_are_named(name: &str, image: &str) {
+fn other_settings_are_named(name: &str, image: &str, mounted: &std::path::Path) {
+    // #53 F9: no IMAGE and no --shm-size is no other setting (the image is
+    // not imgctl/cu124:latest, /dev/shm is 16g either way).
+    let plain = imgctl(&["up", "--name", name, "--mount", mounted.to_str().unwrap()]);
+    assert_eq!(plain.status.code(), Some(0), "{}", texts(&plain).1);
+    assert!(
+        !texts(&plain).1.contains("other settings"),
+        "{}",
+        texts(&plain).1
+    );
     let other = imgctl(&[
         "up",
         "--name",

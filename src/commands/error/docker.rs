@@ -100,11 +100,14 @@ fn docker_error(e: &DockerError) -> Advice {
                 "invalid --tag '{reference}': a tag names no @sha256: digest (the build makes the image, and so its digest)"
             )),
         DockerError::Push(push) => Advice::failure(push_hint(push)),
-        DockerError::ImageNotFound { .. } => {
-            usage("build it with `imgctl build`, or check the tag with `docker images`")
-        }
-        DockerError::NoImageForContainer { .. } => {
-            usage("build it with `imgctl build`, or check `docker images`")
+        DockerError::ImageNotFound { .. } | DockerError::NoImageForContainer { .. } => {
+            // The engine that answered, by name (#53 F21: Podman through
+            // DOCKER_HOST was told to run `docker images`).
+            let engine = crate::docker::engine::connected_product().unwrap_or_default();
+            Advice::usage(format!(
+                "this {engine} engine has no image of that name: build it with `imgctl build`, or check the tag with `{} images`",
+                engine.cli()
+            ))
         }
         DockerError::InvalidImageReference { .. } => usage(
             "an image is NAME[:TAG] or NAME@sha256:DIGEST, in lower case, e.g. imgctl/cu124:latest",

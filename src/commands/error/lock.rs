@@ -16,7 +16,11 @@ pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> 
 
 /// How to install the uv imgctl locks with.
 fn install_uv() -> String {
-    format!("install it: pip install uv=={UV_VERSION} (scripts/setup.sh installs it into its venv, which IMGCTL_VENV names)")
+    let venv = crate::sys::venv::candidates().last().map_or_else(
+        || "~/.cache/imgctl/venv-torch-2.7.0".to_string(),
+        |v| v.display().to_string(),
+    );
+    format!("install it: pip install uv=={UV_VERSION}, or run scripts/setup.sh full, which installs it into {venv}; IMGCTL_VENV=DIR names another venv")
 }
 
 fn lock_error(e: &LockError) -> Advice {

@@ -9,9 +9,11 @@ use super::report::{report_of, UpReport};
 use super::{SCHEMA_VERSION, WAIT_RANGE};
 use crate::cli::{DownArgs, LogsArgs, PsArgs};
 use crate::commands::error::CliError;
+use crate::docker::volume;
 use crate::docker::workstation::{self as ws, Listed, WorkstationError};
 use crate::error::ExitStatus;
 use crate::output::{self, printer};
+use crate::workstation as life;
 use crate::workstation::owner::{listed_in, swept_by_all, Owner, Scope, Whose};
 
 /// `imgctl ps`.
@@ -222,16 +224,32 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
         } else {
             args.names.clone()
         };
-        // Every name is checked before anything is removed.
+        // Every name is checked before anything is removed. With --volumes,
+        // a name whose container is gone may still have its home (#53 F8).
+        let mut homes_only: Vec<(String, volume::Home)> = Vec::new();
         for name in &names {
             match ws::find(&docker, name).await? {
                 Some((_, true)) => {}
                 Some((_, false)) => {
                     return Err(WorkstationError::NotAWorkstation { name: name.clone() }.into())
                 }
-                None => return Err(WorkstationError::NotFound { name: name.clone() }.into()),
+                None => {
+                    let home = match args.volumes {
+                        true => volume::find(&docker, &life::home_volume(name)).await,
+                        false => None,
+                    };
+                    let Some(home) = home else {
+                        return Err(WorkstationError::NotFound { name: name.clone() }.into());
+                    };
+                    home_may_go(name, &home, &me, &args)?;
+                    homes_only.push((name.clone(), home));
+                }
             }
         }
+        let names: Vec<String> = names
+            .into_iter()
+            .filter(|n| !homes_only.iter().any(|(h, _)| h == n))
+            .collect();
         let others: Vec<(String, Owner)> = names
             .iter()
             .filter_map(|n| match whose(n) {
@@ -249,14 +267,24 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
         if !others.is_empty() && !args.force {
             confirm_others(&others, args.volumes)?;
         }
-        if names.is_empty() {
+        if names.is_empty() && homes_only.is_empty() {
             printer().info("no workstations to remove");
         }
+        for (name, home) in &homes_only {
+            volume::remove(&docker, &home.name).await?;
+            printer().info(format!(
+                "removed the home volume {} of {name} (its container was already gone)",
+                home.name
+            ));
+        }
         for name in &names {
-            let home = listed
-                .iter()
-                .find(|w| &w.name == name)
-                .and_then(|w| w.home_volume.clone());
+            let listed_as = listed.iter().find(|w| &w.name == name);
+            let home = listed_as.and_then(|w| w.home_volume.clone());
+            // #53 F25: a --no-mount workstation keeps no folder.
+            let folder = match listed_as.and_then(|w| w.workspace.as_deref()) {
+                Some(f) => format!("the folder {f} mounted at /workspace"),
+                None => String::new(),
+            };
             let grace = if args.force {
                 Duration::ZERO
             } else {
@@ -266,23 +294,54 @@ pub fn down(args: DownArgs) -> anyhow::Result<ExitStatus> {
             let removed = ws::remove(&docker, name, grace).await;
             spinner.finish_and_clear();
             removed?;
-            match home {
-                Some(volume) if args.volumes => {
-                    ws::remove_volume(&docker, &volume).await?;
-                    printer().info(format!(
-                        "removed {name} and its home volume {volume} (the folder mounted at /workspace is kept)"
-                    ));
+            let line = match (home, folder.is_empty()) {
+                (Some(home), _) if args.volumes => {
+                    volume::remove(&docker, &home).await?;
+                    match folder.is_empty() {
+                        true => format!("removed {name} and its home volume {home}"),
+                        false => format!("removed {name} and its home volume {home} ({folder} is kept)"),
+                    }
                 }
-                Some(volume) => printer().info(format!(
-                    "removed {name} (the folder mounted at /workspace and the home volume {volume} are kept; `imgctl down --volumes {name}` removes the home too)"
-                )),
-                None => printer().info(format!(
-                    "removed {name} (the folder mounted at /workspace is kept)"
-                )),
-            }
+                (Some(home), true) => format!(
+                    "removed {name} (its home volume {home} is kept; `imgctl down --volumes {name}` removes it too)"
+                ),
+                (Some(home), false) => format!(
+                    "removed {name} ({folder} and the home volume {home} are kept; `imgctl down --volumes {name}` removes the home too)"
+                ),
+                (None, true) => format!("removed {name}"),
+                (None, false) => format!("removed {name} ({folder} is kept)"),
+            };
+            printer().info(line);
         }
         Ok(ExitStatus::Success)
     })
+}
+
+/// Whether `down --volumes NAME` may remove the home volume `home` of a
+/// workstation whose container is gone: one `up` labelled as NAME's home
+/// and the caller's (another user's with `--all-users`); an unlabelled one
+/// (an older imgctl's, or not imgctl's at all) only with `--force`.
+fn home_may_go(name: &str, home: &volume::Home, me: &Owner, args: &DownArgs) -> anyhow::Result<()> {
+    if home.of.as_deref() != Some(name) && !args.force {
+        return Err(CliError::usage(format!(
+            "no workstation named {name}; the volume {} has no label saying it is {name}'s home (an older imgctl made it, or something else did)",
+            home.name
+        ))
+        .with_hint(format!("`imgctl down --volumes --force {name}` removes the volume all the same"))
+        .into());
+    }
+    match home.owner_uid {
+        Some(uid) if uid != me.uid && !args.all_users => Err(WorkstationError::NotYours {
+            name: name.to_string(),
+            owner: Owner {
+                uid,
+                name: home.owner.clone().unwrap_or_else(|| format!("uid {uid}")),
+            }
+            .describe(),
+        }
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// `imgctl logs`.

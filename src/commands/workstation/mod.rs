@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::cli::UpArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::{ContainerGuard, Refusal};
+use crate::docker::volume;
 use crate::docker::workstation::{self as ws, Listed, WorkstationError};
 use crate::error::ExitStatus;
 use crate::gpus::GpuSelection;
@@ -58,7 +59,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
     let plan = plan(&args)?;
     crate::commands::verify_image::check_before_start(
-        &args.image,
+        &plan.image,
         &args.key,
         args.registry_ca.as_deref(),
     )?;
@@ -162,13 +163,30 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
         id_label(labels::UID).unwrap_or(1000),
         id_label(labels::GID).unwrap_or(1000),
     );
-    // The engine makes the home volume with the container; a new one goes
-    // again when the container does (a taken port, refused GPUs, Ctrl-C
-    // before healthy). One in use by a kept container is not removed.
+    // The home volume is made labelled with its workstation and owner (so
+    // `down --volumes NAME` finds it after the container is gone, #53 F8);
+    // a new one goes again when the container does (a taken port, refused
+    // GPUs, Ctrl-C before healthy). One in use by a kept container is not
+    // removed.
     let home = life::home_volume(&plan.name);
-    let home_is_new = !ws::volume_exists(&docker, &home).await;
+    let home_is_new = !volume::exists(&docker, &home).await;
+    let created = match home_is_new {
+        true => {
+            volume::create_home(
+                &docker,
+                &home,
+                &plan.name,
+                &life::owner::labels(&Owner::me()),
+            )
+            .await
+        }
+        false => Ok(()),
+    };
     let creating = Instant::now();
-    let created = create(&docker, &plan, (&user, owner), &token, (&note, podman)).await;
+    let created = match created {
+        Ok(()) => create(&docker, &plan, (&user, owner), &token, (&note, podman)).await,
+        Err(e) => Err(e),
+    };
     let made = match created {
         Err(e) => {
             spinner.finish_and_clear();
@@ -189,7 +207,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
         }
     };
     if made.is_err() && home_is_new {
-        let _ = ws::remove_volume(&docker, &home).await;
+        let _ = volume::remove(&docker, &home).await;
     }
     made
 }

@@ -65,7 +65,8 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
     };
     Ok(UpPlan {
         name,
-        image: args.image.trim().to_string(),
+        image: up_image(args),
+        image_given: args.image.is_some(),
         gpus,
         workspace,
         keys,
@@ -79,7 +80,8 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         )?,
         ssh,
         tensorboard,
-        shm_bytes: shm_size(&args.shm_size)?,
+        shm_bytes: shm_size(args.shm_size.as_deref().unwrap_or(DEFAULT_SHM_SIZE))?,
+        shm_given: args.shm_size.is_some(),
         wait: Duration::from_secs(args.wait.unsigned_abs()),
         json: args.json,
         no_verify: args.no_verify,
@@ -97,6 +99,17 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
             Some(mode) => Some(userns_mode(mode)?),
         },
     })
+}
+
+/// /dev/shm's size when `--shm-size` is not given.
+const DEFAULT_SHM_SIZE: &str = "16g";
+
+/// The image `up` starts: IMAGE, else [`crate::commands::through_image::DEFAULT_IMAGE`].
+pub(super) fn up_image(args: &UpArgs) -> String {
+    args.image.as_deref().map_or_else(
+        || crate::commands::through_image::DEFAULT_IMAGE.to_string(),
+        |i| i.trim().to_string(),
+    )
 }
 
 /// A `--userns` mode as the engines spell them (`host`, `keep-id`,

@@ -110,6 +110,15 @@ pub(super) fn workstation_services(
     );
     assert_eq!(http_status(jupyter_port, "/api/status", Some(TOKEN)), 200);
     assert_eq!(http_status(jupyter_port, "/api/contents", Some(TOKEN)), 200);
+    // #53 F24: the Lab's page carries the news pop-up's plugin as disabled
+    // (/etc/jupyter/labconfig/page_config.json, read whatever venv runs it).
+    let (status, page) = super::http_get(jupyter_port, "/lab", Some(TOKEN));
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("@jupyterlab/apputils-extension:announcements"),
+        "the Lab's page config does not disable the announcements: {}",
+        page.chars().take(2000).collect::<String>()
+    );
 
     // imgctl inside the running container.
     let exec = docker_ok(&["exec", &name, "imgctl", "--version"]);

@@ -286,7 +286,7 @@ fn verify_image_refuses_each_untrusted_statement() {
         (
             "changed",
             &|d| changed(d, key),
-            "the payload was changed after key",
+            "does not verify with key",
             &[],
         ),
         (
@@ -316,8 +316,18 @@ fn verify_image_refuses_each_untrusted_statement() {
         flags.extend(extra);
         let (code, stderr) = s.gate(&tag, &flags);
         assert_eq!(code, Some(1), "{case}: {stderr}");
+        // An unsigned statement is said, not warned of (#53 F12).
+        let marker = match case {
+            "unsigned" => "unsigned sha256:",
+            _ => "refused  sha256:",
+        };
         assert!(
-            stderr.contains("refused  sha256:") && stderr.contains(words),
+            stderr.contains(marker) && stderr.contains(words),
+            "{case}: {stderr}"
+        );
+        // The key the statements were checked against, by id.
+        assert!(
+            stderr.contains("of 127.0.0.1:") && stderr.contains(", checked against key "),
             "{case}: {stderr}"
         );
         let line = one_error_line(&stderr);
