@@ -21,6 +21,7 @@ pub mod dsse;
 pub mod keys;
 pub mod policy;
 pub mod rules;
+pub mod time;
 
 pub use keys::{KeyKind, PrivateKey, PublicKey};
 

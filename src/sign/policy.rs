@@ -273,40 +273,7 @@ fn accept(
 /// hosts' clocks differ a little): further is [`Refusal::Future`].
 pub const CLOCK_SKEW: Duration = Duration::from_secs(5 * 60);
 
-/// An RFC 3339 time, with `Z` or a numeric offset (`+01:00`, #50 low):
-/// humantime reads only `Z`, so an offset is taken off by hand.
-pub fn parse_time(t: &str) -> Result<std::time::SystemTime, String> {
-    let t = t.trim();
-    let bytes = t.as_bytes();
-    let offset = (bytes.len() > 6).then(|| &t[t.len() - 6..]).filter(|o| {
-        let o = o.as_bytes();
-        matches!(o[0], b'+' | b'-')
-            && o[1..3].iter().all(u8::is_ascii_digit)
-            && o[3] == b':'
-            && o[4..6].iter().all(u8::is_ascii_digit)
-    });
-    let Some(offset) = offset else {
-        return humantime::parse_rfc3339_weak(t).map_err(|e| e.to_string());
-    };
-    let hours: u64 = offset[1..3]
-        .parse()
-        .map_err(|_| "a bad offset".to_string())?;
-    let minutes: u64 = offset[4..6]
-        .parse()
-        .map_err(|_| "a bad offset".to_string())?;
-    if hours > 23 || minutes > 59 {
-        return Err(format!("the offset {offset} is out of range"));
-    }
-    let local = humantime::parse_rfc3339_weak(&format!("{}Z", &t[..t.len() - 6]))
-        .map_err(|e| e.to_string())?;
-    let shift = Duration::from_secs(hours * 3600 + minutes * 60);
-    // 10:00+01:00 is 09:00Z: a positive offset is taken off.
-    Ok(if offset.starts_with('+') {
-        local - shift
-    } else {
-        local + shift
-    })
-}
+pub use super::time::parse_time;
 
 /// A statement's own time: the verdict's `verifiedOn`, the provenance's
 /// `finishedOn`, the SBOM's `metadata.timestamp`.

@@ -227,7 +227,7 @@ fn group(accepted: &[Accepted], predicate: &str, what: &str, rules: &[Rule]) -> 
 fn time(a: &Accepted) -> Option<std::time::SystemTime> {
     a.time
         .as_deref()
-        .and_then(|t| crate::sign::policy::parse_time(t).ok())
+        .and_then(|t| super::time::parse_time(t).ok())
 }
 
 /// The newest failed verdict among `of`, with its time (`None` inside when
