@@ -30,6 +30,7 @@ pub mod listing;
 pub mod run;
 pub mod tail;
 pub mod transport;
+pub mod ulimit;
 pub mod volume;
 pub mod work;
 pub mod workstation;

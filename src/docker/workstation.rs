@@ -251,10 +251,20 @@ pub enum WorkstationError {
         name: String,
     },
     /// The engine (its runtime) may not raise a ulimit this far.
-    #[error("the engine may not set the ulimits {}: {message}", .ulimits.join(", "))]
+    #[error("the engine may not set the ulimit {}: {message}", .limit.clone().unwrap_or_else(|| .ulimits.join(", ")))]
     UlimitRefused {
         /// The ulimits asked for (`memlock=-1`).
         ulimits: Vec<String>,
+        /// The limit the runtime named (`nofile`), when it named one: one
+        /// imgctl asked for, or one of the engine's own defaults.
+        limit: Option<String>,
+        /// The engine's words.
+        message: String,
+    },
+    /// The engine's runtime cannot run a container on this host at all
+    /// (crun on hybrid cgroups).
+    #[error("the engine's runtime cannot run containers here: {message}")]
+    RuntimeCannotRun {
         /// The engine's words.
         message: String,
     },
@@ -400,9 +410,13 @@ fn start_error(e: &bollard::errors::Error, ws: &Workstation, creating: bool) -> 
     if lower.contains("error setting rlimit") || lower.contains("setrlimit") {
         return WorkstationError::UlimitRefused {
             ulimits: ws.ulimits.iter().map(|(n, v)| format!("{n}={v}")).collect(),
+            limit: super::ulimit::refused_limit(&msg),
             message: msg,
         }
         .into();
+    }
+    if super::ulimit::runtime_cannot_run(&msg) {
+        return WorkstationError::RuntimeCannotRun { message: msg }.into();
     }
     if lower.contains("already in use") && lower.contains("name") {
         return WorkstationError::NameTaken {

@@ -117,9 +117,46 @@ pub fn login_name(uid: u32) -> Option<String> {
     Some(name.to_string_lossy().into_owned()).filter(|n| !n.is_empty())
 }
 
+/// This process's hard limit of the resource `name` as docker's `--ulimit`
+/// spells it (`nofile`, `nproc`, `memlock`, `stack`, …; getrlimit(2));
+/// None for another name, an unlimited one, or a failed call.
+pub fn hard_limit(name: &str) -> Option<u64> {
+    let resource = match name {
+        "core" => libc::RLIMIT_CORE,
+        "cpu" => libc::RLIMIT_CPU,
+        "data" => libc::RLIMIT_DATA,
+        "fsize" => libc::RLIMIT_FSIZE,
+        "locks" => libc::RLIMIT_LOCKS,
+        "memlock" => libc::RLIMIT_MEMLOCK,
+        "msgqueue" => libc::RLIMIT_MSGQUEUE,
+        "nice" => libc::RLIMIT_NICE,
+        "nofile" => libc::RLIMIT_NOFILE,
+        "nproc" => libc::RLIMIT_NPROC,
+        "rss" => libc::RLIMIT_RSS,
+        "rtprio" => libc::RLIMIT_RTPRIO,
+        "sigpending" => libc::RLIMIT_SIGPENDING,
+        "stack" => libc::RLIMIT_STACK,
+        _ => return None,
+    };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit we own for the call's duration.
+    let rc = unsafe { libc::getrlimit(resource, &mut limit) };
+    (rc == 0 && limit.rlim_max != libc::RLIM_INFINITY).then_some(limit.rlim_max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hard_limit_of_open_files_is_read() {
+        let n = hard_limit("nofile").expect("a finite nofile limit");
+        assert!(n >= 64, "{n}");
+        assert_eq!(hard_limit("no-such-limit"), None);
+    }
 
     #[test]
     fn signal_zero_probes_a_process() {

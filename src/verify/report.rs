@@ -300,7 +300,14 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
         "details",
     ]);
     let mut sources = Sources::default();
+    // A SKIP whose reason is the row above's says so (#53 F23: on a host
+    // without a driver 14 NVML rows repeated one reason).
+    let mut above: Option<(Status, &str)> = None;
     for r in &report.results {
+        let repeated = r.status == Status::Skip
+            && !r.message.is_empty()
+            && above == Some((Status::Skip, r.message.as_str()));
+        above = Some((r.status, r.message.as_str()));
         let mut status = Cell::new(r.status.label()).set_alignment(CellAlignment::Center);
         if color {
             status = status.fg(match r.status {
@@ -329,6 +336,7 @@ pub fn table(report: &Report, color: bool, fit: Fit, words: &Wording) -> String 
             // Narrow, the measured column is hidden: its value leads the
             // details, where the row's cut leaves it in view.
             Cell::new(match (&r.measured, narrow) {
+                _ if repeated => "(as above)".to_string(),
                 (Some(m), true) if !m.is_empty() => short(&format!("{m}: {}", r.message)),
                 _ => short(&r.message),
             }),
@@ -557,6 +565,29 @@ mod tests {
                     .hint("reseat"),
             ],
         )
+    }
+
+    #[test]
+    fn a_skip_repeating_the_reason_above_says_so() {
+        let why = "no NVIDIA driver: libnvidia-ml.so.1 not found";
+        let report = Report::new(
+            "host",
+            None,
+            Level::Quick,
+            ExpectGpus::Exactly(0),
+            vec![
+                CheckResult::skip("nvml.ecc", why),
+                CheckResult::skip("nvml.pcie", why),
+                CheckResult::skip("nvml.nvlink", why),
+                CheckResult::skip("nvml.clocks", "another reason"),
+            ],
+        );
+        let t = table(&report, false, Fit::Natural, &TEST_WORDS);
+        assert_eq!(t.matches(why).count(), 1, "{t}");
+        assert_eq!(t.matches("(as above)").count(), 2, "{t}");
+        assert!(t.contains("another reason"), "{t}");
+        // The JSON keeps every row's own words.
+        assert!(report.results.iter().filter(|r| r.message == why).count() == 3);
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod idle;
 pub mod owner;
 pub mod plan;
 pub mod probe;
+pub mod said;
 pub mod spec;
 pub mod userns;
 
@@ -102,6 +103,14 @@ pub enum Note {
         /// The ulimits the engine refused, as it named them.
         asked: Vec<String>,
     },
+    /// One of the engine's own default ulimits (rootful Podman's nofile or
+    /// nproc) that its runtime may not set, asked for explicitly instead.
+    EngineLimitLowered {
+        /// Its name (`nofile`).
+        limit: String,
+        /// The value asked for.
+        value: u64,
+    },
     /// A default host port was taken after the plan found it free: the
     /// engine picks one.
     PortTaken {
@@ -146,7 +155,10 @@ pub async fn create(
     defaulted: &[u16],
     note: &(dyn Fn(Note) + Sync),
 ) -> anyhow::Result<Created> {
-    for _ in 0..5 {
+    // The engine's own default limits its runtime refused, and the value
+    // asked for each instead (#53 F6).
+    let mut engine_limits: Vec<(String, u64)> = Vec::new();
+    for _ in 0..12 {
         // verify inside expects the GPUs of this attempt, as up's own quick
         // verify does (#45 F12): a GPU-less retry must say 0.
         let expected = format!(
@@ -186,26 +198,19 @@ pub async fn create(
                 why: rejected.why.clone(),
             });
             station.gpus = None;
-        } else if let Some(WorkstationError::UlimitRefused { ulimits, .. }) =
+        } else if let Some(WorkstationError::UlimitRefused { ulimits, limit, .. }) =
             e.downcast_ref::<WorkstationError>()
         {
-            if station.ulimits.is_empty() {
-                return Err(e);
+            match ulimit_retry(&mut station.ulimits, limit.as_deref(), &mut engine_limits) {
+                Some(UlimitRetry::Dropped(dropped)) => note(Note::UlimitsKept {
+                    dropped,
+                    asked: ulimits.clone(),
+                }),
+                Some(UlimitRetry::Lowered { limit, value }) => {
+                    note(Note::EngineLimitLowered { limit, value });
+                }
+                None => return Err(e),
             }
-            // memlock is the one a sandboxed engine refuses; then any.
-            let dropped: Vec<String> = if station.ulimits.iter().any(|(n, _)| n == "memlock") {
-                station.ulimits.retain(|(n, _)| n != "memlock");
-                vec!["memlock=-1".into()]
-            } else {
-                std::mem::take(&mut station.ulimits)
-                    .iter()
-                    .map(|(n, v)| format!("{n}={v}"))
-                    .collect()
-            };
-            note(Note::UlimitsKept {
-                dropped,
-                asked: ulimits.clone(),
-            });
         } else if let Some(WorkstationError::PortTaken { port, .. }) =
             e.downcast_ref::<WorkstationError>()
         {
@@ -222,6 +227,82 @@ pub async fn create(
         }
     }
     Ok(Created::GaveUp)
+}
+
+/// What a retry after a refused ulimit changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum UlimitRetry {
+    /// Ulimits imgctl asked for, left out (`name=value`).
+    Dropped(Vec<String>),
+    /// One of the engine's own defaults, asked for explicitly at `value`.
+    Lowered {
+        /// Its name (`nofile`).
+        limit: String,
+        /// The value asked for now.
+        value: u64,
+    },
+}
+
+/// The lowest value an engine default is lowered to before `up` gives up.
+const LOWEST_ENGINE_LIMIT: u64 = 1024;
+
+/// The retry for a refused ulimit (`limit`: the one the runtime named).
+/// One that `asked` holds is left out; memlock, then all, when none was
+/// named. One of the engine's own defaults (rootful Podman's nofile and
+/// nproc, which a runtime without CAP_SYS_RESOURCE may not set) is asked
+/// for explicitly at this process's hard limit, then halved, down to
+/// [`LOWEST_ENGINE_LIMIT`]. None: nothing left to try.
+fn ulimit_retry(
+    asked: &mut Vec<(String, i64)>,
+    limit: Option<&str>,
+    engine_limits: &mut Vec<(String, u64)>,
+) -> Option<UlimitRetry> {
+    let dropped = |asked: &mut Vec<(String, i64)>, name: &str| {
+        let gone: Vec<String> = asked
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        asked.retain(|(n, _)| n != name);
+        UlimitRetry::Dropped(gone)
+    };
+    match limit {
+        Some(name) if engine_limits.iter().any(|(n, _)| n == name) => {
+            let (_, value) = engine_limits.iter_mut().find(|(n, _)| n == name)?;
+            let lower = *value / 2;
+            if lower < LOWEST_ENGINE_LIMIT {
+                return None;
+            }
+            *value = lower;
+            let v = i64::try_from(lower).ok()?;
+            asked.retain(|(n, _)| n != name);
+            asked.push((name.to_string(), v));
+            Some(UlimitRetry::Lowered {
+                limit: name.to_string(),
+                value: lower,
+            })
+        }
+        Some(name) if asked.iter().any(|(n, _)| n == name) => Some(dropped(asked, name)),
+        Some(name) => {
+            // Unlimited here (or unknown): start at half of Podman's 1048576.
+            let own = crate::sys::process::hard_limit(name).unwrap_or(1 << 19);
+            let v = i64::try_from(own).ok()?;
+            engine_limits.push((name.to_string(), own));
+            asked.push((name.to_string(), v));
+            Some(UlimitRetry::Lowered {
+                limit: name.to_string(),
+                value: own,
+            })
+        }
+        None if asked.iter().any(|(n, _)| n == "memlock") => Some(dropped(asked, "memlock")),
+        None if asked.is_empty() => None,
+        None => Some(UlimitRetry::Dropped(
+            std::mem::take(asked)
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect(),
+        )),
+    }
 }
 
 /// Why a workstation did not come up.
@@ -409,5 +490,50 @@ mod tests {
             expect_for(Some(&GpuSelection::Count(2))),
             ExpectGpus::Exactly(2)
         );
+    }
+
+    #[test]
+    fn a_refused_ulimit_is_left_out_or_an_engine_default_lowered() {
+        let mut asked = vec![("memlock".to_string(), -1), ("stack".to_string(), 1 << 26)];
+        let mut engine = Vec::new();
+        // One imgctl asked for, named: left out.
+        assert_eq!(
+            ulimit_retry(&mut asked, Some("stack"), &mut engine),
+            Some(UlimitRetry::Dropped(vec!["stack=67108864".into()]))
+        );
+        // The engine's own (Podman's nofile): asked for at this process's
+        // hard limit, then halved down to the floor, then given up.
+        let own = crate::sys::process::hard_limit("nofile").unwrap();
+        assert_eq!(
+            ulimit_retry(&mut asked, Some("nofile"), &mut engine),
+            Some(UlimitRetry::Lowered {
+                limit: "nofile".into(),
+                value: own
+            })
+        );
+        assert!(asked.contains(&("nofile".to_string(), own as i64)));
+        let mut tries = 0;
+        while let Some(r) = ulimit_retry(&mut asked, Some("nofile"), &mut engine) {
+            tries += 1;
+            assert!(
+                matches!(r, UlimitRetry::Lowered { value, .. } if value >= LOWEST_ENGINE_LIMIT)
+            );
+            assert!(tries < 32);
+        }
+        assert_eq!(
+            asked.iter().filter(|(n, _)| n == "nofile").count(),
+            1,
+            "{asked:?}"
+        );
+        // None named: memlock first, then the rest, then nothing.
+        assert_eq!(
+            ulimit_retry(&mut asked, None, &mut engine),
+            Some(UlimitRetry::Dropped(vec!["memlock=-1".into()]))
+        );
+        assert!(matches!(
+            ulimit_retry(&mut asked, None, &mut engine),
+            Some(UlimitRetry::Dropped(d)) if d.len() == 1 && d[0].starts_with("nofile=")
+        ));
+        assert_eq!(ulimit_retry(&mut asked, None, &mut engine), None);
     }
 }

@@ -356,8 +356,17 @@ fn real_image_end_to_end() {
     // Once, on the machine's engine: the Docker 28 run of the engine tests
     // leaves it out (IMGCTL_E2E_PODMAN=0), as it leaves out the browser.
     if std::env::var("IMGCTL_E2E_PODMAN").map_or(true, |v| v != "0") {
-        podman::workstation_on_podman(pid, &key, work.path());
-        podman::workstation_on_rootless_podman(pid, &key, work.path());
+        // Pushed to the kept registry once, pulled by both (no tar of the
+        // whole image in /var/tmp); the registry stops before the signed
+        // push starts it again.
+        let pushed = podman::Pushed::push(pid, work.path());
+        eprintln!(
+            "e2e: pushed to the kept registry for Podman in {:.1} s",
+            pushed.push_s
+        );
+        podman::workstation_on_podman(pid, &key, work.path(), &pushed);
+        podman::workstation_on_rootless_podman(pid, &key, work.path(), &pushed);
+        drop(pushed);
         // The stranger with the release tarball, once too (on the machine's
         // engine, whose socket is /var/run/docker.sock).
         stranger::from_the_tarball(&image, pid);

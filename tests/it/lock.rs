@@ -511,7 +511,8 @@ fn errors_are_one_line_with_a_hint() {
         "{}",
         texts(&out).1
     );
-    // uv on PATH serves when IMGCTL_VENV is not set.
+    // uv on PATH serves when no venv has one (no IMGCTL_VENV, no
+    // VIRTUAL_ENV, no set-up venv in the cache).
     let venv_bin = crate::common::venv().join("bin");
     let path = format!("{}:/usr/bin:/bin", venv_bin.display());
     let mut c = Command::new(imgctl_bin());
@@ -519,6 +520,8 @@ fn errors_are_one_line_with_a_hint() {
         .current_dir(dir.path())
         .env("NO_COLOR", "1")
         .env("PATH", &path)
+        .env("IMGCTL_CACHE", "/nonexistent-cache")
+        .env_remove("VIRTUAL_ENV")
         .env_remove("IMGCTL_VENV");
     let out = c.output().unwrap();
     let (_, stderr) = texts(&out);

@@ -30,8 +30,22 @@ fn workstation(e: &WorkstationError) -> Advice {
         WorkstationError::NotYours { .. } => Advice::usage(
             "`--all-users` lets `down` and `logs` act on another user's workstation (`imgctl ps --all-users` lists them); `imgctl up --name NEW` starts one of your own".to_string(),
         ),
-        WorkstationError::UlimitRefused { .. } => Advice::failure(
-            "let the engine raise the limit (dockerd started with `LimitMEMLOCK=infinity` in its systemd unit)".to_string(),
+        // The engine by name, and the limit it refused (#53 F6: Podman was
+        // told of dockerd's memlock).
+        WorkstationError::UlimitRefused { limit, .. } => {
+            let limit = limit.as_deref().unwrap_or("memlock");
+            Advice::failure(match crate::docker::engine::connected_product() {
+                Some(crate::docker::engine::Product::Podman) => format!(
+                    "Podman's runtime may not set {limit} this high here (no CAP_SYS_RESOURCE): give Podman limits it may set, `default_ulimits = [\"nofile=20000:20000\", \"nproc=20000:20000\"]` under [containers] in /etc/containers/containers.conf (docs/engines.md)"
+                ),
+                _ => format!(
+                    "let the engine raise the limit {limit}: dockerd started with `Limit{}=infinity` in its systemd unit",
+                    limit.to_ascii_uppercase()
+                ),
+            })
+        }
+        WorkstationError::RuntimeCannotRun { .. } => Advice::failure(
+            "crun does not run containers on this host's hybrid cgroups (v1 controllers beside a v2 tree): set `runtime = \"runc\"` under [engine] in /etc/containers/containers.conf (docs/engines.md), or boot with cgroup v2 alone".to_string(),
         ),
         WorkstationError::PortTaken { .. } => Advice::usage(
             "free the port, pass another (--jupyter-port / --ssh-port), or leave the flag out to use a free one"
@@ -64,7 +78,11 @@ mod tests {
             },
             WorkstationError::UlimitRefused {
                 ulimits: vec!["memlock=-1".into()],
+                limit: Some("memlock".into()),
                 message: "operation not permitted".into(),
+            },
+            WorkstationError::RuntimeCannotRun {
+                message: "crun: cgroups in hybrid mode not supported".into(),
             },
             WorkstationError::PortTaken {
                 address: "127.0.0.1".into(),
@@ -73,7 +91,10 @@ mod tests {
             },
         ] {
             let a = workstation(&e);
-            let expected = if matches!(e, WorkstationError::UlimitRefused { .. }) {
+            let expected = if matches!(
+                e,
+                WorkstationError::UlimitRefused { .. } | WorkstationError::RuntimeCannotRun { .. }
+            ) {
                 ExitStatus::Failure
             } else {
                 ExitStatus::Usage

@@ -77,6 +77,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
     if podman {
         engine.ask_rootless().await;
     }
+    let engine_id: EngineId = (engine.info.product, engine.info.address.clone());
     let docker = engine.docker;
     match life::existing(&docker, &plan.name, &Owner::me()).await? {
         Existing::Free => {}
@@ -157,7 +158,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
     } else {
         printer().spinner(format!("starting {}", plan.name))
     };
-    let note = |note: Note| spinner.suspend(|| say_note(&plan, note));
+    let note = |note: Note| spinner.suspend(|| say_note(&plan, &engine_id, note));
     // The image's user owns what `up` places (its host key).
     let owner = (
         id_label(labels::UID).unwrap_or(1000),
@@ -463,7 +464,19 @@ async fn create(
 }
 
 /// Says what [`life::create`] did on its way.
-fn say_note(plan: &UpPlan, note: Note) {
+/// Which engine answered: its product and address (notes said once per
+/// engine are keyed by them).
+type EngineId = (crate::docker::engine::Product, String);
+
+fn say_note(plan: &UpPlan, engine: &EngineId, note: Note) {
+    let (product, address) = engine;
+    // Said at the first `up` on this engine, not at every one (#53 F11):
+    // with -v always.
+    let once = |what: &str, text: String| {
+        if life::said::first_time(&format!("{product} {address} {what}")) || printer().verbose > 0 {
+            printer().warn(text);
+        }
+    };
     match note {
         Note::NoGpus {
             refusal: Refusal::NoCdiSpec,
@@ -473,11 +486,33 @@ fn say_note(plan: &UpPlan, note: Note) {
             crate::docker::cdi::cdi_kind()
         )),
         Note::NoGpus { .. } => printer().info("the Docker engine cannot give containers GPUs here (no NVIDIA Container Toolkit): the workstation starts without GPUs"),
-        Note::UlimitsKept { dropped, asked } => printer().warn(format!(
-            "the engine may not raise the ulimit {} (its own limit is lower; asked for {}): the workstation keeps the engine's, so NCCL may pin less host memory; start dockerd with LimitMEMLOCK=infinity to lift it",
-            dropped.join(" "),
-            asked.join(" ")
-        )),
+        Note::UlimitsKept { dropped, asked } => {
+            let lift = match product {
+                crate::docker::engine::Product::Podman => "Podman's runtime lacks CAP_SYS_RESOURCE here; `default_ulimits` in containers.conf sets what it may (docs/engines.md)".to_string(),
+                crate::docker::engine::Product::Docker => format!(
+                    "`Limit{}=infinity` in dockerd's systemd unit lifts it",
+                    dropped
+                        .first()
+                        .and_then(|d| d.split('=').next())
+                        .unwrap_or("memlock")
+                        .to_ascii_uppercase()
+                ),
+            };
+            once(
+                &dropped.join(" "),
+                format!(
+                    "{product} may not raise the ulimit {} here (asked for {}): the workstation keeps {product}'s, so NCCL may pin less host memory; {lift}; said once for this engine",
+                    dropped.join(" "),
+                    asked.join(" ")
+                ),
+            );
+        }
+        Note::EngineLimitLowered { limit, value } => once(
+            &format!("{limit} lowered"),
+            format!(
+                "{product}'s runtime may not set its own default ulimit {limit} here (no CAP_SYS_RESOURCE): the workstation asks for {limit}={value}; `default_ulimits` in containers.conf sets it for every container (docs/engines.md); said once for this engine"
+            ),
+        ),
         Note::PortTaken { port } => printer().info(format!(
             "port {port} was taken while {} started; it gets a free port (below)",
             plan.name

@@ -6,19 +6,25 @@
 //! labels on top of it (tests/fixtures/specs/on-top.yaml: the verify inside
 //! needs the image's torch).
 //!
-//! Rootful: the copy into root's storage by `skopeo copy` (118 s here
-//! against 124 s for `docker save | podman load`, both measured). Rootless:
-//! a service run as the test user (`podman::rootless`), the copy by `docker
-//! save | podman load` as the user into the user's overlay storage
-//! (scripts/setup.sh makes it overlay: vfs would store every layer whole),
-//! and `up` by default in `keep-id:uid=1000,gid=1000`: the user is the
-//! image's `dev` inside, so what `train-demo` writes in /workspace is the
-//! user's own on the host.
+//! Both copies are pulled from the e2e test's kept registry, where the
+//! Docker engine pushed the image first ([`Pushed`]): a copy from the
+//! engine (`skopeo copy docker-daemon:`, `docker save | podman load`)
+//! wrote the whole image as a tar into /var/tmp and its layers again into
+//! a temporary folder before Podman's storage took them (13 GB of /var/tmp
+//! at its peak beside the copy's 6.6 GB, 2026-12-07: a CI machine ran out
+//! of disk there); a pull keeps only the compressed layers (3.3 GB) while
+//! it unpacks them, and the registry's storage is the one the signed push
+//! (`supply.rs`) fills anyway. Rootless: a service run as the test user
+//! (`podman::rootless`), the pull as the user into the user's overlay
+//! storage (scripts/setup.sh makes it overlay: vfs would store every layer
+//! whole), and `up` by default in `keep-id:uid=1000,gid=1000`: the user is
+//! the image's `dev` inside, so what `train-demo` writes in /workspace is
+//! the user's own on the host.
 //! The copy, the containers and the volume go on every path, by guards.
 use serde_json::json;
 
 use super::*;
-use crate::podman::rootless::{as_user, load_rootless, one_at_a_time, user, user_folder};
+use crate::podman::rootless::{as_user, one_at_a_time, user, user_folder};
 use crate::podman::{podman, PodmanService};
 
 /// The Podman a step runs on: root's, or the test user's (rootless).
@@ -144,8 +150,83 @@ impl Times {
     }
 }
 
-/// The end-to-end image on rootful Podman, copied by `skopeo copy`.
-pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
+/// The end-to-end image in the kept registry, for the Podman steps to pull:
+/// pushed by the Docker engine under a tag of this run, untagged on the
+/// engine when dropped (its layers stay in the registry for the signed
+/// push, which then sends only what changed).
+pub(super) struct Pushed {
+    /// The pushed reference (`127.0.0.1:PORT/imgctl-test/e2e:podman-PID`).
+    pub(super) reference: String,
+    /// How long the push took, in seconds.
+    pub(super) push_s: f64,
+    /// The registry, serving while the steps pull.
+    _registry: crate::build::LocalRegistry,
+}
+
+impl Pushed {
+    /// Tags and pushes the end-to-end image to the kept registry.
+    pub(super) fn push(pid: u32, work: &Path) -> Self {
+        let registry = super::e2e_registry();
+        let reference = format!("127.0.0.1:{}/imgctl-test/e2e:podman-{pid}", registry.port);
+        let config = work.join("podman-push-config");
+        std::fs::create_dir_all(&config).unwrap();
+        registry.write_docker_config(&config, "e2e", "e2e-pw");
+        docker_ok(&["tag", E2E_TAG, &reference]);
+        let started = Instant::now();
+        let out = Command::new("docker")
+            .arg("--config")
+            .arg(&config)
+            .args(["push", "-q", &reference])
+            .env("DOCKER_API_VERSION", "1.41")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "docker push {reference}: {}",
+            texts(&out).1
+        );
+        Self {
+            reference,
+            push_s: started.elapsed().as_secs_f64(),
+            _registry: registry,
+        }
+    }
+
+    /// Pulls it into `side`'s storage (`podman pull`, as the user when
+    /// rootless) and tags it `local`; the seconds it took.
+    fn pull_into(&self, side: &Side, local: &str) -> f64 {
+        let started = Instant::now();
+        let out = side.cli(&[
+            "pull",
+            "-q",
+            "--tls-verify=false",
+            "--creds",
+            "e2e:e2e-pw",
+            &self.reference,
+        ]);
+        assert!(
+            out.status.success(),
+            "podman pull ({}): {}",
+            side.word(),
+            texts(&out).1
+        );
+        let out = side.cli(&["tag", &self.reference, local]);
+        assert!(out.status.success(), "podman tag: {}", texts(&out).1);
+        let out = side.cli(&["rmi", &self.reference]);
+        assert!(out.status.success(), "podman untag: {}", texts(&out).1);
+        started.elapsed().as_secs_f64()
+    }
+}
+
+impl Drop for Pushed {
+    fn drop(&mut self) {
+        let _ = docker(&["rmi", &self.reference]);
+    }
+}
+
+/// The end-to-end image on rootful Podman, pulled from the kept registry.
+pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path, pushed: &Pushed) {
     let side = Side {
         service: PodmanService::rootful(),
         rootless: false,
@@ -153,27 +234,19 @@ pub(super) fn workstation_on_podman(pid: u32, key: &Path, work: &Path) {
     let mut left = Leftovers::new(&side);
     let copy = format!("localhost/imgctl-test/e2e-podman:{pid}");
     left.images.push(copy.clone());
-    let started = Instant::now();
-    let out = Command::new("skopeo")
-        .args(["copy", "-q", &format!("docker-daemon:{E2E_TAG}")])
-        .arg(format!("containers-storage:{copy}"))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run skopeo (scripts/setup.sh installs it)");
-    assert!(out.status.success(), "skopeo copy: {}", texts(&out).1);
-    let copy_s = started.elapsed().as_secs_f64();
+    let copy_s = pushed.pull_into(&side, &copy);
     // The image's user (uid 1000) writes the project folder.
     let folder = work.join("podman-project");
     std::fs::create_dir_all(&folder).unwrap();
     std::os::unix::fs::chown(&folder, Some(1000), Some(1000)).unwrap();
     let times = use_it(&side, &mut left, &copy, pid, key, &folder, work, copy_s);
-    times.say(&side, "skopeo copy");
+    times.say(&side, "podman pull from the registry");
 }
 
 /// The end-to-end image on rootless Podman: a service of the test user,
 /// the copy loaded into the user's storage, `up` with its default user
 /// namespace (the user is the image's `dev` inside).
-pub(super) fn workstation_on_rootless_podman(pid: u32, key: &Path, work: &Path) {
+pub(super) fn workstation_on_rootless_podman(pid: u32, key: &Path, work: &Path, pushed: &Pushed) {
     let _one = one_at_a_time();
     let side = Side {
         service: PodmanService::rootless(),
@@ -184,9 +257,7 @@ pub(super) fn workstation_on_rootless_podman(pid: u32, key: &Path, work: &Path) 
     left.images.push(copy.clone());
     // A copy left by a run that was killed holds an older imgctl.
     let _ = side.cli(&["rmi", "-f", &copy]);
-    let started = Instant::now();
-    load_rootless(E2E_TAG, side.service.dir.path());
-    let copy_s = started.elapsed().as_secs_f64();
+    let copy_s = pushed.pull_into(&side, &copy);
     // The service (the user) must reach the folder; the user owns it, and
     // is the image's uid 1000 inside.
     let (uid, gid, _) = user();
@@ -201,7 +272,7 @@ pub(super) fn workstation_on_rootless_podman(pid: u32, key: &Path, work: &Path) 
         (uid, gid),
         "train-demo's metrics are not the user's"
     );
-    times.say(&side, "docker save | podman load as the user");
+    times.say(&side, "podman pull from the registry as the user");
 }
 
 /// `up` of `image` on `side` with `folder` at /workspace, JupyterLab and
