@@ -7,10 +7,10 @@
 //! Podman, rootful and rootless (`podman.rs`: copied into its storage, `up`,
 //! Jupyter, SSH, `train-demo` inside, `build --verify --attest`).
 //!
-//! The image's tag ([`E2E_TAG`]) is kept between runs on purpose: with the
-//! classic builder the layer cache *is* the chain of parent images, so it is
-//! what makes a second run fast. Superseded images (an earlier id of the tag,
-//! other tags in the repository) are removed, keeping disk use bounded.
+//! The image's tag ([`E2E_TAG`]) is kept between runs on purpose: BuildKit's
+//! layer cache makes a second run fast. Superseded images (an earlier id of
+//! the tag, other tags in the repository) and the build's cache mounts are
+//! removed, keeping disk use bounded.
 //! Containers and keys are removed by guards, also on assertion failure.
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -159,6 +159,17 @@ fn build_image(work: &Path) -> String {
             .join("\n")
     );
 
+    // The build's cache mounts (uv's and pip's downloads, 6.2 GB after a
+    // cold build) serve only a pip layer that runs again; the layers are
+    // cached without them. Removed, so that the Podman steps' copies and
+    // the engine tests after the suite have the room (a CI machine ran out
+    // of disk in the Podman step, 2026-12-07). Mounts in use by another
+    // test's build are kept by the engine.
+    let pruned = docker(&["builder", "prune", "-f", "--filter", "type=exec.cachemount"]);
+    eprintln!(
+        "e2e: the build's cache mounts removed: {}",
+        texts(&pruned).0.lines().last().unwrap_or_default()
+    );
     // Keep the disk bounded: drop what this build superseded (its cached parent
     // layers stay, as the new image's parents).
     if let Some(old) = previous.filter(|old| *old != id) {
