@@ -65,7 +65,13 @@ fn up_refuses_what_a_new_user_trips_on_with_one_line_and_leaves_nothing() {
     let (code, err) = up(&["--name", &name, "imgctl-test/no-such-image:missing"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(one_error_line(&err).contains("not found"), "{err}");
-    assert!(err.contains("hint: build it with `imgctl build`"), "{err}");
+    // The hint names the engine and its own CLI (#53 F21).
+    assert!(
+        err.contains(
+            "hint: this Docker engine has no image of that name: build it with `imgctl build`"
+        ),
+        "{err}"
+    );
 
     // An image imgctl did not build: nothing in it starts JupyterLab or SSH.
     ensure_bases();

@@ -413,7 +413,11 @@ fn up_and_verify_image_check_the_signed_verdict_before_starting_anything() {
     );
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("refused  sha256:"), "{stderr}");
+    // The unsigned statement is said and not used (#53 F12).
+    assert!(
+        stderr.contains("unsigned sha256:") && stderr.contains("not used"),
+        "{stderr}"
+    );
     let listed = crate::build::docker_ok(&["ps", "-aq", "--filter", &format!("name=^{name}$")]);
     assert!(listed.trim().is_empty(), "up started {name}: {listed}");
     // An image never pushed has no digest a verdict could name.
