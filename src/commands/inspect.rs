@@ -235,7 +235,13 @@ fn render(inspected: &Inspected) -> String {
     }
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
     if let output::Fit::Cut(width) = fit {
-        output::drop_columns(&mut table, width, &[3, 1]);
+        let hidden = output::drop_columns(&mut table, width, &[3, 1]);
+        if let Some(line) = output::dropped_note(&table, &hidden, width) {
+            printer().info(output::wrap_text(
+                &line,
+                output::table_width(output::Stream::Stderr),
+            ));
+        }
     }
     output::fit_table(&mut table, fit);
     format!("{head}\n{table}")

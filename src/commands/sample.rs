@@ -73,6 +73,12 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         )
     };
     bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    // Off a terminal (a notebook, `ssh host imgctl sample`, a log), a plain
+    // line at each tenth of the steps, so a long run is never silent (#53 F19).
+    let lines = !args.json && !p.interactive;
+    let denoising = std::time::Instant::now();
+    let mut said = 0u64;
+    let steps = args.steps as u64;
     let images = DdpmSchedule::new(device).sample_observed(
         |x, t| model.forward(x, t),
         args.num,
@@ -81,7 +87,15 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         args.steps as i64,
         args.seed,
         device,
-        |done| bar.set_position(done),
+        |done| {
+            bar.set_position(done);
+            if lines && tenth_due(done, steps, &mut said) {
+                p.info(format!(
+                    "denoising step {done}/{steps} ({:.1} s)",
+                    denoising.elapsed().as_secs_f64()
+                ));
+            }
+        },
     );
     bar.finish_and_clear();
     let images = images?;
@@ -112,6 +126,18 @@ pub fn run(args: SampleArgs) -> anyhow::Result<ExitStatus> {
         })?;
     }
     Ok(ExitStatus::Success)
+}
+
+/// Whether `done` of `steps` passed a tenth not yet said (`said` holds the
+/// last tenth said, and is moved on).
+#[cfg_attr(not(feature = "torch"), allow(dead_code))]
+fn tenth_due(done: u64, steps: u64, said: &mut u64) -> bool {
+    let tenth = done * 10 / steps.max(1);
+    if tenth > *said {
+        *said = tenth;
+        return true;
+    }
+    false
 }
 
 /// Version of the `sample --json` layout.
@@ -216,4 +242,20 @@ fn check_out_png(out: &std::path::Path) -> anyhow::Result<()> {
 #[cfg(not(feature = "torch"))]
 pub fn run(_args: SampleArgs) -> anyhow::Result<ExitStatus> {
     Err(super::torch_missing("sample"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tenth_due;
+
+    #[test]
+    fn a_line_is_due_at_each_tenth_once() {
+        let mut said = 0;
+        let due: Vec<u64> = (1..=50).filter(|d| tenth_due(*d, 50, &mut said)).collect();
+        assert_eq!(due, vec![5, 10, 15, 20, 25, 30, 35, 40, 45, 50]);
+        // Fewer steps than tenths: every step once, the last included.
+        let mut said = 0;
+        let due: Vec<u64> = (1..=3).filter(|d| tenth_due(*d, 3, &mut said)).collect();
+        assert_eq!(due, vec![1, 2, 3]);
+    }
 }

@@ -144,7 +144,7 @@ const DROP_ORDER: [usize; 5] = [1, 2, 9, 7, 4];
 /// The table at most `width` columns wide: the base image without its
 /// `nvidia/cuda:` repository, the native driver in a column of its own, and
 /// columns dropped in [`DROP_ORDER`] until it fits.
-fn fitted_table(rows: &[ProfileRow], width: u16) -> Table {
+fn fitted_table(rows: &[ProfileRow], width: u16) -> (Table, Option<String>) {
     const REPO: &str = "nvidia/cuda:";
     let all_cuda = rows.iter().all(|r| r.base_image.starts_with(REPO));
     let mut table = Table::new();
@@ -187,9 +187,10 @@ fn fitted_table(rows: &[ProfileRow], width: u16) -> Table {
             },
         ]);
     }
-    output::drop_columns(&mut table, width, &DROP_ORDER);
+    let hidden = output::drop_columns(&mut table, width, &DROP_ORDER);
+    let note = output::dropped_note(&table, &hidden, width);
     output::fit_table(&mut table, output::Fit::Cut(width));
-    table
+    (table, note)
 }
 
 /// `cu124 (default)`.
@@ -216,11 +217,17 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
     // A table of ten columns wrapped into 80 is unreadable: on a terminal
     // the table always fits, and `-v` adds every field in full below it.
     let width = output::table_width(output::Stream::Stdout);
-    let table = match width {
+    let (table, dropped) = match width {
         Some(w) => fitted_table(&rows, w),
-        None => full_table(&rows),
+        None => (full_table(&rows), None),
     };
     p.data(table.to_string());
+    if let Some(line) = dropped.filter(|_| p.verbose == 0) {
+        p.info(output::wrap_text(
+            &format!("{line}; -v lists every field"),
+            output::table_width(output::Stream::Stderr),
+        ));
+    }
     if p.verbose > 0 && width.is_some() {
         for r in &rows {
             p.data(output::wrap_text(

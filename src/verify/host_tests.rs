@@ -250,3 +250,24 @@ fn a_gpu_refusal_for_want_of_a_cdi_spec_says_to_make_one() {
     let hint = gpu_refusal_hint(&no_toolkit, &TEST_WORDS);
     assert!(hint.contains("<toolkit_configure>"), "{hint}");
 }
+
+#[test]
+fn a_binary_the_image_cannot_start_is_told_from_a_silent_one() {
+    // runc on Docker 20.10, runc 1.1+, crun, and a foreign architecture.
+    for said in [
+        "standard_init_linux.go:228: exec user process caused: no such file or directory",
+        "exec /usr/local/bin/imgctl: no such file or directory",
+        "crun: execvp `imgctl`: No such file or directory: OCI runtime attempted to invoke a command that was not found",
+        "exec /usr/local/bin/imgctl: exec format error",
+    ] {
+        assert!(cannot_exec(said), "{said}");
+    }
+    // An imgctl that ran and failed, or printed a missing file of its own.
+    for said in [
+        "error: unknown check id `x`",
+        "error: /data/probe: no such file or directory",
+        "",
+    ] {
+        assert!(!cannot_exec(said), "{said}");
+    }
+}

@@ -355,6 +355,11 @@ fn tables_fit_columns_80() {
         "lines over 80 columns:\n{}",
         wide.join("\n")
     );
+    // The columns left out are named, with where they are (#53 F17).
+    assert!(
+        stderr.contains("left out to fit 80 columns: --cuda"),
+        "{stderr}"
+    );
 
     // -v adds every field in full, wrapped to the width.
     let out = imgctl_columns(&["-v", "specs"], Some("80"));

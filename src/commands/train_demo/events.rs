@@ -12,7 +12,12 @@ use crate::train::events::{GpuLoad, RunEvent, StepProgress};
 /// the steps left at the rate of the steps run in this process), not
 /// indicatif's, which counted a resumed run's jump to its start step as
 /// steps done now and came out 6-10x too low after `--resume` (#45 F9).
-const BAR_TEMPLATE: &str = "{bar:30} {pos}/{len} {msg} [{elapsed_precise}]";
+/// The bar takes the width the rest leaves, so the line fits the terminal
+/// (a fixed 30-column bar wrapped at 80 columns, #53 F17).
+const BAR_TEMPLATE: &str = "{wide_bar} {pos}/{len} {msg} [{elapsed_precise}]";
+
+/// The fewest columns the bar itself keeps.
+const BAR_MIN: usize = 10;
 
 /// A sink for [`crate::train::run::run`], [`crate::bench::run_rank`] and
 /// the supervisor that prints through the process's printer. It holds the progress bar
@@ -45,11 +50,8 @@ pub(super) fn printed() -> impl Fn(&RunEvent) {
 /// A step on the bar, and off a terminal its log line when one is due.
 fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
     if let Some(b) = bar {
-        let gpu = s
-            .gpu
-            .map(|g| format!(" {}", gpu_words(&g)))
-            .unwrap_or_default();
-        b.set_message(bar_message(s, &gpu));
+        let width = crate::output::table_width(crate::output::Stream::Stderr);
+        b.set_message(fitting_message(s, width.map(usize::from)));
         b.set_position(s.step);
     }
     if p.interactive || !s.log_due {
@@ -72,6 +74,30 @@ fn bar_message(s: &StepProgress, gpu: &str) -> String {
         s.img_per_s,
         human_duration(s.eta_s)
     )
+}
+
+/// The bar's message for a terminal `width` columns wide: the whole one
+/// where it fits beside a bar of [`BAR_MIN`], else without the GPUs'
+/// reading, else the loss and the ETA alone.
+fn fitting_message(s: &StepProgress, width: Option<usize>) -> String {
+    let gpu = s
+        .gpu
+        .map(|g| format!(" {}", gpu_words(&g)))
+        .unwrap_or_default();
+    let full = bar_message(s, &gpu);
+    let Some(width) = width else {
+        return full;
+    };
+    // `BAR 40/80 MSG [00:00:12]`: the spaces, the counts and the time.
+    let digits = s.steps.max(1).to_string().len();
+    let fits = |msg: &str| BAR_MIN + 1 + 2 * digits + 1 + 1 + msg.chars().count() + 1 + 10 <= width;
+    let candidates = [
+        full,
+        bar_message(s, ""),
+        format!("loss {:.4} ETA {}", s.loss, human_duration(s.eta_s)),
+    ];
+    let last = candidates[2].clone();
+    candidates.into_iter().find(|m| fits(m)).unwrap_or(last)
 }
 
 /// `step 40/80 loss 0.1234 lr 1.00e-4 grad_norm 0.512 12.3 img/s ETA 3s`,
@@ -165,5 +191,14 @@ mod tests {
             ..h200
         };
         assert_eq!(gpu_words(&four), "4 GPUs ?% 61/140 GiB");
+        // At 80 columns the GPUs' reading gives way; at 120 it stays.
+        let at = |w| fitting_message(&watched, Some(w));
+        assert_eq!(at(120), bar_message(&watched, " GPU 97% 61/140 GiB"));
+        assert_eq!(at(80), "loss 0.1234 12.3 img/s ETA 1h 2m 5s");
+        assert_eq!(at(50), "loss 0.1234 ETA 1h 2m 5s");
+        for w in [80, 120] {
+            // bar, counts, message and time within the width.
+            assert!(BAR_MIN + 13 + at(w).len() + 11 <= w, "{w}: {}", at(w));
+        }
     }
 }

@@ -174,7 +174,13 @@ fn ps_table(listed: &[(Listed, Whose)]) -> String {
     if let output::Fit::Cut(width) = fit {
         // The least useful first: the folder, the image, the GPUs.
         let shift = usize::from(with_tb) + usize::from(with_owner);
-        output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
+        let hidden = output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
+        if let Some(line) = output::dropped_note(&table, &hidden, width) {
+            printer().info(output::wrap_text(
+                &line,
+                output::table_width(output::Stream::Stderr),
+            ));
+        }
     }
     output::fit_table(&mut table, fit);
     table.to_string()

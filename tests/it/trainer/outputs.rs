@@ -25,8 +25,17 @@ fn sample_png_decodes() {
         ],
         &[],
     );
-    let (stdout, _) = assert_code(&o, 0);
+    let (stdout, stderr) = assert_code(&o, 0);
     assert_eq!(stdout, "", "without --json, nothing on stdout");
+    // Piped, each step is a plain line (3 steps: each passes a tenth), in
+    // order and with the time so far (#53 F19).
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("denoising step "))
+        .collect();
+    assert_eq!(said.len(), 3, "{stderr}");
+    assert!(said[2].starts_with("denoising step 3/3 ("), "{stderr}");
+    assert!(said[2].ends_with(" s)"), "{stderr}");
     let img = image::open(&png).expect("decodes").to_rgb8();
     // 2×2 tiles of 32 px enlarged ×4 to 128, with 2 px padding (torchvision make_grid).
     assert_eq!(img.dimensions(), (2 + 2 * 130, 2 + 2 * 130));

@@ -236,6 +236,45 @@ fn verify_image_without_imgctl_is_an_error_and_cleans_up() {
 }
 
 #[test]
+fn an_imgctl_the_image_cannot_start_is_named_without_the_parsers_words() {
+    // This imgctl is linked against glibc; the busybox base has no loader for
+    // it, so the engine starts the container and the exec fails (#53 F18).
+    let Some((rt, docker)) = image_setup() else {
+        panic!("no Docker engine");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = imgctl(&[
+        "verify",
+        "--image",
+        crate::build::BUSYBOX_BASE,
+        "--expect-gpus",
+        "0",
+        "--mount",
+        &probe_arg(dir.path()),
+        "--mount",
+        &format!("{}:/usr/local/bin/imgctl:ro", imgctl_bin().display()),
+    ]);
+    let (stdout, stderr) = texts(&out);
+    let text = format!("{stdout}\n{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "the image's imgctl cannot run in {}",
+            crate::build::BUSYBOX_BASE
+        )),
+        "{text}"
+    );
+    assert!(text.contains("no glibc loader"), "{text}");
+    assert!(!text.contains("EOF while parsing"), "{text}");
+    assert!(!text.contains("on the image's PATH"), "{text}");
+    assert!(
+        rt.block_on(containers_mounting(&docker, dir.path()))
+            .is_empty(),
+        "container left behind"
+    );
+}
+
+#[test]
 fn verify_image_unknown_image_is_a_usage_error() {
     if runtime().block_on(engine()).is_none() {
         panic!("no Docker engine");
