@@ -305,6 +305,12 @@ pub struct UpArgs {
     /// Do not run `imgctl verify --level quick` inside once it is up.
     #[arg(long)]
     pub no_verify: bool,
+    /// Print only the `~/.ssh/config` block of the workstation (Host NAME.imgctl: for `ssh NAME.imgctl`, VS Code Remote-SSH and `ssh -L` forwards), once it is up.
+    #[arg(long, conflicts_with = "json")]
+    pub print_ssh_config: bool,
+    /// Make a new JupyterLab token (the workstation keeps its token across `down` and `up`, so a bookmarked URL keeps opening; this one replaces it).
+    #[arg(long)]
+    pub new_token: bool,
     /// How GPUs are asked for: CDI device names (`nvidia.com/gpu=0`; Docker 25+ with CDI on),
     /// the NVIDIA runtime's device request, or auto (CDI where the engine lists CDI GPUs).
     #[arg(long, value_name = "API", value_enum, default_value_t = crate::docker::cdi::GpuApi::Auto)]

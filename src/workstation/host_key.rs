@@ -48,29 +48,32 @@ fn home() -> Result<PathBuf, String> {
 /// public half remembered in `~/.ssh/known_hosts`. Err: why not (a note).
 pub fn prepare(name: &str) -> Result<HostKey, String> {
     let home = home()?;
-    let state = match std::env::var_os(crate::env_vars::XDG_STATE_HOME).map(PathBuf::from) {
+    prepare_in(&home, &state_base(&home), name)
+}
+
+/// `$XDG_STATE_HOME` when absolute, else `HOME/.local/state`.
+fn state_base(home: &Path) -> PathBuf {
+    match std::env::var_os(crate::env_vars::XDG_STATE_HOME).map(PathBuf::from) {
         Some(b) if b.is_absolute() => b,
         _ => home.join(".local/state"),
-    };
-    prepare_in(&home, &state, name)
+    }
 }
 
 /// The most bytes a host key file may have (an ed25519 key is about 400).
 const KEY_MAX: u64 = 64 * 1024;
 
-/// [`prepare`] with HOME and the state folder given.
-///
-/// The key is copied into a container that the workstation's user owns, so
-/// nothing on the path may be anyone else's (#50 H1, M6): the folders
-/// `imgctl/`, `workstations/` and `NAME/` under the state folder are real
-/// folders (no symbolic links), the caller's, and writable by nobody else;
-/// the key is a regular file of the caller's, mode 0600, opened without
-/// following a link; and the `.pub` beside it must be the key's own public
-/// half, which is what `known_hosts` pins. A run as root with a user's
-/// HOME (sudo) therefore never reads root's files through a link the user
-/// planted: the folders are the user's, not root's, and the workstation
-/// makes its own host key.
-fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> {
+/// Workstation `name`'s own state folder (made when missing):
+/// `$XDG_STATE_HOME/imgctl/workstations/NAME/` (default under
+/// `~/.local/state`), which holds its host key and what `up` keeps between
+/// containers ([`super::kept`]). Err: why it cannot be used (a note).
+pub fn state_folder(name: &str) -> Result<PathBuf, String> {
+    state_folder_in(&state_base(&home()?), name)
+}
+
+/// [`state_folder`] under the state folder `state`: made 0700 and checked
+/// as [`prepare_in`] says (real folders, the caller's, writable by nobody
+/// else).
+fn state_folder_in(state: &Path, name: &str) -> Result<PathBuf, String> {
     let dir = state.join("imgctl/workstations").join(name);
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -95,6 +98,23 @@ fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> 
             )
         })?;
     }
+    Ok(dir)
+}
+
+/// [`prepare`] with HOME and the state folder given.
+///
+/// The key is copied into a container that the workstation's user owns, so
+/// nothing on the path may be anyone else's (#50 H1, M6): the folders
+/// `imgctl/`, `workstations/` and `NAME/` under the state folder are real
+/// folders (no symbolic links), the caller's, and writable by nobody else;
+/// the key is a regular file of the caller's, mode 0600, opened without
+/// following a link; and the `.pub` beside it must be the key's own public
+/// half, which is what `known_hosts` pins. A run as root with a user's
+/// HOME (sudo) therefore never reads root's files through a link the user
+/// planted: the folders are the user's, not root's, and the workstation
+/// makes its own host key.
+fn prepare_in(home: &Path, state: &Path, name: &str) -> Result<HostKey, String> {
+    let dir = state_folder_in(state, name)?;
     let key = dir.join("ssh_host_ed25519_key");
     let public_file = key.with_extension("pub");
     if std::fs::symlink_metadata(&key).is_err() && std::fs::symlink_metadata(&public_file).is_err()

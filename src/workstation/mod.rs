@@ -18,6 +18,7 @@ pub mod contract;
 pub mod differences;
 pub mod host_key;
 pub mod idle;
+pub mod kept;
 pub mod owner;
 pub mod plan;
 pub mod probe;

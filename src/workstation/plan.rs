@@ -65,6 +65,10 @@ pub struct UpPlan {
     pub json: bool,
     /// `--no-verify`.
     pub no_verify: bool,
+    /// `--print-ssh-config`: the `~/.ssh/config` block alone on stdout.
+    pub print_ssh_config: bool,
+    /// Replace the kept JupyterLab token with a new one (`--new-token`).
+    pub new_token: bool,
     /// The private key beside the first `--ssh-key FILE.pub` (the `ssh`
     /// line's `-i`).
     pub identity: Option<PathBuf>,

@@ -92,7 +92,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
         Existing::Running(w) => {
             let shm = ws::shm_bytes(&docker, &w.id).await;
             let differ = differences(&plan, &w, shm);
-            print_up(&report_of(&w, true, None), plan.json)?;
+            print_up(&report_of(&w, true, None), plan.json, plan.print_ssh_config)?;
             if !differ.is_empty() {
                 // Named, one by one, and how to apply them (#45 F5).
                 printer().warn(format!(
@@ -151,7 +151,7 @@ async fn start(mut plan: UpPlan) -> anyhow::Result<ExitStatus> {
     if plan.ssh.is_none() {
         printer().info("no public key in ~/.ssh: SSH is off (pass --ssh-key FILE to turn it on)");
     }
-    let token = token()?;
+    let token = kept_token(&plan)?;
     let interrupt = crate::docker::Termination::install()?;
     let spinner = if plan.json {
         indicatif::ProgressBar::hidden()
@@ -277,6 +277,16 @@ async fn come_up(
                 .with_hint(format!("see why with `imgctl logs {}`", plan.name))
         })?;
     let verify_in = verify.as_ref().map(|_| verifying.elapsed());
+    // The ports it has now are the ones the next `up` asks for first.
+    let port = |s: &Option<(String, u16)>| s.as_ref().map(|(_, p)| *p);
+    let ports = life::kept::Ports {
+        jupyter: port(&listed.jupyter),
+        ssh: port(&listed.ssh),
+        tensorboard: port(&listed.tensorboard),
+    };
+    if let Err(why) = life::kept::save_ports(&plan.name, &ports) {
+        printer().verbose(format!("the ports are not kept: {why}"));
+    }
     let mut report = report_of(&listed, false, verify);
     report.seconds = Some(Phases::of(created_in, healthy_in, verify_in));
     if let Some(tb) = &report.tensorboard {
@@ -295,7 +305,7 @@ async fn come_up(
             }
         }
     }
-    print_up(&report, plan.json)?;
+    print_up(&report, plan.json, plan.print_ssh_config)?;
     match &report.verify {
         Some(v) if !v.passed => Err(CliError::failure(format!(
             "imgctl verify --level quick failed inside {}: {}; the workstation runs",
@@ -355,10 +365,36 @@ async fn start_again(
     come_up(docker, plan, &w.id, gpus, spinner, interrupt, how).await
 }
 
+/// The JupyterLab token of `plan`'s workstation: the one kept for its name
+/// (#53 F10), a new one with `--new-token` (said), or, where none can be
+/// kept, one for this container alone (said).
+fn kept_token(plan: &UpPlan) -> anyhow::Result<String> {
+    match life::kept::token(&plan.name, plan.new_token, token) {
+        Ok((t, life::kept::TokenFrom::Rotated)) => {
+            printer().info(format!(
+                "a new JupyterLab token for {} (--new-token): URLs with the old one no longer open",
+                plan.name
+            ));
+            Ok(t)
+        }
+        Ok((t, _)) => Ok(t),
+        Err(why) => {
+            printer().info(format!(
+                "the JupyterLab token is this container's alone (the next `up` makes another): {why}"
+            ));
+            token()
+        }
+    }
+}
+
 /// Each difference of a running or stopped workstation from `plan`, in
-/// words (`--gpus: it has all, asked 0`).
+/// words (`--gpus: it has all, asked 0`); `--new-token` is one, since the
+/// token is the container's.
 fn differences(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<String> {
     use life::differences::Setting;
+    let token = plan
+        .new_token
+        .then(|| "--new-token: it has its token, asked a new one".to_string());
     life::differences::of(plan, w, shm)
         .into_iter()
         .map(|d| {
@@ -381,6 +417,7 @@ fn differences(plan: &UpPlan, w: &Listed, shm: Option<i64>) -> Vec<String> {
                 ),
             }
         })
+        .chain(token)
         .collect()
 }
 

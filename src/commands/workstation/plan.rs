@@ -41,12 +41,15 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         .into());
     }
     let keys = ssh_keys(&args.ssh_key)?;
+    // The ports this workstation had last, asked for first (#53 F10).
+    let kept = crate::workstation::kept::ports(&name);
     let ssh = if keys.is_empty() {
         None
     } else {
         Some(port_plan(
             listen,
             args.ssh_port,
+            kept.ssh,
             DEFAULT_SSH_PORT,
             "--ssh-port",
             "SSH",
@@ -56,6 +59,7 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         Some(port_plan(
             listen,
             args.tensorboard_port,
+            kept.tensorboard,
             DEFAULT_TENSORBOARD_PORT,
             "--tensorboard-port",
             "TensorBoard",
@@ -74,6 +78,7 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         jupyter: port_plan(
             listen,
             args.jupyter_port,
+            kept.jupyter,
             DEFAULT_JUPYTER_PORT,
             "--jupyter-port",
             "JupyterLab",
@@ -85,6 +90,8 @@ pub(super) fn plan(args: &UpArgs) -> anyhow::Result<UpPlan> {
         wait: Duration::from_secs(args.wait.unsigned_abs()),
         json: args.json,
         no_verify: args.no_verify,
+        print_ssh_config: args.print_ssh_config,
+        new_token: args.new_token,
         identity: crate::workstation::host_key::identity(&args.ssh_key),
         idle_stop: args.idle_stop,
         restart: restart(&args.restart, args.idle_stop.is_some())?,
@@ -223,10 +230,12 @@ fn default_name(workspace: Option<&Path>) -> String {
 }
 
 /// The host port for a service: the one given (it must be free), else the
-/// default when free, else one the engine picks.
+/// one it had last (`kept`) when free, else the default when free, else one
+/// the engine picks.
 fn port_plan(
     listen: IpAddr,
     given: Option<u16>,
+    kept: Option<u16>,
     default: u16,
     flag: &str,
     service: &str,
@@ -245,6 +254,11 @@ fn port_plan(
             "free it, pass another {flag}, or leave {flag} out to use {default} or a free one"
         ))
         .into()),
+        None if kept.is_some_and(free) => Ok(PortPlan {
+            host: kept,
+            given: false,
+            note: None,
+        }),
         None if free(default) => Ok(PortPlan {
             host: Some(default),
             given: false,
@@ -406,18 +420,28 @@ mod tests {
         let held = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = held.local_addr().unwrap().port();
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
-        let err = port_plan(lo, Some(port), 8888, "--jupyter-port", "JupyterLab").unwrap_err();
+        let err =
+            port_plan(lo, Some(port), None, 8888, "--jupyter-port", "JupyterLab").unwrap_err();
         assert!(
             err.to_string()
                 .contains(&format!("port {port} on 127.0.0.1 is taken")),
             "{err}"
         );
-        let plan = port_plan(lo, None, port, "--jupyter-port", "JupyterLab").unwrap();
+        let plan = port_plan(lo, None, None, port, "--jupyter-port", "JupyterLab").unwrap();
         assert_eq!(plan.host, None);
         assert!(plan
             .note
             .unwrap()
             .contains(&format!("port {port} is taken")));
+        // The port it had last comes first when free (#53 F10), and gives
+        // way to the default when taken.
+        let free = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let was = free.local_addr().unwrap().port();
+        drop(free);
+        let plan = port_plan(lo, None, Some(was), port, "--jupyter-port", "JupyterLab").unwrap();
+        assert_eq!((plan.host, plan.given, plan.note), (Some(was), false, None));
+        let plan = port_plan(lo, None, Some(port), was, "--jupyter-port", "JupyterLab").unwrap();
+        assert_eq!(plan.host, Some(was));
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub(super) struct UpReport {
     pub(super) already_up: bool,
     pub(super) jupyter: Option<Service>,
     pub(super) ssh: Option<Service>,
+    /// The `~/.ssh/config` block for it (`Host NAME.imgctl`), with SSH.
+    pub(super) ssh_config: Option<String>,
     /// `up --tensorboard`: TensorBoard's address.
     pub(super) tensorboard: Option<Service>,
     pub(super) verify: Option<VerifySummary>,
@@ -138,6 +140,45 @@ fn ssh_line(
     format!("{line} {user}@{host}")
 }
 
+/// The `~/.ssh/config` block of a published sshd (#53: VS Code Remote-SSH
+/// and port forwards): `Host NAME.imgctl`, the alias the kept host key is
+/// pinned under in `known_hosts`, so the first connection is checked.
+fn ssh_config(
+    name: &str,
+    address: &str,
+    port: u16,
+    user: &str,
+    identity: Option<&str>,
+    alias: Option<&str>,
+) -> String {
+    let host = match address {
+        "" | "0.0.0.0" | "::" => "127.0.0.1",
+        a => a,
+    };
+    // ssh_config quotes a value with spaces in double quotes.
+    let value = |v: &str| {
+        if v.contains(' ') {
+            format!("\"{v}\"")
+        } else {
+            v.to_string()
+        }
+    };
+    let mut out = format!(
+        "Host {}\n  HostName {host}\n  Port {port}\n  User {user}\n",
+        alias.map_or_else(|| format!("{name}.imgctl"), str::to_string)
+    );
+    if let Some(i) = identity {
+        out.push_str(&format!(
+            "  IdentityFile {}\n  IdentitiesOnly yes\n",
+            value(i)
+        ));
+    }
+    if let Some(a) = alias {
+        out.push_str(&format!("  HostKeyAlias {a}\n"));
+    }
+    out
+}
+
 /// `word` as one shell word: as it is when safe, else in single quotes.
 fn shell_word(word: &str) -> String {
     let safe = |c: char| c.is_ascii_alphanumeric() || "/._-+=:@%,".contains(c);
@@ -177,6 +218,16 @@ pub(super) fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySumma
                 w.ssh_alias.as_deref(),
             ),
         }),
+        ssh_config: w.ssh.as_ref().map(|(a, p)| {
+            ssh_config(
+                &w.name,
+                a,
+                *p,
+                &user,
+                w.ssh_identity.as_deref(),
+                w.ssh_alias.as_deref(),
+            )
+        }),
         tensorboard: w.tensorboard.as_ref().map(|(a, p)| Service {
             address: a.clone(),
             port: *p,
@@ -189,9 +240,23 @@ pub(super) fn report_of(w: &Listed, already_up: bool, verify: Option<VerifySumma
 
 /// Prints `report`: JSON on stdout, or the lines a person reads (each
 /// value on its own labelled line, so the URL stays whole for copying).
-pub(super) fn print_up(report: &UpReport, json: bool) -> anyhow::Result<()> {
+pub(super) fn print_up(report: &UpReport, json: bool, ssh_config: bool) -> anyhow::Result<()> {
     if json {
         return printer().json(report);
+    }
+    if ssh_config {
+        return match &report.ssh_config {
+            Some(block) => {
+                printer().data(block.trim_end());
+                Ok(())
+            }
+            None => Err(crate::commands::error::CliError::usage(format!(
+                "{} serves no SSH, so it has no ssh config",
+                report.name
+            ))
+            .with_hint("`imgctl down NAME`, then `imgctl up --ssh-key FILE.pub` (every ~/.ssh/*.pub by default)")
+            .into()),
+        };
     }
     let state = match &report.seconds {
         Some(t) => format!("is up in {}", t.words()),
@@ -257,6 +322,25 @@ pub(super) fn print_up(report: &UpReport, json: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ssh_config_block_names_the_alias_port_user_and_key() {
+        assert_eq!(
+            ssh_config(
+                "p",
+                "0.0.0.0",
+                2222,
+                "dev",
+                Some("/home/me/.ssh/work key"),
+                Some("p.imgctl")
+            ),
+            "Host p.imgctl\n  HostName 127.0.0.1\n  Port 2222\n  User dev\n  IdentityFile \"/home/me/.ssh/work key\"\n  IdentitiesOnly yes\n  HostKeyAlias p.imgctl\n"
+        );
+        assert_eq!(
+            ssh_config("p", "127.0.0.1", 22, "dev", None, None),
+            "Host p.imgctl\n  HostName 127.0.0.1\n  Port 22\n  User dev\n"
+        );
+    }
 
     #[test]
     fn urls_and_ssh_lines_name_an_address_this_machine_reaches() {

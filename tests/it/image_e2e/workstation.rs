@@ -241,6 +241,7 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
         "written\n"
     );
     ssh_sessions_keep_the_image_environment(&name, key, ssh_port);
+    ssh_config_block_forwards_a_port(&name, work, &token);
     tensorboard_shows_a_run(&name, &report);
     super::browser::browser_runs_the_notebook(&report, &token);
     super::browser::kernel_runs_the_cells(&name);
@@ -293,6 +294,66 @@ pub(super) fn workstation_up(guard: &mut EngineGuard, pid: u32, key: &Path, work
     let left = docker_ok(&["ps", "-a", "-q", "--filter", &format!("name=^/{name}$")]);
     assert!(left.is_empty(), "down left {left}");
     assert!(folder.join("out.txt").exists());
+}
+
+/// `up --print-ssh-config` (#53, VS Code Remote-SSH): the block alone on
+/// stdout; `ssh -F` with it reaches the workstation by its alias, the kept
+/// host key checked strictly, and forwards a port (`-L`) to JupyterLab,
+/// which answers through it.
+fn ssh_config_block_forwards_a_port(name: &str, work: &Path, token: &str) {
+    let out = Command::new(imgctl_bin())
+        .args(["up", "--name", name, "--print-ssh-config"])
+        .env("NO_COLOR", "1")
+        .env("HOME", work.join("home"))
+        .output()
+        .unwrap();
+    let (block, err) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let host = format!("{name}.imgctl");
+    assert!(block.starts_with(&format!("Host {host}\n")), "{block}");
+    assert!(
+        block.contains("  HostKeyAlias ") && block.contains("  IdentityFile "),
+        "{block}"
+    );
+    let config = work.join("ssh_config");
+    std::fs::write(&config, &block).unwrap();
+    let local = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let known = work.join("home/.ssh/known_hosts");
+    let mut forward = Command::new("ssh")
+        .arg("-F")
+        .arg(&config)
+        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", known.display()))
+        .args(["-N", "-L", &format!("{local}:127.0.0.1:8888"), &host])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        let answered = TcpStream::connect(("127.0.0.1", local)).is_ok();
+        if answered {
+            break http_status(local, "/api/status", Some(token));
+        }
+        if let Ok(Some(exit)) = forward.try_wait() {
+            let mut err = String::new();
+            let _ = forward.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("ssh -F {} -L ended ({exit}): {err}", config.display());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the forward never listened"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert_eq!(status, 200, "JupyterLab through ssh -L");
 }
 
 /// Kubernetes' restricted profile with a read-only root file system.
