@@ -310,9 +310,18 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
     );
     token_and_ports_are_kept(&name, &image, &mounted, &key, &report);
 
-    // Two ups at once (the default ports free for both plans, or taken by
-    // the first): both come up, each on its own ports. This race failed
-    // CI once: the loser got "port is already allocated" from the engine.
+    two_ups_at_once_get_their_own_ports(&mut guard, folder.path(), &key, &image);
+}
+
+/// Two ups at once (the default ports free for both plans, or taken by the
+/// first): both come up, each on its own ports. This race failed CI once:
+/// the loser got "port is already allocated" from the engine.
+fn two_ups_at_once_get_their_own_ports(
+    guard: &mut EngineGuard,
+    folder: &std::path::Path,
+    key: &std::path::Path,
+    image: &str,
+) {
     let names: Vec<String> = (0..2)
         .map(|i| format!("imgctl-it-ws-race{i}-{}", std::process::id()))
         .collect();
@@ -322,13 +331,13 @@ fn up_without_gpus_flag_starts_without_gpus_on_this_engine_and_down_removes_it()
             guard.container(n);
             Command::new(crate::common::imgctl_bin())
                 .args(["up", "--name", n, "--mount"])
-                .arg(folder.path())
+                .arg(folder)
                 .args([
                     "--ssh-key",
                     key.to_str().unwrap(),
                     "--no-verify",
                     "--json",
-                    &image,
+                    image,
                 ])
                 .env("NO_COLOR", "1")
                 .stdout(std::process::Stdio::piped())
