@@ -5,8 +5,8 @@
 //! this program, which decides what to show.
 //!
 //! Run with `cargo run --example library_use -- 12.6`.
-use imgctl::render::{render, RenderOptions};
-use imgctl::spec::{load, SpecSource};
+use imgctl::image::render::{render, RenderOptions};
+use imgctl::image::specs::{load, SpecSource};
 
 fn main() -> anyhow::Result<()> {
     let cuda = std::env::args()

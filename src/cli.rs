@@ -17,8 +17,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::choices::Sampler;
 use crate::docker::build::BuilderChoice;
+use crate::image::render::ID_RANGE;
 use crate::output::ColorChoice;
-use crate::render::ID_RANGE;
 use crate::verify::Level;
 
 pub mod train_demo;
@@ -165,7 +165,7 @@ pub struct VerifyImageArgs {
     #[arg(
         long,
         value_name = "SECS",
-        default_value_t = crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..=86_400),
         allow_negative_numbers = true
     )]
@@ -215,7 +215,7 @@ pub struct InspectArgs {
     #[arg(
         long,
         value_name = "SECS",
-        default_value_t = crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..=86_400),
         allow_negative_numbers = true
     )]
@@ -443,12 +443,12 @@ pub struct ManArgs {
 }
 
 /// The help of `--cuda`: the CUDA versions of the bundled profiles, read
-/// from the specs in `images/` ([`crate::spec::bundled_cudas`]), and the default.
+/// from the specs in `images/` ([`crate::image::specs::bundled_cudas`]), and the default.
 pub fn cuda_help() -> String {
     format!(
         "CUDA version of a bundled profile ({}) [default: {}]",
-        crate::spec::bundled_cudas().join(", "),
-        crate::spec::DEFAULT_CUDA
+        crate::image::specs::bundled_cudas().join(", "),
+        crate::image::specs::DEFAULT_CUDA
     )
 }
 
@@ -522,7 +522,7 @@ pub struct BuildArgs {
     #[arg(
         long,
         value_name = "SECS",
-        default_value_t = crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..=86_400),
         allow_negative_numbers = true
     )]

@@ -4,8 +4,8 @@
 //! the ordinary test suite. Each takes any text; an input the parser refuses
 //! is fine, a panic inside the parser or a broken invariant is the bug.
 //! This module holds no parsing of its own.
-use crate::render::{self, RenderOptions};
-use crate::spec::{self, LoadedSpec};
+use crate::image::render::{self, RenderOptions};
+use crate::image::specs::{self, LoadedSpec};
 
 /// The Dockerfile instructions the bundled template uses.
 const TEMPLATE_INSTRUCTIONS: &[&str] = &[
@@ -31,12 +31,12 @@ const MAX_RUN_STEPS: usize = 7;
 /// FROM, only the template's instructions and at most its RUN steps (an
 /// injected instruction breaks one of these).
 pub fn spec_text(text: &str) {
-    let Ok(s) = spec::validate::validate(text, None) else {
+    let Ok(s) = specs::validate::validate(text, None) else {
         return;
     };
     let loaded = LoadedSpec {
         name: s.name.clone(),
-        sha256: spec::sha256_hex(text.as_bytes()),
+        sha256: specs::sha256_hex(text.as_bytes()),
         spec: s,
         dir: None,
         origin: "fuzz.yaml".into(),
@@ -87,7 +87,7 @@ pub fn instruction_words(dockerfile: &str) -> Vec<String> {
 /// writing it out (and each step as requirements) and reading it back gives
 /// the same lock.
 pub fn lock_text(text: &str) {
-    let Ok(lock) = crate::lock::LockFile::parse(text) else {
+    let Ok(lock) = crate::image::lock::LockFile::parse(text) else {
         return;
     };
     for (name, locked) in &lock.packages {
@@ -116,14 +116,15 @@ pub fn lock_text(text: &str) {
         .iter()
         .all(|(k, v)| !k.contains(['\n', '\r']) && !v.contains(['\n', '\r']))
     {
-        let again = crate::lock::LockFile::parse(&lock.to_text("fuzz.yaml", "regenerate-the-lock"));
+        let again =
+            crate::image::lock::LockFile::parse(&lock.to_text("fuzz.yaml", "regenerate-the-lock"));
         // Written out, a lock records the digest of its package list.
         let mut written = lock.clone();
         written.packages_sha256 = Some(lock.packages_digest());
         assert_eq!(again.as_ref(), Ok(&written), "round trip");
     }
     // Each step's requirements hold exactly that step's entries, nothing else.
-    for step in crate::lock::Step::ALL {
+    for step in crate::image::lock::Step::ALL {
         let req = lock.step_text(step, "fuzz.lock");
         let body: Vec<&str> = req.lines().filter(|l| !l.starts_with('#')).collect();
         let entries = body.iter().filter(|l| !l.starts_with(' ')).count();
@@ -143,15 +144,15 @@ pub fn lock_text(text: &str) {
             .collect()
     };
     let even = |name: &str| name.len() % 2 == 0;
-    let mut parts = entries(&lock.part_text(crate::lock::Step::Pins, "even", "f", even));
+    let mut parts = entries(&lock.part_text(crate::image::lock::Step::Pins, "even", "f", even));
     parts.extend(entries(&lock.part_text(
-        crate::lock::Step::Pins,
+        crate::image::lock::Step::Pins,
         "odd",
         "f",
         |n| !even(n),
     )));
     parts.sort();
-    let mut whole = entries(&lock.step_text(crate::lock::Step::Pins, "f"));
+    let mut whole = entries(&lock.step_text(crate::image::lock::Step::Pins, "f"));
     whole.sort();
     assert_eq!(parts, whole);
 }
@@ -334,7 +335,7 @@ pub fn docker_config_text(text: &str) {
 /// referrers tag's update (merging one more descriptor in) keeps the index
 /// readable, with that descriptor listed once. Never a panic.
 pub fn oci_index_bytes(bytes: &[u8]) {
-    use crate::oci::manifest;
+    use crate::image::oci::manifest;
     let Ok(index) = manifest::parse_index(bytes) else {
         return;
     };
@@ -372,7 +373,7 @@ pub fn oci_index_bytes(bytes: &[u8]) {
 /// artifact manifest imgctl would push for its first layer and its subject
 /// reads back to that layer, subject and annotations. Never a panic.
 pub fn oci_manifest_bytes(bytes: &[u8]) {
-    use crate::oci::manifest;
+    use crate::image::oci::manifest;
     let Ok(m) = manifest::parse_manifest(bytes) else {
         return;
     };
@@ -402,7 +403,7 @@ pub fn oci_manifest_bytes(bytes: &[u8]) {
 /// with YAML anchors or aliases is not read (the gate refuses it before
 /// parsing, so an alias bomb never expands), nor text over 1 MiB.
 pub fn policy_text(text: &str) {
-    use crate::sign::rules::{judge, Policy};
+    use crate::image::sign::rules::{judge, Policy};
     if text.len() > 1 << 20 || text.contains('&') || text.contains('*') {
         return;
     }
@@ -421,8 +422,8 @@ pub fn policy_text(text: &str) {
 /// refused (there is no key to trust it) with a reason that is one line of
 /// text. Never a panic.
 pub fn referrer_bytes(bytes: &[u8]) {
-    use crate::sign::policy::{evaluate, Candidate};
-    use crate::sign::rules::Policy;
+    use crate::image::sign::policy::{evaluate, Candidate};
+    use crate::image::sign::rules::Policy;
     let policy = Policy {
         version: 1,
         require_verify: true,
@@ -430,8 +431,8 @@ pub fn referrer_bytes(bytes: &[u8]) {
         ..Policy::default()
     };
     let candidates: Vec<Candidate> = [
-        crate::sign::bundle::BUNDLE_MEDIA_TYPE,
-        crate::attest::IN_TOTO_MEDIA_TYPE,
+        crate::image::sign::bundle::BUNDLE_MEDIA_TYPE,
+        crate::image::attest::IN_TOTO_MEDIA_TYPE,
     ]
     .iter()
     .map(|t| Candidate {
@@ -454,7 +455,7 @@ pub fn referrer_bytes(bytes: &[u8]) {
         let line = crate::output::outside(&r.refusal.to_string()).into_owned();
         assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line:?}");
     }
-    if let Ok(envelope) = crate::sign::bundle::envelope_of(bytes) {
+    if let Ok(envelope) = crate::image::sign::bundle::envelope_of(bytes) {
         let _ = envelope.payload_bytes();
     }
 }

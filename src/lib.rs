@@ -2,14 +2,15 @@
 //!
 //! It does three jobs, each behind one subcommand:
 //! 1. **build** (`imgctl build`, `imgctl render`): validated image specs
-//!    ([`spec`]) are rendered to Dockerfiles ([`render`]) and built through the
-//!    Docker Engine API ([`docker`]); `imgctl lock` pins every Python package
-//!    of a spec in a lock file ([`lock`]); `imgctl sbom` lists what a built
-//!    image holds as CycloneDX ([`sbom`]).
+//!    ([`image::specs`]) are rendered to Dockerfiles ([`image::render`]) and
+//!    built through the Docker Engine API ([`docker`]); `imgctl lock` pins
+//!    every Python package of a spec in a lock file ([`image::lock`]);
+//!    `imgctl sbom` lists what a built image holds as CycloneDX
+//!    ([`image::sbom`]). The build wing is [`image`].
 //! 2. **verify** (`imgctl verify`): GPU, driver and library checks through NVML
 //!    and libtorch ([`verify`]), run inside a container or on a host.
 //! 3. **train-demo** (`imgctl train-demo`, `imgctl sample`): a diffusers-compatible
-//!    UNet DDPM training run and benchmark through tch (`train`, `bench`; the
+//!    UNet DDPM training run and benchmark through tch (`train`, `train::bench`; the
 //!    `torch` feature).
 //!
 //! [`cli`] holds the clap types only; [`commands`] turns them into typed options
@@ -22,9 +23,6 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 #![deny(unsafe_code)]
 
-pub mod attest;
-#[cfg(feature = "torch")]
-pub mod bench;
 pub mod choices;
 pub mod cli;
 pub mod commands;
@@ -32,17 +30,12 @@ pub mod docker;
 pub mod env_vars;
 pub mod error;
 pub mod gpus;
+pub mod image;
 pub mod image_ref;
 pub mod invariants;
-pub mod lock;
 pub mod nvml;
-pub mod oci;
 pub mod output;
 pub mod plot;
-pub mod render;
-pub mod sbom;
-pub mod sign;
-pub mod spec;
 #[allow(unsafe_code)]
 pub mod sys;
 #[cfg(feature = "torch")]
@@ -51,3 +44,4 @@ pub mod verify;
 pub mod workstation;
 #[cfg(feature = "torch")]
 pub mod world;
+pub mod yaml;

@@ -370,33 +370,20 @@ pub fn drop_columns(
     hidden
 }
 
-/// The line that says which columns [`drop_columns`] left out of `table`
-/// (`hidden`, its indices) to fit `width`, and where the rest is: `None`
-/// when none was left out. A narrow terminal loses columns, never silently
-/// (#53 F17).
-pub fn dropped_note(table: &comfy_table::Table, hidden: &[usize], width: u16) -> Option<String> {
-    if hidden.is_empty() {
-        return None;
-    }
+/// The header names of the columns [`drop_columns`] left out of `table`
+/// (`hidden`, its indices), in the table's order: the command layer says
+/// them, so a narrow terminal never loses a column silently (#53 F17).
+pub fn dropped_columns(table: &comfy_table::Table, hidden: &[usize]) -> Vec<String> {
     let header: Vec<String> = table
         .header()
         .map(|row| row.cell_iter().map(|c| c.content()).collect())
         .unwrap_or_default();
-    let mut names: Vec<&str> = hidden
-        .iter()
-        .filter_map(|i| header.get(*i).map(String::as_str))
-        .collect();
-    names.sort_by_key(|name| header.iter().position(|h| h == name));
-    let noun = if names.len() == 1 {
-        "column"
-    } else {
-        "columns"
-    };
-    Some(format!(
-        "{} {noun} left out to fit {width} columns: {} (a wider terminal, COLUMNS=200, or --json shows them)",
-        names.len(),
-        names.join(", ")
-    ))
+    let mut shown: Vec<usize> = hidden.to_vec();
+    shown.sort_unstable();
+    shown
+        .into_iter()
+        .filter_map(|i| header.get(i).cloned())
+        .collect()
 }
 
 /// Applies `fit` to `table`: nothing for [`Fit::Natural`], wrapping to the
@@ -596,15 +583,15 @@ mod tests {
         assert_eq!(drop_columns(&mut t, 30, &[3, 1]), vec![3]);
         assert_eq!(natural_width(&t), 26);
         assert!(drop_columns(&mut t, 40, &[1]).is_empty());
-        // Said in the header's order, whatever the order they were dropped in.
+        // In the header's order, whatever the order they were dropped in.
         let mut t = comfy_table::Table::new();
         t.set_header(vec!["aaaa", "bbbbbbbbbb", "cc", "dddddddddd"]);
         let hidden = drop_columns(&mut t, 14, &[3, 1]);
         assert_eq!(
-            dropped_note(&t, &hidden, 14).as_deref(),
-            Some("2 columns left out to fit 14 columns: bbbbbbbbbb, dddddddddd (a wider terminal, COLUMNS=200, or --json shows them)")
+            dropped_columns(&t, &hidden),
+            vec!["bbbbbbbbbb", "dddddddddd"]
         );
-        assert_eq!(dropped_note(&t, &[], 14), None);
+        assert!(dropped_columns(&t, &[]).is_empty());
     }
 
     #[test]

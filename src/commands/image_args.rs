@@ -6,13 +6,13 @@
 //! `--pip-index-url` and `--base-image` sane. Bad input is a usage error
 //! (exit 2) naming the flag. The args are destructured exhaustively, so a new
 //! flag that nobody handles fails to compile. Rendering itself is
-//! [`crate::render`]'s.
+//! [`crate::image::render`]'s.
 use crate::cli::ImageArgs;
 use crate::commands::error::CliError;
 use crate::docker::build::BuilderChoice;
+use crate::image::render::{self, ca, RenderOptions, DEFAULT_ID};
+use crate::image::specs::SpecSource;
 use crate::image_ref::{self, Role};
-use crate::render::{self, ca, RenderOptions, DEFAULT_ID};
-use crate::spec::SpecSource;
 
 /// Where the spec comes from: `--spec` wins; else `--cuda`, defaulting to
 /// the default profile.

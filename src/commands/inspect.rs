@@ -9,11 +9,11 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::Table;
 use serde::Serialize;
 
-use crate::attest;
 use crate::cli::InspectArgs;
 use crate::commands::error::CliError;
 use crate::error::ExitStatus;
-use crate::oci::{Descriptor, Repository};
+use crate::image::attest;
+use crate::image::oci::{Descriptor, Repository};
 use crate::output::{self, printer};
 
 /// The hint of a registry's failure.
@@ -30,7 +30,7 @@ struct Inspected {
     reference: String,
     /// The image manifest the referrers refer to.
     subject: Descriptor,
-    /// The artifacts that refer to it: the first [`crate::oci::MAX_REFERRERS`] unless
+    /// The artifacts that refer to it: the first [`crate::image::oci::MAX_REFERRERS`] unless
     /// `--all`.
     referrers: Vec<Descriptor>,
     /// Whether the registry lists more than `referrers` (past the cap).
@@ -47,10 +47,10 @@ fn kind(d: &Descriptor) -> (String, String) {
         .get(attest::PREDICATE_ANNOTATION)
         .map(String::as_str);
     let short = short_hex(&d.digest);
-    if d.artifact_type.as_deref() == Some(crate::sign::bundle::BUNDLE_MEDIA_TYPE) {
+    if d.artifact_type.as_deref() == Some(crate::image::sign::bundle::BUNDLE_MEDIA_TYPE) {
         let signed = d
             .annotations
-            .get(crate::sign::bundle::PREDICATE_TYPE_ANNOTATION)
+            .get(crate::image::sign::bundle::PREDICATE_TYPE_ANNOTATION)
             .map(String::as_str);
         let (what, stem) = match signed {
             Some(attest::SLSA_PROVENANCE_V1) => ("provenance (SLSA v1)", "provenance"),
@@ -78,7 +78,7 @@ fn kind(d: &Descriptor) -> (String, String) {
 }
 
 /// The first 12 hex digits of a digest (checked: `sha256:<hex>`, see
-/// [`crate::oci::manifest::check_descriptor`]), cut on a character boundary
+/// [`crate::image::oci::manifest::check_descriptor`]), cut on a character boundary
 /// all the same.
 fn short_hex(digest: &str) -> &str {
     let hex = attest::hex_of(digest);
@@ -166,7 +166,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
 /// `--registry-ca` that cannot be read or holds no certificate is a usage
 /// error.
 fn repository(args: &InspectArgs) -> anyhow::Result<Repository> {
-    let repository = crate::oci::docker_credentials(&args.image)
+    let repository = crate::image::oci::docker_credentials(&args.image)
         .and_then(|credentials| Repository::new(&args.image, credentials))
         .map_err(|e| {
             CliError::failure(format!("inspect {}: {e:#}", args.image))
@@ -236,7 +236,10 @@ fn render(inspected: &Inspected) -> String {
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
     if let output::Fit::Cut(width) = fit {
         let hidden = output::drop_columns(&mut table, width, &[3, 1]);
-        if let Some(line) = output::dropped_note(&table, &hidden, width) {
+        if let Some(line) = crate::commands::narrow::dropped_columns_line(
+            &output::dropped_columns(&table, &hidden),
+            width,
+        ) {
             printer().info(output::wrap_text(
                 &line,
                 output::table_width(output::Stream::Stderr),

@@ -1,8 +1,8 @@
 //! `inspect` against the in-process fake registry of `oci/fake_tests.rs`:
 //! what a hostile registry's referrers do to the table, `--json` and `--save`.
 use super::*;
-use crate::oci::fake_tests::{repository, start, subject, Shared, PASSWORD};
-use crate::oci::manifest::OCI_MANIFEST;
+use crate::image::oci::fake_tests::{repository, start, subject, Shared, PASSWORD};
+use crate::image::oci::manifest::OCI_MANIFEST;
 
 /// `inspect 127.0.0.1:PORT/me/x:v1`'s reference.
 fn reference(state: &Shared) -> String {

@@ -6,8 +6,8 @@ use crate::cli::KeyGenerateArgs;
 use crate::commands::error::CliError;
 use crate::env_vars::IMGCTL_KEY_PASSPHRASE;
 use crate::error::ExitStatus;
+use crate::image::sign::keys::{self, KeyKind};
 use crate::output::printer;
-use crate::sign::keys::{self, KeyKind};
 
 /// The passphrase from [`IMGCTL_KEY_PASSPHRASE`], when set; set but empty,
 /// or not UTF-8, is a usage error (an empty passphrase encrypts nothing).

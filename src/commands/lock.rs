@@ -4,7 +4,7 @@
 //!
 //! This command chooses the specs (`--cuda`, `--spec`, `--all`), finds where
 //! each lock goes, shows progress, and prints the outcome (JSON with
-//! `--json`). The format, the digest and uv itself are [`crate::lock`]'s.
+//! `--json`). The format, the digest and uv itself are [`crate::image::lock`]'s.
 //! It also owns the lock's words for the user that other commands share: the
 //! command that regenerates a spec's lock ([`lock_command`]) and the line
 //! `build`/`render` print about it ([`build_line`]).
@@ -16,11 +16,11 @@ use serde::Serialize;
 use crate::cli::LockArgs;
 use crate::commands::error::CliError;
 use crate::error::ExitStatus;
-use crate::lock::{
+use crate::image::lock::{
     self, resolve, uv, LockFile, LockFileError, LockInputs, LockLocation, LockState,
 };
+use crate::image::specs::{self, LoadedSpec, SpecSource};
 use crate::output::printer;
-use crate::spec::{self, LoadedSpec, SpecSource};
 
 /// Version of the `--json` output.
 pub const JSON_SCHEMA_VERSION: u32 = 1;
@@ -58,12 +58,12 @@ struct Report {
 /// Runs `imgctl lock`.
 pub fn run(args: LockArgs) -> anyhow::Result<ExitStatus> {
     if let Some(url) = &args.pip_index_url {
-        crate::render::check_pip_index_url(url)?;
+        crate::image::render::check_pip_index_url(url)?;
     }
     let sources: Vec<SpecSource> = if args.all {
-        spec::bundled()
+        specs::bundled()
             .iter()
-            .filter_map(|(name, _)| spec::bundled_cuda(name))
+            .filter_map(|(name, _)| specs::bundled_cuda(name))
             .map(|mm| SpecSource::Bundled {
                 cuda: mm.to_string(),
             })
@@ -77,7 +77,7 @@ pub fn run(args: LockArgs) -> anyhow::Result<ExitStatus> {
     // Every spec is validated before anything resolves (exit 2 at once).
     let specs = sources
         .iter()
-        .map(spec::load)
+        .map(specs::load)
         .collect::<anyhow::Result<Vec<_>>>()?;
     if args.check {
         return check(&specs, args.json);
@@ -206,7 +206,7 @@ fn check(specs: &[LoadedSpec], json: bool) -> anyhow::Result<ExitStatus> {
 fn source_tree_spec_matches(s: &LoadedSpec, name: &str) -> bool {
     let yaml = Path::new("images").join(format!("{name}.yaml"));
     std::fs::read_to_string(yaml)
-        .map(|t| spec::sha256_hex(t.as_bytes()) == s.sha256)
+        .map(|t| specs::sha256_hex(t.as_bytes()) == s.sha256)
         .unwrap_or(false)
 }
 
@@ -341,7 +341,7 @@ fn write_one(s: &LoadedSpec, uv: &mut Option<uv::Uv>, args: &LockArgs) -> anyhow
     }
     let embedded_note = match LockLocation::of(s) {
         Some(LockLocation::Bundled { name })
-            if spec::bundled_lock(&name) != Some(text.as_str()) =>
+            if specs::bundled_lock(&name) != Some(text.as_str()) =>
         {
             "; rebuild imgctl (cargo build) to embed it"
         }
@@ -378,7 +378,7 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// The command that (re)generates `spec`'s lock (`imgctl lock --cuda 12.4`).
 pub fn lock_command(spec: &LoadedSpec) -> String {
-    match (&spec.file, spec::bundled_cuda(&spec.name)) {
+    match (&spec.file, specs::bundled_cuda(&spec.name)) {
         (Some(file), _) => format!("imgctl lock --spec {}", file.display()),
         (None, Some(cuda)) => format!("imgctl lock --cuda {cuda}"),
         (None, None) => format!("imgctl lock --spec {}", spec.origin),

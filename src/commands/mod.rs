@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod key;
 pub mod libtorch_here;
 pub mod lock;
+pub mod narrow;
 pub mod output_files;
 pub mod render;
 pub mod sample;

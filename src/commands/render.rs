@@ -5,15 +5,15 @@
 use crate::cli::RenderArgs;
 use crate::commands::error::CliError;
 use crate::error::ExitStatus;
+use crate::image::render::{self, RenderOptions};
+use crate::image::specs;
 use crate::output::printer;
-use crate::render::{self, RenderOptions};
-use crate::spec;
 
 /// Runs `imgctl render`.
 pub fn run(args: RenderArgs) -> anyhow::Result<ExitStatus> {
     let src = super::image_args::spec_source(&args.image);
     let opts = RenderOptions::from_args(&args.image)?;
-    let loaded = spec::load(&src)?;
+    let loaded = specs::load(&src)?;
     let rendered = render::render(&loaded, &opts)?;
     let p = printer();
     for note in &rendered.notes {

@@ -10,8 +10,8 @@ use crate::cli::SbomArgs;
 use crate::commands::error::CliError;
 use crate::docker::run::{run_to_completion_with, RunRequest};
 use crate::error::ExitStatus;
+use crate::image::sbom::{self, ImageFacts};
 use crate::output::printer;
-use crate::sbom::{self, ImageFacts};
 
 /// How long listing an image's packages may take (dpkg and Python start
 /// in seconds; a loaded host or a cold disk, in a minute).
@@ -30,7 +30,7 @@ pub fn run(args: SbomArgs) -> anyhow::Result<ExitStatus> {
     spinner.finish_and_clear();
     let (id, labels, inventory) = read?;
     let (doc, summary) = document(&id, &args.image, &labels, &inventory);
-    let text = String::from_utf8(crate::attest::to_bytes(&doc))?;
+    let text = String::from_utf8(crate::image::attest::to_bytes(&doc))?;
     match &args.output {
         Some(path) => {
             crate::sys::fs::write_file_atomic(path, text.as_bytes()).map_err(|e| {

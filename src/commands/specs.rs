@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use crate::cli::SpecsArgs;
 use crate::error::ExitStatus;
+use crate::image::specs::{self, compat, SpecSource};
 use crate::output::{self, printer};
-use crate::spec::{self, compat, SpecSource};
 
 /// One bundled profile with its pins.
 #[derive(Debug, Serialize)]
@@ -58,19 +58,19 @@ pub struct ProfileRow {
 /// The rows for every bundled profile.
 pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
     let mut rows = Vec::new();
-    for (name, _) in spec::bundled() {
-        let loaded = spec::load(&SpecSource::Bundled {
+    for (name, _) in specs::bundled() {
+        let loaded = specs::load(&SpecSource::Bundled {
             cuda: name.to_string(),
         })?;
         let s = &loaded.spec;
         let wheel = compat::lookup(&s.torch.version, &s.torch.variant);
         let driver = wheel.and_then(|w| compat::min_driver(w.cuda));
         let fit = wheel.map(|w| compat::fit(w.cuda, &s.cuda));
-        let lock = crate::lock::state(&loaded);
+        let lock = crate::image::lock::state(&loaded);
         rows.push(ProfileRow {
             name: loaded.name.clone(),
             cuda_flag: compat::major_minor(&s.cuda),
-            default: compat::major_minor(&s.cuda) == spec::DEFAULT_CUDA,
+            default: compat::major_minor(&s.cuda) == specs::DEFAULT_CUDA,
             base_image: s.base_image.to_string(),
             cuda: s.cuda.clone(),
             python: s.python.clone(),
@@ -93,7 +93,7 @@ pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
             spec_sha256: loaded.sha256.clone(),
             lock: lock.word().to_string(),
             lock_packages: match &lock {
-                crate::lock::LockState::Fresh { lock, .. } => Some(lock.packages.len()),
+                crate::image::lock::LockState::Fresh { lock, .. } => Some(lock.packages.len()),
                 _ => None,
             },
         });
@@ -188,7 +188,8 @@ fn fitted_table(rows: &[ProfileRow], width: u16) -> (Table, Option<String>) {
         ]);
     }
     let hidden = output::drop_columns(&mut table, width, &DROP_ORDER);
-    let note = output::dropped_note(&table, &hidden, width);
+    let note =
+        super::narrow::dropped_columns_line(&output::dropped_columns(&table, &hidden), width);
     output::fit_table(&mut table, output::Fit::Cut(width));
     (table, note)
 }

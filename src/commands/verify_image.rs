@@ -1,6 +1,6 @@
 //! `imgctl verify-image REF --key FILE`: the deploy gate. Reads the
 //! referrers of a pushed image, trusts only the statements signed by one of
-//! the keys about this very manifest ([`crate::sign::policy`]), judges the
+//! the keys about this very manifest ([`crate::image::sign::policy`]), judges the
 //! policy (the flags, `--policy FILE`) on them, and says which statement
 //! satisfied which rule. Exit 0 when every rule holds, 1 naming the first
 //! failed rule and its statement, 2 for usage errors.
@@ -8,15 +8,15 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::attest::IN_TOTO_MEDIA_TYPE;
 use crate::cli::VerifyImageArgs;
 use crate::commands::error::CliError;
 use crate::error::ExitStatus;
-use crate::oci::Repository;
+use crate::image::attest::IN_TOTO_MEDIA_TYPE;
+use crate::image::oci::Repository;
+use crate::image::sign::bundle::BUNDLE_MEDIA_TYPE;
+use crate::image::sign::policy::{self, Candidate, Evaluation, Policy, Refusal};
+use crate::image::sign::PublicKey;
 use crate::output::printer;
-use crate::sign::bundle::BUNDLE_MEDIA_TYPE;
-use crate::sign::policy::{self, Candidate, Evaluation, Policy, Refusal};
-use crate::sign::PublicKey;
 
 /// Version of `verify-image --json`.
 const SCHEMA_VERSION: u32 = 1;
@@ -172,7 +172,7 @@ fn repository(
     registry_timeout: u64,
 ) -> anyhow::Result<Repository> {
     let _in_runtime = runtime.enter();
-    let repository = crate::oci::docker_credentials(image)
+    let repository = crate::image::oci::docker_credentials(image)
         .and_then(|credentials| Repository::new(image, credentials))
         .map_err(|e| {
             CliError::failure(format!("verify-image {image}: {e:#}")).with_hint(READS_THE_REGISTRY)
@@ -215,8 +215,8 @@ pub fn gate(
     if cut {
         printer().warn(format!(
             "the registry lists more than {} statements of one kind for {image}; imgctl read the first {} of each, so a statement behind them was not seen",
-            crate::oci::MAX_REFERRERS,
-            crate::oci::MAX_REFERRERS
+            crate::image::oci::MAX_REFERRERS,
+            crate::image::oci::MAX_REFERRERS
         ));
     }
     // The keys by id, beside the refusals' ids (#53 F12: a wrong --key
@@ -389,7 +389,7 @@ pub fn check_before_start(
         reference,
         &public,
         &policy,
-        crate::oci::http::DEFAULT_DEADLINE.as_secs(),
+        crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
         registry_ca,
     )?;
     say(&evaluation);

@@ -108,7 +108,7 @@ pub enum SettingCheck {
 
 /// The largest `--config` file read (as a spec: 256 KiB; the presets'
 /// resolved configs are under 4 KiB).
-pub const MAX_CONFIG_BYTES: u64 = crate::spec::MAX_SPEC_BYTES;
+pub const MAX_CONFIG_BYTES: u64 = crate::yaml::MAX_YAML_BYTES;
 
 /// The most batches a loader thread queues: more only holds memory.
 pub const MAX_PREFETCH: usize = 64;
@@ -449,7 +449,7 @@ impl TrainConfig {
         source: &str,
         preset_from_flag: bool,
     ) -> anyhow::Result<()> {
-        crate::spec::limits::nesting_ok(text).map_err(|e| config_error(source, e))?;
+        crate::yaml::nesting_ok(text).map_err(|e| config_error(source, e))?;
         let doc: serde_yaml::Value =
             serde_yaml::from_str(text).map_err(|e| config_error(source, e))?;
         let mut map = match doc {

@@ -21,6 +21,7 @@
 //! [`sync::GradSync`] and imports neither the trainer nor the run.
 //!
 //! Part: the train wing (`docs/architecture.md`).
+pub mod bench;
 pub mod budget;
 pub mod checkpoint;
 pub mod config;

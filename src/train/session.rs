@@ -6,7 +6,7 @@
 //! ([`initial_weights`]) and this rank's data loader ([`start_loader`]).
 //!
 //! In order, as [`start`] calls them for `super::run::run` and
-//! `crate::bench::run_rank`: [`check_inputs`] finds everything wrong with the
+//! `crate::train::bench::run_rank`: [`check_inputs`] finds everything wrong with the
 //! input before any model is built, [`new_trainer`] builds the model,
 //! [`initial_weights`] resumes a checkpoint and broadcasts rank 0's weights;
 //! then each caller's [`start_loader`] starts the data stream where the

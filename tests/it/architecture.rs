@@ -294,7 +294,7 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
 /// Lines outside the command layer that may name a flag, each with its reason.
 const ALLOWED: &[(&str, &str, &str)] = &[
     (
-        "src/lock/file.rs",
+        "src/image/lock/file.rs",
         "# Check: {regenerate} --check.",
         "file content, not a message: a lock file's header says how to check it",
     ),
@@ -603,7 +603,7 @@ fn the_cuda_help_lists_the_bundled_specs() {
         }
     }
     from_specs.sort();
-    let mut bundled: Vec<String> = imgctl::spec::bundled_cudas()
+    let mut bundled: Vec<String> = imgctl::image::specs::bundled_cudas()
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -620,7 +620,10 @@ fn the_cuda_help_lists_the_bundled_specs() {
         };
         let help = arg.get_help().unwrap().to_string();
         assert!(
-            help.contains(&format!("({})", imgctl::spec::bundled_cudas().join(", "))),
+            help.contains(&format!(
+                "({})",
+                imgctl::image::specs::bundled_cudas().join(", ")
+            )),
             "imgctl {sub} --cuda: {help}"
         );
     }

@@ -507,7 +507,7 @@ fn the_build_secret_reaches_the_step_and_leaves_no_trace() {
     // `docker history` keeps) holds no part of it, and that every user can
     // read it, with the mount of the bundled template's downloading steps
     // (apt's https method reads the CA as the user _apt).
-    let bundled = imgctl::render::WORKSTATION_TEMPLATE;
+    let bundled = imgctl::image::render::WORKSTATION_TEMPLATE;
     let mount = "--mount=type=secret,id=proxy-ca,required=true,mode=0444,target=";
     assert!(bundled.contains(mount));
     let spec = spec_with_template(

@@ -609,11 +609,11 @@ fn every_json_output_carries_the_schema_version_the_readme_states() {
     );
     assert_eq!(
         stated("imgctl train-demo --benchmark --json"),
-        u64::from(imgctl::bench::SCHEMA_VERSION)
+        u64::from(imgctl::train::bench::SCHEMA_VERSION)
     );
     assert_eq!(
         stated("imgctl train-demo --benchmark --op-profile --json"),
-        u64::from(imgctl::bench::ops::SCHEMA_VERSION)
+        u64::from(imgctl::train::bench::ops::SCHEMA_VERSION)
     );
     assert_eq!(
         stated("imgctl sample --json"),

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use bollard::auth::DockerCredentials;
-use imgctl::oci::manifest::OCI_MANIFEST;
-use imgctl::oci::{Descriptor, Repository};
+use imgctl::image::oci::manifest::OCI_MANIFEST;
+use imgctl::image::oci::{Descriptor, Repository};
 use serde_json::Value;
 
 use crate::build::{busybox_spec, ensure_bases, EngineGuard};

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use imgctl::commands::error::status_of;
 use imgctl::error::ExitStatus;
-use imgctl::render::{self, RenderOptions};
-use imgctl::spec::{self, SpecSource};
+use imgctl::image::render::{self, RenderOptions};
+use imgctl::image::specs::{self, SpecSource};
 use proptest::prelude::*;
 
 use crate::common::{imgctl, texts};
@@ -39,7 +39,7 @@ lock: false
 fn render_file(dir: &Path, file_name: &str, spec: &serde_yaml::Mapping) -> anyhow::Result<String> {
     let path = dir.join(file_name);
     std::fs::write(&path, serde_yaml::to_string(spec).unwrap()).unwrap();
-    let loaded = spec::load(&SpecSource::File(path.clone()));
+    let loaded = specs::load(&SpecSource::File(path.clone()));
     let _ = std::fs::remove_file(&path);
     Ok(render::render(&loaded?, &RenderOptions::default())?.dockerfile)
 }
@@ -189,7 +189,7 @@ proptest! {
             Field::Template => {
                 let t = format!("{value}.j2");
                 if !t.contains('/') && !t.contains('\0') {
-                    std::fs::write(dir.path().join(&t), imgctl::render::WORKSTATION_TEMPLATE).unwrap();
+                    std::fs::write(dir.path().join(&t), imgctl::image::render::WORKSTATION_TEMPLATE).unwrap();
                 }
                 s.insert("template".into(), t.into());
             }

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use imgctl::lock::{LockFile, LockInputs, Locked, Step};
-use imgctl::spec::{self, SpecSource};
+use imgctl::image::lock::{LockFile, LockInputs, Locked, Step};
+use imgctl::image::specs::{self, SpecSource};
 
 use crate::build::{
     check_failing_build, docker, docker_ok, ensure_bases, EngineGuard, DEBIAN_BASE,
@@ -118,7 +118,7 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     // Each step sorted by name in the file, the torch step first.
     let lines = body(&text);
     assert_eq!(lines, [torch_step.clone(), pins_step.clone()].concat());
-    // torch's step: torch and what it needs (its METADATA; src/spec/compat.rs).
+    // torch's step: torch and what it needs (its METADATA; src/image/specs/compat.rs).
     for exact in [
         "torch==2.7.0",
         "nvidia-cudnn-cu12==9.5.1.17",
@@ -177,7 +177,7 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     // Names are normalised; the header says where it came from.
     assert!(lines.iter().all(|l| {
         let n = l.split("==").next().unwrap();
-        n == imgctl::spec::normalize_name(n)
+        n == imgctl::image::specs::normalize_name(n)
     }));
     assert!(
         text.starts_with(&format!("# imgctl pip lock of {spec_arg}:")),
@@ -185,7 +185,7 @@ fn lock_writes_the_pins_and_their_dependencies_and_check_follows_the_spec() {
     );
     assert!(text.contains(&format!("Regenerate: imgctl lock --spec {spec_arg}\n")));
     assert!(text.contains("# input python: 3.10\n# input platform: linux_x86_64 glibc 2.35\n"));
-    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let loaded = specs::load(&SpecSource::File(spec_path.clone())).unwrap();
     assert_eq!(lock.inputs_sha256, LockInputs::of(&loaded.spec).sha256());
 
     check_follows_the_spec(
@@ -494,7 +494,7 @@ fn errors_are_one_line_with_a_hint() {
     assert!(
         texts(&out).1.contains(&format!(
             "hint: install it: pip install uv=={}",
-            imgctl::lock::uv::UV_VERSION
+            imgctl::image::lock::uv::UV_VERSION
         )),
         "{}",
         texts(&out).1
@@ -626,14 +626,14 @@ fn errors_are_one_line_with_a_hint() {
 
 #[test]
 fn setup_installs_the_uv_imgctl_expects() {
-    let want = format!("uv=={}", imgctl::lock::uv::UV_VERSION);
+    let want = format!("uv=={}", imgctl::image::lock::uv::UV_VERSION);
     let req = std::fs::read_to_string(repo_root().join("scripts/requirements-test.txt")).unwrap();
     assert!(
         req.lines().any(|l| l.trim() == want),
         "scripts/requirements-test.txt does not pin {want}:\n{req}"
     );
     // The uv the BuildKit variant installs in its pip steps is the same one.
-    let build = imgctl::render::UV_REQUIREMENTS;
+    let build = imgctl::image::render::UV_REQUIREMENTS;
     assert!(
         build
             .lines()
@@ -673,7 +673,7 @@ fn setup_installs_the_uv_imgctl_expects() {
         .unwrap_or_else(|e| panic!("{}: {e}; run scripts/setup.sh", uv.display()));
     let version = String::from_utf8_lossy(&out.stdout);
     assert!(
-        version.starts_with(&format!("uv {} ", imgctl::lock::uv::UV_VERSION)),
+        version.starts_with(&format!("uv {} ", imgctl::image::lock::uv::UV_VERSION)),
         "{version}"
     );
 }

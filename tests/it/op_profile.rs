@@ -2,7 +2,7 @@
 //! reference's (imgctl's recipe), operator by operator, both under libtorch's
 //! profiler on the CPU. The test that fails when imgctl's step starts issuing
 //! an operator kind more often than the reference without a reason written
-//! in `imgctl::bench::ops::EXPLAINED` (the GPU issue, part 2).
+//! in `imgctl::train::bench::ops::EXPLAINED` (the GPU issue, part 2).
 use std::process::Command;
 
 use crate::common::{imgctl_bin, texts};
@@ -100,7 +100,7 @@ fn every_operator_imgctl_issues_more_often_than_pytorch_is_explained() {
             v["unexplained"],
             serde_json::json!([]),
             "{precision}: imgctl issues these more often than the reference; remove them from \
-             the step or say why in imgctl::bench::ops::EXPLAINED:\n{err}"
+             the step or say why in imgctl::train::bench::ops::EXPLAINED:\n{err}"
         );
         let extras: Vec<&serde_json::Value> = v["ops"]
             .as_array()

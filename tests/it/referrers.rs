@@ -1,4 +1,4 @@
-//! `imgctl::oci` against a real registry: Debian's docker-registry
+//! `imgctl::image::oci` against a real registry: Debian's docker-registry
 //! (distribution 2.8, htpasswd basic auth), which has no referrers API, so
 //! the referrers tag schema's fallback is what is exercised. An image pushed
 //! with `docker push` is the subject; three artifacts (an SBOM, two in-toto
@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 
 use base64::Engine as _;
 use bollard::auth::DockerCredentials;
-use imgctl::oci::manifest::{OCI_INDEX, OCI_MANIFEST};
-use imgctl::oci::{Descriptor, Repository};
+use imgctl::image::oci::manifest::{OCI_INDEX, OCI_MANIFEST};
+use imgctl::image::oci::{Descriptor, Repository};
 use serde_json::Value;
 
 use crate::build::{docker_ok, ensure_bases, EngineGuard, LocalRegistry, BUSYBOX_BASE};

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use imgctl::render::{self, RenderOptions};
-use imgctl::spec::{self, SpecSource};
+use imgctl::image::render::{self, RenderOptions};
+use imgctl::image::specs::{self, SpecSource};
 
 use crate::common::{imgctl, imgctl_bin, repo_root, texts};
 
@@ -188,7 +188,7 @@ fn image_shape_matches_issue_3() {
 
 #[test]
 fn cu124_says_it_carries_the_cu126_wheel() {
-    let loaded = spec::load(&SpecSource::Bundled {
+    let loaded = specs::load(&SpecSource::Bundled {
         cuda: "12.4".into(),
     })
     .unwrap();
@@ -245,7 +245,7 @@ fn cu124_says_it_carries_the_cu126_wheel() {
     );
 
     // A toolkit-exact profile has no such note.
-    let loaded = spec::load(&SpecSource::Bundled {
+    let loaded = specs::load(&SpecSource::Bundled {
         cuda: "12.6".into(),
     })
     .unwrap();
@@ -347,7 +347,7 @@ fn build_options_shape_the_dockerfile() {
     };
     let opts = RenderOptions::from_args(&args).unwrap();
     assert_eq!((opts.uid, opts.gid), (1000, 1000));
-    let loaded = spec::load(&SpecSource::Bundled {
+    let loaded = specs::load(&SpecSource::Bundled {
         cuda: "12.4".into(),
     })
     .unwrap();
@@ -360,7 +360,7 @@ fn build_options_shape_the_dockerfile() {
     assert_eq!(f.contents, pem.as_bytes());
     assert_eq!(
         r.labels["io.imgctl.ca_cert.sha256"],
-        spec::sha256_hex(pem.as_bytes())
+        specs::sha256_hex(pem.as_bytes())
     );
     let entry = r
         .files
@@ -452,7 +452,7 @@ fn embedded_copies_equal_the_files() {
         let name = format!("images/{}", entry.unwrap().file_name().to_string_lossy());
         assert!(seen.contains(&name.as_str()), "{name} is not embedded");
     }
-    for (name, yaml) in spec::bundled() {
+    for (name, yaml) in specs::bundled() {
         let on_disk =
             std::fs::read_to_string(repo_root().join(format!("images/{name}.yaml"))).unwrap();
         assert_eq!(yaml, on_disk);
@@ -598,13 +598,13 @@ fn without_lock_lines(dockerfile: &str, pins: &[&str]) -> String {
 
 #[test]
 fn without_a_lock_the_dockerfile_is_as_before() {
-    let mut loaded = spec::load(&SpecSource::Bundled {
+    let mut loaded = specs::load(&SpecSource::Bundled {
         cuda: "12.4".into(),
     })
     .unwrap();
-    loaded.spec.lock = spec::LockSetting::Disabled;
+    loaded.spec.lock = specs::LockSetting::Disabled;
     let r = render::render(&loaded, &RenderOptions::default()).unwrap();
-    assert_eq!(r.lock, imgctl::lock::LockState::Disabled);
+    assert_eq!(r.lock, imgctl::image::lock::LockState::Disabled);
     assert!(!r.files.iter().any(|f| f.path == render::PIP_LOCK_PATH));
     assert!(!r.labels.keys().any(|k| k.contains("pip_lock")));
     // Byte for byte the Dockerfile of cu124 before locks existed (this
@@ -625,7 +625,7 @@ fn without_a_lock_the_dockerfile_is_as_before() {
 /// A copy of the cu124 spec in a folder of its own (so that its lock is a file
 /// next to it), with `edit` applied to its text.
 fn user_spec(dir: &Path, edit: &dyn Fn(&str) -> String) -> PathBuf {
-    let yaml = spec::bundled()
+    let yaml = specs::bundled()
         .into_iter()
         .find(|(n, _)| *n == "cu124")
         .unwrap()
@@ -639,12 +639,12 @@ fn user_spec(dir: &Path, edit: &dyn Fn(&str) -> String) -> PathBuf {
 const SOME_HASH: &str = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254";
 
 /// Writes a lock for the spec at `spec_path` with the library (the format is
-/// tested in src/lock; these tests are about rendering): torch and
+/// tested in src/image/lock; these tests are about rendering): torch and
 /// typing-extensions in the torch step, the pins and numpy in the pins step.
 fn write_lock(spec_path: &Path, lock_path: &Path) -> String {
-    use imgctl::lock::{Locked, Step};
-    let loaded = spec::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
-    let inputs = imgctl::lock::LockInputs::of(&loaded.spec);
+    use imgctl::image::lock::{Locked, Step};
+    let loaded = specs::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
+    let inputs = imgctl::image::lock::LockInputs::of(&loaded.spec);
     let mut packages: Vec<(String, Locked)> = loaded
         .spec
         .pip
@@ -668,7 +668,7 @@ fn write_lock(spec_path: &Path, lock_path: &Path) -> String {
         "typing_extensions".into(),
         Locked::new("4.13.2", Step::Torch, [SOME_HASH]),
     ));
-    let text = imgctl::lock::LockFile::new(&inputs, packages).to_text(
+    let text = imgctl::image::lock::LockFile::new(&inputs, packages).to_text(
         &loaded.origin,
         &imgctl::commands::lock::lock_command(&loaded),
     );

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use imgctl::sign::dsse::{pae, Envelope};
-use imgctl::sign::{PrivateKey, PublicKey, SignError};
+use imgctl::image::sign::dsse::{pae, Envelope};
+use imgctl::image::sign::{PrivateKey, PublicKey, SignError};
 
 use crate::common::{imgctl_bin, one_error_line, repo_root, texts, venv_python};
 

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use imgctl::spec::{self, compat, SpecSource};
+use imgctl::image::specs::{self, compat, SpecSource};
 
 use crate::common::{imgctl_bin, repo_root, texts};
 
@@ -141,7 +141,7 @@ fn bundled_profiles_carry_the_pins() {
             "https://download.pytorch.org/whl/cu128",
         ),
     ] {
-        let loaded = spec::load(&SpecSource::Bundled { cuda: cuda.into() }).unwrap();
+        let loaded = specs::load(&SpecSource::Bundled { cuda: cuda.into() }).unwrap();
         let s = &loaded.spec;
         assert_eq!(loaded.name, name);
         assert_eq!(s.base_image.to_string(), base);
@@ -167,7 +167,7 @@ fn bundled_profiles_carry_the_pins() {
         }
         // The hash is of the embedded text, which equals the file (see render::embedded_*).
         let on_disk = std::fs::read(repo_root().join(format!("images/{name}.yaml"))).unwrap();
-        assert_eq!(loaded.sha256, spec::sha256_hex(&on_disk));
+        assert_eq!(loaded.sha256, specs::sha256_hex(&on_disk));
     }
     // The default, and the other spellings of --cuda.
     assert_eq!(
@@ -178,7 +178,7 @@ fn bundled_profiles_carry_the_pins() {
     );
     for alias in ["12.4.1", "cu124"] {
         assert_eq!(
-            spec::load(&SpecSource::Bundled { cuda: alias.into() })
+            specs::load(&SpecSource::Bundled { cuda: alias.into() })
                 .unwrap()
                 .name,
             "cu124"
@@ -464,13 +464,13 @@ fn the_lock_field_is_validated() {
         assert_eq!(code, Some(0), "{good}: {stderr}");
     }
     // A bundled spec takes its lock from images/; only a spec file names its own.
-    let problems = spec::validate::validate(&format!("{base}lock: my.lock\n"), None).unwrap_err();
+    let problems = specs::validate::validate(&format!("{base}lock: my.lock\n"), None).unwrap_err();
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(problems[0]
         .message
         .contains("bundled specs use their bundled lock"));
-    let ok = spec::validate::validate(&format!("{base}lock: false\n"), None).unwrap();
-    assert_eq!(ok.lock, spec::LockSetting::Disabled);
+    let ok = specs::validate::validate(&format!("{base}lock: false\n"), None).unwrap();
+    assert_eq!(ok.lock, specs::LockSetting::Disabled);
 }
 
 /// A copy of the example spec with `edit` applied, written to `dir/s.yaml`; its path.

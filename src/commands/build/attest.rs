@@ -1,17 +1,17 @@
 //! The evidence of a build: `--verify` (imgctl verify inside the new image
 //! before it is tagged or pushed), `--attest DIR` (the SBOM, the SLSA
 //! provenance and the verdict as files) and what `--push` attaches to the
-//! pushed manifest. The documents themselves are [`crate::attest`]'s and
-//! [`crate::sbom`]'s; this file gathers their inputs and writes them.
+//! pushed manifest. The documents themselves are [`crate::image::attest`]'s and
+//! [`crate::image::sbom`]'s; this file gathers their inputs and writes them.
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::attest::{self, BuildFacts, BuildInputs, Material};
 use crate::cli::BuildArgs;
 use crate::commands::error::CliError;
+use crate::image::attest::{self, BuildFacts, BuildInputs, Material};
 use crate::output::printer;
 use crate::verify::{ExpectGpus, Options, Report};
 
@@ -29,7 +29,7 @@ pub struct Evidence {
     /// `--registry-ca`: a CA file trusted for attaching them.
     pub registry_ca: Option<PathBuf>,
     /// `--sign-key`: signs every statement (read before anything is built).
-    pub signer: Option<std::sync::Arc<crate::sign::PrivateKey>>,
+    pub signer: Option<std::sync::Arc<crate::image::sign::PrivateKey>>,
 }
 
 impl Evidence {
@@ -47,7 +47,7 @@ impl Evidence {
             }
         }
         if let Some(ca) = &args.registry_ca {
-            crate::oci::tls::read_ca_file(ca).map_err(|e| {
+            crate::image::oci::tls::read_ca_file(ca).map_err(|e| {
                 CliError::usage(format!("--registry-ca {}: {e:#}", ca.display()))
                     .with_hint("--registry-ca takes the PEM file of the CA that issued the registry's certificate (the docker CLI reads it from /etc/docker/certs.d/HOST:PORT/ca.crt)")
             })?;
@@ -62,7 +62,7 @@ impl Evidence {
                 .into())
             }
             Some(path) => {
-                if let Some(mode) = crate::sign::keys::readable_by_others(path) {
+                if let Some(mode) = crate::image::sign::keys::readable_by_others(path) {
                     printer().warn(format!(
                         "the signing key {} can be read by others (mode {mode:04o}): anyone who can read it can sign as you; `chmod 600 {}`, or make a new pair with `imgctl key generate`",
                         path.display(),
@@ -70,7 +70,7 @@ impl Evidence {
                     ));
                 }
                 let pass = crate::commands::key::passphrase()?;
-                Some(std::sync::Arc::new(crate::sign::PrivateKey::read(
+                Some(std::sync::Arc::new(crate::image::sign::PrivateKey::read(
                     path,
                     pass.as_deref().map(Vec::as_slice),
                 )?))
@@ -123,8 +123,8 @@ fn without_userinfo(value: &str) -> String {
 pub fn build_inputs(
     args: &BuildArgs,
     (build_args, labels): (&BTreeMap<String, String>, &BTreeMap<String, String>),
-    loaded: &crate::spec::LoadedSpec,
-    lock: &crate::lock::LockState,
+    loaded: &crate::image::specs::LoadedSpec,
+    lock: &crate::image::lock::LockState,
 ) -> BuildInputs {
     let image = &args.image;
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
@@ -167,10 +167,10 @@ pub fn build_inputs(
         },
         sha256: loaded.sha256.clone(),
     }];
-    if let Some((uri, bytes)) = crate::render::template_source(loaded) {
+    if let Some((uri, bytes)) = crate::image::render::template_source(loaded) {
         materials.push(Material::of("template", uri, &bytes));
     }
-    if let crate::lock::LockState::Fresh { path, text, .. } = lock {
+    if let crate::image::lock::LockState::Fresh { path, text, .. } = lock {
         materials.push(Material::of("lock", path.clone(), text.as_bytes()));
     }
     if let Some(ca) = &image.ca_cert {
@@ -330,7 +330,7 @@ pub async fn sbom(image_id: &str, tag: &str) -> anyhow::Result<Attestation> {
         attest::files::SBOM,
         attest::CYCLONEDX_MEDIA_TYPE,
         None,
-        crate::attest::to_bytes(&doc),
+        crate::image::attest::to_bytes(&doc),
     ))
 }
 
@@ -416,7 +416,7 @@ pub struct Made<'a> {
     /// `--registry-ca`, if given.
     pub registry_ca: Option<&'a Path>,
     /// `--sign-key`'s key.
-    pub signer: Option<&'a crate::sign::PrivateKey>,
+    pub signer: Option<&'a crate::image::sign::PrivateKey>,
 }
 
 impl Made<'_> {
@@ -494,8 +494,10 @@ pub async fn attach(
     for (repo, digest) in pushed {
         let reference = format!("{repo}@{digest}");
         let spinner = printer().spinner(format!("attaching the attestations to {reference}"));
-        let mut repository =
-            crate::oci::Repository::new(&reference, crate::oci::docker_credentials(&reference)?)?;
+        let mut repository = crate::image::oci::Repository::new(
+            &reference,
+            crate::image::oci::docker_credentials(&reference)?,
+        )?;
         if let Some(ca) = registry_ca {
             repository = repository.with_registry_ca(ca, Some("--registry-ca"))?;
         }
@@ -503,8 +505,8 @@ pub async fn attach(
         let subject = repository.resolve(digest).await?;
         for a in all.iter_mut() {
             let annotations = match (a.artifact_type.as_str(), &a.predicate_type) {
-                (crate::sign::bundle::BUNDLE_MEDIA_TYPE, Some(p)) => {
-                    crate::sign::bundle::annotations(p, created)
+                (crate::image::sign::bundle::BUNDLE_MEDIA_TYPE, Some(p)) => {
+                    crate::image::sign::bundle::annotations(p, created)
                 }
                 _ => attest::artifact_annotations(a.predicate_type.as_deref(), created),
             };
@@ -540,7 +542,7 @@ pub async fn attach(
 fn sign_all(
     facts: &BuildFacts,
     all: &[Attestation],
-    signer: &crate::sign::PrivateKey,
+    signer: &crate::image::sign::PrivateKey,
 ) -> anyhow::Result<Vec<Attestation>> {
     let mut out = Vec::new();
     for a in all {
@@ -554,20 +556,23 @@ fn sign_all(
                 )
             }
         };
-        let envelope =
-            crate::sign::dsse::Envelope::sign(attest::IN_TOTO_MEDIA_TYPE, &statement, signer)?;
+        let envelope = crate::image::sign::dsse::Envelope::sign(
+            attest::IN_TOTO_MEDIA_TYPE,
+            &statement,
+            signer,
+        )?;
         let stem = a.file.split('.').next().unwrap_or("statement");
         out.push(Attestation::new(
             &format!("{stem}.sigstore.json"),
-            crate::sign::bundle::BUNDLE_MEDIA_TYPE,
+            crate::image::sign::bundle::BUNDLE_MEDIA_TYPE,
             Some(&predicate),
-            crate::sign::bundle::to_bundle(&envelope, signer),
+            crate::image::sign::bundle::to_bundle(&envelope, signer),
         ));
     }
     printer().info(format!(
         "signed {} statements with key {} ({})",
         out.len(),
-        &crate::sign::Signer::key_id(signer)[..16],
+        &crate::image::sign::Signer::key_id(signer)[..16],
         signer.public().kind().name()
     ));
     Ok(out)

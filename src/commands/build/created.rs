@@ -12,8 +12,8 @@ use crate::env_vars::SOURCE_DATE_EPOCH;
 /// imgctl, the imgctl executable). Never the wall clock: building the same
 /// spec, lock and imgctl twice gives the same labels, so the same image.
 pub fn created_time(
-    loaded: &crate::spec::LoadedSpec,
-    lock: &crate::lock::LockState,
+    loaded: &crate::image::specs::LoadedSpec,
+    lock: &crate::image::lock::LockState,
 ) -> Result<SystemTime, CliError> {
     if let Some(value) = std::env::var_os(SOURCE_DATE_EPOCH) {
         if let Some(secs) = source_date_epoch(&value.to_string_lossy())? {
@@ -27,7 +27,7 @@ pub fn created_time(
             if let (Some(template), Some(dir)) = (&loaded.spec.template, &loaded.dir) {
                 inputs.push(dir.join(template));
             }
-            if let crate::lock::LockState::Fresh { path, .. } = lock {
+            if let crate::image::lock::LockState::Fresh { path, .. } = lock {
                 inputs.push(PathBuf::from(path));
             }
         }

@@ -27,8 +27,8 @@ use crate::docker::context::{BuildContext, ContextListing};
 use crate::docker::image;
 use crate::env_vars::SOURCE_DATE_EPOCH;
 use crate::error::ExitStatus;
+use crate::image::render::docker_quote;
 use crate::output::printer;
-use crate::render::docker_quote;
 
 pub mod attest;
 mod created;
@@ -65,7 +65,7 @@ pub struct BuildPlan {
     /// `--build-arg` values.
     pub build_args: BTreeMap<String, String>,
     /// BuildKit's build secrets: the build-only proxy CA (`--ca-cert-secret`)
-    /// as [`crate::render::CA_CERT_SECRET_ID`].
+    /// as [`crate::image::render::CA_CERT_SECRET_ID`].
     pub secrets: BuildSecrets,
     /// Lines the renderer wants the user to read (e.g. the cu124 wheel note).
     pub notes: Vec<String>,
@@ -81,7 +81,7 @@ pub struct BuildPlan {
     /// label's; with `SOURCE_DATE_EPOCH` set, BuildKit gets it too).
     pub created_epoch: u64,
     /// The flags and inputs the provenance records.
-    pub inputs: crate::attest::BuildInputs,
+    pub inputs: crate::image::attest::BuildInputs,
 }
 
 impl BuildPlan {
@@ -174,7 +174,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitStatus> {
             // The other variant of the Dockerfile; the imgctl binary, read
             // once, moves over.
             let mut old = plan;
-            let binary = old.context.take(crate::render::IMGCTL_BINARY_PATH);
+            let binary = old.context.take(crate::image::render::IMGCTL_BINARY_PATH);
             plan_with(&args, builder == Builder::BuildKit, binary)?
         };
         printer().info(super::engine_line::engine_line(
@@ -224,15 +224,15 @@ fn plan_with(
     }
 
     let source = super::image_args::spec_source(&args.image);
-    let loaded = crate::spec::load(&source)?;
-    let options = crate::render::RenderOptions {
+    let loaded = crate::image::specs::load(&source)?;
+    let options = crate::image::render::RenderOptions {
         buildkit,
-        ..crate::render::RenderOptions::from_args(&args.image)?
+        ..crate::image::render::RenderOptions::from_args(&args.image)?
     };
-    let rendered = crate::render::render(&loaded, &options)?;
+    let rendered = crate::image::render::render(&loaded, &options)?;
     let mut secrets = BuildSecrets::default();
     if let Some(ca) = &options.ca_cert_build_only {
-        secrets.insert(crate::render::CA_CERT_SECRET_ID, ca.clone());
+        secrets.insert(crate::image::render::CA_CERT_SECRET_ID, ca.clone());
     }
 
     let tags = if args.tags.is_empty() {
@@ -289,7 +289,7 @@ fn plan_with(
             })?
         }
     };
-    context.add(crate::render::IMGCTL_BINARY_PATH, 0o755, bytes)?;
+    context.add(crate::image::render::IMGCTL_BINARY_PATH, 0o755, bytes)?;
 
     let inputs = attest::build_inputs(
         args,
@@ -728,9 +728,9 @@ mod tests {
     fn the_bundled_template_mounts_the_secret_the_build_serves() {
         let mount = format!(
             "--mount=type=secret,id={},required=true,",
-            crate::render::CA_CERT_SECRET_ID
+            crate::image::render::CA_CERT_SECRET_ID
         );
-        assert!(crate::render::WORKSTATION_TEMPLATE.contains(&mount));
+        assert!(crate::image::render::WORKSTATION_TEMPLATE.contains(&mount));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub(super) async fn push_tags(
         pushed.push(tag.clone());
         let repo = image::split_tag(tag).0.to_string();
         let digest = if podman {
-            let registry = crate::oci::Repository::new(tag, crate::oci::docker_credentials(tag)?)?;
+            let registry = crate::image::oci::Repository::new(tag, crate::image::oci::docker_credentials(tag)?)?;
             let name = registry.tag_or_digest().unwrap_or("latest").to_string();
             Some(registry.resolve(&name).await?.digest)
         } else {

@@ -14,9 +14,9 @@ pub(super) fn advise(_err: &(dyn std::error::Error + 'static)) -> Option<Advice>
 /// Advice for the errors of `bench/`.
 #[cfg(feature = "torch")]
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
-    use crate::bench::ops::TraceError;
-    use crate::bench::reference::ReferenceError;
     use crate::env_vars::IMGCTL_PYTHON;
+    use crate::train::bench::ops::TraceError;
+    use crate::train::bench::reference::ReferenceError;
     if let Some(e) = err.downcast_ref::<TraceError>() {
         return Some(match e {
             TraceError::Read { .. } => Advice::failure(

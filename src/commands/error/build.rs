@@ -26,7 +26,7 @@ fn build_error(e: &BuildError) -> Advice {
             if let Some(id) = crate::docker::build::missing_secret(message) {
                 return Advice::failure(format!(
                     "imgctl serves one build secret, `{}`, when given --ca-cert-secret FILE (the engine said: {message})",
-                    crate::render::CA_CERT_SECRET_ID
+                    crate::image::render::CA_CERT_SECRET_ID
                 ))
                 .with_message(format!(
                     "build failed at step {n}/{total}: it needs the build secret `{id}`, which this build does not have: {instruction}"

@@ -3,8 +3,8 @@
 //! (how to install uv, the network, a conflict in the pins).
 
 use super::advice::Advice;
-use crate::lock::uv::{MIN_UV, UV_VERSION};
-use crate::lock::{LockError, LockFileError};
+use crate::image::lock::uv::{MIN_UV, UV_VERSION};
+use crate::image::lock::{LockError, LockFileError};
 
 /// Advice for [`LockError`] and [`LockFileError`].
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {
@@ -92,7 +92,7 @@ fn file_error(e: &LockFileError) -> Advice {
 mod tests {
     use crate::commands::error::{render_error, status_of};
     use crate::error::ExitStatus;
-    use crate::lock::LockError;
+    use crate::image::lock::LockError;
 
     /// The error line, the hint and the exit status the user gets; the line
     /// must be the error's own text (uv's failures keep their words).

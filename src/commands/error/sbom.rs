@@ -2,7 +2,7 @@
 //! user of `imgctl sbom`: a failure (exit 1) and what to look at.
 
 use super::advice::Advice;
-use crate::sbom::SbomError;
+use crate::image::sbom::SbomError;
 
 /// Advice for [`SbomError`].
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {

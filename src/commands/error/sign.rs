@@ -4,7 +4,7 @@
 
 use super::advice::Advice;
 use crate::env_vars::IMGCTL_KEY_PASSPHRASE;
-use crate::sign::SignError;
+use crate::image::sign::SignError;
 
 /// Advice for [`SignError`].
 pub(super) fn advise(err: &(dyn std::error::Error + 'static)) -> Option<Advice> {

@@ -5,10 +5,10 @@
 //! or the context (exit 1). The flag names and the hints live here.
 use super::advice::Advice;
 use crate::env_vars::EnvError;
+use crate::image::render::ca::{CaError, MAX_CA_CERT_BYTES};
+use crate::image::render::RenderError;
+use crate::image::specs::{problems_message, Mention, Problem, SpecError};
 use crate::image_ref::{ImageRefError, Role, GRAMMAR};
-use crate::render::ca::{CaError, MAX_CA_CERT_BYTES};
-use crate::render::RenderError;
-use crate::spec::{problems_message, Mention, Problem, SpecError};
 
 /// The hint of a spec file that cannot be used as one.
 const SPEC_FILE_HINT: &str = "--spec takes a YAML spec file; see examples/custom-spec.yaml";
@@ -106,7 +106,7 @@ fn render(e: &RenderError) -> Advice {
             let field = match parts.as_slice() {
                 ["base_image"] => "the base image (`base_image` or --base-image)".to_string(),
                 ["pip_index_url"] => "--pip-index-url".to_string(),
-                _ => crate::render::field_name(path),
+                _ => crate::image::render::field_name(path),
             };
             Advice::usage(
                 "every value that reaches the Dockerfile must be one line of text without control characters; remove it (or rename the file)"
@@ -114,7 +114,7 @@ fn render(e: &RenderError) -> Advice {
             )
             .with_message(format!(
                 "{field} contains the control character {} and cannot be written into a Dockerfile",
-                crate::render::describe_char(*ch)
+                crate::image::render::describe_char(*ch)
             ))
         }
         RenderError::PipIndexUrlInvalid { masked } => {
@@ -188,13 +188,16 @@ mod tests {
 
     #[test]
     fn problems_name_the_flag_and_the_command_their_remedy_is() {
-        let base = crate::spec::bundled()[0].1;
-        let problems = crate::spec::validate::validate(
+        let base = crate::image::specs::bundled()[0].1;
+        let problems = crate::image::specs::validate::validate(
             &format!("{base}lock: my.lock\ntemplate: t.j2\n"),
             None,
         )
         .unwrap_err();
-        let err = anyhow::Error::from(crate::spec::problems_error("images/cu124.yaml", &problems));
+        let err = anyhow::Error::from(crate::image::specs::problems_error(
+            "images/cu124.yaml",
+            &problems,
+        ));
         assert_eq!(status_of(&err), ExitStatus::Usage);
         let text = render_error(&err);
         assert!(text.contains("  template: bundled specs use the bundled template; only a spec file (--spec) may name its own\n"), "{text}");

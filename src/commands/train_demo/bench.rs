@@ -4,7 +4,7 @@
 //! with the PyTorch reference.
 //!
 //! Turns flags into [`BenchOptions`] and prints the reports; the measuring
-//! lives in `crate::bench`. This module must not choose the mode (`super`
+//! lives in `crate::train::bench`. This module must not choose the mode (`super`
 //! does) nor train.
 use tch::Device;
 
@@ -12,12 +12,12 @@ use super::launch::{supervisor_options, usage, worker_sync};
 use super::options::resolve_options;
 use anyhow::Context as _;
 
-use crate::bench::{self, charts, reference, report, BenchOptions, BenchReport};
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::env_vars as ev;
 use crate::error::ExitStatus;
 use crate::output::printer;
+use crate::train::bench::{self, charts, reference, report, BenchOptions, BenchReport};
 use crate::train::parallel::supervisor::{self, WorkerSlot};
 
 /// Refuses benchmark flags without `--benchmark`, and training-only flags

@@ -19,7 +19,7 @@ const BAR_TEMPLATE: &str = "{wide_bar} {pos}/{len} {msg} [{elapsed_precise}]";
 /// The fewest columns the bar itself keeps.
 const BAR_MIN: usize = 10;
 
-/// A sink for [`crate::train::run::run`], [`crate::bench::run_rank`] and
+/// A sink for [`crate::train::run::run`], [`crate::train::bench::run_rank`] and
 /// the supervisor that prints through the process's printer. It holds the progress bar
 /// between [`RunEvent::Started`] and [`RunEvent::Stopped`].
 pub(super) fn printed() -> impl Fn(&RunEvent) {

@@ -6,7 +6,7 @@
 //! measures ([`bench`]), and otherwise it trains: a single process, or one
 //! rank of a launched job ([`launch::worker_sync`]), with the flags resolved
 //! by [`options`]. Those modules never call back into this one. The command
-//! layer only: the work lives in `crate::train` and `crate::bench`.
+//! layer only: the work lives in `crate::train` and `crate::train::bench`.
 //!
 //! Part: the command layer (`docs/architecture.md`).
 use crate::cli::TrainArgs;

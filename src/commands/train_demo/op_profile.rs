@@ -4,7 +4,7 @@
 //!
 //! Resolves the flags, runs imgctl's profiled steps and then the reference's
 //! (`bench_reference.py --recipe imgctl --op-profile`), and prints the
-//! comparison; the counting lives in `crate::bench::ops`. One process only:
+//! comparison; the counting lives in `crate::train::bench::ops`. One process only:
 //! the comparison is of one step, not of a data-parallel job.
 use anyhow::Context as _;
 use comfy_table::Cell;
@@ -12,13 +12,13 @@ use comfy_table::Cell;
 use super::bench::run_reference;
 use super::launch::{usage, worker_sync};
 use super::options::resolve_options;
-use crate::bench::ops::{self, OpProfileReport, Tally};
-use crate::bench::report::{num, right, table};
-use crate::bench::{self, reference, BenchOptions};
 use crate::cli::TrainArgs;
 use crate::commands::error::CliError;
 use crate::error::ExitStatus;
 use crate::output::printer;
+use crate::train::bench::ops::{self, OpProfileReport, Tally};
+use crate::train::bench::report::{num, right, table};
+use crate::train::bench::{self, reference, BenchOptions};
 
 /// Profiled steps on each side unless `--steps` says otherwise (every step
 /// issues the same operators; a few show that they do).
@@ -77,7 +77,7 @@ pub(super) fn run(args: &TrainArgs) -> anyhow::Result<ExitStatus> {
     }
     if !r.unexplained.is_empty() {
         p.warn(format!(
-            "imgctl issues {} more often than the reference, and crate::bench::ops::EXPLAINED does not say why",
+            "imgctl issues {} more often than the reference, and crate::train::bench::ops::EXPLAINED does not say why",
             r.unexplained.join(", ")
         ));
     }

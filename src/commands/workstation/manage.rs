@@ -175,7 +175,10 @@ fn ps_table(listed: &[(Listed, Whose)]) -> String {
         // The least useful first: the folder, the image, the GPUs.
         let shift = usize::from(with_tb) + usize::from(with_owner);
         let hidden = output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
-        if let Some(line) = output::dropped_note(&table, &hidden, width) {
+        if let Some(line) = crate::commands::narrow::dropped_columns_line(
+            &output::dropped_columns(&table, &hidden),
+            width,
+        ) {
             printer().info(output::wrap_text(
                 &line,
                 output::table_width(output::Stream::Stderr),

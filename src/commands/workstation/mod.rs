@@ -22,8 +22,8 @@ use crate::docker::volume;
 use crate::docker::workstation::{self as ws, Listed, WorkstationError};
 use crate::error::ExitStatus;
 use crate::gpus::GpuSelection;
+use crate::image::render::labels;
 use crate::output::printer;
-use crate::render::labels;
 use crate::verify::{Level, Options};
 use crate::workstation::owner::Owner;
 use crate::workstation::{

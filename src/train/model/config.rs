@@ -297,7 +297,7 @@ impl UNetConfig {
     /// Parses a YAML model config (strict: unknown fields are an error naming
     /// the field path). `source` names the input in errors.
     pub fn from_yaml_str(text: &str, source: &str) -> anyhow::Result<Self> {
-        crate::spec::limits::nesting_ok(text).map_err(|error| ModelConfigError::Yaml {
+        crate::yaml::nesting_ok(text).map_err(|error| ModelConfigError::Yaml {
             file: source.to_string(),
             error,
         })?;
@@ -344,7 +344,7 @@ impl UNetConfig {
     /// Loads a model config file: `.json` as a diffusers `config.json`, anything
     /// else as YAML.
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = crate::sys::fs::read_regular_text(path, crate::spec::MAX_SPEC_BYTES).map_err(
+        let text = crate::sys::fs::read_regular_text(path, crate::yaml::MAX_YAML_BYTES).map_err(
             |error| ModelConfigError::Read {
                 path: path.to_path_buf(),
                 error,

@@ -376,7 +376,7 @@ fn signed_verdict_gates(signed: &str, public: &Path, config: &Path, dir: &Path) 
         password: Some("e2e-pw".to_string()),
         ..Default::default()
     };
-    let repo = imgctl::oci::Repository::new(signed, Some(credentials)).unwrap();
+    let repo = imgctl::image::oci::Repository::new(signed, Some(credentials)).unwrap();
     let in_toto = "application/vnd.in-toto+json";
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -5,7 +5,7 @@ use super::*;
 /// A fresh lock of the `small` fixture spec (six and torch), written with
 /// the library (no uv needed).
 fn small_lock_text(spec_path: &Path) -> String {
-    let loaded = spec::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
+    let loaded = specs::load(&SpecSource::File(spec_path.to_path_buf())).unwrap();
     LockFile::new(
         &LockInputs::of(&loaded.spec),
         [

@@ -42,7 +42,7 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
     std::fs::write(&spec_path, &yaml).unwrap();
     std::fs::write(dir.path().join("lock.Dockerfile.j2"), LOCK_TEMPLATE).unwrap();
     // The lock, written with the library (its resolution is tested above).
-    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let loaded = specs::load(&SpecSource::File(spec_path.clone())).unwrap();
     let lock_text = LockFile::new(
         &LockInputs::of(&loaded.spec),
         [
@@ -79,7 +79,13 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
         stderr.contains(&format!("pip lock: {} (3 packages)", lock_path.display())),
         "{stderr}"
     );
-    let in_image = docker_ok(&["run", "--rm", &tag, "cat", imgctl::lock::IMAGE_LOCK_PATH]);
+    let in_image = docker_ok(&[
+        "run",
+        "--rm",
+        &tag,
+        "cat",
+        imgctl::image::lock::IMAGE_LOCK_PATH,
+    ]);
     assert_eq!(in_image, lock_text.trim_end());
     let sha = docker_ok(&[
         "inspect",
@@ -87,7 +93,10 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
         "{{index .Config.Labels \"io.imgctl.pip_lock.sha256\"}} {{index .Config.Labels \"io.imgctl.pip_lock.packages\"}}",
         &tag,
     ]);
-    assert_eq!(sha, format!("{} 3", spec::sha256_hex(lock_text.as_bytes())));
+    assert_eq!(
+        sha,
+        format!("{} 3", specs::sha256_hex(lock_text.as_bytes()))
+    );
 
     // Stale (a pin changed): the build warns, succeeds, and leaves the lock out.
     std::fs::write(
@@ -111,7 +120,7 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
         &stale_tag,
         "test",
         "-e",
-        imgctl::lock::IMAGE_LOCK_PATH,
+        imgctl::image::lock::IMAGE_LOCK_PATH,
     ]);
     assert_eq!(out.status.code(), Some(1), "no lock in the image");
     let label = docker_ok(&[
@@ -128,7 +137,7 @@ fn a_fresh_lock_goes_into_the_image_and_its_label() {
 /// layer (the pins check that imports torch becomes `true`), ending before
 /// the user layer (which the image's imgctl, linked to torch, follows).
 fn template_without_torch() -> String {
-    let t = imgctl::render::WORKSTATION_TEMPLATE;
+    let t = imgctl::image::render::WORKSTATION_TEMPLATE;
     let torch = t.find("# Layer 3: torch").expect("the torch layer");
     let pins = t.find("{% if pip %}").expect("the pip layer");
     let user = t.find("{# Layers 5-7:").expect("the user layer");
@@ -149,7 +158,7 @@ fn a_package_that_does_not_match_its_hash_fails_the_build_naming_it() {
     ensure_bases();
     let dir = tempfile::tempdir().unwrap();
     // The cu124 spec with one tiny pin and the template above.
-    let yaml = spec::bundled()
+    let yaml = specs::bundled()
         .into_iter()
         .find(|(n, _)| *n == "cu124")
         .unwrap()
@@ -168,7 +177,7 @@ fn a_package_that_does_not_match_its_hash_fails_the_build_naming_it() {
         template_without_torch(),
     )
     .unwrap();
-    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let loaded = specs::load(&SpecSource::File(spec_path.clone())).unwrap();
     let write_lock = |six_hash: &str| {
         let text = LockFile::new(
             &LockInputs::of(&loaded.spec),

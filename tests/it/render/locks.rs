@@ -83,7 +83,7 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
     // The torch pins are still frozen and checked.
     assert!(ins[torch].contains("pip freeze | grep -E '^(torch|triton|nvidia-)'"));
     assert!(ins[pins].contains("installed pins differ from the compatibility table"));
-    let sha = spec::sha256_hex(text.as_bytes());
+    let sha = specs::sha256_hex(text.as_bytes());
     assert!(
         d.contains(&format!("io.imgctl.pip_lock.sha256=\"{sha}\"")),
         "{d}"
@@ -105,7 +105,7 @@ fn a_fresh_lock_is_copied_in_and_holds_both_pip_steps() {
     );
 
     // The library view: the context holds the lock byte for byte.
-    let loaded = spec::load(&SpecSource::File(spec_path.clone())).unwrap();
+    let loaded = specs::load(&SpecSource::File(spec_path.clone())).unwrap();
     let r = render::render(&loaded, &RenderOptions::default()).unwrap();
     let f = r
         .files

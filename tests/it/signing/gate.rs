@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use imgctl::oci::Repository;
-use imgctl::sign::bundle::{self, BUNDLE_MEDIA_TYPE};
+use imgctl::image::oci::Repository;
+use imgctl::image::sign::bundle::{self, BUNDLE_MEDIA_TYPE};
 use serde_json::{json, Value};
 
 use super::*;

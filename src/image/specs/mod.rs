@@ -3,8 +3,8 @@
 //! ([`compat`]) that validation and the image labels draw their pins from.
 //!
 //! This module reads spec files and nothing else (their pip lock files are
-//! [`crate::lock`]'s, the bundled ones are embedded here); it renders nothing (see
-//! [`crate::render`]) and never talks to Docker. Every problem in a spec is
+//! [`crate::image::lock`]'s, the bundled ones are embedded here); it renders nothing (see
+//! [`crate::image::render`]) and never talks to Docker. Every problem in a spec is
 //! reported at once as a [`SpecError`], one `field.path: message` line each;
 //! its messages name no command-line flag (`commands/` adds those and the
 //! hints).
@@ -31,9 +31,9 @@ pub const DEFAULT_CUDA: &str = "12.4";
 
 /// The bundled specs: (profile name, CUDA `major.minor` accepted by `--cuda`, YAML).
 const BUNDLED: &[(&str, &str, &str)] = &[
-    ("cu124", "12.4", include_str!("../../images/cu124.yaml")),
-    ("cu126", "12.6", include_str!("../../images/cu126.yaml")),
-    ("cu128", "12.8", include_str!("../../images/cu128.yaml")),
+    ("cu124", "12.4", include_str!("../../../images/cu124.yaml")),
+    ("cu126", "12.6", include_str!("../../../images/cu126.yaml")),
+    ("cu128", "12.8", include_str!("../../../images/cu128.yaml")),
 ];
 
 /// The pip lock files of the bundled specs (`imgctl lock --cuda X` writes them
@@ -45,12 +45,12 @@ const BUNDLED_LOCKS: &[(&str, &str, &str)] = &[
     (
         "cu124",
         "images/cu124.lock",
-        include_str!("../../images/cu124.lock"),
+        include_str!("../../../images/cu124.lock"),
     ),
     (
         "cu126",
         "images/cu126.lock",
-        include_str!("../../images/cu126.lock"),
+        include_str!("../../../images/cu126.lock"),
     ),
 ];
 
@@ -139,7 +139,7 @@ pub fn profile_for_cuda(cuda: &str) -> Option<&'static str> {
 }
 
 /// The largest spec file `load` reads (256 KiB); the bundled specs are under 4 KiB.
-pub const MAX_SPEC_BYTES: u64 = 256 * 1024;
+pub const MAX_SPEC_BYTES: u64 = crate::yaml::MAX_YAML_BYTES;
 
 /// Reads a user's spec file, refusing one over [`MAX_SPEC_BYTES`] (at most
 /// that many bytes are read, so `/dev/zero` or a growing file costs nothing)

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::inputs::digest_of_lines;
 use super::{LockFileError, LockInputs, LOCK_VERSION};
-use crate::spec::normalize_name;
+use crate::image::specs::normalize_name;
 
 /// The image layer that installs a package.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -195,7 +195,7 @@ impl LockFile {
                 text.push('\n');
             }
         }
-        crate::spec::sha256_hex(text.as_bytes())
+        crate::image::specs::sha256_hex(text.as_bytes())
     }
 
     /// The packages of `step` as a requirements file of their own (what the
@@ -497,8 +497,8 @@ fn is_version(version: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::testing::inputs;
-    use crate::lock::testing::spec_text;
+    use crate::image::lock::testing::inputs;
+    use crate::image::lock::testing::spec_text;
 
     const H1: &str = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254";
     const H2: &str = "f375db73a39f5cf83696d500e21a67f418dc9a988955756f254be8f03b7b3651";

@@ -21,8 +21,8 @@ use std::path::Path;
 
 use super::uv::{self, Uv};
 use super::{LockError, LockInputs, Locked, Step};
-use crate::spec::compat;
-use crate::spec::normalize_name;
+use crate::image::specs::compat;
+use crate::image::specs::normalize_name;
 
 /// The indexes a resolution uses: the spec's, or a mirror of PyPI
 /// (`--pip-index-url`), which also serves torch when the spec takes torch
@@ -272,7 +272,9 @@ mod tests {
     use super::*;
 
     fn inputs() -> LockInputs {
-        crate::lock::testing::inputs(&crate::lock::testing::spec_text("pip: [six==1.16.0]\n"))
+        crate::image::lock::testing::inputs(&crate::image::lock::testing::spec_text(
+            "pip: [six==1.16.0]\n",
+        ))
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::attest::{SLSA_PROVENANCE_V1, VERIFY_PREDICATE};
+use crate::image::attest::{SLSA_PROVENANCE_V1, VERIFY_PREDICATE};
 
 /// What a gate asks of an image. `--policy FILE` is this as YAML; each
 /// field is also a flag.

@@ -9,12 +9,12 @@
 //! spec's lock lives and whether it is fresh ([`state()`], `state.rs`), the
 //! resolution itself with uv ([`resolve`], running uv in [`uv`]), and their
 //! errors (`error.rs`). It reads lock files and runs uv on the host; it
-//! renders nothing (the Dockerfile side is [`crate::render`]), never talks to
+//! renders nothing (the Dockerfile side is [`crate::image::render`]), never talks to
 //! Docker, and never names a flag or an imgctl command: what to tell the user
 //! is `commands/`'s.
 //!
 //! Part: the build wing (`docs/architecture.md`).
-use crate::spec::compat;
+use crate::image::specs::compat;
 
 mod error;
 mod file;
@@ -73,6 +73,6 @@ pub(crate) mod testing {
 
     /// The lock inputs of spec `text`.
     pub(crate) fn inputs(text: &str) -> LockInputs {
-        LockInputs::of(&crate::spec::validate::validate(text, None).unwrap())
+        LockInputs::of(&crate::image::specs::validate::validate(text, None).unwrap())
     }
 }

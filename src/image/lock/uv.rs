@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::LockError;
-use crate::spec::compat;
+use crate::image::specs::compat;
 
 /// The uv that scripts/setup.sh installs (scripts/requirements-test.txt pins
 /// it), the one the bundled locks were made with.

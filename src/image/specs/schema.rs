@@ -64,7 +64,7 @@ pub struct ImageSpec {
     /// A Dockerfile template to use instead of the bundled workstation one:
     /// a path relative to the spec file.
     pub template: Option<String>,
-    /// Which pip lock file holds the image's Python packages (see [`crate::lock`]).
+    /// Which pip lock file holds the image's Python packages (see [`crate::image::lock`]).
     pub lock: LockSetting,
 }
 

@@ -166,8 +166,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let made = |name: &str| {
             let d = dir.path().join(name);
-            let g = crate::sign::keys::generate(&d, crate::sign::KeyKind::Ed25519, None).unwrap();
-            crate::sign::PrivateKey::read(&g.private, None).unwrap()
+            let g =
+                crate::image::sign::keys::generate(&d, crate::image::sign::KeyKind::Ed25519, None)
+                    .unwrap();
+            crate::image::sign::PrivateKey::read(&g.private, None).unwrap()
         };
         let (ours, theirs) = (made("ours"), made("theirs"));
         let mut envelope = Envelope::sign("text/plain", b"verdict", &theirs).unwrap();

@@ -3,7 +3,7 @@
 //!
 //! This module owns facts only, each row with the source it was taken from. It
 //! does no I/O and knows nothing about specs or Dockerfiles; [`super::validate`]
-//! and [`crate::render`] ask it questions, and `imgctl verify` reads the same pins
+//! and [`crate::image::render`] ask it questions, and `imgctl verify` reads the same pins
 //! (through the image labels) to compare with what it finds at run time.
 
 use serde::Serialize;

@@ -43,7 +43,7 @@ pub enum ReferenceError {
 }
 
 /// The reference script, as shipped in the repository.
-pub const SCRIPT: &str = include_str!("../../scripts/bench_reference.py");
+pub const SCRIPT: &str = include_str!("../../../scripts/bench_reference.py");
 
 /// Distinct batches handed to the reference (cycled through; enough that the
 /// data is not one repeated batch, small enough to write quickly).

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::context::LockCtx;
 use super::options::RenderOptions;
-use crate::spec::{compat, LoadedSpec};
+use crate::image::specs::{compat, LoadedSpec};
 
 /// imgctl version that rendered the image.
 pub const VERSION: &str = "io.imgctl.version";
@@ -170,7 +170,7 @@ pub(super) fn image_labels(
     set(GID, opts.gid.to_string());
     set(SUDO, opts.sudo.to_string());
     if let Some(ca) = &opts.ca_cert {
-        set(CA_CERT_SHA256, crate::spec::sha256_hex(ca));
+        set(CA_CERT_SHA256, crate::image::specs::sha256_hex(ca));
     }
     if let Some(l) = lock {
         set(PIP_LOCK_SHA256, l.sha256.clone());

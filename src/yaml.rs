@@ -1,26 +1,19 @@
-//! Size limits on a spec, checked before its fields: bracket nesting (scanned
-//! before the YAML parser sees the text) and the length of every string and
-//! joined list, against what Docker reads on one Dockerfile line.
+//! What every YAML text imgctl reads passes before the parser sees it
+//! (specs, training and model configs, policies): a size cap and a cap on
+//! bracket nesting. A leaf of the base, so that each wing that reads YAML
+//! guards it alike without importing another wing.
 //!
-//! The field checks live in [`super::validate`]; this module only measures.
-use serde_yaml::Value;
+//! Part: the base (`docs/architecture.md`).
 
-use super::walker::{join, Walker};
+/// The largest YAML file imgctl reads (256 KiB): a spec, a training or
+/// model config; the bundled specs are under 4 KiB.
+pub const MAX_YAML_BYTES: u64 = 256 * 1024;
 
 /// The deepest nesting of flow collections (`[` and `{`) a spec may have.
 /// libyaml's scanner is quadratic in the nesting depth (50 000 brackets take
 /// seconds to minutes of CPU before its own recursion limit answers), so
-/// [`super::validate::validate`] measures the depth with [`flow_depth_exceeds`] before parsing.
+/// a spec's validation and every other YAML reader measure the depth with [`flow_depth_exceeds`] before parsing.
 pub const MAX_NESTING: usize = 64;
-
-/// The longest string a spec may hold (16 KiB). Docker reads a Dockerfile
-/// line of at most 64 KiB, and a spec's values are written on one line each,
-/// quoted (which can double their length) and next to other text.
-pub const MAX_STRING_BYTES: usize = 16 * 1024;
-
-/// The longest a list may be once joined onto one Dockerfile line (`apt`,
-/// `ports`): half of Docker's 64 KiB line limit.
-pub const MAX_JOINED_BYTES: usize = 32 * 1024;
 
 /// Refuses YAML (any imgctl reads: training and model configs) whose
 /// brackets nest deeper than a spec's may ([`MAX_NESTING`]) before libyaml sees it: its
@@ -98,40 +91,4 @@ pub fn flow_depth_exceeds(text: &str, max: usize) -> Option<(usize, usize)> {
         boundary = c.is_whitespace() || "[]{},:-?".contains(c);
     }
     None
-}
-
-/// Every string (key or value) in `value` longer than [`MAX_STRING_BYTES`],
-/// as a problem at its field path.
-pub(super) fn long_strings(w: &mut Walker, value: &Value, path: &str) {
-    let too_long = |s: &str| s.len() > MAX_STRING_BYTES;
-    let problem = |w: &mut Walker, path: &str, len: usize| {
-        w.problem(
-            if path.is_empty() { "(spec)" } else { path },
-            format!(
-                "is {len} bytes long; at most {MAX_STRING_BYTES} (Docker reads a Dockerfile line of at most 64 KiB, and this value is written on one)"
-            ),
-            None,
-        )
-    };
-    match value {
-        Value::String(s) if too_long(s) => problem(w, path, s.len()),
-        Value::Sequence(items) => {
-            for (i, item) in items.iter().enumerate() {
-                long_strings(w, item, &format!("{path}[{i}]"));
-            }
-        }
-        Value::Mapping(map) => {
-            for (k, v) in map {
-                match k.as_str() {
-                    Some(key) if too_long(key) => {
-                        problem(w, &join(path, "(a key)"), key.len());
-                    }
-                    Some(key) => long_strings(w, v, &join(path, key)),
-                    None => long_strings(w, v, path),
-                }
-            }
-        }
-        Value::Tagged(t) => long_strings(w, &t.value, path),
-        _ => {}
-    }
 }

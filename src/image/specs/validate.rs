@@ -777,7 +777,7 @@ mod tests {
 
     #[test]
     fn bundled_specs_are_valid() {
-        for (name, text) in crate::spec::bundled() {
+        for (name, text) in crate::image::specs::bundled() {
             let spec = validate(text, None).unwrap_or_else(|p| panic!("{name}: {p:?}"));
             assert_eq!(spec.name, name);
         }

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use super::{LockFile, LockFileError, LockInputs};
-use crate::spec::{LoadedSpec, LockSetting};
+use crate::image::specs::{LoadedSpec, LockSetting};
 
 /// The largest lock file read (4 MiB; a bundled lock with every hash is
 /// about 230 KiB).
@@ -52,7 +52,7 @@ impl LockLocation {
     pub fn read(&self) -> Result<Option<String>, LockFileError> {
         match self {
             LockLocation::Bundled { name } => {
-                Ok(crate::spec::bundled_lock(name).map(str::to_string))
+                Ok(crate::image::specs::bundled_lock(name).map(str::to_string))
             }
             LockLocation::File(p) => match crate::sys::fs::read_regular_text(p, MAX_LOCK_BYTES) {
                 Ok(t) => Ok(Some(t)),
@@ -171,10 +171,12 @@ mod tests {
 
     #[test]
     fn bundled_locks_are_fresh() {
-        for (name, _) in crate::spec::bundled() {
-            let cuda = crate::spec::bundled_cuda(name).unwrap();
-            let spec =
-                crate::spec::load(&crate::spec::SpecSource::Bundled { cuda: cuda.into() }).unwrap();
+        for (name, _) in crate::image::specs::bundled() {
+            let cuda = crate::image::specs::bundled_cuda(name).unwrap();
+            let spec = crate::image::specs::load(&crate::image::specs::SpecSource::Bundled {
+                cuda: cuda.into(),
+            })
+            .unwrap();
             match state(&spec) {
                 LockState::Fresh { lock, .. } => {
                     assert!(lock.packages.len() > 100, "{name}: {}", lock.packages.len())

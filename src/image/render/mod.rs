@@ -5,7 +5,7 @@
 //! Templates are minijinja in strict mode (an undefined variable is an error).
 //! The bundled template and image files live in `images/` and are embedded in
 //! the binary; a user spec may name its own template next to it. A fresh pip
-//! lock of the spec ([`crate::lock`]) goes into the context, with each of its
+//! lock of the spec ([`crate::image::lock`]) goes into the context, with each of its
 //! steps as a requirements file (with hashes) that the torch and the pip
 //! layer install strictly; without one the Dockerfile is as it always was. This module
 //! reads nothing but templates and the spec's lock, and never talks to Docker: `crate::docker`
@@ -22,7 +22,7 @@
 //! Part: the build wing (`docs/architecture.md`).
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::spec::{compat, LoadedSpec};
+use crate::image::specs::{compat, LoadedSpec};
 
 pub mod ca;
 mod context;
@@ -50,41 +50,41 @@ pub const CA_CERT_PATH: &str = "image/ca.crt";
 /// (`RUN --mount=type=secret,id=proxy-ca`); `imgctl build` serves it from its
 /// build session, so it is never in the build context or the image.
 pub const CA_CERT_SECRET_ID: &str = "proxy-ca";
-/// Context path of the spec's pip lock (COPYed to [`crate::lock::IMAGE_LOCK_PATH`]).
+/// Context path of the spec's pip lock (COPYed to [`crate::image::lock::IMAGE_LOCK_PATH`]).
 pub const PIP_LOCK_PATH: &str = "image/pip.lock";
-/// Context path of the lock's torch step (COPYed to [`crate::lock::IMAGE_LOCK_TORCH_PATH`]).
+/// Context path of the lock's torch step (COPYed to [`crate::image::lock::IMAGE_LOCK_TORCH_PATH`]).
 pub const PIP_LOCK_TORCH_PATH: &str = "image/pip-lock-torch.txt";
 /// Context path of the named pins of the lock's pins step (COPYed to
-/// [`crate::lock::IMAGE_LOCK_PINS_PATH`]).
+/// [`crate::image::lock::IMAGE_LOCK_PINS_PATH`]).
 pub const PIP_LOCK_PINS_PATH: &str = "image/pip-lock-pins.txt";
 /// Context path of the rest of the lock's pins step, what the named pins need
-/// (COPYed to [`crate::lock::IMAGE_LOCK_DEPS_PATH`]).
+/// (COPYed to [`crate::image::lock::IMAGE_LOCK_DEPS_PATH`]).
 pub const PIP_LOCK_DEPS_PATH: &str = "image/pip-lock-deps.txt";
 
 /// The bundled workstation template.
-pub const WORKSTATION_TEMPLATE: &str = include_str!("../../images/workstation.Dockerfile.j2");
+pub const WORKSTATION_TEMPLATE: &str = include_str!("../../../images/workstation.Dockerfile.j2");
 /// The image's entrypoint (POSIX sh, run by tini).
-pub const ENTRYPOINT_SH: &str = include_str!("../../images/entrypoint.sh");
+pub const ENTRYPOINT_SH: &str = include_str!("../../../images/entrypoint.sh");
 /// The image's healthcheck.
-pub const HEALTHCHECK_SH: &str = include_str!("../../images/healthcheck.sh");
+pub const HEALTHCHECK_SH: &str = include_str!("../../../images/healthcheck.sh");
 /// The image's sshd configuration.
-pub const SSHD_CONFIG: &str = include_str!("../../images/sshd_config");
+pub const SSHD_CONFIG: &str = include_str!("../../../images/sshd_config");
 /// The image's login-shell profile (PATH for ssh sessions).
-pub const PROFILE_SH: &str = include_str!("../../images/profile.sh");
+pub const PROFILE_SH: &str = include_str!("../../../images/profile.sh");
 /// JupyterLab's page configuration, read from `/etc/jupyter/labconfig/`
 /// whichever venv runs it: the "get notified about Jupyter news?" pop-up
 /// over the first notebook is off (#53 F24).
-pub const JUPYTER_PAGE_CONFIG: &str = include_str!("../../images/jupyter_page_config.json");
+pub const JUPYTER_PAGE_CONFIG: &str = include_str!("../../../images/jupyter_page_config.json");
 /// The hash-pinned uv that the BuildKit variant's locked pip steps install
 /// into /tmp for the step (`images/uv-requirements.txt`).
-pub const UV_REQUIREMENTS: &str = include_str!("../../images/uv-requirements.txt");
+pub const UV_REQUIREMENTS: &str = include_str!("../../../images/uv-requirements.txt");
 /// Context path of [`UV_REQUIREMENTS`]: bound into the steps, never copied.
 pub const UV_REQUIREMENTS_PATH: &str = "build-only/uv-requirements.txt";
 
 /// The normalised names of the spec's pip pins (`Jinja2[i18n]==3.1.6` →
 /// `jinja2`): the lock's entries under these names make the image's last pip
 /// layer, the rest of the pins step the layer before it.
-fn named_pins(s: &crate::spec::ImageSpec) -> std::collections::BTreeSet<String> {
+fn named_pins(s: &crate::image::specs::ImageSpec) -> std::collections::BTreeSet<String> {
     s.pip.iter().map(|p| p.normalized_name()).collect()
 }
 
@@ -99,7 +99,7 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
         ("images/jupyter_page_config.json", JUPYTER_PAGE_CONFIG),
         ("images/uv-requirements.txt", UV_REQUIREMENTS),
     ];
-    for (name, yaml) in crate::spec::bundled() {
+    for (name, yaml) in crate::image::specs::bundled() {
         let path: &'static str = match name {
             "cu124" => "images/cu124.yaml",
             "cu126" => "images/cu126.yaml",
@@ -108,7 +108,7 @@ pub fn embedded_files() -> Vec<(&'static str, &'static str)> {
         };
         v.push((path, yaml));
     }
-    v.extend(crate::spec::bundled_locks());
+    v.extend(crate::image::specs::bundled_locks());
     v
 }
 
@@ -138,7 +138,7 @@ pub struct RenderedImage {
     /// Lines the build must print (e.g. that cu124 carries the cu126 wheel).
     pub notes: Vec<String>,
     /// The spec's pip lock: used when fresh, else the reason it is not.
-    pub lock: crate::lock::LockState,
+    pub lock: crate::image::lock::LockState,
 }
 
 /// Renders the Dockerfile and the rest of the build context for `spec`.
@@ -146,7 +146,7 @@ pub fn render(spec: &LoadedSpec, opts: &RenderOptions) -> anyhow::Result<Rendere
     let r = resolve(spec, opts)?;
     let compat_note = compat_note(spec, &r);
     let notes = notes(spec, opts, &r, compat_note.as_deref());
-    let lock_state = crate::lock::state(spec);
+    let lock_state = crate::image::lock::state(spec);
     let named = named_pins(&spec.spec);
     let lock = lock_ctx(&lock_state, &named, opts, &r.torch_index);
     let lab = labels::image_labels(spec, opts, &r, compat_note.as_deref(), lock.as_ref());
@@ -264,7 +264,7 @@ fn notes(
 /// The template's view of the spec's pip lock when it is fresh: its steps,
 /// their sizes and where the image keeps them (`None` without a fresh lock).
 fn lock_ctx(
-    lock_state: &crate::lock::LockState,
+    lock_state: &crate::image::lock::LockState,
     named: &BTreeSet<String>,
     opts: &RenderOptions,
     torch_index: &str,
@@ -275,22 +275,22 @@ fn lock_ctx(
         .clone()
         .unwrap_or_else(|| compat::PYPI_INDEX.to_string());
     match lock_state {
-        crate::lock::LockState::Fresh { path, lock, text } => Some(LockCtx {
+        crate::image::lock::LockState::Fresh { path, lock, text } => Some(LockCtx {
             origin: path.clone(),
-            path: crate::lock::IMAGE_LOCK_PATH,
+            path: crate::image::lock::IMAGE_LOCK_PATH,
             packages: lock.packages.len(),
-            sha256: crate::spec::sha256_hex(text.as_bytes()),
-            torch_path: crate::lock::IMAGE_LOCK_TORCH_PATH,
-            torch_packages: lock.step(crate::lock::Step::Torch).count(),
-            pins_packages: lock.step(crate::lock::Step::Pins).count(),
-            pins_path: crate::lock::IMAGE_LOCK_PINS_PATH,
+            sha256: crate::image::specs::sha256_hex(text.as_bytes()),
+            torch_path: crate::image::lock::IMAGE_LOCK_TORCH_PATH,
+            torch_packages: lock.step(crate::image::lock::Step::Torch).count(),
+            pins_packages: lock.step(crate::image::lock::Step::Pins).count(),
+            pins_path: crate::image::lock::IMAGE_LOCK_PINS_PATH,
             named_packages: lock
-                .step(crate::lock::Step::Pins)
+                .step(crate::image::lock::Step::Pins)
                 .filter(|(name, _)| named.contains(name.as_str()))
                 .count(),
-            deps_path: crate::lock::IMAGE_LOCK_DEPS_PATH,
+            deps_path: crate::image::lock::IMAGE_LOCK_DEPS_PATH,
             deps_packages: lock
-                .step(crate::lock::Step::Pins)
+                .step(crate::image::lock::Step::Pins)
                 .filter(|(name, _)| !named.contains(name.as_str()))
                 .count(),
             extra_index: if torch_index == pins_index {
@@ -375,7 +375,7 @@ fn template_context(
         labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         ca_cert: opts.ca_cert.is_some(),
         buildkit: opts.buildkit,
-        cache_key: crate::spec::sha256_hex(r.base_image.as_bytes())[..12].to_string(),
+        cache_key: crate::image::specs::sha256_hex(r.base_image.as_bytes())[..12].to_string(),
         ca_cert_build_only: opts.ca_cert_build_only.is_some(),
         notes: notes.iter().map(|n| wrap(n, 74)).collect(),
         files: FilesCtx {
@@ -401,7 +401,8 @@ pub fn template_source(spec: &LoadedSpec) -> Option<(String, Vec<u8>)> {
         (Some(t), Some(dir)) => {
             let path = dir.join(t);
             let text =
-                crate::sys::fs::read_regular_text(&path, crate::spec::MAX_SPEC_BYTES).ok()?;
+                crate::sys::fs::read_regular_text(&path, crate::image::specs::MAX_SPEC_BYTES)
+                    .ok()?;
             Some((path.display().to_string(), text.into_bytes()))
         }
         _ => Some((
@@ -417,11 +418,12 @@ fn render_dockerfile(spec: &LoadedSpec, ctx: &Ctx) -> Result<String, RenderError
     let (template_name, template_source, user_template) = match (&spec.spec.template, &spec.dir) {
         (Some(t), Some(dir)) => {
             let path = dir.join(t);
-            let text = crate::sys::fs::read_regular_text(&path, crate::spec::MAX_SPEC_BYTES)
-                .map_err(|error| RenderError::TemplateUnreadable {
-                    path: path.display().to_string(),
-                    error,
-                })?;
+            let text =
+                crate::sys::fs::read_regular_text(&path, crate::image::specs::MAX_SPEC_BYTES)
+                    .map_err(|error| RenderError::TemplateUnreadable {
+                        path: path.display().to_string(),
+                        error,
+                    })?;
             (path.display().to_string(), text, true)
         }
         _ => (
@@ -459,7 +461,7 @@ fn render_dockerfile(spec: &LoadedSpec, ctx: &Ctx) -> Result<String, RenderError
 /// (BuildKit with a fresh lock) and the lock's files.
 fn context_files(
     opts: &RenderOptions,
-    lock_state: &crate::lock::LockState,
+    lock_state: &crate::image::lock::LockState,
     named: &BTreeSet<String>,
 ) -> Vec<ContextFile> {
     let mut files = vec![
@@ -496,20 +498,20 @@ fn context_files(
             contents: ca.clone(),
         });
     }
-    if opts.buildkit && matches!(lock_state, crate::lock::LockState::Fresh { .. }) {
+    if opts.buildkit && matches!(lock_state, crate::image::lock::LockState::Fresh { .. }) {
         files.push(ContextFile {
             path: UV_REQUIREMENTS_PATH.to_string(),
             mode: 0o644,
             contents: UV_REQUIREMENTS.as_bytes().to_vec(),
         });
     }
-    if let crate::lock::LockState::Fresh { text, lock, path } = lock_state {
+    if let crate::image::lock::LockState::Fresh { text, lock, path } = lock_state {
         files.push(ContextFile {
             path: PIP_LOCK_PATH.to_string(),
             mode: 0o644,
             contents: text.as_bytes().to_vec(),
         });
-        use crate::lock::Step;
+        use crate::image::lock::Step;
         for (context_path, contents) in [
             (PIP_LOCK_TORCH_PATH, lock.step_text(Step::Torch, path)),
             (

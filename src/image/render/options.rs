@@ -4,7 +4,7 @@
 //! `commands/` builds the options from the command line (it parses and
 //! checks each flag); this module names no flag and reads no file.
 use super::error::RenderError;
-use crate::spec::url::{is_clean_url, mask_userinfo, userinfo};
+use crate::image::specs::url::{is_clean_url, mask_userinfo, userinfo};
 
 /// The default UID/GID of the image's user (the first regular user on Debian
 /// and Ubuntu: `UID_MIN`/`GID_MIN` in /etc/login.defs).

@@ -1,5 +1,5 @@
 //! Attestations of a built image: the in-toto statements `imgctl build
-//! --attest DIR` writes beside the SBOM ([`crate::sbom`]) and `--push`
+//! --attest DIR` writes beside the SBOM ([`crate::image::sbom`]) and `--push`
 //! attaches to the pushed manifest.
 //!
 //! - [`provenance`]: an in-toto Statement v1 with a SLSA provenance v1

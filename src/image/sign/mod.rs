@@ -2,7 +2,7 @@
 //! Sigstore bundle that carries one to a registry ([`bundle`]).
 //!
 //! What is signed is an in-toto statement (`application/vnd.in-toto+json`)
-//! of [`crate::attest`]; what signs is a [`Signer`]. The one signer today is
+//! of [`crate::image::attest`]; what signs is a [`Signer`]. The one signer today is
 //! a key the user holds ([`keys::PrivateKey`]). Keyless signing (a Fulcio
 //! certificate, a Rekor entry) would be a second [`Signer`]: it signs the
 //! same DSSE pre-authentication encoding and gives the bundle its

@@ -20,7 +20,7 @@ pub use super::rules::{Accepted, Policy, RuleOutcome};
 
 use super::bundle::{envelope_of, BUNDLE_MEDIA_TYPE};
 use super::{PublicKey, SignError};
-use crate::attest::{IN_TOTO_MEDIA_TYPE, SLSA_PROVENANCE_V1, VERIFY_PREDICATE};
+use crate::image::attest::{IN_TOTO_MEDIA_TYPE, SLSA_PROVENANCE_V1, VERIFY_PREDICATE};
 
 /// One attached artifact as fetched.
 #[derive(Debug, Clone)]

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::lock::LockFile;
-use crate::render::labels;
+use crate::image::lock::LockFile;
+use crate::image::render::labels;
 
 /// What the image's inventory command prints: sections headed by `#dpkg`,
 /// `#os`, `#python` and `#lock`. Runs as the image's user with `sh`.

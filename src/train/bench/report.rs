@@ -449,8 +449,8 @@ pub fn compare_table_fit(c: &CompareReport, fit: Fit) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::reference::ReferenceRun;
-    use crate::bench::BenchReport;
+    use crate::train::bench::reference::ReferenceRun;
+    use crate::train::bench::BenchReport;
 
     const GIB: u64 = 1 << 30;
 
@@ -491,8 +491,8 @@ mod tests {
 
     #[test]
     fn checkpointing_rows_give_cost_and_memory_of_both_arms_in_80_columns() {
-        use crate::bench::checkpointing::{Arm, Comparison};
-        use crate::bench::StepMemory;
+        use crate::train::bench::checkpointing::{Arm, Comparison};
+        use crate::train::bench::StepMemory;
         let mut r = imgctl_report();
         r.gradient_checkpointing = true;
         let arm = |rate: f64, per_image: u64| Arm {

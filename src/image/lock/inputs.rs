@@ -3,8 +3,8 @@
 //! when any of them does and never with the YAML's layout. It reads a
 //! validated spec; it neither reads files nor runs pip.
 use super::{Platform, LOCK_VERSION, PIP_INDEX};
-use crate::spec::normalize_name;
-use crate::spec::{compat, ImageSpec};
+use crate::image::specs::normalize_name;
+use crate::image::specs::{compat, ImageSpec};
 
 /// Everything a lock depends on. Its digest changes when any of them does,
 /// and never with the YAML's comments, key order or pin order.
@@ -97,14 +97,14 @@ pub(super) fn digest_of_lines(lines: &[(String, String)]) -> String {
     for (k, v) in lines {
         text.push_str(&format!("{k} {v}\n"));
     }
-    crate::spec::sha256_hex(text.as_bytes())
+    crate::image::specs::sha256_hex(text.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::testing::inputs;
-    use crate::lock::testing::spec_text;
+    use crate::image::lock::testing::inputs;
+    use crate::image::lock::testing::spec_text;
 
     #[test]
     fn names_are_pep503_normalised() {
