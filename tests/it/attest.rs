@@ -64,6 +64,13 @@ fn attested_build_records_every_input_no_secret_and_pushes_its_referrers() {
             stderr.contains("attestations: sbom.cdx.json, provenance.intoto.json"),
             "{stderr}"
         );
+        // Piped, the push says each layer done (#53 F7).
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&format!("pushing {tag}: ")) && l.contains(" layers done")),
+            "{stderr}"
+        );
         serde_json::from_str::<Value>(&stdout).expect("build --json")
     };
     let first = build("one");
