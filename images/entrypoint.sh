@@ -294,17 +294,27 @@ as_user() {
 # It has no pip of its own: its `pip` runs the image's pip module with this
 # venv's Python, so it installs here; a .pth adds the image's site-packages
 # after its own, so the image's packages are there and the user's come first.
-# Made where missing (a new home, a fresh volume); one that no longer runs
-# (another Python after a rebuild) is moved aside and made anew.
+# Made where missing (a new home, a fresh volume); one that no longer runs,
+# or that another Python made (an image upgrade: its packages would no
+# longer import, silently), is moved aside and made anew; `imgctl up` then
+# names what the old one held and the command that installs it again.
 USER_VENV="${IMGCTL_USER_VENV-$HOME_DIR/.venv}"
+# X.Y of the Python that made the venv $1 (its pyvenv.cfg), empty if unknown.
+venv_python() {
+    sed -n 's/^version\(_info\)\{0,1\} *= *\([0-9]*\.[0-9]*\).*/\2/p' "$1/pyvenv.cfg" 2>/dev/null | head -n 1
+}
 make_user_venv() {
     [ -n "$USER_VENV" ] || return 0
     [ -x /opt/venv/bin/python ] || return 0
     if [ -e "$USER_VENV" ]; then
-        (as_user "$USER_VENV/bin/python" -c '' ) >/dev/null 2>&1 && return 0
+        made_by="$(venv_python "$USER_VENV")"
+        image_python="$(/opt/venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)"
+        if [ -z "$made_by" ] || [ "$made_by" = "$image_python" ]; then
+            (as_user "$USER_VENV/bin/python" -c '' ) >/dev/null 2>&1 && return 0
+        fi
         old="$USER_VENV.old-$(date +%s)"
         if (as_user mv "$USER_VENV" "$old") 2>/dev/null; then
-            log "$USER_VENV does not run with this image's Python: moved to $old, and made anew"
+            log "$USER_VENV does not run with this image's Python ${image_python:-?} (made by ${made_by:-?}): moved to $old, and made anew"
         else
             log "$USER_VENV does not run with this image's Python and cannot be moved; move it away to get a new one"
             return 0

@@ -25,6 +25,7 @@ pub mod probe;
 pub mod said;
 pub mod spec;
 pub mod userns;
+pub mod venv;
 
 use std::time::{Duration, Instant};
 

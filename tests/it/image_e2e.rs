@@ -28,6 +28,7 @@ mod idle;
 mod podman;
 pub(crate) mod stranger;
 mod supply;
+mod upgrade;
 mod workstation;
 
 use supply::{sbom_lists_what_the_image_holds, verified_and_attested_builds};
@@ -388,6 +389,7 @@ fn real_image_end_to_end() {
     workstation_services(&mut guard, &image, &name, &key, &public);
     workstation_up(&mut guard, pid, &key, work.path());
     idle::idle_stop(&mut guard, pid, &key, work.path());
+    upgrade::an_upgrade_keeps_everything(&mut guard, pid, &key, work.path());
     sbom_lists_what_the_image_holds(work.path());
     verified_and_attested_builds(work.path(), &image);
     hardened_workstation(&mut guard, &image, pid, &key, &public);

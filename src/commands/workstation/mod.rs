@@ -277,6 +277,9 @@ async fn come_up(
                 .with_hint(format!("see why with `imgctl logs {}`", plan.name))
         })?;
     let verify_in = verify.as_ref().map(|_| verifying.elapsed());
+    if let Some(left) = life::venv::check(docker, id).await {
+        printer().warn(left_behind_line(&plan.name, &left));
+    }
     // The ports it has now are the ones the next `up` asks for first.
     let port = |s: &Option<(String, u16)>| s.as_ref().map(|(_, p)| *p);
     let ports = life::kept::Ports {
@@ -363,6 +366,28 @@ async fn start_again(
         guard: None,
     };
     come_up(docker, plan, &w.id, gpus, spinner, interrupt, how).await
+}
+
+/// What the user had installed into a venv the image's entrypoint moved
+/// aside (another Python made it: an image upgrade), and the one command
+/// that installs it into the new `~/.venv`.
+fn left_behind_line(name: &str, left: &life::venv::LeftBehind) -> String {
+    let cli = crate::docker::engine::connected_product()
+        .unwrap_or(crate::docker::engine::Product::Docker)
+        .cli();
+    let n = left.packages.len();
+    let what = if n == 1 {
+        "1 package".to_string()
+    } else {
+        format!("{n} packages")
+    };
+    format!(
+        "{name}'s ~/.venv was made anew for this image's Python {}: the old one (Python {}) is ~/{} and holds {what} the new one lacks; install them again with: {cli} exec {name} sh -c '~/.venv/bin/pip install {}'",
+        left.image,
+        left.made_by,
+        left.old,
+        left.packages.join(" ")
+    )
 }
 
 /// The JupyterLab token of `plan`'s workstation: the one kept for its name
@@ -669,5 +694,25 @@ fn warn_if_unwritable(dir: &Path, user: &str, uid: Option<&String>) {
             meta.uid(),
             mode & 0o777
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packages_left_in_an_old_venv_are_one_line_with_the_command() {
+        let left = life::venv::LeftBehind {
+            old: ".venv.old-1733500000".into(),
+            made_by: "3.9".into(),
+            image: "3.11".into(),
+            packages: vec!["six==1.16.0".into()],
+        };
+        let line = left_behind_line("imgctl-x", &left);
+        assert_eq!(
+            line,
+            "imgctl-x's ~/.venv was made anew for this image's Python 3.11: the old one (Python 3.9) is ~/.venv.old-1733500000 and holds 1 package the new one lacks; install them again with: docker exec imgctl-x sh -c '~/.venv/bin/pip install six==1.16.0'"
+        );
     }
 }

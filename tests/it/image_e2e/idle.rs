@@ -71,7 +71,7 @@ pub(super) fn ssh_known(work: &Path, name: &str, port: u16, key: &Path, command:
 /// setuptools project built with the image's setuptools; then where it
 /// landed, torch beside it, the interpreter's prefix, and whether the
 /// image's venv stayed as it was.
-const USER_INSTALL: &str = "set -e; mkdir -p /tmp/pkg && cd /tmp/pkg \
+pub(super) const USER_INSTALL: &str = "set -e; mkdir -p /tmp/pkg && cd /tmp/pkg \
     && printf 'VALUE = 42\\n' > imgctl_user_pkg.py \
     && printf 'from setuptools import setup\\nsetup(name=\"imgctl-user-pkg\", version=\"0.1\", py_modules=[\"imgctl_user_pkg\"])\\n' > setup.py \
     && pip install -q --no-index --no-build-isolation . \
