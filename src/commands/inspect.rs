@@ -235,16 +235,7 @@ fn render(inspected: &Inspected) -> String {
     }
     let fit = output::table_fit(output::Stream::Stdout, printer().verbose > 0);
     if let output::Fit::Cut(width) = fit {
-        let hidden = output::drop_columns(&mut table, width, &[3, 1]);
-        if let Some(line) = crate::commands::narrow::dropped_columns_line(
-            &output::dropped_columns(&table, &hidden),
-            width,
-        ) {
-            printer().info(output::wrap_text(
-                &line,
-                output::table_width(output::Stream::Stderr),
-            ));
-        }
+        crate::commands::narrow::drop_and_say(&mut table, width, &[3, 1]);
     }
     output::fit_table(&mut table, fit);
     format!("{head}\n{table}")

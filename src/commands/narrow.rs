@@ -18,3 +18,16 @@ pub fn dropped_columns_line(names: &[String], width: u16) -> Option<String> {
         names.join(", ")
     ))
 }
+
+/// Hides columns of `table` in `order` (least useful first) until it fits
+/// `width`, and says on stderr which it left out.
+pub fn drop_and_say(table: &mut comfy_table::Table, width: u16, order: &[usize]) {
+    use crate::output;
+    let hidden = output::drop_columns(table, width, order);
+    if let Some(line) = dropped_columns_line(&output::dropped_columns(table, &hidden), width) {
+        output::printer().info(output::wrap_text(
+            &line,
+            output::table_width(output::Stream::Stderr),
+        ));
+    }
+}

@@ -174,16 +174,11 @@ fn ps_table(listed: &[(Listed, Whose)]) -> String {
     if let output::Fit::Cut(width) = fit {
         // The least useful first: the folder, the image, the GPUs.
         let shift = usize::from(with_tb) + usize::from(with_owner);
-        let hidden = output::drop_columns(&mut table, width, &[6 + shift, 5 + shift, 4 + shift]);
-        if let Some(line) = crate::commands::narrow::dropped_columns_line(
-            &output::dropped_columns(&table, &hidden),
+        crate::commands::narrow::drop_and_say(
+            &mut table,
             width,
-        ) {
-            printer().info(output::wrap_text(
-                &line,
-                output::table_width(output::Stream::Stderr),
-            ));
-        }
+            &[6 + shift, 5 + shift, 4 + shift],
+        );
     }
     output::fit_table(&mut table, fit);
     table.to_string()

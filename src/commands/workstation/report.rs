@@ -94,12 +94,18 @@ pub(super) struct Service {
     pub(super) open: String,
 }
 
-/// The JupyterLab URL a browser on this machine opens.
-fn jupyter_url(address: &str, port: u16, token: Option<&str>) -> String {
-    let host = match address {
+/// The address to reach a port published on `address` from this machine:
+/// 127.0.0.1 for every interface.
+fn reachable_host(address: &str) -> &str {
+    match address {
         "" | "0.0.0.0" | "::" => "127.0.0.1",
         a => a,
-    };
+    }
+}
+
+/// The JupyterLab URL a browser on this machine opens.
+fn jupyter_url(address: &str, port: u16, token: Option<&str>) -> String {
+    let host = reachable_host(address);
     let host = if host.contains(':') {
         format!("[{host}]")
     } else {
@@ -126,10 +132,7 @@ fn ssh_line(
     identity: Option<&str>,
     alias: Option<&str>,
 ) -> String {
-    let host = match address {
-        "" | "0.0.0.0" | "::" => "127.0.0.1",
-        a => a,
-    };
+    let host = reachable_host(address);
     let mut line = format!("ssh -p {port}");
     if let Some(i) = identity {
         line.push_str(&format!(" -i {}", shell_word(i)));
@@ -151,10 +154,7 @@ fn ssh_config(
     identity: Option<&str>,
     alias: Option<&str>,
 ) -> String {
-    let host = match address {
-        "" | "0.0.0.0" | "::" => "127.0.0.1",
-        a => a,
-    };
+    let host = reachable_host(address);
     // ssh_config quotes a value with spaces in double quotes.
     let value = |v: &str| {
         if v.contains(' ') {
