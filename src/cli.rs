@@ -161,18 +161,12 @@ pub struct VerifyImageArgs {
     /// Print the statements, refusals and rules as JSON.
     #[arg(long)]
     pub json: bool,
-    /// The most seconds the whole command may spend on the registry, 1 to 86400.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
-        value_parser = clap::value_parser!(u64).range(1..=86_400),
-        allow_negative_numbers = true
-    )]
-    pub registry_timeout: u64,
-    /// The registry's CA certificate (PEM), trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs; a loopback registry is then spoken to over HTTPS [default: those only].
-    #[arg(long, value_name = "FILE")]
-    pub registry_ca: Option<PathBuf>,
+    /// `--registry-timeout`.
+    #[command(flatten)]
+    pub registry_timeout: RegistryTimeout,
+    /// `--registry-ca`.
+    #[command(flatten)]
+    pub registry_ca: RegistryCa,
 }
 
 /// A duration flag's value (`7d`, `12h`, `90s`): humantime's words.
@@ -199,8 +193,35 @@ pub struct KeyGenerateArgs {
     pub key_type: String,
 }
 
+/// How long imgctl's own registry client (referrers, verdicts, attestations)
+/// may take: one declaration for every command that has it, its help worded
+/// per command (`mut_arg`).
+#[derive(Debug, Args, Clone, Copy)]
+pub struct RegistryTimeout {
+    /// The most seconds the whole command may spend on the registry, 1 to 86400.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..=86_400),
+        allow_negative_numbers = true
+    )]
+    pub registry_timeout: u64,
+}
+
+/// The CA imgctl's own registry client trusts beside the system's and
+/// certs.d's: one declaration for every command that has it, its help and
+/// what it needs worded per command (`mut_arg`).
+#[derive(Debug, Args, Clone)]
+pub struct RegistryCa {
+    /// The registry's CA certificate (PEM), trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs; a loopback registry is then spoken to over HTTPS [default: those only].
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Option<PathBuf>,
+}
+
 /// `imgctl inspect`.
 #[derive(Debug, Args)]
+#[command(mut_arg("registry_timeout", |a| a.help("The most seconds the whole command may spend on the registry (every request, redirect, page and --save fetch together), 1 to 86400")))]
 pub struct InspectArgs {
     /// The pushed image (REGISTRY/NAME:TAG or REGISTRY/NAME@sha256:…).
     #[arg(value_name = "REF")]
@@ -211,21 +232,15 @@ pub struct InspectArgs {
     /// Fetch each attached artifact into this folder (sbom.cdx.json, provenance.intoto.json, verify.intoto.json), its digest checked [default: none fetched].
     #[arg(long, value_name = "DIR")]
     pub save: Option<PathBuf>,
-    /// The most seconds the whole command may spend on the registry (every request, redirect, page and --save fetch together), 1 to 86400.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
-        value_parser = clap::value_parser!(u64).range(1..=86_400),
-        allow_negative_numbers = true
-    )]
-    pub registry_timeout: u64,
+    /// `--registry-timeout`.
+    #[command(flatten)]
+    pub registry_timeout: RegistryTimeout,
     /// List (and with --save fetch) every referrer, not only the first 1000.
     #[arg(long)]
     pub all: bool,
-    /// The registry's CA certificate (PEM), trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs; a loopback registry is then spoken to over HTTPS [default: those only].
-    #[arg(long, value_name = "FILE")]
-    pub registry_ca: Option<PathBuf>,
+    /// `--registry-ca`.
+    #[command(flatten)]
+    pub registry_ca: RegistryCa,
 }
 
 /// `imgctl sbom`.
@@ -259,6 +274,7 @@ fn tcp_port(s: &str) -> Result<u16, String> {
 
 /// `imgctl up`.
 #[derive(Debug, Args)]
+#[command(mut_arg("registry_ca", |a| a.help("With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only]").requires("key")))]
 pub struct UpArgs {
     /// The image (built by `imgctl build`) [default: imgctl/cu124:latest; for a workstation that exists, the image it was made with].
     #[arg(value_name = "IMAGE")]
@@ -296,9 +312,9 @@ pub struct UpArgs {
     /// Start the image only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
     #[arg(long, value_name = "FILE")]
     pub key: Vec<PathBuf>,
-    /// With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only].
-    #[arg(long, value_name = "FILE", requires = "key")]
-    pub registry_ca: Option<PathBuf>,
+    /// `--registry-ca`.
+    #[command(flatten)]
+    pub registry_ca: RegistryCa,
     /// /dev/shm's size (Docker's default of 64m breaks DataLoader workers): bytes, or with k, m, g [default: 16g].
     #[arg(long, value_name = "SIZE")]
     pub shm_size: Option<String>,
@@ -493,6 +509,10 @@ pub struct ImageArgs {
 
 /// `imgctl build`.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("registry_timeout", |a| a.help("With --push: the most seconds attaching the attestations may spend on the registry (every request together), 1 to 86400")),
+    mut_arg("registry_ca", |a| a.help("With --push: the registry's CA certificate (PEM) for attaching the attestations, trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs (the engine pushes the image itself with its own trust, /etc/docker/certs.d) [default: those only]").requires("push"))
+)]
 pub struct BuildArgs {
     /// Spec selection and Dockerfile options.
     #[command(flatten)]
@@ -518,18 +538,12 @@ pub struct BuildArgs {
     /// Push the tags after a successful build (credentials from the docker config).
     #[arg(long)]
     pub push: bool,
-    /// With --push: the most seconds attaching the attestations may spend on the registry (every request together), 1 to 86400.
-    #[arg(
-        long,
-        value_name = "SECS",
-        default_value_t = crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
-        value_parser = clap::value_parser!(u64).range(1..=86_400),
-        allow_negative_numbers = true
-    )]
-    pub registry_timeout: u64,
-    /// With --push: the registry's CA certificate (PEM) for attaching the attestations, trusted beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs (the engine pushes the image itself with its own trust, /etc/docker/certs.d) [default: those only].
-    #[arg(long, value_name = "FILE", requires = "push")]
-    pub registry_ca: Option<PathBuf>,
+    /// `--registry-timeout`.
+    #[command(flatten)]
+    pub registry_timeout: RegistryTimeout,
+    /// `--registry-ca`.
+    #[command(flatten)]
+    pub registry_ca: RegistryCa,
     /// Print the build report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -608,6 +622,7 @@ pub struct SpecsArgs {
 
 /// `imgctl verify`.
 #[derive(Debug, Args)]
+#[command(mut_arg("registry_ca", |a| a.help("With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only]").requires("key")))]
 pub struct VerifyArgs {
     /// Run the checks inside a container of this image instead of here.
     #[arg(long, value_name = "TAG")]
@@ -615,9 +630,9 @@ pub struct VerifyArgs {
     /// With --image: run it only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
     #[arg(long, value_name = "FILE", requires = "image")]
     pub key: Vec<PathBuf>,
-    /// With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only].
-    #[arg(long, value_name = "FILE", requires = "key")]
-    pub registry_ca: Option<PathBuf>,
+    /// `--registry-ca`.
+    #[command(flatten)]
+    pub registry_ca: RegistryCa,
     /// With --image: GPUs for the container: all, a count, device ids (0,2; one: device=3) or GPU-/MIG- UUIDs.
     #[arg(
         long,

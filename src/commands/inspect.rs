@@ -138,7 +138,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitStatus> {
     }?;
     let read = runtime.block_on(async {
         let mut repository = repository.with_deadline(
-            std::time::Duration::from_secs(args.registry_timeout),
+            std::time::Duration::from_secs(args.registry_timeout.registry_timeout),
             Some("--registry-timeout"),
         );
         if args.all {
@@ -172,7 +172,7 @@ fn repository(args: &InspectArgs) -> anyhow::Result<Repository> {
             CliError::failure(format!("inspect {}: {e:#}", args.image))
                 .with_hint(READS_THE_REGISTRY)
         })?;
-    match &args.registry_ca {
+    match &args.registry_ca.registry_ca {
         None => Ok(repository),
         Some(ca) => repository
             .with_registry_ca(ca, Some("--registry-ca"))

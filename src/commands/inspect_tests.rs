@@ -232,7 +232,7 @@ fn registry_timeout_is_one_to_86400_seconds() {
     else {
         panic!("--registry-timeout 7 was refused");
     };
-    assert_eq!(args.registry_timeout, 7);
+    assert_eq!(args.registry_timeout.registry_timeout, 7);
     let Ok(crate::cli::Cli {
         command: crate::cli::Command::Inspect(args),
         ..
@@ -240,7 +240,7 @@ fn registry_timeout_is_one_to_86400_seconds() {
     else {
         panic!("inspect was refused");
     };
-    assert_eq!(args.registry_timeout, 300);
+    assert_eq!(args.registry_timeout.registry_timeout, 300);
 }
 
 #[tokio::test]

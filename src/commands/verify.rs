@@ -197,7 +197,11 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     if let Some(image) = &args.image {
         crate::image_ref::check(crate::image_ref::Role::Image, image)?;
         let gpus = crate::gpus::GpuSelection::parse(&args.gpus)?;
-        super::verify_image::check_before_start(image, &args.key, args.registry_ca.as_deref())?;
+        super::verify_image::check_before_start(
+            image,
+            &args.key,
+            args.registry_ca.registry_ca.as_deref(),
+        )?;
         let mounts = args
             .mounts
             .iter()

@@ -410,8 +410,8 @@ pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
         &args.image,
         &keys,
         &policy,
-        args.registry_timeout,
-        args.registry_ca.as_deref(),
+        args.registry_timeout.registry_timeout,
+        args.registry_ca.registry_ca.as_deref(),
     )?;
     if args.json {
         printer().json(&Gate {

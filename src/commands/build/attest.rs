@@ -46,7 +46,7 @@ impl Evidence {
                 .into());
             }
         }
-        if let Some(ca) = &args.registry_ca {
+        if let Some(ca) = &args.registry_ca.registry_ca {
             crate::image::oci::tls::read_ca_file(ca).map_err(|e| {
                 CliError::usage(format!("--registry-ca {}: {e:#}", ca.display()))
                     .with_hint("--registry-ca takes the PEM file of the CA that issued the registry's certificate (the docker CLI reads it from /etc/docker/certs.d/HOST:PORT/ca.crt)")
@@ -90,8 +90,10 @@ impl Evidence {
             None
         };
         Ok(Evidence {
-            registry_timeout: std::time::Duration::from_secs(args.registry_timeout),
-            registry_ca: args.registry_ca.clone(),
+            registry_timeout: std::time::Duration::from_secs(
+                args.registry_timeout.registry_timeout,
+            ),
+            registry_ca: args.registry_ca.registry_ca.clone(),
             dir: args.attest.clone(),
             verify,
             push: args.push,

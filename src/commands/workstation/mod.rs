@@ -61,7 +61,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
     crate::commands::verify_image::check_before_start(
         &plan.image,
         &args.key,
-        args.registry_ca.as_deref(),
+        args.registry_ca.registry_ca.as_deref(),
     )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
