@@ -234,7 +234,6 @@ pub async fn verify_image_with(
     host_nvml: NvmlState,
     phase: &(dyn Fn(ImagePhase) + Sync),
 ) -> anyhow::Result<Report> {
-    let words = run.opts.words;
     phase(ImagePhase::Connect);
     let mut engine = crate::docker::connect().await?;
     engine.ask_rootless().await;
@@ -244,8 +243,48 @@ pub async fn verify_image_with(
     let labels = crate::docker::run::image_labels(&docker, &run.image).await?;
     phase(ImagePhase::HostGpus);
     let host = host_gpus(&host_nvml, run.opts.timeout);
+    let (req, gpus, why_none) = container_request(&run, &labels, &host)?;
+    let started = std::time::Instant::now();
+    // One call creates, starts, waits for, collects and removes the container.
+    let outcome = crate::docker::run::run_to_completion_with(&docker, req, &|p| {
+        phase(ImagePhase::Container(p))
+    })
+    .await;
+    phase(ImagePhase::Compare);
+    let gpu_api = gpu_api_used(&outcome);
+    let (results, container_report) = container_verdict(
+        outcome,
+        &run,
+        gpus.as_ref(),
+        why_none.as_deref(),
+        started,
+        phase,
+    )?;
+    let mut report = host_verdicts(
+        &run,
+        &host,
+        &labels,
+        gpus.as_ref(),
+        why_none.as_deref(),
+        container_report,
+        results,
+    );
+    report.gpu_api = Some(gpu_api);
+    Ok(report)
+}
+
+/// What the container of `run` is asked for: imgctl with the image's pins
+/// (from `labels`), the GPUs when some are expected and the host has a
+/// driver, and a deadline for every check of every GPU. Also the GPUs asked
+/// for and, with none, why.
+fn container_request(
+    run: &ImageRun,
+    labels: &HashMap<String, String>,
+    host: &HostGpus,
+) -> anyhow::Result<(RunRequest, Option<GpuSelection>, Option<String>)> {
+    let words = run.opts.words;
     let mut env = vec!["NO_COLOR=1".to_string()];
-    if let Some(p) = pins_from_labels(&run.image, &labels) {
+    if let Some(p) = pins_from_labels(&run.image, labels) {
         env.push(format!(
             "{}={}",
             crate::env_vars::IMGCTL_VERIFY_PINS,
@@ -264,7 +303,7 @@ pub async fn verify_image_with(
     } else {
         (Some(run.gpus.clone()), None)
     };
-    let timeout = container_deadline(&run, &host);
+    let timeout = container_deadline(run, host);
     let req = RunRequest {
         image: run.image.clone(),
         entrypoint: Some(vec!["imgctl".into()]),
@@ -277,20 +316,28 @@ pub async fn verify_image_with(
         labels: run.labels.clone(),
         timeout,
     };
-    let started = std::time::Instant::now();
-    // One call creates, starts, waits for, collects and removes the container.
-    let outcome = crate::docker::run::run_to_completion_with(&docker, req, &|p| {
-        phase(ImagePhase::Container(p))
-    })
-    .await;
-    phase(ImagePhase::Compare);
+    Ok((req, gpus, why_none))
+}
+
+/// The host's `host.container` result from the container's `outcome`
+/// (started at `started`): its report when one came back and can be
+/// trusted, else why not; a refused GPU request is a FAIL, a missing imgctl
+/// an error.
+fn container_verdict(
+    outcome: anyhow::Result<crate::docker::run::RunOutput>,
+    run: &ImageRun,
+    gpus: Option<&GpuSelection>,
+    why_none: Option<&str>,
+    started: std::time::Instant,
+    phase: &(dyn Fn(ImagePhase) + Sync),
+) -> anyhow::Result<(Vec<CheckResult>, Option<Report>)> {
+    let words = run.opts.words;
     let this_binary = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "/path/to/imgctl".into());
     let mut results = Vec::new();
-    let gpus_text = gpus.as_ref().map_or("none".to_string(), |g| g.to_string());
+    let gpus_text = gpus.map_or("none".to_string(), |g| g.to_string());
     let mut container_report: Option<Report> = None;
-    let gpu_api = gpu_api_used(&outcome);
     match outcome {
         Err(e) => {
             if let Some(rej) = e
@@ -340,7 +387,7 @@ pub async fn verify_image_with(
                         out.exit_code,
                         rep.results.len()
                     ));
-                    if let Some(why) = &why_none {
+                    if let Some(why) = why_none {
                         r.message = format!("{}; no GPU requested: {why}", r.message);
                     }
                     r.duration_ms = started.elapsed().as_millis() as u64;
@@ -353,17 +400,7 @@ pub async fn verify_image_with(
             }
         }
     }
-    let mut report = host_verdicts(
-        &run,
-        &host,
-        &labels,
-        gpus.as_ref(),
-        why_none.as_deref(),
-        container_report,
-        results,
-    );
-    report.gpu_api = Some(gpu_api);
-    Ok(report)
+    Ok((results, container_report))
 }
 
 /// What to do about the engine's GPU refusal `rej`: make a CDI spec where

@@ -453,46 +453,8 @@ async fn build(
         plan.spec_name,
         human_bytes(tar.len() as u64)
     ));
-    let tracker = BuildTracker::default();
-    let mut view = ProgressView::new();
-    let heartbeat = view.heartbeat();
     let started = Instant::now();
-    let mut signals = crate::docker::Termination::install()?;
-    let outcome = {
-        let mut on_event = |ev: &BuildEvent| view.event(ev);
-        let build = crate::docker::build::build_image(
-            docker,
-            address,
-            tar,
-            &request,
-            &tracker,
-            &mut on_event,
-        );
-        tokio::select! {
-            res = build => Ok(res),
-            sig = signals.recv() => Err(sig),
-            never = heartbeat => match never {},
-        }
-    };
-    view.finish();
-    let outcome: BuildOutcome = match outcome {
-        Err(sig) => {
-            p.info(format!(
-                "interrupted by {sig}: cancelling the build on the engine…"
-            ));
-            let forced =
-                crate::docker::build::remove_leftovers(docker, &tracker, CANCEL_GRACE).await;
-            if !forced.is_empty() {
-                p.info(format!(
-                    "removed {} intermediate container(s) left by the build",
-                    forced.len()
-                ));
-            }
-            return Err(CliError::interrupted(format!("build interrupted by {sig}; the build was cancelled and its intermediate containers removed")).into());
-        }
-        Ok(Err(err)) => return Err(build_failure(err)),
-        Ok(Ok(outcome)) => outcome,
-    };
+    let (outcome, signals) = on_the_engine(docker, address, tar, &request).await?;
     let facts = image::inspect(docker, &outcome.image_id)
         .await?
         .ok_or_else(|| {
@@ -511,26 +473,7 @@ async fn build(
         outcome.steps.len(),
         outcome.executed_steps(),
     ));
-    let verified = match &evidence.verify {
-        Some(opts) => {
-            let report = attest::verify_image(&outcome.image_id, opts).await?;
-            if !report.passed {
-                if let Some(dir) = &evidence.dir {
-                    attest::keep_failed_verdict(dir, &outcome.image_id, engine, &report)?;
-                }
-                return Err(attest::verify_failed(&outcome.image_id, &report));
-            }
-            Some(report)
-        }
-        None => None,
-    };
-    let tagged_by_build = usize::from(evidence.verify.is_none());
-    for extra in plan.tags.iter().skip(tagged_by_build) {
-        image::tag(docker, &outcome.image_id, extra).await?;
-    }
-    for tag in &plan.tags {
-        p.info(format!("tagged {tag}"));
-    }
+    let verified = verify_and_tag(docker, engine, &plan.tags, &outcome.image_id, evidence).await?;
 
     // The SBOM is read from a container of the image, before the push: the
     // containers of --verify and of the SBOM remove themselves on a signal
@@ -597,6 +540,90 @@ async fn build(
         verify: verified.as_ref().map(attest::verify_summary),
         attestations,
     })
+}
+
+/// The build on the engine at `address`, its progress on stderr; Ctrl-C
+/// cancels it there and removes what it left (exit 130). Returns the
+/// outcome and the signal stream, still listening for the phases after.
+async fn on_the_engine(
+    docker: &bollard::Docker,
+    address: &str,
+    tar: Vec<u8>,
+    request: &BuildRequest,
+) -> anyhow::Result<(BuildOutcome, crate::docker::Termination)> {
+    let p = printer();
+    let tracker = BuildTracker::default();
+    let mut view = ProgressView::new();
+    let heartbeat = view.heartbeat();
+    let mut signals = crate::docker::Termination::install()?;
+    let outcome = {
+        let mut on_event = |ev: &BuildEvent| view.event(ev);
+        let build = crate::docker::build::build_image(
+            docker,
+            address,
+            tar,
+            request,
+            &tracker,
+            &mut on_event,
+        );
+        tokio::select! {
+            res = build => Ok(res),
+            sig = signals.recv() => Err(sig),
+            never = heartbeat => match never {},
+        }
+    };
+    view.finish();
+    match outcome {
+        Err(sig) => {
+            p.info(format!(
+                "interrupted by {sig}: cancelling the build on the engine…"
+            ));
+            let forced =
+                crate::docker::build::remove_leftovers(docker, &tracker, CANCEL_GRACE).await;
+            if !forced.is_empty() {
+                p.info(format!(
+                    "removed {} intermediate container(s) left by the build",
+                    forced.len()
+                ));
+            }
+            Err(CliError::interrupted(format!("build interrupted by {sig}; the build was cancelled and its intermediate containers removed")).into())
+        }
+        Ok(Err(err)) => Err(build_failure(err)),
+        Ok(Ok(outcome)) => Ok((outcome, signals)),
+    }
+}
+
+/// `--verify` of the new image (a failed verdict kept as evidence, and the
+/// build an error), then the tags the build itself did not give.
+async fn verify_and_tag(
+    docker: &bollard::Docker,
+    engine: &crate::docker::engine::EngineInfo,
+    tags: &[String],
+    image_id: &str,
+    evidence: &attest::Evidence,
+) -> anyhow::Result<Option<crate::verify::report::Report>> {
+    let p = printer();
+    let verified = match &evidence.verify {
+        Some(opts) => {
+            let report = attest::verify_image(image_id, opts).await?;
+            if !report.passed {
+                if let Some(dir) = &evidence.dir {
+                    attest::keep_failed_verdict(dir, image_id, engine, &report)?;
+                }
+                return Err(attest::verify_failed(image_id, &report));
+            }
+            Some(report)
+        }
+        None => None,
+    };
+    let tagged_by_build = usize::from(evidence.verify.is_none());
+    for extra in tags.iter().skip(tagged_by_build) {
+        image::tag(docker, image_id, extra).await?;
+    }
+    for tag in tags {
+        p.info(format!("tagged {tag}"));
+    }
+    Ok(verified)
 }
 
 /// Resolves the plan's base images and labels the image with the first's digest.
