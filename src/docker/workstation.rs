@@ -6,8 +6,8 @@
 //! create body), its health as the image's HEALTHCHECK reports it
 //! ([`health`]), running a command inside it ([`exec`]), listing the
 //! workstations of the engine ([`list`], from `listing.rs`) and stopping one ([`remove`]). It
-//! decides nothing about flags, defaults or wording: `commands/workstation.rs`
-//! does. A workstation outlives the imgctl that started it, so it never
+//! decides nothing about flags, defaults or wording: the workstation wing
+//! (`src/workstation/`) decides, and `commands/workstation/` words it. A workstation outlives the imgctl that started it, so it never
 //! carries the pid label of [`super::run`]'s short-lived containers (whose
 //! clean-up would remove it).
 use std::collections::HashMap;
