@@ -10,19 +10,25 @@ use std::time::Duration;
 
 use crate::docker::workstation as ws;
 
-/// A shell script run inside as the image's user. Nothing without an old
-/// venv; else `image X.Y` (the image's python3), `old NAME` (the newest
+/// A shell script run inside (`exec` runs as the container's user, root:
+/// the entrypoint drops to the image's user itself), given that user as
+/// `$1`, whose home it reads. Nothing without an old venv; else `image X.Y`
+/// (the image's Python, as the entrypoint asks it), `old NAME` (the newest
 /// `~/.venv.old-*`), `oldvenv X.Y.Z` (its Python), `oldpkg D` and `pkg D`
 /// for each `*.dist-info` folder D of the old and the current venv.
-const PROBE: &str = r#"old=$(ls -d "$HOME"/.venv.old-* 2>/dev/null | sort | tail -n 1)
+const PROBE: &str = r#"home=$(getent passwd "$1" 2>/dev/null | cut -d: -f6)
+[ -n "$home" ] || home="$HOME"
+old=$(ls -d "$home"/.venv.old-* 2>/dev/null | sort | tail -n 1)
 [ -n "$old" ] && [ -d "$old" ] || exit 0
 echo "old ${old##*/}"
-python3 -c 'import sys; print("image %d.%d" % sys.version_info[:2])'
+py=/opt/venv/bin/python
+[ -x "$py" ] || py=python3
+"$py" -c 'import sys; print("image %d.%d" % sys.version_info[:2])'
 sed -n 's/^version\(_info\)\{0,1\} *= *//p' "$old/pyvenv.cfg" 2>/dev/null | head -n 1 | sed 's/^/oldvenv /'
 for d in "$old"/lib/python*/site-packages/*.dist-info; do
   [ -d "$d" ] && echo "oldpkg ${d##*/}"
 done
-for d in "$HOME"/.venv/lib/python*/site-packages/*.dist-info; do
+for d in "$home"/.venv/lib/python*/site-packages/*.dist-info; do
   [ -d "$d" ] && echo "pkg ${d##*/}"
 done
 exit 0"#;
@@ -108,10 +114,11 @@ fn safe(word: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'+' | b'!' | b'-'))
 }
 
-/// Runs the probe in the running workstation `id`. None: nothing left
-/// behind, or the probe could not tell (it never fails `up`).
-pub async fn check(docker: &bollard::Docker, id: &str) -> Option<LeftBehind> {
-    let argv = vec!["sh".to_string(), "-c".to_string(), PROBE.to_string()];
+/// Runs the probe in the running workstation `id` over the home of the
+/// image's `user`. None: nothing left behind, or the probe could not tell
+/// (it never fails `up`).
+pub async fn check(docker: &bollard::Docker, id: &str, user: &str) -> Option<LeftBehind> {
+    let argv = ["sh", "-c", PROBE, "sh", user].map(String::from).to_vec();
     let out = ws::exec(docker, id, argv, Vec::new(), Duration::from_secs(30))
         .await
         .ok()?;

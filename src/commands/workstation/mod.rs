@@ -277,8 +277,9 @@ async fn come_up(
                 .with_hint(format!("see why with `imgctl logs {}`", plan.name))
         })?;
     let verify_in = verify.as_ref().map(|_| verifying.elapsed());
-    if let Some(left) = life::venv::check(docker, id).await {
-        printer().warn(left_behind_line(&plan.name, &left));
+    let user = listed.user.as_deref().unwrap_or("dev");
+    if let Some(left) = life::venv::check(docker, id, user).await {
+        printer().warn(left_behind_line(&plan.name, user, &left));
     }
     // The ports it has now are the ones the next `up` asks for first.
     let port = |s: &Option<(String, u16)>| s.as_ref().map(|(_, p)| *p);
@@ -371,7 +372,7 @@ async fn start_again(
 /// What the user had installed into a venv the image's entrypoint moved
 /// aside (another Python made it: an image upgrade), and the one command
 /// that installs it into the new `~/.venv`.
-fn left_behind_line(name: &str, left: &life::venv::LeftBehind) -> String {
+fn left_behind_line(name: &str, user: &str, left: &life::venv::LeftBehind) -> String {
     let cli = crate::docker::engine::connected_product()
         .unwrap_or(crate::docker::engine::Product::Docker)
         .cli();
@@ -382,7 +383,7 @@ fn left_behind_line(name: &str, left: &life::venv::LeftBehind) -> String {
         format!("{n} packages")
     };
     format!(
-        "{name}'s ~/.venv was made anew for this image's Python {}: the old one (Python {}) is ~/{} and holds {what} the new one lacks; install them again with: {cli} exec {name} sh -c '~/.venv/bin/pip install {}'",
+        "{name}'s ~/.venv was made anew for this image's Python {}: the old one (Python {}) is ~/{} and holds {what} the new one lacks; install them again with: {cli} exec -u {user} {name} sh -c '~/.venv/bin/pip install {}'",
         left.image,
         left.made_by,
         left.old,
@@ -709,10 +710,10 @@ mod tests {
             image: "3.11".into(),
             packages: vec!["six==1.16.0".into()],
         };
-        let line = left_behind_line("imgctl-x", &left);
+        let line = left_behind_line("imgctl-x", "dev", &left);
         assert_eq!(
             line,
-            "imgctl-x's ~/.venv was made anew for this image's Python 3.11: the old one (Python 3.9) is ~/.venv.old-1733500000 and holds 1 package the new one lacks; install them again with: docker exec imgctl-x sh -c '~/.venv/bin/pip install six==1.16.0'"
+            "imgctl-x's ~/.venv was made anew for this image's Python 3.11: the old one (Python 3.9) is ~/.venv.old-1733500000 and holds 1 package the new one lacks; install them again with: docker exec -u dev imgctl-x sh -c '~/.venv/bin/pip install six==1.16.0'"
         );
     }
 }

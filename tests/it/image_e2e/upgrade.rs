@@ -127,7 +127,7 @@ pub(super) fn an_upgrade_keeps_everything(
             "{name}'s ~/.venv was made anew for this image's Python 3."
         )) && stderr.contains("the old one (Python 3.9) is ~/.venv.old-")
             && stderr.contains(&format!(
-                "install them again with: docker exec {name} sh -c '~/.venv/bin/pip install imgctl_user_pkg==0.1'"
+                "install them again with: docker exec -u dev {name} sh -c '~/.venv/bin/pip install imgctl_user_pkg==0.1'"
             )),
         "{stderr}"
     );
