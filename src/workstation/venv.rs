@@ -25,11 +25,11 @@ py=/opt/venv/bin/python
 [ -x "$py" ] || py=python3
 "$py" -c 'import sys; print("image %d.%d" % sys.version_info[:2])'
 sed -n 's/^version\(_info\)\{0,1\} *= *//p' "$old/pyvenv.cfg" 2>/dev/null | head -n 1 | sed 's/^/oldvenv /'
-for d in "$old"/lib/python*/site-packages/*.dist-info; do
-  [ -d "$d" ] && echo "oldpkg ${d##*/}"
+for d in "$old"/lib/python*/site-packages/*.dist-info "$old"/lib/python*/site-packages/*.egg-info; do
+  [ -e "$d" ] && echo "oldpkg ${d##*/}"
 done
-for d in "$home"/.venv/lib/python*/site-packages/*.dist-info; do
-  [ -d "$d" ] && echo "pkg ${d##*/}"
+for d in "$home"/.venv/lib/python*/site-packages/*.dist-info "$home"/.venv/lib/python*/site-packages/*.egg-info; do
+  [ -e "$d" ] && echo "pkg ${d##*/}"
 done
 exit 0"#;
 
@@ -66,7 +66,7 @@ pub fn left_behind(text: &str) -> Option<LeftBehind> {
     let installed = |prefix: &str| -> Vec<(String, String)> {
         text.lines()
             .filter_map(|l| l.strip_prefix(prefix))
-            .filter_map(|d| d.trim().strip_suffix(".dist-info"))
+            .filter_map(|d| record_name(d.trim()))
             .filter_map(|d| d.rsplit_once('-'))
             .filter(|(name, version)| safe(name) && safe(version))
             .map(|(name, version)| (name.to_string(), version.to_string()))
@@ -88,6 +88,20 @@ pub fn left_behind(text: &str) -> Option<LeftBehind> {
         made_by,
         image,
         packages,
+    })
+}
+
+/// `NAME-VERSION` of a package's record in site-packages: pip's
+/// `NAME-VERSION.dist-info`, or the `NAME-VERSION-pyX.Y.egg-info` that a
+/// legacy `setup.py install` leaves (a project without a pyproject.toml).
+fn record_name(entry: &str) -> Option<&str> {
+    if let Some(d) = entry.strip_suffix(".dist-info") {
+        return Some(d);
+    }
+    let egg = entry.strip_suffix(".egg-info")?;
+    Some(match egg.rsplit_once("-py") {
+        Some((d, py)) if py.bytes().all(|b| b.is_ascii_digit() || b == b'.') => d,
+        _ => egg,
     })
 }
 
@@ -143,6 +157,12 @@ mod tests {
                 image: "3.11".into(),
                 packages: vec!["six==1.16.0".into(), "typing_extensions==4.12.2".into()],
             })
+        );
+        // A legacy setup.py install leaves an .egg-info record.
+        assert_eq!(
+            left_behind("old .venv.old-1\noldvenv 3.9.7\nimage 3.11\noldpkg imgctl_user_pkg-0.1-py3.9.egg-info\n")
+                .map(|l| l.packages),
+            Some(vec!["imgctl_user_pkg==0.1".to_string()])
         );
         // Everything installed again, no old venv, or an odd folder name.
         assert_eq!(
