@@ -24,6 +24,8 @@ const BAR_MIN: usize = 10;
 /// between [`RunEvent::Started`] and [`RunEvent::Stopped`].
 pub(super) fn printed() -> impl Fn(&RunEvent) {
     let bar: RefCell<Option<ProgressBar>> = RefCell::new(None);
+    // The terminal's width, asked once a run (not at every step).
+    let width: std::cell::Cell<Option<usize>> = std::cell::Cell::new(None);
     move |event| {
         let p = printer();
         match event {
@@ -31,13 +33,16 @@ pub(super) fn printed() -> impl Fn(&RunEvent) {
             RunEvent::Warning(line) => p.warn(line),
             RunEvent::Detail(line) => p.verbose(line),
             RunEvent::Started { steps, start_step } => {
+                width.set(
+                    crate::output::table_width(crate::output::Stream::Stderr).map(usize::from),
+                );
                 let b = p.progress(*steps, BAR_TEMPLATE);
                 b.set_position(*start_step);
                 if let Some(old) = bar.replace(Some(b)) {
                     old.finish_and_clear();
                 }
             }
-            RunEvent::Step(s) => step(&p, bar.borrow().as_ref(), s),
+            RunEvent::Step(s) => step(&p, bar.borrow().as_ref(), width.get(), s),
             RunEvent::Stopped => {
                 if let Some(b) = bar.take() {
                     b.finish_and_clear();
@@ -47,11 +52,11 @@ pub(super) fn printed() -> impl Fn(&RunEvent) {
     }
 }
 
-/// A step on the bar, and off a terminal its log line when one is due.
-fn step(p: &Printer, bar: Option<&ProgressBar>, s: &StepProgress) {
+/// A step on the bar (its message fitted to `width`, the terminal's as the
+/// run started), and off a terminal its log line when one is due.
+fn step(p: &Printer, bar: Option<&ProgressBar>, width: Option<usize>, s: &StepProgress) {
     if let Some(b) = bar {
-        let width = crate::output::table_width(crate::output::Stream::Stderr);
-        b.set_message(fitting_message(s, width.map(usize::from)));
+        b.set_message(fitting_message(s, width));
         b.set_position(s.step);
     }
     if p.interactive || !s.log_due {
