@@ -158,6 +158,9 @@ pub struct VerifyImageArgs {
     /// A YAML policy (version: 1; the flags' rules and checks_passed, require_predicates); the flags add to it [default: the flags' rules only; with none, one signed statement].
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+    /// A fleet file (version: 1; gpus: model, driver, nodes): admit the image only if its torch has code for every GPU model, every driver runs its CUDA and its NCCL meets each generation's floor; with --max-age, also a signed verdict from each model (docs/fit.md) [default: no fit check].
+    #[arg(long, value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
     /// Print the statements, refusals and rules as JSON.
     #[arg(long)]
     pub json: bool,

@@ -9,6 +9,7 @@ pub mod build;
 pub mod completions;
 pub mod engine_line;
 pub mod error;
+pub mod fit;
 pub mod image_args;
 pub mod inspect;
 pub mod key;

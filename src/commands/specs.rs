@@ -39,6 +39,8 @@ pub struct ProfileRow {
     pub cudnn: String,
     /// NCCL bundled by the wheel.
     pub nccl: String,
+    /// The GPU code the torch wheel carries (`sm_50`, …, `compute_120`).
+    pub archs: Vec<String>,
     /// Lowest driver (CUDA minor-version compatibility).
     pub driver_min: String,
     /// Lowest driver for the wheel's CUDA natively.
@@ -80,6 +82,9 @@ pub fn rows() -> anyhow::Result<Vec<ProfileRow>> {
             cuda_runtime: wheel.map_or("?", |w| w.cuda_runtime).to_string(),
             cudnn: wheel.map_or("?", |w| w.cudnn).to_string(),
             nccl: wheel.map_or("?", |w| w.nccl).to_string(),
+            archs: crate::gpus::archs::wheel_archs(&s.torch.version, &s.torch.variant)
+                .map(|w| w.list().describe().split(' ').map(str::to_string).collect())
+                .unwrap_or_default(),
             driver_min: driver.map_or("?", |d| d.minor_compat_driver).to_string(),
             driver_native: driver.map_or("?", |d| d.native_driver).to_string(),
             compat: match fit {
@@ -115,6 +120,7 @@ fn full_table(rows: &[ProfileRow]) -> Table {
             "CUDA runtime",
             "cuDNN",
             "NCCL",
+            "GPU code",
             "python",
             "min driver",
             "pip lock",
@@ -128,6 +134,7 @@ fn full_table(rows: &[ProfileRow]) -> Table {
             r.cuda_runtime.clone(),
             r.cudnn.clone(),
             r.nccl.clone(),
+            archs(r),
             r.python.clone(),
             format!("{} ({} native)", r.driver_min, r.driver_native),
             lock(r),
@@ -139,7 +146,7 @@ fn full_table(rows: &[ProfileRow]) -> Table {
 /// Column indices of [`fitted_table`], least useful first: what a narrower
 /// terminal loses. The profile name says `--cuda`; the base image follows
 /// from the profile; the torch wheel's variant says the CUDA runtime.
-const DROP_ORDER: [usize; 5] = [1, 2, 9, 7, 4];
+const DROP_ORDER: [usize; 6] = [1, 2, 10, 8, 4, 7];
 
 /// The table at most `width` columns wide: the base image without its
 /// `nvidia/cuda:` repository, the native driver in a column of its own, and
@@ -160,6 +167,7 @@ fn fitted_table(rows: &[ProfileRow], width: u16) -> (Table, Option<String>) {
         "CUDA runtime",
         "cuDNN",
         "NCCL",
+        "GPU code",
         "python",
         "min driver",
         "native driver",
@@ -178,6 +186,7 @@ fn fitted_table(rows: &[ProfileRow], width: u16) -> (Table, Option<String>) {
             r.cuda_runtime.clone(),
             r.cudnn.clone(),
             r.nccl.clone(),
+            archs(r),
             r.python.clone(),
             r.driver_min.clone(),
             r.driver_native.clone(),
@@ -192,6 +201,30 @@ fn fitted_table(rows: &[ProfileRow], width: u16) -> (Table, Option<String>) {
         super::narrow::dropped_columns_line(&output::dropped_columns(&table, &hidden), width);
     output::fit_table(&mut table, output::Fit::Cut(width));
     (table, note)
+}
+
+/// `sm_50…sm_90`, `sm_75…sm_120 +PTX 120`: the first and last machine
+/// code, and the PTX (`--json` lists every arch).
+fn archs(r: &ProfileRow) -> String {
+    let sass: Vec<&str> = r
+        .archs
+        .iter()
+        .filter_map(|a| a.strip_prefix("sm_"))
+        .collect();
+    let ptx: Vec<&str> = r
+        .archs
+        .iter()
+        .filter_map(|a| a.strip_prefix("compute_"))
+        .collect();
+    let mut out = match (sass.first(), sass.last()) {
+        (Some(a), Some(b)) if a != b => format!("sm_{a}…{b}"),
+        (Some(a), _) => format!("sm_{a}"),
+        _ => "?".to_string(),
+    };
+    if !ptx.is_empty() {
+        out.push_str(&format!(" +PTX {}", ptx.join(" ")));
+    }
+    out
 }
 
 /// `cu124 (default)`.
@@ -233,7 +266,7 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
         for r in &rows {
             p.data(output::wrap_text(
                 &format!(
-                    "{}: base image {}, --cuda {}, torch {}+{} from {}, CUDA runtime {}, cuDNN {}, NCCL {}, python {}, min driver {} ({} native), pip lock {}",
+                    "{}: base image {}, --cuda {}, torch {}+{} from {}, CUDA runtime {}, cuDNN {}, NCCL {}, GPU code {}, python {}, min driver {} ({} native), pip lock {}",
                     profile(r),
                     r.base_image,
                     r.cuda_flag,
@@ -243,6 +276,7 @@ pub fn run(args: SpecsArgs) -> anyhow::Result<ExitStatus> {
                     r.cuda_runtime,
                     r.cudnn,
                     r.nccl,
+                    r.archs.join(" "),
                     r.python,
                     r.driver_min,
                     r.driver_native,

@@ -202,6 +202,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
             &args.key,
             args.registry_ca.registry_ca.as_deref(),
         )?;
+        super::fit::check_host_image(image, true)?;
         let mounts = args
             .mounts
             .iter()

@@ -30,6 +30,25 @@ struct Gate<'a> {
     subject: &'a str,
     #[serde(flatten)]
     evaluation: &'a Evaluation,
+    /// `--fleet`: the image's facts, the fleet and every reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fit: Option<&'a super::fit::FitGate>,
+}
+
+/// The repository client and its runtime for the fit gate's reads.
+fn repository_for_fit(
+    args: &VerifyImageArgs,
+) -> anyhow::Result<(tokio::runtime::Runtime, Repository)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let repository = repository(
+        &runtime,
+        &args.image,
+        args.registry_ca.registry_ca.as_deref(),
+        args.registry_timeout.registry_timeout,
+    )?;
+    Ok((runtime, repository))
 }
 
 /// The most bytes a policy file may have (#50 M8).
@@ -193,14 +212,16 @@ fn repository(
 const READS_THE_REGISTRY: &str = "pass the pushed reference (REGISTRY/NAME:TAG or NAME@sha256:…); `docker login REGISTRY` stores its credentials; an HTTPS registry's own CA goes in /etc/docker/certs.d/HOST:PORT/ca.crt or --registry-ca FILE";
 
 /// Reads REF's statements and judges `policy` on them with `keys`, trusting
-/// the registry's certificate by the certs.d folder and `registry_ca`.
+/// the registry's certificate by the certs.d folder and `registry_ca`;
+/// `fit_asked` (`--fleet`) is a rule beyond the policy's.
 pub fn gate(
     image: &str,
     keys: &[PublicKey],
     policy: &Policy,
     registry_timeout: u64,
     registry_ca: Option<&Path>,
-) -> anyhow::Result<(String, Evaluation)> {
+    fit_asked: bool,
+) -> anyhow::Result<(String, Vec<Candidate>, Evaluation)> {
     crate::image_ref::check(crate::image_ref::Role::Pushed, image)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -233,13 +254,13 @@ pub fn gate(
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    if !policy.has_rules() {
+    if !policy.has_rules() && !fit_asked {
         printer().info(
             "the policy has no rule: the gate checks only that a statement of this image is signed by a --key (add --require-verify, or rules in --policy)",
         );
     }
     let evaluation = policy::evaluate(&subject, &found, keys, policy, std::time::SystemTime::now());
-    Ok((subject, evaluation))
+    Ok((subject, found, evaluation))
 }
 
 /// Text that came from a registry or a statement, with every control
@@ -385,12 +406,13 @@ pub fn check_before_start(
         min_gpus: Some(0),
         ..Policy::default()
     };
-    let (_, evaluation) = gate(
+    let (_, _, evaluation) = gate(
         reference,
         &public,
         &policy,
         crate::image::oci::http::DEFAULT_DEADLINE.as_secs(),
         registry_ca,
+        false,
     )?;
     say(&evaluation);
     if !evaluation.passed {
@@ -406,24 +428,46 @@ pub fn check_before_start(
 pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
     let keys = read_keys(&args.key)?;
     let policy = policy_of(&args)?;
-    let (subject, evaluation) = gate(
+    let fleet = args
+        .fleet
+        .as_deref()
+        .map(super::fit::read_fleet)
+        .transpose()?;
+    let (subject, found, evaluation) = gate(
         &args.image,
         &keys,
         &policy,
         args.registry_timeout.registry_timeout,
         args.registry_ca.registry_ca.as_deref(),
+        fleet.is_some(),
     )?;
+    let fit = match &fleet {
+        Some(groups) => Some(super::fit::gate(
+            &repository_for_fit(&args)?,
+            &subject,
+            groups,
+            (&found, &keys, args.max_age.or(policy.max_age)),
+        )?),
+        None => None,
+    };
     if args.json {
         printer().json(&Gate {
             schema_version: SCHEMA_VERSION,
             reference: &args.image,
             subject: &subject,
             evaluation: &evaluation,
+            fit: fit.as_ref(),
         })?;
     }
     say(&evaluation);
+    if let Some(f) = &fit {
+        super::fit::say(f);
+    }
     if !evaluation.passed {
         return Err(refused(&args.image, &evaluation));
+    }
+    if let Some(f) = fit.as_ref().filter(|f| !f.report.admitted) {
+        return Err(super::fit::refused(&args.image, f));
     }
     let n = evaluation.rules.len();
     printer().info(format!(

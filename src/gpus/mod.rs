@@ -5,11 +5,17 @@
 //! ([`select`]: `all`, a count, device indices or UUIDs, as `train-demo
 //! --gpus` and `verify --image --gpus` take it).
 //!
-//! Leaves both: they hold figures and parse text; measuring, launching and
+//! Which code runs where ([`archs`]: a wheel's architectures, each GPU
+//! model's compute capability, NCCL floors) and whether an image fits a
+//! fleet ([`fit`]: the gate's and `up`'s rules).
+//!
+//! Leaves all: they hold figures and parse text; measuring, launching and
 //! device requests are their callers' jobs.
 //!
 //! Part: the shared floor (`docs/architecture.md`).
+pub mod archs;
 pub mod expected;
+pub mod fit;
 pub mod peaks;
 pub mod select;
 

@@ -7,6 +7,7 @@
 //!
 //! Part: the build wing (`docs/architecture.md`).
 pub mod attest;
+pub mod fit;
 pub mod lock;
 pub mod oci;
 pub mod render;

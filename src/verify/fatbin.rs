@@ -36,16 +36,7 @@ const KIND_PTX: u16 = 1;
 /// Entry kind for an ELF cubin (SASS).
 const KIND_ELF: u16 = 2;
 
-/// The code a library carries, by SM version (`90` = sm_90).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ArchList {
-    /// SM versions the library is built for with machine code (SASS).
-    pub sass: BTreeSet<u32>,
-    /// SM versions with PTX (JIT-compilable for that and newer GPUs).
-    pub ptx: BTreeSet<u32>,
-    /// SM versions with machine code in only a few entries (specialised kernels).
-    pub partial: BTreeSet<u32>,
-}
+pub use crate::gpus::archs::{ArchList, Coverage};
 
 /// Raw counts of fatbin entries per (kind, arch), before classification.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -72,51 +63,6 @@ impl EntryCounts {
         let (ptx, _) = main(&self.ptx);
         ArchList { sass, ptx, partial }
     }
-}
-
-impl ArchList {
-    /// `sm_50 sm_60 … compute_90` as `torch.cuda.get_arch_list()` prints them.
-    pub fn describe(&self) -> String {
-        let mut parts: Vec<String> = self.sass.iter().map(|a| format!("sm_{a}")).collect();
-        parts.extend(self.ptx.iter().map(|a| format!("compute_{a}")));
-        parts.join(" ")
-    }
-
-    /// How a GPU of compute capability `major.minor` is served: SASS for the
-    /// exact arch, SASS of the same major with a lower minor (binary
-    /// compatible within a major, CUDA C Programming Guide "Binary
-    /// Compatibility"), PTX of an older or equal arch (JIT), or not at all.
-    pub fn coverage(&self, major: i32, minor: i32) -> Coverage {
-        let cc = (major * 10 + minor) as u32;
-        if self.sass.contains(&cc) {
-            return Coverage::Exact;
-        }
-        if let Some(a) = self
-            .sass
-            .iter()
-            .rev()
-            .find(|a| **a / 10 == major as u32 && **a <= cc)
-        {
-            return Coverage::SameMajor(*a);
-        }
-        if let Some(a) = self.ptx.iter().rev().find(|a| **a <= cc) {
-            return Coverage::Ptx(*a);
-        }
-        Coverage::None
-    }
-}
-
-/// See [`ArchList::coverage`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coverage {
-    /// Machine code for this exact arch.
-    Exact,
-    /// Machine code for an older minor of the same major.
-    SameMajor(u32),
-    /// Only PTX (JIT at first use; slow start, and impossible under CUDA minor-version compatibility).
-    Ptx(u32),
-    /// No code runs on it.
-    None,
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {

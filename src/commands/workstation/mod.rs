@@ -63,6 +63,7 @@ pub fn up(args: UpArgs) -> anyhow::Result<ExitStatus> {
         &args.key,
         args.registry_ca.registry_ca.as_deref(),
     )?;
+    crate::commands::fit::check_host_image(&plan.image, !matches!(plan.gpus, GpuChoice::None))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -28,6 +28,7 @@ use hyper::body::Bytes;
 use hyper::{Method, StatusCode};
 
 pub mod auth;
+mod config;
 pub mod http;
 pub mod manifest;
 pub mod reference;

@@ -43,6 +43,12 @@ pub const PYTHON_CHECKED: &str = "io.imgctl.python.checked";
 pub const DRIVER_MIN: &str = "io.imgctl.driver.min";
 /// Lowest driver that runs the wheel's CUDA natively (incl. PTX JIT).
 pub const DRIVER_NATIVE: &str = "io.imgctl.driver.native";
+/// The GPU code the torch wheel carries, as `torch.cuda.get_arch_list()`
+/// prints it (`sm_50 sm_60 … sm_90`), from [`crate::gpus::archs::WHEEL_ARCHS`]:
+/// what the fit gate reads (`verify-image --fleet`, `up`).
+pub const CUDA_ARCHS: &str = "io.imgctl.cuda.archs";
+/// Where that list was read.
+pub const CUDA_ARCHS_SOURCE: &str = "io.imgctl.cuda.archs.source";
 /// How the wheel's CUDA fits the base: exact, minor-version-compatibility, older-wheel.
 pub const COMPAT: &str = "io.imgctl.compat";
 /// The compatibility note, when the wheel does not match the base exactly.
@@ -142,6 +148,10 @@ pub(super) fn image_labels(
     set(TRITON, wheel.triton.to_string());
     set(PYTHON, s.python.clone());
     set(PYTHON_CHECKED, (!r.base_overridden).to_string());
+    if let Some(w) = crate::gpus::archs::wheel_archs(wheel.torch, wheel.variant) {
+        set(CUDA_ARCHS, w.list().describe());
+        set(CUDA_ARCHS_SOURCE, w.source.to_string());
+    }
     if let Some(d) = driver {
         set(DRIVER_MIN, d.minor_compat_driver.to_string());
         set(DRIVER_NATIVE, d.native_driver.to_string());

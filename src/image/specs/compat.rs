@@ -180,7 +180,7 @@ pub struct CudaToolkit {
     pub source: &'static str,
 }
 
-const NV_RELEASE_NOTES: &str = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html (Table 3: CUDA Toolkit and Corresponding Driver Versions; Table 2: minor version compatibility)";
+const NV_RELEASE_NOTES: &str = crate::gpus::fit::DRIVER_SOURCE;
 
 /// CUDA toolkits imgctl knows, with their driver requirements.
 pub const CUDA_TOOLKITS: &[CudaToolkit] = &[

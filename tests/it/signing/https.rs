@@ -137,7 +137,87 @@ fn signed_push_and_verify_image_over_https_with_both_key_types() {
         "{stderr}"
     );
     before_start_over_https(tag, public, ca, config_dir, &mut guard);
+    fit_over_https(tag, public, ca, config_dir);
     drop(guard);
+}
+
+/// `verify-image --fleet` over HTTPS (#55): the busybox build carries the
+/// labels of torch 2.7.0+cu126; a B200 fleet refuses it with the arch
+/// rule's line and the profile that fits, an H200 fleet admits it, and
+/// `--json` gives every reason. The time of each run is printed.
+fn fit_over_https(tag: &str, public: &Path, ca: &str, config_dir: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let b200 = fleet(
+        "b200.yaml",
+        "version: 1\ngpus:\n  - {model: B200, driver: 570.133.20, nodes: 16}\n",
+    );
+    let h200 = fleet(
+        "h200.yaml",
+        "version: 1\ngpus:\n  - {model: H200, driver: 550.54.15, nodes: 8}\n",
+    );
+    let gate = |file: &str, extra: &[&str]| {
+        let mut args = vec![
+            "verify-image",
+            tag,
+            "--key",
+            public.to_str().unwrap(),
+            "--registry-ca",
+            ca,
+            "--fleet",
+            file,
+        ];
+        args.extend(extra);
+        let start = std::time::Instant::now();
+        let out = imgctl(&args, &[("DOCKER_CONFIG", config_dir)]);
+        eprintln!(
+            "verify-image --fleet {file} {extra:?}: {:.2} s\n{}",
+            start.elapsed().as_secs_f64(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let out = gate(&b200, &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("may not deploy to this fleet: B200 (sm_100) is not in the image's arch list sm_50…sm_90: torch 2.7.0+cu126 has no Blackwell kernels"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("the cu128 profile fits"), "{stderr}");
+    let out = gate(&h200, &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("PASS  fit.arch: H200 (sm_90): the image has sm_90 code"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("by minor-version compatibility"),
+        "{stderr}"
+    );
+    let out = gate(&b200, &["--json"]);
+    let (stdout, _) = texts(&out);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["fit"]["admitted"], false, "{v}");
+    assert_eq!(v["fit"]["image"]["variant"], "cu126", "{v}");
+    assert_eq!(v["fit"]["reasons"][0]["rule"], "arch", "{v}");
+    // A fleet file with a typo is a usage error, before the registry is read.
+    let bad = fleet(
+        "bad.yaml",
+        "version: 1\ngpus: [{model: B200, drivers: 570.1}]\n",
+    );
+    let out = gate(&bad, &[]);
+    let (_, stderr) = texts(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        one_error_line(&stderr).contains("unknown field `drivers`"),
+        "{stderr}"
+    );
 }
 
 /// verify --image and up --key read the verdict over HTTPS the same way:
