@@ -22,7 +22,9 @@ use crate::output::ColorChoice;
 use crate::verify::Level;
 
 pub mod train_demo;
+pub mod verify;
 pub use train_demo::{Switch, TrainArgs, TrainRunFlags};
+pub use verify::VerifyArgs;
 
 /// `--uid`/`--gid` (`what`: `UID` or `GID`, `id_flag`: `-u` or `-g`): an
 /// integer in [`ID_RANGE`] (login.defs' UID_MIN..UID_MAX).
@@ -621,93 +623,6 @@ pub struct SpecsArgs {
     /// Print as JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `imgctl verify`.
-#[derive(Debug, Args)]
-#[command(mut_arg("registry_ca", |a| a.help("With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only]").requires("key")))]
-pub struct VerifyArgs {
-    /// Run the checks inside a container of this image instead of here.
-    #[arg(long, value_name = "TAG")]
-    pub image: Option<String>,
-    /// With --image: run it only when its registry manifest carries a verify verdict that passed, signed by this public key (repeatable) [default: no signature checked].
-    #[arg(long, value_name = "FILE", requires = "image")]
-    pub key: Vec<PathBuf>,
-    /// `--registry-ca`.
-    #[command(flatten)]
-    pub registry_ca: RegistryCa,
-    /// With --image: GPUs for the container: all, a count, device ids (0,2; one: device=3) or GPU-/MIG- UUIDs.
-    #[arg(
-        long,
-        default_value = "all",
-        value_name = "all|N|IDS",
-        requires = "image",
-        value_hint = clap::ValueHint::Other
-    )]
-    pub gpus: String,
-    /// Which checks run.
-    #[arg(long, value_enum, default_value_t = Level::Quick)]
-    pub level: Level,
-    /// How many GPUs must be present: a number, or any (at least one) [env: IMGCTL_EXPECT_GPUS, which `imgctl up` sets in a workstation].
-    #[arg(long, default_value = "any", value_name = "N|any", env = crate::env_vars::IMGCTL_EXPECT_GPUS, hide_env = true)]
-    pub expect_gpus: String,
-    /// Run only these checks (ids or id prefixes); repeatable.
-    #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]
-    pub only: Vec<String>,
-    /// Skip these checks (ids or id prefixes); repeatable.
-    #[arg(long, value_name = "ID", num_args = 1.., value_hint = clap::ValueHint::Other)]
-    pub skip: Vec<String>,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Also write a JUnit XML report here.
-    #[arg(long, value_name = "FILE")]
-    pub junit: Option<PathBuf>,
-    /// Per-check deadline in seconds (0.1 to 3600).
-    #[arg(
-        long,
-        default_value_t = crate::verify::DEFAULT_CHECK_TIMEOUT_S,
-        value_name = "SECS",
-        allow_negative_numbers = true
-    )]
-    pub check_timeout: f64,
-    /// List every check (id, level, scope, what it checks) and exit.
-    #[arg(long)]
-    pub list_checks: bool,
-    /// With --image: extra bind mounts for the container (SRC:DST[:ro]); repeatable.
-    #[arg(long = "mount", value_name = "SRC:DST[:ro]", requires = "image")]
-    pub mounts: Vec<String>,
-    /// Check every node of the launcher's world (one imgctl per node, started by torchrun, srun or a Kubernetes Job); rank 0 prints the fleet's report.
-    #[arg(long, conflicts_with_all = ["image", "list_checks"])]
-    pub fleet: bool,
-    /// With --fleet: bound in seconds on each wait (a node joining, its report, its link probe), 1 to 3600.
-    #[arg(
-        long,
-        default_value_t = 45.0,
-        value_name = "SECS",
-        requires = "fleet",
-        allow_negative_numbers = true
-    )]
-    pub fleet_timeout: f64,
-    /// With --fleet: MiB rank 0 sends each node to time its link (1 to 4096).
-    #[arg(long, default_value_t = 16, value_name = "MIB", requires = "fleet")]
-    pub link_mib: u64,
-    /// With --fleet: seconds between two heartbeats of a node, sent by a thread of its own beside its checks [default: 1].
-    #[arg(
-        long,
-        value_name = "SECS",
-        requires = "fleet",
-        allow_negative_numbers = true
-    )]
-    pub heartbeat: Option<f64>,
-    /// With --fleet: seconds without a heartbeat after which a node that joined is named silent (above --heartbeat) [default: 5].
-    #[arg(
-        long,
-        value_name = "SECS",
-        requires = "fleet",
-        allow_negative_numbers = true
-    )]
-    pub heartbeat_timeout: Option<f64>,
 }
 
 /// `imgctl sample`.

@@ -111,6 +111,12 @@ pub const SLURM_STEP_NODELIST: &str = "SLURM_STEP_NODELIST";
 /// Compressed host list of a SLURM job; its first host is the rendezvous host
 /// when neither `MASTER_ADDR` nor `SLURM_STEP_NODELIST` is set.
 pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
+/// This node's name under SLURM (set by slurmd for every task): the name
+/// `verify --fleet --history` records and `sbatch --exclude` takes.
+pub const SLURMD_NODENAME: &str = "SLURMD_NODENAME";
+/// The Kubernetes node a pod runs on, when its manifest sets it from the
+/// downward API (`fieldRef: spec.nodeName`), as examples/kubernetes does.
+pub const NODE_NAME: &str = "NODE_NAME";
 /// Tasks per node under SLURM in its compressed form (`4(x2),2`).
 pub const SLURM_TASKS_PER_NODE: &str = "SLURM_TASKS_PER_NODE";
 /// Hidden test/CPU launcher: `IMGCTL_CPU_RANKS=N imgctl train-demo …` supervises

@@ -10,6 +10,7 @@ pub mod completions;
 pub mod engine_line;
 pub mod error;
 pub mod fit;
+pub mod fleet_history;
 pub mod image_args;
 pub mod inspect;
 pub mod key;

@@ -257,13 +257,36 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitStatus> {
     };
     if args.fleet {
         return fleet(&args, || {
-            let report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
+            // A check that failed runs once more before it counts (#54).
+            let first = verify::run_local_with(
+                nvml.clone(),
+                &opts,
+                pins.clone(),
+                verify::in_container(),
+                &step,
+            );
+            let failed = verify::retry::failed_ids(&first);
+            let report = if failed.is_empty() {
+                first
+            } else {
+                let only = verify::Options {
+                    only: failed,
+                    skip: Vec::new(),
+                    ..opts.clone()
+                };
+                let again =
+                    verify::run_local_with(nvml, &only, pins, verify::in_container(), &step);
+                verify::retry::merge(first, &again)
+            };
             bar.finish_and_clear();
             report
         });
     }
-    let report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
+    let mut report = verify::run_local_with(nvml, &opts, pins, verify::in_container(), &step);
     bar.finish_and_clear();
+    if let Some(dir) = &args.against_history {
+        super::fleet_history::against(dir, &mut report)?;
+    }
     emit(&report, &args)
 }
 
@@ -292,6 +315,12 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         .with_hint("e.g. --link-mib 16 (the default)")
         .into());
     }
+    if let Some(path) = &args.exclude_file {
+        super::output_files::check_output_file("--exclude-file", path)?;
+    }
+    if let Some(dir) = &args.history {
+        super::fleet_history::check_dir("--history", dir)?;
+    }
     // `--heartbeat`/`--heartbeat-timeout` as train-demo takes them.
     let heartbeat = super::train_demo::heartbeat_settings(args.heartbeat, args.heartbeat_timeout)?;
     let info = crate::world::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
@@ -306,7 +335,13 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         heartbeat,
     };
     match fleet::run(&info, options, local)? {
-        FleetOutcome::Root(report) => {
+        FleetOutcome::Root(mut report) => {
+            let recorded = match &args.history {
+                Some(dir) => {
+                    super::fleet_history::record(dir, args.exclude_file.as_deref(), &mut report)
+                }
+                None => Ok(()),
+            };
             for (host, ranks) in shared_hosts(&report) {
                 p.warn(format!(
                     "ranks {} run on the same host {host}: a fleet verify checks each node once, so start one rank a node (--nproc-per-node 1, --ntasks-per-node 1)",
@@ -323,6 +358,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
                 let fit = output::table_fit(output::Stream::Stderr, p.verbose > 0);
                 p.stderr_text(fleet::render::table(&report, fit));
             }
+            recorded?;
             Ok(if report.passed {
                 ExitStatus::Success
             } else {

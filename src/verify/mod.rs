@@ -32,6 +32,7 @@ pub mod provenance;
 pub mod registry;
 pub mod report;
 pub mod result;
+pub mod retry;
 pub mod run;
 pub mod torch;
 pub mod versions;

@@ -369,7 +369,10 @@ fn string_literals(line: &str) -> Vec<String> {
 
 /// Whether `file` may speak the user's language (flags, `CliError`, clap).
 fn user_facing(file: &str) -> bool {
-    file.starts_with("src/commands/") || file == "src/cli.rs" || file == "src/main.rs"
+    file.starts_with("src/commands/")
+        || file == "src/cli.rs"
+        || file.starts_with("src/cli/")
+        || file == "src/main.rs"
 }
 
 #[test]

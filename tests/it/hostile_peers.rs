@@ -96,6 +96,7 @@ fn report_frame_from(rank: usize, host: &str) -> Vec<u8> {
     let report = NodeReport {
         rank,
         host: host.into(),
+        node: None,
         software: BTreeMap::new(),
         report: Report {
             schema_version: 1,

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::common::{imgctl_bin, repo_root};
 use crate::multinode::{kill_everything_in, Nodes, Proc, LAUNCH_VARS, PATIENCE};
 
+mod history;
 mod jobs;
 
 /// The programs the fixture runs; a missing one skips the tests.

@@ -37,6 +37,7 @@ pub fn judge(mut nodes: Vec<NodeEntry>, expected: usize) -> FleetReport {
         nodes,
         fleet,
         seconds: 0.0,
+        offenders: Vec::new(),
     }
 }
 
@@ -78,7 +79,15 @@ fn node_checks(reported: &[&NodeEntry]) -> Vec<CheckResult> {
                 .results
                 .iter()
                 .filter(|r| r.status.fails_run())
-                .map(|r| format!("{} {}", r.id, r.subject()))
+                .map(|r| {
+                    // A check run again (the retry) says it failed twice.
+                    let twice = if r.facts.contains_key("first_try") {
+                        " (failed twice)"
+                    } else {
+                        ""
+                    };
+                    format!("{} {}{twice}", r.id, r.subject())
+                })
                 .collect();
             out.push(
                 CheckResult::fail(ID, format!("{}: {} failed", n.label(), failing.join(", ")))
@@ -322,6 +331,7 @@ mod tests {
         NodeEntry {
             rank,
             host: Some(format!("node{rank}")),
+            node: None,
             address: Some(format!("10.0.0.{}", rank + 1)),
             state: NodeState::Reported,
             reason: None,

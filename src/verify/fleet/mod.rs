@@ -28,6 +28,7 @@ use crate::world::heartbeat::{self, Heartbeat};
 use crate::world::launch::LaunchInfo;
 use crate::world::rendezvous::{self, Links};
 
+pub mod history;
 mod judge;
 pub mod render;
 
@@ -54,6 +55,10 @@ pub struct NodeReport {
     pub rank: usize,
     /// Its host name (`/proc/sys/kernel/hostname`).
     pub host: String,
+    /// Its name at the scheduler (`SLURMD_NODENAME`, or `NODE_NAME` as a
+    /// Kubernetes Job sets it from the downward API), when one is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The software that must be the same on every node: `imgctl`, `torch`,
     /// `cudart`, `cublas`, `cudnn`, `nccl`, `driver`, `pins`.
     pub software: BTreeMap<String, String>,
@@ -69,6 +74,9 @@ pub struct NodeEntry {
     /// Host name, when the node reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Its name at the scheduler, when it reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The address rank 0 saw it connect from (`self` for rank 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
@@ -141,6 +149,9 @@ pub struct FleetReport {
     pub passed: bool,
     /// Seconds from the start of rank 0's run to its verdict.
     pub seconds: f64,
+    /// With a history (`--history`): the nodes it names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offenders: Vec<history::Offender>,
 }
 
 /// How a fleet run is bounded and what it sends.
@@ -282,6 +293,7 @@ pub fn run(
     let own = NodeReport {
         rank: 0,
         host: crate::sys::net::hostname(),
+        node: scheduler_node_name(),
         software: software_facts(&report, identity()),
         report,
     };
@@ -404,10 +416,22 @@ fn matches_hello(r: NodeReport, rank: usize) -> Result<NodeReport, String> {
     }
 }
 
+/// This node's name at its scheduler: `SLURMD_NODENAME` (srun), else
+/// `NODE_NAME` (a Kubernetes Job's downward API); the name `--exclude` and
+/// a drain take.
+fn scheduler_node_name() -> Option<String> {
+    [crate::env_vars::SLURMD_NODENAME, crate::env_vars::NODE_NAME]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok())
+        .map(|v| v.trim().to_string())
+        .find(|v| !v.is_empty() && v.len() <= 253)
+}
+
 fn entry(r: NodeReport, address: Option<String>) -> NodeEntry {
     NodeEntry {
         rank: r.rank,
         host: Some(r.host),
+        node: r.node,
         address,
         state: NodeState::Reported,
         reason: None,
@@ -421,6 +445,7 @@ fn absent(rank: usize, address: Option<String>, state: NodeState, why: String) -
     NodeEntry {
         rank,
         host: None,
+        node: None,
         address,
         state,
         reason: Some(why),
@@ -457,6 +482,7 @@ fn run_leaf(
     let mine = NodeReport {
         rank: info.rank,
         host: crate::sys::net::hostname(),
+        node: scheduler_node_name(),
         software: software_facts(&report, identity()),
         report,
     };
