@@ -163,6 +163,9 @@ pub struct VerifyImageArgs {
     /// A fleet file (version: 1; gpus: model, driver, nodes): admit the image only if its torch has code for every GPU model, every driver runs its CUDA and its NCCL meets each generation's floor; with --max-age, also a signed verdict from each model (docs/fit.md) [default: no fit check].
     #[arg(long, value_name = "FILE")]
     pub fleet: Option<PathBuf>,
+    /// The fleet as `verify --fleet --history DIR` recorded it (each node's latest run: its GPU models and driver), instead of --fleet FILE [default: no fit check].
+    #[arg(long, value_name = "DIR", conflicts_with = "fleet")]
+    pub history: Option<PathBuf>,
     /// Print the statements, refusals and rules as JSON.
     #[arg(long)]
     pub json: bool,

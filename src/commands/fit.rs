@@ -31,6 +31,53 @@ pub fn read_fleet(path: &Path) -> anyhow::Result<Vec<Group>> {
     })
 }
 
+/// `verify-image --history DIR`: the fleet as the history records it, each
+/// node's latest run that reported: one group per GPU model and driver,
+/// counting nodes.
+#[cfg(feature = "torch")]
+pub fn fleet_of_history(dir: &Path) -> anyhow::Result<Vec<Group>> {
+    use crate::verify::fleet::history;
+    let usage = |m: String| -> anyhow::Error {
+        CliError::usage(format!("--history {}: {m}", dir.display()))
+            .with_hint("pass the folder `imgctl verify --fleet --history DIR` records in, or a fleet file with --fleet FILE")
+            .into()
+    };
+    let (records, _) = history::read(dir).map_err(|e| usage(e.to_string()))?;
+    let mut latest: BTreeMap<&str, &history::Record> = BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.state == crate::verify::fleet::NodeState::Reported)
+    {
+        latest.insert(r.node.as_str(), r); // oldest first: the last one stays
+    }
+    let groups = fit::groups_of_nodes(latest.values().filter_map(|r| {
+        let driver = r.driver.clone()?;
+        let gpus: Vec<(String, Option<String>)> = r
+            .gpus
+            .iter()
+            .map(|g| (g.name.clone(), g.sm.clone()))
+            .collect();
+        Some((driver, gpus))
+    }));
+    if groups.is_empty() {
+        return Err(usage(format!(
+            "no node there recorded a GPU and a driver ({} node-run(s) read)",
+            records.len()
+        )));
+    }
+    Ok(groups)
+}
+
+/// Without the torch feature there is no fleet verify, so no history.
+#[cfg(not(feature = "torch"))]
+pub fn fleet_of_history(_: &Path) -> anyhow::Result<Vec<Group>> {
+    Err(
+        CliError::usage("--history needs an imgctl built with the torch feature")
+            .with_hint("pass the fleet as a file: --fleet FILE")
+            .into(),
+    )
+}
+
 /// What `--fleet` found: the image's facts, the fleet, every reason.
 #[derive(Debug, Serialize)]
 pub struct FitGate {
@@ -318,5 +365,59 @@ mod tests {
         let groups = host("NVIDIA B200", (10, 0), "570.133.20");
         check_groups("debian:12", &BTreeMap::new(), &groups).unwrap();
         check_groups("imgctl/cu126:latest", &labels_of("cu126"), &[]).unwrap();
+    }
+
+    #[cfg(feature = "torch")]
+    #[test]
+    fn a_recorded_history_is_the_fleet_the_gate_judges() {
+        use crate::verify::fleet::history::{append, GpuSeen, Record, RECORD_VERSION};
+        use crate::verify::fleet::NodeState;
+        let dir = tempfile::tempdir().unwrap();
+        let node = |name: &str, unix: f64, gpu: &str, sm: &str, driver: &str| Record {
+            v: RECORD_VERSION,
+            run: format!("r{unix}"),
+            unix,
+            node: name.into(),
+            rank: 0,
+            state: NodeState::Reported,
+            passed: true,
+            failing: vec![],
+            driver: Some(driver.into()),
+            gpus: vec![GpuSeen {
+                index: 0,
+                name: gpu.into(),
+                sm: Some(sm.into()),
+            }],
+            figures: vec![],
+        };
+        // n1 was an H200 node, then was rebuilt as a B200 one: its latest counts.
+        append(
+            dir.path(),
+            &[
+                node("n1", 1.0, "NVIDIA H200", "sm_90", "550.54.15"),
+                node("n2", 1.0, "NVIDIA H200", "sm_90", "550.54.15"),
+                node("n1", 2.0, "NVIDIA B200", "sm_100", "570.133.20"),
+            ],
+        )
+        .unwrap();
+        let groups = fleet_of_history(dir.path()).unwrap();
+        let models: Vec<(&str, u32)> = groups.iter().map(|g| (g.model.as_str(), g.nodes)).collect();
+        assert_eq!(models, [("B200", 1), ("H200", 1)]);
+        let e = check_groups("imgctl/cu126:latest", &labels_of("cu126"), &groups).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("B200 (sm_100) is not in the image's arch list"),
+            "{e}"
+        );
+        // A history of runs without GPUs is no fleet to judge.
+        let bare = tempfile::tempdir().unwrap();
+        let mut cpu = node("c1", 1.0, "x", "sm_90", "1");
+        cpu.gpus.clear();
+        append(bare.path(), &[cpu]).unwrap();
+        let e = fleet_of_history(bare.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("no node there recorded a GPU and a driver (1 node-run(s) read)"),
+            "{e}"
+        );
     }
 }

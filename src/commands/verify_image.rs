@@ -428,11 +428,11 @@ pub fn check_before_start(
 pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
     let keys = read_keys(&args.key)?;
     let policy = policy_of(&args)?;
-    let fleet = args
-        .fleet
-        .as_deref()
-        .map(super::fit::read_fleet)
-        .transpose()?;
+    let fleet = match (&args.fleet, &args.history) {
+        (Some(file), _) => Some(super::fit::read_fleet(file)?),
+        (None, Some(dir)) => Some(super::fit::fleet_of_history(dir)?),
+        (None, None) => None,
+    };
     let (subject, found, evaluation) = gate(
         &args.image,
         &keys,

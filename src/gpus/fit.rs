@@ -469,6 +469,46 @@ fn parse_cc(text: &str) -> Option<(u32, u32)> {
     (major < 100 && minor < 10).then_some((major, minor))
 }
 
+/// A fleet from nodes as a history recorded them, each its driver and its
+/// GPUs (name, `sm_90` when read): one group per model and driver, its
+/// nodes counted once each. A GPU whose compute capability is neither
+/// recorded nor in the table is left out.
+pub fn groups_of_nodes(
+    nodes: impl Iterator<Item = (String, Vec<(String, Option<String>)>)>,
+) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for (driver, gpus) in nodes {
+        let mut seen: Vec<String> = Vec::new();
+        for (name, sm) in gpus {
+            let model = name.strip_prefix("NVIDIA ").unwrap_or(&name).to_string();
+            let cc = sm
+                .as_deref()
+                .and_then(|s| s.strip_prefix("sm_"))
+                .and_then(|d| d.parse::<u32>().ok())
+                .map(|n| (n / 10, n % 10))
+                .or_else(|| archs::gpu_model(&name).map(|m| m.cc));
+            let Some(cc) = cc else { continue };
+            if seen.contains(&model) {
+                continue;
+            }
+            seen.push(model.clone());
+            match groups
+                .iter_mut()
+                .find(|g| g.model == model && g.driver == driver)
+            {
+                Some(g) => g.nodes += 1,
+                None => groups.push(Group {
+                    model,
+                    cc,
+                    driver: driver.clone(),
+                    nodes: 1,
+                }),
+            }
+        }
+    }
+    groups
+}
+
 /// The host's GPUs as a fleet: one group per model, on the host's driver.
 pub fn host_groups(nvml: &dyn NvmlBackend) -> Result<Vec<Group>, NvmlErr> {
     let driver = nvml.driver_version()?;

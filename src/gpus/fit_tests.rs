@@ -290,3 +290,36 @@ fn device_names_find_their_rows_and_no_other() {
     }
     assert_eq!(archs::gpu_model("Radeon MI300X"), None);
 }
+
+#[test]
+fn a_history_becomes_a_fleet_of_models_and_drivers() {
+    let h200 = |sm: Option<&str>| ("NVIDIA H200".to_string(), sm.map(str::to_string));
+    let nodes = vec![
+        (
+            "570.86.15".to_string(),
+            vec![h200(Some("sm_90")), h200(Some("sm_90"))],
+        ),
+        ("570.86.15".to_string(), vec![h200(None)]),
+        ("550.54.15".to_string(), vec![h200(Some("sm_90"))]),
+        (
+            "570.133.20".to_string(),
+            vec![("NVIDIA B200".to_string(), Some("sm_100".to_string()))],
+        ),
+        (
+            "570.133.20".to_string(),
+            vec![("Mystery GPU".to_string(), None)],
+        ),
+    ];
+    let said: Vec<(String, (u32, u32), String, u32)> = groups_of_nodes(nodes.into_iter())
+        .into_iter()
+        .map(|g| (g.model, g.cc, g.driver, g.nodes))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("H200".to_string(), (9, 0), "570.86.15".to_string(), 2),
+            ("H200".to_string(), (9, 0), "550.54.15".to_string(), 1),
+            ("B200".to_string(), (10, 0), "570.133.20".to_string(), 1),
+        ]
+    );
+}
