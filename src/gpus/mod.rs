@@ -7,7 +7,8 @@
 //!
 //! Which code runs where ([`archs`]: a wheel's architectures, each GPU
 //! model's compute capability, NCCL floors) and whether an image fits a
-//! fleet ([`fit`]: the gate's and `up`'s rules).
+//! fleet ([`fit`]: the gate's and `up`'s rules; [`fleet`]: a fleet from a
+//! file, a history or this host).
 //!
 //! Leaves all: they hold figures and parse text; measuring, launching and
 //! device requests are their callers' jobs.
@@ -16,6 +17,7 @@
 pub mod archs;
 pub mod expected;
 pub mod fit;
+pub mod fleet;
 pub mod peaks;
 pub mod select;
 
