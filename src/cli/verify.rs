@@ -99,6 +99,9 @@ pub struct VerifyArgs {
     /// With --history: write the repeat offenders here, in SLURM's --exclude form (sbatch --exclude="$(cat FILE)") [default: not written].
     #[arg(long, value_name = "FILE", requires = "history")]
     pub exclude_file: Option<PathBuf>,
+    /// With --fleet: write the fleet's report in Prometheus' text format here (a gauge per node and check), for a node exporter's textfile collector [default: not written].
+    #[arg(long, value_name = "FILE", requires = "fleet")]
+    pub metrics: Option<PathBuf>,
     /// Return to fleet: pass only when every figure of this node is within the spread the fleet's history (DIR, of --history) records for its GPU model [default: none, no return-to-fleet check].
     #[arg(long, value_name = "DIR", conflicts_with_all = ["fleet", "image", "list_checks"])]
     pub against_history: Option<PathBuf>,

@@ -1,5 +1,5 @@
-//! `verify --fleet --history DIR [--exclude-file FILE]` and `verify
-//! --against-history DIR`: the fleet's memory in words. The records, the
+//! `verify --fleet --history DIR [--exclude-file FILE]`, `--metrics FILE`
+//! and `verify --against-history DIR`: the fleet's memory in words. The records, the
 //! offenders and the spread are [`crate::verify::fleet::history`]'s.
 use std::path::Path;
 
@@ -83,6 +83,20 @@ mod with_torch {
         Ok(())
     }
 
+    /// `--metrics FILE`: the report in Prometheus' text format, written
+    /// whole (a textfile collector never reads half a file).
+    pub fn metrics(path: &Path, report: &FleetReport) -> anyhow::Result<()> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let text = crate::verify::fleet::metrics::prometheus(report, now.as_secs_f64());
+        crate::sys::fs::write_atomic(path, |tmp| std::fs::write(tmp, &text)).map_err(|e| {
+            CliError::failure(format!("--metrics {}: {e}", path.display()))
+                .with_hint("pass a file path in a writable folder (the textfile collector's, e.g. /var/lib/node_exporter/textfile_collector/imgctl.prom)")
+                .into()
+        })
+    }
+
     /// Return to fleet: this node's figures against the history's spread,
     /// one more verdict in `report`.
     pub fn against(dir: &Path, report: &mut Report) -> anyhow::Result<()> {
@@ -106,7 +120,7 @@ mod with_torch {
 }
 
 #[cfg(feature = "torch")]
-pub use with_torch::{against, record};
+pub use with_torch::{against, metrics, record};
 
 /// Without the torch feature there is no fleet, so no history to read.
 #[cfg(not(feature = "torch"))]

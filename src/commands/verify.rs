@@ -318,6 +318,9 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
     if let Some(path) = &args.exclude_file {
         super::output_files::check_output_file("--exclude-file", path)?;
     }
+    if let Some(path) = &args.metrics {
+        super::output_files::check_output_file("--metrics", path)?;
+    }
     if let Some(dir) = &args.history {
         super::fleet_history::check_dir("--history", dir)?;
     }
@@ -342,6 +345,10 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
                 }
                 None => Ok(()),
             };
+            let recorded = recorded.and_then(|()| match &args.metrics {
+                Some(path) => super::fleet_history::metrics(path, &report),
+                None => Ok(()),
+            });
             for (host, ranks) in shared_hosts(&report) {
                 p.warn(format!(
                     "ranks {} run on the same host {host}: a fleet verify checks each node once, so start one rank a node (--nproc-per-node 1, --ntasks-per-node 1)",

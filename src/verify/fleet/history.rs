@@ -100,8 +100,9 @@ pub struct Record {
     pub figures: Vec<Figure>,
 }
 
-/// The name a node is known by in the history.
-fn node_names(nodes: &[NodeEntry]) -> Vec<String> {
+/// The name each node is known by in the history and the metrics: its
+/// scheduler's name, else its host, with `@address` when hosts are shared.
+pub fn node_names(nodes: &[NodeEntry]) -> Vec<String> {
     let base: Vec<String> = nodes
         .iter()
         .map(|n| {

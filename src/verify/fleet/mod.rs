@@ -30,6 +30,7 @@ use crate::world::rendezvous::{self, Links};
 
 pub mod history;
 mod judge;
+pub mod metrics;
 pub mod render;
 
 pub use judge::{judge, LINK_FRACTION};

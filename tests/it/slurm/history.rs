@@ -3,16 +3,18 @@
 //! this machine lacks) fails twice in each run (the retry), is named a
 //! repeat offender after its second failed run, and the file it writes is
 //! what `sbatch --exclude` takes: a one-node job lands on sn1, a two-node
-//! job cannot be placed. `--against-history` reads the same folder.
+//! job cannot be placed. `--against-history` reads the same folder, and
+//! prometheus_client's parser reads the `--metrics` file.
 use super::*;
 
 /// `srun … sh -c 'imgctl verify --fleet …'`, rank 1 expecting one GPU.
 fn fleet_run(cluster: &Cluster, history: &Path, exclude: &Path) -> (bool, String) {
     let script = format!(
-        "if [ \"$SLURM_PROCID\" = 1 ]; then expect=1; else expect=0; fi; exec {} verify --fleet --expect-gpus $expect --fleet-timeout 60 --history {} --exclude-file {}",
+        "if [ \"$SLURM_PROCID\" = 1 ]; then expect=1; else expect=0; fi; exec {} verify --fleet --expect-gpus $expect --fleet-timeout 60 --history {} --exclude-file {} --metrics {}",
         imgctl_bin().display(),
         history.display(),
-        exclude.display()
+        exclude.display(),
+        history.with_extension("prom").display()
     );
     let mut c = cluster.in_node(0, "srun");
     c.args([
@@ -54,6 +56,7 @@ fn a_repeat_offender_is_named_and_sbatch_excludes_it() {
     assert!(second.contains("wrote 1 repeat offender(s) to"), "{second}");
     let list = std::fs::read_to_string(&exclude).unwrap();
     assert_eq!(list, "sn2\n");
+    metrics_parse(&history.with_extension("prom"));
     let lines = std::fs::read_to_string(history.join("verdicts.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 4, "{lines}");
     // Return to fleet on a machine without GPUs: nothing comparable, so it
@@ -108,5 +111,39 @@ fn a_repeat_offender_is_named_and_sbatch_excludes_it() {
     assert!(
         said.contains("node configuration is not available"),
         "{said}"
+    );
+}
+
+/// The `--metrics` file, read by prometheus_client's own parser (PyPI): sn2's
+/// failed check and both nodes' states come back as gauges.
+fn metrics_parse(path: &Path) {
+    let script = r#"
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+samples = {}
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    assert family.type == "gauge", family
+    for s in family.samples:
+        samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+def get(name, **labels):
+    return samples[(name, tuple(sorted(labels.items())))]
+assert get("imgctl_fleet_passed") == 0.0
+assert get("imgctl_fleet_node_up", node="sn1", rank="0") == 1.0
+assert get("imgctl_fleet_node_up", node="sn2", rank="1") == 1.0
+assert get("imgctl_verify_check_failed", node="sn2", rank="1", check="nvml.driver", subject="node") == 1.0
+assert get("imgctl_verify_check_failed", node="sn1", rank="0", check="nvml.driver", subject="node") == 0.0
+assert get("imgctl_fleet_check_failed", check="fleet.node_checks") == 1.0
+print(len(samples), "samples")
+"#;
+    let out = std::process::Command::new(crate::common::venv_python())
+        .args(["-c", script, path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "prometheus_client refused {}: {}\n{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(path).unwrap_or_default()
     );
 }
