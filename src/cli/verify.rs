@@ -74,9 +74,17 @@ pub struct VerifyArgs {
         allow_negative_numbers = true
     )]
     pub fleet_timeout: f64,
-    /// With --fleet: MiB rank 0 sends each node to time its link (1 to 4096).
+    /// With --fleet: MiB rank 0 sends each node to time its link (1 to 4096; under 8, the link is checked but not timed).
     #[arg(long, default_value_t = 16, value_name = "MIB", requires = "fleet")]
     pub link_mib: u64,
+    /// With --fleet: the least MB/s (10^6 bytes/s) each link from rank 0 must carry; a slower one fails [default: none, each link judged against the fleet's median].
+    #[arg(
+        long,
+        value_name = "MB/S",
+        requires = "fleet",
+        allow_negative_numbers = true
+    )]
+    pub link_floor: Option<f64>,
     /// With --fleet: seconds between two heartbeats of a node, sent by a thread of its own beside its checks [default: 1].
     #[arg(
         long,

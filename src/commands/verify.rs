@@ -324,6 +324,16 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
     if let Some(dir) = &args.history {
         super::fleet_history::check_dir("--history", dir)?;
     }
+    if let Some(floor) = args
+        .link_floor
+        .filter(|f| !(f.is_finite() && *f > 0.0 && *f <= 1e7))
+    {
+        return Err(CliError::usage(format!(
+            "--link-floor {floor} is not a bandwidth in MB/s from above 0 to 10000000"
+        ))
+        .with_hint("e.g. --link-floor 1000 for a link that must carry 1 GB/s")
+        .into());
+    }
     // `--heartbeat`/`--heartbeat-timeout` as train-demo takes them.
     let heartbeat = super::train_demo::heartbeat_settings(args.heartbeat, args.heartbeat_timeout)?;
     let info = crate::world::LaunchInfo::from_env(|k| std::env::var(k).ok())?;
@@ -335,6 +345,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
     let options = FleetOptions {
         timeout: Duration::from_secs_f64(args.fleet_timeout),
         link_bytes: args.link_mib << 20,
+        link_floor_mbs: args.link_floor,
         heartbeat,
     };
     match fleet::run(&info, options, local)? {

@@ -197,6 +197,7 @@ fn records_name_nodes_by_scheduler_name_and_tell_shared_hosts_apart() {
         state: NodeState::Reported,
         reason: None,
         link_mbs: None,
+        link_intact: None,
         software: [("driver".to_string(), "570.86.15".to_string())].into(),
         report: None,
     };

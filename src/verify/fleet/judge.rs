@@ -15,8 +15,38 @@ use crate::verify::run::MEDIAN_FRACTION;
 /// below it, while run-to-run swings of a healthy network (±20 %) stay above.
 pub const LINK_FRACTION: f64 = 0.5;
 
-/// Judges the gathered nodes (every rank of `expected`, in rank order).
-pub fn judge(mut nodes: Vec<NodeEntry>, expected: usize) -> FleetReport {
+/// How the links are judged: the probe's size and the floor asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkRule {
+    /// Bytes of each probe.
+    pub bytes: u64,
+    /// The least MB/s a link must carry; `None`: judged against the median.
+    pub floor_mbs: Option<f64>,
+}
+
+impl Default for LinkRule {
+    fn default() -> Self {
+        Self {
+            bytes: super::DEFAULT_LINK_MIB << 20,
+            floor_mbs: None,
+        }
+    }
+}
+
+/// A probe smaller than this is not timed as a bandwidth: the connection's
+/// start (TCP's slow start, the first round trips) is most of its time, so
+/// a healthy link would read as slow. It still tells "answered" and
+/// "intact".
+pub const MIN_TIMED_BYTES: u64 = 8 << 20;
+
+/// Judges the gathered nodes (every rank of `expected`, in rank order),
+/// their links by the default [`LinkRule`].
+pub fn judge(nodes: Vec<NodeEntry>, expected: usize) -> FleetReport {
+    judge_with(nodes, expected, LinkRule::default())
+}
+
+/// [`judge`], the links by `rule`.
+pub fn judge_with(mut nodes: Vec<NodeEntry>, expected: usize, rule: LinkRule) -> FleetReport {
     nodes.sort_by_key(|n| n.rank);
     let reported: Vec<&NodeEntry> = nodes
         .iter()
@@ -26,7 +56,9 @@ pub fn judge(mut nodes: Vec<NodeEntry>, expected: usize) -> FleetReport {
     fleet.extend(node_checks(&reported));
     fleet.extend(software(&reported));
     fleet.extend(outliers(&reported));
-    fleet.extend(links(&reported));
+    fleet.extend(reachable(&nodes));
+    fleet.extend(intact(&reported));
+    fleet.extend(links(&reported, rule));
     let summary = Summary::of(&fleet);
     FleetReport {
         schema_version: FLEET_SCHEMA_VERSION,
@@ -235,8 +267,98 @@ fn uuid_of(n: &NodeEntry, gpu: Option<u32>) -> String {
         .unwrap_or_else(|| "UUID unknown".to_string())
 }
 
-/// The link to each node against the median of the links.
-fn links(reported: &[&NodeEntry]) -> Vec<CheckResult> {
+/// Every node that joined answered rank 0's probe (`fleet.reachable`).
+fn reachable(all: &[NodeEntry]) -> Vec<CheckResult> {
+    const ID: &str = "fleet.reachable";
+    let joined: Vec<&NodeEntry> = all
+        .iter()
+        .filter(|n| n.rank != 0)
+        .filter(|n| {
+            n.state == NodeState::Reported
+                || n.reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("lost during the link probe"))
+        })
+        .collect();
+    if joined.is_empty() {
+        return vec![CheckResult::skip(
+            ID,
+            "no other node reported: no link to probe",
+        )];
+    }
+    let silent: Vec<String> = joined
+        .iter()
+        .filter(|n| n.link_mbs.is_none())
+        .map(|n| {
+            format!(
+                "{}: {}",
+                n.label(),
+                n.reason.as_deref().unwrap_or("no answer")
+            )
+        })
+        .collect();
+    let answered = joined.len() - silent.len();
+    let r = if silent.is_empty() {
+        CheckResult::pass(
+            ID,
+            format!(
+                "every node that reported answered rank 0's link probe ({answered} of {})",
+                joined.len()
+            ),
+        )
+    } else {
+        CheckResult::fail(
+            ID,
+            format!(
+                "{} did not answer rank 0's link probe: {}",
+                nodes(silent.len()),
+                silent.join("; ")
+            ),
+        )
+        .hint("check the named node's network path to rank 0 (routes, firewall, MTU)")
+    };
+    vec![r
+        .measured(format!("{answered} of {}", joined.len()))
+        .threshold(format!("{} of {}", joined.len(), joined.len()))]
+}
+
+/// The probe's bytes arrived unchanged (`fleet.intact`).
+fn intact(reported: &[&NodeEntry]) -> Vec<CheckResult> {
+    const ID: &str = "fleet.intact";
+    let checked: Vec<&&NodeEntry> = reported
+        .iter()
+        .filter(|n| n.link_intact.is_some())
+        .collect();
+    if checked.is_empty() {
+        return vec![CheckResult::skip(ID, "no probe answered: nothing to check")];
+    }
+    let mut out: Vec<CheckResult> = checked
+        .iter()
+        .filter(|n| n.link_intact == Some(false))
+        .map(|n| {
+            CheckResult::fail(
+                ID,
+                format!("the bytes rank 0 sent to {} arrived changed: its checksum of them differs from rank 0's", n.label()),
+            )
+            .fact("rank", n.rank.to_string())
+            .hint("a NIC, cable, switch or the node's memory corrupts data: check `ethtool -S` errors and dmesg, and drain the node")
+        })
+        .collect();
+    if out.is_empty() {
+        out.push(CheckResult::pass(
+            ID,
+            format!(
+                "the probe's bytes arrived unchanged at {} (checksum); the all-reduce's sum is checked in fleet.allreduce",
+                nodes(checked.len())
+            ),
+        ));
+    }
+    out
+}
+
+/// The link to each node against the floor asked for, else the median of
+/// the links (`fleet.links`: fast enough).
+fn links(reported: &[&NodeEntry], rule: LinkRule) -> Vec<CheckResult> {
     const ID: &str = "fleet.links";
     let timed: Vec<(&NodeEntry, f64)> = reported
         .iter()
@@ -244,6 +366,19 @@ fn links(reported: &[&NodeEntry]) -> Vec<CheckResult> {
         .collect();
     if timed.is_empty() {
         return vec![CheckResult::skip(ID, "one node: no link to time")];
+    }
+    if rule.bytes < MIN_TIMED_BYTES {
+        return vec![CheckResult::skip(
+            ID,
+            format!(
+                "a probe of {} MiB is too small to time a link (the connection's start is most of its time); {} MiB or more times it",
+                rule.bytes >> 20,
+                MIN_TIMED_BYTES >> 20
+            ),
+        )];
+    }
+    if let Some(floor) = rule.floor_mbs {
+        return floor_links(&timed, floor);
     }
     let values: Vec<f64> = timed.iter().map(|(_, v)| *v).collect();
     let m = median(&values);
@@ -286,6 +421,47 @@ fn links(reported: &[&NodeEntry]) -> Vec<CheckResult> {
             .measured(format!("median {m:.0} MB/s"))
             .value(m, "MB/s"),
         );
+    }
+    out
+}
+
+/// Each link against an absolute floor: a FAIL per link below it.
+fn floor_links(timed: &[(&NodeEntry, f64)], floor: f64) -> Vec<CheckResult> {
+    const ID: &str = "fleet.links";
+    const SOURCE: &str = "the floor asked for by the caller";
+    let mut out = Vec::new();
+    for (n, v) in timed.iter().filter(|(_, v)| *v < floor) {
+        let mut r = CheckResult::fail(
+            ID,
+            format!("the link from rank 0 to {} carries {v:.0} MB/s, below the floor of {floor:.0} MB/s", n.label()),
+        )
+        .measured(format!("{v:.0} MB/s"))
+        .threshold(format!("≥ {floor:.0} MB/s"))
+        .value(*v, "MB/s")
+        .fact("rank", n.rank.to_string())
+        .hint("check that node's network link: its speed (`ethtool`), errors, and what shares it");
+        r.source = Some(SOURCE.to_string());
+        out.push(r);
+    }
+    if out.is_empty() {
+        let all: Vec<String> = timed
+            .iter()
+            .map(|(n, v)| format!("rank {} {v:.0}", n.rank))
+            .collect();
+        let mut r = CheckResult::pass(
+            ID,
+            format!(
+                "links from rank 0 in MB/s: {}; every one at least {floor:.0}",
+                all.join(", ")
+            ),
+        )
+        .measured(format!(
+            "lowest {:.0} MB/s",
+            timed.iter().map(|(_, v)| *v).fold(f64::INFINITY, f64::min)
+        ))
+        .threshold(format!("≥ {floor:.0} MB/s"));
+        r.source = Some(SOURCE.to_string());
+        out.push(r);
     }
     out
 }
@@ -336,6 +512,7 @@ mod tests {
             state: NodeState::Reported,
             reason: None,
             link_mbs: link,
+            link_intact: None,
             software: [("torch".to_string(), torch.to_string())].into(),
             report: Some(Report::new(
                 "host",
@@ -409,6 +586,76 @@ mod tests {
         assert!(
             n[0].starts_with("FAIL 4 of 5 nodes reported; rank 3 never joined"),
             "{n:?}"
+        );
+    }
+
+    /// Reachable, intact and fast enough are three lines, each its own.
+    #[test]
+    fn answered_intact_and_fast_enough_are_kept_apart() {
+        let text = |r: &FleetReport, id: &str| -> Vec<String> {
+            r.fleet
+                .iter()
+                .filter(|x| x.id == id)
+                .map(|x| format!("{} {}", x.status.label(), x.message))
+                .collect()
+        };
+        let mut corrupt = node(1, "2.7.0", 690.0, Some(1000.0));
+        corrupt.link_intact = Some(false);
+        let mut fine = node(2, "2.7.0", 690.0, Some(1100.0));
+        fine.link_intact = Some(true);
+        let mut cut = node(3, "2.7.0", 690.0, None);
+        cut.state = NodeState::Lost;
+        cut.reason = Some(
+            "lost during the link probe: joined, then died before its report (connection closed)"
+                .into(),
+        );
+        let rule = LinkRule {
+            bytes: 16 << 20,
+            floor_mbs: Some(1050.0),
+        };
+        let r = judge_with(
+            vec![node(0, "2.7.0", 680.0, None), corrupt, fine, cut],
+            4,
+            rule,
+        );
+        assert_eq!(
+            text(&r, "fleet.reachable"),
+            ["FAIL 1 node did not answer rank 0's link probe: node3 (rank 3, 10.0.0.4): lost during the link probe: joined, then died before its report (connection closed)"]
+        );
+        assert_eq!(
+            text(&r, "fleet.intact"),
+            ["FAIL the bytes rank 0 sent to node1 (rank 1, 10.0.0.2) arrived changed: its checksum of them differs from rank 0's"]
+        );
+        let links: Vec<&CheckResult> = r.fleet.iter().filter(|x| x.id == "fleet.links").collect();
+        assert_eq!(links.len(), 1);
+        assert_eq!(
+            links[0].message,
+            "the link from rank 0 to node1 (rank 1, 10.0.0.2) carries 1000 MB/s, below the floor of 1050 MB/s"
+        );
+        assert_eq!(
+            links[0].source.as_deref(),
+            Some("the floor asked for by the caller")
+        );
+        // A tiny probe still says "answered" and "intact", and times nothing.
+        let mut ok = node(1, "2.7.0", 690.0, Some(3.0));
+        ok.link_intact = Some(true);
+        let tiny = LinkRule {
+            bytes: 1 << 20,
+            floor_mbs: None,
+        };
+        let r = judge_with(vec![node(0, "2.7.0", 680.0, None), ok], 2, tiny);
+        assert!(r.passed, "{:#?}", r.fleet);
+        assert_eq!(
+            text(&r, "fleet.links"),
+            ["SKIP a probe of 1 MiB is too small to time a link (the connection's start is most of its time); 8 MiB or more times it"]
+        );
+        assert_eq!(
+            text(&r, "fleet.intact"),
+            ["PASS the probe's bytes arrived unchanged at 1 node (checksum); the all-reduce's sum is checked in fleet.allreduce"]
+        );
+        assert_eq!(
+            text(&r, "fleet.reachable"),
+            ["PASS every node that reported answered rank 0's link probe (1 of 1)"]
         );
     }
 }

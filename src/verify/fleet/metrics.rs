@@ -179,6 +179,7 @@ mod tests {
             state: NodeState::Reported,
             reason: None,
             link_mbs: (rank > 0).then_some(905.5),
+            link_intact: None,
             software: Default::default(),
             report: Some(Report::new(
                 "host",

@@ -31,6 +31,7 @@ use crate::world::rendezvous::{self, Links};
 pub mod history;
 mod judge;
 pub mod metrics;
+mod probe;
 pub mod render;
 
 pub use judge::{judge, LINK_FRACTION};
@@ -89,6 +90,10 @@ pub struct NodeEntry {
     /// Rank 0 → this node, MB/s (10^6 bytes), when timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_mbs: Option<f64>,
+    /// Whether the probe's bytes arrived unchanged (the node's checksum of
+    /// them is rank 0's), when it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_intact: Option<bool>,
     /// Its software facts.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub software: BTreeMap<String, String>,
@@ -162,6 +167,9 @@ pub struct FleetOptions {
     pub timeout: Duration,
     /// Bytes per link probe.
     pub link_bytes: u64,
+    /// The least MB/s a link must carry (`--link-floor`); without it, a
+    /// link is judged against the fleet's median.
+    pub link_floor_mbs: Option<f64>,
     /// The heartbeat: a node that joined, then went silent, is named within
     /// its timeout, whatever wait rank 0 was in.
     pub heartbeat: heartbeat::Settings,
@@ -328,8 +336,11 @@ pub fn run(
         let Some(node) = nodes.iter_mut().find(|n| n.rank == *rank) else {
             continue; // every stream's node was pushed beside it
         };
-        match probe(stream, options.link_bytes, options.timeout) {
-            Ok(mbs) => node.link_mbs = Some(mbs),
+        match probe::send(stream, options.link_bytes, options.timeout) {
+            Ok(p) => {
+                node.link_mbs = Some(p.mbs);
+                node.link_intact = Some(p.intact);
+            }
             Err(why) => {
                 node.state = NodeState::Lost;
                 let why = format!("lost during the link probe: {why}");
@@ -376,7 +387,14 @@ pub fn run(
             }
         }
     }
-    let mut report = judge(nodes, info.world_size);
+    let mut report = judge::judge_with(
+        nodes,
+        info.world_size,
+        judge::LinkRule {
+            bytes: options.link_bytes,
+            floor_mbs: options.link_floor_mbs,
+        },
+    );
     report.push(all_reduce);
     report.seconds = start.elapsed().as_secs_f64();
     for (rank, stream) in &mut streams {
@@ -437,6 +455,7 @@ fn entry(r: NodeReport, address: Option<String>) -> NodeEntry {
         state: NodeState::Reported,
         reason: None,
         link_mbs: None,
+        link_intact: None,
         software: r.software,
         report: Some(r.report),
     }
@@ -451,6 +470,7 @@ fn absent(rank: usize, address: Option<String>, state: NodeState, why: String) -
         state,
         reason: Some(why),
         link_mbs: None,
+        link_intact: None,
         software: BTreeMap::new(),
         report: None,
     }
@@ -507,7 +527,7 @@ fn run_leaf(
         read_exact_by(&mut stream, &mut tag, deadline)
             .map_err(|e| anyhow::anyhow!("rank 0 at {} went away: {e}", session.address))?;
         match tag[0] {
-            PROBE => answer_probe(&mut stream, Instant::now() + options.timeout)?,
+            PROBE => probe::answer(&mut stream, Instant::now() + options.timeout)?,
             ALL_REDUCE => {
                 stream = all_reduce_leaf(
                     stream,
@@ -701,45 +721,6 @@ fn lost(e: &std::io::Error) -> String {
         }
         _ => format!("joined, then its connection failed: {e}"),
     }
-}
-
-/// Sends `bytes` to a node and waits for its acknowledgement: MB/s of the
-/// link from rank 0 to it, timed from the first byte to the answer.
-fn probe(stream: &mut TcpStream, bytes: u64, timeout: Duration) -> Result<f64, String> {
-    stream
-        .set_write_timeout(Some(timeout))
-        .and_then(|_| stream.set_read_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    let chunk = vec![0xA5u8; 1 << 20];
-    let start = Instant::now();
-    let mut head = vec![PROBE];
-    head.extend_from_slice(&bytes.to_le_bytes());
-    stream.write_all(&head).map_err(|e| lost(&e))?;
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(chunk.len() as u64) as usize;
-        stream.write_all(&chunk[..n]).map_err(|e| lost(&e))?;
-        left -= n as u64;
-    }
-    let mut ack = [0u8; 1];
-    read_exact_by(stream, &mut ack, start + timeout).map_err(|e| lost(&e))?;
-    let secs = start.elapsed().as_secs_f64().max(1e-9);
-    Ok(bytes as f64 / secs / 1e6)
-}
-
-/// Reads rank 0's probe bytes, all of them before `deadline`, and acks.
-fn answer_probe(stream: &mut TcpStream, deadline: Instant) -> anyhow::Result<()> {
-    let mut len = [0u8; 8];
-    read_exact_by(stream, &mut len, deadline)?;
-    let mut left = u64::from_le_bytes(len);
-    let mut buf = vec![0u8; 1 << 20];
-    while left > 0 {
-        let n = left.min(buf.len() as u64) as usize;
-        read_exact_by(stream, &mut buf[..n], deadline)?;
-        left -= n as u64;
-    }
-    stream.write_all(&[1])?;
-    Ok(())
 }
 
 /// The verdict, and with a rendezvous token its MAC bound to the node's
