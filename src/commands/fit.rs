@@ -114,6 +114,7 @@ pub fn gate(
     subject: &str,
     groups: &[Group],
     (found, keys, max_age): (&[Candidate], &[PublicKey], Option<Duration>),
+    accepted: &[crate::image::sign::rules::Accepted],
 ) -> anyhow::Result<FitGate> {
     let start = Instant::now();
     let labels = runtime.block_on(repository.image_labels(subject)).map_err(|e| {
@@ -125,6 +126,10 @@ pub fn gate(
             .with_hint("build the image with `imgctl build`, which records its torch, CUDA, driver floor and GPU code in labels")
     })?;
     let mut report = fit::judge(&image, groups, &crate::image::fit::bundled());
+    report
+        .reasons
+        .push(crate::image::fit::sbom_reason(accepted));
+    report.admitted = report.reasons.iter().all(|r| r.level != Level::Fail);
     if let Some(age) = max_age {
         report
             .reasons

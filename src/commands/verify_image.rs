@@ -447,6 +447,7 @@ pub fn run(args: VerifyImageArgs) -> anyhow::Result<ExitStatus> {
             &subject,
             groups,
             (&found, &keys, args.max_age.or(policy.max_age)),
+            &evaluation.accepted,
         )?),
         None => None,
     };

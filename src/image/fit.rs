@@ -109,6 +109,129 @@ pub fn bundled() -> Vec<(String, ImageFacts)> {
         .collect()
 }
 
+/// The pip distribution each loaded library comes in (`torch.cudnn_loaded`
+/// → `nvidia-cudnn`, then `-cu12`/`-cu13`), and its name in words.
+const LOADED: [(&str, &str, &str); 4] = [
+    (
+        "torch.cudart_loaded",
+        "nvidia-cuda-runtime",
+        "the CUDA runtime",
+    ),
+    ("torch.cublas_loaded", "nvidia-cublas", "cuBLAS"),
+    ("torch.cudnn_loaded", "nvidia-cudnn", "cuDNN"),
+    ("torch.nccl_loaded", "nvidia-nccl", "NCCL"),
+];
+
+/// The `sbom` rule of the fit gate, on the trusted statements: every
+/// library the newest signed verdict says torch loaded is in the signed
+/// SBOM, at the same version. A mismatch is a FAIL naming both; a verdict
+/// that records no loaded library (made without a GPU) is a WARN: nothing
+/// could be compared.
+pub fn sbom_reason(accepted: &[crate::image::sign::rules::Accepted]) -> crate::gpus::fit::Reason {
+    use crate::gpus::fit::{Level, Reason};
+    use crate::image::attest::{CYCLONEDX_PREDICATE, VERIFY_PREDICATE};
+    let newest = |kind: &str| {
+        accepted
+            .iter()
+            .filter(|a| a.predicate_type == kind)
+            .max_by(|a, b| a.time.cmp(&b.time))
+    };
+    let reason = |level, line: String, image: String| Reason {
+        rule: "sbom",
+        level,
+        gpu: "image".to_string(),
+        line,
+        image,
+        fleet: String::new(),
+        source: "the signed verify verdict and the signed CycloneDX SBOM of this image".to_string(),
+    };
+    let (Some(verdict), Some(sbom)) = (newest(VERIFY_PREDICATE), newest(CYCLONEDX_PREDICATE))
+    else {
+        return reason(
+            Level::Warn,
+            "no signed verdict and SBOM to compare: the libraries torch loads are not checked against the SBOM".to_string(),
+            String::new(),
+        );
+    };
+    let components: Vec<(String, String)> = sbom.statement["predicate"]["components"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter_map(|x| {
+                    Some((
+                        x["name"].as_str()?.to_lowercase(),
+                        x["version"].as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let results = verdict.statement["predicate"]["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let (mut same, mut differ) = (Vec::new(), Vec::new());
+    for (id, family, words) in LOADED {
+        for r in results
+            .iter()
+            .filter(|r| r["id"] == id && matches!(r["status"].as_str(), Some("pass" | "warn")))
+        {
+            let Some(measured) = r["measured"].as_str() else {
+                continue;
+            };
+            // `9.5.1 (wheel 9.5.1.17) from /path`: the wheel's version when said.
+            let version = measured
+                .split_once("(wheel ")
+                .and_then(|(_, w)| w.split(')').next())
+                .unwrap_or_else(|| measured.split_whitespace().next().unwrap_or(""))
+                .to_string();
+            let listed: Vec<&(String, String)> = components
+                .iter()
+                .filter(|(n, _)| n.starts_with(family))
+                .collect();
+            let hit = listed
+                .iter()
+                .find(|(_, v)| *v == version || v.starts_with(&format!("{version}.")));
+            match hit {
+                Some((n, v)) => same.push(format!("{words} {version} ({n} {v})")),
+                None if listed.is_empty() => differ.push(format!(
+                    "torch loaded {words} {version}, and the SBOM lists no {family} package"
+                )),
+                None => differ.push(format!(
+                    "torch loaded {words} {version}, and the SBOM lists {}",
+                    listed
+                        .iter()
+                        .map(|(n, v)| format!("{n} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        }
+    }
+    if !differ.is_empty() {
+        reason(
+            Level::Fail,
+            format!(
+                "the SBOM does not list what torch loaded: {}",
+                differ.join("; ")
+            ),
+            same.join(", "),
+        )
+    } else if same.is_empty() {
+        reason(
+            Level::Warn,
+            "the signed verdict records no library torch loaded (a verify without GPUs): nothing to compare with the SBOM".to_string(),
+            String::new(),
+        )
+    } else {
+        let line = format!(
+            "the SBOM lists every library torch loaded: {}",
+            same.join(", ")
+        );
+        reason(Level::Pass, line, same.join(", "))
+    }
+}
+
 /// The GPU models of the fit table's columns, one per generation.
 const TABLE_MODELS: [&str; 8] = [
     "V100",
@@ -235,6 +358,54 @@ mod tests {
         assert!(from_labels(&l).unwrap_err().contains("is not an arch list"));
         l.remove(labels::TORCH);
         assert!(from_labels(&l).unwrap_err().contains("not built by imgctl"));
+    }
+
+    #[test]
+    fn the_sbom_rule_compares_what_torch_loaded_with_the_sbom() {
+        use crate::gpus::fit::Level;
+        use crate::image::attest::{CYCLONEDX_PREDICATE, VERIFY_PREDICATE};
+        use crate::image::sign::rules::Accepted;
+        let statement = |kind: &str, predicate: serde_json::Value| Accepted {
+            manifest: "sha256:00".into(),
+            predicate_type: kind.into(),
+            key_id: "k".into(),
+            time: Some("2026-12-07T00:00:00Z".into()),
+            statement: serde_json::json!({ "predicate": predicate }),
+        };
+        let verdict = |cudnn: &str| {
+            statement(
+                VERIFY_PREDICATE,
+                serde_json::json!({"results": [
+                    {"id": "torch.cudnn_loaded", "status": "pass", "measured": format!("{cudnn} from /venv/nvidia/cudnn/lib/libcudnn.so.9")},
+                    {"id": "torch.nccl_loaded", "status": "pass", "measured": "2.26.2 (wheel 2.26.2) from /venv/nvidia/nccl/lib/libnccl.so.2"},
+                ]}),
+            )
+        };
+        let sbom = statement(
+            CYCLONEDX_PREDICATE,
+            serde_json::json!({"components": [
+                {"name": "nvidia-cudnn-cu12", "version": "9.5.1.17"},
+                {"name": "nvidia-nccl-cu12", "version": "2.26.2"},
+            ]}),
+        );
+        let r = sbom_reason(&[verdict("9.5.1"), sbom.clone()]);
+        assert_eq!(r.level, Level::Pass, "{r:?}");
+        assert_eq!(
+            r.line,
+            "the SBOM lists every library torch loaded: cuDNN 9.5.1 (nvidia-cudnn-cu12 9.5.1.17), NCCL 2.26.2 (nvidia-nccl-cu12 2.26.2)"
+        );
+        let r = sbom_reason(&[verdict("9.1.0"), sbom.clone()]);
+        assert_eq!(r.level, Level::Fail);
+        assert_eq!(
+            r.line,
+            "the SBOM does not list what torch loaded: torch loaded cuDNN 9.1.0, and the SBOM lists nvidia-cudnn-cu12 9.5.1.17"
+        );
+        let cpu = statement(
+            VERIFY_PREDICATE,
+            serde_json::json!({"results": [{"id": "torch.cudnn_loaded", "status": "skip"}]}),
+        );
+        assert_eq!(sbom_reason(&[cpu, sbom.clone()]).level, Level::Warn);
+        assert_eq!(sbom_reason(&[sbom]).level, Level::Warn);
     }
 
     #[test]
