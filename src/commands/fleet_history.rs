@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use crate::commands::error::CliError;
-use crate::output::printer;
 use crate::verify::report::Report;
 
 /// `flag DIR` must be a folder, or not exist yet (it is made).
@@ -26,6 +25,7 @@ pub fn check_dir(flag: &str, dir: &Path) -> Result<(), CliError> {
 #[cfg(feature = "torch")]
 mod with_torch {
     use super::*;
+    use crate::output::printer;
     use crate::verify::fleet::history;
     use crate::verify::fleet::FleetReport;
 
