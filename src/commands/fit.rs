@@ -81,8 +81,10 @@ pub fn fleet_of_history(_: &Path) -> anyhow::Result<Vec<Group>> {
 /// What `--fleet` found: the image's facts, the fleet, every reason.
 #[derive(Debug, Serialize)]
 pub struct FitGate {
-    /// The image's facts, from its labels.
+    /// The image's facts.
     pub image: ImageFacts,
+    /// Where they were read: the signed provenance, else the labels.
+    pub facts_from: String,
     /// The fleet, as read.
     pub fleet: Vec<Group>,
     /// Every rule for every GPU model, and whether the image is admitted.
@@ -121,11 +123,26 @@ pub fn gate(
         CliError::failure(format!("--fleet: reading the labels of {subject}: {e:#}"))
             .with_hint("the fit is judged on the labels imgctl's build sets; the image must be readable in its registry")
     })?;
-    let image = crate::image::fit::from_labels(&labels).map_err(|e| {
+    let (image, facts_from, disagree) = choose_facts(
+        crate::image::fit::from_provenance(accepted),
+        crate::image::fit::from_labels(&labels),
+    )
+    .map_err(|e| {
         CliError::failure(format!("--fleet: {e}"))
-            .with_hint("build the image with `imgctl build`, which records its torch, CUDA, driver floor and GPU code in labels")
+            .with_hint("build the image with `imgctl build`, which records its torch, CUDA, driver floor and GPU code in its labels and signed provenance")
     })?;
     let mut report = fit::judge(&image, groups, &crate::image::fit::bundled());
+    if let Some(line) = disagree {
+        report.reasons.push(Reason {
+            rule: "facts",
+            level: Level::Fail,
+            gpu: "image".to_string(),
+            line,
+            image: String::new(),
+            fleet: String::new(),
+            source: "the image's config and its signed provenance".to_string(),
+        });
+    }
     report
         .reasons
         .push(crate::image::fit::sbom_reason(accepted));
@@ -138,10 +155,40 @@ pub fn gate(
     }
     Ok(FitGate {
         image,
+        facts_from: facts_from.to_string(),
         fleet: groups.to_vec(),
         report,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The facts judged: the signed provenance's when it records them, else
+/// the labels'; with both, a line when they disagree (the signed ones are
+/// judged). Neither: why not.
+fn choose_facts(
+    signed: Option<ImageFacts>,
+    labelled: Result<ImageFacts, String>,
+) -> Result<(ImageFacts, &'static str, Option<String>), String> {
+    const SIGNED: &str = "the signed provenance (internalParameters.gpuFit)";
+    match (signed, labelled) {
+        (Some(signed), Ok(labelled)) => {
+            let blind = |f: &ImageFacts| ImageFacts {
+                archs_source: String::new(),
+                ..f.clone()
+            };
+            let disagree = (blind(&signed) != blind(&labelled)).then(|| {
+                format!(
+                    "the image's labels say {} (code {}, driver ≥ {}, NCCL {}) and its signed provenance {} (code {}, driver ≥ {}, NCCL {}): the signed facts are judged",
+                    labelled.wheel(), labelled.archs_short(), labelled.driver_min, labelled.nccl,
+                    signed.wheel(), signed.archs_short(), signed.driver_min, signed.nccl
+                )
+            });
+            Ok((signed, SIGNED, disagree))
+        }
+        (Some(signed), Err(_)) => Ok((signed, SIGNED, None)),
+        (None, Ok(labelled)) => Ok((labelled, "the image's labels (bound to its digest)", None)),
+        (None, Err(e)) => Err(e),
+    }
 }
 
 /// One `verdict` reason per GPU model: a trusted verdict that passed, made
@@ -211,12 +258,13 @@ fn verdicts(
 pub fn say(f: &FitGate) {
     let p = printer();
     p.info(format!(
-        "fit of {} (code {}, CUDA {}, driver ≥ {}, NCCL {}) to {} GPU model(s), {:.2} s",
+        "fit of {} (code {}, CUDA {}, driver ≥ {}, NCCL {}; from {}) to {} GPU model(s), {:.2} s",
         f.image.wheel(),
         f.image.archs_short(),
         f.image.cuda(),
         f.image.driver_min,
         f.image.nccl,
+        f.facts_from,
         f.fleet.len(),
         f.seconds
     ));
@@ -423,6 +471,36 @@ mod tests {
         assert!(
             e.contains("no node there recorded a GPU and a driver (1 node-run(s) read)"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn signed_facts_win_and_a_disagreement_with_the_labels_is_said() {
+        let cu126 = crate::image::fit::of_profile("cu126").unwrap();
+        let cu128 = crate::image::fit::of_profile("cu128").unwrap();
+        let (f, from, none) = choose_facts(Some(cu126.clone()), Ok(cu126.clone())).unwrap();
+        assert_eq!(
+            (f.variant.as_str(), from, none),
+            (
+                "cu126",
+                "the signed provenance (internalParameters.gpuFit)",
+                None
+            )
+        );
+        // Labels changed after signing (or another image's): the signed facts are judged, and it is said.
+        let (f, _, said) = choose_facts(Some(cu126.clone()), Ok(cu128.clone())).unwrap();
+        assert_eq!(f.variant, "cu126");
+        assert!(said.unwrap().starts_with(
+            "the image's labels say torch 2.7.0+cu128 (code sm_75…sm_120 +compute_120"
+        ));
+        let (f, from, _) = choose_facts(None, Ok(cu128)).unwrap();
+        assert_eq!(
+            (f.variant.as_str(), from),
+            ("cu128", "the image's labels (bound to its digest)")
+        );
+        assert_eq!(
+            choose_facts(None, Err("no label".into())).unwrap_err(),
+            "no label"
         );
     }
 }

@@ -86,6 +86,11 @@ pub struct BuildInputs {
     pub external: Value,
     /// The inputs with their digests.
     pub materials: Vec<Material>,
+    /// What decides where the image runs (`crate::gpus::fit::ImageFacts`
+    /// as JSON: its torch wheel's GPU code, CUDA, driver floor, NCCL): the
+    /// provenance's `internalParameters.gpuFit`, which the fit gate
+    /// (`verify-image --fleet`) reads from the signed statement.
+    pub gpu_fit: Option<Value>,
 }
 
 /// What the build itself decided and made.
@@ -192,6 +197,7 @@ pub fn provenance(inputs: &BuildInputs, facts: &BuildFacts) -> Value {
                     },
                     "builder": facts.builder,
                     "tags": facts.tags,
+                    "gpuFit": inputs.gpu_fit,
                 },
                 "resolvedDependencies": deps,
             },
@@ -318,6 +324,9 @@ mod tests {
         BuildInputs {
             external: json!({"spec": "cu124", "caCertSecret": "/etc/ca.pem (its bytes are not recorded)"}),
             materials: vec![Material::of("lock", "images/cu124.lock", b"torch==2.7.0\n")],
+            gpu_fit: crate::image::fit::of_profile("cu124")
+                .ok()
+                .and_then(|f| serde_json::to_value(f).ok()),
         }
     }
 
@@ -332,6 +341,9 @@ mod tests {
         assert_eq!(p["subject"][0]["name"], "imgctl/cu124:latest");
         assert_eq!(p["subject"][1]["digest"]["sha256"], "cccc");
         let def = &p["predicate"]["buildDefinition"];
+        // What decides where the image runs, signed with the rest.
+        assert_eq!(def["internalParameters"]["gpuFit"]["variant"], "cu126");
+        assert_eq!(def["internalParameters"]["gpuFit"]["sass"][6], 90);
         assert_eq!(def["buildType"], BUILD_TYPE);
         let deps = def["resolvedDependencies"].as_array().unwrap();
         assert_eq!(deps[0]["digest"]["sha256"], sha256_hex(b"torch==2.7.0\n"));

@@ -73,9 +73,15 @@ fn parse_archs(list: &str) -> Option<(Vec<u32>, Vec<u32>)> {
 
 /// The facts of one bundled profile (`cu128`), from its spec and the tables.
 pub fn of_profile(name: &str) -> anyhow::Result<ImageFacts> {
-    let loaded = specs::load(&SpecSource::Bundled {
+    of_spec(&specs::load(&SpecSource::Bundled {
         cuda: name.to_string(),
-    })?;
+    })?)
+}
+
+/// The facts of an image built from `loaded`, from its spec and the tables
+/// (what its labels will say).
+pub fn of_spec(loaded: &specs::LoadedSpec) -> anyhow::Result<ImageFacts> {
+    let name = &loaded.name;
     let s = &loaded.spec;
     let unknown = || {
         anyhow::anyhow!(
@@ -230,6 +236,19 @@ pub fn sbom_reason(accepted: &[crate::image::sign::rules::Accepted]) -> crate::g
         );
         reason(Level::Pass, line, same.join(", "))
     }
+}
+
+/// The facts the newest trusted provenance records
+/// (`internalParameters.gpuFit`), when one does.
+pub fn from_provenance(accepted: &[crate::image::sign::rules::Accepted]) -> Option<ImageFacts> {
+    accepted
+        .iter()
+        .filter(|a| a.predicate_type == crate::image::attest::SLSA_PROVENANCE_V1)
+        .max_by(|a, b| a.time.cmp(&b.time))
+        .and_then(|a| {
+            let v = &a.statement["predicate"]["buildDefinition"]["internalParameters"]["gpuFit"];
+            serde_json::from_value(v.clone()).ok()
+        })
 }
 
 /// The GPU models of the fit table's columns, one per generation.

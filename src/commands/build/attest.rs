@@ -184,6 +184,9 @@ pub fn build_inputs(
     BuildInputs {
         external,
         materials,
+        gpu_fit: crate::image::fit::of_spec(loaded)
+            .ok()
+            .and_then(|f| serde_json::to_value(f).ok()),
     }
 }
 

@@ -189,6 +189,12 @@ fn fit_over_https(tag: &str, public: &Path, ca: &str, config_dir: &str) {
         "{stderr}"
     );
     assert!(stderr.contains("the cu128 profile fits"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "; from the signed provenance (internalParameters.gpuFit)) to 1 GPU model(s)"
+        ),
+        "{stderr}"
+    );
     let out = gate(&h200, &[]);
     let (_, stderr) = texts(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
