@@ -503,4 +503,67 @@ mod tests {
             "no label"
         );
     }
+
+    #[test]
+    fn the_verdict_rule_wants_a_recent_passing_signed_verdict_from_each_model() {
+        use crate::image::sign::bundle::{self, BUNDLE_MEDIA_TYPE};
+        use crate::image::sign::dsse::Envelope;
+        use crate::image::sign::{keys, KeyKind, PrivateKey};
+        let dir = tempfile::tempdir().unwrap();
+        keys::generate(dir.path(), KeyKind::EcdsaP256, None).unwrap();
+        let key = PrivateKey::read(&dir.path().join(keys::PRIVATE_FILE), None).unwrap();
+        let subject = format!("sha256:{}", "a".repeat(64));
+        let verdict = |n: char, gpu: &str, age: Duration| -> Candidate {
+            let at = humantime::format_rfc3339_seconds(SystemTime::now() - age).to_string();
+            let statement = serde_json::json!({
+                "_type": "https://in-toto.io/Statement/v1",
+                "subject": [{"name": "image", "digest": {"sha256": "a".repeat(64)}}],
+                "predicateType": crate::image::attest::VERIFY_PREDICATE,
+                "predicate": {
+                    "level": "full", "expectGpus": "1", "passed": true, "verifiedOn": at,
+                    "gpus": [format!("NVIDIA {gpu} GPU-0 at 00000000:18:00.0")],
+                    "results": [],
+                },
+            });
+            let bytes = serde_json::to_vec(&statement).unwrap();
+            let envelope =
+                Envelope::sign(crate::image::attest::IN_TOTO_MEDIA_TYPE, &bytes, &key).unwrap();
+            Candidate {
+                manifest: format!("sha256:{}", n.to_string().repeat(64)),
+                artifact_type: BUNDLE_MEDIA_TYPE.to_string(),
+                bytes: bundle::to_bundle(&envelope, &key),
+            }
+        };
+        let hour = Duration::from_secs(3600);
+        let week = Duration::from_secs(7 * 24 * 3600);
+        let found = [
+            verdict('b', "H200", hour),
+            verdict('c', "B200", 30 * 24 * hour),
+        ];
+        let group = |model: &str, cc| Group {
+            model: model.into(),
+            cc,
+            driver: "570.133.20".into(),
+            nodes: 4,
+        };
+        let groups = [
+            group("H200", (9, 0)),
+            group("B200", (10, 0)),
+            group("H200", (9, 0)),
+        ];
+        let r = verdicts(&subject, &groups, &found, &[key.public().clone()], week);
+        assert_eq!(r.len(), 2, "one reason per model: {r:#?}");
+        assert_eq!(r[0].level, Level::Pass, "{r:#?}");
+        assert_eq!(
+            r[0].line,
+            "H200 (sm_90): a signed verdict that passed, from a run on H200, at most 7days old"
+        );
+        assert_eq!(r[1].level, Level::Fail, "{r:#?}");
+        assert!(
+            r[1].line
+                .starts_with("B200 (sm_100): no signed verdict that passed on B200 within 7days ("),
+            "{}",
+            r[1].line
+        );
+    }
 }
