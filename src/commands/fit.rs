@@ -311,14 +311,7 @@ pub fn check_host_image(image: &str, gpus: bool) -> anyhow::Result<()> {
     let Ok(groups) = fit::host_groups(&nvml) else {
         return Ok(());
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let facts = runtime.block_on(async {
-        let engine = crate::docker::connect().await?;
-        crate::docker::image::inspect(&engine.docker, image).await
-    });
-    match facts {
+    match super::verify_image::local_image(image) {
         Ok(Some(f)) => check_groups(image, &f.labels, &groups),
         // No such image, or no engine: the start says so in its own words.
         _ => Ok(()),
