@@ -311,7 +311,7 @@ pub fn check_host_image(image: &str, gpus: bool) -> anyhow::Result<()> {
     let Ok(groups) = fit::host_groups(&nvml) else {
         return Ok(());
     };
-    match super::verify_image::local_image(image) {
+    match super::local_image::local_image(image) {
         Ok(Some(f)) => check_groups(image, &f.labels, &groups),
         // No such image, or no engine: the start says so in its own words.
         _ => Ok(()),

@@ -15,6 +15,7 @@ pub mod image_args;
 pub mod inspect;
 pub mod key;
 pub mod libtorch_here;
+pub mod local_image;
 pub mod lock;
 pub mod narrow;
 pub mod output_files;

@@ -360,18 +360,6 @@ pub fn refused(image: &str, evaluation: &Evaluation) -> anyhow::Error {
     .into()
 }
 
-/// What the local engine knows of `image` (`None`: no such image): the
-/// one engine read `--key`'s check and the fit check make before a start.
-pub fn local_image(image: &str) -> anyhow::Result<Option<crate::docker::image::ImageFacts>> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let engine = crate::docker::connect().await?;
-        crate::docker::image::inspect(&engine.docker, image).await
-    })
-}
-
 /// `up --key` and `verify --image --key`: before `image` is started, the
 /// manifest it came from in its registry (its repo digest for its own
 /// repository) must carry a verify verdict that passed, signed by one of
@@ -387,7 +375,7 @@ pub fn check_before_start(
         return Ok(());
     }
     let public = read_keys(keys)?;
-    let facts = local_image(image)?;
+    let facts = super::local_image::local_image(image)?;
     let repo = crate::docker::image::split_tag(image).0;
     let pushed = facts.as_ref().and_then(|f| {
         f.repo_digests
