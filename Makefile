@@ -50,6 +50,10 @@ test: setup
 	cargo test --no-run
 	bash scripts/dist.sh --profile dev --arch "x86_64 aarch64" --out target/dist-test
 	cargo test
+	# The 64-node fleet runs (#54), alone: each takes both cores for ~40 s.
+	cargo test --test it -- --ignored --exact --test-threads 1 \
+		fleet::scale::sixty_four_ranks_under_torchrun_give_one_verdict_each_through_the_tree \
+		slurm::scale::sixty_four_nodes_under_srun_give_one_verdict_each_grouped_by_switch
 	bash scripts/ci-last.sh
 
 lint:

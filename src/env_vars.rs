@@ -114,6 +114,10 @@ pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
 /// This node's name under SLURM (set by slurmd for every task): the name
 /// `verify --fleet --history` records and `sbatch --exclude` takes.
 pub const SLURMD_NODENAME: &str = "SLURMD_NODENAME";
+/// Where a node sits in the network under SLURM's topology plugin
+/// (`s0.s3.node17`, switches then node): `verify --fleet` groups nodes under
+/// one leaf switch in its tree.
+pub const SLURM_TOPOLOGY_ADDR: &str = "SLURM_TOPOLOGY_ADDR";
 /// The Kubernetes node a pod runs on, when its manifest sets it from the
 /// downward API (`fieldRef: spec.nodeName`), as examples/kubernetes does.
 pub const NODE_NAME: &str = "NODE_NAME";

@@ -85,6 +85,15 @@ pub struct VerifyArgs {
         allow_negative_numbers = true
     )]
     pub link_floor: Option<f64>,
+    /// With --fleet: nodes in a group of the tree that times the links (1 to 10000): rank 0 times its group's and the other leaders' links, each leader its own group's, all groups at once; nodes under one switch (SLURM_TOPOLOGY_ADDR) group together; 1 times every link from rank 0.
+    #[arg(
+        long,
+        default_value_t = crate::verify::fleet::groups::DEFAULT_GROUP_SIZE,
+        value_name = "N",
+        requires = "fleet",
+        value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..=10000), usize::from)
+    )]
+    pub group_size: usize,
     /// With --fleet: seconds between two heartbeats of a node, sent by a thread of its own beside its checks [default: 1].
     #[arg(
         long,

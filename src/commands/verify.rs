@@ -347,6 +347,7 @@ fn fleet(args: &VerifyArgs, local: impl FnOnce() -> Report) -> anyhow::Result<Ex
         link_bytes: args.link_mib << 20,
         link_floor_mbs: args.link_floor,
         heartbeat,
+        group_size: args.group_size,
     };
     match fleet::run(&info, options, local)? {
         FleetOutcome::Root(mut report) => {

@@ -147,6 +147,43 @@ pub fn hard_limit(name: &str) -> Option<u64> {
     (rc == 0 && limit.rlim_max != libc::RLIM_INFINITY).then_some(limit.rlim_max)
 }
 
+/// CPU seconds the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_seconds() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer to a timespec; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+/// Raises this process's limit on open files to at least `want`: the soft
+/// limit, and the hard one too where the process may (root); returns the
+/// soft limit it ends with.
+pub fn raise_open_files(want: u64) -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid pointers to an rlimit, for the calling process.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        if r.rlim_cur < want {
+            let raised = libc::rlimit {
+                rlim_cur: want,
+                rlim_max: want.max(r.rlim_max),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+                r.rlim_cur = r.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            }
+        }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+    }
+    r.rlim_cur
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

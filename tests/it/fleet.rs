@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use crate::common::imgctl_bin;
 use crate::multinode::{Nodes, Proc};
 
+pub(crate) mod scale;
+
 /// The port rank 0 listens on in these tests (each fixture has its own namespaces).
 const PORT: &str = "29511";
 

@@ -98,6 +98,8 @@ fn report_frame_from(rank: usize, host: &str) -> Vec<u8> {
         host: host.into(),
         node: None,
         software: BTreeMap::new(),
+        topology: None,
+        probe_port: None,
         report: Report {
             schema_version: 1,
             imgctl_version: env!("CARGO_PKG_VERSION").into(),

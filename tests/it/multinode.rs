@@ -90,8 +90,12 @@ impl Nodes {
             subnet: 1 + n % 250,
             star: true,
         };
+        // `a` … `z`, then `n26`, `n27`, … (a 64-node fleet).
         let sides: Vec<String> = (0..count)
-            .map(|i| ((b'a' + i as u8) as char).to_string())
+            .map(|i| match u8::try_from(i) {
+                Ok(b) if b < 26 => ((b'a' + b) as char).to_string(),
+                _ => format!("n{i}"),
+            })
             .collect();
         let sides: Vec<&str> = sides.iter().map(String::as_str).collect();
         nodes.add_namespaces(n, &sides)?;

@@ -24,6 +24,7 @@ use crate::multinode::{kill_everything_in, Nodes, Proc, LAUNCH_VARS, PATIENCE};
 
 mod history;
 mod jobs;
+mod scale;
 
 /// The programs the fixture runs; a missing one skips the tests.
 const PROGRAMS: [&str; 11] = [
@@ -40,8 +41,12 @@ const PROGRAMS: [&str; 11] = [
     "unshare",
 ];
 
-/// The node names of `slurm.conf` (node `i` is `sn{i+1}`).
-const NODE_NAMES: [&str; 2] = ["sn1", "sn2"];
+/// Nodes of the usual cluster (`sn1`, `sn2`; node `i` is `sn{i+1}`).
+const NODES: usize = 2;
+
+/// Nodes under one leaf switch of a cluster with a topology
+/// ([`Cluster::start_with`]).
+const SWITCH_NODES: usize = 8;
 
 /// How long a node stays unanswered before slurmctld sets it DOWN and ends
 /// its jobs (`SlurmdTimeout`); short, so a test of a lost node ends soon.
@@ -50,6 +55,11 @@ const SLURMD_TIMEOUT_S: u64 = 10;
 /// A two-node SLURM cluster; dropping it stops everything it started.
 pub(crate) struct Cluster {
     nodes: Nodes,
+    /// The node names (`sn1`, …).
+    names: Vec<String>,
+    /// Whether `slurm.conf` has a tree topology (leaf switches of
+    /// [`SWITCH_NODES`] nodes under one spine).
+    topology: bool,
     dir: tempfile::TempDir,
     /// `slurm.conf`, exported to every client as `SLURM_CONF`.
     conf: PathBuf,
@@ -72,6 +82,14 @@ impl Cluster {
     /// Starts the cluster and waits until both nodes are idle, or says why
     /// it cannot run here (the test then skips).
     pub(crate) fn start() -> Result<Self, String> {
+        Self::start_with(NODES, false)
+    }
+
+    /// `count` nodes on one bridge ([`Nodes::star`]); with `topology`,
+    /// SLURM's tree plugin puts each [`SWITCH_NODES`] under a leaf switch
+    /// (`s1`, `s2`, …) under the spine `top`, so every task gets its
+    /// `SLURM_TOPOLOGY_ADDR` (`top.s2.sn9`).
+    pub(crate) fn start_with(count: usize, topology: bool) -> Result<Self, String> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err("SLURM's daemons and network namespaces need root".into());
@@ -81,9 +99,15 @@ impl Cluster {
                 "`{p}` is not installed (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
             ));
         }
-        let nodes = Nodes::new()?;
+        let nodes = if count == 2 {
+            Nodes::new()?
+        } else {
+            Nodes::star(count)?
+        };
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let mut cluster = Self {
+            names: (1..=count).map(|i| format!("sn{i}")).collect(),
+            topology,
             conf: dir.path().join("slurm.conf"),
             hosts: dir.path().join("hosts"),
             nodes,
@@ -97,7 +121,7 @@ impl Cluster {
         let mut ctl = cluster.in_node(0, "slurmctld");
         ctl.args(["-D", "-i", "-f", &conf]);
         cluster.spawn_daemon("slurmctld", ctl, &d.join("slurmctld.out"));
-        for (i, name) in NODE_NAMES.iter().enumerate() {
+        for (i, name) in cluster.names.clone().iter().enumerate() {
             let mut c = cluster.in_node(i, "slurmd");
             c.args(["-D", "-N", name, "-f", &conf]);
             cluster.spawn_daemon(
@@ -153,7 +177,7 @@ impl Cluster {
     /// the nodes' hosts file.
     fn write_config(&self) {
         let d = self.dir.path();
-        for n in NODE_NAMES {
+        for n in &self.names {
             std::fs::create_dir_all(d.join(format!("spool-{n}"))).unwrap();
         }
         std::fs::create_dir_all(d.join("state")).unwrap();
@@ -161,7 +185,7 @@ impl Cluster {
         let hostname = hostname.trim();
         let mut hosts = "127.0.0.1 localhost\n".to_string();
         let mut node_lines = String::new();
-        for (i, n) in NODE_NAMES.iter().enumerate() {
+        for (i, n) in self.names.iter().enumerate() {
             hosts += &format!("{} {n}\n", self.nodes.addr(i));
             node_lines += &format!(
                 "NodeName={n} NodeAddr={} CPUs=2 State=UNKNOWN\n",
@@ -169,6 +193,18 @@ impl Cluster {
             );
         }
         std::fs::write(&self.hosts, hosts).unwrap();
+        let topology = if self.topology {
+            let mut t = String::new();
+            let leaves = self.names.len().div_ceil(SWITCH_NODES);
+            for (i, chunk) in self.names.chunks(SWITCH_NODES).enumerate() {
+                t += &format!("SwitchName=s{} Nodes={}\n", i + 1, chunk.join(","));
+            }
+            t += &format!("SwitchName=top Switches=s[1-{leaves}]\n");
+            std::fs::write(d.join("topology.conf"), t).unwrap();
+            "TopologyPlugin=topology/tree\n".to_string()
+        } else {
+            String::new()
+        };
         let d = d.display();
         // slurmctld only runs on a host named in SlurmctldHost: this one,
         // at node A's address. No cgroups (task/none, proctrack/linuxproc),
@@ -189,7 +225,7 @@ impl Cluster {
              SchedulerType=sched/builtin\nReturnToService=2\n\
              SlurmctldTimeout=30\nSlurmdTimeout={SLURMD_TIMEOUT_S}\nInactiveLimit=0\n\
              KillWait=5\nMinJobAge=600\n\
-             {node_lines}\
+             {topology}{node_lines}\
              PartitionName=all Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n",
             addr = self.nodes.addr(0),
         );
@@ -262,7 +298,7 @@ impl Cluster {
                 .output()
                 .unwrap();
             let said = String::from_utf8_lossy(&o.stdout);
-            if said.lines().filter(|l| l.ends_with(" idle")).count() == NODE_NAMES.len() {
+            if said.lines().filter(|l| l.ends_with(" idle")).count() == self.names.len() {
                 return;
             }
             assert!(

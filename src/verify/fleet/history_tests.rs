@@ -198,6 +198,9 @@ fn records_name_nodes_by_scheduler_name_and_tell_shared_hosts_apart() {
         reason: None,
         link_mbs: None,
         link_intact: None,
+        link_by: None,
+        topology: None,
+        probe_port: None,
         software: [("driver".to_string(), "570.86.15".to_string())].into(),
         report: None,
     };

@@ -70,6 +70,7 @@ pub fn judge_with(mut nodes: Vec<NodeEntry>, expected: usize, rule: LinkRule) ->
         fleet,
         seconds: 0.0,
         offenders: Vec::new(),
+        phases: super::Phases::default(),
     }
 }
 
@@ -267,7 +268,8 @@ fn uuid_of(n: &NodeEntry, gpu: Option<u32>) -> String {
         .unwrap_or_else(|| "UUID unknown".to_string())
 }
 
-/// Every node that joined answered rank 0's probe (`fleet.reachable`).
+/// Every node that joined answered its link probe, from rank 0 or its
+/// group's leader (`fleet.reachable`).
 fn reachable(all: &[NodeEntry]) -> Vec<CheckResult> {
     const ID: &str = "fleet.reachable";
     let joined: Vec<&NodeEntry> = all
@@ -275,9 +277,10 @@ fn reachable(all: &[NodeEntry]) -> Vec<CheckResult> {
         .filter(|n| n.rank != 0)
         .filter(|n| {
             n.state == NodeState::Reported
-                || n.reason
-                    .as_deref()
-                    .is_some_and(|r| r.starts_with("lost during the link probe"))
+                || n.reason.as_deref().is_some_and(|r| {
+                    r.starts_with("lost during the link probe")
+                        || r.starts_with("lost while timing its group's links")
+                })
         })
         .collect();
     if joined.is_empty() {
@@ -302,7 +305,7 @@ fn reachable(all: &[NodeEntry]) -> Vec<CheckResult> {
         CheckResult::pass(
             ID,
             format!(
-                "every node that reported answered rank 0's link probe ({answered} of {})",
+                "every node that reported answered its link probe ({answered} of {})",
                 joined.len()
             ),
         )
@@ -310,7 +313,7 @@ fn reachable(all: &[NodeEntry]) -> Vec<CheckResult> {
         CheckResult::fail(
             ID,
             format!(
-                "{} did not answer rank 0's link probe: {}",
+                "{} did not answer its link probe: {}",
                 nodes(silent.len()),
                 silent.join("; ")
             ),
@@ -338,7 +341,7 @@ fn intact(reported: &[&NodeEntry]) -> Vec<CheckResult> {
         .map(|n| {
             CheckResult::fail(
                 ID,
-                format!("the bytes rank 0 sent to {} arrived changed: its checksum of them differs from rank 0's", n.label()),
+                format!("the bytes {} sent to {} arrived changed: its checksum of them differs from the sender's", timed_by(n), n.label()),
             )
             .fact("rank", n.rank.to_string())
             .hint("a NIC, cable, switch or the node's memory corrupts data: check `ethtool -S` errors and dmesg, and drain the node")
@@ -390,7 +393,8 @@ fn links(reported: &[&NodeEntry], rule: LinkRule) -> Vec<CheckResult> {
                     CheckResult::warn(
                         ID,
                         format!(
-                            "the link from rank 0 to {} is slow: {v:.0} MB/s, the links' median {m:.0} MB/s",
+                            "the link from {} to {} is slow: {v:.0} MB/s, the links' median {m:.0} MB/s",
+                            timed_by(n),
                             n.label()
                         ),
                     )
@@ -404,25 +408,59 @@ fn links(reported: &[&NodeEntry], rule: LinkRule) -> Vec<CheckResult> {
         }
     }
     if out.is_empty() {
-        let all: Vec<String> = timed
-            .iter()
-            .map(|(n, v)| format!("rank {} {v:.0}", n.rank))
-            .collect();
         let what = if timed.len() >= 2 {
             "within 50% of their median"
         } else {
             "one link, nothing to compare it with"
         };
         out.push(
-            CheckResult::pass(
-                ID,
-                format!("links from rank 0 in MB/s: {}; {what}", all.join(", ")),
-            )
-            .measured(format!("median {m:.0} MB/s"))
-            .value(m, "MB/s"),
+            CheckResult::pass(ID, format!("{}; {what}", link_list(&timed, m)))
+                .measured(format!("median {m:.0} MB/s"))
+                .value(m, "MB/s"),
         );
     }
     out
+}
+
+/// Most links a PASS line lists one by one; above, the least, the median
+/// and the most.
+const LISTED_LINKS: usize = 16;
+
+/// Who timed a node's link: `rank 0`, or its group's leader.
+fn timed_by(n: &NodeEntry) -> String {
+    format!("rank {}", n.link_by.unwrap_or(0))
+}
+
+/// `links from rank 0 in MB/s: rank 1 1611, rank 2 1749`; with leaders,
+/// `links in MB/s, timed by rank 0 and 7 group leaders: …`; above
+/// [`LISTED_LINKS`], the least, the median and the most.
+fn link_list(timed: &[(&NodeEntry, f64)], median: f64) -> String {
+    let mut leaders: Vec<usize> = timed.iter().filter_map(|(n, _)| n.link_by).collect();
+    leaders.sort_unstable();
+    leaders.dedup();
+    let head = match leaders.len() {
+        0 => "links from rank 0 in MB/s".to_string(),
+        1 => "links in MB/s, timed by rank 0 and 1 group leader".to_string(),
+        k => format!("links in MB/s, timed by rank 0 and {k} group leaders"),
+    };
+    if timed.len() <= LISTED_LINKS {
+        let all: Vec<String> = timed
+            .iter()
+            .map(|(n, v)| format!("rank {} {v:.0}", n.rank))
+            .collect();
+        return format!("{head}: {}", all.join(", "));
+    }
+    let least = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let most = timed.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    match (least, most) {
+        (Some((l, lv)), Some((h, hv))) => format!(
+            "{head}: {} links, least {lv:.0} (rank {}), median {median:.0}, most {hv:.0} (rank {})",
+            timed.len(),
+            l.rank,
+            h.rank
+        ),
+        _ => head,
+    }
 }
 
 /// Each link against an absolute floor: a FAIL per link below it.
@@ -433,7 +471,11 @@ fn floor_links(timed: &[(&NodeEntry, f64)], floor: f64) -> Vec<CheckResult> {
     for (n, v) in timed.iter().filter(|(_, v)| *v < floor) {
         let mut r = CheckResult::fail(
             ID,
-            format!("the link from rank 0 to {} carries {v:.0} MB/s, below the floor of {floor:.0} MB/s", n.label()),
+            format!(
+                "the link from {} to {} carries {v:.0} MB/s, below the floor of {floor:.0} MB/s",
+                timed_by(n),
+                n.label()
+            ),
         )
         .measured(format!("{v:.0} MB/s"))
         .threshold(format!("≥ {floor:.0} MB/s"))
@@ -513,6 +555,9 @@ mod tests {
             reason: None,
             link_mbs: link,
             link_intact: None,
+            link_by: None,
+            topology: None,
+            probe_port: None,
             software: [("torch".to_string(), torch.to_string())].into(),
             report: Some(Report::new(
                 "host",
@@ -620,11 +665,11 @@ mod tests {
         );
         assert_eq!(
             text(&r, "fleet.reachable"),
-            ["FAIL 1 node did not answer rank 0's link probe: node3 (rank 3, 10.0.0.4): lost during the link probe: joined, then died before its report (connection closed)"]
+            ["FAIL 1 node did not answer its link probe: node3 (rank 3, 10.0.0.4): lost during the link probe: joined, then died before its report (connection closed)"]
         );
         assert_eq!(
             text(&r, "fleet.intact"),
-            ["FAIL the bytes rank 0 sent to node1 (rank 1, 10.0.0.2) arrived changed: its checksum of them differs from rank 0's"]
+            ["FAIL the bytes rank 0 sent to node1 (rank 1, 10.0.0.2) arrived changed: its checksum of them differs from the sender's"]
         );
         let links: Vec<&CheckResult> = r.fleet.iter().filter(|x| x.id == "fleet.links").collect();
         assert_eq!(links.len(), 1);
@@ -655,7 +700,7 @@ mod tests {
         );
         assert_eq!(
             text(&r, "fleet.reachable"),
-            ["PASS every node that reported answered rank 0's link probe (1 of 1)"]
+            ["PASS every node that reported answered its link probe (1 of 1)"]
         );
     }
 }

@@ -180,6 +180,9 @@ mod tests {
             reason: None,
             link_mbs: (rank > 0).then_some(905.5),
             link_intact: None,
+            link_by: None,
+            topology: None,
+            probe_port: None,
             software: Default::default(),
             report: Some(Report::new(
                 "host",

@@ -28,11 +28,16 @@ use crate::world::heartbeat::{self, Heartbeat};
 use crate::world::launch::LaunchInfo;
 use crate::world::rendezvous::{self, Links};
 
+mod allreduce;
+pub mod groups;
 pub mod history;
 mod judge;
 pub mod metrics;
 mod probe;
 pub mod render;
+#[cfg(test)]
+mod sim;
+mod tree;
 
 pub use judge::{judge, LINK_FRACTION};
 
@@ -64,6 +69,13 @@ pub struct NodeReport {
     /// The software that must be the same on every node: `imgctl`, `torch`,
     /// `cudart`, `cublas`, `cudnn`, `nccl`, `driver`, `pins`.
     pub software: BTreeMap<String, String>,
+    /// Where it sits in the network (`SLURM_TOPOLOGY_ADDR`), when the
+    /// scheduler says: its group in the tree ([`groups`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
+    /// The port its leader times its link on (`tree`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_port: Option<u16>,
     /// Its verify report.
     pub report: Report,
 }
@@ -94,6 +106,15 @@ pub struct NodeEntry {
     /// them is rank 0's), when it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_intact: Option<bool>,
+    /// The rank that timed its link, when not rank 0: its group's leader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_by: Option<usize>,
+    /// Where it sits in the network (`SLURM_TOPOLOGY_ADDR`), when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
+    /// Its probe port (not in the JSON).
+    #[serde(skip)]
+    pub probe_port: Option<u16>,
     /// Its software facts.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub software: BTreeMap<String, String>,
@@ -158,6 +179,33 @@ pub struct FleetReport {
     /// With a history (`--history`): the nodes it names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offenders: Vec<history::Offender>,
+    /// Where rank 0's time went.
+    #[serde(default)]
+    pub phases: Phases,
+}
+
+/// Where rank 0's time went, in seconds, and the tree it used: what grows
+/// with the fleet shows here first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Phases {
+    /// From the start until every node joined (or the wait ended).
+    pub join_s: f64,
+    /// Rank 0's own checks.
+    pub checks_s: f64,
+    /// Reading the other nodes' reports after its own checks.
+    pub reports_s: f64,
+    /// Timing the links, through the tree.
+    pub links_s: f64,
+    /// The all-reduce.
+    pub all_reduce_s: f64,
+    /// Groups in the tree (`--group-size`).
+    pub groups: usize,
+    /// Links rank 0 timed itself.
+    pub links_by_root: usize,
+    /// Links the groups' leaders timed.
+    pub links_by_leaders: usize,
+    /// Bytes of the reports rank 0 read.
+    pub report_bytes: u64,
 }
 
 /// How a fleet run is bounded and what it sends.
@@ -173,6 +221,9 @@ pub struct FleetOptions {
     /// The heartbeat: a node that joined, then went silent, is named within
     /// its timeout, whatever wait rank 0 was in.
     pub heartbeat: heartbeat::Settings,
+    /// Nodes in a group of the tree that times the links (`--group-size`,
+    /// [`groups`]); 1 times every link from rank 0.
+    pub group_size: usize,
 }
 
 /// What a fleet run ends with on this process.
@@ -251,10 +302,22 @@ pub fn run(
     options: FleetOptions,
     local: impl FnOnce() -> Report,
 ) -> anyhow::Result<FleetOutcome> {
+    run_with(info, options, local, imgctl_identity)
+}
+
+/// [`run`], with this node's imgctl identity from `identity` (the
+/// simulation of a large fleet in one process names its nodes' binary
+/// once, not by hashing it on every simulated node).
+pub fn run_with(
+    info: &LaunchInfo,
+    options: FleetOptions,
+    local: impl FnOnce() -> Report,
+    identity: fn() -> String,
+) -> anyhow::Result<FleetOutcome> {
     let start = Instant::now();
     // Hashing the binary takes seconds in a debug build: it runs while this
     // node waits for the others, not inside the bound on its report.
-    let identity = std::thread::spawn(imgctl_identity);
+    let identity = std::thread::spawn(identity);
     let identity = move || {
         identity
             .join()
@@ -264,6 +327,10 @@ pub fn run(
         return run_leaf(info, options, local, identity);
     }
     let mut gathered = rendezvous::rendezvous_whoever_comes(info, options.timeout)?;
+    let mut phases = Phases {
+        join_s: start.elapsed().as_secs_f64(),
+        ..Phases::default()
+    };
     // A node silent for the heartbeat's timeout is lost: its reason kept,
     // its stream shut, so that whatever wait rank 0 is in ends at once.
     heartbeat::note(0, heartbeat::Phase::Verifying);
@@ -298,14 +365,19 @@ pub fn run(
     // does now, and takes about as long as this one: their reports are due
     // one bound after this node's own checks end (a full level on many GPUs
     // takes minutes; the wait to join has already used its bound).
+    let checks = Instant::now();
     let report = local();
     let own = NodeReport {
         rank: 0,
         host: crate::sys::net::hostname(),
         node: scheduler_node_name(),
         software: software_facts(&report, identity()),
+        topology: topology_address(),
+        probe_port: None,
         report,
     };
+    phases.checks_s = checks.elapsed().as_secs_f64();
+    let reading = Instant::now();
     let reports_due = Instant::now() + options.timeout;
     let mut nodes = vec![entry(own, Some("self".to_string()))];
     let mut streams: Vec<(usize, TcpStream)> = Vec::new();
@@ -325,39 +397,40 @@ pub fn run(
         };
         let address = Some(addr.ip().to_string());
         match read_report(&mut stream, reports_due, rank) {
-            Ok(r) => {
+            Ok((r, bytes)) => {
+                phases.report_bytes += bytes;
                 nodes.push(entry(r, address));
                 streams.push((rank, stream));
             }
             Err(why) => nodes.push(absent(rank, address, NodeState::Lost, silence(rank, why))),
         }
     }
-    for (rank, stream) in &mut streams {
-        let Some(node) = nodes.iter_mut().find(|n| n.rank == *rank) else {
-            continue; // every stream's node was pushed beside it
-        };
-        match probe::send(stream, options.link_bytes, options.timeout) {
-            Ok(p) => {
-                node.link_mbs = Some(p.mbs);
-                node.link_intact = Some(p.intact);
-            }
-            Err(why) => {
-                node.state = NodeState::Lost;
-                let why = format!("lost during the link probe: {why}");
-                node.reason = Some(silence(*rank, why));
-            }
-        }
-    }
+    phases.reports_s = reading.elapsed().as_secs_f64();
+    let timing = Instant::now();
+    let tree = groups::groups(
+        &(nodes.iter())
+            .filter(|n| n.state == NodeState::Reported)
+            .map(|n| (n.rank, n.topology.clone()))
+            .collect::<Vec<_>>(),
+        options.group_size,
+    );
+    let tally = tree::time_links(&mut nodes, &mut streams, &tree, &options, &silence);
+    phases.links_s = timing.elapsed().as_secs_f64();
+    phases.groups = tree.len();
+    phases.links_by_root = tally.direct;
+    phases.links_by_leaders = tally.by_leaders;
     // Every node at once, when every node is still here.
     let everyone = streams.len() + 1 == info.world_size
         && nodes.iter().all(|n| n.state == NodeState::Reported);
     let all_reduce = if everyone && info.world_size > 1 {
-        let (r, back) = all_reduce_root(streams, info.world_size, options);
+        let reducing = Instant::now();
+        let (r, back) = allreduce::all_reduce_root(streams, info.world_size, options);
+        phases.all_reduce_s = reducing.elapsed().as_secs_f64();
         streams = back;
         r
     } else {
         super::result::CheckResult::skip(
-            ALL_REDUCE_ID,
+            allreduce::ALL_REDUCE_ID,
             if info.world_size == 1 {
                 "one node: nothing to all-reduce across"
             } else {
@@ -380,7 +453,7 @@ pub fn run(
                     super::result::Status::Pass | super::result::Status::Skip
                 ) {
                     all_reduce = super::result::CheckResult::error(
-                        ALL_REDUCE_ID,
+                        allreduce::ALL_REDUCE_ID,
                         format!("rank {} went silent during the all-reduce", node.rank),
                     );
                 }
@@ -397,6 +470,7 @@ pub fn run(
     );
     report.push(all_reduce);
     report.seconds = start.elapsed().as_secs_f64();
+    report.phases = phases;
     for (rank, stream) in &mut streams {
         let proof = info.token.as_ref().zip(gathered.nonces[*rank].as_ref());
         let _ = send_verdict(stream, report.passed, proof);
@@ -446,6 +520,15 @@ fn scheduler_node_name() -> Option<String> {
         .find(|v| !v.is_empty() && v.len() <= 253)
 }
 
+/// Where this node sits in the network at its scheduler
+/// (`SLURM_TOPOLOGY_ADDR`, `s0.s3.node17`), when it says.
+fn topology_address() -> Option<String> {
+    std::env::var(crate::env_vars::SLURM_TOPOLOGY_ADDR)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty() && v.len() <= 253)
+}
+
 fn entry(r: NodeReport, address: Option<String>) -> NodeEntry {
     NodeEntry {
         rank: r.rank,
@@ -456,6 +539,9 @@ fn entry(r: NodeReport, address: Option<String>) -> NodeEntry {
         reason: None,
         link_mbs: None,
         link_intact: None,
+        link_by: None,
+        topology: r.topology,
+        probe_port: r.probe_port,
         software: r.software,
         report: Some(r.report),
     }
@@ -471,6 +557,9 @@ fn absent(rank: usize, address: Option<String>, state: NodeState, why: String) -
         reason: Some(why),
         link_mbs: None,
         link_intact: None,
+        link_by: None,
+        topology: None,
+        probe_port: None,
         software: BTreeMap::new(),
         report: None,
     }
@@ -499,12 +588,18 @@ fn run_leaf(
     let Links::Leaf(mut stream) = session.links else {
         anyhow::bail!("fleet verify: rank {} got no link to rank 0", info.rank);
     };
+    let listener = tree::listen(&stream);
     let report = local();
     let mine = NodeReport {
         rank: info.rank,
         host: crate::sys::net::hostname(),
         node: scheduler_node_name(),
         software: software_facts(&report, identity()),
+        topology: topology_address(),
+        probe_port: listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.port()),
         report,
     };
     let body = serde_json::to_vec(&mine)?;
@@ -528,8 +623,10 @@ fn run_leaf(
             .map_err(|e| anyhow::anyhow!("rank 0 at {} went away: {e}", session.address))?;
         match tag[0] {
             PROBE => probe::answer(&mut stream, Instant::now() + options.timeout)?,
+            EXPECT => tree::expect(&mut stream, listener.as_ref(), options.timeout)?,
+            GROUP => tree::lead(&mut stream, info.world_size, options.timeout)?,
             ALL_REDUCE => {
-                stream = all_reduce_leaf(
+                stream = allreduce::all_reduce_leaf(
                     stream,
                     info.rank,
                     info.world_size,
@@ -568,128 +665,10 @@ fn run_leaf(
 const PROBE: u8 = 1;
 const VERDICT: u8 = 2;
 const ALL_REDUCE: u8 = 3;
-
-/// The id of the cross-node all-reduce's verdict.
-const ALL_REDUCE_ID: &str = "fleet.allreduce";
-
-/// Every rank fills its buffer with `rank + 1`: the sum is n(n+1)/2 everywhere.
-fn all_reduce_buffer(rank: usize, bytes: u64) -> tch::Tensor {
-    let n = (bytes / 4).max(1) as i64;
-    tch::Tensor::full([n], (rank + 1) as f64, (tch::Kind::Float, tch::Device::Cpu))
-}
-
-/// Rank 0's side of the cross-node all-reduce over the CPU collective (the
-/// star of imgctl's rendezvous sockets, as CPU training uses it): every
-/// node at once, the result checked, the time and bytes reported.
-fn all_reduce_root(
-    streams: Vec<(usize, TcpStream)>,
-    world: usize,
-    options: FleetOptions,
-) -> (super::result::CheckResult, Vec<(usize, TcpStream)>) {
-    use super::result::CheckResult;
-    use crate::world::collective::cpu::CpuCollective;
-    use crate::world::collective::Collective;
-    use crate::world::rendezvous::Session;
-    let ranks: Vec<usize> = streams.iter().map(|(r, _)| *r).collect();
-    let mut links = Vec::new();
-    for (_, mut s) in streams {
-        if s.write_all(&[ALL_REDUCE]).is_err() {
-            return (
-                CheckResult::error(ALL_REDUCE_ID, "a node went away before the all-reduce"),
-                Vec::new(),
-            );
-        }
-        links.push(s);
-    }
-    let session = Session {
-        rank: 0,
-        world_size: world,
-        payload: Vec::new(),
-        links: Links::Root(links),
-        address: String::new(),
-        auth: None,
-        listener: None,
-    };
-    let buf = all_reduce_buffer(0, options.link_bytes);
-    let outcome = CpuCollective::new(session, options.timeout).and_then(|mut c| {
-        let start = Instant::now();
-        c.all_reduce_sum(&buf)?;
-        Ok((start.elapsed().as_secs_f64().max(1e-9), c.into_links()))
-    });
-    let (secs, links) = match outcome {
-        Ok(v) => v,
-        Err(e) => {
-            return (
-                CheckResult::error(ALL_REDUCE_ID, format!("the all-reduce failed: {e:#}")),
-                Vec::new(),
-            )
-        }
-    };
-    let streams = match links {
-        Links::Root(v) => ranks.into_iter().zip(v).collect(),
-        _ => Vec::new(),
-    };
-    let want = (world * (world + 1) / 2) as f64;
-    let wrong = buf.ne(want).sum(tch::Kind::Int64).int64_value(&[]);
-    let bytes = options.link_bytes as f64;
-    let algbw = bytes / secs / 1e6;
-    // The star sends every node's buffer to rank 0 and the sum back: rank 0's
-    // links carry 2(n-1) buffers.
-    let through_root = 2.0 * (world as f64 - 1.0) * bytes / secs / 1e6;
-    let r = if wrong > 0 {
-        CheckResult::fail(
-            ALL_REDUCE_ID,
-            format!(
-                "the all-reduce over {world} nodes is wrong in {wrong} element(s): expected {want}"
-            ),
-        )
-        .hint(
-            "a node or a link corrupts data: check each node's memory and NIC (dmesg, ethtool -S)",
-        )
-    } else {
-        CheckResult::pass(
-            ALL_REDUCE_ID,
-            format!(
-                "CPU all-reduce of {} MiB over {world} nodes in {:.0} ms, result checked: algbw {algbw:.0} MB/s, {through_root:.0} MB/s through rank 0's links",
-                options.link_bytes >> 20,
-                secs * 1e3
-            ),
-        )
-    };
-    let r = r
-        .measured(format!("algbw {algbw:.0} MB/s"))
-        .threshold(format!("every element = {want}"))
-        .value(algbw, "MB/s");
-    (r, streams)
-}
-
-/// A node's side of the cross-node all-reduce; gives the stream back.
-fn all_reduce_leaf(
-    stream: TcpStream,
-    rank: usize,
-    world: usize,
-    options: FleetOptions,
-    address: &str,
-) -> anyhow::Result<TcpStream> {
-    use crate::world::collective::cpu::CpuCollective;
-    use crate::world::collective::Collective;
-    use crate::world::rendezvous::Session;
-    let session = Session {
-        rank,
-        world_size: world,
-        payload: Vec::new(),
-        links: Links::Leaf(stream),
-        address: address.to_string(),
-        auth: None,
-        listener: None,
-    };
-    let mut c = CpuCollective::new(session, options.timeout)?;
-    c.all_reduce_sum(&all_reduce_buffer(rank, options.link_bytes))?;
-    match c.into_links() {
-        Links::Leaf(s) => Ok(s),
-        _ => anyhow::bail!("fleet verify: the all-reduce kept the link"),
-    }
-}
+/// To a member: its leader will time its link ([`tree`]).
+const EXPECT: u8 = 4;
+/// To a leader: time your members' links ([`tree`]).
+const GROUP: u8 = 5;
 
 /// Reads a node's report, the whole message before `deadline` (a peer that
 /// drips it cannot hold rank 0 past its bound).
@@ -697,7 +676,7 @@ fn read_report(
     stream: &mut TcpStream,
     deadline: Instant,
     rank: usize,
-) -> Result<NodeReport, String> {
+) -> Result<(NodeReport, u64), String> {
     let mut len = [0u8; 4];
     read_exact_by(stream, &mut len, deadline).map_err(|e| lost(&e))?;
     let len = u32::from_le_bytes(len);
@@ -708,7 +687,7 @@ fn read_report(
     }
     let mut body = vec![0u8; len as usize];
     read_exact_by(stream, &mut body, deadline).map_err(|e| lost(&e))?;
-    parse_report(&body, rank)
+    parse_report(&body, rank).map(|r| (r, u64::from(len)))
 }
 
 fn lost(e: &std::io::Error) -> String {
