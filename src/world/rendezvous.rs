@@ -33,13 +33,22 @@ use crate::sys::net::bind_all_interfaces;
 /// `--rdzv-conf timeout`), short enough that a wrong WORLD_SIZE fails in minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The most accepted connections whose hello rank 0 waits for at once; past
-/// it, the oldest of them is closed to make room, never the newcomer (a real
-/// rank sends its hello at once, so it is never the oldest). Each is read on
-/// a thread of its own, so idle connections (12 of them kept the real rank 1
-/// out for two minutes when hellos were read one after another) never delay
-/// a real rank.
+/// The most accepted connections whose hello rank 0 waits for at once,
+/// beyond two per rank of the world ([`pending_cap`]); past it, the oldest
+/// of them is closed to make room, never the newcomer (a real rank sends
+/// its hello at once, so it is never the oldest). Each is read on a thread
+/// of its own, so idle connections (12 of them kept the real rank 1 out for
+/// two minutes when hellos were read one after another) never delay a real
+/// rank.
 const MAX_PENDING_HELLOS: usize = 64;
+
+/// The pending-hello bound for a world of `n`: a fleet of 1,024 that joins
+/// at once has ~1,000 hellos in flight before the first is read, and a flat
+/// 64 closed real ranks (the in-process simulation of #54 saw 311 of 1,024
+/// join).
+fn pending_cap(n: usize) -> usize {
+    MAX_PENDING_HELLOS.saturating_add(n.saturating_mul(2))
+}
 
 /// The sockets a rendezvous leaves behind.
 #[derive(Debug)]
@@ -395,13 +404,15 @@ fn gather(
     let mut waiting: VecDeque<(u64, TcpStream)> = VecDeque::new();
     let mut accepted = 0u64;
     let mut refused: Vec<String> = Vec::new();
+    let cap = pending_cap(n);
     while arrived < n {
         if Instant::now() >= deadline {
             return Ok(refused);
         }
+        let mut took_one = false;
         match listener.accept() {
             Ok((stream, peer)) => {
-                if waiting.len() >= MAX_PENDING_HELLOS {
+                if waiting.len() >= cap {
                     // Too many connections say nothing: the oldest goes.
                     if let Some((_, oldest)) = waiting.pop_front() {
                         let _ = oldest.shutdown(Shutdown::Both);
@@ -418,12 +429,19 @@ fn gather(
                     let hello = read_hello_of(stream, token.as_ref());
                     let _ = tx.send((id, hello, peer));
                 });
-                continue;
+                took_one = true;
             }
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(anyhow::Error::from(e).context("rendezvous: accept failed")),
         }
-        let Ok((id, hello, peer)) = hellos.recv_timeout(Duration::from_millis(20)) else {
+        // A hello read for each connection accepted: in a burst of joins
+        // the hellos keep pace with the accepts.
+        let next = if took_one {
+            hellos.try_recv().ok()
+        } else {
+            hellos.recv_timeout(Duration::from_millis(20)).ok()
+        };
+        let Some((id, hello, peer)) = next else {
             continue;
         };
         waiting.retain(|(i, _)| *i != id);

@@ -326,6 +326,7 @@ pub fn run_with(
     if info.rank != 0 {
         return run_leaf(info, options, local, identity);
     }
+    open_files_for(info.world_size)?;
     let mut gathered = rendezvous::rendezvous_whoever_comes(info, options.timeout)?;
     let mut phases = Phases {
         join_s: start.elapsed().as_secs_f64(),
@@ -476,6 +477,20 @@ pub fn run_with(
         let _ = send_verdict(stream, report.passed, proof);
     }
     Ok(FleetOutcome::Root(Box::new(report)))
+}
+
+/// Rank 0 holds two sockets a node (its link and its heartbeat): raises
+/// the soft limit on open files for them, or says in one line why it
+/// cannot (a fleet of 10,000 needs about 20,300; many systems start at 1,024).
+fn open_files_for(world: usize) -> anyhow::Result<()> {
+    let need = 2 * world as u64 + 256;
+    let got = crate::sys::process::raise_open_files(need);
+    if got < need {
+        anyhow::bail!(
+            "fleet verify: rank 0 of {world} nodes needs about {need} open files (a link and a heartbeat a node), and this process may open {got}: raise the limit (`ulimit -n {need}`, or LimitNOFILE= for a systemd unit, or `srun --propagate=NOFILE`)"
+        );
+    }
+    Ok(())
 }
 
 /// Whether the peer of `s` has closed it (or reset it), without reading
