@@ -8,6 +8,10 @@ use clap::Args;
 use super::RegistryCa;
 use crate::verify::Level;
 
+/// Default nodes in a group of `verify --fleet`'s tree (`--group-size`):
+/// a rack's worth.
+pub const DEFAULT_GROUP_SIZE: usize = 8;
+
 /// `imgctl verify`.
 #[derive(Debug, Args)]
 #[command(mut_arg("registry_ca", |a| a.help("With --key: the registry's CA certificate (PEM) for reading the verdict, beside /etc/docker/certs.d/HOST:PORT/*.crt and the system's CAs [default: those only]").requires("key")))]
@@ -88,7 +92,7 @@ pub struct VerifyArgs {
     /// With --fleet: nodes in a group of the tree that times the links (1 to 10000): rank 0 times its group's and the other leaders' links, each leader its own group's, all groups at once; nodes under one switch (SLURM_TOPOLOGY_ADDR) group together; 1 times every link from rank 0.
     #[arg(
         long,
-        default_value_t = crate::verify::fleet::groups::DEFAULT_GROUP_SIZE,
+        default_value_t = DEFAULT_GROUP_SIZE,
         value_name = "N",
         requires = "fleet",
         value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..=10000), usize::from)

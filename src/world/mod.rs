@@ -23,6 +23,7 @@ pub mod agent;
 pub mod auth;
 pub mod collective;
 pub mod error;
+mod gather;
 pub mod heartbeat;
 pub mod hello;
 pub mod launch;

@@ -44,8 +44,7 @@ const PROGRAMS: [&str; 11] = [
 /// Nodes of the usual cluster (`sn1`, `sn2`; node `i` is `sn{i+1}`).
 const NODES: usize = 2;
 
-/// Nodes under one leaf switch of a cluster with a topology
-/// ([`Cluster::start_with`]).
+/// Nodes under one leaf switch of a cluster with a topology ([`Cluster::start_with`]).
 const SWITCH_NODES: usize = 8;
 
 /// How long a node stays unanswered before slurmctld sets it DOWN and ends

@@ -12,9 +12,6 @@
 //! Part: the verify wing (`docs/architecture.md`).
 use std::collections::BTreeMap;
 
-/// Default nodes in a group (`--group-size`): a rack's worth.
-pub const DEFAULT_GROUP_SIZE: usize = 8;
-
 /// One group of the tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {

@@ -487,7 +487,7 @@ fn open_files_for(world: usize) -> anyhow::Result<()> {
     let got = crate::sys::process::raise_open_files(need);
     if got < need {
         anyhow::bail!(
-            "fleet verify: rank 0 of {world} nodes needs about {need} open files (a link and a heartbeat a node), and this process may open {got}: raise the limit (`ulimit -n {need}`, or LimitNOFILE= for a systemd unit, or `srun --propagate=NOFILE`)"
+            "fleet verify: rank 0 of {world} nodes needs about {need} open files (a link and a heartbeat a node), and this process may open {got}: raise the limit on open files to {need} (ulimit in the job script, LimitNOFILE= for a systemd unit)"
         );
     }
     Ok(())

@@ -145,7 +145,7 @@ fn simulate(world: usize, group_size: usize) {
         "{world} ranks, groups of {group_size}: {wall:.1} s wall; rank 0's thread {cpu:.2} s CPU; \
          reports read {:.1} MB ({:.1} kB a node) in {:.2} s; links {:.2} s ({} groups, {} timed by rank 0 \
          = {:.0} MB sent, {} by leaders); all-reduce {:.2} s ({:.0} MB through rank 0); \
-         --json {:.1} MB; peak RSS of the whole process {:.0} MB (+{:.0} MB over its start)",
+         its JSON {:.1} MB; peak RSS of the whole process {:.0} MB (+{:.0} MB over its start)",
         p.report_bytes as f64 / 1e6,
         p.report_bytes as f64 / 1e3 / (world - 1) as f64,
         p.reports_s,
@@ -225,7 +225,7 @@ fn data_path(world: usize, group_size: usize) {
     assert_eq!(tree.len(), world.div_ceil(group_size));
     let each = allreduce::buffer_bytes(1 << 20, world) as f64;
     eprintln!(
-        "{world} ranks, rank 0's data path, groups of {group_size}: {:.2} s ({cpu:.2} s CPU; {parsed:.2} s to parse {:.1} MB of reports, {:.1} kB a node); {} groups, {direct} links timed by rank 0 ({:.0} MB of 1 MiB probes) and {} by leaders; all-reduce {:.0} kB a node, {:.0} MB through rank 0; --json {:.1} MB, table {:.1} MB; memory +{:.0} MB",
+        "{world} ranks, rank 0's data path, groups of {group_size}: {:.2} s ({cpu:.2} s CPU; {parsed:.2} s to parse {:.1} MB of reports, {:.1} kB a node); {} groups, {direct} links timed by rank 0 ({:.0} MB of 1 MiB probes) and {} by leaders; all-reduce {:.0} kB a node, {:.0} MB through rank 0; its JSON {:.1} MB, table {:.1} MB; memory +{:.0} MB",
         start.elapsed().as_secs_f64(),
         bytes as f64 / 1e6,
         bytes as f64 / 1e3 / (world - 1) as f64,
