@@ -154,11 +154,30 @@ pub fn bind_all_interfaces(port: u16) -> std::io::Result<TcpListener> {
             }
             return Err(e);
         }
-        // Backlog 128: SOMAXCONN's traditional value, ample for one rank per GPU.
-        if libc::listen(fd, 128) != 0 {
+        // Backlog: as many connections as the kernel lets wait
+        // (net.core.somaxconn, 4096 on current kernels): a fleet of
+        // thousands of ranks joins at once ([`widen_backlog`]).
+        if libc::listen(fd, BACKLOG) != 0 {
             return fail(fd);
         }
         Ok(TcpListener::from_raw_fd(fd))
+    }
+}
+
+/// The backlog rank 0's listener asks for; the kernel caps it at
+/// `net.core.somaxconn`.
+const BACKLOG: libc::c_int = 4096;
+
+/// Asks for a longer queue of connections waiting to be accepted on `l`
+/// (std's bind asks for 128; 1,024 ranks joining at once overflow it, and
+/// each SYN dropped waits 1, 3, 7 s … for its retry). Best effort: on
+/// failure the queue stays as it was.
+pub fn widen_backlog(l: &TcpListener) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen on a descriptor `l` owns and keeps open; calling it
+    // again on a listening socket only changes its backlog.
+    unsafe {
+        libc::listen(l.as_raw_fd(), BACKLOG);
     }
 }
 

@@ -87,6 +87,13 @@ fn timed_out(timeout: Duration, what: String) -> anyhow::Error {
 /// interfaces of both families (`[::]`, dual stack; `0.0.0.0` where the host
 /// has no IPv6), so that an IPv4 or an IPv6 MASTER_ADDR reaches it.
 fn bind_port(info: &LaunchInfo, port: u16) -> std::io::Result<TcpListener> {
+    let l = bind_port_at(info, port)?;
+    // A fleet of thousands joins at once: room in the kernel's queue.
+    crate::sys::net::widen_backlog(&l);
+    Ok(l)
+}
+
+fn bind_port_at(info: &LaunchInfo, port: u16) -> std::io::Result<TcpListener> {
     use std::net::ToSocketAddrs;
     let resolved: Vec<IpAddr> = match info.master_addr.parse::<IpAddr>() {
         Ok(ip) => vec![ip],

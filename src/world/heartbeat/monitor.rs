@@ -19,7 +19,9 @@ const TICK: Duration = Duration::from_millis(100);
 const MAX_QUEUED: usize = 64 * 1024;
 /// How long the last frames (byes, lost notices) may take to leave.
 const LAST_WORDS: Duration = Duration::from_secs(1);
-/// The most connections rank 0 waits for a hello on at once.
+/// The most connections rank 0 waits for a hello on at once, beyond two a
+/// rank of the world ([`Monitor::max_pending`]): a fleet of thousands
+/// connects its heartbeats at once.
 const MAX_PENDING: usize = 64;
 /// How long a connection may keep its slot without a hello when others wait.
 const HELLO_GRACE: Duration = Duration::from_secs(1);
@@ -173,6 +175,11 @@ struct Pending {
 }
 
 impl Monitor {
+    /// [`MAX_PENDING`] and two a rank of the world.
+    fn max_pending(&self) -> usize {
+        MAX_PENDING.saturating_add(self.world.saturating_mul(2))
+    }
+
     /// The thread's body: beats, reads and judges until stopped or a peer
     /// is lost (then `fire`).
     pub(super) fn run(self, role: Role, mut on_lost: OnLost) {
@@ -319,7 +326,7 @@ impl Monitor {
     ) {
         let mut fds: Vec<i32> = Vec::with_capacity(peers.len() + pending.len() + 1);
         // A full set of pending hellos leaves newcomers in the backlog.
-        let room = pending.len() < MAX_PENDING;
+        let room = pending.len() < self.max_pending();
         fds.extend(listener.filter(|_| room).map(|l| l.as_raw_fd()));
         fds.extend(pending.iter().map(|p| p.stream.as_raw_fd()));
         let watched: Vec<usize> = (0..peers.len())
@@ -352,7 +359,7 @@ impl Monitor {
     /// the kernel's backlog (a thousand ranks connecting at once).
     fn accept(&self, l: &TcpListener, pending: &mut Vec<Pending>) {
         loop {
-            if pending.len() >= MAX_PENDING {
+            if pending.len() >= self.max_pending() {
                 if pending[0].since.elapsed() < HELLO_GRACE {
                     return;
                 }
