@@ -387,3 +387,107 @@ fn time_member(t: &Target, bytes: u64, timeout: Duration) -> Result<probe::Probe
     conn.write_all(&ticket).map_err(|e| lost(&e))?;
     probe::send(&mut conn, bytes, timeout)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connected pair on loopback: (rank 0's end, the node's end).
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn a_member_drops_a_wrong_ticket_and_answers_its_leader() {
+        let (mut root_end, mut node_end) = pair();
+        let listener = listen(&node_end).unwrap();
+        let at = listener.local_addr().unwrap();
+        let ticket: [u8; TICKET] = rand::random();
+        // The node's loop has read the EXPECT tag: the ticket follows.
+        root_end.write_all(&ticket).unwrap();
+        let member = std::thread::spawn(move || {
+            expect(&mut node_end, Some(&listener), Duration::from_secs(20)).unwrap();
+        });
+        // A stranger with the wrong ticket is dropped, unanswered.
+        let mut stranger = TcpStream::connect(at).unwrap();
+        stranger.write_all(&[0u8; TICKET]).unwrap();
+        stranger.write_all(&[PROBE]).unwrap();
+        let _ = stranger.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut got = [0u8; 1];
+        let n = std::io::Read::read(&mut stranger, &mut got).unwrap_or(0);
+        assert_eq!(n, 0, "the member answered a stranger");
+        // Its leader, with the ticket, times the link and the bytes arrive whole.
+        let t = Target {
+            rank: 1,
+            addr: at,
+            ticket: hex(&ticket),
+        };
+        let p = time_member(&t, 8 << 20, Duration::from_secs(20)).unwrap();
+        assert!(p.intact && p.mbs > 0.0, "{p:?}");
+        member.join().unwrap();
+    }
+
+    #[test]
+    fn a_leader_times_its_members_and_names_the_one_it_could_not_reach() {
+        let (mut root_end, mut leader_end) = pair();
+        let (mut to_member, mut member_end) = pair();
+        let listener = listen(&member_end).unwrap();
+        let at = listener.local_addr().unwrap();
+        let ticket: [u8; TICKET] = rand::random();
+        to_member.write_all(&ticket).unwrap();
+        let member = std::thread::spawn(move || {
+            expect(&mut member_end, Some(&listener), Duration::from_secs(20)).unwrap();
+        });
+        // A port nobody listens on any more: that member cannot be reached.
+        let gone = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let dead = gone.local_addr().unwrap();
+        drop(gone);
+        let target = |rank, addr, t: &[u8]| Target {
+            rank,
+            addr,
+            ticket: hex(t),
+        };
+        let order = Order {
+            bytes: 8 << 20,
+            timeout_ms: 5000,
+            members: vec![target(2, dead, &[0u8; TICKET]), target(3, at, &ticket)],
+        };
+        assert!(send_message(&mut root_end, GROUP, &order));
+        let mut tag = [0u8; 1];
+        std::io::Read::read_exact(&mut leader_end, &mut tag).unwrap();
+        assert_eq!(tag[0], GROUP);
+        lead(&mut leader_end, 4, Duration::from_secs(20)).unwrap();
+        let timed = read_summary(&mut root_end, Instant::now() + Duration::from_secs(20)).unwrap();
+        member.join().unwrap();
+        assert_eq!(timed.len(), 2);
+        assert!(timed[0].mbs.is_none());
+        let why = timed[0].error.as_deref().unwrap_or_default();
+        assert!(why.starts_with("could not connect to 127.0.0.1:"), "{why}");
+        assert_eq!((timed[1].rank, timed[1].intact), (3, Some(true)));
+        assert!(timed[1].mbs.is_some_and(|v| v > 0.0));
+    }
+
+    #[test]
+    fn an_order_larger_than_the_world_is_refused() {
+        let (mut root_end, mut leader_end) = pair();
+        let order = Order {
+            bytes: 1 << 20,
+            timeout_ms: 1000,
+            members: (0..5)
+                .map(|rank| Target {
+                    rank,
+                    addr: "127.0.0.1:9".parse().unwrap(),
+                    ticket: hex(&[0u8; TICKET]),
+                })
+                .collect(),
+        };
+        assert!(send_message(&mut root_end, GROUP, &order));
+        let mut tag = [0u8; 1];
+        std::io::Read::read_exact(&mut leader_end, &mut tag).unwrap();
+        let e = lead(&mut leader_end, 4, Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("a group order of 5 members"), "{e}");
+    }
+}
