@@ -692,17 +692,28 @@ fn read_report(
     deadline: Instant,
     rank: usize,
 ) -> Result<(NodeReport, u64), String> {
+    let body = read_frame(stream, deadline, MAX_REPORT_BYTES, "report")?;
+    parse_report(&body, rank).map(|r| (r, body.len() as u64))
+}
+
+/// A length (u32, little-endian) and that many bytes, at most `max`, all
+/// before `deadline` (a peer that drips them cannot hold the reader past
+/// it); else why not, naming the message as `what`.
+fn read_frame(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    max: u32,
+    what: &str,
+) -> Result<Vec<u8>, String> {
     let mut len = [0u8; 4];
     read_exact_by(stream, &mut len, deadline).map_err(|e| lost(&e))?;
     let len = u32::from_le_bytes(len);
-    if len > MAX_REPORT_BYTES {
-        return Err(format!(
-            "sent a report of {len} bytes (at most {MAX_REPORT_BYTES})"
-        ));
+    if len > max {
+        return Err(format!("sent a {what} of {len} bytes (at most {max})"));
     }
     let mut body = vec![0u8; len as usize];
     read_exact_by(stream, &mut body, deadline).map_err(|e| lost(&e))?;
-    parse_report(&body, rank).map(|r| (r, u64::from(len)))
+    Ok(body)
 }
 
 fn lost(e: &std::io::Error) -> String {

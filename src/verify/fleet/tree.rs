@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::groups::Group;
-use super::{lost, probe, FleetOptions, NodeEntry, NodeState, EXPECT, GROUP, PROBE};
+use super::{lost, probe, read_frame, FleetOptions, NodeEntry, NodeState, EXPECT, GROUP, PROBE};
 use crate::sys::net::read_exact_by;
 
 /// Bytes of a member's ticket.
@@ -270,16 +270,7 @@ fn read_json<T: for<'a> Deserialize<'a>>(
     stream: &mut TcpStream,
     deadline: Instant,
 ) -> Result<T, String> {
-    let mut len = [0u8; 4];
-    read_exact_by(stream, &mut len, deadline).map_err(|e| lost(&e))?;
-    let len = u32::from_le_bytes(len);
-    if len > MAX_MESSAGE {
-        return Err(format!(
-            "sent a message of {len} bytes (at most {MAX_MESSAGE})"
-        ));
-    }
-    let mut body = vec![0u8; len as usize];
-    read_exact_by(stream, &mut body, deadline).map_err(|e| lost(&e))?;
+    let body = read_frame(stream, deadline, MAX_MESSAGE, "message")?;
     serde_json::from_slice(&body).map_err(|e| format!("sent a message imgctl cannot read: {e}"))
 }
 
