@@ -115,16 +115,18 @@ pub fn table(report: &FleetReport, fit: Fit) -> String {
     out
 }
 
-/// `rank 0's time: joined 1.5 s, its checks 0.4 s, reports 0.1 s, links
-/// 0.4 s (8 groups: 14 timed by rank 0, 49 by leaders), all-reduce 1.6 s`;
-/// none for a fleet of one.
+/// `rank 0's time: joined 1.5s, its checks 0.4s, reports 0.1s (297kB),
+/// links 0.4s (8 groups: 14 timed by rank 0, 49 by leaders), all-reduce
+/// 1.6s`, each figure and its unit one word (as the summary line's `(4.1s)`)
+/// so that a narrow terminal never wraps between them; none for a fleet of
+/// one.
 pub fn phases_line(report: &FleetReport) -> Option<String> {
     let p = &report.phases;
     if report.nodes_expected < 2 {
         return None;
     }
     Some(format!(
-        "rank 0's time: joined {:.1} s, its checks {:.1} s, reports {:.1} s ({} kB), links {:.1} s ({} group{}: {} timed by rank 0, {} by leaders), all-reduce {:.1} s",
+        "rank 0's time: joined {:.1}s, its checks {:.1}s, reports {:.1}s ({}kB), links {:.1}s ({} group{}: {} timed by rank 0, {} by leaders), all-reduce {:.1}s",
         p.join_s,
         p.checks_s,
         p.reports_s,
@@ -196,4 +198,38 @@ pub fn junit(report: &FleetReport) -> String {
     out.push_str(&testcases(&report.fleet));
     out.push_str("  </testsuite>\n</testsuites>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::fleet::{judge, Phases};
+
+    #[test]
+    fn the_phases_line_keeps_each_figure_with_its_unit_at_80_columns() {
+        let mut report = judge(Vec::new(), 64);
+        report.phases = Phases {
+            join_s: 4.71,
+            checks_s: 0.93,
+            reports_s: 0.12,
+            links_s: 2.94,
+            all_reduce_s: 2.06,
+            groups: 8,
+            links_by_root: 14,
+            links_by_leaders: 49,
+            report_bytes: 296_116,
+        };
+        let line = phases_line(&report).unwrap();
+        assert_eq!(
+            line,
+            "rank 0's time: joined 4.7s, its checks 0.9s, reports 0.1s (297kB), links 2.9s (8 groups: 14 timed by rank 0, 49 by leaders), all-reduce 2.1s"
+        );
+        let wrapped = output::wrap_text(&line, Some(80));
+        for l in wrapped.lines() {
+            let first = l.split_whitespace().next().unwrap_or_default();
+            assert!(!matches!(first, "s" | "s," | "kB)"), "{wrapped}");
+        }
+        // A fleet of one has nothing to say about a tree.
+        assert_eq!(phases_line(&judge(Vec::new(), 1)), None);
+    }
 }
