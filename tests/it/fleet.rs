@@ -45,6 +45,33 @@ fn fleet_rank(nodes: &Nodes, program: &Path, rank: usize, world: usize, extra: &
     Proc::spawn(&format!("fleet rank {rank}"), c)
 }
 
+/// torchrun on node `i` of `nodes` as one of `agents` agents of `per_node`
+/// ranks each (c10d rendezvous on node 0), starting `imgctl verify --fleet
+/// --expect-gpus 0`; the caller adds the rest of imgctl's flags.
+pub(crate) fn torchrun_fleet(
+    nodes: &Nodes,
+    torchrun: &Path,
+    i: usize,
+    (agents, per_node): (usize, usize),
+    id: &str,
+) -> Command {
+    let endpoint = format!("{}:29400", nodes.addr(0));
+    let mut c = nodes.command(i, torchrun);
+    c.args(["--nnodes", &agents.to_string()])
+        .args(["--nproc-per-node", &per_node.to_string()])
+        .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", &endpoint])
+        .args(["--rdzv-id", id, "--local-addr", &nodes.addr(i)])
+        // The namespaces share a hostname: say which node hosts the store.
+        .args([
+            "--rdzv-conf",
+            if i == 0 { "is_host=1" } else { "is_host=0" },
+        ])
+        .args(["--max-restarts", "0", "--no-python"])
+        .arg(imgctl_bin())
+        .args(["verify", "--fleet", "--expect-gpus", "0"]);
+    c
+}
+
 /// Waits for every process, returning (exit code, stderr) of each.
 fn finish(procs: &mut [Proc]) -> Vec<(Option<i32>, String)> {
     procs
@@ -64,23 +91,11 @@ fn three_nodes_under_torchrun_report_as_one_fleet() {
     let Some(nodes) = star_or_skip(3) else { return };
     let dir = tempfile::tempdir().unwrap();
     let junit = dir.path().join("fleet.xml");
-    let endpoint = format!("{}:29400", nodes.addr(0));
     let start = Instant::now();
     let mut procs: Vec<Proc> = (0..3)
         .map(|i| {
-            let mut c = nodes.command(i, &torchrun);
-            c.args(["--nnodes", "3", "--nproc-per-node", "1"])
-                .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", &endpoint])
-                .args(["--rdzv-id", "imgctl-fleet", "--local-addr", &nodes.addr(i)])
-                // The namespaces share a hostname: say which node hosts the store.
-                .args([
-                    "--rdzv-conf",
-                    if i == 0 { "is_host=1" } else { "is_host=0" },
-                ])
-                .args(["--max-restarts", "0", "--no-python"])
-                .arg(imgctl_bin())
-                .args(["verify", "--fleet", "--expect-gpus", "0", "--junit"])
-                .arg(&junit);
+            let mut c = torchrun_fleet(&nodes, &torchrun, i, (3, 1), "imgctl-fleet");
+            c.arg("--junit").arg(&junit);
             Proc::spawn(&format!("torchrun on node {i}"), c)
         })
         .collect();

@@ -38,23 +38,11 @@ fn sixty_four_ranks_under_torchrun_give_one_verdict_each_through_the_tree() {
     let Some(nodes) = star_or_skip(hosts) else {
         return;
     };
-    let endpoint = format!("{}:29400", nodes.addr(0));
     let start = Instant::now();
     let mut procs: Vec<Proc> = (0..hosts)
         .map(|i| {
-            let mut c = nodes.command(i, &torchrun);
-            c.args(["--nnodes", &hosts.to_string()])
-                .args(["--nproc-per-node", &per_host.to_string()])
-                .args(["--rdzv-backend", "c10d", "--rdzv-endpoint", &endpoint])
-                .args(["--rdzv-id", "imgctl-scale", "--local-addr", &nodes.addr(i)])
-                .args([
-                    "--rdzv-conf",
-                    if i == 0 { "is_host=1" } else { "is_host=0" },
-                ])
-                .args(["--max-restarts", "0", "--no-python"])
-                .arg(imgctl_bin())
-                .args(["verify", "--fleet", "--expect-gpus", "0"])
-                .args(["--fleet-timeout", "120", "--group-size", "8"]);
+            let mut c = torchrun_fleet(&nodes, &torchrun, i, (hosts, per_host), "imgctl-scale");
+            c.args(["--fleet-timeout", "120", "--group-size", "8"]);
             Proc::spawn(&format!("torchrun on host {i}"), c)
         })
         .collect();
