@@ -72,6 +72,19 @@ pub(crate) fn torchrun_fleet(
     c
 }
 
+/// Every process of a torchrun fleet ended 0: the text of the one that
+/// printed the fleet's report (torchrun's c10d rendezvous picks which node
+/// holds rank 0; the others print one line each).
+pub(crate) fn passed_root(ends: &[(Option<i32>, String)]) -> &str {
+    for (code, text) in ends {
+        assert_eq!(*code, Some(0), "{text}");
+    }
+    ends.iter()
+        .map(|(_, t)| t.as_str())
+        .find(|t| t.contains("fleet verify passed"))
+        .unwrap_or_else(|| panic!("no fleet report: {ends:?}"))
+}
+
 /// Waits for every process, returning (exit code, stderr) of each.
 fn finish(procs: &mut [Proc]) -> Vec<(Option<i32>, String)> {
     procs
@@ -101,16 +114,7 @@ fn three_nodes_under_torchrun_report_as_one_fleet() {
         .collect();
     let ends = finish(&mut procs);
     let took = start.elapsed();
-    for (code, text) in &ends {
-        assert_eq!(*code, Some(0), "{text}");
-    }
-    // torchrun's c10d rendezvous picks which node holds rank 0: that one
-    // prints the fleet's table, the others one line each.
-    let root = ends
-        .iter()
-        .map(|(_, t)| t)
-        .find(|t| t.contains("fleet verify passed"))
-        .unwrap_or_else(|| panic!("no fleet report: {ends:?}"));
+    let root = passed_root(&ends);
     assert!(
         root.contains("fleet verify passed: 3 of 3 nodes reported"),
         "{root}"
